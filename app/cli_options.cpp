@@ -1,0 +1,143 @@
+#include "cli_options.h"
+
+#include "memledger/format.h"
+
+#include <sstream>
+#include <stdexcept>
+
+namespace memledger {
+
+namespace {
+
+std::int64_t parsePositive(const std::string& what, const std::string& text)
+{
+    std::size_t used = 0;
+    long long v = 0;
+    try {
+        v = std::stoll(text, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (used != text.size() || v <= 0)
+        throw std::invalid_argument(what + " must be a positive whole number, not '" + text + "'");
+    return v;
+}
+
+std::vector<std::string> splitComma(const std::string& text)
+{
+    std::vector<std::string> out;
+    std::stringstream ss(text);
+    std::string item;
+    while (std::getline(ss, item, ','))
+        if (!item.empty())
+            out.push_back(item);
+    return out;
+}
+
+} // namespace
+
+std::vector<Shape> parseShapes(const std::string& text)
+{
+    std::vector<Shape> shapes;
+    for (const auto& part : splitComma(text)) {
+        Shape s;
+        std::stringstream ss(part);
+        std::string dim;
+        while (std::getline(ss, dim, 'x'))
+            s.push_back(parsePositive("a dimension of --input", dim));
+        if (s.empty())
+            throw std::invalid_argument("--input '" + part + "' is not a shape like 1x3x224x224");
+        shapes.push_back(std::move(s));
+    }
+    if (shapes.empty())
+        throw std::invalid_argument("--input needs a shape like 1x3x224x224");
+    return shapes;
+}
+
+std::string usageText()
+{
+    return "Usage:\n"
+           "  memledger [MODEL.pt | REPORT.json | SNAPSHOT.pickle]   open the window (no file: the demo model)\n"
+           "  memledger analyze [FILE] [--input SHAPE] [--batch N] [--dtype T] [--json FILE] [--html FILE]\n"
+           "                    [--png FILE] [--depth N]\n"
+           "  memledger whatif MODEL.pt [--input SHAPE] --batch 1,8,32 --dtype float32,bfloat16 [--budget 16GiB]\n"
+           "                    [--json FILE]\n"
+           "  memledger --help | --version\n\n"
+           "  SHAPE   input shapes, comma-separated: 1x3x224x224 or 1x128x512,1x128\n"
+           "  T       float32 | bfloat16 | float16 (weights and inputs are converted before the run)\n"
+           "  FILE    a TorchScript model (torch.jit.save), a memledger JSON report, or a CUDA memory snapshot\n"
+           "          (torch.cuda.memory._dump_snapshot); no FILE: the built-in demo (RFBNet, 1x1x300x300)\n\n"
+           "Exit codes: 0 ok, 2 usage, 3 bad model file, 4 run failed.\n";
+}
+
+CliOptions parseCli(const std::vector<std::string>& args)
+{
+    CliOptions o;
+    std::size_t i = 0;
+    if (i < args.size() && (args[i] == "analyze" || args[i] == "whatif")) {
+        o.command = args[i];
+        ++i;
+    } else {
+        o.command = "gui";
+    }
+    auto value = [&](const std::string& flag) -> std::string {
+        if (i + 1 >= args.size())
+            throw std::invalid_argument(flag + " needs a value");
+        return args[++i];
+    };
+    for (; i < args.size(); ++i) {
+        const auto& a = args[i];
+        if (a == "--help" || a == "-h")
+            o.help = true;
+        else if (a == "--version")
+            o.version = true;
+        else if (a == "--input")
+            o.run.inputs = parseShapes(value(a));
+        else if (a == "--batch") {
+            auto v = value(a);
+            o.batches.clear();
+            for (const auto& b : splitComma(v))
+                o.batches.push_back(parsePositive("--batch", b));
+            if (o.batches.empty())
+                throw std::invalid_argument("--batch needs a number");
+            if (o.command != "whatif") {
+                if (o.batches.size() != 1)
+                    throw std::invalid_argument("--batch takes one number here (several are for 'whatif')");
+                o.run.batch = o.batches.front();
+            }
+        } else if (a == "--dtype") {
+            o.dtypes = splitComma(value(a));
+            for (const auto& d : o.dtypes)
+                if (!isSupportedDtype(d))
+                    throw std::invalid_argument("--dtype '" + d + "' is not one of float32, bfloat16, float16");
+            if (o.dtypes.empty())
+                throw std::invalid_argument("--dtype needs a value");
+            if (o.command != "whatif" && o.dtypes.size() != 1)
+                throw std::invalid_argument("--dtype takes one value here (several are for 'whatif')");
+            o.run.dtype = o.dtypes.front();
+        } else if (a == "--budget") {
+            auto v = value(a);
+            o.budget = parseBytes(v);
+            if (!o.budget || *o.budget <= 0)
+                throw std::invalid_argument("--budget '" + v + "' is not a size like 16GiB");
+        } else if (a == "--json")
+            o.json = value(a);
+        else if (a == "--html")
+            o.html = value(a);
+        else if (a == "--png")
+            o.png = value(a);
+        else if (a == "--snapshot")
+            o.snapshot_out = value(a);
+        else if (a == "--depth")
+            o.depth = static_cast<int>(parsePositive("--depth", value(a)));
+        else if (!a.empty() && a[0] == '-')
+            throw std::invalid_argument("unknown option " + a);
+        else if (o.model.empty())
+            o.model = a;
+        else
+            throw std::invalid_argument("only one file can be given, not also '" + a + "'");
+    }
+    return o;
+}
+
+} // namespace memledger

@@ -1,0 +1,27 @@
+#pragma once
+#include "memledger/model.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace memledger {
+
+struct CliOptions {
+    std::string command = "analyze"; // analyze | whatif | gui
+    std::string model;               // empty: the built-in demo
+    RunOptions run;
+    std::vector<std::int64_t> batches; // whatif
+    std::vector<std::string> dtypes;   // whatif
+    std::optional<std::int64_t> budget;
+    std::string json, html, png, snapshot_out;
+    int depth = 64;
+    bool help = false, version = false;
+};
+
+// Throws std::invalid_argument with a message for the user on a usage error.
+CliOptions parseCli(const std::vector<std::string>& args);
+std::vector<Shape> parseShapes(const std::string& text); // "1x3x224x224,1x10"
+std::string usageText();
+
+} // namespace memledger

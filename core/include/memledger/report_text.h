@@ -1,0 +1,11 @@
+#pragma once
+#include "memledger/report.h"
+
+#include <string>
+
+namespace memledger {
+
+// The readable report of `memledger analyze`: layer tree with ledger columns, then the totals.
+std::string reportToText(const Report& r, int maxDepth = 64);
+
+} // namespace memledger

@@ -1,0 +1,86 @@
+#include "memledger/report_text.h"
+
+#include "memledger/format.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+namespace memledger {
+
+namespace {
+
+std::string pad(std::string s, std::size_t width, bool right = false)
+{
+    if (s.size() > width)
+        s = s.substr(0, width - 1) + "~";
+    std::string fill(width - s.size(), ' ');
+    return right ? fill + s : s + fill;
+}
+
+std::string bytesOrDash(std::int64_t b) { return b ? formatBytes(b) : "-"; }
+
+void printRow(std::ostringstream& out, const Report& r, int index, int maxDepth)
+{
+    const auto& l = r.layers[static_cast<std::size_t>(index)];
+    if (l.depth > maxDepth)
+        return;
+    std::string name = std::string(static_cast<std::size_t>(l.depth) * 2, ' ') + (l.parent < 0 ? l.type : l.name);
+    std::string shape = l.output_shapes.empty() ? "" : l.output_shapes.front();
+    if (l.output_shapes.size() > 1)
+        shape += " +" + std::to_string(l.output_shapes.size() - 1);
+    out << pad(name, 34) << ' ' << pad(l.parent < 0 ? "" : l.type, 18) << ' ' << pad(shape, 18) << ' '
+        << pad(bytesOrDash(l.weight_bytes), 11, true) << ' ' << pad(bytesOrDash(l.activation_bytes), 11, true) << ' '
+        << pad(bytesOrDash(l.temporary_peak_bytes), 11, true) << ' ' << pad(bytesOrDash(l.peak_bytes), 11, true)
+        << ' ' << pad(std::to_string(l.calls), 5, true) << '\n';
+    for (int c : l.children)
+        printRow(out, r, c, maxDepth);
+}
+
+} // namespace
+
+std::string reportToText(const Report& r, int maxDepth)
+{
+    std::ostringstream out;
+    out << "memledger: " << r.model.path << "\n";
+    out << "  file " << formatBytes(r.model.file_bytes) << ", input ";
+    for (std::size_t i = 0; i < r.run.input_shapes.size(); ++i)
+        out << (i ? ", " : "") << shapeToString(r.run.input_shapes[i]);
+    out << (r.run.input_guessed ? " (guessed)" : "") << ", batch " << r.run.batch << ", " << r.run.dtype << ", "
+        << r.run.mode << " on " << r.run.device;
+    char ms[32];
+    std::snprintf(ms, sizeof ms, "%.1f", r.run.duration_ms);
+    out << ", " << ms << " ms, " << (r.trace ? r.trace->size() : 0) << " events\n\n";
+    if (!r.layers.empty()) {
+        out << pad("module", 34) << ' ' << pad("type", 18) << ' ' << pad("output", 18) << ' '
+            << pad("weights", 11, true) << ' ' << pad("activations", 11, true) << ' ' << pad("temp peak", 11, true)
+            << ' ' << pad("peak delta", 11, true) << ' ' << pad("calls", 5, true) << '\n';
+        printRow(out, r, 0, maxDepth);
+        out << '\n';
+    }
+    out << "Ledgers at the peak (allocated over the run):\n";
+    for (int l = 0; l < kLedgerCount; ++l)
+        out << "  " << pad(ledgerName(static_cast<Ledger>(l)), 12) << ' ' << pad(formatBytes(r.ledgers[l].at_peak), 11, true)
+            << "  (" << formatBytes(r.ledgers[l].total) << ")\n";
+    out << "  peak during the run    " << formatBytes(r.peak_bytes) << "\n";
+    out << "  peak total             " << formatBytes(r.peak_total_bytes) << "  (weights + inputs + run peak)\n";
+    if (r.load_tax.file_tensor_bytes > 0)
+        out << "Load tax: file " << formatBytes(r.load_tax.file_tensor_bytes) << " " << r.load_tax.file_dtype
+            << ", resident " << formatBytes(r.load_tax.resident_bytes) << " as " << r.load_tax.resident_dtype << "\n";
+    if (!r.alive_at_peak.empty()) {
+        out << "Alive at the peak, largest first:\n";
+        std::size_t n = std::min<std::size_t>(r.alive_at_peak.size(), 10);
+        for (std::size_t i = 0; i < n; ++i) {
+            const auto& a = r.alive_at_peak[i];
+            out << "  " << pad(formatBytes(a.bytes), 11, true) << "  " << pad(ledgerName(a.ledger), 11) << "  "
+                << (a.where.empty() ? "(root)" : a.where) << "  " << a.op << "\n";
+        }
+        if (r.alive_at_peak.size() > n)
+            out << "  ... and " << r.alive_at_peak.size() - n << " more\n";
+    }
+    for (const auto& note : r.notes)
+        out << "Note: " << note << "\n";
+    return out.str();
+}
+
+} // namespace memledger

@@ -1,0 +1,265 @@
+// Runs a TorchScript model under an allocation recorder: every CPU allocation and free of the run,
+// with the outermost and innermost ATen op on the stack and the module path that made it.
+#include "model_impl.h"
+
+#include "memledger/errors.h"
+#include "memledger/module_path.h"
+
+#include <ATen/record_function.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
+
+#include <chrono>
+
+namespace c10 {
+// Exported by libc10 (c10/core/impl/alloc_cpu.h), whose header Debian does not ship.
+C10_API void free_cpu(void* data);
+} // namespace c10
+#include <unordered_map>
+#include <unordered_set>
+
+namespace memledger {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct RecordState {
+    Trace* trace = nullptr;
+    std::vector<OpCall>* ops = nullptr;
+    Clock::time_point start;
+    std::vector<std::uint32_t> stack; // op names, outermost first
+    std::unordered_map<const void*, std::uint32_t> name_ids;
+    ModulePathResolver* resolver = nullptr;
+    std::unordered_map<const void*, std::string> param_owner; // parameter data -> its module's path
+    std::unordered_map<std::uint64_t, std::int32_t> live;         // address -> its alloc event
+    std::uint32_t current_module = 0;
+    const std::atomic<bool>* cancel = nullptr;
+    std::unordered_set<std::uint32_t> modules_seen;
+    int module_count = 0;
+    const std::function<void(int, int)>* progress = nullptr;
+
+    std::int64_t now() const
+    {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+    }
+};
+
+thread_local RecordState* tls_state = nullptr;
+
+std::uint32_t moduleOfCurrentFrame(RecordState& s, const at::RecordFunction& fn)
+{
+    std::string hint;
+    for (const auto& in : fn.inputs()) {
+        if (!in.isTensor() || !in.toTensor().defined())
+            continue;
+        auto it = s.param_owner.find(in.toTensor().data_ptr());
+        if (it != s.param_owner.end()) {
+            hint = it->second;
+            break;
+        }
+    }
+    auto op = static_cast<std::uint32_t>(s.ops->size());
+    return s.trace->strings.intern(s.resolver->resolve(torch::jit::currentModuleHierarchy(), op, hint));
+}
+
+std::unique_ptr<at::ObserverContext> onOpStart(const at::RecordFunction& fn)
+{
+    auto* s = tls_state;
+    if (!s)
+        return nullptr;
+    const char* name = fn.name();
+    auto it = s->name_ids.find(name);
+    std::uint32_t id = it != s->name_ids.end() ? it->second : s->name_ids.emplace(name, s->trace->strings.intern(name)).first->second;
+    if (s->stack.empty()) {
+        OpCall call;
+        call.name = id;
+        call.module = moduleOfCurrentFrame(*s, fn);
+        call.start_ns = s->now();
+        call.first_event = static_cast<std::uint32_t>(s->trace->size());
+        s->current_module = call.module;
+        s->ops->push_back(std::move(call));
+        if (s->progress && *s->progress && s->modules_seen.insert(s->current_module).second)
+            (*s->progress)(static_cast<int>(s->modules_seen.size()), s->module_count);
+    }
+    s->stack.push_back(id);
+    return nullptr;
+}
+
+void onOpEnd(const at::RecordFunction& fn, at::ObserverContext*)
+{
+    auto* s = tls_state;
+    if (!s || s->stack.empty())
+        return;
+    s->stack.pop_back();
+    if (!s->stack.empty())
+        return;
+    auto& call = s->ops->back();
+    call.end_ns = s->now();
+    call.end_event = static_cast<std::uint32_t>(s->trace->size());
+    for (const auto& out : fn.outputs()) {
+        if (!out.isTensor())
+            continue;
+        const auto& t = out.toTensor();
+        if (!t.defined())
+            continue;
+        call.outputs.emplace_back(t.sizes().begin(), t.sizes().end());
+        call.output_bytes.push_back(static_cast<std::int64_t>(t.numel() * t.element_size()));
+    }
+}
+
+class AllocationRecorder final : public c10::MemoryReportingInfoBase {
+public:
+    explicit AllocationRecorder(RecordState& s) : s_(s) { }
+    bool memoryProfilingEnabled() const override { return true; }
+
+    void reportMemoryUsage(void* ptr, int64_t size, int64_t, int64_t, c10::Device device) override
+    {
+        auto addr = reinterpret_cast<std::uint64_t>(ptr);
+        if (size > 0 && s_.cancel && s_.cancel->load(std::memory_order_relaxed) && device.is_cpu()) {
+            // Stop at this allocation: the block was never handed out, so give it back and unwind.
+            c10::free_cpu(ptr);
+            throw Cancelled();
+        }
+        auto& t = *s_.trace;
+        auto dev = static_cast<std::int8_t>(device.is_cpu() ? -1 : device.index());
+        auto i = t.push(s_.now(), size > 0 ? size : -size, addr, size > 0 ? Action::Alloc : Action::Free, dev);
+        t.op_seq[i] = static_cast<std::uint32_t>(s_.ops->empty() ? 0 : s_.ops->size() - 1);
+        if (!s_.stack.empty()) {
+            t.outer_op[i] = s_.stack.front();
+            t.inner_op[i] = s_.stack.back();
+        }
+        t.where[i] = s_.current_module;
+        if (size > 0) {
+            s_.live[addr] = static_cast<std::int32_t>(i);
+        } else {
+            auto it = s_.live.find(addr);
+            if (it != s_.live.end()) {
+                t.partner[i] = it->second;
+                t.partner[static_cast<std::size_t>(it->second)] = static_cast<std::int32_t>(i);
+                s_.live.erase(it);
+            }
+        }
+    }
+
+private:
+    RecordState& s_;
+};
+
+std::string firstLine(const std::string& s)
+{
+    auto pos = s.find('\n');
+    return pos == std::string::npos ? s : s.substr(0, pos);
+}
+
+RunError explainRunFailure(const std::string& message, const std::string& dtype)
+{
+    if (message.find("not implemented for") != std::string::npos)
+        return RunError("the CPU build of libtorch has no " + dtype + " kernel for an op of this model: " + message);
+    return RunError("the model rejected the run: " + message);
+}
+
+} // namespace
+
+RawRun Model::run(const RunOptions& options)
+{
+    if (!isSupportedDtype(options.dtype))
+        throw RunError("unknown dtype '" + options.dtype + "' (use float32, bfloat16 or float16)");
+    RawRun raw;
+    raw.info.dtype = options.dtype;
+    raw.info.input_shapes = options.inputs;
+    if (raw.info.input_shapes.empty()) {
+        std::string how;
+        raw.info.input_shapes = guessInputs(&how);
+        if (raw.info.input_shapes.empty())
+            throw RunError("cannot guess the input shape (no Conv2d or Linear weight): give it with --input");
+        raw.info.input_guessed = true;
+    }
+    for (auto& shape : raw.info.input_shapes) {
+        if (shape.empty())
+            throw RunError("an input shape is empty");
+        if (options.batch)
+            shape[0] = *options.batch;
+    }
+    raw.info.batch = raw.info.input_shapes.front().front();
+
+    torch::NoGradGuard noGrad;
+    torch::jit::setGraphExecutorOptimize(false);
+    auto scalar = scalarTypeFor(options.dtype);
+    if (d_->current_dtype != options.dtype) {
+        d_->module.to(scalar);
+        d_->current_dtype = options.dtype;
+    }
+    for (const auto& p : d_->module.parameters(true))
+        raw.parameter_bytes += static_cast<std::int64_t>(p.numel() * p.element_size());
+    for (const auto& b : d_->module.buffers(true))
+        raw.buffer_bytes += static_cast<std::int64_t>(b.numel() * b.element_size());
+
+    std::vector<c10::IValue> inputs;
+    for (const auto& shape : raw.info.input_shapes) {
+        auto t = torch::randn(shape, torch::TensorOptions().dtype(scalar));
+        raw.input_bytes += static_cast<std::int64_t>(t.numel() * t.element_size());
+        inputs.emplace_back(std::move(t));
+    }
+
+    try {
+        d_->module.forward(inputs); // warm-up: lazy initialisation and caches stay out of the record
+    } catch (const c10::Error& e) {
+        throw explainRunFailure(firstLine(e.what_without_backtrace()), options.dtype);
+    } catch (const std::exception& e) {
+        throw explainRunFailure(firstLine(e.what()), options.dtype);
+    }
+
+    RecordState state;
+    state.trace = &raw.trace;
+    state.ops = &raw.ops;
+    state.cancel = options.cancel;
+    state.progress = &options.progress;
+    state.module_count = static_cast<int>(d_->modules.size());
+    std::vector<ModulePathResolver::Module> tree;
+    for (const auto& m : d_->modules)
+        tree.push_back({m.path, m.type});
+    ModulePathResolver resolver(std::move(tree));
+    state.resolver = &resolver;
+    for (const auto& p : d_->module.named_parameters(true)) {
+        auto dot = p.name.rfind('.');
+        state.param_owner[p.value.data_ptr()] = dot == std::string::npos ? "" : p.name.substr(0, dot);
+    }
+    raw.trace.reserve(4096);
+    auto handle = at::addThreadLocalCallback(at::RecordFunctionCallback(onOpStart, onOpEnd)
+                                                 .needsInputs(true)
+                                                 .needsOutputs(true)
+                                                 .scopes({at::RecordScope::FUNCTION}));
+    tls_state = &state;
+    auto started = Clock::now();
+    try {
+        auto recorder = std::make_shared<AllocationRecorder>(state);
+        c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, recorder);
+        state.start = Clock::now();
+        started = state.start;
+        auto out = d_->module.forward(inputs);
+        out = c10::IValue(); // the output's free is part of the run
+    } catch (const Cancelled&) {
+        tls_state = nullptr;
+        at::removeCallback(handle);
+        throw;
+    } catch (const c10::Error& e) {
+        tls_state = nullptr;
+        at::removeCallback(handle);
+        throw explainRunFailure(firstLine(e.what_without_backtrace()), options.dtype);
+    } catch (const std::exception& e) {
+        tls_state = nullptr;
+        at::removeCallback(handle);
+        throw explainRunFailure(firstLine(e.what()), options.dtype);
+    }
+    tls_state = nullptr;
+    at::removeCallback(handle);
+    raw.info.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+    if (options.progress)
+        options.progress(state.module_count, state.module_count);
+    return raw;
+}
+
+} // namespace memledger
