@@ -7,7 +7,7 @@ packages=(
   libtorch-dev qt6-base-dev libqt6svg6-dev libqcustomplot-dev libqcustomplot2.1-qt6 nlohmann-json3-dev
   python3-torch python3-torchvision
   xvfb xauth chromium clang libclang-rt-14-dev
-  dpkg-dev file
+  dpkg-dev file libgtest-dev libbenchmark-dev
 )
 missing=()
 for p in "${packages[@]}"; do
