@@ -6,6 +6,8 @@
 #include "memledger/errors.h"
 #include "memledger/report_json.h"
 #include "memledger/report_text.h"
+#include "memledger/snapshot.h"
+#include "memledger/snapshot_writer.h"
 
 #include <nlohmann/json.hpp>
 
@@ -27,6 +29,12 @@ Report analyzeFile(const std::string& path, RunOptions options)
 
 namespace {
 
+PngRenderer& pngRenderer()
+{
+    static PngRenderer renderer;
+    return renderer;
+}
+
 bool looksLikeJson(const std::string& path)
 {
     auto dot = path.rfind('.');
@@ -37,7 +45,12 @@ int runAnalyze(const CliOptions& o)
 {
     Report report;
     try {
-        report = looksLikeJson(o.model) ? readReportFile(o.model) : analyzeFile(o.model, o.run);
+        if (looksLikeJson(o.model))
+            report = readReportFile(o.model);
+        else if (!o.model.empty() && looksLikePickleFile(o.model)) // by content: pickle PROTO byte 0x80
+            report = readSnapshotReport(o.model);
+        else
+            report = analyzeFile(o.model, o.run);
     } catch (const FileError& e) {
         std::cerr << "memledger: " << e.what() << "\n";
         return kExitBadFile;
@@ -51,6 +64,18 @@ int runAnalyze(const CliOptions& o)
             writeFileAtomically(o.json, reportToJson(report).dump() + "\n");
             std::cout << "Wrote " << o.json << "\n";
         }
+        if (!o.snapshot_out.empty()) {
+            writeSnapshotFile(o.snapshot_out, report);
+            std::cout << "Wrote " << o.snapshot_out << "\n";
+        }
+        if (!o.png.empty()) {
+            if (!pngRenderer())
+                throw std::runtime_error(o.png + ": this build has no GUI to render the timeline with");
+            auto error = pngRenderer()(report, o.png);
+            if (!error.empty())
+                throw std::runtime_error(error);
+            std::cout << "Wrote " << o.png << "\n";
+        }
     } catch (const std::exception& e) {
         std::cerr << "memledger: " << e.what() << "\n";
         return kExitRunFailed;
@@ -59,6 +84,8 @@ int runAnalyze(const CliOptions& o)
 }
 
 } // namespace
+
+void setPngRenderer(PngRenderer renderer) { pngRenderer() = std::move(renderer); }
 
 int runCli(const CliOptions& o)
 {

@@ -3,9 +3,72 @@
 #include <exception>
 #include <iostream>
 
+#ifdef MEMLEDGER_HAS_GUI
+#include "main_window.h"
+#include "timeline_png.h"
+
+#include <QApplication>
+#include <QTimer>
+
+#include <memory>
+#endif
+
 #ifndef MEMLEDGER_VERSION
 #define MEMLEDGER_VERSION "0"
 #endif
+
+namespace {
+
+#ifdef MEMLEDGER_HAS_GUI
+void nameApplication()
+{
+    QCoreApplication::setOrganizationName(QStringLiteral("memledger"));
+    QCoreApplication::setApplicationName(QStringLiteral("memledger"));
+    QCoreApplication::setApplicationVersion(QStringLiteral(MEMLEDGER_VERSION));
+}
+
+int runWindow(int argc, char** argv, const memledger::CliOptions& options)
+{
+    QApplication app(argc, argv);
+    nameApplication();
+    memledger::MainWindow window;
+    window.show();
+    window.openFile(QString::fromStdString(options.model));
+    // MEMLEDGER_SCREENSHOT=FILE.png: save the window once the first report is shown, then quit.
+    auto shot = qEnvironmentVariable("MEMLEDGER_SCREENSHOT");
+    if (!shot.isEmpty()) {
+        auto save = [&window, shot] {
+            QTimer::singleShot(500, &window, [&window, shot] {
+                auto error = window.exportWindowPng(shot);
+                if (!error.isEmpty())
+                    std::cerr << "memledger: " << error.toStdString() << "\n";
+                QCoreApplication::exit(error.isEmpty() ? 0 : 1);
+            });
+        };
+        QObject::connect(&window, &memledger::MainWindow::reportChanged, &window, save);
+        QObject::connect(&window, &memledger::MainWindow::runFailed, &window, save);
+    }
+    return app.exec();
+}
+
+// `analyze --png` renders offscreen: it needs no display.
+std::unique_ptr<QApplication> offscreenApp;
+std::string renderPng(const memledger::Report& report, const std::string& path)
+{
+    if (!QCoreApplication::instance()) {
+        if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
+            qputenv("QT_QPA_PLATFORM", "offscreen");
+        static int argc = 1;
+        static char name[] = "memledger";
+        static char* argv[] = {name, nullptr};
+        offscreenApp = std::make_unique<QApplication>(argc, argv);
+        nameApplication();
+    }
+    return memledger::renderTimelinePng(report, QString::fromStdString(path)).toStdString();
+}
+#endif
+
+} // namespace
 
 int main(int argc, char** argv)
 {
@@ -26,7 +89,16 @@ int main(int argc, char** argv)
         return kExitOk;
     }
     try {
-        return runCli(options);
+#ifdef MEMLEDGER_HAS_GUI
+        if (options.command == "gui")
+            return runWindow(argc, argv, options);
+        setPngRenderer(renderPng);
+#endif
+        int code = runCli(options);
+#ifdef MEMLEDGER_HAS_GUI
+        offscreenApp.reset();
+#endif
+        return code;
     } catch (const std::exception& e) {
         std::cerr << "memledger: unexpected error: " << e.what() << "\n";
         return kExitRunFailed;

@@ -2,6 +2,7 @@
 
 #include "memledger/errors.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -74,10 +75,12 @@ std::string firstLine(const std::string& s)
 }
 
 // Why a file that starts with `head` is not a TorchScript model, in words a user can act on.
-std::string explainLoadFailure(const std::string& head, const std::string& torchMessage)
+// `tail` is the end of the file: a whole zip archive ends with its end-of-central-directory record.
+std::string explainLoadFailure(const std::string& head, const std::string& tail, const std::string& torchMessage)
 {
     if (head.size() >= 2 && head[0] == 'P' && head[1] == 'K') {
-        if (torchMessage.find("constants.pkl") != std::string::npos || torchMessage.find("code/") != std::string::npos
+        bool whole = tail.find(std::string("PK\x05\x06", 4)) != std::string::npos;
+        if (whole || torchMessage.find("constants.pkl") != std::string::npos || torchMessage.find("code/") != std::string::npos
             || torchMessage.find("bytecode") != std::string::npos)
             return "a zip archive but not a TorchScript model (saved with torch.save instead of torch.jit.save?): "
                 + torchMessage;
@@ -136,15 +139,16 @@ void collect(Model::Impl& d)
         addTensor(b.name, b.value, true);
 }
 
-std::unique_ptr<Model::Impl> loadFrom(std::istream& in, const std::string& name, const std::string& head)
+std::unique_ptr<Model::Impl> loadFrom(std::istream& in, const std::string& name, const std::string& head,
+                                      const std::string& tail)
 {
     auto d = std::make_unique<Model::Impl>();
     try {
         d->module = torch::jit::load(in, torch::kCPU);
     } catch (const c10::Error& e) {
-        throw FileError(name, explainLoadFailure(head, firstLine(e.what_without_backtrace())));
+        throw FileError(name, explainLoadFailure(head, tail, firstLine(e.what_without_backtrace())));
     } catch (const std::exception& e) {
-        throw FileError(name, explainLoadFailure(head, firstLine(e.what())));
+        throw FileError(name, explainLoadFailure(head, tail, firstLine(e.what())));
     }
     d->module.eval();
     d->info.path = name;
@@ -178,9 +182,13 @@ Model Model::open(const std::string& path)
     std::string head(16, '\0');
     in.read(head.data(), static_cast<std::streamsize>(head.size()));
     head.resize(static_cast<std::size_t>(in.gcount()));
+    std::string tail(std::min<std::uintmax_t>(size, 66000), '\0');
+    in.clear();
+    in.seekg(static_cast<std::streamoff>(size - tail.size()));
+    in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
     in.clear();
     in.seekg(0);
-    Model m(loadFrom(in, path, head));
+    Model m(loadFrom(in, path, head, tail));
     m.d_->info.file_bytes = static_cast<std::int64_t>(size);
     return m;
 }
@@ -190,7 +198,7 @@ Model Model::openBytes(const std::string& bytes, const std::string& name)
     if (bytes.empty())
         throw FileError(name, "the file is empty");
     std::istringstream in(bytes);
-    Model m(loadFrom(in, name, bytes.substr(0, 16)));
+    Model m(loadFrom(in, name, bytes.substr(0, 16), bytes.substr(bytes.size() - std::min<std::size_t>(bytes.size(), 66000))));
     m.d_->info.file_bytes = static_cast<std::int64_t>(bytes.size());
     return m;
 }

@@ -2,6 +2,7 @@
 
 #include "memledger/atomic_file.h"
 #include "memledger/errors.h"
+#include "memledger/snapshot.h"
 
 #include <nlohmann/json.hpp>
 
@@ -84,6 +85,34 @@ Trace eventsFromJson(const json& e)
     return t;
 }
 
+void snapshotToJson(const Snapshot& s, json& j)
+{
+    json counts = json::object();
+    if (s.trace)
+        for (int a = 0; a <= static_cast<int>(Action::Snapshot); ++a)
+            if (auto n = s.traceCount(static_cast<Action>(a)))
+                counts[actionName(static_cast<Action>(a))] = n;
+    j["snapshot"] = {{"layout", s.layout},
+                     {"devices", s.devices},
+                     {"segments", s.segments.size()},
+                     {"reserved_bytes", s.reservedBytes()},
+                     {"allocated_bytes", s.allocatedBytes()},
+                     {"trace_entries", s.trace ? s.trace->size() : 0},
+                     {"trace_actions", counts},
+                     {"ooms", s.ooms.size()}};
+    const auto& c = s.allocator_check;
+    j["allocator_model"] = {{"unit", c.unit},
+                            {"recorded_segment_allocs", c.recorded},
+                            {"reproduced_segment_allocs", c.reproduced},
+                            {"model_segment_allocs", c.model_total},
+                            {"settings", {{"present", s.settings.present},
+                                          {"conf", s.settings.conf},
+                                          {"max_split_size", s.settings.max_split_size},
+                                          {"expandable_segments", s.settings.expandable_segments},
+                                          {"default", s.settings.isDefault()}}},
+                            {"matched", c.matched}};
+}
+
 } // namespace
 
 json reportToJson(const Report& r, bool withEvents)
@@ -141,6 +170,8 @@ json reportToJson(const Report& r, bool withEvents)
                          {"event", a.event}});
     j["alive_at_peak"] = alive;
     j["notes"] = r.notes;
+    if (r.snapshot)
+        snapshotToJson(*r.snapshot, j);
     if (withEvents && r.trace)
         j["events"] = eventsToJson(*r.trace);
     return j;

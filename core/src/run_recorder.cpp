@@ -12,6 +12,7 @@
 #include <torch/csrc/jit/runtime/interpreter.h>
 
 #include <chrono>
+#include <cstring>
 
 namespace c10 {
 // Exported by libc10 (c10/core/impl/alloc_cpu.h), whose header Debian does not ship.
@@ -37,6 +38,7 @@ struct RecordState {
     std::unordered_map<std::uint64_t, std::int32_t> live;         // address -> its alloc event
     std::uint32_t current_module = 0;
     const std::atomic<bool>* cancel = nullptr;
+    bool cancelled = false;
     std::unordered_set<std::uint32_t> modules_seen;
     int module_count = 0;
     const std::function<void(int, int)>* progress = nullptr;
@@ -121,7 +123,9 @@ public:
         if (size > 0 && s_.cancel && s_.cancel->load(std::memory_order_relaxed) && device.is_cpu()) {
             // Stop at this allocation: the block was never handed out, so give it back and unwind.
             c10::free_cpu(ptr);
-            throw Cancelled();
+            s_.cancelled = true;
+            throw Cancelled(); // the interpreter may wrap it: run() checks s_.cancelled
+
         }
         auto& t = *s_.trace;
         auto dev = static_cast<std::int8_t>(device.is_cpu() ? -1 : device.index());
@@ -148,10 +152,34 @@ private:
     RecordState& s_;
 };
 
+// The TorchScript interpreter wraps the real error after a traceback: keep the model's own message.
 std::string firstLine(const std::string& s)
 {
-    auto pos = s.find('\n');
-    return pos == std::string::npos ? s : s.substr(0, pos);
+    std::string m = s;
+    for (const char* marker : {"RuntimeError: ", "Exception: ", "ValueError: ", "AssertionError: "}) {
+        auto pos = m.rfind(marker);
+        if (pos != std::string::npos) {
+            m = m.substr(pos + std::strlen(marker));
+            break;
+        }
+    }
+    auto pos = m.find('\n');
+    return pos == std::string::npos ? m : m.substr(0, pos);
+}
+
+// Floating-point parameters and buffers only, as torch.nn.Module.to(dtype) does: integer buffers such as
+// BatchNorm's num_batches_tracked keep their type.
+void convertFloatingTensors(torch::jit::Module& module, c10::ScalarType scalar)
+{
+    for (auto sub : module.modules()) {
+        for (const auto& attr : sub.named_attributes(false)) {
+            if (!attr.value.isTensor())
+                continue;
+            const auto& t = attr.value.toTensor();
+            if (t.defined() && t.is_floating_point() && t.scalar_type() != scalar)
+                sub.setattr(attr.name, t.to(scalar));
+        }
+    }
 }
 
 RunError explainRunFailure(const std::string& message, const std::string& dtype)
@@ -189,7 +217,7 @@ RawRun Model::run(const RunOptions& options)
     torch::jit::setGraphExecutorOptimize(false);
     auto scalar = scalarTypeFor(options.dtype);
     if (d_->current_dtype != options.dtype) {
-        d_->module.to(scalar);
+        convertFloatingTensors(d_->module, scalar);
         d_->current_dtype = options.dtype;
     }
     for (const auto& p : d_->module.parameters(true))
@@ -204,12 +232,24 @@ RawRun Model::run(const RunOptions& options)
         inputs.emplace_back(std::move(t));
     }
 
-    try {
-        d_->module.forward(inputs); // warm-up: lazy initialisation and caches stay out of the record
-    } catch (const c10::Error& e) {
-        throw explainRunFailure(firstLine(e.what_without_backtrace()), options.dtype);
-    } catch (const std::exception& e) {
-        throw explainRunFailure(firstLine(e.what()), options.dtype);
+    if (!options.record) {
+        auto t0 = Clock::now();
+        try {
+            d_->module.forward(inputs);
+        } catch (const std::exception& e) {
+            throw explainRunFailure(firstLine(e.what()), options.dtype);
+        }
+        raw.info.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        return raw;
+    }
+    if (options.warm_up) {
+        try {
+            d_->module.forward(inputs); // lazy initialisation and caches stay out of the record
+        } catch (const c10::Error& e) {
+            throw explainRunFailure(firstLine(e.what_without_backtrace()), options.dtype);
+        } catch (const std::exception& e) {
+            throw explainRunFailure(firstLine(e.what()), options.dtype);
+        }
     }
 
     RecordState state;
@@ -248,14 +288,19 @@ RawRun Model::run(const RunOptions& options)
     } catch (const c10::Error& e) {
         tls_state = nullptr;
         at::removeCallback(handle);
+        if (state.cancelled)
+            throw Cancelled();
         throw explainRunFailure(firstLine(e.what_without_backtrace()), options.dtype);
     } catch (const std::exception& e) {
         tls_state = nullptr;
         at::removeCallback(handle);
+        if (state.cancelled)
+            throw Cancelled();
         throw explainRunFailure(firstLine(e.what()), options.dtype);
     }
     tls_state = nullptr;
     at::removeCallback(handle);
+    raw.trace.shrinkToFit();
     raw.info.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
     if (options.progress)
         options.progress(state.module_count, state.module_count);

@@ -61,6 +61,21 @@ std::size_t Trace::push(std::int64_t t, std::int64_t size, std::uint64_t addr, A
     return time_ns.size() - 1;
 }
 
+void Trace::shrinkToFit()
+{
+    time_ns.shrink_to_fit();
+    bytes.shrink_to_fit();
+    address.shrink_to_fit();
+    action.shrink_to_fit();
+    device.shrink_to_fit();
+    ledger.shrink_to_fit();
+    op_seq.shrink_to_fit();
+    outer_op.shrink_to_fit();
+    inner_op.shrink_to_fit();
+    where.shrink_to_fit();
+    partner.shrink_to_fit();
+}
+
 double Trace::bytesPerEvent() const
 {
     if (size() == 0)
@@ -68,7 +83,7 @@ double Trace::bytesPerEvent() const
     std::size_t n = time_ns.capacity() * sizeof(std::int64_t) + bytes.capacity() * sizeof(std::int64_t)
         + address.capacity() * sizeof(std::uint64_t) + action.capacity() + device.capacity() + ledger.capacity()
         + (op_seq.capacity() + outer_op.capacity() + inner_op.capacity() + where.capacity()) * sizeof(std::uint32_t)
-        + partner.capacity() * sizeof(std::int32_t) + strings.memoryBytes();
+        + partner.capacity() * sizeof(std::int32_t);
     return static_cast<double>(n) / static_cast<double>(size());
 }
 

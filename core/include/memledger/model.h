@@ -18,6 +18,8 @@ struct RunOptions {
     // Called from the running thread: modules done, modules in the model.
     std::function<void(int, int)> progress;
     const std::atomic<bool>* cancel = nullptr; // set it to stop at the next allocation
+    bool record = true;     // false: a plain run (no recorder), for benchmarks
+    bool warm_up = true;    // false: the caller has already run the model at this setting
 };
 
 // One outermost ATen op of the run.

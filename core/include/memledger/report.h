@@ -10,6 +10,8 @@
 
 namespace memledger {
 
+struct Snapshot; // memledger/snapshot.h
+
 using Shape = std::vector<std::int64_t>;
 std::string shapeToString(const Shape& s); // "1x3x224x224"
 
@@ -92,6 +94,7 @@ struct Report {
     std::vector<LayerStats> layers; // layers[0] is the root; parents come before children
     std::vector<PeakItem> alive_at_peak; // largest first
     std::shared_ptr<const Trace> trace;
+    std::shared_ptr<const Snapshot> snapshot; // set when the report was read from a CUDA memory snapshot
     std::vector<std::string> notes; // what the user should know (guessed input, ...)
 
     int findLayer(const std::string& path) const;

@@ -44,8 +44,11 @@ struct Trace {
     std::size_t size() const { return time_ns.size(); }
     void reserve(std::size_t n);
     std::size_t push(std::int64_t t, std::int64_t size, std::uint64_t addr, Action a, std::int8_t dev);
-    // Memory held by the columns and strings, divided by the number of events.
+    // Memory of the event columns divided by the number of events (what grows with the trace).
     double bytesPerEvent() const;
+    // Memory that does not grow with the events: the interned strings.
+    std::size_t fixedBytes() const { return strings.memoryBytes(); }
+    void shrinkToFit();
 };
 
 } // namespace memledger

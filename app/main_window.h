@@ -1,0 +1,87 @@
+#pragma once
+#include "memledger/report.h"
+#include "timeline_series.h"
+
+#include <QMainWindow>
+
+#include <memory>
+
+class QDockWidget;
+class QLabel;
+class QMenu;
+
+namespace memledger {
+
+class LayerTreePanel;
+class LedgerSummary;
+class RunPanel;
+class RunWorker;
+class TimelinePlot;
+
+// The desktop app: opens a model (and runs it off the GUI thread) or a saved report, and shows it.
+class MainWindow : public QMainWindow {
+    Q_OBJECT
+public:
+    explicit MainWindow(QWidget* parent = nullptr);
+    ~MainWindow() override;
+
+    // A .pt model (run at once), a .json report (shown as is); "" is the built-in demo.
+    void openFile(const QString& path);
+    void openDemo() { openFile(QString()); }
+    void startRun();
+    void cancelRun();
+
+    bool isRunning() const;
+    const std::shared_ptr<const Report>& report() const { return report_; }
+    QString currentFile() const { return file_; } // "" for the demo
+    QString errorText() const;
+
+    TimelinePlot* timeline() const { return timeline_; }
+    LayerTreePanel* layerTree() const { return tree_; }
+    LedgerSummary* ledgerSummary() const { return summary_; }
+    RunPanel* runPanel() const { return runPanel_; }
+    // Where the what-if panel goes; the window shows it beside the run panel.
+    void setWhatIfPanel(QWidget* panel);
+    QDockWidget* whatIfDock() const { return whatIfDock_; }
+
+    // Return "" or why it failed, naming the file.
+    QString saveAnalysis(const QString& path) const;
+    QString exportTimelinePng(const QString& path) const;
+    QString exportWindowPng(const QString& path);
+    QString exportHtml(const QString& path) const;
+
+signals:
+    void reportChanged(std::shared_ptr<const memledger::Report> report);
+    void runFailed(const QString& message);
+
+protected:
+    void dragEnterEvent(QDragEnterEvent* event) override;
+    void dropEvent(QDropEvent* event) override;
+    void closeEvent(QCloseEvent* event) override;
+
+private:
+    void buildMenus();
+    void showReport(std::shared_ptr<const Report> report);
+    void showError(const QString& message);
+    void clearError();
+    void addRecentFile(const QString& path);
+    void rebuildRecentMenu();
+    void updateActions();
+    QString displayName() const;
+
+    RunWorker* worker_;
+    TimelinePlot* timeline_;
+    LayerTreePanel* tree_;
+    LedgerSummary* summary_;
+    RunPanel* runPanel_;
+    QDockWidget* whatIfDock_;
+    QLabel* error_;
+    QLabel* peakLabel_;
+    QMenu* recentMenu_ = nullptr;
+    QList<QAction*> needReport_;
+    std::shared_ptr<const Report> report_;
+    QString file_;
+    bool fileIsReport_ = false;
+};
+
+} // namespace memledger

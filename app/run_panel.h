@@ -1,0 +1,51 @@
+#pragma once
+#include "memledger/model.h"
+
+#include <QWidget>
+
+class QComboBox;
+class QLabel;
+class QLineEdit;
+class QProgressBar;
+class QPushButton;
+class QSpinBox;
+
+namespace memledger {
+
+// Input shapes, batch and dtype of the next run, the Run and Cancel buttons and the run's progress.
+class RunPanel : public QWidget {
+    Q_OBJECT
+public:
+    explicit RunPanel(QWidget* parent = nullptr);
+
+    // `note` shows beside the shapes: "(guess)" for a guess from the model's first layer.
+    void setInputs(const QString& shapes, const QString& note, const QString& tooltip = {});
+    QString inputsText() const;
+    // The options the fields describe; throws std::invalid_argument with a message for the user.
+    RunOptions options() const;
+    void setRunnable(bool runnable); // false for a report read from JSON: there is no model to run
+    void setRunning(bool running);
+    void setProgress(int done, int total); // total 0: not known yet, the bar runs indeterminate
+    void setStatus(const QString& text);
+
+    QPushButton* runButton() const { return run_; }
+    QPushButton* cancelButton() const { return cancel_; }
+    QProgressBar* progressBar() const { return progress_; }
+
+signals:
+    void runRequested();
+    void cancelRequested();
+
+private:
+    QLineEdit* inputs_;
+    QLabel* inputsNote_;
+    QSpinBox* batch_;
+    QComboBox* dtype_;
+    QPushButton* run_;
+    QPushButton* cancel_;
+    QProgressBar* progress_;
+    QLabel* status_;
+    bool runnable_ = true;
+};
+
+} // namespace memledger

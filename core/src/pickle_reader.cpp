@@ -1,0 +1,490 @@
+#include "memledger/pickle_reader.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace memledger {
+
+const char* pickleKindName(PickleKind k)
+{
+    switch (k) {
+    case PickleKind::None: return "None";
+    case PickleKind::Bool: return "bool";
+    case PickleKind::Int: return "int";
+    case PickleKind::Float: return "float";
+    case PickleKind::Str: return "str";
+    case PickleKind::Bytes: return "bytes";
+    case PickleKind::List: return "list";
+    case PickleKind::Tuple: return "tuple";
+    case PickleKind::Dict: return "dict";
+    }
+    return "?";
+}
+
+PickleValue PickleValue::boolean(bool b)
+{
+    PickleValue v;
+    v.kind_ = PickleKind::Bool;
+    v.int_ = b ? 1 : 0;
+    return v;
+}
+
+PickleValue PickleValue::integer(std::int64_t i)
+{
+    PickleValue v;
+    v.kind_ = PickleKind::Int;
+    v.int_ = i;
+    return v;
+}
+
+PickleValue PickleValue::real(double f)
+{
+    PickleValue v;
+    v.kind_ = PickleKind::Float;
+    v.float_ = f;
+    return v;
+}
+
+PickleValue PickleValue::text(PickleKind k, const char* p, std::size_t n)
+{
+    PickleValue v;
+    v.kind_ = k;
+    v.chars_ = p;
+    v.size_ = n;
+    return v;
+}
+
+PickleValue PickleValue::container(PickleKind k, PickleContainer* c)
+{
+    PickleValue v;
+    v.kind_ = k;
+    v.container_ = c;
+    return v;
+}
+
+std::int64_t PickleValue::asInt() const
+{
+    if (!isInt())
+        throw std::runtime_error(std::string("expected an int, found ") + pickleKindName(kind_));
+    return int_;
+}
+
+double PickleValue::asFloat() const
+{
+    if (kind_ == PickleKind::Float)
+        return float_;
+    return static_cast<double>(asInt());
+}
+
+bool PickleValue::asBool() const { return asInt() != 0; }
+
+std::string_view PickleValue::asStr() const
+{
+    if (kind_ != PickleKind::Str && kind_ != PickleKind::Bytes)
+        throw std::runtime_error(std::string("expected a str, found ") + pickleKindName(kind_));
+    return {chars_, static_cast<std::size_t>(size_)};
+}
+
+const std::vector<PickleValue>& PickleValue::items() const
+{
+    static const std::vector<PickleValue> kEmpty;
+    return isContainerKind() ? container_->items : kEmpty;
+}
+
+const PickleValue* PickleValue::get(std::string_view key) const
+{
+    if (kind_ != PickleKind::Dict)
+        return nullptr;
+    const auto& e = container_->items;
+    for (std::size_t i = e.size(); i >= 2; i -= 2) {
+        const auto& k = e[i - 2];
+        if (k.kind_ == PickleKind::Str && k.size_ == key.size() && std::memcmp(k.chars_, key.data(), key.size()) == 0)
+            return &e[i - 1];
+    }
+    return nullptr;
+}
+
+// The parser is a loop over opcodes with an explicit stack: no recursion, so nesting cannot overflow the
+// C++ stack, and every declared length is checked against the bytes left before anything is allocated.
+class PickleParser {
+public:
+    PickleParser(std::string bytes, const PickleLimits& limits)
+        : limits_(limits)
+    {
+        auto owned = std::make_shared<std::string>(std::move(bytes));
+        doc_.bytes_ = owned;
+        doc_.containers_ = std::make_unique<std::deque<PickleContainer>>();
+        data_ = reinterpret_cast<const unsigned char*>(owned->data());
+        size_ = owned->size();
+    }
+
+    PickleDocument run()
+    {
+        stack_.reserve(64);
+        for (;;) {
+            op_start_ = pos_;
+            if (pos_ >= size_)
+                fail(pos_ == 0 ? "empty file, not a pickle" : "truncated: the data ends before the STOP opcode");
+            unsigned char op = data_[pos_++];
+            if (dispatch(op))
+                break;
+        }
+        if (stack_.empty())
+            fail("STOP with nothing on the stack");
+        doc_.root_ = stack_.back();
+        return std::move(doc_);
+    }
+
+private:
+    [[noreturn]] void fail(const std::string& reason) const { throw PickleError(op_start_, reason); }
+
+    static std::string hex(unsigned char op)
+    {
+        static const char* d = "0123456789abcdef";
+        return std::string("0x") + d[op >> 4] + d[op & 15];
+    }
+
+    void need(std::uint64_t n) const
+    {
+        if (n > size_ - pos_)
+            fail("truncated: the opcode needs " + std::to_string(n) + " bytes, " + std::to_string(size_ - pos_)
+                 + " are left");
+    }
+    std::uint64_t readLE(int n)
+    {
+        need(static_cast<std::uint64_t>(n));
+        std::uint64_t v = 0;
+        for (int i = n - 1; i >= 0; --i)
+            v = (v << 8) | data_[pos_ + static_cast<std::size_t>(i)];
+        pos_ += static_cast<std::size_t>(n);
+        return v;
+    }
+    // A declared length must fit in the bytes that are left: a huge one is an error, never an allocation.
+    std::size_t declaredLength(int width)
+    {
+        std::uint64_t n = readLE(width);
+        if (n > size_ - pos_)
+            fail("declared length " + std::to_string(n) + " is larger than the " + std::to_string(size_ - pos_)
+                 + " bytes left");
+        return static_cast<std::size_t>(n);
+    }
+
+    void push(const PickleValue& v)
+    {
+        if (stack_.size() >= limits_.max_stack)
+            fail("more than " + std::to_string(limits_.max_stack) + " values on the stack");
+        stack_.push_back(v);
+    }
+    PickleValue pop()
+    {
+        if (stack_.size() <= markFloor())
+            fail("stack underflow");
+        PickleValue v = stack_.back();
+        stack_.pop_back();
+        return v;
+    }
+    PickleValue& top()
+    {
+        if (stack_.size() <= markFloor())
+            fail("stack underflow");
+        return stack_.back();
+    }
+    std::size_t markFloor() const { return marks_.empty() ? 0 : marks_.back(); }
+    std::size_t popMark()
+    {
+        if (marks_.empty())
+            fail("no MARK to close");
+        auto m = marks_.back();
+        marks_.pop_back();
+        return m;
+    }
+
+    PickleValue newContainer(PickleKind k)
+    {
+        doc_.containers_->emplace_back();
+        return PickleValue::container(k, &doc_.containers_->back());
+    }
+    void addTo(PickleContainer& c, const PickleValue& v)
+    {
+        if (v.isContainerKind()) {
+            auto d = v.container_->depth + 1;
+            if (d > limits_.max_depth)
+                fail("nesting deeper than " + std::to_string(limits_.max_depth) + " levels");
+            c.depth = std::max(c.depth, d);
+        }
+        c.items.push_back(v);
+    }
+    PickleValue tupleFrom(std::size_t first)
+    {
+        auto t = newContainer(PickleKind::Tuple);
+        t.container_->items.reserve(stack_.size() - first);
+        for (std::size_t i = first; i < stack_.size(); ++i)
+            addTo(*t.container_, stack_[i]);
+        stack_.resize(first);
+        return t;
+    }
+    PickleContainer& mutableOf(PickleValue& target, PickleKind want, const char* opname)
+    {
+        if (target.kind_ != want)
+            fail(std::string(opname) + " on a " + pickleKindName(target.kind_) + ", expected a "
+                 + pickleKindName(want));
+        return *target.container_;
+    }
+
+    void memoPut(std::uint64_t idx)
+    {
+        if (stack_.size() <= markFloor())
+            fail("memo put with an empty stack");
+        if (idx > size_) // a pickle cannot define more memo entries than it has bytes
+            fail("memo index " + std::to_string(idx) + " is out of range");
+        if (idx >= memo_.size()) {
+            memo_.resize(static_cast<std::size_t>(idx) + 1);
+            memoSet_.resize(static_cast<std::size_t>(idx) + 1, false);
+        }
+        memo_[idx] = stack_.back();
+        memoSet_[idx] = true;
+    }
+    void memoGet(std::uint64_t idx)
+    {
+        if (idx >= memo_.size() || !memoSet_[idx])
+            fail("memo index " + std::to_string(idx) + " was never stored");
+        push(memo_[idx]);
+    }
+
+    std::int64_t longFromBytes(std::size_t n)
+    {
+        if (n == 0)
+            return 0;
+        const unsigned char* p = data_ + pos_;
+        pos_ += n;
+        // Two's complement little-endian; more than 8 significant bytes does not fit in int64.
+        bool negative = (p[n - 1] & 0x80) != 0;
+        std::size_t used = n;
+        while (used > 1 && p[used - 1] == (negative ? 0xff : 0x00) && ((p[used - 2] & 0x80) != 0) == negative)
+            --used;
+        if (used > 8)
+            fail("integer of " + std::to_string(n) + " bytes does not fit in 64 bits");
+        std::uint64_t v = negative ? ~std::uint64_t{0} : 0;
+        for (std::size_t i = 0; i < used; ++i) {
+            v &= ~(std::uint64_t{0xff} << (8 * i));
+            v |= std::uint64_t{p[i]} << (8 * i);
+        }
+        return static_cast<std::int64_t>(v);
+    }
+
+    PickleValue text(PickleKind k, std::size_t n)
+    {
+        auto v = PickleValue::text(k, reinterpret_cast<const char*>(data_ + pos_), n);
+        pos_ += n;
+        return v;
+    }
+
+    bool dispatch(unsigned char op)
+    {
+        switch (op) {
+        case 0x80: { // PROTO
+            auto v = readLE(1);
+            if (v > 5)
+                fail("unsupported pickle protocol " + std::to_string(v) + " (2 to 5 are read)");
+            doc_.protocol_ = static_cast<int>(v);
+            return false;
+        }
+        case 0x95: { // FRAME: a length prefix we only check
+            auto n = readLE(8);
+            if (n > size_ - pos_)
+                fail("frame of " + std::to_string(n) + " bytes is larger than the " + std::to_string(size_ - pos_)
+                     + " bytes left");
+            return false;
+        }
+        case '.': return true; // STOP
+        case '(': // MARK
+            if (marks_.size() >= limits_.max_depth)
+                fail("more than " + std::to_string(limits_.max_depth) + " nested MARKs");
+            marks_.push_back(stack_.size());
+            return false;
+        case '}': push(newContainer(PickleKind::Dict)); return false;
+        case ']': push(newContainer(PickleKind::List)); return false;
+        case ')': push(newContainer(PickleKind::Tuple)); return false;
+        case 0x8f: push(newContainer(PickleKind::List)); return false; // EMPTY_SET: read as a list
+        case 'N': push(PickleValue::none()); return false;
+        case 0x88: push(PickleValue::boolean(true)); return false;
+        case 0x89: push(PickleValue::boolean(false)); return false;
+        case 'J': push(PickleValue::integer(static_cast<std::int32_t>(static_cast<std::uint32_t>(readLE(4))))); return false;
+        case 'K': push(PickleValue::integer(static_cast<std::int64_t>(readLE(1)))); return false;
+        case 'M': push(PickleValue::integer(static_cast<std::int64_t>(readLE(2)))); return false;
+        case 0x8a: { // LONG1
+            auto n = declaredLength(1);
+            push(PickleValue::integer(longFromBytes(n)));
+            return false;
+        }
+        case 0x8b: { // LONG4
+            auto n = declaredLength(4);
+            push(PickleValue::integer(longFromBytes(n)));
+            return false;
+        }
+        case 'G': { // BINFLOAT, big-endian
+            need(8);
+            std::uint64_t bits = 0;
+            for (int i = 0; i < 8; ++i)
+                bits = (bits << 8) | data_[pos_ + static_cast<std::size_t>(i)];
+            pos_ += 8;
+            double d;
+            std::memcpy(&d, &bits, sizeof d);
+            push(PickleValue::real(d));
+            return false;
+        }
+        case 0x8c: push(text(PickleKind::Str, declaredLength(1))); return false; // SHORT_BINUNICODE
+        case 'X': push(text(PickleKind::Str, declaredLength(4))); return false;  // BINUNICODE
+        case 0x8d: push(text(PickleKind::Str, declaredLength(8))); return false; // BINUNICODE8
+        case 'U': push(text(PickleKind::Str, declaredLength(1))); return false;  // SHORT_BINSTRING
+        case 'T': push(text(PickleKind::Str, declaredLength(4))); return false;  // BINSTRING
+        case 'C': push(text(PickleKind::Bytes, declaredLength(1))); return false; // SHORT_BINBYTES
+        case 'B': push(text(PickleKind::Bytes, declaredLength(4))); return false; // BINBYTES
+        case 0x8e: push(text(PickleKind::Bytes, declaredLength(8))); return false; // BINBYTES8
+        case 0x96: push(text(PickleKind::Bytes, declaredLength(8))); return false; // BYTEARRAY8
+        case 0x94: memoPut(memo_.size()); return false;  // MEMOIZE
+        case 'q': memoPut(readLE(1)); return false;      // BINPUT
+        case 'r': memoPut(readLE(4)); return false;      // LONG_BINPUT
+        case 'h': memoGet(readLE(1)); return false;      // BINGET
+        case 'j': memoGet(readLE(4)); return false;      // LONG_BINGET
+        case '0': pop(); return false;                   // POP
+        case '1': stack_.resize(popMark()); return false; // POP_MARK
+        case '2': push(top()); return false;             // DUP
+        case 0x85: { // TUPLE1
+            if (stack_.size() < markFloor() + 1)
+                fail("stack underflow");
+            auto t = tupleFrom(stack_.size() - 1);
+            push(t);
+            return false;
+        }
+        case 0x86:
+        case 0x87: { // TUPLE2, TUPLE3
+            std::size_t n = op == 0x86 ? 2 : 3;
+            if (stack_.size() < markFloor() + n)
+                fail("stack underflow");
+            auto t = tupleFrom(stack_.size() - n);
+            push(t);
+            return false;
+        }
+        case 't': { // TUPLE
+            auto t = tupleFrom(popMark());
+            push(t);
+            return false;
+        }
+        case 'l': { // LIST
+            auto first = popMark();
+            auto l = newContainer(PickleKind::List);
+            for (std::size_t i = first; i < stack_.size(); ++i)
+                addTo(*l.container_, stack_[i]);
+            stack_.resize(first);
+            push(l);
+            return false;
+        }
+        case 'd': { // DICT
+            auto first = popMark();
+            if ((stack_.size() - first) % 2 != 0)
+                fail("DICT with an odd number of items");
+            auto d = newContainer(PickleKind::Dict);
+            for (std::size_t i = first; i < stack_.size(); ++i)
+                addTo(*d.container_, stack_[i]);
+            stack_.resize(first);
+            push(d);
+            return false;
+        }
+        case 'a': { // APPEND
+            auto v = pop();
+            auto& c = mutableOf(top(), PickleKind::List, "APPEND");
+            addTo(c, v);
+            return false;
+        }
+        case 'e':    // APPENDS
+        case 0x90: { // ADDITEMS (sets are read as lists)
+            auto first = popMark();
+            if (first == 0 || first <= markFloor())
+                fail("APPENDS without a list below the MARK");
+            auto& c = mutableOf(stack_[first - 1], PickleKind::List, op == 'e' ? "APPENDS" : "ADDITEMS");
+            c.items.reserve(c.items.size() + (stack_.size() - first));
+            for (std::size_t i = first; i < stack_.size(); ++i)
+                addTo(c, stack_[i]);
+            stack_.resize(first);
+            return false;
+        }
+        case 0x91: { // FROZENSET
+            auto first = popMark();
+            auto l = newContainer(PickleKind::List);
+            for (std::size_t i = first; i < stack_.size(); ++i)
+                addTo(*l.container_, stack_[i]);
+            stack_.resize(first);
+            push(l);
+            return false;
+        }
+        case 's': { // SETITEM
+            auto v = pop();
+            auto k = pop();
+            auto& c = mutableOf(top(), PickleKind::Dict, "SETITEM");
+            addTo(c, k);
+            addTo(c, v);
+            return false;
+        }
+        case 'u': { // SETITEMS
+            auto first = popMark();
+            if (first == 0 || first <= markFloor())
+                fail("SETITEMS without a dict below the MARK");
+            if ((stack_.size() - first) % 2 != 0)
+                fail("SETITEMS with an odd number of items");
+            auto& c = mutableOf(stack_[first - 1], PickleKind::Dict, "SETITEMS");
+            c.items.reserve(c.items.size() + (stack_.size() - first));
+            for (std::size_t i = first; i < stack_.size(); ++i)
+                addTo(c, stack_[i]);
+            stack_.resize(first);
+            return false;
+        }
+        default: break;
+        }
+        const char* name = refusedName(op);
+        if (name)
+            fail(std::string("refused opcode ") + name + " (" + hex(op)
+                 + "): this pickle imports or calls Python code, which memledger never runs");
+        fail("unknown or unsupported pickle opcode " + hex(op));
+    }
+
+    static const char* refusedName(unsigned char op)
+    {
+        switch (op) {
+        case 'c': return "GLOBAL";
+        case 0x93: return "STACK_GLOBAL";
+        case 'R': return "REDUCE";
+        case 'b': return "BUILD";
+        case 'i': return "INST";
+        case 'o': return "OBJ";
+        case 0x81: return "NEWOBJ";
+        case 0x92: return "NEWOBJ_EX";
+        case 'P': return "PERSID";
+        case 'Q': return "BINPERSID";
+        case 0x82: return "EXT1";
+        case 0x83: return "EXT2";
+        case 0x84: return "EXT4";
+        case 0x97: return "NEXT_BUFFER";
+        case 0x98: return "READONLY_BUFFER";
+        default: return nullptr;
+        }
+    }
+
+    PickleLimits limits_;
+    PickleDocument doc_;
+    const unsigned char* data_ = nullptr;
+    std::size_t size_ = 0;
+    std::size_t pos_ = 0;
+    std::size_t op_start_ = 0;
+    std::vector<PickleValue> stack_;
+    std::vector<std::size_t> marks_;
+    std::vector<PickleValue> memo_;
+    std::vector<bool> memoSet_;
+};
+
+PickleDocument readPickle(std::string bytes, const PickleLimits& limits)
+{
+    return PickleParser(std::move(bytes), limits).run();
+}
+
+} // namespace memledger

@@ -1,0 +1,465 @@
+#include "memledger/snapshot.h"
+
+#include "memledger/atomic_file.h"
+#include "memledger/errors.h"
+#include "memledger/pickle_reader.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <set>
+#include <unordered_map>
+
+namespace memledger {
+
+namespace {
+
+// The structure is wrong (a pickle, but not a snapshot); becomes a FileError naming the file.
+struct ShapeError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+std::int64_t intOr(const PickleValue& d, std::string_view key, std::int64_t fallback)
+{
+    const PickleValue* v = d.get(key);
+    if (!v || v->isNone())
+        return fallback;
+    if (!v->isNumber())
+        throw ShapeError("'" + std::string(key) + "' is a " + pickleKindName(v->kind()) + ", not a number");
+    return v->kind() == PickleKind::Float ? static_cast<std::int64_t>(v->asFloat()) : v->asInt();
+}
+
+std::string strOr(const PickleValue& d, std::string_view key, std::string_view fallback = {})
+{
+    const PickleValue* v = d.get(key);
+    if (!v || !(v->isStr() || v->kind() == PickleKind::Bytes))
+        return std::string(fallback);
+    return std::string(v->asStr());
+}
+
+const PickleValue& requireList(const PickleValue* v, const char* what)
+{
+    if (!v || !v->isSequence())
+        throw ShapeError(std::string(what) + " is missing or not a list");
+    return *v;
+}
+
+bool isTorchInternal(std::string_view file)
+{
+    if (file.empty() || file == "??")
+        return true;
+    auto endsWith = [&](std::string_view s) {
+        return file.size() >= s.size() && file.compare(file.size() - s.size(), s.size(), s) == 0;
+    };
+    if (endsWith(".cpp") || endsWith(".h") || endsWith(".cu") || endsWith(".cc") || endsWith(".hpp"))
+        return true;
+    if (file.find("/torch/") != std::string_view::npos || file.find("\\torch\\") != std::string_view::npos)
+        return true;
+    return file.rfind("<frozen", 0) == 0;
+}
+
+SnapshotFrame frameOf(const PickleValue& f)
+{
+    SnapshotFrame out;
+    if (!f.isDict())
+        return out;
+    out.filename = strOr(f, "filename");
+    out.line = intOr(f, "line", 0);
+    out.name = strOr(f, "name");
+    return out;
+}
+
+std::vector<SnapshotFrame> framesOf(const PickleValue* frames)
+{
+    std::vector<SnapshotFrame> out;
+    if (!frames || !frames->isSequence())
+        return out;
+    out.reserve(frames->items().size());
+    for (const auto& f : frames->items())
+        out.push_back(frameOf(f));
+    return out;
+}
+
+BlockState stateOf(std::string_view s)
+{
+    if (s == "active_allocated")
+        return BlockState::ActiveAllocated;
+    if (s == "active_pending_free")
+        return BlockState::ActivePendingFree;
+    if (s == "inactive")
+        return BlockState::Inactive;
+    return BlockState::Other;
+}
+
+SnapshotSegment segmentOf(const PickleValue& s, bool& legacy)
+{
+    if (!s.isDict())
+        throw ShapeError(std::string("a segment is a ") + pickleKindName(s.kind()) + ", not a dict");
+    SnapshotSegment seg;
+    seg.device = static_cast<int>(intOr(s, "device", 0));
+    seg.address = static_cast<std::uint64_t>(intOr(s, "address", 0));
+    seg.total_size = intOr(s, "total_size", 0);
+    seg.allocated_size = intOr(s, "allocated_size", 0);
+    seg.active_size = intOr(s, "active_size", 0);
+    seg.requested_size = intOr(s, "requested_size", 0);
+    seg.stream = static_cast<std::uint64_t>(intOr(s, "stream", 0));
+    seg.segment_type = strOr(s, "segment_type");
+    if (const auto* e = s.get("is_expandable"); e && e->isInt())
+        seg.is_expandable = e->asBool();
+    if (seg.total_size < 0)
+        throw ShapeError("a segment has a negative total_size");
+    const PickleValue* blocks = s.get("blocks");
+    if (blocks && blocks->isSequence()) {
+        std::uint64_t at = seg.address;
+        seg.blocks.reserve(blocks->items().size());
+        for (const auto& b : blocks->items()) {
+            if (!b.isDict())
+                throw ShapeError("a block is not a dict");
+            SnapshotBlock blk;
+            blk.size = intOr(b, "size", 0);
+            blk.requested_size = intOr(b, "requested_size", blk.size);
+            blk.address = static_cast<std::uint64_t>(intOr(b, "address", static_cast<std::int64_t>(at)));
+            blk.state = stateOf(strOr(b, "state"));
+            if (const PickleValue* h = b.get("history"); h && h->isSequence()) {
+                legacy = true;
+                if (!h->items().empty()) {
+                    const auto& last = h->items().back();
+                    blk.frames = framesOf(last.get("frames"));
+                    if (!b.get("address"))
+                        blk.address = static_cast<std::uint64_t>(intOr(last, "addr", static_cast<std::int64_t>(at)));
+                }
+            } else {
+                blk.frames = framesOf(b.get("frames"));
+            }
+            at = blk.address + static_cast<std::uint64_t>(std::max<std::int64_t>(blk.size, 0));
+            seg.blocks.push_back(std::move(blk));
+        }
+    }
+    return seg;
+}
+
+bool actionOf(std::string_view s, Action& a)
+{
+    static const std::pair<std::string_view, Action> kActions[] = {
+        {"alloc", Action::Alloc},
+        {"free_requested", Action::FreeRequested},
+        {"free_completed", Action::Free},
+        {"segment_alloc", Action::SegmentAlloc},
+        {"segment_free", Action::SegmentFree},
+        {"segment_map", Action::SegmentMap},
+        {"segment_unmap", Action::SegmentUnmap},
+        {"oom", Action::Oom},
+        {"snapshot", Action::Snapshot},
+    };
+    for (const auto& [name, act] : kActions)
+        if (s == name) {
+            a = act;
+            return true;
+        }
+    return false;
+}
+
+// Interns "file:line name" of the first frame outside torch's own code, caching per frame dict (the pickle
+// shares identical frames through its memo, so most lookups are one hash probe).
+class WhereInterner {
+public:
+    explicit WhereInterner(StringTable& t) : strings_(t) { }
+
+    std::uint32_t whereOf(const PickleValue* frames)
+    {
+        if (!frames || !frames->isSequence() || frames->items().empty())
+            return 0;
+        if (auto it = byList_.find(frames->identity()); it != byList_.end())
+            return it->second;
+        std::uint32_t fallback = 0, found = 0;
+        bool have = false;
+        for (const auto& f : frames->items()) {
+            const auto& info = frameInfo(f);
+            if (!info.internal) {
+                found = info.id;
+                have = true;
+                break;
+            }
+            if (fallback == 0 && info.known)
+                fallback = info.id;
+        }
+        std::uint32_t id = have ? found : fallback;
+        byList_.emplace(frames->identity(), id);
+        return id;
+    }
+
+private:
+    struct Info {
+        std::uint32_t id = 0;
+        bool internal = true;
+        bool known = false;
+    };
+    const Info& frameInfo(const PickleValue& f)
+    {
+        auto key = f.identity();
+        if (auto it = byFrame_.find(key); it != byFrame_.end() && key)
+            return it->second;
+        Info info;
+        if (f.isDict()) {
+            auto file = strOr(f, "filename");
+            info.internal = isTorchInternal(file);
+            info.known = !file.empty() && file != "??";
+            auto text = file + ":" + std::to_string(intOr(f, "line", 0)) + " " + strOr(f, "name");
+            info.id = strings_.intern(text);
+        }
+        return byFrame_[key] = info;
+    }
+
+    StringTable& strings_;
+    std::unordered_map<const void*, std::uint32_t> byList_;
+    std::unordered_map<const void*, Info> byFrame_;
+};
+
+struct RawEntry {
+    std::int64_t time_us;
+    std::uint32_t device_index; // position in device_traces
+    std::uint32_t order;        // position in its list
+    const PickleValue* entry;
+};
+
+void decodeTraces(const PickleValue& traces, Snapshot& s)
+{
+    auto trace = std::make_shared<Trace>();
+    std::vector<RawEntry> raw;
+    std::size_t total = 0;
+    for (const auto& dev : traces.items())
+        if (dev.isSequence())
+            total += dev.items().size();
+    raw.reserve(total);
+    bool allTimed = true;
+    std::uint32_t devIndex = 0;
+    for (const auto& dev : traces.items()) {
+        if (!dev.isSequence())
+            throw ShapeError("device_traces[" + std::to_string(devIndex) + "] is not a list");
+        std::uint32_t order = 0;
+        for (const auto& e : dev.items()) {
+            if (!e.isDict())
+                throw ShapeError("a trace entry is not a dict");
+            const PickleValue* t = e.get("time_us");
+            std::int64_t time = 0;
+            if (t && t->isNumber())
+                time = t->kind() == PickleKind::Float ? static_cast<std::int64_t>(t->asFloat()) : t->asInt();
+            else
+                allTimed = false;
+            raw.push_back({time, devIndex, order++, &e});
+        }
+        ++devIndex;
+    }
+    std::set<int> devices(s.devices.begin(), s.devices.end());
+    for (std::uint32_t d = 0; d < devIndex; ++d)
+        devices.insert(static_cast<int>(d)); // one list per device, even an empty one
+    s.trace_has_time = allTimed && !raw.empty();
+    if (s.trace_has_time) {
+        // Devices are recorded in separate ring buffers: merge them on one clock.
+        if (devIndex > 1)
+            std::stable_sort(raw.begin(), raw.end(),
+                             [](const RawEntry& a, const RawEntry& b) { return a.time_us < b.time_us; });
+        s.trace_start_us = raw.front().time_us;
+        for (const auto& r : raw)
+            s.trace_start_us = std::min(s.trace_start_us, r.time_us);
+    }
+    trace->reserve(raw.size());
+    s.trace_stream.reserve(raw.size());
+    WhereInterner where(trace->strings);
+    std::unordered_map<std::uint64_t, std::int32_t> openAlloc; // (device, addr) -> alloc event
+    for (const auto& r : raw) {
+        const PickleValue& e = *r.entry;
+        const PickleValue* act = e.get("action");
+        Action a;
+        if (!act || !act->isStr() || !actionOf(act->asStr(), a)) {
+            ++s.skipped_entries;
+            continue;
+        }
+        // Device: the entry's own field when present, else the index of its list.
+        auto device = intOr(e, "device", r.device_index);
+        if (device < -1 || device > 127)
+            throw ShapeError("a trace entry names device " + std::to_string(device));
+        devices.insert(static_cast<int>(device));
+        std::int64_t size = intOr(e, "size", 0);
+        if (size < 0)
+            size = 0;
+        std::uint64_t addr = a == Action::Oom ? 0 : static_cast<std::uint64_t>(intOr(e, "addr", 0));
+        std::int64_t tns = s.trace_has_time ? (r.time_us - s.trace_start_us) * 1000
+                                            : static_cast<std::int64_t>(trace->size()) * 1000;
+        auto i = trace->push(tns, size, addr, a, static_cast<std::int8_t>(device));
+        trace->where[i] = where.whereOf(e.get("frames"));
+        s.trace_stream.push_back(static_cast<std::uint64_t>(intOr(e, "stream", 0)));
+        std::uint64_t key = (static_cast<std::uint64_t>(device & 0xff) << 56) ^ addr;
+        if (a == Action::Alloc) {
+            openAlloc[key] = static_cast<std::int32_t>(i);
+        } else if (a == Action::Free) {
+            auto it = openAlloc.find(key);
+            if (it != openAlloc.end()) {
+                trace->partner[i] = it->second;
+                trace->partner[static_cast<std::size_t>(it->second)] = static_cast<std::int32_t>(i);
+                openAlloc.erase(it);
+            } // else: allocated before the trace began
+        } else if (a == Action::Oom) {
+            SnapshotOom oom;
+            oom.device = static_cast<int>(device);
+            oom.bytes_requested = size;
+            oom.device_free = intOr(e, "device_free", 0);
+            oom.time_ns = tns;
+            oom.where = trace->strings.at(trace->where[i]);
+            s.ooms.push_back(std::move(oom));
+        }
+    }
+    s.devices.assign(devices.begin(), devices.end());
+    s.trace = std::move(trace);
+}
+
+void decodeSettings(const PickleValue& v, SnapshotSettings& out)
+{
+    if (!v.isDict())
+        return;
+    out.present = true;
+    out.conf = strOr(v, "PYTORCH_CUDA_ALLOC_CONF");
+    out.max_split_size = intOr(v, "max_split_size", -1);
+    if (const auto* e = v.get("expandable_segments"); e && e->isInt())
+        out.expandable_segments = e->asBool();
+    if (const auto* g = v.get("garbage_collection_threshold"); g && g->isNumber())
+        out.garbage_collection_threshold = g->asFloat();
+    if (const auto* r = v.get("roundup_power2_divisions"); r && r->isDict()) {
+        const auto& e = r->entries();
+        for (std::size_t i = 0; i + 1 < e.size(); i += 2) {
+            std::int64_t bucket = 0;
+            if (e[i].isStr())
+                bucket = std::atoll(std::string(e[i].asStr()).c_str());
+            else if (e[i].isInt())
+                bucket = e[i].asInt();
+            auto div = e[i + 1].isInt() ? e[i + 1].asInt() : 0;
+            if (div > 0)
+                out.roundup_power2_divisions[bucket] = static_cast<int>(div);
+        }
+    }
+}
+
+Snapshot decodeTree(const PickleValue& root)
+{
+    Snapshot s;
+    bool legacy = false;
+    const PickleValue* segments = nullptr;
+    if (root.isSequence()) {
+        s.layout = "segment-list";
+        segments = &root;
+    } else if (root.isDict()) {
+        segments = &requireList(root.get("segments"), "'segments'");
+        s.layout = root.get("allocator_settings") ? "dict" : "dict-2.1";
+    } else {
+        throw ShapeError(std::string("the pickle holds a ") + pickleKindName(root.kind())
+                         + ", not a dict or list of segments");
+    }
+    std::set<int> devices;
+    s.segments.reserve(segments->items().size());
+    for (const auto& seg : segments->items()) {
+        s.segments.push_back(segmentOf(seg, legacy));
+        devices.insert(s.segments.back().device);
+    }
+    s.devices.assign(devices.begin(), devices.end());
+    if (legacy)
+        s.layout = "legacy-history";
+    if (root.isDict()) {
+        if (const PickleValue* t = root.get("device_traces")) {
+            if (!t->isSequence())
+                throw ShapeError("'device_traces' is not a list");
+            decodeTraces(*t, s);
+        }
+        if (const PickleValue* st = root.get("allocator_settings"))
+            decodeSettings(*st, s.settings);
+    }
+    if (!s.trace)
+        s.trace = std::make_shared<Trace>();
+    return s;
+}
+
+} // namespace
+
+bool SnapshotSettings::isDefault() const
+{
+    return !expandable_segments && max_split_size < 0 && roundup_power2_divisions.empty()
+        && garbage_collection_threshold == 0.0;
+}
+
+AllocatorSettings SnapshotSettings::toModel() const
+{
+    AllocatorSettings a;
+    if (max_split_size > 0)
+        a.max_split_size = max_split_size;
+    a.expandable_segments = expandable_segments;
+    // The model takes one division count for all sizes: use the most common non-zero one.
+    int best = 0, bestCount = 0;
+    std::map<int, int> counts;
+    for (const auto& [bucket, div] : roundup_power2_divisions)
+        if (++counts[div] > bestCount) {
+            bestCount = counts[div];
+            best = div;
+        }
+    a.roundup_power2_divisions = best;
+    return a;
+}
+
+std::int64_t Snapshot::reservedBytes() const
+{
+    std::int64_t n = 0;
+    for (const auto& s : segments)
+        n += s.total_size;
+    return n;
+}
+
+std::int64_t Snapshot::allocatedBytes() const
+{
+    std::int64_t n = 0;
+    for (const auto& s : segments)
+        for (const auto& b : s.blocks)
+            if (b.state == BlockState::ActiveAllocated)
+                n += b.size;
+    return n;
+}
+
+std::size_t Snapshot::traceCount(Action a) const
+{
+    if (!trace)
+        return 0;
+    return static_cast<std::size_t>(std::count(trace->action.begin(), trace->action.end(), a));
+}
+
+bool looksLikePickleFile(const std::string& path)
+{
+    std::ifstream in(path, std::ios::binary);
+    char c = 0;
+    return in.get(c) && static_cast<unsigned char>(c) == 0x80;
+}
+
+Snapshot decodeSnapshot(std::string bytes, const std::string& name)
+{
+    if (bytes.empty())
+        throw FileError(name, "empty file, not a PyTorch memory snapshot");
+    if (static_cast<unsigned char>(bytes[0]) != 0x80)
+        throw FileError(name, "not a PyTorch memory snapshot: no pickle PROTO opcode (0x80) at byte 0");
+    try {
+        PickleDocument doc = readPickle(std::move(bytes));
+        if (doc.protocol() < 2)
+            throw FileError(name, "pickle protocol " + std::to_string(doc.protocol()) + " is not supported (2 to 5)");
+        return decodeTree(doc.root());
+    } catch (const PickleError& e) {
+        throw FileError(name, "damaged or unsafe pickle: " + std::string(e.what()));
+    } catch (const ShapeError& e) {
+        throw FileError(name, std::string("not a PyTorch memory snapshot: ") + e.what());
+    } catch (const FileError&) {
+        throw;
+    } catch (const std::bad_alloc&) {
+        throw FileError(name, "out of memory while decoding the snapshot");
+    } catch (const std::exception& e) {
+        throw FileError(name, std::string("not a PyTorch memory snapshot: ") + e.what());
+    }
+}
+
+Snapshot readSnapshotFile(const std::string& path) { return decodeSnapshot(readWholeFile(path), path); }
+
+} // namespace memledger

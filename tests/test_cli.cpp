@@ -1,0 +1,109 @@
+// The memledger executable as a user runs it: exit codes and messages.
+#include "fixture_paths.h"
+#include "run_command.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+using namespace memledger::test;
+
+namespace {
+
+struct BadFile {
+    std::string file;
+    std::string reason; // a part of the message
+};
+
+class BadModelFile : public ::testing::TestWithParam<BadFile> { };
+
+} // namespace
+
+TEST_P(BadModelFile, ExitsThreeNamingTheFileAndTheReason)
+{
+    auto path = GetParam().file == "missing.pt" ? fixture("bad/missing.pt") : fixture("bad/" + GetParam().file);
+    auto r = runCommand(memledgerBinary() + " analyze '" + path + "'");
+    EXPECT_EQ(r.exit_code, 3) << r.output;
+    EXPECT_NE(r.output.find(path), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(GetParam().reason), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Files, BadModelFile,
+    ::testing::Values(BadFile{"missing.pt", "no such file"}, BadFile{"directory.pt", "is a directory"},
+                      BadFile{"empty.pt", "empty"}, BadFile{"random.pt", "not a TorchScript model"},
+                      BadFile{"truncated.pt", "truncated"}, BadFile{"other.zip", "not a TorchScript model"},
+                      BadFile{"state_dict.pt", "torch.save"}, BadFile{"pickle.pkl", "pickle"},
+                      BadFile{"text.pt", "text file"}),
+    [](const auto& info) {
+        auto n = info.param.file;
+        for (auto& c : n)
+            if (!isalnum(static_cast<unsigned char>(c)))
+                c = '_';
+        return n;
+    });
+
+TEST(Cli, DemoRunsWithoutArgumentsAndWritesTheJsonSchema)
+{
+    std::string json = fixture("demo-report.json");
+    auto r = runCommand(memledgerBinary() + " analyze --json '" + json + "'");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("RFBNet"), std::string::npos);
+    EXPECT_NE(r.output.find("Load tax: file"), std::string::npos);
+    std::ifstream in(json);
+    auto j = nlohmann::json::parse(in);
+    EXPECT_EQ(j["format"], "memledger-report");
+    EXPECT_EQ(j["version"], 1);
+    for (const char* key : {"path", "file_bytes", "parameter_bytes", "buffer_bytes"})
+        EXPECT_TRUE(j["model"].contains(key)) << key;
+    for (const char* key : {"input_shapes", "batch", "dtype", "mode", "duration_ms"})
+        EXPECT_TRUE(j["run"].contains(key)) << key;
+    for (const char* key : {"weights", "inputs", "activations", "temporaries"}) {
+        EXPECT_TRUE(j["ledgers"][key].contains("at_peak")) << key;
+        EXPECT_TRUE(j["ledgers"][key].contains("total")) << key;
+    }
+    EXPECT_GT(j["peak_bytes"].get<long long>(), 0);
+    EXPECT_GT(j["peak_total_bytes"].get<long long>(), j["peak_bytes"].get<long long>());
+    ASSERT_FALSE(j["layers"].empty());
+    for (const char* key : {"path", "type", "weight_bytes", "activation_bytes", "temporary_peak_bytes", "peak_bytes",
+                            "calls", "output_shapes"})
+        EXPECT_TRUE(j["layers"][0].contains(key)) << key;
+    EXPECT_EQ(j["events"]["count"].get<std::size_t>(), j["events"]["time_ns"].size());
+    // A saved report opens again without running.
+    auto again = runCommand(memledgerBinary() + " analyze '" + json + "'");
+    EXPECT_EQ(again.exit_code, 0) << again.output;
+    EXPECT_NE(again.output.find("peak total"), std::string::npos);
+}
+
+TEST(Cli, UsageErrorsExitTwo)
+{
+    EXPECT_EQ(runCommand(memledgerBinary() + " analyze --batch zero").exit_code, 2);
+    EXPECT_EQ(runCommand(memledgerBinary() + " analyze --frobnicate").exit_code, 2);
+    auto help = runCommand(memledgerBinary() + " --help");
+    EXPECT_EQ(help.exit_code, 0);
+    EXPECT_NE(help.output.find("Usage"), std::string::npos);
+    EXPECT_EQ(runCommand(memledgerBinary() + " --version").exit_code, 0);
+}
+
+TEST(Cli, RejectedShapeExitsFourWithTheModelsMessage)
+{
+    auto r = runCommand(memledgerBinary() + " analyze '" + fixture("small_inplace.pt") + "' --input 1x3x40x40");
+    EXPECT_EQ(r.exit_code, 4) << r.output;
+    EXPECT_NE(r.output.find("mat1 and mat2"), std::string::npos) << r.output;
+}
+
+TEST(Cli, Float16ConvolutionSaysTheKernelIsMissing)
+{
+    auto r = runCommand(memledgerBinary() + " analyze '" + fixture("small_inplace.pt") + "' --dtype float16");
+    EXPECT_EQ(r.exit_code, 4) << r.output;
+    EXPECT_NE(r.output.find("no float16 kernel"), std::string::npos) << r.output;
+}
+
+TEST(Cli, GuessedInputIsSaidToBeAGuess)
+{
+    auto r = runCommand(memledgerBinary() + " analyze '" + fixture("resnet18_traced.pt") + "'");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("(guessed)"), std::string::npos) << r.output;
+}

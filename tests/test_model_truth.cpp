@@ -1,0 +1,154 @@
+// memledger's figures against what PyTorch itself reports (tests/fixtures/make_fixtures.py).
+#include "cli_options.h"
+#include "fixture_paths.h"
+#include "memledger/analysis.h"
+#include "memledger/errors.h"
+#include "memledger/report_json.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+
+using namespace memledger;
+using memledger::test::fixture;
+
+namespace {
+
+struct Case {
+    std::string name;
+};
+
+class ModelTruth : public ::testing::TestWithParam<std::string> {
+protected:
+    void SetUp() override
+    {
+        auto all = memledger::test::truth();
+        ASSERT_TRUE(all.contains(GetParam())) << "truth.json has no entry for " << GetParam();
+        t = all[GetParam()];
+        model = std::make_unique<Model>(Model::open(fixture(t["file"].get<std::string>())));
+        RunOptions o;
+        o.inputs = parseShapes(t["input"].get<std::string>());
+        report = analyzeModel(*model, o);
+    }
+    nlohmann::json t;
+    std::unique_ptr<Model> model;
+    Report report;
+};
+
+} // namespace
+
+TEST_P(ModelTruth, ParameterAndBufferBytesAreExact)
+{
+    EXPECT_EQ(report.model.parameter_bytes, t["parameter_bytes"].get<std::int64_t>());
+    EXPECT_EQ(report.model.buffer_bytes, t["buffer_bytes"].get<std::int64_t>());
+    EXPECT_EQ(report.weight_bytes, t["parameter_bytes"].get<std::int64_t>() + t["buffer_bytes"].get<std::int64_t>());
+}
+
+TEST_P(ModelTruth, LeafActivationsEqualForwardHookOutputs)
+{
+    int checked = 0;
+    for (const auto& [path, bytes] : t["leaf_output_bytes"].items()) {
+        int i = report.findLayer(path);
+        ASSERT_GE(i, 0) << "no layer " << path;
+        const auto& layer = report.layers[static_cast<std::size_t>(i)];
+        EXPECT_EQ(layer.activation_bytes, bytes.get<std::int64_t>()) << path << " (" << layer.type << ")";
+        ++checked;
+    }
+    EXPECT_GT(checked, 0);
+}
+
+TEST_P(ModelTruth, PeakWithinOnePercentOfTheProfiler)
+{
+    auto expected = static_cast<double>(t["peak_bytes"].get<std::int64_t>());
+    auto got = static_cast<double>(report.peak_bytes);
+    EXPECT_LE(std::abs(got - expected), 0.01 * expected) << "memledger " << got << " profiler " << expected;
+    EXPECT_EQ(report.peak_total_bytes, report.weight_bytes + report.input_bytes + report.peak_bytes);
+}
+
+TEST_P(ModelTruth, EveryAllocationHasOneLedgerAndTheReportRoundTrips)
+{
+    const auto& tr = *report.trace;
+    for (std::size_t i = 0; i < tr.size(); ++i)
+        ASSERT_TRUE(tr.ledger[i] == Ledger::Activations || tr.ledger[i] == Ledger::Temporaries) << "event " << i;
+    auto back = reportFromJson(reportToJson(report), "roundtrip");
+    EXPECT_EQ(back.peak_bytes, report.peak_bytes);
+    EXPECT_EQ(back.layers.size(), report.layers.size());
+    EXPECT_EQ(back.trace->size(), tr.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ModelTruth,
+                         ::testing::Values("resnet18_scripted", "resnet18_traced", "mobilenet_v2", "small_inplace",
+                                           "transformer_layer", "demo"));
+
+TEST(LoadTax, Float16FileDoublesAsFloat32)
+{
+    auto t = memledger::test::truth()["small_float16"];
+    auto model = Model::open(fixture("small_float16.pt"));
+    EXPECT_EQ(model.info().parameter_bytes, t["file_parameter_bytes"].get<std::int64_t>());
+    RunOptions o;
+    o.inputs = parseShapes("1x3x32x32");
+    auto r = analyzeModel(model, o);
+    EXPECT_EQ(r.model.parameter_bytes, t["parameter_bytes"].get<std::int64_t>());
+    EXPECT_EQ(r.load_tax.file_dtype, "float16");
+    EXPECT_EQ(r.load_tax.resident_dtype, "float32");
+    EXPECT_EQ(r.load_tax.resident_bytes, t["parameter_bytes"].get<std::int64_t>() + t["buffer_bytes"].get<std::int64_t>());
+    EXPECT_LT(r.load_tax.file_tensor_bytes, r.load_tax.resident_bytes * 6 / 10);
+}
+
+TEST(Inspect, ModuleTreeNamesAndTypesAsPyTorchPrintsThem)
+{
+    auto model = Model::open(fixture("resnet18_traced.pt"));
+    bool found = false;
+    for (const auto& m : model.modules())
+        if (m.path == "layer1.0.conv1") {
+            EXPECT_EQ(m.type, "Conv2d");
+            found = true;
+        }
+    EXPECT_TRUE(found);
+    EXPECT_EQ(model.info().type, "ResNet");
+    std::string how;
+    auto guess = model.guessInputs(&how);
+    ASSERT_EQ(guess.size(), 1u);
+    EXPECT_EQ(guess[0], (Shape{1, 3, 224, 224}));
+    EXPECT_NE(how.find("conv1"), std::string::npos);
+}
+
+TEST(Run, ModelRejectsAShapeWithItsOwnMessage)
+{
+    auto model = Model::open(fixture("small_inplace.pt"));
+    RunOptions o;
+    o.inputs = parseShapes("1x3x40x40");
+    try {
+        analyzeModel(model, o);
+        FAIL() << "expected a RunError";
+    } catch (const RunError& e) {
+        EXPECT_NE(std::string(e.what()).find("mat1 and mat2"), std::string::npos) << e.what();
+    }
+}
+
+TEST(Run, BatchReplacesDimZeroAndActivationsScale)
+{
+    auto model = Model::open(fixture("small_inplace.pt"));
+    RunOptions o;
+    o.inputs = parseShapes("1x3x32x32");
+    auto one = analyzeModel(model, o);
+    o.batch = 4;
+    auto four = analyzeModel(model, o);
+    EXPECT_EQ(four.run.batch, 4);
+    EXPECT_EQ(four.run.input_shapes[0][0], 4);
+    auto conv = four.findLayer("conv1");
+    EXPECT_EQ(four.layers[conv].activation_bytes, 4 * one.layers[conv].activation_bytes);
+}
+
+TEST(Run, CancelStopsTheRun)
+{
+    auto model = Model::open(fixture("small_inplace.pt"));
+    std::atomic<bool> cancel{true};
+    RunOptions o;
+    o.inputs = parseShapes("1x3x32x32");
+    o.cancel = &cancel;
+    EXPECT_THROW(analyzeModel(model, o), Cancelled);
+    cancel = false;
+    EXPECT_GT(analyzeModel(model, o).peak_bytes, 0); // still usable afterwards
+}

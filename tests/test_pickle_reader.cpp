@@ -1,0 +1,175 @@
+#include "memledger/errors.h"
+#include "memledger/pickle_reader.h"
+#include "memledger/snapshot.h"
+
+#include <gtest/gtest.h>
+
+using namespace memledger;
+
+namespace {
+
+std::string bytes(std::initializer_list<int> b)
+{
+    std::string s;
+    for (int c : b)
+        s.push_back(static_cast<char>(c));
+    return s;
+}
+
+std::string u32(std::uint32_t v) { return bytes({int(v & 0xff), int((v >> 8) & 0xff), int((v >> 16) & 0xff), int(v >> 24)}); }
+
+// The offset in a PickleError raised while reading `p`.
+std::uint64_t errorOffset(const std::string& p)
+{
+    try {
+        readPickle(p);
+    } catch (const PickleError& e) {
+        return e.offset();
+    }
+    ADD_FAILURE() << "no PickleError";
+    return ~std::uint64_t{0};
+}
+
+std::string errorText(const std::string& p)
+{
+    try {
+        readPickle(p);
+    } catch (const PickleError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+} // namespace
+
+TEST(PickleReader, ReadsADictOfScalarsProtocol2)
+{
+    // pickle.dumps({'a': 1, 'b': -2, 'c': 1.5, 'd': None, 'e': True, 'f': 'héllo'}, protocol=2), by hand
+    std::string p = bytes({0x80, 2, '}', 'q', 0, '('}) + "X" + u32(1) + "a" + "K\x01" + "X" + u32(1) + "b" + "J"
+        + bytes({0xfe, 0xff, 0xff, 0xff}) + "X" + u32(1) + "c" + "G" + bytes({0x3f, 0xf8, 0, 0, 0, 0, 0, 0}) + "X"
+        + u32(1) + "d" + "N" + "X" + u32(1) + "e" + bytes({0x88}) + "X" + u32(1) + "f" + "X" + u32(6) + "h\xc3\xa9llo"
+        + "u.";
+    auto doc = readPickle(p);
+    const auto& r = doc.root();
+    ASSERT_TRUE(r.isDict());
+    EXPECT_EQ(doc.protocol(), 2);
+    EXPECT_EQ(r.dictSize(), 6u);
+    EXPECT_EQ(r.get("a")->asInt(), 1);
+    EXPECT_EQ(r.get("b")->asInt(), -2);
+    EXPECT_DOUBLE_EQ(r.get("c")->asFloat(), 1.5);
+    EXPECT_TRUE(r.get("d")->isNone());
+    EXPECT_TRUE(r.get("e")->asBool());
+    EXPECT_EQ(r.get("f")->asStr(), "h\xc3\xa9llo");
+    EXPECT_EQ(r.get("missing"), nullptr);
+}
+
+TEST(PickleReader, Protocol5FramesMemoTuplesAndLongs)
+{
+    // [(1, 2), (1, 2) again through the memo, 2**40, -2**40, 2**63-1, b'xy', ['s']] with a FRAME
+    std::string body = bytes({']', 0x94, '(', 'K', 1, 'K', 2, 0x86, 0x94, 'h', 1}) + bytes({0x8a, 6, 0, 0, 0, 0, 0, 1})
+        + bytes({0x8a, 6, 0, 0, 0, 0, 0, 0xff}) + bytes({0x8a, 8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f})
+        + bytes({'C', 2, 'x', 'y', ']', '(', 0x8c, 1, 's', 'e', 'e', '.'});
+    std::string p = bytes({0x80, 5, 0x95}) + u32(static_cast<std::uint32_t>(body.size())) + u32(0) + body;
+    auto doc = readPickle(p);
+    EXPECT_EQ(doc.protocol(), 5);
+    const auto& l = doc.root().items();
+    ASSERT_EQ(l.size(), 7u);
+    EXPECT_EQ(l[0].kind(), PickleKind::Tuple);
+    EXPECT_EQ(l[0].identity(), l[1].identity()); // shared, as in Python
+    EXPECT_EQ(l[1].items()[1].asInt(), 2);
+    EXPECT_EQ(l[2].asInt(), std::int64_t{1} << 40);
+    EXPECT_EQ(l[3].asInt(), -(std::int64_t{1} << 40));
+    EXPECT_EQ(l[4].asInt(), INT64_MAX);
+    EXPECT_EQ(l[5].kind(), PickleKind::Bytes);
+    EXPECT_EQ(l[6].items()[0].asStr(), "s");
+}
+
+TEST(PickleReader, RefusesCodeExecutionWithOffsetAndOpcode)
+{
+    // pickle.dumps of a class whose __reduce__ returns (os.system, ('echo pwned',)), protocol 2
+    std::string p2 = bytes({0x80, 2}) + "cposix\nsystem\nq\x00X" + u32(10) + "echo pwnedq\x01\x85q\x02Rq\x03.";
+    EXPECT_EQ(errorOffset(p2), 2u);
+    EXPECT_NE(errorText(p2).find("GLOBAL"), std::string::npos);
+    // the same at protocol 4: STACK_GLOBAL after two strings
+    std::string p4 = bytes({0x80, 4, 0x8c, 5}) + "posix" + bytes({0x94, 0x8c, 6}) + "system" + bytes({0x94, 0x93, 0x94})
+        + ".";
+    EXPECT_EQ(errorOffset(p4), 19u); // 0x80 04 | 8c 05 posix | 94 | 8c 06 system | 94 | 93
+    EXPECT_NE(errorText(p4).find("STACK_GLOBAL (0x93)"), std::string::npos);
+    for (int op : {int('R'), int('b'), int('i'), int('o'), 0x81, 0x92, int('P'), int('Q'), 0x82, 0x83, 0x84}) {
+        std::string p = bytes({0x80, 2, 'N', op, '.'});
+        EXPECT_EQ(errorOffset(p), 3u) << "opcode " << op;
+        EXPECT_NE(errorText(p).find("refused opcode"), std::string::npos) << "opcode " << op;
+    }
+}
+
+TEST(PickleReader, BadInputsAreErrorsWithOffsets)
+{
+    EXPECT_NE(errorText(bytes({0x80, 6, 'N', '.'})).find("unsupported pickle protocol 6"), std::string::npos);
+    EXPECT_NE(errorText(bytes({0x80, 2, ']', '(', 'K'})).find("truncated"), std::string::npos);
+    EXPECT_NE(errorText(bytes({0x80, 2, ']'})).find("truncated"), std::string::npos);
+    // a declared length of 2 GiB in a 12-byte file is refused before anything is allocated
+    auto huge = bytes({0x80, 4, 'X'}) + u32(0x7fffffff) + "abc.";
+    EXPECT_EQ(errorOffset(huge), 2u);
+    EXPECT_NE(errorText(huge).find("declared length 2147483647"), std::string::npos);
+    EXPECT_NE(errorText(bytes({0x80, 4, 0x8d, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, '.'})).find("declared length"),
+              std::string::npos);
+    EXPECT_NE(errorText(bytes({0x80, 4, 0x95, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 'N', '.'})).find("frame"),
+              std::string::npos);
+    EXPECT_NE(errorText(bytes({0x80, 2, 'h', 7, '.'})).find("memo index 7"), std::string::npos);
+    EXPECT_NE(errorText(bytes({0x80, 2, 'a', '.'})).find("stack underflow"), std::string::npos);
+    EXPECT_NE(errorText(bytes({0x80, 2, 'K', 1, 'K', 2, 'a', '.'})).find("APPEND on a int"), std::string::npos);
+    EXPECT_NE(errorText(bytes({0x80, 2, 0xff})).find("unknown or unsupported pickle opcode 0xff"), std::string::npos);
+    EXPECT_NE(errorText(bytes({0x80, 4, 0x8a, 9, 0, 0, 0, 0, 0, 0, 0, 0, 1, '.'})).find("does not fit in 64 bits"),
+              std::string::npos);
+}
+
+TEST(PickleReader, DeepNestingIsRefused)
+{
+    std::string marks = bytes({0x80, 2}) + std::string(100000, '(') + "N.";
+    EXPECT_NE(errorText(marks).find("nested MARKs"), std::string::npos);
+    // [[[[...]]]] 5000 deep, built the way pickle builds it: EMPTY_LIST ... then APPEND ...
+    std::string lists = bytes({0x80, 2}) + std::string(5000, ']') + std::string(4999, 'a') + ".";
+    EXPECT_NE(errorText(lists).find("nesting deeper than 1000 levels"), std::string::npos);
+    // 900 deep is fine
+    std::string ok = bytes({0x80, 2}) + std::string(900, ']') + std::string(899, 'a') + ".";
+    EXPECT_NO_THROW(readPickle(ok));
+}
+
+TEST(PickleReader, SnapshotDecoderNamesTheFileReasonAndOffset)
+{
+    struct Bad {
+        const char* what;
+        std::string data;
+        const char* expect;
+    };
+    std::string random;
+    std::uint32_t x = 12345;
+    for (int i = 0; i < 4096; ++i) {
+        x = x * 1103515245 + 12345;
+        random.push_back(static_cast<char>(x >> 24));
+    }
+    random[0] = static_cast<char>(0x80); // looks like a pickle for one byte
+    const Bad bad[] = {
+        {"empty", "", "empty file"},
+        {"not a pickle", "PK\x03\x04 zip", "no pickle PROTO opcode"},
+        {"truncated", bytes({0x80, 4, '}', 0x94, '(', 0x8c, 8}) + "segments", "truncated"},
+        {"unknown protocol", bytes({0x80, 9, '}', '.'}), "unsupported pickle protocol 9 (2 to 5 are read) at byte 0"},
+        {"random bytes", random, "at byte"},
+        {"os.system", bytes({0x80, 2}) + "cposix\nsystem\nq\x00X" + u32(2) + "idq\x01\x85q\x02Rq\x03.",
+         "refused opcode GLOBAL (0x63)"},
+        {"deep nesting", bytes({0x80, 2}) + std::string(100000, '(') + ".", "nested MARKs"},
+        {"huge declared length", bytes({0x80, 4, 0x8d, 0, 0, 0, 0, 0, 0, 0, 0x40}) + ".", "declared length"},
+        {"wrong shape", bytes({0x80, 4, 'K', 7, '.'}), "not a PyTorch memory snapshot"},
+        {"segments not a list", bytes({0x80, 4, '}', '(', 0x8c, 8}) + "segments" + bytes({'K', 1, 'u', '.'}),
+         "'segments' is missing or not a list"},
+    };
+    for (const auto& b : bad) {
+        try {
+            decodeSnapshot(b.data, "bad-" + std::string(b.what) + ".pickle");
+            ADD_FAILURE() << b.what << ": no error";
+        } catch (const FileError& e) {
+            EXPECT_EQ(e.path(), "bad-" + std::string(b.what) + ".pickle");
+            EXPECT_NE(std::string(e.what()).find(b.expect), std::string::npos) << b.what << ": " << e.what();
+        }
+    }
+}

@@ -1,0 +1,209 @@
+// What-if: alignment and fitting on hand-made runs, and predicted against measured peaks of real models.
+#include "../core/src/whatif_alignment.h"
+#include "cli_options.h"
+#include "fixture_paths.h"
+#include "memledger/analysis.h"
+#include "memledger/errors.h"
+#include "memledger/format.h"
+#include "memledger/whatif.h"
+#include "synthetic_run.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+
+using namespace memledger;
+using memledger::test::syntheticRun;
+
+namespace {
+
+std::int64_t measuredPeak(const RawRun& r)
+{
+    std::int64_t peak = 0;
+    for (auto v : liveBytesAfterEachEvent(r.trace))
+        peak = std::max(peak, v);
+    return peak;
+}
+
+} // namespace
+
+TEST(WhatIfAlignment, LongestCommonSubsequence)
+{
+    std::vector<std::uint64_t> a{1, 2, 3, 4, 5, 6};
+    std::vector<std::uint64_t> b{1, 2, 9, 3, 4, 6, 7};
+    auto pairs = alignTokens(a, b);
+    TokenPairs expected{{0, 0}, {1, 1}, {2, 3}, {3, 4}, {5, 5}};
+    EXPECT_EQ(pairs, expected);
+    EXPECT_TRUE(alignTokens({}, b).empty());
+    EXPECT_EQ(alignTokens(a, a).size(), a.size());
+}
+
+TEST(WhatIfAlignment, FallsBackToOccurrencesWhenTooDifferent)
+{
+    std::vector<std::uint64_t> a{1, 2, 3, 1, 2, 3};
+    std::vector<std::uint64_t> b{9, 1, 8, 2, 7, 3, 6, 1};
+    auto pairs = alignTokens(a, b, 1); // more than one edit apart
+    ASSERT_FALSE(pairs.empty());
+    for (std::size_t k = 0; k < pairs.size(); ++k) {
+        EXPECT_EQ(a[pairs[k].first], b[pairs[k].second]);
+        if (k)
+            EXPECT_GT(pairs[k].second, pairs[k - 1].second);
+    }
+}
+
+TEST(WhatIfSynthetic, ToleratesRunsOfDifferentLength)
+{
+    auto r1 = syntheticRun(1, 30);
+    auto r2 = syntheticRun(2, 30);
+    ASSERT_NE(r1.trace.size(), r2.trace.size());
+    auto w = WhatIf::fromRuns({}, {}, std::move(r1), 1, std::move(r2), 2);
+    for (std::int64_t b : {3, 8, 64, 1000}) {
+        auto truth = syntheticRun(b, 30);
+        auto p = w.predict(b, "float32", false);
+        EXPECT_EQ(p.method, "predicted");
+        EXPECT_EQ(p.predicted_peak_bytes, measuredPeak(truth)) << "batch " << b;
+        EXPECT_EQ(p.input_bytes, truth.input_bytes);
+        EXPECT_EQ(p.predicted_peak_total_bytes, p.predicted_peak_bytes + p.input_bytes + p.weight_bytes);
+    }
+    auto notes = w.notes();
+    EXPECT_TRUE(std::any_of(notes.begin(), notes.end(),
+                            [](const std::string& n) { return n.find("no counterpart") != std::string::npos; }));
+}
+
+TEST(WhatIfSynthetic, RecordedBatchesAreMeasured)
+{
+    auto w = WhatIf::fromRuns({}, {}, syntheticRun(1, 10), 1, syntheticRun(2, 10), 2);
+    auto p1 = w.predict(1, "float32", false);
+    EXPECT_EQ(p1.method, "measured");
+    EXPECT_EQ(p1.predicted_peak_bytes, measuredPeak(syntheticRun(1, 10)));
+    auto p2 = w.predict(2, "float32", false);
+    EXPECT_EQ(p2.method, "measured");
+    EXPECT_EQ(p2.predicted_peak_bytes, measuredPeak(syntheticRun(2, 10)));
+    EXPECT_THROW(w.predict(0, "float32"), std::invalid_argument);
+    EXPECT_THROW(w.predict(4, "float8"), std::invalid_argument);
+}
+
+TEST(WhatIfSynthetic, LedgersAtPeakAddUp)
+{
+    auto w = WhatIf::fromRuns({}, {}, syntheticRun(1, 12), 1, syntheticRun(2, 12), 2);
+    auto p = w.predict(16, "float32", false);
+    std::int64_t sum = 0;
+    for (auto v : p.ledgers_at_peak)
+        sum += v;
+    EXPECT_EQ(sum, p.predicted_peak_total_bytes);
+    EXPECT_GT(p.ledgers_at_peak[static_cast<int>(Ledger::Activations)], 0);
+    auto report = w.predictedReport(16, "float32");
+    EXPECT_EQ(report.peak_bytes, p.predicted_peak_bytes);
+    EXPECT_EQ(report.run.batch, 16);
+    EXPECT_FALSE(report.notes.empty());
+    EXPECT_NE(report.notes.front().find("not measured"), std::string::npos);
+}
+
+TEST(WhatIfSynthetic, HalfPrecisionHalvesWithoutARecord)
+{
+    auto w = WhatIf::fromRuns({}, {}, syntheticRun(1, 10), 1, syntheticRun(2, 10), 2);
+    EXPECT_FALSE(w.isRecorded("bfloat16"));
+    auto f32 = w.predict(100, "float32", false);
+    auto bf16 = w.predict(100, "bfloat16", false);
+    EXPECT_NEAR(static_cast<double>(bf16.predicted_peak_bytes), f32.predicted_peak_bytes / 2.0, 2.0);
+    EXPECT_EQ(bf16.method, "predicted");
+}
+
+TEST(WhatIfSynthetic, PeaksAbove4GiBDoNotOverflow)
+{
+    auto w = WhatIf::fromRuns({}, {}, syntheticRun(1, 10), 1, syntheticRun(2, 10), 2);
+    auto p = w.predict(1000000, "float32", false);
+    EXPECT_GT(p.predicted_peak_bytes, std::int64_t{4} << 30);
+    EXPECT_EQ(p.predicted_peak_bytes, measuredPeak(syntheticRun(1000000, 10)));
+}
+
+TEST(WhatIfSynthetic, MaxBatchIsTheLargestThatFits)
+{
+    auto w = WhatIf::fromRuns({}, {}, syntheticRun(1, 10), 1, syntheticRun(2, 10), 2);
+    const std::int64_t budget = std::int64_t{64} << 20;
+    for (bool reserved : {false, true}) {
+        auto n = w.maxBatch("float32", budget, reserved);
+        ASSERT_GT(n, 1);
+        auto at = w.predict(n, "float32", reserved);
+        auto above = w.predict(n + 1, "float32", reserved);
+        EXPECT_LE(at.predicted_peak_total_bytes, budget);
+        if (reserved) {
+            EXPECT_LE(at.predicted_reserved_bytes, budget);
+            EXPECT_GE(at.predicted_reserved_bytes, at.predicted_peak_total_bytes);
+            EXPECT_TRUE(above.predicted_peak_total_bytes > budget || above.predicted_reserved_bytes > budget);
+        } else {
+            EXPECT_GT(above.predicted_peak_total_bytes, budget);
+        }
+    }
+    EXPECT_EQ(w.maxBatch("float32", 1000), 0);
+}
+
+TEST(WhatIfSynthetic, Json)
+{
+    auto w = WhatIf::fromRuns({}, {}, syntheticRun(1, 10), 1, syntheticRun(2, 10), 2);
+    std::vector<Prediction> ps{w.predict(8, "float32"), w.predict(8, "bfloat16")};
+    auto j = whatIfToJson(ps, std::int64_t{16} << 30, {{"float32", w.maxBatch("float32", std::int64_t{16} << 30)}});
+    EXPECT_EQ(j["format"], "memledger-whatif");
+    EXPECT_EQ(j["version"], 1);
+    ASSERT_EQ(j["predictions"].size(), 2u);
+    EXPECT_EQ(j["predictions"][1]["dtype"], "bfloat16");
+    EXPECT_TRUE(j["predictions"][0]["fits"].get<bool>());
+    EXPECT_GT(j["max_batch"]["float32"].get<std::int64_t>(), 8);
+    EXPECT_EQ(j["budget_bytes"].get<std::int64_t>(), std::int64_t{16} << 30);
+}
+
+// Predicted (from batch 1 and 2) against measured, on the fixture models.
+class WhatIfAccuracy : public ::testing::TestWithParam<std::string> {
+};
+
+TEST_P(WhatIfAccuracy, PeakWithinOnePercent)
+{
+    auto t = memledger::test::truth()[GetParam()];
+    auto model = Model::open(memledger::test::fixture(t["file"].get<std::string>()));
+    RunOptions base;
+    base.inputs = parseShapes(t["input"].get<std::string>());
+    auto w = WhatIf::record(model, base, 1, 2, {"float32", "bfloat16"});
+    for (const std::string dtype : {"float32", "bfloat16"}) {
+        if (!w.isRecorded(dtype)) {
+            std::printf("| %s | %s | - | the CPU cannot run it |\n", GetParam().c_str(), dtype.c_str());
+            continue;
+        }
+        for (std::int64_t batch : {8, 32, 64}) {
+            auto p = w.measure(model, batch, dtype);
+            ASSERT_TRUE(p.measured_peak_bytes && p.error_percent);
+            std::printf("| %s | %s | %lld | %s | %s | %+.2f%% |\n", GetParam().c_str(), dtype.c_str(),
+                        static_cast<long long>(batch), formatBytes(p.predicted_peak_bytes).c_str(),
+                        formatBytes(*p.measured_peak_bytes).c_str(), *p.error_percent);
+            EXPECT_LE(std::abs(*p.error_percent), 1.0) << GetParam() << " " << dtype << " batch " << batch;
+            EXPECT_LE(std::abs(static_cast<double>(p.predicted_peak_total_bytes - *p.measured_peak_total_bytes)),
+                      0.01 * static_cast<double>(*p.measured_peak_total_bytes));
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, WhatIfAccuracy,
+                         ::testing::Values("resnet18_scripted", "mobilenet_v2", "small_inplace", "transformer_layer"));
+
+TEST(WhatIfModel, Float16IsPredictedNotMeasured)
+{
+    auto model = Model::open(memledger::test::fixture("small_inplace.pt"));
+    RunOptions base;
+    base.inputs = parseShapes("1x3x32x32");
+    auto w = WhatIf::record(model, base);
+    auto p = w.predict(16, "float16");
+    EXPECT_EQ(p.method, "predicted");
+    EXPECT_GT(p.predicted_reserved_bytes, 0);
+    bool said = false;
+    for (const auto& n : p.notes)
+        said = said || n.find("not measured") != std::string::npos;
+    EXPECT_TRUE(said);
+    if (!w.isRecorded("float16")) {
+        EXPECT_THROW(w.measure(model, 16, "float16"), RunError);
+        // Weights at float16 are half of float32's floating tensors; num_batches_tracked stays int64.
+        auto f32 = w.predict(16, "float32");
+        EXPECT_LT(p.weight_bytes, f32.weight_bytes);
+        EXPECT_GT(p.weight_bytes, f32.weight_bytes / 2);
+    }
+}

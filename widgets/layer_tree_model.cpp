@@ -1,0 +1,199 @@
+#include "layer_tree_model.h"
+
+#include "ledger_colors.h"
+#include "memledger/format.h"
+
+#include <QStringList>
+
+namespace memledger {
+
+LayerTreeModel::LayerTreeModel(QObject* parent) : QAbstractItemModel(parent) { }
+
+void LayerTreeModel::setReport(std::shared_ptr<const Report> report)
+{
+    beginResetModel();
+    report_ = std::move(report);
+    roots_.clear();
+    children_.clear();
+    row_.clear();
+    largest_.fill(0);
+    if (report_) {
+        // Rebuilt from `parent` rather than trusting `children`, so a report read from JSON works too.
+        const auto& layers = report_->layers;
+        children_.resize(layers.size());
+        row_.resize(layers.size(), 0);
+        for (std::size_t i = 0; i < layers.size(); ++i) {
+            int p = layers[i].parent;
+            auto& siblings = p >= 0 && static_cast<std::size_t>(p) < layers.size() ? children_[static_cast<std::size_t>(p)] : roots_;
+            row_[i] = static_cast<int>(siblings.size());
+            siblings.push_back(static_cast<int>(i));
+            for (int c = Weights; c < ColumnCount; ++c)
+                largest_[static_cast<std::size_t>(c)] = std::max(largest_[static_cast<std::size_t>(c)], bytes(static_cast<int>(i), c));
+        }
+    }
+    endResetModel();
+}
+
+std::int64_t LayerTreeModel::bytes(int layer, int column) const
+{
+    const auto& l = report_->layers[static_cast<std::size_t>(layer)];
+    switch (column) {
+    case Weights:
+        return l.weight_bytes;
+    case Activations:
+        return l.activation_bytes;
+    case Temporaries:
+        return l.temporary_peak_bytes;
+    case PeakDelta:
+        return l.peak_bytes;
+    default:
+        return 0;
+    }
+}
+
+QModelIndex LayerTreeModel::indexForLayer(int layer, int column) const
+{
+    if (!report_ || layer < 0 || static_cast<std::size_t>(layer) >= row_.size())
+        return {};
+    return createIndex(row_[static_cast<std::size_t>(layer)], column, static_cast<quintptr>(layer));
+}
+
+QModelIndex LayerTreeModel::indexForPath(const QString& path) const
+{
+    if (!report_)
+        return {};
+    auto p = path.toStdString();
+    while (true) {
+        int layer = report_->findLayer(p);
+        if (layer >= 0)
+            return indexForLayer(layer);
+        auto dot = p.rfind('.');
+        if (p.empty())
+            return {};
+        p = dot == std::string::npos ? std::string() : p.substr(0, dot);
+    }
+}
+
+int LayerTreeModel::layerOf(const QModelIndex& index) const
+{
+    return index.isValid() && index.model() == this ? static_cast<int>(index.internalId()) : -1;
+}
+
+QModelIndex LayerTreeModel::index(int row, int column, const QModelIndex& parent) const
+{
+    if (!report_ || row < 0 || column < 0 || column >= ColumnCount)
+        return {};
+    const auto& siblings = parent.isValid() ? children_[static_cast<std::size_t>(layerOf(parent))] : roots_;
+    if (static_cast<std::size_t>(row) >= siblings.size())
+        return {};
+    return createIndex(row, column, static_cast<quintptr>(siblings[static_cast<std::size_t>(row)]));
+}
+
+QModelIndex LayerTreeModel::parent(const QModelIndex& child) const
+{
+    int layer = layerOf(child);
+    if (layer < 0)
+        return {};
+    int p = report_->layers[static_cast<std::size_t>(layer)].parent;
+    return p >= 0 ? indexForLayer(p) : QModelIndex();
+}
+
+int LayerTreeModel::rowCount(const QModelIndex& parent) const
+{
+    if (!report_)
+        return 0;
+    if (!parent.isValid())
+        return static_cast<int>(roots_.size());
+    if (parent.column() != 0)
+        return 0;
+    return static_cast<int>(children_[static_cast<std::size_t>(layerOf(parent))].size());
+}
+
+int LayerTreeModel::columnCount(const QModelIndex&) const { return ColumnCount; }
+
+QVariant LayerTreeModel::data(const QModelIndex& index, int role) const
+{
+    int layer = layerOf(index);
+    if (layer < 0)
+        return {};
+    const auto& l = report_->layers[static_cast<std::size_t>(layer)];
+    int column = index.column();
+    bool isBytes = column >= Weights;
+    switch (role) {
+    case Qt::DisplayRole:
+        switch (column) {
+        case Name:
+            return QString::fromStdString(l.name);
+        case Type:
+            return QString::fromStdString(l.type);
+        case OutputShape: {
+            QStringList shapes;
+            for (const auto& s : l.output_shapes)
+                shapes << QString::fromStdString(s);
+            return shapes.join(QStringLiteral(", "));
+        }
+        default:
+            return QString::fromStdString(formatBytes(bytes(layer, column)));
+        }
+    case Qt::ToolTipRole:
+        return QString::fromStdString(l.path.empty() ? l.type : l.path);
+    case Qt::TextAlignmentRole:
+        return isBytes ? QVariant(Qt::AlignRight | Qt::AlignVCenter) : QVariant();
+    case SortRole:
+        if (isBytes)
+            return QVariant::fromValue<qlonglong>(bytes(layer, column));
+        return data(index, Qt::DisplayRole);
+    case BarFractionRole: {
+        if (!isBytes || largest_[static_cast<std::size_t>(column)] <= 0)
+            return {};
+        return static_cast<double>(bytes(layer, column)) / static_cast<double>(largest_[static_cast<std::size_t>(column)]);
+    }
+    case BarColorRole:
+        switch (column) {
+        case Weights:
+            return ledgerColor(Ledger::Weights);
+        case Activations:
+            return ledgerColor(Ledger::Activations);
+        case Temporaries:
+            return ledgerColor(Ledger::Temporaries);
+        case PeakDelta:
+            return ledgerColor(Ledger::Unattributed);
+        default:
+            return {};
+        }
+    case PathRole:
+        return QString::fromStdString(l.path);
+    case FilterRole:
+        return QString::fromStdString(l.path + " " + l.name + " " + l.type);
+    case LayerRole:
+        return layer;
+    default:
+        return {};
+    }
+}
+
+QVariant LayerTreeModel::headerData(int section, Qt::Orientation orientation, int role) const
+{
+    if (orientation != Qt::Horizontal || role != Qt::DisplayRole)
+        return QAbstractItemModel::headerData(section, orientation, role);
+    switch (section) {
+    case Name:
+        return tr("Module");
+    case Type:
+        return tr("Type");
+    case OutputShape:
+        return tr("Output shape");
+    case Weights:
+        return tr("Weights");
+    case Activations:
+        return tr("Activations");
+    case Temporaries:
+        return tr("Temporaries (peak)");
+    case PeakDelta:
+        return tr("Peak delta");
+    default:
+        return {};
+    }
+}
+
+} // namespace memledger

@@ -1,0 +1,52 @@
+#pragma once
+#include "memledger/report.h"
+
+#include <QAbstractItemModel>
+#include <QColor>
+
+#include <array>
+#include <memory>
+
+namespace memledger {
+
+// The module tree of a report (Report::layers, parents first) with a column per ledger.
+class LayerTreeModel : public QAbstractItemModel {
+    Q_OBJECT
+public:
+    enum Column { Name, Type, OutputShape, Weights, Activations, Temporaries, PeakDelta, ColumnCount };
+    enum Role {
+        SortRole = Qt::UserRole + 1, // raw bytes for the byte columns, text otherwise
+        BarFractionRole,             // value / the largest value of the column, for the inline bars
+        BarColorRole,
+        PathRole,   // "layer1.0.conv1"
+        FilterRole, // path and type, what the filter box matches
+        LayerRole,  // index into Report::layers
+    };
+
+    explicit LayerTreeModel(QObject* parent = nullptr);
+    void setReport(std::shared_ptr<const Report> report);
+    const std::shared_ptr<const Report>& report() const { return report_; }
+
+    QModelIndex indexForLayer(int layer, int column = 0) const;
+    // The layer of `path`, or of its longest prefix that is a layer; invalid if none.
+    QModelIndex indexForPath(const QString& path) const;
+    int layerOf(const QModelIndex& index) const; // -1 if invalid
+
+    QModelIndex index(int row, int column, const QModelIndex& parent = {}) const override;
+    QModelIndex parent(const QModelIndex& child) const override;
+    int rowCount(const QModelIndex& parent = {}) const override;
+    int columnCount(const QModelIndex& parent = {}) const override;
+    QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
+    QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
+
+private:
+    std::int64_t bytes(int layer, int column) const;
+
+    std::shared_ptr<const Report> report_;
+    std::vector<int> roots_;
+    std::vector<std::vector<int>> children_;
+    std::vector<int> row_; // row of each layer under its parent
+    std::array<std::int64_t, ColumnCount> largest_{};
+};
+
+} // namespace memledger

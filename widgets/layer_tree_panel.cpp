@@ -1,0 +1,78 @@
+#include "layer_tree_panel.h"
+
+#include "bar_delegate.h"
+#include "layer_tree_model.h"
+
+#include <QHeaderView>
+#include <QLineEdit>
+#include <QSortFilterProxyModel>
+#include <QTreeView>
+#include <QVBoxLayout>
+
+namespace memledger {
+
+LayerTreePanel::LayerTreePanel(QWidget* parent)
+    : QWidget(parent), model_(new LayerTreeModel(this)), proxy_(new QSortFilterProxyModel(this)),
+      view_(new QTreeView(this)), filter_(new QLineEdit(this))
+{
+    proxy_->setSourceModel(model_);
+    proxy_->setSortRole(LayerTreeModel::SortRole);
+    proxy_->setFilterRole(LayerTreeModel::FilterRole);
+    proxy_->setFilterCaseSensitivity(Qt::CaseInsensitive);
+    proxy_->setRecursiveFilteringEnabled(true); // a match deep down keeps its parents
+    proxy_->setAutoAcceptChildRows(true);       // and a matching module keeps its children
+
+    filter_->setPlaceholderText(tr("Filter modules by name, path or type"));
+    filter_->setClearButtonEnabled(true);
+    connect(filter_, &QLineEdit::textChanged, this, [this](const QString& text) {
+        proxy_->setFilterFixedString(text);
+        if (!text.isEmpty())
+            view_->expandAll();
+    });
+
+    view_->setModel(proxy_);
+    view_->setSortingEnabled(true);
+    view_->sortByColumn(-1, Qt::AscendingOrder); // model order (execution order) until a header is clicked
+    view_->setUniformRowHeights(true);
+    view_->setAlternatingRowColors(true);
+    view_->setSelectionMode(QAbstractItemView::SingleSelection);
+    view_->setSelectionBehavior(QAbstractItemView::SelectRows);
+    auto* bars = new BarDelegate(view_);
+    for (int c = LayerTreeModel::Weights; c < LayerTreeModel::ColumnCount; ++c)
+        view_->setItemDelegateForColumn(c, bars);
+    view_->header()->setStretchLastSection(false);
+    view_->header()->setSectionResizeMode(QHeaderView::Interactive);
+    view_->setColumnWidth(LayerTreeModel::Name, 220);
+    view_->setColumnWidth(LayerTreeModel::Type, 140);
+    view_->setColumnWidth(LayerTreeModel::OutputShape, 130);
+    for (int c = LayerTreeModel::Weights; c < LayerTreeModel::ColumnCount; ++c)
+        view_->setColumnWidth(c, 120);
+
+    connect(view_->selectionModel(), &QItemSelectionModel::currentRowChanged, this,
+            [this](const QModelIndex& current) {
+                emit moduleSelected(current.isValid() ? current.data(LayerTreeModel::PathRole).toString() : QString());
+            });
+
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->addWidget(filter_);
+    layout->addWidget(view_);
+}
+
+void LayerTreePanel::setReport(std::shared_ptr<const Report> report)
+{
+    model_->setReport(std::move(report));
+    view_->expandToDepth(1);
+}
+
+void LayerTreePanel::selectModule(const QString& path)
+{
+    auto source = model_->indexForPath(path);
+    auto index = proxy_->mapFromSource(source);
+    if (!index.isValid())
+        return;
+    view_->scrollTo(index);
+    view_->selectionModel()->setCurrentIndex(index, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
+}
+
+} // namespace memledger

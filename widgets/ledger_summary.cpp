@@ -1,0 +1,101 @@
+#include "ledger_summary.h"
+
+#include "ledger_colors.h"
+#include "memledger/format.h"
+
+#include <QLabel>
+#include <QPainter>
+#include <QVBoxLayout>
+
+namespace memledger {
+
+namespace {
+
+QString bytesText(std::int64_t bytes) { return QString::fromStdString(formatBytes(bytes)); }
+
+constexpr int kBarTop = 26;
+constexpr int kBarHeight = 22;
+constexpr int kRowHeight = 18;
+
+} // namespace
+
+QString loadTaxLine(const Report& r)
+{
+    const auto& t = r.load_tax;
+    if (t.file_tensor_bytes <= 0 && t.resident_bytes <= 0)
+        return {};
+    return QObject::tr("file %1 %2, resident %3 as %4")
+        .arg(bytesText(t.file_tensor_bytes), QString::fromStdString(t.file_dtype.empty() ? "-" : t.file_dtype),
+             bytesText(t.resident_bytes), QString::fromStdString(t.resident_dtype));
+}
+
+LedgerSummary::LedgerSummary(QWidget* parent) : QWidget(parent), loadTax_(new QLabel(this))
+{
+    loadTax_->setWordWrap(true);
+    loadTax_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(6, kBarTop + kBarHeight + 8 + kRowHeight * kLedgerCount + 6, 6, 6);
+    layout->addWidget(loadTax_);
+    setMinimumWidth(220);
+}
+
+void LedgerSummary::setReport(std::shared_ptr<const Report> report)
+{
+    report_ = std::move(report);
+    loadTax_->setText(report_ ? tr("Load tax: %1").arg(loadTaxLine(*report_)) : QString());
+    loadTax_->setVisible(report_ && !loadTaxLine(*report_).isEmpty());
+    update();
+}
+
+QString LedgerSummary::loadTaxText() const { return report_ ? loadTaxLine(*report_) : QString(); }
+
+QSize LedgerSummary::sizeHint() const
+{
+    return {280, kBarTop + kBarHeight + 8 + kRowHeight * kLedgerCount + 40};
+}
+
+void LedgerSummary::paintEvent(QPaintEvent*)
+{
+    QPainter p(this);
+    auto text = palette().color(QPalette::WindowText);
+    p.setPen(text);
+    if (!report_) {
+        p.drawText(rect().adjusted(6, 6, -6, -6), Qt::AlignLeft | Qt::AlignTop, tr("No report yet"));
+        return;
+    }
+    std::int64_t total = 0;
+    for (const auto& l : report_->ledgers)
+        total += l.at_peak;
+    auto titleFont = font();
+    titleFont.setBold(true);
+    p.setFont(titleFont);
+    p.drawText(QRect(6, 4, width() - 12, kBarTop - 6), Qt::AlignLeft | Qt::AlignVCenter,
+               tr("At the peak: %1").arg(bytesText(report_->peak_total_bytes)));
+    p.setFont(font());
+
+    QRect bar(6, kBarTop, width() - 12, kBarHeight);
+    double x = bar.left();
+    for (int i = 0; i < kLedgerCount; ++i) {
+        auto bytes = report_->ledgers[static_cast<std::size_t>(i)].at_peak;
+        double w = total > 0 ? bar.width() * static_cast<double>(bytes) / static_cast<double>(total) : 0;
+        p.fillRect(QRectF(x, bar.top(), w, bar.height()), ledgerColor(static_cast<Ledger>(i)));
+        x += w;
+    }
+    p.setPen(palette().color(QPalette::Mid));
+    p.drawRect(bar.adjusted(0, 0, -1, -1));
+
+    int y = bar.bottom() + 8;
+    for (int i = 0; i < kLedgerCount; ++i, y += kRowHeight) {
+        auto bytes = report_->ledgers[static_cast<std::size_t>(i)].at_peak;
+        p.fillRect(QRect(6, y + 4, 10, 10), ledgerColor(static_cast<Ledger>(i)));
+        p.setPen(text);
+        p.drawText(QRect(22, y, width() - 28, kRowHeight), Qt::AlignLeft | Qt::AlignVCenter,
+                   QString::fromUtf8(ledgerName(static_cast<Ledger>(i))));
+        QString figure = bytesText(bytes);
+        if (total > 0)
+            figure += QStringLiteral("  %1%").arg(100.0 * static_cast<double>(bytes) / static_cast<double>(total), 0, 'f', 0);
+        p.drawText(QRect(22, y, width() - 28, kRowHeight), Qt::AlignRight | Qt::AlignVCenter, figure);
+    }
+}
+
+} // namespace memledger

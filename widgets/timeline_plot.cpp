@@ -1,0 +1,362 @@
+#include "timeline_plot.h"
+
+#include "byte_axis_ticker.h"
+#include "ledger_colors.h"
+#include "memledger/format.h"
+
+#include <QToolTip>
+
+#include <algorithm>
+
+namespace memledger {
+
+namespace {
+
+QString bytesText(double bytes)
+{
+    return QString::fromStdString(formatBytes(static_cast<std::int64_t>(bytes)));
+}
+
+QString keyText(const Trace& t, std::size_t event)
+{
+    return QStringLiteral("%1 ms (op %2)")
+        .arg(static_cast<double>(t.time_ns[event]) / 1e6, 0, 'f', 3)
+        .arg(t.op_seq[event]);
+}
+
+} // namespace
+
+TimelinePlot::TimelinePlot(QWidget* parent) : QCustomPlot(parent)
+{
+    setMouseTracking(true);
+    setNoAntialiasingOnDrag(true);
+    setPlottingHints(QCP::phCacheLabels | QCP::phFastPolylines);
+    setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+    axisRect()->setRangeDrag(Qt::Horizontal);
+    axisRect()->setRangeZoom(Qt::Horizontal);
+    addLayer(QStringLiteral("cursor"), layer(QStringLiteral("main")), QCustomPlot::limAbove);
+    layer(QStringLiteral("cursor"))->setMode(QCPLayer::lmBuffered);
+
+    // Top band first, so each lower band is drawn over the one above it and the legend reads top-down.
+    for (int b = TimelineSeries::kBands - 1; b >= 0; --b) {
+        auto* g = addGraph();
+        auto colour = ledgerColor(static_cast<Ledger>(b));
+        g->setName(QString::fromUtf8(ledgerName(static_cast<Ledger>(b))));
+        g->setLineStyle(QCPGraph::lsStepLeft);
+        g->setPen(QPen(colour.darker(130), 1));
+        g->setBrush(colour);
+        g->setAdaptiveSampling(false); // reduceToView() already keeps a few points per pixel column
+        g->setAntialiased(false);
+        g->setAntialiasedFill(false);
+        bands_[static_cast<std::size_t>(b)] = g;
+    }
+    highlightBase_ = addGraph();
+    highlightBase_->setPen(Qt::NoPen);
+    highlightBase_->removeFromLegend();
+    highlight_ = addGraph();
+    highlight_->setName(tr("selected module"));
+    highlight_->setLineStyle(QCPGraph::lsStepLeft);
+    highlight_->setAdaptiveSampling(false);
+    highlight_->setChannelFillGraph(highlightBase_);
+    highlight_->removeFromLegend();
+    highlight_->setVisible(false);
+
+    peakTracer_ = new QCPItemTracer(this);
+    peakTracer_->setStyle(QCPItemTracer::tsCircle);
+    peakTracer_->setSize(8);
+    peakLabel_ = new QCPItemText(this);
+    peakLabel_->position->setParentAnchor(peakTracer_->position);
+    peakLabel_->position->setCoords(0, -6);
+    peakLabel_->setPositionAlignment(Qt::AlignBottom | Qt::AlignHCenter);
+    peakLabel_->setPadding(QMargins(3, 1, 3, 1));
+
+    emptyLabel_ = new QCPItemText(this);
+    emptyLabel_->position->setType(QCPItemPosition::ptAxisRectRatio);
+    emptyLabel_->position->setCoords(0.5, 0.5);
+    emptyLabel_->setText(tr("No allocation events in this report"));
+    emptyLabel_->setVisible(false);
+
+    cursorLine_ = new QCPItemStraightLine(this);
+    cursorLine_->setLayer(QStringLiteral("cursor"));
+    cursorLine_->setVisible(false);
+
+    yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new ByteAxisTicker));
+    yAxis->setLabel(tr("live bytes"));
+    legend->setVisible(true);
+    axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
+
+    connect(xAxis, QOverload<const QCPRange&>::of(&QCPAxis::rangeChanged), this, [this] { reduceToView(); });
+    applyPalette();
+    setAxis(TimelineAxis::Milliseconds);
+}
+
+void TimelinePlot::setReport(std::shared_ptr<const Report> report)
+{
+    report_ = std::move(report);
+    highlighted_.clear();
+    highlightSeries_.clear();
+    rebuildSeries();
+}
+
+void TimelinePlot::setAxis(TimelineAxis axis)
+{
+    axis_ = axis;
+    xAxis->setLabel(axis == TimelineAxis::Milliseconds ? tr("time (ms)") : tr("op sequence"));
+    rebuildSeries();
+}
+
+void TimelinePlot::rebuildSeries()
+{
+    series_ = report_ ? TimelineSeries::build(*report_, axis_) : TimelineSeries{};
+    for (int b = 0; b < TimelineSeries::kBands; ++b) {
+        auto* g = bands_[static_cast<std::size_t>(b)];
+        g->setVisible(series_.present[static_cast<std::size_t>(b)]);
+        if (g->visible())
+            g->addToLegend();
+        else
+            g->removeFromLegend();
+    }
+    if (!highlighted_.isEmpty() && report_ && report_->trace)
+        highlightSeries_ = moduleLiveSeries(*report_->trace, highlighted_.toStdString(),
+                                            static_cast<double>(report_->weight_bytes + report_->input_bytes));
+    emptyLabel_->setVisible(report_ && (!report_->trace || report_->trace->size() == 0));
+    updatePeakMarker();
+    resetZoom();
+}
+
+void TimelinePlot::updatePeakMarker()
+{
+    bool show = report_ && series_.peak_value > 0;
+    peakTracer_->setVisible(show);
+    peakLabel_->setVisible(show);
+    if (!show)
+        return;
+    peakTracer_->position->setCoords(series_.peak_key, series_.peak_value);
+    peakLabel_->setText(tr("peak %1").arg(bytesText(series_.peak_value)));
+}
+
+void TimelinePlot::resetZoom()
+{
+    double lo = series_.firstKey(), hi = series_.lastKey();
+    if (hi <= lo)
+        hi = lo + 1;
+    autoValueRange_ = true;
+    xAxis->setRange(lo, hi);
+    reduceToView();
+    replot(rpQueuedReplot);
+}
+
+void TimelinePlot::reduceToView()
+{
+    if (reducing_)
+        return;
+    reducing_ = true;
+    auto range = xAxis->range();
+    int columns = 2 * std::max(100, axisRect()->width() > 0 ? axisRect()->width() : width());
+    double top = 0;
+    auto plot = [&](QCPGraph* g, const std::vector<double>& values) {
+        auto r = reduceSteps(series_.keys, values, range.lower, range.upper, columns);
+        g->setData(QVector<double>(r.keys.begin(), r.keys.end()), QVector<double>(r.values.begin(), r.values.end()),
+                   true);
+        for (double v : r.values)
+            top = std::max(top, v);
+    };
+    for (int b = 0; b < TimelineSeries::kBands; ++b)
+        if (series_.present[static_cast<std::size_t>(b)])
+            plot(bands_[static_cast<std::size_t>(b)], series_.tops[static_cast<std::size_t>(b)]);
+    bool highlighting = !highlighted_.isEmpty() && highlightSeries_.size() == series_.keys.size();
+    highlight_->setVisible(highlighting);
+    if (highlighting) {
+        plot(highlight_, highlightSeries_);
+        double base = static_cast<double>(report_->weight_bytes + report_->input_bytes);
+        highlightBase_->setData(QVector<double>{range.lower, range.upper}, QVector<double>{base, base}, true);
+    }
+    if (autoValueRange_)
+        yAxis->setRange(0, top > 0 ? top * 1.12 : 1024);
+    reducing_ = false;
+}
+
+int TimelinePlot::plottedPointCount() const
+{
+    int n = 0;
+    for (auto* g : bands_)
+        if (g->visible())
+            n += g->dataCount();
+    return n;
+}
+
+void TimelinePlot::highlightModule(const QString& path)
+{
+    if (path == highlighted_)
+        return;
+    highlighted_ = path;
+    highlightSeries_.clear();
+    if (!path.isEmpty() && report_ && report_->trace)
+        highlightSeries_ = moduleLiveSeries(*report_->trace, path.toStdString(),
+                                            static_cast<double>(report_->weight_bytes + report_->input_bytes));
+    highlight_->setName(path.isEmpty() ? tr("selected module") : path);
+    if (path.isEmpty())
+        highlight_->removeFromLegend();
+    else
+        highlight_->addToLegend();
+    reduceToView();
+    replot(rpQueuedReplot);
+}
+
+QString TimelinePlot::describeAt(double key, double bytes, QString* modulePath) const
+{
+    if (!report_ || series_.keys.empty() || key < series_.firstKey() || key > series_.lastKey() || bytes < 0)
+        return {};
+    auto p = series_.pointAt(key);
+    int band = -1;
+    for (int b = 0; b < TimelineSeries::kBands && band < 0; ++b)
+        if (series_.present[static_cast<std::size_t>(b)] && bytes <= series_.tops[static_cast<std::size_t>(b)][p])
+            band = b;
+    if (band < 0)
+        return {};
+    double bottom = band == 0 ? 0 : series_.tops[static_cast<std::size_t>(band - 1)][p];
+    auto ledger = static_cast<Ledger>(band);
+    double constant = ledger == Ledger::Weights ? static_cast<double>(report_->weight_bytes)
+                      : ledger == Ledger::Inputs ? static_cast<double>(report_->input_bytes)
+                                                 : 0;
+    if (bytes <= bottom + constant) {
+        if (ledger == Ledger::Weights)
+            return tr("<b>%1</b> weights<br>parameters and buffers of %2, resident as %3 for the whole run")
+                .arg(bytesText(constant), QString::fromStdString(report_->model.type).toHtmlEscaped(),
+                     QString::fromStdString(report_->run.dtype));
+        return tr("<b>%1</b> inputs<br>the model's input tensors, alive for the whole run").arg(bytesText(constant));
+    }
+    if (p == 0 || !report_->trace)
+        return {};
+    // Live allocations of this ledger, stacked oldest first, as the band is drawn.
+    const auto& t = *report_->trace;
+    auto event = p - 1;
+    double level = bottom + constant;
+    for (std::size_t a = 0; a <= event; ++a) {
+        if (t.action[a] != Action::Alloc || t.ledger[a] != ledger)
+            continue;
+        auto partner = t.partner[a];
+        if (partner != kNoPartner && static_cast<std::size_t>(partner) <= event)
+            continue;
+        level += static_cast<double>(t.bytes[a]);
+        if (bytes > level)
+            continue;
+        auto where = QString::fromStdString(t.strings.at(t.where[a]));
+        if (modulePath)
+            *modulePath = where.isEmpty() ? QStringLiteral("") : where; // the root: empty but not null
+        auto op = QString::fromStdString(t.strings.at(t.outer_op[a]));
+        if (t.inner_op[a] && t.inner_op[a] != t.outer_op[a])
+            op += QStringLiteral(" → ") + QString::fromStdString(t.strings.at(t.inner_op[a]));
+        QString until = partner == kNoPartner ? tr("the end of the run")
+                                              : keyText(t, static_cast<std::size_t>(partner));
+        return tr("<b>%1</b> %2<br>module: %3<br>op: %4<br>alive from %5<br>until %6")
+            .arg(bytesText(static_cast<double>(t.bytes[a])), QString::fromUtf8(ledgerName(ledger)),
+                 (where.isEmpty() ? tr("(model)") : where).toHtmlEscaped(),
+                 (op.isEmpty() ? tr("(outside any op)") : op).toHtmlEscaped(), keyText(t, a), until);
+    }
+    return {};
+}
+
+void TimelinePlot::showHover(const QPoint& pos)
+{
+    double key = xAxis->pixelToCoord(pos.x());
+    double bytes = yAxis->pixelToCoord(pos.y());
+    bool inside = axisRect()->rect().contains(pos);
+    cursorLine_->setVisible(inside);
+    if (inside) {
+        cursorLine_->point1->setCoords(key, 0);
+        cursorLine_->point2->setCoords(key, 1);
+    }
+    layer(QStringLiteral("cursor"))->replot();
+    auto text = inside ? describeAt(key, bytes) : QString();
+    if (text.isEmpty())
+        QToolTip::hideText();
+    else
+        QToolTip::showText(mapToGlobal(pos), text, this);
+}
+
+void TimelinePlot::mousePressEvent(QMouseEvent* event)
+{
+    pressPos_ = event->pos();
+    setSelectionRectMode(event->modifiers() & Qt::ShiftModifier ? QCP::srmZoom : QCP::srmNone);
+    QCustomPlot::mousePressEvent(event);
+}
+
+void TimelinePlot::mouseMoveEvent(QMouseEvent* event)
+{
+    QCustomPlot::mouseMoveEvent(event);
+    if (event->buttons() == Qt::NoButton)
+        showHover(event->pos());
+}
+
+void TimelinePlot::mouseReleaseEvent(QMouseEvent* event)
+{
+    QCustomPlot::mouseReleaseEvent(event);
+    if (event->button() != Qt::LeftButton || (event->pos() - pressPos_).manhattanLength() > 3)
+        return;
+    QString path;
+    describeAt(xAxis->pixelToCoord(event->pos().x()), yAxis->pixelToCoord(event->pos().y()), &path);
+    if (!path.isNull())
+        emit moduleClicked(path);
+}
+
+void TimelinePlot::mouseDoubleClickEvent(QMouseEvent* event)
+{
+    QCustomPlot::mouseDoubleClickEvent(event);
+    resetZoom();
+}
+
+void TimelinePlot::leaveEvent(QEvent* event)
+{
+    QCustomPlot::leaveEvent(event);
+    cursorLine_->setVisible(false);
+    layer(QStringLiteral("cursor"))->replot();
+}
+
+void TimelinePlot::changeEvent(QEvent* event)
+{
+    QCustomPlot::changeEvent(event);
+    if (event->type() == QEvent::PaletteChange)
+        applyPalette();
+}
+
+void TimelinePlot::resizeEvent(QResizeEvent* event)
+{
+    QCustomPlot::resizeEvent(event);
+    reduceToView();
+}
+
+void TimelinePlot::applyPalette()
+{
+    auto pal = palette();
+    auto text = pal.color(QPalette::WindowText);
+    setBackground(pal.color(QPalette::Base));
+    for (auto* axis : {xAxis, yAxis}) {
+        axis->setBasePen(QPen(text, 1));
+        axis->setTickPen(QPen(text, 1));
+        axis->setSubTickPen(QPen(text, 1));
+        axis->setTickLabelColor(text);
+        axis->setLabelColor(text);
+        auto grid = text;
+        grid.setAlpha(40);
+        axis->grid()->setPen(QPen(grid, 1, Qt::DotLine));
+    }
+    auto legendBack = pal.color(QPalette::Base);
+    legendBack.setAlpha(220);
+    legend->setBrush(legendBack);
+    legend->setTextColor(text);
+    legend->setBorderPen(QPen(pal.color(QPalette::Mid)));
+    peakTracer_->setPen(QPen(text, 1.5));
+    peakTracer_->setBrush(pal.color(QPalette::Base));
+    peakLabel_->setColor(text);
+    peakLabel_->setBrush(legendBack);
+    emptyLabel_->setColor(text);
+    cursorLine_->setPen(QPen(pal.color(QPalette::Highlight), 1, Qt::DashLine));
+    auto shade = pal.color(QPalette::Highlight);
+    highlight_->setPen(QPen(shade.darker(140), 1));
+    shade.setAlpha(150);
+    highlight_->setBrush(QBrush(shade, Qt::Dense4Pattern));
+    replot(rpQueuedReplot);
+}
+
+} // namespace memledger

@@ -1,0 +1,71 @@
+#pragma once
+#include "timeline_series.h"
+
+#include <qcustomplot.h>
+
+#include <memory>
+
+namespace memledger {
+
+// Live bytes over the run, stacked by ledger, with the peak marked. Wheel zooms, drag pans, shift+drag
+// zooms to a box, double-click resets. Hovering names the allocation under the cursor; a click selects
+// its module (moduleClicked). The step series is built once per report and reduced per pixel column
+// whenever the visible range changes.
+class TimelinePlot : public QCustomPlot {
+    Q_OBJECT
+public:
+    explicit TimelinePlot(QWidget* parent = nullptr);
+
+    void setReport(std::shared_ptr<const Report> report);
+    const std::shared_ptr<const Report>& report() const { return report_; }
+    void setAxis(TimelineAxis axis);
+    TimelineAxis axis() const { return axis_; }
+    const TimelineSeries& series() const { return series_; }
+    QString highlightedModule() const { return highlighted_; }
+
+    // What the cursor at (key, bytes) points at, as rich text; empty when nothing is there.
+    QString describeAt(double key, double bytes, QString* modulePath = nullptr) const;
+    // Points handed to the graphs now, all bands together (after the per-column reduction).
+    int plottedPointCount() const;
+
+public slots:
+    void highlightModule(const QString& path); // "" clears
+    void resetZoom();
+
+signals:
+    void moduleClicked(const QString& path);
+
+protected:
+    void mousePressEvent(QMouseEvent* event) override;
+    void mouseMoveEvent(QMouseEvent* event) override;
+    void mouseReleaseEvent(QMouseEvent* event) override;
+    void mouseDoubleClickEvent(QMouseEvent* event) override;
+    void leaveEvent(QEvent* event) override;
+    void changeEvent(QEvent* event) override;
+    void resizeEvent(QResizeEvent* event) override;
+
+private:
+    void rebuildSeries();
+    void reduceToView();
+    void applyPalette();
+    void updatePeakMarker();
+    void showHover(const QPoint& pos);
+
+    std::shared_ptr<const Report> report_;
+    TimelineAxis axis_ = TimelineAxis::Milliseconds;
+    TimelineSeries series_;
+    std::vector<double> highlightSeries_;
+    QString highlighted_;
+    std::array<QCPGraph*, TimelineSeries::kBands> bands_{};
+    QCPGraph* highlightBase_ = nullptr;
+    QCPGraph* highlight_ = nullptr;
+    QCPItemTracer* peakTracer_ = nullptr;
+    QCPItemText* peakLabel_ = nullptr;
+    QCPItemStraightLine* cursorLine_ = nullptr;
+    QCPItemText* emptyLabel_ = nullptr;
+    bool autoValueRange_ = true;
+    bool reducing_ = false;
+    QPoint pressPos_;
+};
+
+} // namespace memledger
