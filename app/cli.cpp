@@ -4,6 +4,7 @@
 #include "memledger/analysis.h"
 #include "memledger/atomic_file.h"
 #include "memledger/errors.h"
+#include "memledger/report_html.h"
 #include "memledger/report_json.h"
 #include "memledger/report_text.h"
 #include "memledger/snapshot.h"
@@ -63,6 +64,10 @@ int runAnalyze(const CliOptions& o)
         if (!o.json.empty()) {
             writeFileAtomically(o.json, reportToJson(report).dump() + "\n");
             std::cout << "Wrote " << o.json << "\n";
+        }
+        if (!o.html.empty()) {
+            writeFileAtomically(o.html, reportToHtml(report));
+            std::cout << "Wrote " << o.html << "\n";
         }
         if (!o.snapshot_out.empty()) {
             writeSnapshotFile(o.snapshot_out, report);

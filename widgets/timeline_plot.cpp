@@ -82,8 +82,13 @@ TimelinePlot::TimelinePlot(QWidget* parent) : QCustomPlot(parent)
 
     yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new ByteAxisTicker));
     yAxis->setLabel(tr("live bytes"));
+    // The legend sits in a row above the plot, where it never hides the peak marker.
     legend->setVisible(true);
-    axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
+    legend->setFillOrder(QCPLegend::foColumnsFirst);
+    plotLayout()->insertRow(0);
+    plotLayout()->addElement(0, 0, legend);
+    plotLayout()->setRowStretchFactor(0, 0.001);
+    legend->setMargins(QMargins(4, 2, 4, 2));
 
     connect(xAxis, QOverload<const QCPRange&>::of(&QCPAxis::rangeChanged), this, [this] { reduceToView(); });
     applyPalette();

@@ -172,26 +172,27 @@ public:
             return 0;
         if (auto it = byList_.find(frames->identity()); it != byList_.end())
             return it->second;
-        std::uint32_t fallback = 0, found = 0;
-        bool have = false;
+        const Info* chosen = nullptr;
+        const Info* firstKnown = nullptr;
         for (const auto& f : frames->items()) {
-            const auto& info = frameInfo(f);
+            const Info& info = frameInfo(f);
             if (!info.internal) {
-                found = info.id;
-                have = true;
+                chosen = &info;
                 break;
             }
-            if (fallback == 0 && info.known)
-                fallback = info.id;
+            if (!firstKnown && info.known)
+                firstKnown = &info;
         }
-        std::uint32_t id = have ? found : fallback;
+        if (!chosen)
+            chosen = firstKnown ? firstKnown : &frameInfo(frames->items().front());
+        std::uint32_t id = chosen->text.empty() ? 0 : strings_.intern(chosen->text);
         byList_.emplace(frames->identity(), id);
         return id;
     }
 
 private:
     struct Info {
-        std::uint32_t id = 0;
+        std::string text; // "file:line name"; interned only when an event uses it
         bool internal = true;
         bool known = false;
     };
@@ -205,10 +206,9 @@ private:
             auto file = strOr(f, "filename");
             info.internal = isTorchInternal(file);
             info.known = !file.empty() && file != "??";
-            auto text = file + ":" + std::to_string(intOr(f, "line", 0)) + " " + strOr(f, "name");
-            info.id = strings_.intern(text);
+            info.text = file + ":" + std::to_string(intOr(f, "line", 0)) + " " + strOr(f, "name");
         }
-        return byFrame_[key] = info;
+        return byFrame_[key] = std::move(info);
     }
 
     StringTable& strings_;

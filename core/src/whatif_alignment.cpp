@@ -163,12 +163,38 @@ SizeFit fitSizes(const RawRun& r1, std::int64_t b1, const RawRun& r2, std::int64
             ++fit.matched_ops;
         allocsOf(t1, seg1[i], ev1, tok1);
         allocsOf(t2, seg2[j], ev2, tok2);
-        for (auto [p, q] : alignTokens(tok1, tok2, 256)) {
-            auto e1 = ev1[p], e2 = ev2[q];
+        auto match = [&](std::uint32_t e1, std::uint32_t e2) {
             double slope = static_cast<double>(t2.bytes[e2] - t1.bytes[e1]) / db;
             fit.slope[e2] = slope;
             fit.intercept[e2] = static_cast<double>(t2.bytes[e2]) - slope * static_cast<double>(b2);
             fitted[e2] = 1;
+        };
+        std::vector<char> used1(ev1.size(), 0);
+        for (auto [p, q] : alignTokens(tok1, tok2, 256)) {
+            match(ev1[p], ev2[q]);
+            used1[p] = 1;
+        }
+        // The same op may switch kernels between batch sizes (addmm at batch 1, a copy and mm at 2): align
+        // what is left by lifetime alone, and keep a pair only if its sizes could belong to one tensor,
+        // from constant (s2 == s1) to growing with the batch (s2 == s1 * b2 / b1).
+        std::vector<std::uint32_t> rest1, rest2;
+        std::vector<std::uint64_t> life1, life2;
+        for (std::size_t p = 0; p < ev1.size(); ++p)
+            if (!used1[p]) {
+                rest1.push_back(ev1[p]);
+                life1.push_back(tok1[p] & 1);
+            }
+        for (std::size_t q = 0; q < ev2.size(); ++q)
+            if (!fitted[ev2[q]]) {
+                rest2.push_back(ev2[q]);
+                life2.push_back(tok2[q] & 1);
+            }
+        if (rest1.empty() || rest2.empty())
+            continue;
+        for (auto [p, q] : alignTokens(life1, life2, 256)) {
+            auto s1 = t1.bytes[rest1[p]], s2 = t2.bytes[rest2[q]];
+            if (s2 >= s1 && static_cast<double>(s2) * static_cast<double>(b1) <= static_cast<double>(s1) * static_cast<double>(b2))
+                match(rest1[p], rest2[q]);
         }
     }
 

@@ -1,0 +1,214 @@
+// The window: opens the demo and runs it off the GUI thread, shows bad files as errors, exports.
+#include "layer_tree_model.h"
+#include "layer_tree_panel.h"
+#include "ledger_summary.h"
+#include "main_window.h"
+#include "qt_test_app.h"
+#include "run_panel.h"
+#include "timeline_plot.h"
+
+#include "memledger/report_json.h"
+
+#include <QAbstractItemModelTester>
+#include <QElapsedTimer>
+#include <QFile>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QSortFilterProxyModel>
+#include <QTemporaryDir>
+#include <QTimer>
+#include <QTreeView>
+
+#include <gtest/gtest.h>
+
+using namespace memledger;
+
+namespace {
+
+constexpr int kRunTimeoutMs = 120000;
+
+bool waitForReport(MainWindow& w)
+{
+    QSignalSpy shown(&w, &MainWindow::reportChanged);
+    QSignalSpy failed(&w, &MainWindow::runFailed);
+    QElapsedTimer clock;
+    clock.start();
+    while (shown.isEmpty() && failed.isEmpty() && clock.elapsed() < kRunTimeoutMs)
+        shown.wait(100);
+    return !shown.isEmpty();
+}
+
+int countRows(const QAbstractItemModel& m, const QModelIndex& parent = {})
+{
+    int n = m.rowCount(parent);
+    for (int r = 0, rows = n; r < rows; ++r)
+        n += countRows(m, m.index(r, 0, parent));
+    return n;
+}
+
+void writeFile(const QString& path, const QByteArray& bytes)
+{
+    QFile f(path);
+    ASSERT_TRUE(f.open(QIODevice::WriteOnly));
+    f.write(bytes);
+}
+
+} // namespace
+
+TEST(MainWindow, RunsTheDemoAndShowsWhatTheCoreReports)
+{
+    qtTestApp();
+    MainWindow w;
+    w.show();
+    QAbstractItemModelTester treeTester(w.layerTree()->model());
+    QAbstractItemModelTester proxyTester(w.layerTree()->proxy());
+    w.openDemo();
+    EXPECT_TRUE(w.isRunning());
+    ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
+    EXPECT_FALSE(w.isRunning());
+    auto report = w.report();
+    ASSERT_TRUE(report);
+    ASSERT_TRUE(report->trace);
+
+    // Tree: one row per module, root first, with the core's figures.
+    EXPECT_EQ(countRows(*w.layerTree()->model()), static_cast<int>(report->layers.size()));
+    auto root = w.layerTree()->model()->index(0, LayerTreeModel::Weights);
+    EXPECT_EQ(root.data(LayerTreeModel::SortRole).toLongLong(), report->layers[0].weight_bytes);
+    for (std::size_t i = 0; i < report->layers.size(); i += 7) {
+        auto index = w.layerTree()->model()->indexForLayer(static_cast<int>(i), LayerTreeModel::Activations);
+        EXPECT_EQ(index.data(LayerTreeModel::SortRole).toLongLong(), report->layers[i].activation_bytes) << i;
+        EXPECT_EQ(index.siblingAtColumn(0).data(LayerTreeModel::PathRole).toString().toStdString(),
+                  report->layers[i].path);
+    }
+
+    // Timeline: the stacked top is weights + inputs + live bytes, and its peak is the report's.
+    const auto& s = w.timeline()->series();
+    ASSERT_EQ(s.keys.size(), report->trace->size() + 1);
+    auto live = liveBytesAfterEachEvent(*report->trace);
+    for (std::size_t i = 0; i < live.size(); ++i)
+        ASSERT_EQ(s.tops[TimelineSeries::kBands - 1][i + 1],
+                  static_cast<double>(report->weight_bytes + report->input_bytes + live[i]));
+    EXPECT_EQ(s.peak_value, static_cast<double>(report->peak_total_bytes));
+    EXPECT_GT(w.timeline()->plottedPointCount(), 0);
+
+    EXPECT_EQ(w.ledgerSummary()->loadTaxText(), "file 2.61 MiB float16, resident 5.21 MiB as float32");
+    EXPECT_EQ(w.runPanel()->inputsText(), "1x1x300x300");
+
+    // Selecting a module in the tree shades it on the timeline, and a click on the timeline selects back.
+    w.layerTree()->selectModule("base.0");
+    EXPECT_EQ(w.timeline()->highlightedModule(), "base.0");
+    emit w.timeline()->moduleClicked("Norm.branch0.0.conv");
+    EXPECT_EQ(w.timeline()->highlightedModule(), "Norm.branch0.0.conv");
+}
+
+TEST(MainWindow, EventLoopNeverStallsDuringARun)
+{
+    qtTestApp();
+    MainWindow w;
+    w.show();
+    QElapsedTimer sinceTick;
+    qint64 worstGap = 0;
+    QTimer ticker;
+    ticker.setInterval(10);
+    QObject::connect(&ticker, &QTimer::timeout, [&] {
+        worstGap = std::max(worstGap, sinceTick.restart());
+    });
+    sinceTick.start();
+    ticker.start();
+    w.openDemo();
+    ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
+    // Let the report's views settle too.
+    QElapsedTimer settle;
+    settle.start();
+    while (settle.elapsed() < 300)
+        QCoreApplication::processEvents(QEventLoop::AllEvents, 20);
+    ticker.stop();
+    EXPECT_LT(worstGap, 100) << "the GUI thread stalled for " << worstGap << " ms";
+}
+
+TEST(MainWindow, CancelStopsTheRunAndTheNextRunWorks)
+{
+    qtTestApp();
+    MainWindow w;
+    w.openDemo();
+    ASSERT_TRUE(w.runPanel()->cancelButton()->isEnabled());
+    w.runPanel()->cancelButton()->click();
+    EXPECT_FALSE(w.isRunning());
+    EXPECT_TRUE(w.runPanel()->runButton()->isEnabled());
+    // A stale result of the cancelled job must not show up.
+    QSignalSpy shown(&w, &MainWindow::reportChanged);
+    shown.wait(1500);
+    EXPECT_TRUE(shown.isEmpty());
+    w.runPanel()->runButton()->click();
+    ASSERT_TRUE(waitForReport(w));
+    EXPECT_TRUE(w.report());
+}
+
+class BadFile : public ::testing::TestWithParam<std::pair<const char*, const char*>> { };
+
+TEST_P(BadFile, ShowsTheFileAndLeavesTheWindowUsable)
+{
+    qtTestApp();
+    QTemporaryDir dir;
+    auto [name, contents] = GetParam();
+    auto path = dir.filePath(name);
+    if (contents)
+        writeFile(path, contents);
+    MainWindow w;
+    w.show();
+    QSignalSpy failed(&w, &MainWindow::runFailed);
+    w.openFile(path);
+    QElapsedTimer clock;
+    clock.start();
+    while (failed.isEmpty() && clock.elapsed() < kRunTimeoutMs)
+        failed.wait(100);
+    ASSERT_EQ(failed.size(), 1);
+    EXPECT_TRUE(w.errorText().contains(name)) << w.errorText().toStdString();
+    EXPECT_FALSE(w.isRunning());
+    EXPECT_FALSE(w.report());
+    // Still usable: the demo opens and the error goes away.
+    w.openDemo();
+    ASSERT_TRUE(waitForReport(w));
+    EXPECT_TRUE(w.errorText().isEmpty());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Files, BadFile,
+    ::testing::Values(std::pair<const char*, const char*>{"garbage.pt", "this is not a TorchScript zip"},
+                      std::pair<const char*, const char*>{"missing.pt", nullptr},
+                      std::pair<const char*, const char*>{"broken.json", "{\"memledger\": "},
+                      std::pair<const char*, const char*>{"other.json", "{\"hello\": 1}"}));
+
+TEST(MainWindow, SavesReopensAndExports)
+{
+    qtTestApp();
+    QTemporaryDir dir;
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    w.openDemo();
+    ASSERT_TRUE(waitForReport(w));
+    auto peak = w.report()->peak_total_bytes;
+
+    auto json = dir.filePath("demo.json");
+    ASSERT_EQ(w.saveAnalysis(json), QString());
+    auto timeline = dir.filePath("timeline.png");
+    ASSERT_EQ(w.exportTimelinePng(timeline), QString());
+    QImage t(timeline);
+    ASSERT_FALSE(t.isNull());
+    EXPECT_EQ(t.size(), w.timeline()->size().expandedTo(QSize(800, 300)));
+    EXPECT_GT(pixelsUnlike(t, t.pixel(0, 0)), t.width() * t.height() / 10);
+    auto window = dir.filePath("window.png");
+    ASSERT_EQ(w.exportWindowPng(window), QString());
+    QImage shot(window);
+    EXPECT_EQ(shot.size(), w.size());
+    EXPECT_GT(pixelsUnlike(shot, shot.pixel(0, 0)), shot.width() * shot.height() / 10);
+
+    // The saved JSON opens without running anything.
+    w.openFile(json);
+    ASSERT_TRUE(waitForReport(w));
+    EXPECT_EQ(w.report()->peak_total_bytes, peak);
+    EXPECT_FALSE(w.runPanel()->runButton()->isEnabled());
+    EXPECT_EQ(countRows(*w.layerTree()->model()), static_cast<int>(w.report()->layers.size()));
+}

@@ -1,0 +1,279 @@
+#include "memledger/errors.h"
+#include "memledger/report_json.h"
+#include "memledger/snapshot.h"
+#include "memledger/snapshot_writer.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+using namespace memledger;
+
+namespace {
+
+std::string snapshotPath(const std::string& name) { return std::string(MEMLEDGER_SNAPSHOTS) + "/" + name; }
+
+#define SKIP_WITHOUT_SNAPSHOTS()                                                                                      \
+    if (!std::filesystem::is_directory(MEMLEDGER_SNAPSHOTS))                                                          \
+    GTEST_SKIP() << "the shared snapshots folder " MEMLEDGER_SNAPSHOTS " is absent: real-snapshot checks skipped"
+
+// The figures of shared/snapshots/README.md.
+struct Expected {
+    const char* file;
+    std::size_t segments;
+    std::int64_t reserved;
+    std::int64_t allocated;
+    std::size_t trace;
+    std::map<std::string, std::size_t> actions;
+    std::size_t devices;
+    bool expandable;
+    const char* layout;
+};
+
+const std::vector<Expected>& table()
+{
+    static const std::vector<Expected> t = {
+        {"bare-segment-list.pkl", 255, 3649044480, 3353639424, 0, {}, 1, false, "segment-list"},
+        {"legacy-history-format.pickle", 176, 11844714496, 11840159744, 1, {{"snapshot", 1}}, 1, false,
+         "legacy-history"},
+        {"many-segments.pickle", 216, 14180941824, 1377753600, 5163,
+         {{"alloc", 1721}, {"free_requested", 1721}, {"free_completed", 1721}}, 1, false, "dict"},
+        {"oom-expandable-segments.pickle", 12, 114628231168, 28728827904, 7923,
+         {{"alloc", 3025},
+          {"free_requested", 2299},
+          {"free_completed", 2299},
+          {"segment_map", 293},
+          {"segment_unmap", 6},
+          {"oom", 1}},
+         4, true, "dict"},
+        {"segment-alloc-and-free.pickle", 8, 22194159616, 1332177408, 3092,
+         {{"alloc", 1023}, {"free_requested", 1021}, {"free_completed", 1021}, {"segment_alloc", 16}, {"segment_free", 11}},
+         1, false, "dict"},
+        {"small-alloc-free.pickle", 5, 262144000, 8704, 1040, {{"alloc", 520}, {"free_completed", 520}}, 1, true,
+         "dict-2.1"},
+        {"tiny-segment-alloc.pickle", 9, 3781165056, 31719936, 97,
+         {{"alloc", 36}, {"free_requested", 26}, {"free_completed", 26}, {"segment_alloc", 9}}, 1, false, "dict"},
+        {"torch-2.1-era-format.pickle", 215, 6471811072, 2297283072, 10307,
+         {{"alloc", 3505}, {"free_requested", 3325}, {"free_completed", 3325}, {"segment_alloc", 152}}, 1, false,
+         "dict-2.1"},
+    };
+    return t;
+}
+
+std::map<std::string, std::size_t> actionCounts(const Snapshot& s)
+{
+    std::map<std::string, std::size_t> m;
+    for (auto a : s.trace->action)
+        ++m[actionName(a)];
+    return m;
+}
+
+} // namespace
+
+TEST(Snapshot, EverySharedFileMatchesTheReadmeTable)
+{
+    SKIP_WITHOUT_SNAPSHOTS();
+    for (const auto& e : table()) {
+        SCOPED_TRACE(e.file);
+        Snapshot s = readSnapshotFile(snapshotPath(e.file));
+        EXPECT_EQ(s.segments.size(), e.segments);
+        EXPECT_EQ(s.reservedBytes(), e.reserved);
+        EXPECT_EQ(s.allocatedBytes(), e.allocated);
+        EXPECT_EQ(s.trace->size(), e.trace);
+        EXPECT_EQ(actionCounts(s), e.actions);
+        EXPECT_EQ(s.devices.size(), e.devices);
+        bool expandable = false;
+        for (const auto& g : s.segments)
+            expandable = expandable || g.is_expandable;
+        EXPECT_EQ(expandable, e.expandable);
+        EXPECT_EQ(s.layout, e.layout);
+        EXPECT_EQ(s.trace_stream.size(), s.trace->size());
+    }
+}
+
+TEST(Snapshot, RecognisedByContentNotExtension)
+{
+    SKIP_WITHOUT_SNAPSHOTS();
+    auto copy = std::filesystem::temp_directory_path() / "memledger-snapshot-no-extension";
+    std::filesystem::copy_file(snapshotPath("tiny-segment-alloc.pickle"), copy,
+                               std::filesystem::copy_options::overwrite_existing);
+    EXPECT_TRUE(looksLikePickleFile(copy.string()));
+    EXPECT_EQ(readSnapshotFile(copy.string()).trace->size(), 97u);
+    std::filesystem::remove(copy);
+    EXPECT_FALSE(looksLikePickleFile(std::string(MEMLEDGER_SNAPSHOTS) + "/README.md"));
+}
+
+TEST(Snapshot, TraceConversion)
+{
+    SKIP_WITHOUT_SNAPSHOTS();
+    Snapshot s = readSnapshotFile(snapshotPath("many-segments.pickle"));
+    const Trace& t = *s.trace;
+    ASSERT_TRUE(s.trace_has_time);
+    EXPECT_EQ(t.time_ns.front(), 0);
+    EXPECT_TRUE(std::is_sorted(t.time_ns.begin(), t.time_ns.end()));
+    // every free_completed of this file has its alloc in the trace; pairs point at each other
+    std::size_t paired = 0, freedBeforeTrace = 0;
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        if (t.partner[i] == kNoPartner) {
+            freedBeforeTrace += t.action[i] == Action::Free;
+            continue;
+        }
+        auto p = static_cast<std::size_t>(t.partner[i]);
+        EXPECT_EQ(t.partner[p], static_cast<std::int32_t>(i));
+        EXPECT_EQ(t.address[p], t.address[i]);
+        if (t.action[i] == Action::Free)
+            ++paired;
+    }
+    // a ring buffer: 2 blocks allocated before the first entry are freed in it, 2 allocated in it stay alive
+    EXPECT_EQ(paired, 1719u);
+    EXPECT_EQ(freedBeforeTrace, 2u);
+    // the top user frame skips torch's own files: model.py:54 forward, not torch/nn/modules/module.py
+    EXPECT_NE(t.strings.at(t.where[0]).find("model.py:54 forward"), std::string::npos) << t.strings.at(t.where[0]);
+    for (std::size_t i = 0; i < t.size(); ++i)
+        EXPECT_EQ(t.ledger[i], Ledger::Unattributed);
+}
+
+TEST(Snapshot, RingBufferStartingMidRunIsAccepted)
+{
+    SKIP_WITHOUT_SNAPSHOTS();
+    // many-segments begins mid-run: blocks alive before its first entry are freed in it
+    Snapshot s = readSnapshotFile(snapshotPath("many-segments.pickle"));
+    std::size_t unpairedFrees = 0;
+    for (std::size_t i = 0; i < s.trace->size(); ++i)
+        unpairedFrees += s.trace->action[i] == Action::Free && s.trace->partner[i] == kNoPartner;
+    EXPECT_GT(unpairedFrees, 0u);
+    Report r = reportFromSnapshot(s, snapshotPath("many-segments.pickle"));
+    EXPECT_EQ(r.source, "snapshot");
+    EXPECT_GE(r.peak_bytes, s.allocatedBytes());
+    bool noted = false;
+    for (const auto& n : r.notes)
+        noted = noted || n.find("before the trace began") != std::string::npos;
+    EXPECT_TRUE(noted);
+    // torch-2.1-era-format has no time_us: events are spaced by their order
+    Snapshot old = readSnapshotFile(snapshotPath("torch-2.1-era-format.pickle"));
+    EXPECT_FALSE(old.trace_has_time);
+    EXPECT_EQ(old.trace->time_ns[1], 1000);
+}
+
+TEST(Snapshot, OomAndDevices)
+{
+    SKIP_WITHOUT_SNAPSHOTS();
+    Snapshot s = readSnapshotFile(snapshotPath("oom-expandable-segments.pickle"));
+    ASSERT_EQ(s.ooms.size(), 1u);
+    EXPECT_EQ(s.ooms[0].device, 1);
+    EXPECT_GT(s.ooms[0].bytes_requested, 0);
+    EXPECT_GT(s.ooms[0].device_free, 0);
+    EXPECT_TRUE(s.settings.present);
+    EXPECT_TRUE(s.settings.expandable_segments);
+    EXPECT_EQ(s.devices, (std::vector<int>{0, 1, 2, 3}));
+    std::set<int> traceDevices(s.trace->device.begin(), s.trace->device.end());
+    EXPECT_EQ(traceDevices, (std::set<int>{0, 1, 2}));
+}
+
+TEST(Snapshot, ReportAndJson)
+{
+    SKIP_WITHOUT_SNAPSHOTS();
+    auto path = snapshotPath("segment-alloc-and-free.pickle");
+    Report r = readSnapshotReport(path);
+    ASSERT_TRUE(r.snapshot);
+    EXPECT_EQ(r.source, "snapshot");
+    EXPECT_EQ(r.trace->size(), 3092u);
+    EXPECT_GT(r.peak_bytes, 0);
+    EXPECT_EQ(r.peak_total_bytes, r.peak_bytes);
+    ASSERT_FALSE(r.layers.empty());
+    EXPECT_EQ(r.layers[0].name, "segment-alloc-and-free.pickle");
+    for (std::size_t i = 1; i < r.layers.size(); ++i)
+        EXPECT_LT(r.layers[i].parent, static_cast<int>(i));
+    EXPECT_FALSE(r.alive_at_peak.empty());
+    auto j = reportToJson(r, false);
+    EXPECT_EQ(j["source"], "snapshot");
+    EXPECT_EQ(j["snapshot"]["segments"], 8);
+    EXPECT_EQ(j["snapshot"]["reserved_bytes"], 22194159616);
+    EXPECT_EQ(j["snapshot"]["allocated_bytes"], 1332177408);
+    EXPECT_EQ(j["snapshot"]["trace_entries"], 3092);
+    EXPECT_EQ(j["allocator_model"]["recorded_segment_allocs"], 16);
+    EXPECT_EQ(j["allocator_model"]["reproduced_segment_allocs"], 16);
+    EXPECT_EQ(j["allocator_model"]["matched"], true);
+    EXPECT_EQ(j["allocator_model"]["settings"]["default"], true);
+}
+
+TEST(Snapshot, WriterRoundTrip)
+{
+    SKIP_WITHOUT_SNAPSHOTS();
+    Report r = readSnapshotReport(snapshotPath("tiny-segment-alloc.pickle"));
+    Snapshot back = decodeSnapshot(encodeSnapshot(r), "round-trip");
+    EXPECT_EQ(back.segments.size(), 9u);
+    EXPECT_EQ(back.reservedBytes(), 3781165056);
+    EXPECT_EQ(back.allocatedBytes(), 31719936);
+    EXPECT_EQ(actionCounts(back), actionCounts(*r.snapshot));
+    ASSERT_EQ(back.trace->size(), r.trace->size());
+    for (std::size_t i = 0; i < r.trace->size(); ++i)
+        EXPECT_EQ(back.trace->strings.at(back.trace->where[i]), r.trace->strings.at(r.trace->where[i])) << i;
+}
+
+TEST(Snapshot, WriterFromATraceThroughTheModel)
+{
+    Trace t;
+    auto where = t.strings.intern("model.py:12 forward");
+    std::vector<std::size_t> allocs;
+    for (int i = 0; i < 100; ++i) {
+        auto k = t.push(i * 1000, 1000 + i * 4096, 0x1000 + static_cast<std::uint64_t>(i) * 0x100000, Action::Alloc, 0);
+        t.where[k] = where;
+        allocs.push_back(k);
+        if (i % 3 == 2) {
+            auto f = t.push(i * 1000 + 500, t.bytes[allocs[i - 1]], t.address[allocs[i - 1]], Action::Free, 0);
+            t.partner[f] = static_cast<std::int32_t>(allocs[i - 1]);
+        }
+    }
+    Snapshot s = decodeSnapshot(encodeSnapshot(t), "from-trace");
+    EXPECT_EQ(s.trace->size(), t.size());
+    std::int64_t blocksTotal = 0;
+    for (const auto& g : s.segments) {
+        std::int64_t sum = 0;
+        for (const auto& b : g.blocks)
+            sum += b.size;
+        EXPECT_EQ(sum, g.total_size); // what torch.cuda._memory_viz.stats() asserts
+        blocksTotal += sum;
+    }
+    EXPECT_GT(blocksTotal, 0);
+    EXPECT_EQ(s.trace->strings.at(s.trace->where[0]), "model.py:12 forward");
+}
+
+TEST(Snapshot, PyTorchMemoryVizReadsOurSnapshot)
+{
+    SKIP_WITHOUT_SNAPSHOTS();
+    if (std::system("/usr/bin/python3 -c 'import torch.cuda._memory_viz' >/dev/null 2>&1") != 0)
+        GTEST_SKIP() << "Debian's /usr/bin/python3 has no torch: torch.cuda._memory_viz check skipped";
+    auto dir = std::filesystem::temp_directory_path();
+    auto fromSnapshot = (dir / "memledger-viz-a.pickle").string();
+    auto fromTrace = (dir / "memledger-viz-b.pickle").string();
+    writeSnapshotFile(fromSnapshot, readSnapshotReport(snapshotPath("segment-alloc-and-free.pickle")));
+    Report model;
+    auto t = std::make_shared<Trace>();
+    for (int i = 0; i < 50; ++i)
+        t->push(i, (i + 1) * 300000, 0x10000 + static_cast<std::uint64_t>(i) * 0x1000000, Action::Alloc, 0);
+    model.trace = t;
+    writeSnapshotFile(fromTrace, model);
+    // torch 1.13's _memory_viz takes the list of segments; newer ones take the dict. Try what exists.
+    std::string script = dir.string() + "/memledger-viz.py";
+    std::ofstream(script) << "import pickle, sys\n"
+                             "import torch.cuda._memory_viz as m\n"
+                             "for f in sys.argv[1:]:\n"
+                             "    d = pickle.load(open(f, 'rb'))\n"
+                             "    segs = d['segments']\n"
+                             "    ident = lambda s: s\n"
+                             "    st = m.stats(segs) if hasattr(m, 'stats') else None\n"
+                             "    a = m.segments(segs, format_flamegraph=ident) if hasattr(m, 'trace_plot') is False "
+                             "else m.segments(d, format_flamegraph=ident)\n"
+                             "    b = m.memory(segs, format_flamegraph=ident) if hasattr(m, 'trace_plot') is False "
+                             "else m.memory(d, format_flamegraph=ident)\n"
+                             "    assert len(a) > 0 and len(b) > 0\n"
+                             "    if hasattr(m, 'trace_plot'): m.trace_plot(d)\n"
+                             "    print('ok', f, len(segs), st['total_size'] if st else '')\n";
+    std::string cmd = "/usr/bin/python3 " + script + " " + fromSnapshot + " " + fromTrace;
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
