@@ -1,4 +1,5 @@
 #include "cli.h"
+#include "whatif_cli.h"
 
 #include "demo_model.h"
 #include "memledger/analysis.h"
@@ -94,10 +95,8 @@ void setPngRenderer(PngRenderer renderer) { pngRenderer() = std::move(renderer);
 
 int runCli(const CliOptions& o)
 {
-    if (o.command == "whatif") {
-        std::cerr << "memledger: whatif is not available yet\n";
-        return kExitUsage;
-    }
+    if (o.command == "whatif")
+        return runWhatIf(o);
     return runAnalyze(o);
 }
 

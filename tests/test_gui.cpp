@@ -7,6 +7,7 @@
 #include "run_panel.h"
 #include "timeline_plot.h"
 
+#include "memledger/analysis.h"
 #include "memledger/report_json.h"
 
 #include <QAbstractItemModelTester>

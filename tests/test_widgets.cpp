@@ -4,6 +4,7 @@
 #include "layer_tree_panel.h"
 #include "ledger_summary.h"
 #include "qt_test_app.h"
+#include "memledger/analysis.h"
 #include "synthetic_report.h"
 #include "timeline_plot.h"
 #include "timeline_png.h"
