@@ -27,8 +27,8 @@ std::string cell(const std::string& s, std::size_t width)
 int runWhatIf(const CliOptions& o)
 {
     const std::string name = o.model.empty() ? kDemoModelName : o.model;
-    auto batches = o.batches.empty() ? std::vector<std::int64_t>{1, 8, 32} : o.batches;
-    auto dtypes = o.dtypes.empty() ? std::vector<std::string>{"float32", "bfloat16"} : o.dtypes;
+    auto batches = o.batches.empty() ? std::vector<std::int64_t> {1, 8, 32} : o.batches;
+    auto dtypes = o.dtypes.empty() ? std::vector<std::string> {"float32", "bfloat16"} : o.dtypes;
     const std::int64_t budget = o.budget.value_or(0);
     std::vector<Prediction> rows;
     std::vector<std::pair<std::string, std::int64_t>> maxBatch;

@@ -30,8 +30,8 @@ public:
     }
     void free(std::int32_t a)
     {
-        auto i = push(r.trace.bytes[static_cast<std::size_t>(a)], r.trace.address[static_cast<std::size_t>(a)],
-                      Action::Free);
+        auto i = push(
+            r.trace.bytes[static_cast<std::size_t>(a)], r.trace.address[static_cast<std::size_t>(a)], Action::Free);
         r.trace.partner[i] = a;
         r.trace.partner[static_cast<std::size_t>(a)] = static_cast<std::int32_t>(i);
     }

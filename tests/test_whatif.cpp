@@ -31,10 +31,10 @@ std::int64_t measuredPeak(const RawRun& r)
 
 TEST(WhatIfAlignment, LongestCommonSubsequence)
 {
-    std::vector<std::uint64_t> a{1, 2, 3, 4, 5, 6};
-    std::vector<std::uint64_t> b{1, 2, 9, 3, 4, 6, 7};
+    std::vector<std::uint64_t> a {1, 2, 3, 4, 5, 6};
+    std::vector<std::uint64_t> b {1, 2, 9, 3, 4, 6, 7};
     auto pairs = alignTokens(a, b);
-    TokenPairs expected{{0, 0}, {1, 1}, {2, 3}, {3, 4}, {5, 5}};
+    TokenPairs expected {{0, 0}, {1, 1}, {2, 3}, {3, 4}, {5, 5}};
     EXPECT_EQ(pairs, expected);
     EXPECT_TRUE(alignTokens({}, b).empty());
     EXPECT_EQ(alignTokens(a, a).size(), a.size());
@@ -42,8 +42,8 @@ TEST(WhatIfAlignment, LongestCommonSubsequence)
 
 TEST(WhatIfAlignment, FallsBackToOccurrencesWhenTooDifferent)
 {
-    std::vector<std::uint64_t> a{1, 2, 3, 1, 2, 3};
-    std::vector<std::uint64_t> b{9, 1, 8, 2, 7, 3, 6, 1};
+    std::vector<std::uint64_t> a {1, 2, 3, 1, 2, 3};
+    std::vector<std::uint64_t> b {9, 1, 8, 2, 7, 3, 6, 1};
     auto pairs = alignTokens(a, b, 1); // more than one edit apart
     ASSERT_FALSE(pairs.empty());
     for (std::size_t k = 0; k < pairs.size(); ++k) {
@@ -69,7 +69,7 @@ TEST(WhatIfSynthetic, ToleratesRunsOfDifferentLength)
     }
     auto notes = w.notes();
     EXPECT_TRUE(std::any_of(notes.begin(), notes.end(),
-                            [](const std::string& n) { return n.find("no counterpart") != std::string::npos; }));
+        [](const std::string& n) { return n.find("no counterpart") != std::string::npos; }));
 }
 
 TEST(WhatIfSynthetic, RecordedBatchesAreMeasured)
@@ -115,14 +115,14 @@ TEST(WhatIfSynthetic, PeaksAbove4GiBDoNotOverflow)
 {
     auto w = WhatIf::fromRuns({}, {}, syntheticRun(1, 10), 1, syntheticRun(2, 10), 2);
     auto p = w.predict(1000000, "float32", false);
-    EXPECT_GT(p.predicted_peak_bytes, std::int64_t{4} << 30);
+    EXPECT_GT(p.predicted_peak_bytes, std::int64_t {4} << 30);
     EXPECT_EQ(p.predicted_peak_bytes, measuredPeak(syntheticRun(1000000, 10)));
 }
 
 TEST(WhatIfSynthetic, MaxBatchIsTheLargestThatFits)
 {
     auto w = WhatIf::fromRuns({}, {}, syntheticRun(1, 10), 1, syntheticRun(2, 10), 2);
-    const std::int64_t budget = std::int64_t{64} << 20;
+    const std::int64_t budget = std::int64_t {64} << 20;
     for (bool reserved : {false, true}) {
         auto n = w.maxBatch("float32", budget, reserved);
         ASSERT_GT(n, 1);
@@ -143,20 +143,19 @@ TEST(WhatIfSynthetic, MaxBatchIsTheLargestThatFits)
 TEST(WhatIfSynthetic, Json)
 {
     auto w = WhatIf::fromRuns({}, {}, syntheticRun(1, 10), 1, syntheticRun(2, 10), 2);
-    std::vector<Prediction> ps{w.predict(8, "float32"), w.predict(8, "bfloat16")};
-    auto j = whatIfToJson(ps, std::int64_t{16} << 30, {{"float32", w.maxBatch("float32", std::int64_t{16} << 30)}});
+    std::vector<Prediction> ps {w.predict(8, "float32"), w.predict(8, "bfloat16")};
+    auto j = whatIfToJson(ps, std::int64_t {16} << 30, {{"float32", w.maxBatch("float32", std::int64_t {16} << 30)}});
     EXPECT_EQ(j["format"], "memledger-whatif");
     EXPECT_EQ(j["version"], 1);
     ASSERT_EQ(j["predictions"].size(), 2u);
     EXPECT_EQ(j["predictions"][1]["dtype"], "bfloat16");
     EXPECT_TRUE(j["predictions"][0]["fits"].get<bool>());
     EXPECT_GT(j["max_batch"]["float32"].get<std::int64_t>(), 8);
-    EXPECT_EQ(j["budget_bytes"].get<std::int64_t>(), std::int64_t{16} << 30);
+    EXPECT_EQ(j["budget_bytes"].get<std::int64_t>(), std::int64_t {16} << 30);
 }
 
 // Predicted (from batch 1 and 2) against measured, on the fixture models.
-class WhatIfAccuracy : public ::testing::TestWithParam<std::string> {
-};
+class WhatIfAccuracy : public ::testing::TestWithParam<std::string> { };
 
 TEST_P(WhatIfAccuracy, PeakWithinOnePercent)
 {
@@ -174,17 +173,17 @@ TEST_P(WhatIfAccuracy, PeakWithinOnePercent)
             auto p = w.measure(model, batch, dtype);
             ASSERT_TRUE(p.measured_peak_bytes && p.error_percent);
             std::printf("| %s | %s | %lld | %s | %s | %+.2f%% |\n", GetParam().c_str(), dtype.c_str(),
-                        static_cast<long long>(batch), formatBytes(p.predicted_peak_bytes).c_str(),
-                        formatBytes(*p.measured_peak_bytes).c_str(), *p.error_percent);
+                static_cast<long long>(batch), formatBytes(p.predicted_peak_bytes).c_str(),
+                formatBytes(*p.measured_peak_bytes).c_str(), *p.error_percent);
             EXPECT_LE(std::abs(*p.error_percent), 1.0) << GetParam() << " " << dtype << " batch " << batch;
             EXPECT_LE(std::abs(static_cast<double>(p.predicted_peak_total_bytes - *p.measured_peak_total_bytes)),
-                      0.01 * static_cast<double>(*p.measured_peak_total_bytes));
+                0.01 * static_cast<double>(*p.measured_peak_total_bytes));
         }
     }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, WhatIfAccuracy,
-                         ::testing::Values("resnet18_scripted", "mobilenet_v2", "small_inplace", "transformer_layer"));
+    ::testing::Values("resnet18_scripted", "mobilenet_v2", "small_inplace", "transformer_layer"));
 
 TEST(WhatIfModel, Float16IsPredictedNotMeasured)
 {

@@ -50,7 +50,7 @@ PickleValue PickleValue::text(PickleKind k, const char* p, std::size_t n)
     PickleValue v;
     v.kind_ = k;
     v.chars_ = p;
-    v.size_ = n;
+    v.size_ = static_cast<std::uint32_t>(n);
     return v;
 }
 
@@ -85,18 +85,17 @@ std::string_view PickleValue::asStr() const
     return {chars_, static_cast<std::size_t>(size_)};
 }
 
-const std::vector<PickleValue>& PickleValue::items() const
+PickleItems PickleValue::items() const
 {
-    static const std::vector<PickleValue> kEmpty;
-    return isContainerKind() ? container_->items : kEmpty;
+    return isContainerKind() ? PickleItems(container_->data, container_->size) : PickleItems();
 }
 
 const PickleValue* PickleValue::get(std::string_view key) const
 {
     if (kind_ != PickleKind::Dict)
         return nullptr;
-    const auto& e = container_->items;
-    for (std::size_t i = e.size(); i >= 2; i -= 2) {
+    const PickleValue* e = container_->data;
+    for (std::size_t i = container_->size; i >= 2; i -= 2) {
         const auto& k = e[i - 2];
         if (k.kind_ == PickleKind::Str && k.size_ == key.size() && std::memcmp(k.chars_, key.data(), key.size()) == 0)
             return &e[i - 1];
@@ -114,6 +113,8 @@ public:
         auto owned = std::make_shared<std::string>(std::move(bytes));
         doc_.bytes_ = owned;
         doc_.containers_ = std::make_unique<std::deque<PickleContainer>>();
+        doc_.arena_ = std::make_unique<std::vector<PickleValue>>();
+        arena_ = doc_.arena_.get();
         data_ = reinterpret_cast<const unsigned char*>(owned->data());
         size_ = owned->size();
     }
@@ -132,6 +133,9 @@ public:
         if (stack_.empty())
             fail("STOP with nothing on the stack");
         doc_.root_ = stack_.back();
+        // The arena stops moving: containers can now point into it.
+        for (auto& c : *doc_.containers_)
+            c.data = arena_->data() + c.offset;
         return std::move(doc_);
     }
 
@@ -204,23 +208,59 @@ private:
         doc_.containers_->emplace_back();
         return PickleValue::container(k, &doc_.containers_->back());
     }
-    void addTo(PickleContainer& c, const PickleValue& v)
+    // Appends n values to a container's slice of the arena. A fresh container takes exactly n slots at the end;
+    // a container that grows again either extends in place (it is last) or moves to the end with twice the
+    // room, so long lists built in batches of 1000 stay linear.
+    void append(PickleContainer& c, const PickleValue* src, std::size_t n)
     {
-        if (v.isContainerKind()) {
-            auto d = v.container_->depth + 1;
-            if (d > limits_.max_depth)
-                fail("nesting deeper than " + std::to_string(limits_.max_depth) + " levels");
-            c.depth = std::max(c.depth, d);
+        if (n == 0)
+            return;
+        std::uint32_t depth = c.depth;
+        for (std::size_t i = 0; i < n; ++i) {
+            const PickleValue& v = src[i];
+            if (v.isContainerKind()) {
+                auto d = v.container_->depth + 1;
+                if (d > limits_.max_depth)
+                    fail("nesting deeper than " + std::to_string(limits_.max_depth) + " levels");
+                depth = std::max(depth, d);
+            }
         }
-        c.items.push_back(v);
+        c.depth = depth;
+        if (static_cast<std::uint64_t>(c.size) + n > UINT32_MAX)
+            fail("a container with more than 4 billion items");
+        auto& arena = *arena_;
+        if (c.size + n > c.capacity) {
+            std::size_t need = c.size + n;
+            if (c.capacity > 0 && c.offset + c.capacity == arena.size()) {
+                std::size_t cap = std::max(need, static_cast<std::size_t>(c.capacity) * 2);
+                arena.resize(c.offset + cap);
+                c.capacity = static_cast<std::uint32_t>(cap);
+            } else {
+                std::size_t cap = c.capacity == 0 ? need : std::max(need, static_cast<std::size_t>(c.capacity) * 2);
+                std::size_t off = arena.size();
+                if (arena.capacity() < off + cap)
+                    arena.reserve(std::max(arena.capacity() * 2, off + cap));
+                arena.resize(off + cap);
+                std::copy(arena.begin() + static_cast<std::ptrdiff_t>(c.offset),
+                          arena.begin() + static_cast<std::ptrdiff_t>(c.offset + c.size),
+                          arena.begin() + static_cast<std::ptrdiff_t>(off));
+                c.offset = off;
+                c.capacity = static_cast<std::uint32_t>(cap);
+            }
+        }
+        std::copy(src, src + n, arena.begin() + static_cast<std::ptrdiff_t>(c.offset + c.size));
+        c.size += static_cast<std::uint32_t>(n);
     }
+    void appendFromStack(PickleContainer& c, std::size_t first)
+    {
+        append(c, stack_.data() + first, stack_.size() - first);
+        stack_.resize(first);
+    }
+
     PickleValue tupleFrom(std::size_t first)
     {
         auto t = newContainer(PickleKind::Tuple);
-        t.container_->items.reserve(stack_.size() - first);
-        for (std::size_t i = first; i < stack_.size(); ++i)
-            addTo(*t.container_, stack_[i]);
-        stack_.resize(first);
+        appendFromStack(*t.container_, first);
         return t;
     }
     PickleContainer& mutableOf(PickleValue& target, PickleKind want, const char* opname)
@@ -237,18 +277,17 @@ private:
             fail("memo put with an empty stack");
         if (idx > size_) // a pickle cannot define more memo entries than it has bytes
             fail("memo index " + std::to_string(idx) + " is out of range");
-        if (idx >= memo_.size()) {
+        if (idx >= memo_.size())
             memo_.resize(static_cast<std::size_t>(idx) + 1);
-            memoSet_.resize(static_cast<std::size_t>(idx) + 1, false);
-        }
         memo_[idx] = stack_.back();
-        memoSet_[idx] = true;
+        memo_[idx].memo_set_ = true;
     }
     void memoGet(std::uint64_t idx)
     {
-        if (idx >= memo_.size() || !memoSet_[idx])
+        if (idx >= memo_.size() || !memo_[idx].memo_set_)
             fail("memo index " + std::to_string(idx) + " was never stored");
         push(memo_[idx]);
+        stack_.back().memo_set_ = false;
     }
 
     std::int64_t longFromBytes(std::size_t n)
@@ -274,6 +313,8 @@ private:
 
     PickleValue text(PickleKind k, std::size_t n)
     {
+        if (n > UINT32_MAX)
+            fail("a string longer than 4 GiB");
         auto v = PickleValue::text(k, reinterpret_cast<const char*>(data_ + pos_), n);
         pos_ += n;
         return v;
@@ -374,9 +415,7 @@ private:
         case 'l': { // LIST
             auto first = popMark();
             auto l = newContainer(PickleKind::List);
-            for (std::size_t i = first; i < stack_.size(); ++i)
-                addTo(*l.container_, stack_[i]);
-            stack_.resize(first);
+            appendFromStack(*l.container_, first);
             push(l);
             return false;
         }
@@ -385,16 +424,14 @@ private:
             if ((stack_.size() - first) % 2 != 0)
                 fail("DICT with an odd number of items");
             auto d = newContainer(PickleKind::Dict);
-            for (std::size_t i = first; i < stack_.size(); ++i)
-                addTo(*d.container_, stack_[i]);
-            stack_.resize(first);
+            appendFromStack(*d.container_, first);
             push(d);
             return false;
         }
         case 'a': { // APPEND
             auto v = pop();
             auto& c = mutableOf(top(), PickleKind::List, "APPEND");
-            addTo(c, v);
+            append(c, &v, 1);
             return false;
         }
         case 'e':    // APPENDS
@@ -403,18 +440,13 @@ private:
             if (first == 0 || first <= markFloor())
                 fail("APPENDS without a list below the MARK");
             auto& c = mutableOf(stack_[first - 1], PickleKind::List, op == 'e' ? "APPENDS" : "ADDITEMS");
-            c.items.reserve(c.items.size() + (stack_.size() - first));
-            for (std::size_t i = first; i < stack_.size(); ++i)
-                addTo(c, stack_[i]);
-            stack_.resize(first);
+            appendFromStack(c, first);
             return false;
         }
         case 0x91: { // FROZENSET
             auto first = popMark();
             auto l = newContainer(PickleKind::List);
-            for (std::size_t i = first; i < stack_.size(); ++i)
-                addTo(*l.container_, stack_[i]);
-            stack_.resize(first);
+            appendFromStack(*l.container_, first);
             push(l);
             return false;
         }
@@ -422,8 +454,8 @@ private:
             auto v = pop();
             auto k = pop();
             auto& c = mutableOf(top(), PickleKind::Dict, "SETITEM");
-            addTo(c, k);
-            addTo(c, v);
+            PickleValue kv[2] = {k, v};
+            append(c, kv, 2);
             return false;
         }
         case 'u': { // SETITEMS
@@ -433,10 +465,7 @@ private:
             if ((stack_.size() - first) % 2 != 0)
                 fail("SETITEMS with an odd number of items");
             auto& c = mutableOf(stack_[first - 1], PickleKind::Dict, "SETITEMS");
-            c.items.reserve(c.items.size() + (stack_.size() - first));
-            for (std::size_t i = first; i < stack_.size(); ++i)
-                addTo(c, stack_[i]);
-            stack_.resize(first);
+            appendFromStack(c, first);
             return false;
         }
         default: break;
@@ -479,7 +508,7 @@ private:
     std::vector<PickleValue> stack_;
     std::vector<std::size_t> marks_;
     std::vector<PickleValue> memo_;
-    std::vector<bool> memoSet_;
+    std::vector<PickleValue>* arena_ = nullptr;
 };
 
 PickleDocument readPickle(std::string bytes, const PickleLimits& limits)

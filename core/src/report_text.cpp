@@ -50,7 +50,14 @@ std::string reportToText(const Report& r, int maxDepth)
         << r.run.mode << " on " << r.run.device;
     char ms[32];
     std::snprintf(ms, sizeof ms, "%.1f", r.run.duration_ms);
-    out << ", " << ms << " ms, " << (r.trace ? r.trace->size() : 0) << " events\n\n";
+    out << ", " << ms << " ms, " << (r.trace ? r.trace->size() : 0) << " events\n";
+    if (!r.model.bytes_by_dtype.empty()) {
+        out << "  tensors in the file:";
+        for (const auto& [dtype, bytes] : r.model.bytes_by_dtype)
+            out << " " << dtype << " " << formatBytes(bytes);
+        out << " (" << r.model.tensors.size() << " parameters and buffers)\n";
+    }
+    out << "\n";
     if (!r.layers.empty()) {
         out << pad("module", 34) << ' ' << pad("type", 18) << ' ' << pad("output", 18) << ' '
             << pad("weights", 11, true) << ' ' << pad("activations", 11, true) << ' ' << pad("temp peak", 11, true)

@@ -101,7 +101,13 @@ void onOpEnd(const at::RecordFunction& fn, at::ObserverContext*)
     auto& call = s->ops->back();
     call.end_ns = s->now();
     call.end_event = static_cast<std::uint32_t>(s->trace->size());
-    for (const auto& out : fn.outputs()) {
+    // The interpreter hands over its whole stack: the op's own outputs are the last ones.
+    const auto& outs = fn.outputs();
+    std::size_t count = outs.size();
+    if (auto schema = fn.operator_schema())
+        count = std::min(count, schema->returns().size());
+    for (auto it = outs.end() - static_cast<std::ptrdiff_t>(count); it != outs.end(); ++it) {
+        const auto& out = *it;
         if (!out.isTensor())
             continue;
         const auto& t = out.toTensor();

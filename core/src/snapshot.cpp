@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <set>
@@ -216,6 +217,70 @@ private:
     std::unordered_map<const void*, Info> byFrame_;
 };
 
+// The fields of one trace entry, found in one pass over its dict. Keys are memoized strings in real files,
+// so a key is recognised by its pointer after the first string comparison.
+struct EntryFields {
+    enum Slot { Action, Addr, Size, Stream, Time, Frames, Device, DeviceFree, Count };
+    const PickleValue* v[Count] = {};
+};
+
+class EntryKeys {
+public:
+    void read(const PickleValue& e, EntryFields& f)
+    {
+        f = EntryFields{};
+        const auto items = e.entries();
+        for (std::size_t i = 0; i + 1 < items.size(); i += 2) {
+            int slot = slotOf(items[i]);
+            if (slot >= 0)
+                f.v[slot] = &items[i + 1];
+        }
+    }
+
+private:
+    int slotOf(const PickleValue& k)
+    {
+        if (!k.isStr())
+            return -1;
+        auto text = k.asStr();
+        for (std::size_t i = 0; i < n_; ++i)
+            if (cache_[i].ptr == text.data() && cache_[i].len == text.size())
+                return cache_[i].slot;
+        static const std::pair<std::string_view, int> kNames[] = {
+            {"action", EntryFields::Action}, {"addr", EntryFields::Addr},         {"size", EntryFields::Size},
+            {"stream", EntryFields::Stream}, {"time_us", EntryFields::Time},      {"frames", EntryFields::Frames},
+            {"device", EntryFields::Device}, {"device_free", EntryFields::DeviceFree},
+        };
+        int slot = -1;
+        for (const auto& [name, sl] : kNames)
+            if (text == name)
+                slot = sl;
+        if (n_ < kCache)
+            cache_[n_++] = {text.data(), text.size(), slot};
+        return slot;
+    }
+    static constexpr std::size_t kCache = 32;
+    struct Entry {
+        const char* ptr;
+        std::size_t len;
+        int slot;
+    };
+    Entry cache_[kCache] = {};
+    std::size_t n_ = 0;
+};
+
+std::int64_t numberOr(const PickleValue* v, const char* what, std::int64_t fallback)
+{
+    if (!v || v->isNone())
+        return fallback;
+    if (v->kind() == PickleKind::Float)
+        return static_cast<std::int64_t>(v->asFloat());
+    if (!v->isInt())
+        throw ShapeError(std::string("'") + what + "' of a trace entry is a " + pickleKindName(v->kind())
+                         + ", not a number");
+    return v->asInt();
+}
+
 struct RawEntry {
     std::int64_t time_us;
     std::uint32_t device_index; // position in device_traces
@@ -234,6 +299,8 @@ void decodeTraces(const PickleValue& traces, Snapshot& s)
     raw.reserve(total);
     bool allTimed = true;
     std::uint32_t devIndex = 0;
+    EntryKeys keys;
+    EntryFields f;
     for (const auto& dev : traces.items()) {
         if (!dev.isSequence())
             throw ShapeError("device_traces[" + std::to_string(devIndex) + "] is not a list");
@@ -241,10 +308,11 @@ void decodeTraces(const PickleValue& traces, Snapshot& s)
         for (const auto& e : dev.items()) {
             if (!e.isDict())
                 throw ShapeError("a trace entry is not a dict");
-            const PickleValue* t = e.get("time_us");
+            keys.read(e, f);
+            const PickleValue* t = f.v[EntryFields::Time];
             std::int64_t time = 0;
             if (t && t->isNumber())
-                time = t->kind() == PickleKind::Float ? static_cast<std::int64_t>(t->asFloat()) : t->asInt();
+                time = numberOr(t, "time_us", 0);
             else
                 allTimed = false;
             raw.push_back({time, devIndex, order++, &e});
@@ -268,28 +336,32 @@ void decodeTraces(const PickleValue& traces, Snapshot& s)
     s.trace_stream.reserve(raw.size());
     WhereInterner where(trace->strings);
     std::unordered_map<std::uint64_t, std::int32_t> openAlloc; // (device, addr) -> alloc event
+    openAlloc.reserve(4096);
+    std::int64_t lastDevice = -2;
     for (const auto& r : raw) {
-        const PickleValue& e = *r.entry;
-        const PickleValue* act = e.get("action");
+        keys.read(*r.entry, f);
+        const PickleValue* act = f.v[EntryFields::Action];
         Action a;
         if (!act || !act->isStr() || !actionOf(act->asStr(), a)) {
             ++s.skipped_entries;
             continue;
         }
         // Device: the entry's own field when present, else the index of its list.
-        auto device = intOr(e, "device", r.device_index);
+        auto device = numberOr(f.v[EntryFields::Device], "device", r.device_index);
         if (device < -1 || device > 127)
             throw ShapeError("a trace entry names device " + std::to_string(device));
-        devices.insert(static_cast<int>(device));
-        std::int64_t size = intOr(e, "size", 0);
-        if (size < 0)
-            size = 0;
-        std::uint64_t addr = a == Action::Oom ? 0 : static_cast<std::uint64_t>(intOr(e, "addr", 0));
+        if (device != lastDevice) {
+            devices.insert(static_cast<int>(device));
+            lastDevice = device;
+        }
+        std::int64_t size = std::max<std::int64_t>(0, numberOr(f.v[EntryFields::Size], "size", 0));
+        std::uint64_t addr
+            = a == Action::Oom ? 0 : static_cast<std::uint64_t>(numberOr(f.v[EntryFields::Addr], "addr", 0));
         std::int64_t tns = s.trace_has_time ? (r.time_us - s.trace_start_us) * 1000
                                             : static_cast<std::int64_t>(trace->size()) * 1000;
         auto i = trace->push(tns, size, addr, a, static_cast<std::int8_t>(device));
-        trace->where[i] = where.whereOf(e.get("frames"));
-        s.trace_stream.push_back(static_cast<std::uint64_t>(intOr(e, "stream", 0)));
+        trace->where[i] = where.whereOf(f.v[EntryFields::Frames]);
+        s.trace_stream.push_back(static_cast<std::uint64_t>(numberOr(f.v[EntryFields::Stream], "stream", 0)));
         std::uint64_t key = (static_cast<std::uint64_t>(device & 0xff) << 56) ^ addr;
         if (a == Action::Alloc) {
             openAlloc[key] = static_cast<std::int32_t>(i);
@@ -304,7 +376,7 @@ void decodeTraces(const PickleValue& traces, Snapshot& s)
             SnapshotOom oom;
             oom.device = static_cast<int>(device);
             oom.bytes_requested = size;
-            oom.device_free = intOr(e, "device_free", 0);
+            oom.device_free = numberOr(f.v[EntryFields::DeviceFree], "device_free", 0);
             oom.time_ns = tns;
             oom.where = trace->strings.at(trace->where[i]);
             s.ooms.push_back(std::move(oom));
@@ -460,6 +532,22 @@ Snapshot decodeSnapshot(std::string bytes, const std::string& name)
     }
 }
 
-Snapshot readSnapshotFile(const std::string& path) { return decodeSnapshot(readWholeFile(path), path); }
+Snapshot readSnapshotFile(const std::string& path)
+{
+    // One read of the known size: a stringstream copy would double the time for large snapshots.
+    std::error_code ec;
+    auto size = std::filesystem::file_size(path, ec);
+    if (ec || std::filesystem::is_directory(path, ec))
+        return decodeSnapshot(readWholeFile(path), path); // names the problem (missing, a directory...)
+    std::string bytes(static_cast<std::size_t>(size), '\0');
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f)
+        throw FileError(path, "cannot open for reading");
+    std::size_t got = bytes.empty() ? 0 : std::fread(bytes.data(), 1, bytes.size(), f);
+    std::fclose(f);
+    if (got != bytes.size())
+        throw FileError(path, "read error after " + std::to_string(got) + " of " + std::to_string(size) + " bytes");
+    return decodeSnapshot(std::move(bytes), path);
+}
 
 } // namespace memledger

@@ -49,7 +49,7 @@ std::string percent(double v)
 }
 
 std::shared_ptr<WhatIf::Fit> makeFit(const ModelInfo& model, const std::vector<LayerStats>& modules, RawRun r1,
-                                     std::int64_t b1, RawRun r2, std::int64_t b2)
+    std::int64_t b1, RawRun r2, std::int64_t b2)
 {
     auto f = std::make_shared<WhatIf::Fit>();
     f->dtype = r2.info.dtype;
@@ -89,24 +89,23 @@ std::shared_ptr<WhatIf::Fit> makeFit(const ModelInfo& model, const std::vector<L
     auto b1s = std::to_string(b1), b2s = std::to_string(b2);
     if (sizes.matched_allocs < sizes.allocs)
         f->notes.push_back(f->dtype + ": " + std::to_string(sizes.allocs - sizes.matched_allocs) + " of "
-                           + std::to_string(sizes.allocs) + " allocations at batch " + b2s
-                           + " have no counterpart at batch " + b1s
-                           + " (another kernel path); they are assumed to grow with the batch");
-    double matched = sizes.bytes > 0 ? 100.0 * static_cast<double>(sizes.matched_bytes) / static_cast<double>(sizes.bytes)
-                                     : 100.0;
+            + std::to_string(sizes.allocs) + " allocations at batch " + b2s + " have no counterpart at batch " + b1s
+            + " (another kernel path); they are assumed to grow with the batch");
+    double matched
+        = sizes.bytes > 0 ? 100.0 * static_cast<double>(sizes.matched_bytes) / static_cast<double>(sizes.bytes) : 100.0;
     if (matched < 90.0) {
         f->reliable = false;
         f->notes.push_back(f->dtype + ": only " + percent(matched) + " of the bytes allocated at batch " + b2s
-                           + " line up with batch " + b1s
-                           + " (control flow that depends on the data or the batch?): these figures are rough;"
-                             " measure instead");
+            + " line up with batch " + b1s
+            + " (control flow that depends on the data or the batch?): these figures are rough;"
+              " measure instead");
     }
     return f;
 }
 
 // A dtype the CPU cannot run: another dtype's fit with floating sizes scaled by element width.
-std::shared_ptr<WhatIf::Fit> rescaleFit(const WhatIf::Fit& from, const std::string& dtype, const ModelInfo& model,
-                                        const std::string& why)
+std::shared_ptr<WhatIf::Fit> rescaleFit(
+    const WhatIf::Fit& from, const std::string& dtype, const ModelInfo& model, const std::string& why)
 {
     auto f = std::make_shared<WhatIf::Fit>(from);
     f->dtype = dtype;
@@ -145,11 +144,11 @@ std::int64_t WhatIf::Fit::inputBytes(std::int64_t batch) const
 }
 
 WhatIf WhatIf::fromRuns(const ModelInfo& model, const std::vector<LayerStats>& modules, RawRun r1, std::int64_t b1,
-                        RawRun r2, std::int64_t b2)
+    RawRun r2, std::int64_t b2)
 {
     if (b1 < 1 || b2 <= b1)
-        throw std::invalid_argument("what-if needs two batch sizes 1 <= b1 < b2, not " + std::to_string(b1) + " and "
-                                    + std::to_string(b2));
+        throw std::invalid_argument(
+            "what-if needs two batch sizes 1 <= b1 < b2, not " + std::to_string(b1) + " and " + std::to_string(b2));
     WhatIf w;
     w.model_ = std::make_shared<const ModelInfo>(model);
     auto layers = modules;
@@ -164,13 +163,13 @@ WhatIf WhatIf::fromRuns(const ModelInfo& model, const std::vector<LayerStats>& m
     return w;
 }
 
-WhatIf WhatIf::record(Model& model, RunOptions base, std::int64_t b1, std::int64_t b2,
-                      const std::vector<std::string>& dtypes)
+WhatIf WhatIf::record(
+    Model& model, RunOptions base, std::int64_t b1, std::int64_t b2, const std::vector<std::string>& dtypes)
 {
     if (b1 < 1 || b2 <= b1)
-        throw std::invalid_argument("what-if needs two batch sizes 1 <= b1 < b2, not " + std::to_string(b1) + " and "
-                                    + std::to_string(b2));
-    std::vector<std::string> order{base.dtype};
+        throw std::invalid_argument(
+            "what-if needs two batch sizes 1 <= b1 < b2, not " + std::to_string(b1) + " and " + std::to_string(b2));
+    std::vector<std::string> order {base.dtype};
     for (const auto& d : dtypes) {
         if (!isSupportedDtype(d))
             throw std::invalid_argument("unknown dtype '" + d + "' (use float32, bfloat16 or float16)");
@@ -248,8 +247,14 @@ bool WhatIf::isRecorded(const std::string& dtype) const
     return false;
 }
 
-std::int64_t WhatIf::batch1() const { return fits_.empty() ? 0 : fits_.front()->b1; }
-std::int64_t WhatIf::batch2() const { return fits_.empty() ? 0 : fits_.front()->b2; }
+std::int64_t WhatIf::batch1() const
+{
+    return fits_.empty() ? 0 : fits_.front()->b1;
+}
+std::int64_t WhatIf::batch2() const
+{
+    return fits_.empty() ? 0 : fits_.front()->b2;
+}
 
 std::vector<std::string> WhatIf::notes() const
 {
@@ -259,7 +264,10 @@ std::vector<std::string> WhatIf::notes() const
     return out;
 }
 
-std::size_t WhatIf::eventCount(const std::string& dtype) const { return fit(dtype).trace->size(); }
+std::size_t WhatIf::eventCount(const std::string& dtype) const
+{
+    return fit(dtype).trace->size();
+}
 
 Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool withReserved) const
 {
@@ -274,7 +282,8 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
     p.reliable = f.reliable;
     p.notes = f.notes;
 
-    auto recorded = std::find_if(f.recorded.begin(), f.recorded.end(), [&](const Fit::Recorded& r) { return r.batch == batch; });
+    auto recorded
+        = std::find_if(f.recorded.begin(), f.recorded.end(), [&](const Fit::Recorded& r) { return r.batch == batch; });
     if (recorded != f.recorded.end()) {
         p.method = "measured";
         p.predicted_peak_bytes = recorded->peak;
@@ -290,7 +299,7 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
         const double* slope = f.slope.data();
         const double* intercept = f.intercept.data();
         const Ledger* ledger = t.ledger.data();
-        std::array<std::int64_t, 8> live{}, atPeak{};
+        std::array<std::int64_t, 8> live {}, atPeak {};
         std::int64_t now = 0, peak = 0;
         std::int32_t peakEvent = -1;
         for (std::size_t i = 0; i < n; ++i) {
@@ -322,7 +331,7 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
         const auto& t = *f.trace;
         std::size_t extra = model_->tensors.size() + f.info.input_shapes.size();
         replay.reserve(extra + t.size());
-        std::uint64_t fake = std::uint64_t{1} << 62;
+        std::uint64_t fake = std::uint64_t {1} << 62;
         auto width = dtypeSize(dtype);
         if (model_->tensors.empty()) {
             if (p.weight_bytes > 0)
@@ -339,14 +348,14 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
             if (!f.sign[i])
                 continue;
             replay.push(0, f.sizeAt(i, static_cast<double>(batch)), t.address[i],
-                        f.sign[i] > 0 ? Action::Alloc : Action::Free, 0);
+                f.sign[i] > 0 ? Action::Alloc : Action::Free, 0);
         }
         p.predicted_reserved_bytes = replayCachingAllocator(replay).peak_reserved;
     }
     if (p.method == "predicted")
-        p.notes.insert(p.notes.begin(), "predicted from the runs at batch " + std::to_string(f.b1) + " and "
-                                            + std::to_string(f.b2) + (f.rescaled_from.empty() ? "" : " in " + f.rescaled_from)
-                                            + ", not measured");
+        p.notes.insert(p.notes.begin(),
+            "predicted from the runs at batch " + std::to_string(f.b1) + " and " + std::to_string(f.b2)
+                + (f.rescaled_from.empty() ? "" : " in " + f.rescaled_from) + ", not measured");
     return p;
 }
 
@@ -424,9 +433,10 @@ Prediction WhatIf::measure(Model& model, std::int64_t batch, const std::string& 
     p.method = "measured";
     p.measured_peak_bytes = peak;
     p.measured_peak_total_bytes = peak + raw.parameter_bytes + raw.buffer_bytes + raw.input_bytes;
-    p.error_percent = peak > 0 ? 100.0 * static_cast<double>(p.predicted_peak_bytes - peak) / static_cast<double>(peak) : 0.0;
+    p.error_percent
+        = peak > 0 ? 100.0 * static_cast<double>(p.predicted_peak_bytes - peak) / static_cast<double>(peak) : 0.0;
     p.notes.push_back("measured at batch " + std::to_string(batch) + " in " + dtype + ": peak " + formatBytes(peak)
-                      + ", prediction off by " + percent(*p.error_percent));
+        + ", prediction off by " + percent(*p.error_percent));
     return p;
 }
 

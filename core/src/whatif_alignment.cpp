@@ -45,8 +45,8 @@ TokenPairs alignTokens(const std::vector<std::uint64_t>& a, const std::vector<st
     std::int64_t found = -1;
     for (std::int64_t d = 0; d <= limit && found < 0; ++d) {
         for (std::int64_t k = -d; k <= d; k += 2) {
-            std::int64_t x = (k == -d || (k != d && v[off + k - 1] < v[off + k + 1])) ? v[off + k + 1]
-                                                                                     : v[off + k - 1] + 1;
+            std::int64_t x
+                = (k == -d || (k != d && v[off + k - 1] < v[off + k + 1])) ? v[off + k + 1] : v[off + k - 1] + 1;
             std::int64_t y = x - k;
             while (x < n && y < m && a[x] == b[y]) {
                 ++x;
@@ -99,7 +99,10 @@ struct Segment {
     bool op = false; // an op call, not a gap between two
 };
 
-std::uint64_t hashText(const std::string& s) { return std::hash<std::string>{}(s); }
+std::uint64_t hashText(const std::string& s)
+{
+    return std::hash<std::string> {}(s);
+}
 
 // The run cut into outermost op calls and the gaps between them (events outside any op).
 std::vector<Segment> segmentsOf(const RawRun& r)
@@ -193,7 +196,9 @@ SizeFit fitSizes(const RawRun& r1, std::int64_t b1, const RawRun& r2, std::int64
             continue;
         for (auto [p, q] : alignTokens(life1, life2, 256)) {
             auto s1 = t1.bytes[rest1[p]], s2 = t2.bytes[rest2[q]];
-            if (s2 >= s1 && static_cast<double>(s2) * static_cast<double>(b1) <= static_cast<double>(s1) * static_cast<double>(b2))
+            if (s2 >= s1
+                && static_cast<double>(s2) * static_cast<double>(b1)
+                    <= static_cast<double>(s1) * static_cast<double>(b2))
                 match(rest1[p], rest2[q]);
         }
     }

@@ -12,18 +12,18 @@ using TokenPairs = std::vector<std::pair<std::uint32_t, std::uint32_t>>;
 
 // Index pairs (i, j), a[i] == b[j], of a longest common subsequence, in order (Myers' diff). When the
 // sequences differ in more than maxEdits places, the k-th occurrence of each token is matched instead.
-TokenPairs alignTokens(const std::vector<std::uint64_t>& a, const std::vector<std::uint64_t>& b,
-                       std::size_t maxEdits = 2000);
+TokenPairs alignTokens(
+    const std::vector<std::uint64_t>& a, const std::vector<std::uint64_t>& b, std::size_t maxEdits = 2000);
 
 // Each event of r2 sized as slope * batch + intercept; a free carries its allocation's fit.
 struct SizeFit {
     std::vector<double> slope;
     std::vector<double> intercept;
-    std::size_t allocs = 0;          // allocations of r2
-    std::size_t matched_allocs = 0;  // of them, found in r1
-    std::int64_t bytes = 0;          // allocated bytes of r2
+    std::size_t allocs = 0; // allocations of r2
+    std::size_t matched_allocs = 0; // of them, found in r1
+    std::int64_t bytes = 0; // allocated bytes of r2
     std::int64_t matched_bytes = 0;
-    std::size_t ops = 0;             // op calls of r2
+    std::size_t ops = 0; // op calls of r2
     std::size_t matched_ops = 0;
 };
 

@@ -16,9 +16,9 @@ struct WhatIf::Fit {
     // The run at b2, classified into ledgers: its events, order and alloc/free pairs are replayed.
     std::shared_ptr<const Trace> trace;
     std::shared_ptr<const std::vector<OpCall>> ops;
-    RunInfo info;                          // of the run at b2
-    std::vector<double> slope, intercept;  // bytes of event i at batch B: slope[i] * B + intercept[i]
-    std::vector<std::int8_t> sign;         // +1 alloc, -1 free of an alloc in the trace, 0 ignored
+    RunInfo info; // of the run at b2
+    std::vector<double> slope, intercept; // bytes of event i at batch B: slope[i] * B + intercept[i]
+    std::vector<std::int8_t> sign; // +1 alloc, -1 free of an alloc in the trace, 0 ignored
     std::int64_t parameter_bytes = 0;
     std::int64_t buffer_bytes = 0;
     int input_width = 4; // bytes per input element
@@ -27,7 +27,7 @@ struct WhatIf::Fit {
         std::int64_t batch = 0;
         std::int64_t peak = 0;
         std::int32_t peak_event = -1;
-        std::array<std::int64_t, kLedgerCount> at_peak{};
+        std::array<std::int64_t, kLedgerCount> at_peak {};
     };
     std::vector<Recorded> recorded;
     bool reliable = true;

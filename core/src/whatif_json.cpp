@@ -31,7 +31,7 @@ nlohmann::json predictionToJson(const Prediction& p)
 }
 
 nlohmann::json whatIfToJson(const std::vector<Prediction>& predictions, std::int64_t budget,
-                            const std::vector<std::pair<std::string, std::int64_t>>& maxBatch)
+    const std::vector<std::pair<std::string, std::int64_t>>& maxBatch)
 {
     nlohmann::json j = {{"format", "memledger-whatif"}, {"version", 1}};
     auto& rows = j["predictions"] = nlohmann::json::array();

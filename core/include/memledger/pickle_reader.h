@@ -30,6 +30,25 @@ enum class PickleKind : std::uint8_t { None, Bool, Int, Float, Str, Bytes, List,
 const char* pickleKindName(PickleKind k);
 
 struct PickleContainer;
+class PickleValue;
+
+// A read-only run of values: the elements of a list or tuple, or a dict's keys and values alternating.
+class PickleItems {
+public:
+    PickleItems() = default;
+    PickleItems(const PickleValue* b, std::size_t n) : begin_(b), size_(n) { }
+    const PickleValue* begin() const { return begin_; }
+    const PickleValue* end() const;
+    std::size_t size() const { return size_; }
+    bool empty() const { return size_ == 0; }
+    const PickleValue& operator[](std::size_t i) const;
+    const PickleValue& front() const { return *begin_; }
+    const PickleValue& back() const;
+
+private:
+    const PickleValue* begin_ = nullptr;
+    std::size_t size_ = 0;
+};
 
 // One value of the tree. Scalars are held inline; strings point into the document's bytes; lists, tuples
 // and dicts point at containers owned by the document (shared when the pickle shares them through its memo).
@@ -57,10 +76,10 @@ public:
     std::string_view asStr() const; // str or bytes
 
     // List or tuple elements; empty for other kinds.
-    const std::vector<PickleValue>& items() const;
+    PickleItems items() const;
     // Dict entries, key and value alternating; empty for other kinds.
-    const std::vector<PickleValue>& entries() const { return items(); }
-    std::size_t dictSize() const { return kind_ == PickleKind::Dict ? items().size() / 2 : 0; }
+    PickleItems entries() const;
+    std::size_t dictSize() const;
     // The value under a str key (the last one set), or nullptr; nullptr when this is not a dict.
     const PickleValue* get(std::string_view key) const;
     // Identity of the container (for caches); nullptr for scalars.
@@ -74,7 +93,8 @@ private:
     }
 
     PickleKind kind_ = PickleKind::None;
-    std::uint64_t size_ = 0; // string length
+    bool memo_set_ = false;  // parser only: this memo slot was stored
+    std::uint32_t size_ = 0; // string length (strings over 4 GiB are refused)
     union {
         std::int64_t int_ = 0;
         double float_;
@@ -83,8 +103,18 @@ private:
     };
 };
 
+inline const PickleValue* PickleItems::end() const { return begin_ + size_; }
+inline const PickleValue& PickleItems::operator[](std::size_t i) const { return begin_[i]; }
+inline const PickleValue& PickleItems::back() const { return begin_[size_ - 1]; }
+inline PickleItems PickleValue::entries() const { return items(); }
+inline std::size_t PickleValue::dictSize() const { return kind_ == PickleKind::Dict ? items().size() / 2 : 0; }
+
+// Items of all containers live in one arena owned by the document; a container is a slice of it.
 struct PickleContainer {
-    std::vector<PickleValue> items;
+    const PickleValue* data = nullptr; // set once parsing is done
+    std::uint64_t offset = 0;          // in the arena
+    std::uint32_t size = 0;
+    std::uint32_t capacity = 0;
     std::uint32_t depth = 1; // levels of nesting below and including this one, as built
 };
 
@@ -99,6 +129,7 @@ private:
     friend class PickleParser;
     std::shared_ptr<const std::string> bytes_;
     std::unique_ptr<std::deque<PickleContainer>> containers_;
+    std::unique_ptr<std::vector<PickleValue>> arena_;
     PickleValue root_;
     int protocol_ = 0;
 };

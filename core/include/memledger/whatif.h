@@ -25,13 +25,13 @@ struct Prediction {
     std::int64_t batch = 1;
     std::string dtype = "float32";
     std::string method = "predicted"; // "predicted" | "measured" (a run at exactly this batch and dtype)
-    std::int64_t predicted_peak_bytes = 0;       // most bytes live at once during the run
+    std::int64_t predicted_peak_bytes = 0; // most bytes live at once during the run
     std::int64_t predicted_peak_total_bytes = 0; // weights + inputs + peak
-    std::int64_t predicted_reserved_bytes = 0;   // a GPU's caching allocator, weights and inputs included
+    std::int64_t predicted_reserved_bytes = 0; // a GPU's caching allocator, weights and inputs included
     std::int64_t weight_bytes = 0;
     std::int64_t input_bytes = 0;
-    std::array<std::int64_t, kLedgerCount> ledgers_at_peak{}; // weights, inputs, activations, temporaries
-    std::int32_t peak_event = -1;                             // in the predicted trace
+    std::array<std::int64_t, kLedgerCount> ledgers_at_peak {}; // weights, inputs, activations, temporaries
+    std::int32_t peak_event = -1; // in the predicted trace
     bool reliable = true; // false: the two records did not align; measure() instead
     std::vector<std::string> notes;
 
@@ -47,12 +47,12 @@ public:
     // `dtypes` the CPU can run. base.dtype must run; others that raise RunError are rescaled instead.
     // Throws RunError, Cancelled, std::invalid_argument (b1 >= b2 or b1 < 1).
     static WhatIf record(Model& model, RunOptions base, std::int64_t b1 = 1, std::int64_t b2 = 2,
-                         const std::vector<std::string>& dtypes = {"float32", "bfloat16", "float16"});
+        const std::vector<std::string>& dtypes = {"float32", "bfloat16", "float16"});
 
     // The same from two runs already made (tests, or runs made elsewhere); one dtype, r1.info.dtype.
     // `model` and `modules` are what Model::info() and Model::modules() give; they may be empty.
     static WhatIf fromRuns(const ModelInfo& model, const std::vector<LayerStats>& modules, RawRun r1, std::int64_t b1,
-                           RawRun r2, std::int64_t b2);
+        RawRun r2, std::int64_t b2);
 
     // O(events): one pass over precomputed sizes. The reserved figure replays the caching allocator
     // (slower); leave it out for live slider feedback and fetch it after the slider rests.
@@ -67,11 +67,11 @@ public:
     // Runs the model at batch/dtype (throws RunError where the CPU has no kernel) and compares.
     Prediction measure(Model& model, std::int64_t batch, const std::string& dtype) const;
 
-    std::vector<std::string> dtypes() const;                // every dtype predict() accepts
-    bool isRecorded(const std::string& dtype) const;        // recorded, not rescaled
+    std::vector<std::string> dtypes() const; // every dtype predict() accepts
+    bool isRecorded(const std::string& dtype) const; // recorded, not rescaled
     std::int64_t batch1() const;
     std::int64_t batch2() const;
-    std::vector<std::string> notes() const;                 // alignment, rescaled dtypes, ...
+    std::vector<std::string> notes() const; // alignment, rescaled dtypes, ...
     std::size_t eventCount(const std::string& dtype) const; // events replayed per prediction
 
     struct Fit; // one dtype's fitted sizes, in core/src/whatif_fit.h
@@ -88,7 +88,7 @@ private:
 // {"format":"memledger-whatif","version":1,"budget_bytes":..,"predictions":[..],"max_batch":{dtype:n}}.
 // budget 0: no budget, max_batch is left out.
 nlohmann::json whatIfToJson(const std::vector<Prediction>& predictions, std::int64_t budget,
-                            const std::vector<std::pair<std::string, std::int64_t>>& maxBatch);
+    const std::vector<std::pair<std::string, std::int64_t>>& maxBatch);
 nlohmann::json predictionToJson(const Prediction& p);
 
 } // namespace memledger

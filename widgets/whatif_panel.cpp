@@ -1,0 +1,258 @@
+#include "whatif_panel.h"
+
+#include "memledger/format.h"
+
+#include <QComboBox>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QPushButton>
+#include <QSignalBlocker>
+#include <QSlider>
+#include <QSpinBox>
+#include <QTableWidget>
+#include <QTimer>
+#include <QVBoxLayout>
+
+#include <algorithm>
+#include <cmath>
+
+namespace memledger {
+
+namespace {
+
+constexpr int kMaxPower = 10; // slider: batch 1, 2, 4, ... 1024
+constexpr int kMaxBatch = 1000000;
+// Replaying the caching allocator for the fit table costs ~20 replays: only for runs this small.
+constexpr std::size_t kReservedSearchEvents = 200000;
+
+QString bytes(std::int64_t b)
+{
+    return QString::fromStdString(formatBytes(b));
+}
+
+} // namespace
+
+WhatIfPanel::WhatIfPanel(QWidget* parent)
+    : QWidget(parent)
+{
+    slider_ = new QSlider(Qt::Horizontal, this);
+    slider_->setRange(0, kMaxPower);
+    slider_->setPageStep(1);
+    slider_->setTickPosition(QSlider::TicksBelow);
+    slider_->setToolTip(tr("Batch size, in powers of two"));
+    batchBox_ = new QSpinBox(this);
+    batchBox_->setRange(1, kMaxBatch);
+    dtypeBox_ = new QComboBox(this);
+    dtypeBox_->addItems({"float32", "bfloat16", "float16"});
+    budgetBox_ = new QComboBox(this);
+    budgetBox_->setEditable(true);
+    for (int gib : {8, 16, 24, 40, 80, 141})
+        budgetBox_->addItem(QString("%1 GiB").arg(gib));
+    budgetBox_->setCurrentIndex(1);
+    budgetBox_->setToolTip(tr("GPU memory to fit in; type a size such as 12 GiB or 512 MiB"));
+
+    peak_ = new QLabel(this);
+    total_ = new QLabel(this);
+    reserved_ = new QLabel(this);
+    fits_ = new QLabel(this);
+    method_ = new QLabel(this);
+    notes_ = new QLabel(this);
+    notes_->setWordWrap(true);
+    for (auto* l : {peak_, total_, reserved_})
+        l->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    measure_ = new QPushButton(tr("Measure"), this);
+    measure_->setToolTip(tr("Run the model at this batch and precision on the CPU and compare"));
+
+    fitTable_ = new QTableWidget(0, 2, this);
+    fitTable_->setHorizontalHeaderLabels({tr("Precision"), tr("Largest batch")});
+    fitTable_->verticalHeader()->hide();
+    fitTable_->horizontalHeader()->setStretchLastSection(true);
+    fitTable_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    fitTable_->setSelectionMode(QAbstractItemView::NoSelection);
+
+    auto* batchRow = new QHBoxLayout;
+    batchRow->addWidget(slider_, 1);
+    batchRow->addWidget(batchBox_);
+    auto* form = new QFormLayout;
+    form->addRow(tr("Batch"), batchRow);
+    form->addRow(tr("Precision"), dtypeBox_);
+    form->addRow(tr("Memory budget"), budgetBox_);
+    form->addRow(tr("Peak"), peak_);
+    form->addRow(tr("Peak total"), total_);
+    form->addRow(tr("Reserved"), reserved_);
+    form->addRow(tr("Fits"), fits_);
+    form->addRow(QString(), method_);
+    auto* layout = new QVBoxLayout(this);
+    layout->addLayout(form);
+    layout->addWidget(measure_, 0, Qt::AlignLeft);
+    layout->addWidget(new QLabel(tr("Largest batch that fits the budget:"), this));
+    layout->addWidget(fitTable_);
+    layout->addWidget(notes_);
+    layout->addStretch(1);
+
+    reservedTimer_ = new QTimer(this);
+    reservedTimer_->setSingleShot(true);
+    reservedTimer_->setInterval(150);
+    fitTimer_ = new QTimer(this);
+    fitTimer_->setSingleShot(true);
+    fitTimer_->setInterval(250);
+    connect(reservedTimer_, &QTimer::timeout, this, &WhatIfPanel::updateReserved);
+    connect(fitTimer_, &QTimer::timeout, this, &WhatIfPanel::updateFitTable);
+
+    connect(slider_, &QSlider::valueChanged, this, [this](int power) {
+        QSignalBlocker block(batchBox_);
+        batchBox_->setValue(1 << power);
+        repredict();
+    });
+    connect(batchBox_, qOverload<int>(&QSpinBox::valueChanged), this, [this](int batch) {
+        QSignalBlocker block(slider_);
+        slider_->setValue(std::min(kMaxPower, static_cast<int>(std::floor(std::log2(batch)))));
+        repredict();
+    });
+    connect(dtypeBox_, &QComboBox::currentTextChanged, this, [this] { repredict(); });
+    connect(budgetBox_, &QComboBox::currentTextChanged, this, [this] {
+        showPrediction(current_, !reservedTimer_->isActive());
+        fitTimer_->start();
+    });
+    connect(measure_, &QPushButton::clicked, this, [this] {
+        measure_->setEnabled(false);
+        method_->setText(tr("measuring…"));
+        emit measureRequested(batch(), dtype());
+    });
+    setWhatIf(nullptr);
+}
+
+std::int64_t WhatIfPanel::batch() const
+{
+    return batchBox_->value();
+}
+QString WhatIfPanel::dtype() const
+{
+    return dtypeBox_->currentText();
+}
+
+std::int64_t WhatIfPanel::budget() const
+{
+    return parseBytes(budgetBox_->currentText().toStdString()).value_or(0);
+}
+
+void WhatIfPanel::setBatch(std::int64_t batch)
+{
+    batchBox_->setValue(static_cast<int>(std::clamp<std::int64_t>(batch, 1, kMaxBatch)));
+}
+void WhatIfPanel::setDtype(const QString& dtype)
+{
+    dtypeBox_->setCurrentText(dtype);
+}
+
+void WhatIfPanel::setWhatIf(std::shared_ptr<const WhatIf> whatIf)
+{
+    whatIf_ = std::move(whatIf);
+    setEnabled(whatIf_ != nullptr);
+    if (!whatIf_) {
+        for (auto* l : {peak_, total_, reserved_, fits_, method_, notes_})
+            l->clear();
+        fitTable_->setRowCount(0);
+        return;
+    }
+    QStringList notes;
+    for (const auto& n : whatIf_->notes())
+        notes << QString::fromStdString(n);
+    notes_->setText(notes.join("\n"));
+    repredict();
+    updateFitTable();
+}
+
+void WhatIfPanel::repredict()
+{
+    if (!whatIf_)
+        return;
+    current_ = whatIf_->predict(batch(), dtype().toStdString(), false);
+    showPrediction(current_, false);
+    reservedTimer_->start();
+    measure_->setEnabled(whatIf_->isRecorded(dtype().toStdString()));
+    measure_->setToolTip(measure_->isEnabled() ? tr("Run the model at this batch and precision on the CPU and compare")
+                                               : tr("The CPU build of libtorch cannot run %1").arg(dtype()));
+    emit predictionChanged(current_);
+}
+
+void WhatIfPanel::updateReserved()
+{
+    if (!whatIf_)
+        return;
+    current_ = whatIf_->predict(batch(), dtype().toStdString(), true);
+    showPrediction(current_, true);
+}
+
+void WhatIfPanel::showPrediction(const Prediction& p, bool reservedKnown)
+{
+    if (!whatIf_)
+        return;
+    const QString tag = p.method == "measured" ? tr("measured") : tr("predicted");
+    auto mark = [&](std::int64_t v) { return QString("%1  (%2)").arg(bytes(v), tag); };
+    peak_->setText(mark(p.predicted_peak_bytes));
+    total_->setText(mark(p.predicted_peak_total_bytes));
+    reserved_->setText(
+        reservedKnown ? QString("%1  (%2)").arg(bytes(p.predicted_reserved_bytes), tr("predicted")) : tr("…"));
+    auto b = budget();
+    if (b <= 0) {
+        fits_->setText(tr("type a size such as 16 GiB"));
+    } else {
+        bool fitsTotal = p.predicted_peak_total_bytes <= b;
+        bool fitsReserved = !reservedKnown || p.predicted_reserved_bytes <= b;
+        fits_->setText(
+            fitsTotal && fitsReserved ? tr("fits in %1").arg(bytes(b)) : tr("does not fit in %1").arg(bytes(b)));
+    }
+    QString method = p.method == "measured"
+        ? tr("Measured: the model ran at this batch and precision")
+        : tr("Predicted from the runs at batch %1 and %2").arg(whatIf_->batch1()).arg(whatIf_->batch2());
+    if (!p.reliable)
+        method += tr(" — rough: the two runs did not line up; use Measure");
+    method_->setText(method);
+}
+
+void WhatIfPanel::showMeasurement(const Prediction& m)
+{
+    measure_->setEnabled(true);
+    if (m.batch != batch() || QString::fromStdString(m.dtype) != dtype())
+        return; // the user moved on while it ran
+    if (m.measured_peak_bytes && m.error_percent)
+        method_->setText(tr("Measured peak %1, peak total %2: the prediction is off by %3%")
+                             .arg(bytes(*m.measured_peak_bytes))
+                             .arg(bytes(m.measured_peak_total_bytes.value_or(0)))
+                             .arg(*m.error_percent, 0, 'f', 2));
+}
+
+void WhatIfPanel::showMeasurementFailed(const QString& reason)
+{
+    measure_->setEnabled(true);
+    method_->setText(tr("Could not measure: %1").arg(reason));
+}
+
+void WhatIfPanel::updateFitTable()
+{
+    if (!whatIf_)
+        return;
+    auto b = budget();
+    const auto dtypes = whatIf_->dtypes();
+    fitTable_->setRowCount(static_cast<int>(dtypes.size()));
+    for (std::size_t i = 0; i < dtypes.size(); ++i) {
+        const auto& d = dtypes[i];
+        bool withReserved = whatIf_->eventCount(d) <= kReservedSearchEvents;
+        QString text = tr("—");
+        if (b > 0) {
+            auto n = whatIf_->maxBatch(d, b, withReserved);
+            text = n == 0 ? tr("none") : n >= kMaxBatch ? tr("≥ %1").arg(kMaxBatch) : QString::number(n);
+        }
+        auto* name
+            = new QTableWidgetItem(QString::fromStdString(d) + (whatIf_->isRecorded(d) ? "" : tr(" (rescaled)")));
+        auto* value = new QTableWidgetItem(text);
+        value->setToolTip(withReserved ? tr("peak total and reserved memory both fit") : tr("peak total fits"));
+        fitTable_->setItem(static_cast<int>(i), 0, name);
+        fitTable_->setItem(static_cast<int>(i), 1, value);
+    }
+}
+
+} // namespace memledger

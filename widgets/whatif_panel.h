@@ -1,0 +1,65 @@
+#pragma once
+// The what-if panel: batch, precision and memory budget in, predicted peak, reserved memory and the largest
+// batch that fits out. Every figure comes from a WhatIf (no model runs here); Measure asks the window to run.
+#include "memledger/whatif.h"
+
+#include <QWidget>
+
+#include <memory>
+
+class QComboBox;
+class QLabel;
+class QPushButton;
+class QSlider;
+class QSpinBox;
+class QTableWidget;
+class QTimer;
+
+namespace memledger {
+
+class WhatIfPanel : public QWidget {
+    Q_OBJECT
+public:
+    explicit WhatIfPanel(QWidget* parent = nullptr);
+
+    void setWhatIf(std::shared_ptr<const WhatIf> whatIf); // nullptr: nothing recorded yet
+    // The result of a measureRequested() run, made off the GUI thread by the window.
+    void showMeasurement(const Prediction& measured);
+    void showMeasurementFailed(const QString& reason);
+
+    std::int64_t batch() const;
+    QString dtype() const;
+    std::int64_t budget() const; // 0 if the typed text is not a size
+    void setBatch(std::int64_t batch);
+    void setDtype(const QString& dtype);
+
+signals:
+    void measureRequested(std::int64_t batch, const QString& dtype);
+    // Batch or precision changed; the window may show predictedReport() in its other views.
+    void predictionChanged(const memledger::Prediction& prediction);
+
+private:
+    void repredict();
+    void updateReserved();
+    void updateFitTable();
+    void showPrediction(const Prediction& p, bool reservedKnown);
+
+    std::shared_ptr<const WhatIf> whatIf_;
+    Prediction current_;
+    QSlider* slider_ = nullptr;
+    QSpinBox* batchBox_ = nullptr;
+    QComboBox* dtypeBox_ = nullptr;
+    QComboBox* budgetBox_ = nullptr;
+    QLabel* peak_ = nullptr;
+    QLabel* total_ = nullptr;
+    QLabel* reserved_ = nullptr;
+    QLabel* fits_ = nullptr;
+    QLabel* method_ = nullptr;
+    QLabel* notes_ = nullptr;
+    QPushButton* measure_ = nullptr;
+    QTableWidget* fitTable_ = nullptr;
+    QTimer* reservedTimer_ = nullptr; // the allocator replay waits until the slider rests
+    QTimer* fitTimer_ = nullptr;
+};
+
+} // namespace memledger
