@@ -121,7 +121,11 @@ public:
 
     PickleDocument run()
     {
-        stack_.reserve(64);
+        stack_.reserve(256);
+        // Every item costs at least one opcode byte, two on average in real files: reserving that much
+        // address space up front spares the copies of a growing arena (pages are only touched when used).
+        arena_->reserve(size_ / 2 + 16);
+        memo_.reserve(std::min<std::size_t>(size_ / 8 + 16, std::size_t{1} << 24));
         for (;;) {
             op_start_ = pos_;
             if (pos_ >= size_)
