@@ -60,7 +60,22 @@ int runAnalyze(const CliOptions& o)
         std::cerr << "memledger: " << (o.model.empty() ? kDemoModelName : o.model) << ": " << e.what() << "\n";
         return kExitRunFailed;
     }
+    if (!o.whatif_batches.empty() && report.source == "model") {
+        try {
+            CliOptions w = o;
+            w.batches = o.whatif_batches;
+            w.dtypes = {"float32", "bfloat16", "float16"};
+            report.whatif = std::make_shared<const nlohmann::json>(computeWhatIfTable(w));
+        } catch (const std::exception& e) {
+            std::cerr << "memledger: what-if: " << e.what() << "\n";
+            return kExitRunFailed;
+        }
+    }
     std::cout << reportToText(report, o.depth);
+    if (report.whatif) {
+        std::cout << "\nWhat if (predicted from runs at batch 1 and 2):\n";
+        printWhatIfTable(*report.whatif, std::cout);
+    }
     try {
         if (!o.json.empty()) {
             writeFileAtomically(o.json, reportToJson(report).dump() + "\n");

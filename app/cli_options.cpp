@@ -59,7 +59,7 @@ std::string usageText()
     return "Usage:\n"
            "  memledger [MODEL.pt | REPORT.json | SNAPSHOT.pickle]   open the window (no file: the demo model)\n"
            "  memledger analyze [FILE] [--input SHAPE] [--batch N] [--dtype T] [--json FILE] [--html FILE]\n"
-           "                    [--png FILE] [--depth N]\n"
+           "                    [--png FILE] [--snapshot FILE] [--depth N] [--whatif 8,32,64 [--budget 16GiB]]\n"
            "  memledger whatif MODEL.pt [--input SHAPE] --batch 1,8,32 --dtype float32,bfloat16 [--budget 16GiB]\n"
            "                    [--json FILE]\n"
            "  memledger --help | --version\n\n"
@@ -115,6 +115,11 @@ CliOptions parseCli(const std::vector<std::string>& args)
             if (o.command != "whatif" && o.dtypes.size() != 1)
                 throw std::invalid_argument("--dtype takes one value here (several are for 'whatif')");
             o.run.dtype = o.dtypes.front();
+        } else if (a == "--whatif") {
+            for (const auto& b : splitComma(value(a)))
+                o.whatif_batches.push_back(parsePositive("--whatif", b));
+            if (o.whatif_batches.empty())
+                throw std::invalid_argument("--whatif needs batch sizes like 1,8,32");
         } else if (a == "--budget") {
             auto v = value(a);
             o.budget = parseBytes(v);

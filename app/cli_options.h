@@ -13,6 +13,7 @@ struct CliOptions {
     RunOptions run;
     std::vector<std::int64_t> batches; // whatif
     std::vector<std::string> dtypes;   // whatif
+    std::vector<std::int64_t> whatif_batches; // analyze --whatif: add the what-if table to the reports
     std::optional<std::int64_t> budget;
     std::string json, html, png, snapshot_out;
     int depth = 64;

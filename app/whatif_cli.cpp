@@ -24,35 +24,72 @@ std::string cell(const std::string& s, std::size_t width)
 
 } // namespace
 
-int runWhatIf(const CliOptions& o)
+void printWhatIfTable(const nlohmann::json& table, std::ostream& out)
 {
-    const std::string name = o.model.empty() ? kDemoModelName : o.model;
+    const std::int64_t budget = table.value("budget_bytes", std::int64_t{0});
+    out << cell("batch", 8) << cell("dtype", 10) << cell("method", 11) << cell("peak", 12)
+              << cell("peak total", 12) << cell("reserved", 12) << (budget > 0 ? "fits " + formatBytes(budget) : "")
+              << "\n";
+    for (const auto& p : table["predictions"]) {
+        auto peak = p.value("measured_peak_bytes", p["predicted_peak_bytes"].get<std::int64_t>());
+        auto total = p.value("measured_peak_total_bytes", p["predicted_peak_total_bytes"].get<std::int64_t>());
+        out << cell(std::to_string(p["batch"].get<std::int64_t>()), 8) << cell(p["dtype"], 10)
+                  << cell(p["method"], 11) << cell(formatBytes(peak), 12) << cell(formatBytes(total), 12)
+                  << cell(formatBytes(p["predicted_reserved_bytes"].get<std::int64_t>()), 12);
+        if (budget > 0)
+            out << (p.value("fits", false) ? "yes" : "no");
+        out << "\n";
+    }
+    if (budget > 0) {
+        out << "\nLargest batch within " << formatBytes(budget) << " (peak total and reserved):\n";
+        for (const auto& [dtype, n] : table["max_batch"].items()) {
+            auto v = n.get<std::int64_t>();
+            out << "  " << cell(dtype, 10) << (v >= 1000000 ? ">= 1000000" : std::to_string(v)) << "\n";
+        }
+    }
+}
+
+nlohmann::json computeWhatIfTable(const CliOptions& o, std::vector<std::string>* notesOut)
+{
     auto batches = o.batches.empty() ? std::vector<std::int64_t> {1, 8, 32} : o.batches;
     auto dtypes = o.dtypes.empty() ? std::vector<std::string> {"float32", "bfloat16"} : o.dtypes;
     const std::int64_t budget = o.budget.value_or(0);
     std::vector<Prediction> rows;
     std::vector<std::pair<std::string, std::int64_t>> maxBatch;
+    auto model = o.model.empty() ? Model::openBytes(demoModelBytes(), kDemoModelName) : Model::open(o.model);
+    RunOptions base = o.run;
+    base.batch.reset();
+    base.dtype = "float32";
+    if (o.model.empty() && base.inputs.empty())
+        base.inputs = demoModelInput();
+    auto w = WhatIf::record(model, base, 1, 2, dtypes);
+    for (const auto& dtype : dtypes)
+        for (auto batch : batches) {
+            auto p = w.predict(batch, dtype);
+            // Where the two records did not line up, a prediction is a guess: run it instead.
+            if (!p.reliable && w.isRecorded(dtype))
+                p = w.measure(model, batch, dtype);
+            rows.push_back(std::move(p));
+        }
+    if (budget > 0)
+        for (const auto& dtype : dtypes)
+            maxBatch.emplace_back(dtype, w.maxBatch(dtype, budget));
+    if (notesOut) {
+        *notesOut = w.notes();
+        for (const auto& p : rows)
+            notesOut->insert(notesOut->end(), p.notes.begin(), p.notes.end());
+    }
+    return whatIfToJson(rows, budget, maxBatch);
+}
+
+int runWhatIf(const CliOptions& o)
+{
+    const std::string name = o.model.empty() ? kDemoModelName : o.model;
+    const std::int64_t budget = o.budget.value_or(0);
+    nlohmann::json table;
     std::vector<std::string> notes;
     try {
-        auto model = o.model.empty() ? Model::openBytes(demoModelBytes(), kDemoModelName) : Model::open(o.model);
-        RunOptions base = o.run;
-        base.batch.reset();
-        base.dtype = "float32";
-        if (o.model.empty() && base.inputs.empty())
-            base.inputs = demoModelInput();
-        auto w = WhatIf::record(model, base, 1, 2, dtypes);
-        for (const auto& dtype : dtypes)
-            for (auto batch : batches) {
-                auto p = w.predict(batch, dtype);
-                // Where the two records did not line up, a prediction is a guess: run it instead.
-                if (!p.reliable && w.isRecorded(dtype))
-                    p = w.measure(model, batch, dtype);
-                rows.push_back(std::move(p));
-            }
-        if (budget > 0)
-            for (const auto& dtype : dtypes)
-                maxBatch.emplace_back(dtype, w.maxBatch(dtype, budget));
-        notes = w.notes();
+        table = computeWhatIfTable(o, &notes);
     } catch (const FileError& e) {
         std::cerr << "memledger: " << e.what() << "\n";
         return kExitBadFile;
@@ -65,24 +102,7 @@ int runWhatIf(const CliOptions& o)
     }
 
     std::cout << "What-if for " << name << " (from runs at batch 1 and 2 on the CPU)\n\n";
-    std::cout << cell("batch", 8) << cell("dtype", 10) << cell("method", 11) << cell("peak", 12)
-              << cell("peak total", 12) << cell("reserved", 12) << (budget > 0 ? "fits " + formatBytes(budget) : "")
-              << "\n";
-    for (const auto& p : rows) {
-        auto peak = p.measured_peak_bytes.value_or(p.predicted_peak_bytes);
-        auto total = p.measured_peak_total_bytes.value_or(p.predicted_peak_total_bytes);
-        std::cout << cell(std::to_string(p.batch), 8) << cell(p.dtype, 10) << cell(p.method, 11)
-                  << cell(formatBytes(peak), 12) << cell(formatBytes(total), 12)
-                  << cell(formatBytes(p.predicted_reserved_bytes), 12);
-        if (budget > 0)
-            std::cout << (total <= budget && p.predicted_reserved_bytes <= budget ? "yes" : "no");
-        std::cout << "\n";
-    }
-    if (budget > 0) {
-        std::cout << "\nLargest batch within " << formatBytes(budget) << " (peak total and reserved):\n";
-        for (const auto& [dtype, n] : maxBatch)
-            std::cout << "  " << cell(dtype, 10) << (n >= 1000000 ? ">= 1000000" : std::to_string(n)) << "\n";
-    }
+    printWhatIfTable(table, std::cout);
     std::sort(notes.begin(), notes.end());
     notes.erase(std::unique(notes.begin(), notes.end()), notes.end());
     if (!notes.empty()) {
@@ -93,7 +113,7 @@ int runWhatIf(const CliOptions& o)
     std::cout << "Reserved: what PyTorch's CUDA caching allocator would hold (CUDA context not included).\n";
     if (!o.json.empty()) {
         try {
-            writeFileAtomically(o.json, whatIfToJson(rows, budget, maxBatch).dump(2) + "\n");
+            writeFileAtomically(o.json, table.dump(2) + "\n");
             std::cout << "Wrote " << o.json << "\n";
         } catch (const std::exception& e) {
             std::cerr << "memledger: " << e.what() << "\n";

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <sstream>
 
 using namespace memledger::test;
 
@@ -106,4 +107,29 @@ TEST(Cli, GuessedInputIsSaidToBeAGuess)
     auto r = runCommand(memledgerBinary() + " analyze '" + fixture("resnet18_traced.pt") + "'");
     EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("(guessed)"), std::string::npos) << r.output;
+}
+
+TEST(Cli, ReportsCarryTheWhatIfTable)
+{
+    auto json = fixture("small-whatif.json"), html = fixture("small-whatif.html");
+    auto r = runCommand(memledgerBinary() + " analyze '" + fixture("small_inplace.pt") + "' --input 1x3x32x32 --whatif 8,64 "
+                        "--budget 8GiB --json '" + json + "' --html '" + html + "'");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("Largest batch within 8.00 GiB"), std::string::npos) << r.output;
+    std::ifstream in(json);
+    auto j = nlohmann::json::parse(in);
+    ASSERT_TRUE(j.contains("whatif"));
+    EXPECT_EQ(j["whatif"]["predictions"].size(), 6u); // 2 batches x 3 dtypes
+    for (const auto& p : j["whatif"]["predictions"]) {
+        for (const char* key : {"batch", "dtype", "method", "predicted_peak_bytes", "predicted_peak_total_bytes",
+                                "predicted_reserved_bytes"})
+            EXPECT_TRUE(p.contains(key)) << key;
+        if (p["dtype"] == "float16")
+            EXPECT_EQ(p["method"], "predicted"); // libtorch 1.13 has no float16 convolution on the CPU
+    }
+    EXPECT_TRUE(j["whatif"]["max_batch"].contains("float32"));
+    std::ifstream hin(html);
+    std::stringstream page;
+    page << hin.rdbuf();
+    EXPECT_NE(page.str().find("id=whatif"), std::string::npos);
 }

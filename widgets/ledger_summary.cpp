@@ -36,6 +36,7 @@ LedgerSummary::LedgerSummary(QWidget* parent) : QWidget(parent), loadTax_(new QL
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(6, kBarTop + kBarHeight + 8 + kRowHeight * kLedgerCount + 6, 6, 6);
     layout->addWidget(loadTax_);
+    layout->addStretch(1);
     setMinimumWidth(220);
 }
 

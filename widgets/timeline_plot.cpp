@@ -2,6 +2,7 @@
 
 #include "byte_axis_ticker.h"
 #include "ledger_colors.h"
+#include "step_area_graph.h"
 #include "memledger/format.h"
 
 #include <QToolTip>
@@ -39,10 +40,9 @@ TimelinePlot::TimelinePlot(QWidget* parent) : QCustomPlot(parent)
 
     // Top band first, so each lower band is drawn over the one above it and the legend reads top-down.
     for (int b = TimelineSeries::kBands - 1; b >= 0; --b) {
-        auto* g = addGraph();
+        auto* g = new StepAreaGraph(xAxis, yAxis);
         auto colour = ledgerColor(static_cast<Ledger>(b));
         g->setName(QString::fromUtf8(ledgerName(static_cast<Ledger>(b))));
-        g->setLineStyle(QCPGraph::lsStepLeft);
         g->setPen(QPen(colour.darker(130), 1));
         g->setBrush(colour);
         g->setAdaptiveSampling(false); // reduceToView() already keeps a few points per pixel column
@@ -50,14 +50,9 @@ TimelinePlot::TimelinePlot(QWidget* parent) : QCustomPlot(parent)
         g->setAntialiasedFill(false);
         bands_[static_cast<std::size_t>(b)] = g;
     }
-    highlightBase_ = addGraph();
-    highlightBase_->setPen(Qt::NoPen);
-    highlightBase_->removeFromLegend();
-    highlight_ = addGraph();
+    highlight_ = new StepAreaGraph(xAxis, yAxis); // filled down to weights + inputs, not to zero
     highlight_->setName(tr("selected module"));
-    highlight_->setLineStyle(QCPGraph::lsStepLeft);
     highlight_->setAdaptiveSampling(false);
-    highlight_->setChannelFillGraph(highlightBase_);
     highlight_->removeFromLegend();
     highlight_->setVisible(false);
 
@@ -173,8 +168,7 @@ void TimelinePlot::reduceToView()
     highlight_->setVisible(highlighting);
     if (highlighting) {
         plot(highlight_, highlightSeries_);
-        double base = static_cast<double>(report_->weight_bytes + report_->input_bytes);
-        highlightBase_->setData(QVector<double>{range.lower, range.upper}, QVector<double>{base, base}, true);
+        highlight_->setFillBase(static_cast<double>(report_->weight_bytes + report_->input_bytes));
     }
     if (autoValueRange_)
         yAxis->setRange(0, top > 0 ? top * 1.12 : 1024);

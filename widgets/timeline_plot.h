@@ -7,6 +7,8 @@
 
 namespace memledger {
 
+class StepAreaGraph;
+
 // Live bytes over the run, stacked by ledger, with the peak marked. Wheel zooms, drag pans, shift+drag
 // zooms to a box, double-click resets. Hovering names the allocation under the cursor; a click selects
 // its module (moduleClicked). The step series is built once per report and reduced per pixel column
@@ -56,9 +58,8 @@ private:
     TimelineSeries series_;
     std::vector<double> highlightSeries_;
     QString highlighted_;
-    std::array<QCPGraph*, TimelineSeries::kBands> bands_{};
-    QCPGraph* highlightBase_ = nullptr;
-    QCPGraph* highlight_ = nullptr;
+    std::array<StepAreaGraph*, TimelineSeries::kBands> bands_{};
+    StepAreaGraph* highlight_ = nullptr;
     QCPItemTracer* peakTracer_ = nullptr;
     QCPItemText* peakLabel_ = nullptr;
     QCPItemStraightLine* cursorLine_ = nullptr;

@@ -1,6 +1,7 @@
 #include "memledger/pickle_reader.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 namespace memledger {
@@ -21,58 +22,27 @@ const char* pickleKindName(PickleKind k)
     return "?";
 }
 
-PickleValue PickleValue::boolean(bool b)
-{
-    PickleValue v;
-    v.kind_ = PickleKind::Bool;
-    v.int_ = b ? 1 : 0;
-    return v;
-}
-
-PickleValue PickleValue::integer(std::int64_t i)
-{
-    PickleValue v;
-    v.kind_ = PickleKind::Int;
-    v.int_ = i;
-    return v;
-}
-
-PickleValue PickleValue::real(double f)
-{
-    PickleValue v;
-    v.kind_ = PickleKind::Float;
-    v.float_ = f;
-    return v;
-}
-
-PickleValue PickleValue::text(PickleKind k, const char* p, std::size_t n)
-{
-    PickleValue v;
-    v.kind_ = k;
-    v.chars_ = p;
-    v.size_ = static_cast<std::uint32_t>(n);
-    return v;
-}
-
-PickleValue PickleValue::container(PickleKind k, PickleContainer* c)
-{
-    PickleValue v;
-    v.kind_ = k;
-    v.container_ = c;
-    return v;
-}
-
 std::int64_t PickleValue::asInt() const
 {
-    if (!isInt())
-        throw std::runtime_error(std::string("expected an int, found ") + pickleKindName(kind_));
-    return int_;
+    switch (tag()) {
+    case kTagInt: return static_cast<std::int64_t>(bits_) >> 3;
+    case kTagSpecial:
+        if (bits_ != kNone)
+            return bits_ == kTrue ? 1 : 0;
+        break;
+    case kTagScalar:
+        if (scalar()->kind == PickleKind::Int)
+            return scalar()->i;
+        break;
+    default: break;
+    }
+    throw std::runtime_error(std::string("expected an int, found ") + pickleKindName(kind()));
 }
 
 double PickleValue::asFloat() const
 {
-    if (kind_ == PickleKind::Float)
-        return float_;
+    if (tag() == kTagScalar && scalar()->kind == PickleKind::Float)
+        return scalar()->f;
     return static_cast<double>(asInt());
 }
 
@@ -80,24 +50,25 @@ bool PickleValue::asBool() const { return asInt() != 0; }
 
 std::string_view PickleValue::asStr() const
 {
-    if (kind_ != PickleKind::Str && kind_ != PickleKind::Bytes)
-        throw std::runtime_error(std::string("expected a str, found ") + pickleKindName(kind_));
-    return {chars_, static_cast<std::size_t>(size_)};
-}
-
-PickleItems PickleValue::items() const
-{
-    return isContainerKind() ? PickleItems(container_->data, container_->size) : PickleItems();
+    if (tag() == kTagScalar) {
+        const auto* sc = scalar();
+        if (sc->kind == PickleKind::Str || sc->kind == PickleKind::Bytes)
+            return {sc->chars, static_cast<std::size_t>(sc->size)};
+    }
+    throw std::runtime_error(std::string("expected a str, found ") + pickleKindName(kind()));
 }
 
 const PickleValue* PickleValue::get(std::string_view key) const
 {
-    if (kind_ != PickleKind::Dict)
+    if (kind() != PickleKind::Dict)
         return nullptr;
-    const PickleValue* e = container_->data;
-    for (std::size_t i = container_->size; i >= 2; i -= 2) {
+    const PickleValue* e = container()->data;
+    for (std::size_t i = container()->size; i >= 2; i -= 2) {
         const auto& k = e[i - 2];
-        if (k.kind_ == PickleKind::Str && k.size_ == key.size() && std::memcmp(k.chars_, key.data(), key.size()) == 0)
+        if (k.tag() != kTagScalar)
+            continue;
+        const auto* sc = k.scalar();
+        if (sc->kind == PickleKind::Str && sc->size == key.size() && std::memcmp(sc->chars, key.data(), key.size()) == 0)
             return &e[i - 1];
     }
     return nullptr;
@@ -113,18 +84,23 @@ public:
         auto owned = std::make_shared<std::string>(std::move(bytes));
         doc_.bytes_ = owned;
         doc_.containers_ = std::make_unique<std::deque<PickleContainer>>();
-        doc_.arena_ = std::make_unique<std::vector<PickleValue>>();
-        arena_ = doc_.arena_.get();
+
+        doc_.scalars_ = std::make_unique<std::deque<PickleScalar>>();
+
         data_ = reinterpret_cast<const unsigned char*>(owned->data());
         size_ = owned->size();
     }
+
+    ~PickleParser() { std::free(static_cast<void*>(arena_)); }
+    PickleParser(const PickleParser&) = delete;
+    PickleParser& operator=(const PickleParser&) = delete;
 
     PickleDocument run()
     {
         stack_.reserve(256);
         // Every item costs at least one opcode byte, two on average in real files: reserving that much
         // address space up front spares the copies of a growing arena (pages are only touched when used).
-        arena_->reserve(size_ / 2 + 16);
+        growArena(size_ / 2 + 16);
         memo_.reserve(std::min<std::size_t>(size_ / 8 + 16, std::size_t{1} << 24));
         for (;;) {
             op_start_ = pos_;
@@ -138,8 +114,10 @@ public:
             fail("STOP with nothing on the stack");
         doc_.root_ = stack_.back();
         // The arena stops moving: containers can now point into it.
+        doc_.arena_.reset(arena_);
+        arena_ = nullptr;
         for (auto& c : *doc_.containers_)
-            c.data = arena_->data() + c.offset;
+            c.data = doc_.arena_.get() + c.offset;
         return std::move(doc_);
     }
 
@@ -207,10 +185,38 @@ private:
         return m;
     }
 
+    static PickleValue bits(std::uint64_t b)
+    {
+        PickleValue v;
+        v.bits_ = b;
+        return v;
+    }
     PickleValue newContainer(PickleKind k)
     {
-        doc_.containers_->emplace_back();
-        return PickleValue::container(k, &doc_.containers_->back());
+        auto& c = doc_.containers_->emplace_back();
+        c.kind = k;
+        return bits(reinterpret_cast<std::uint64_t>(&c));
+    }
+    PickleValue newScalar(const PickleScalar& sc)
+    {
+        auto& r = doc_.scalars_->emplace_back(sc);
+        return bits(reinterpret_cast<std::uint64_t>(&r) | PickleValue::kTagScalar);
+    }
+    PickleValue integer(std::int64_t i)
+    {
+        if (i >= -PickleValue::kSmallIntLimit && i < PickleValue::kSmallIntLimit)
+            return bits((static_cast<std::uint64_t>(i) << 3) | PickleValue::kTagInt);
+        PickleScalar sc;
+        sc.kind = PickleKind::Int;
+        sc.i = i;
+        return newScalar(sc);
+    }
+    PickleValue real(double f)
+    {
+        PickleScalar sc;
+        sc.kind = PickleKind::Float;
+        sc.f = f;
+        return newScalar(sc);
     }
     // Appends n values to a container's slice of the arena. A fresh container takes exactly n slots at the end;
     // a container that grows again either extends in place (it is last) or moves to the end with twice the
@@ -223,7 +229,7 @@ private:
         for (std::size_t i = 0; i < n; ++i) {
             const PickleValue& v = src[i];
             if (v.isContainerKind()) {
-                auto d = v.container_->depth + 1;
+                auto d = v.container()->depth + 1;
                 if (d > limits_.max_depth)
                     fail("nesting deeper than " + std::to_string(limits_.max_depth) + " levels");
                 depth = std::max(depth, d);
@@ -232,29 +238,42 @@ private:
         c.depth = depth;
         if (static_cast<std::uint64_t>(c.size) + n > UINT32_MAX)
             fail("a container with more than 4 billion items");
-        auto& arena = *arena_;
         if (c.size + n > c.capacity) {
             std::size_t need = c.size + n;
-            if (c.capacity > 0 && c.offset + c.capacity == arena.size()) {
+            if (c.capacity > 0 && c.offset + c.capacity == arenaSize_) {
                 std::size_t cap = std::max(need, static_cast<std::size_t>(c.capacity) * 2);
-                arena.resize(c.offset + cap);
+                reserveArena(c.offset + cap);
+                arenaSize_ = c.offset + cap;
                 c.capacity = static_cast<std::uint32_t>(cap);
             } else {
                 std::size_t cap = c.capacity == 0 ? need : std::max(need, static_cast<std::size_t>(c.capacity) * 2);
-                std::size_t off = arena.size();
-                if (arena.capacity() < off + cap)
-                    arena.reserve(std::max(arena.capacity() * 2, off + cap));
-                arena.resize(off + cap);
-                std::copy(arena.begin() + static_cast<std::ptrdiff_t>(c.offset),
-                          arena.begin() + static_cast<std::ptrdiff_t>(c.offset + c.size),
-                          arena.begin() + static_cast<std::ptrdiff_t>(off));
+                std::size_t off = arenaSize_;
+                reserveArena(off + cap);
+                arenaSize_ = off + cap;
+                std::copy(arena_ + c.offset, arena_ + c.offset + c.size, arena_ + off);
                 c.offset = off;
                 c.capacity = static_cast<std::uint32_t>(cap);
             }
         }
-        std::copy(src, src + n, arena.begin() + static_cast<std::ptrdiff_t>(c.offset + c.size));
+        std::copy(src, src + n, arena_ + c.offset + c.size);
         c.size += static_cast<std::uint32_t>(n);
     }
+    void reserveArena(std::size_t n)
+    {
+        if (n > arenaCapacity_)
+            growArena(std::max(n, arenaCapacity_ * 2));
+    }
+    void growArena(std::size_t n)
+    {
+        if (n > SIZE_MAX / sizeof(PickleValue))
+            throw std::bad_alloc();
+        void* p = std::realloc(static_cast<void*>(arena_), n * sizeof(PickleValue));
+        if (!p)
+            throw std::bad_alloc();
+        arena_ = static_cast<PickleValue*>(p);
+        arenaCapacity_ = n;
+    }
+
     void appendFromStack(PickleContainer& c, std::size_t first)
     {
         append(c, stack_.data() + first, stack_.size() - first);
@@ -264,15 +283,15 @@ private:
     PickleValue tupleFrom(std::size_t first)
     {
         auto t = newContainer(PickleKind::Tuple);
-        appendFromStack(*t.container_, first);
+        appendFromStack(*t.container(), first);
         return t;
     }
     PickleContainer& mutableOf(PickleValue& target, PickleKind want, const char* opname)
     {
-        if (target.kind_ != want)
-            fail(std::string(opname) + " on a " + pickleKindName(target.kind_) + ", expected a "
+        if (target.kind() != want)
+            fail(std::string(opname) + " on a " + pickleKindName(target.kind()) + ", expected a "
                  + pickleKindName(want));
-        return *target.container_;
+        return *target.container();
     }
 
     void memoPut(std::uint64_t idx)
@@ -282,16 +301,14 @@ private:
         if (idx > size_) // a pickle cannot define more memo entries than it has bytes
             fail("memo index " + std::to_string(idx) + " is out of range");
         if (idx >= memo_.size())
-            memo_.resize(static_cast<std::size_t>(idx) + 1);
+            memo_.resize(static_cast<std::size_t>(idx) + 1, bits(PickleValue::kUnset));
         memo_[idx] = stack_.back();
-        memo_[idx].memo_set_ = true;
     }
     void memoGet(std::uint64_t idx)
     {
-        if (idx >= memo_.size() || !memo_[idx].memo_set_)
+        if (idx >= memo_.size() || memo_[idx].bits_ == PickleValue::kUnset)
             fail("memo index " + std::to_string(idx) + " was never stored");
         push(memo_[idx]);
-        stack_.back().memo_set_ = false;
     }
 
     std::int64_t longFromBytes(std::size_t n)
@@ -317,11 +334,12 @@ private:
 
     PickleValue text(PickleKind k, std::size_t n)
     {
-        if (n > UINT32_MAX)
-            fail("a string longer than 4 GiB");
-        auto v = PickleValue::text(k, reinterpret_cast<const char*>(data_ + pos_), n);
+        PickleScalar sc;
+        sc.kind = k;
+        sc.size = n;
+        sc.chars = reinterpret_cast<const char*>(data_ + pos_);
         pos_ += n;
-        return v;
+        return newScalar(sc);
     }
 
     bool dispatch(unsigned char op)
@@ -351,20 +369,20 @@ private:
         case ']': push(newContainer(PickleKind::List)); return false;
         case ')': push(newContainer(PickleKind::Tuple)); return false;
         case 0x8f: push(newContainer(PickleKind::List)); return false; // EMPTY_SET: read as a list
-        case 'N': push(PickleValue::none()); return false;
-        case 0x88: push(PickleValue::boolean(true)); return false;
-        case 0x89: push(PickleValue::boolean(false)); return false;
-        case 'J': push(PickleValue::integer(static_cast<std::int32_t>(static_cast<std::uint32_t>(readLE(4))))); return false;
-        case 'K': push(PickleValue::integer(static_cast<std::int64_t>(readLE(1)))); return false;
-        case 'M': push(PickleValue::integer(static_cast<std::int64_t>(readLE(2)))); return false;
+        case 'N': push(PickleValue()); return false;
+        case 0x88: push(bits(PickleValue::kTrue)); return false;
+        case 0x89: push(bits(PickleValue::kFalse)); return false;
+        case 'J': push(integer(static_cast<std::int32_t>(static_cast<std::uint32_t>(readLE(4))))); return false;
+        case 'K': push(integer(static_cast<std::int64_t>(readLE(1)))); return false;
+        case 'M': push(integer(static_cast<std::int64_t>(readLE(2)))); return false;
         case 0x8a: { // LONG1
             auto n = declaredLength(1);
-            push(PickleValue::integer(longFromBytes(n)));
+            push(integer(longFromBytes(n)));
             return false;
         }
         case 0x8b: { // LONG4
             auto n = declaredLength(4);
-            push(PickleValue::integer(longFromBytes(n)));
+            push(integer(longFromBytes(n)));
             return false;
         }
         case 'G': { // BINFLOAT, big-endian
@@ -375,7 +393,7 @@ private:
             pos_ += 8;
             double d;
             std::memcpy(&d, &bits, sizeof d);
-            push(PickleValue::real(d));
+            push(real(d));
             return false;
         }
         case 0x8c: push(text(PickleKind::Str, declaredLength(1))); return false; // SHORT_BINUNICODE
@@ -419,7 +437,7 @@ private:
         case 'l': { // LIST
             auto first = popMark();
             auto l = newContainer(PickleKind::List);
-            appendFromStack(*l.container_, first);
+            appendFromStack(*l.container(), first);
             push(l);
             return false;
         }
@@ -428,7 +446,7 @@ private:
             if ((stack_.size() - first) % 2 != 0)
                 fail("DICT with an odd number of items");
             auto d = newContainer(PickleKind::Dict);
-            appendFromStack(*d.container_, first);
+            appendFromStack(*d.container(), first);
             push(d);
             return false;
         }
@@ -450,7 +468,7 @@ private:
         case 0x91: { // FROZENSET
             auto first = popMark();
             auto l = newContainer(PickleKind::List);
-            appendFromStack(*l.container_, first);
+            appendFromStack(*l.container(), first);
             push(l);
             return false;
         }
@@ -512,8 +530,12 @@ private:
     std::vector<PickleValue> stack_;
     std::vector<std::size_t> marks_;
     std::vector<PickleValue> memo_;
-    std::vector<PickleValue>* arena_ = nullptr;
+    PickleValue* arena_ = nullptr; // handed to the document at STOP
+    std::size_t arenaSize_ = 0;
+    std::size_t arenaCapacity_ = 0;
 };
+
+void PickleDocument::FreeArena::operator()(PickleValue* p) const { std::free(static_cast<void*>(p)); }
 
 PickleDocument readPickle(std::string bytes, const PickleLimits& limits)
 {

@@ -168,6 +168,37 @@ void layerRows(std::ostringstream& out, const Report& r, int i, std::int64_t lar
         layerRows(out, r, c, largest);
 }
 
+// The what-if table as whatIfToJson writes it.
+void whatIfSection(std::ostringstream& out, const nlohmann::json& w)
+{
+    if (!w.contains("predictions") || !w["predictions"].is_array())
+        return;
+    auto budget = w.value("budget_bytes", std::int64_t{0});
+    out << "<h2>What if: other batch sizes and precisions</h2>\n<table id=whatif><tr><th>batch</th><th class=l>dtype</th>"
+           "<th class=l>method</th><th>peak</th><th>peak total</th><th>reserved (simulated GPU)</th>";
+    if (budget > 0)
+        out << "<th class=l>fits " << formatBytes(budget) << "</th>";
+    out << "</tr>\n";
+    for (const auto& p : w["predictions"]) {
+        auto peak = p.value("measured_peak_bytes", p.value("predicted_peak_bytes", std::int64_t{0}));
+        auto total = p.value("measured_peak_total_bytes", p.value("predicted_peak_total_bytes", std::int64_t{0}));
+        out << "<tr><td>" << p.value("batch", std::int64_t{0}) << "</td><td class=l>"
+            << htmlEscape(p.value("dtype", "")) << "</td><td class=l>" << htmlEscape(p.value("method", ""))
+            << "</td><td>" << formatBytes(peak) << "</td><td>" << formatBytes(total) << "</td><td>"
+            << formatBytes(p.value("predicted_reserved_bytes", std::int64_t{0})) << "</td>";
+        if (budget > 0)
+            out << "<td class=l>" << (p.value("fits", false) ? "yes" : "no") << "</td>";
+        out << "</tr>\n";
+    }
+    out << "</table>\n";
+    if (w.contains("max_batch") && w["max_batch"].is_object()) {
+        out << "<p>Largest batch within " << formatBytes(budget) << ":";
+        for (const auto& [dtype, n] : w["max_batch"].items())
+            out << " " << htmlEscape(dtype) << " <b>" << n.get<std::int64_t>() << "</b>";
+        out << "</p>\n";
+    }
+}
+
 } // namespace
 
 std::string htmlEscape(const std::string& s)
@@ -226,6 +257,8 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
         out << "<p class=muted>Note: " << htmlEscape(note) << "</p>\n";
 
     out << "<h2>Timeline: live bytes by ledger</h2>\n<canvas id=chart width=1100 height=360></canvas><div id=tip></div>\n";
+    if (r.whatif)
+        whatIfSection(out, *r.whatif);
     out << extraSectionsHtml;
     if (!r.alive_at_peak.empty()) {
         out << "<h2>Alive at the peak</h2>\n<table><tr><th>bytes</th><th>ledger</th><th>module</th><th>op</th></tr>\n";

@@ -170,6 +170,8 @@ json reportToJson(const Report& r, bool withEvents)
                          {"event", a.event}});
     j["alive_at_peak"] = alive;
     j["notes"] = r.notes;
+    if (r.whatif)
+        j["whatif"] = *r.whatif;
     if (r.snapshot)
         snapshotToJson(*r.snapshot, j);
     if (withEvents && r.trace)
@@ -253,6 +255,8 @@ Report reportFromJson(const json& j, const std::string& name)
             r.alive_at_peak.push_back(std::move(p));
         }
         r.notes = j.value("notes", std::vector<std::string>{});
+        if (j.contains("whatif") && j["whatif"].is_object())
+            r.whatif = std::make_shared<const json>(j["whatif"]);
         r.trace = std::make_shared<const Trace>(j.contains("events") ? eventsFromJson(j["events"]) : Trace{});
         return r;
     } catch (const FileError&) {

@@ -231,7 +231,17 @@ public:
         f = EntryFields{};
         const auto items = e.entries();
         for (std::size_t i = 0; i + 1 < items.size(); i += 2) {
-            int slot = slotOf(items[i]);
+            // Entries list their keys in the same order: check the key seen at this position last time first.
+            std::size_t pos = i / 2;
+            const PickleValue& k = items[i];
+            int slot;
+            if (pos < kByPos && k.isStr() && byPos_[pos].ptr == k.asStr().data() && byPos_[pos].ptr) {
+                slot = byPos_[pos].slot;
+            } else {
+                slot = slotOf(k);
+                if (pos < kByPos && k.isStr())
+                    byPos_[pos] = {k.asStr().data(), k.asStr().size(), slot};
+            }
             if (slot >= 0)
                 f.v[slot] = &items[i + 1];
         }
@@ -260,12 +270,14 @@ private:
         return slot;
     }
     static constexpr std::size_t kCache = 32;
+    static constexpr std::size_t kByPos = 16;
     struct Entry {
         const char* ptr;
         std::size_t len;
         int slot;
     };
     Entry cache_[kCache] = {};
+    Entry byPos_[kByPos] = {};
     std::size_t n_ = 0;
 };
 
@@ -281,73 +293,54 @@ std::int64_t numberOr(const PickleValue* v, const char* what, std::int64_t fallb
     return v->asInt();
 }
 
-struct RawEntry {
-    std::int64_t time_us;
-    std::uint32_t device_index; // position in device_traces
-    std::uint32_t order;        // position in its list
-    const PickleValue* entry;
-};
 
 void decodeTraces(const PickleValue& traces, Snapshot& s)
 {
     auto trace = std::make_shared<Trace>();
-    std::vector<RawEntry> raw;
-    std::size_t total = 0;
-    for (const auto& dev : traces.items())
-        if (dev.isSequence())
-            total += dev.items().size();
-    raw.reserve(total);
-    bool allTimed = true;
+    std::size_t total = 0, nonEmpty = 0;
     std::uint32_t devIndex = 0;
-    EntryKeys keys;
-    EntryFields f;
     for (const auto& dev : traces.items()) {
         if (!dev.isSequence())
             throw ShapeError("device_traces[" + std::to_string(devIndex) + "] is not a list");
-        std::uint32_t order = 0;
-        for (const auto& e : dev.items()) {
-            if (!e.isDict())
-                throw ShapeError("a trace entry is not a dict");
-            keys.read(e, f);
-            const PickleValue* t = f.v[EntryFields::Time];
-            std::int64_t time = 0;
-            if (t && t->isNumber())
-                time = numberOr(t, "time_us", 0);
-            else
-                allTimed = false;
-            raw.push_back({time, devIndex, order++, &e});
-        }
+        total += dev.items().size();
+        nonEmpty += !dev.items().empty();
         ++devIndex;
     }
     std::set<int> devices(s.devices.begin(), s.devices.end());
     for (std::uint32_t d = 0; d < devIndex; ++d)
         devices.insert(static_cast<int>(d)); // one list per device, even an empty one
-    s.trace_has_time = allTimed && !raw.empty();
-    if (s.trace_has_time) {
-        // Devices are recorded in separate ring buffers: merge them on one clock.
-        if (devIndex > 1)
-            std::stable_sort(raw.begin(), raw.end(),
-                             [](const RawEntry& a, const RawEntry& b) { return a.time_us < b.time_us; });
-        s.trace_start_us = raw.front().time_us;
-        for (const auto& r : raw)
-            s.trace_start_us = std::min(s.trace_start_us, r.time_us);
-    }
-    trace->reserve(raw.size());
-    s.trace_stream.reserve(raw.size());
+    trace->reserve(total);
+    s.trace_stream.reserve(total);
+
+    EntryKeys keys;
+    EntryFields f;
     WhereInterner where(trace->strings);
     std::unordered_map<std::uint64_t, std::int32_t> openAlloc; // (device, addr) -> alloc event
     openAlloc.reserve(4096);
     std::int64_t lastDevice = -2;
-    for (const auto& r : raw) {
-        keys.read(*r.entry, f);
+    bool allTimed = true;
+    std::int64_t minTime = INT64_MAX;
+    // time_ns first holds time_us; made relative to the first entry once all are read.
+    auto process = [&](const PickleValue& e, std::uint32_t listIndex) {
+        if (!e.isDict())
+            throw ShapeError("a trace entry is not a dict");
+        keys.read(e, f);
         const PickleValue* act = f.v[EntryFields::Action];
         Action a;
         if (!act || !act->isStr() || !actionOf(act->asStr(), a)) {
             ++s.skipped_entries;
-            continue;
+            return;
+        }
+        const PickleValue* t = f.v[EntryFields::Time];
+        std::int64_t timeUs = 0;
+        if (t && t->isNumber()) {
+            timeUs = numberOr(t, "time_us", 0);
+            minTime = std::min(minTime, timeUs);
+        } else {
+            allTimed = false;
         }
         // Device: the entry's own field when present, else the index of its list.
-        auto device = numberOr(f.v[EntryFields::Device], "device", r.device_index);
+        auto device = numberOr(f.v[EntryFields::Device], "device", listIndex);
         if (device < -1 || device > 127)
             throw ShapeError("a trace entry names device " + std::to_string(device));
         if (device != lastDevice) {
@@ -357,9 +350,7 @@ void decodeTraces(const PickleValue& traces, Snapshot& s)
         std::int64_t size = std::max<std::int64_t>(0, numberOr(f.v[EntryFields::Size], "size", 0));
         std::uint64_t addr
             = a == Action::Oom ? 0 : static_cast<std::uint64_t>(numberOr(f.v[EntryFields::Addr], "addr", 0));
-        std::int64_t tns = s.trace_has_time ? (r.time_us - s.trace_start_us) * 1000
-                                            : static_cast<std::int64_t>(trace->size()) * 1000;
-        auto i = trace->push(tns, size, addr, a, static_cast<std::int8_t>(device));
+        auto i = trace->push(timeUs, size, addr, a, static_cast<std::int8_t>(device));
         trace->where[i] = where.whereOf(f.v[EntryFields::Frames]);
         s.trace_stream.push_back(static_cast<std::uint64_t>(numberOr(f.v[EntryFields::Stream], "stream", 0)));
         std::uint64_t key = (static_cast<std::uint64_t>(device & 0xff) << 56) ^ addr;
@@ -377,11 +368,52 @@ void decodeTraces(const PickleValue& traces, Snapshot& s)
             oom.device = static_cast<int>(device);
             oom.bytes_requested = size;
             oom.device_free = numberOr(f.v[EntryFields::DeviceFree], "device_free", 0);
-            oom.time_ns = tns;
+            oom.time_ns = static_cast<std::int64_t>(i); // made a time below
             oom.where = trace->strings.at(trace->where[i]);
             s.ooms.push_back(std::move(oom));
         }
+    };
+
+    if (nonEmpty <= 1) {
+        std::uint32_t d = 0;
+        for (const auto& dev : traces.items()) {
+            for (const auto& e : dev.items())
+                process(e, d);
+            ++d;
+        }
+    } else {
+        // Devices are recorded in separate ring buffers: merge them on one clock (list order without times).
+        struct Raw {
+            std::int64_t time;
+            std::uint32_t list;
+            const PickleValue* entry;
+        };
+        std::vector<Raw> raw;
+        raw.reserve(total);
+        bool timed = true;
+        std::uint32_t d = 0;
+        for (const auto& dev : traces.items()) {
+            for (const auto& e : dev.items()) {
+                if (!e.isDict())
+                    throw ShapeError("a trace entry is not a dict");
+                const PickleValue* t = e.get("time_us");
+                timed = timed && t && t->isNumber();
+                raw.push_back({timed ? numberOr(t, "time_us", 0) : 0, d, &e});
+            }
+            ++d;
+        }
+        if (timed)
+            std::stable_sort(raw.begin(), raw.end(), [](const Raw& a, const Raw& b) { return a.time < b.time; });
+        for (const auto& r : raw)
+            process(*r.entry, r.list);
     }
+
+    s.trace_has_time = allTimed && trace->size() > 0;
+    s.trace_start_us = s.trace_has_time ? minTime : 0;
+    for (std::size_t i = 0; i < trace->size(); ++i)
+        trace->time_ns[i] = s.trace_has_time ? (trace->time_ns[i] - minTime) * 1000 : static_cast<std::int64_t>(i) * 1000;
+    for (auto& oom : s.ooms)
+        oom.time_ns = trace->time_ns[static_cast<std::size_t>(oom.time_ns)];
     s.devices.assign(devices.begin(), devices.end());
     s.trace = std::move(trace);
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <unordered_map>
 
 namespace memledger {
 
@@ -25,7 +26,7 @@ std::vector<PreloadedSegment> stateAtTraceStart(const Snapshot& s, const Allocat
     const Trace& t = *s.trace;
     for (int dev : s.devices) {
         std::map<std::uint64_t, Seg> segs;
-        std::map<std::uint64_t, std::int64_t> live;
+        std::unordered_map<std::uint64_t, std::int64_t> live;
         for (const auto& seg : s.segments) {
             if (seg.device != dev)
                 continue;
@@ -59,14 +60,13 @@ std::vector<PreloadedSegment> stateAtTraceStart(const Snapshot& s, const Allocat
                 if (Seg* g = containing(addr))
                     g->size += t.bytes[k];
                 break;
-            case Action::Free:
-                if (!live.count(addr))
-                    live[addr] = allocatorRoundSize(t.bytes[k], settings);
-                break;
+            case Action::Free: live.emplace(addr, allocatorRoundSize(t.bytes[k], settings)); break;
             case Action::Alloc: live.erase(addr); break;
             default: break;
             }
         }
+        std::vector<std::pair<std::uint64_t, std::int64_t>> liveSorted(live.begin(), live.end());
+        std::sort(liveSorted.begin(), liveSorted.end());
         for (const auto& [addr, g] : segs) {
             if (g.size <= 0)
                 continue;
@@ -77,8 +77,8 @@ std::vector<PreloadedSegment> stateAtTraceStart(const Snapshot& s, const Allocat
             p.size = g.size;
             p.small_pool = g.small;
             p.expandable = g.expandable;
-            for (auto it = live.lower_bound(addr); it != live.end() && it->first < addr + static_cast<std::uint64_t>(g.size);
-                 ++it)
+            auto it = std::lower_bound(liveSorted.begin(), liveSorted.end(), std::make_pair(addr, std::int64_t{0}));
+            for (; it != liveSorted.end() && it->first < addr + static_cast<std::uint64_t>(g.size); ++it)
                 p.allocated.push_back({it->first, it->second});
             out.push_back(std::move(p));
         }

@@ -50,25 +50,26 @@ private:
     std::size_t size_ = 0;
 };
 
-// One value of the tree. Scalars are held inline; strings point into the document's bytes; lists, tuples
-// and dicts point at containers owned by the document (shared when the pickle shares them through its memo).
+struct PickleScalar;
+
+// One value of the tree, 8 bytes: small ints, None and bools inline; strings, floats and big ints point at
+// a record (strings point into the document's bytes); lists, tuples and dicts point at containers owned by
+// the document (shared when the pickle shares them through its memo).
 class PickleValue {
 public:
     PickleValue() = default;
-    static PickleValue none() { return {}; }
-    static PickleValue boolean(bool b);
-    static PickleValue integer(std::int64_t i);
-    static PickleValue real(double f);
-    static PickleValue text(PickleKind k, const char* p, std::size_t n); // Str or Bytes
-    static PickleValue container(PickleKind k, PickleContainer* c);
 
-    PickleKind kind() const { return kind_; }
-    bool isNone() const { return kind_ == PickleKind::None; }
-    bool isInt() const { return kind_ == PickleKind::Int || kind_ == PickleKind::Bool; }
-    bool isNumber() const { return isInt() || kind_ == PickleKind::Float; }
-    bool isStr() const { return kind_ == PickleKind::Str; }
-    bool isDict() const { return kind_ == PickleKind::Dict; }
-    bool isSequence() const { return kind_ == PickleKind::List || kind_ == PickleKind::Tuple; }
+    PickleKind kind() const;
+    bool isNone() const { return bits_ == kNone; }
+    bool isInt() const;
+    bool isNumber() const { return isInt() || kind() == PickleKind::Float; }
+    bool isStr() const { return kind() == PickleKind::Str; }
+    bool isDict() const { return kind() == PickleKind::Dict; }
+    bool isSequence() const
+    {
+        auto k = kind();
+        return k == PickleKind::List || k == PickleKind::Tuple;
+    }
 
     std::int64_t asInt() const; // int or bool; throws std::runtime_error otherwise
     double asFloat() const;     // any number
@@ -83,40 +84,68 @@ public:
     // The value under a str key (the last one set), or nullptr; nullptr when this is not a dict.
     const PickleValue* get(std::string_view key) const;
     // Identity of the container (for caches); nullptr for scalars.
-    const void* identity() const { return isContainerKind() ? container_ : nullptr; }
+    const void* identity() const { return tag() == kTagContainer ? container() : nullptr; }
 
 private:
     friend class PickleParser;
-    bool isContainerKind() const
-    {
-        return kind_ == PickleKind::List || kind_ == PickleKind::Tuple || kind_ == PickleKind::Dict;
-    }
+    static constexpr std::uint64_t kTagContainer = 0, kTagInt = 1, kTagScalar = 2, kTagSpecial = 3;
+    static constexpr std::uint64_t kUnset = 0; // a memo slot never stored
+    static constexpr std::uint64_t kNone = (0 << 3) | kTagSpecial, kFalse = (1 << 3) | kTagSpecial,
+                                   kTrue = (2 << 3) | kTagSpecial;
+    static constexpr std::int64_t kSmallIntLimit = std::int64_t{1} << 59;
 
-    PickleKind kind_ = PickleKind::None;
-    bool memo_set_ = false;  // parser only: this memo slot was stored
-    std::uint32_t size_ = 0; // string length (strings over 4 GiB are refused)
+    std::uint64_t tag() const { return bits_ & 7; }
+    PickleContainer* container() const { return reinterpret_cast<PickleContainer*>(bits_); }
+    const PickleScalar* scalar() const { return reinterpret_cast<const PickleScalar*>(bits_ & ~std::uint64_t{7}); }
+    bool isContainerKind() const { return tag() == kTagContainer && bits_ != kUnset; }
+
+    std::uint64_t bits_ = kNone;
+};
+
+// A string, bytes, float or an int too large to be held inline.
+struct alignas(8) PickleScalar {
+    PickleKind kind = PickleKind::Str;
+    std::uint64_t size = 0;
     union {
-        std::int64_t int_ = 0;
-        double float_;
-        const char* chars_;
-        PickleContainer* container_;
+        const char* chars;
+        std::int64_t i;
+        double f;
     };
+};
+
+// Items of all containers live in one arena owned by the document; a container is a slice of it.
+struct alignas(8) PickleContainer {
+    const PickleValue* data = nullptr; // set once parsing is done
+    std::uint64_t offset = 0;          // in the arena
+    std::uint32_t size = 0;
+    std::uint32_t capacity = 0;
+    std::uint32_t depth = 1; // levels of nesting below and including this one, as built
+    PickleKind kind = PickleKind::List;
 };
 
 inline const PickleValue* PickleItems::end() const { return begin_ + size_; }
 inline const PickleValue& PickleItems::operator[](std::size_t i) const { return begin_[i]; }
 inline const PickleValue& PickleItems::back() const { return begin_[size_ - 1]; }
 inline PickleItems PickleValue::entries() const { return items(); }
-inline std::size_t PickleValue::dictSize() const { return kind_ == PickleKind::Dict ? items().size() / 2 : 0; }
-
-// Items of all containers live in one arena owned by the document; a container is a slice of it.
-struct PickleContainer {
-    const PickleValue* data = nullptr; // set once parsing is done
-    std::uint64_t offset = 0;          // in the arena
-    std::uint32_t size = 0;
-    std::uint32_t capacity = 0;
-    std::uint32_t depth = 1; // levels of nesting below and including this one, as built
-};
+inline std::size_t PickleValue::dictSize() const { return kind() == PickleKind::Dict ? items().size() / 2 : 0; }
+inline PickleKind PickleValue::kind() const
+{
+    switch (tag()) {
+    case kTagContainer: return bits_ == kUnset ? PickleKind::None : container()->kind;
+    case kTagInt: return PickleKind::Int;
+    case kTagScalar: return scalar()->kind;
+    default: return bits_ == kNone ? PickleKind::None : PickleKind::Bool;
+    }
+}
+inline bool PickleValue::isInt() const
+{
+    auto t = tag();
+    return t == kTagInt || bits_ == kTrue || bits_ == kFalse || (t == kTagScalar && scalar()->kind == PickleKind::Int);
+}
+inline PickleItems PickleValue::items() const
+{
+    return isContainerKind() ? PickleItems(container()->data, container()->size) : PickleItems();
+}
 
 // A decoded pickle. Owns the bytes (strings point into them) and every container.
 class PickleDocument {
@@ -129,7 +158,11 @@ private:
     friend class PickleParser;
     std::shared_ptr<const std::string> bytes_;
     std::unique_ptr<std::deque<PickleContainer>> containers_;
-    std::unique_ptr<std::vector<PickleValue>> arena_;
+    std::unique_ptr<std::deque<PickleScalar>> scalars_;
+    struct FreeArena {
+        void operator()(PickleValue* p) const;
+    };
+    std::unique_ptr<PickleValue, FreeArena> arena_; // malloc'ed: grown with realloc, never value-initialised
     PickleValue root_;
     int protocol_ = 0;
 };

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <memory>
 #include <string>
 #include <vector>
@@ -96,6 +97,7 @@ struct Report {
     std::shared_ptr<const Trace> trace;
     std::shared_ptr<const Snapshot> snapshot; // set when the report was read from a CUDA memory snapshot
     std::vector<std::string> notes; // what the user should know (guessed input, ...)
+    std::shared_ptr<const nlohmann::json> whatif; // the what-if table (whatIfToJson), when one was made
 
     int findLayer(const std::string& path) const;
 };
