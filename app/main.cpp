@@ -4,6 +4,7 @@
 #include <iostream>
 
 #ifdef MEMLEDGER_HAS_GUI
+#include "layer_tree_panel.h"
 #include "main_window.h"
 #include "timeline_png.h"
 
@@ -38,6 +39,9 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
     auto shot = qEnvironmentVariable("MEMLEDGER_SCREENSHOT");
     if (!shot.isEmpty()) {
         auto save = [&window, shot] {
+            // MEMLEDGER_SELECT=PATH selects a module first, to show its allocations shaded.
+            if (qEnvironmentVariableIsSet("MEMLEDGER_SELECT"))
+                window.layerTree()->selectModule(qEnvironmentVariable("MEMLEDGER_SELECT"));
             QTimer::singleShot(500, &window, [&window, shot] {
                 auto error = window.exportWindowPng(shot);
                 if (!error.isEmpty())

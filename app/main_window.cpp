@@ -41,7 +41,10 @@ namespace {
 
 constexpr int kMaxRecentFiles = 8;
 
-bool isReportFile(const QString& path) { return path.endsWith(QStringLiteral(".json"), Qt::CaseInsensitive); }
+bool isReportFile(const QString& path)
+{
+    return path.endsWith(QStringLiteral(".json"), Qt::CaseInsensitive);
+}
 
 QString writeWithQSaveFile(const QString& path, const QByteArray& bytes)
 {
@@ -54,9 +57,15 @@ QString writeWithQSaveFile(const QString& path, const QByteArray& bytes)
 } // namespace
 
 MainWindow::MainWindow(QWidget* parent)
-    : QMainWindow(parent), worker_(new RunWorker(this)), timeline_(new TimelinePlot), tree_(new LayerTreePanel),
-      summary_(new LedgerSummary), runPanel_(new RunPanel), whatIfDock_(new QDockWidget(tr("What if"), this)),
-      error_(new QLabel), peakLabel_(new QLabel)
+    : QMainWindow(parent)
+    , worker_(new RunWorker(this))
+    , timeline_(new TimelinePlot)
+    , tree_(new LayerTreePanel)
+    , summary_(new LedgerSummary)
+    , runPanel_(new RunPanel)
+    , whatIfDock_(new QDockWidget(tr("What if"), this))
+    , error_(new QLabel)
+    , peakLabel_(new QLabel)
 {
     setWindowTitle(QStringLiteral("memledger"));
     setAcceptDrops(true);
@@ -123,18 +132,17 @@ MainWindow::MainWindow(QWidget* parent)
     connect(timeline_, &TimelinePlot::moduleClicked, tree_, &LayerTreePanel::selectModule);
     connect(runPanel_, &RunPanel::runRequested, this, &MainWindow::startRun);
     connect(runPanel_, &RunPanel::cancelRequested, this, &MainWindow::cancelRun);
-    connect(worker_, &RunWorker::progress, this, [this](quint64, int done, int total) {
-        runPanel_->setProgress(done, total);
-    });
+    connect(worker_, &RunWorker::progress, this,
+        [this](quint64, int done, int total) { runPanel_->setProgress(done, total); });
     connect(worker_, &RunWorker::inputsGuessed, this, [this](quint64, const QString& shapes, const QString& how) {
         runPanel_->setInputs(shapes, tr("(guess)"), how);
     });
     connect(worker_, &RunWorker::finished, this, [this](quint64, std::shared_ptr<const Report> report) {
         runPanel_->setRunning(false);
-        runPanel_->setStatus(report->source == "model"
-                                 ? tr("Ran in %1 ms, %2 events").arg(report->run.duration_ms, 0, 'f', 0)
-                                       .arg(report->trace ? report->trace->size() : 0)
-                                 : QString());
+        runPanel_->setStatus(report->source == "model" ? tr("Ran in %1 ms, %2 events")
+                                                             .arg(report->run.duration_ms, 0, 'f', 0)
+                                                             .arg(report->trace ? report->trace->size() : 0)
+                                                       : QString());
         clearError();
         showReport(std::move(report));
     });
@@ -158,7 +166,7 @@ void MainWindow::buildMenus()
     auto* file = menuBar()->addMenu(tr("&File"));
     file->addAction(tr("&Open…"), QKeySequence::Open, this, [this] {
         auto path = QFileDialog::getOpenFileName(this, tr("Open a model or a report"), QString(),
-                                                 tr("Models and reports (*.pt *.pth *.json);;All files (*)"));
+            tr("Models and reports (*.pt *.pth *.json);;All files (*)"));
         if (!path.isEmpty())
             openFile(path);
     });
@@ -240,11 +248,20 @@ void MainWindow::startRun()
     worker_->start(std::move(request));
 }
 
-void MainWindow::cancelRun() { worker_->cancel(); }
+void MainWindow::cancelRun()
+{
+    worker_->cancel();
+}
 
-bool MainWindow::isRunning() const { return worker_->isRunning(); }
+bool MainWindow::isRunning() const
+{
+    return worker_->isRunning();
+}
 
-QString MainWindow::errorText() const { return error_->isVisible() ? error_->text() : QString(); }
+QString MainWindow::errorText() const
+{
+    return error_->isVisible() ? error_->text() : QString();
+}
 
 QString MainWindow::displayName() const
 {
@@ -264,9 +281,9 @@ void MainWindow::showReport(std::shared_ptr<const Report> report)
     }
     peakLabel_->setText(report_ ? tr("peak %1 (weights %2, inputs %3, run %4)")
                                       .arg(QString::fromStdString(formatBytes(report_->peak_total_bytes)),
-                                           QString::fromStdString(formatBytes(report_->weight_bytes)),
-                                           QString::fromStdString(formatBytes(report_->input_bytes)),
-                                           QString::fromStdString(formatBytes(report_->peak_bytes)))
+                                          QString::fromStdString(formatBytes(report_->weight_bytes)),
+                                          QString::fromStdString(formatBytes(report_->input_bytes)),
+                                          QString::fromStdString(formatBytes(report_->peak_bytes)))
                                 : QString());
     updateActions();
     emit reportChanged(report_);

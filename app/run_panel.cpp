@@ -16,9 +16,15 @@
 namespace memledger {
 
 RunPanel::RunPanel(QWidget* parent)
-    : QWidget(parent), inputs_(new QLineEdit(this)), inputsNote_(new QLabel(this)), batch_(new QSpinBox(this)),
-      dtype_(new QComboBox(this)), run_(new QPushButton(tr("Run"), this)), cancel_(new QPushButton(tr("Cancel"), this)),
-      progress_(new QProgressBar(this)), status_(new QLabel(this))
+    : QWidget(parent)
+    , inputs_(new QLineEdit(this))
+    , inputsNote_(new QLabel(this))
+    , batch_(new QSpinBox(this))
+    , dtype_(new QComboBox(this))
+    , run_(new QPushButton(tr("Run"), this))
+    , cancel_(new QPushButton(tr("Cancel"), this))
+    , progress_(new QProgressBar(this))
+    , status_(new QLabel(this))
 {
     inputs_->setPlaceholderText(tr("guess from the model"));
     inputs_->setToolTip(tr("Input shapes, comma-separated: 1x3x224x224 or 1x128x512,1x128"));
@@ -59,7 +65,10 @@ void RunPanel::setInputs(const QString& shapes, const QString& note, const QStri
     inputsNote_->setToolTip(tooltip);
 }
 
-QString RunPanel::inputsText() const { return inputs_->text(); }
+QString RunPanel::inputsText() const
+{
+    return inputs_->text();
+}
 
 RunOptions RunPanel::options() const
 {
@@ -76,7 +85,7 @@ RunOptions RunPanel::options() const
 void RunPanel::setRunnable(bool runnable)
 {
     runnable_ = runnable;
-    for (QWidget* w : std::initializer_list<QWidget*>{inputs_, batch_, dtype_, run_})
+    for (QWidget* w : std::initializer_list<QWidget*> {inputs_, batch_, dtype_, run_})
         w->setEnabled(runnable);
 }
 
@@ -101,6 +110,9 @@ void RunPanel::setProgress(int done, int total)
     progress_->setFormat(tr("%1 of %2 modules").arg(done).arg(total));
 }
 
-void RunPanel::setStatus(const QString& text) { status_->setText(text); }
+void RunPanel::setStatus(const QString& text)
+{
+    status_->setText(text);
+}
 
 } // namespace memledger

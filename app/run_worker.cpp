@@ -1,6 +1,5 @@
 #include "run_worker.h"
 
-
 #include "cli.h"
 #include "demo_model.h"
 #include "memledger/analysis.h"
@@ -23,7 +22,8 @@ QString shapesToText(const std::vector<Shape>& shapes)
     return parts.join(QLatin1Char(','));
 }
 
-RunWorker::RunWorker(QObject* parent) : QObject(parent)
+RunWorker::RunWorker(QObject* parent)
+    : QObject(parent)
 {
 }
 

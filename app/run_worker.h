@@ -53,4 +53,3 @@ private:
 QString shapesToText(const std::vector<Shape>& shapes); // "1x3x224x224,1x10"
 
 } // namespace memledger
-

@@ -35,7 +35,7 @@ inline memledger::Report makeSyntheticReport(std::size_t events, unsigned seed =
     t->reserve(events);
     std::mt19937 rng(seed);
     std::uint32_t where[] = {t->strings.intern("features.0"), t->strings.intern("features.1"),
-                             t->strings.intern("head.conv"), t->strings.intern("head.relu")};
+        t->strings.intern("head.conv"), t->strings.intern("head.relu")};
     std::uint32_t op = t->strings.intern("aten::conv2d");
     std::vector<std::size_t> liveActivations;
     std::int64_t live = 0;

@@ -79,8 +79,8 @@ TEST(MainWindow, RunsTheDemoAndShowsWhatTheCoreReports)
     for (std::size_t i = 0; i < report->layers.size(); i += 7) {
         auto index = w.layerTree()->model()->indexForLayer(static_cast<int>(i), LayerTreeModel::Activations);
         EXPECT_EQ(index.data(LayerTreeModel::SortRole).toLongLong(), report->layers[i].activation_bytes) << i;
-        EXPECT_EQ(index.siblingAtColumn(0).data(LayerTreeModel::PathRole).toString().toStdString(),
-                  report->layers[i].path);
+        EXPECT_EQ(
+            index.siblingAtColumn(0).data(LayerTreeModel::PathRole).toString().toStdString(), report->layers[i].path);
     }
 
     // Timeline: the stacked top is weights + inputs + live bytes, and its peak is the report's.
@@ -89,7 +89,7 @@ TEST(MainWindow, RunsTheDemoAndShowsWhatTheCoreReports)
     auto live = liveBytesAfterEachEvent(*report->trace);
     for (std::size_t i = 0; i < live.size(); ++i)
         ASSERT_EQ(s.tops[TimelineSeries::kBands - 1][i + 1],
-                  static_cast<double>(report->weight_bytes + report->input_bytes + live[i]));
+            static_cast<double>(report->weight_bytes + report->input_bytes + live[i]));
     EXPECT_EQ(s.peak_value, static_cast<double>(report->peak_total_bytes));
     EXPECT_GT(w.timeline()->plottedPointCount(), 0);
 
@@ -112,9 +112,7 @@ TEST(MainWindow, EventLoopNeverStallsDuringARun)
     qint64 worstGap = 0;
     QTimer ticker;
     ticker.setInterval(10);
-    QObject::connect(&ticker, &QTimer::timeout, [&] {
-        worstGap = std::max(worstGap, sinceTick.restart());
-    });
+    QObject::connect(&ticker, &QTimer::timeout, [&] { worstGap = std::max(worstGap, sinceTick.restart()); });
     sinceTick.start();
     ticker.start();
     w.openDemo();
@@ -174,12 +172,11 @@ TEST_P(BadFile, ShowsTheFileAndLeavesTheWindowUsable)
     EXPECT_TRUE(w.errorText().isEmpty());
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Files, BadFile,
-    ::testing::Values(std::pair<const char*, const char*>{"garbage.pt", "this is not a TorchScript zip"},
-                      std::pair<const char*, const char*>{"missing.pt", nullptr},
-                      std::pair<const char*, const char*>{"broken.json", "{\"memledger\": "},
-                      std::pair<const char*, const char*>{"other.json", "{\"hello\": 1}"}));
+INSTANTIATE_TEST_SUITE_P(Files, BadFile,
+    ::testing::Values(std::pair<const char*, const char*> {"garbage.pt", "this is not a TorchScript zip"},
+        std::pair<const char*, const char*> {"missing.pt", nullptr},
+        std::pair<const char*, const char*> {"broken.json", "{\"memledger\": "},
+        std::pair<const char*, const char*> {"other.json", "{\"hello\": 1}"}));
 
 TEST(MainWindow, SavesReopensAndExports)
 {
@@ -205,6 +202,14 @@ TEST(MainWindow, SavesReopensAndExports)
     QImage shot(window);
     EXPECT_EQ(shot.size(), w.size());
     EXPECT_GT(pixelsUnlike(shot, shot.pixel(0, 0)), shot.width() * shot.height() / 10);
+
+#if __has_include("memledger/report_html.h")
+    auto html = dir.filePath("demo.html");
+    ASSERT_EQ(w.exportHtml(html), QString());
+    QFile page(html);
+    ASSERT_TRUE(page.open(QIODevice::ReadOnly));
+    EXPECT_TRUE(page.readAll().contains("<html"));
+#endif
 
     // The saved JSON opens without running anything.
     w.openFile(json);

@@ -230,7 +230,12 @@ TEST(Snapshot, WriterFromATraceThroughTheModel)
         }
     }
     Snapshot s = decodeSnapshot(encodeSnapshot(t), "from-trace");
-    EXPECT_EQ(s.trace->size(), t.size());
+    // the segments the model cudaMalloc'ed are written as segment_alloc entries before their alloc
+    auto model = replayCachingAllocator(t);
+    EXPECT_EQ(s.trace->size(), t.size() + model.segment_allocs.size());
+    EXPECT_EQ(s.traceCount(Action::SegmentAlloc), model.segment_allocs.size());
+    auto check = checkAllocatorModel(s);
+    EXPECT_TRUE(check.matched) << check.reproduced << " of " << check.recorded;
     std::int64_t blocksTotal = 0;
     for (const auto& g : s.segments) {
         std::int64_t sum = 0;
@@ -240,7 +245,8 @@ TEST(Snapshot, WriterFromATraceThroughTheModel)
         blocksTotal += sum;
     }
     EXPECT_GT(blocksTotal, 0);
-    EXPECT_EQ(s.trace->strings.at(s.trace->where[0]), "model.py:12 forward");
+    auto firstAlloc = std::find(s.trace->action.begin(), s.trace->action.end(), Action::Alloc) - s.trace->action.begin();
+    EXPECT_EQ(s.trace->strings.at(s.trace->where[static_cast<std::size_t>(firstAlloc)]), "model.py:12 forward");
 }
 
 TEST(Snapshot, PyTorchMemoryVizReadsOurSnapshot)

@@ -3,8 +3,8 @@
 #include "layer_tree_model.h"
 #include "layer_tree_panel.h"
 #include "ledger_summary.h"
-#include "qt_test_app.h"
 #include "memledger/analysis.h"
+#include "qt_test_app.h"
 #include "synthetic_report.h"
 #include "timeline_plot.h"
 #include "timeline_png.h"
@@ -36,8 +36,8 @@ QStringList tickLabels(double lo, double hi)
     ByteAxisTicker ticker;
     QVector<double> ticks, subTicks;
     QVector<QString> labels;
-    static_cast<QCPAxisTicker&>(ticker).generate(QCPRange(lo, hi), QLocale::c(), QLatin1Char('g'), 6, ticks,
-                                                 &subTicks, &labels);
+    static_cast<QCPAxisTicker&>(ticker).generate(
+        QCPRange(lo, hi), QLocale::c(), QLatin1Char('g'), 6, ticks, &subTicks, &labels);
     return QStringList(labels.begin(), labels.end());
 }
 
@@ -71,7 +71,7 @@ TEST(ReduceSteps, KeepsEveryColumnsExtremesAndFewPoints)
         keys.push_back(k);
         values.push_back(v);
     }
-    for (auto [lo, hi] : {std::pair{keys.front(), keys.back()}, std::pair{100.0, 250.0}}) {
+    for (auto [lo, hi] : {std::pair {keys.front(), keys.back()}, std::pair {100.0, 250.0}}) {
         const int columns = 500;
         auto r = reduceSteps(keys, values, lo, hi, columns);
         EXPECT_LE(r.keys.size(), static_cast<std::size_t>(columns) * 4 + 2);

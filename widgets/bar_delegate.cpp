@@ -27,11 +27,11 @@ void BarDelegate::paint(QPainter* painter, const QStyleOptionViewItem& option, c
         initStyleOption(&text, index);
         text.backgroundBrush = Qt::NoBrush;
         text.state &= ~QStyle::State_Selected;
-        text.palette.setColor(QPalette::Text, option.state & QStyle::State_Selected
-                                                  ? option.palette.color(QPalette::HighlightedText)
+        text.palette.setColor(QPalette::Text,
+            option.state & QStyle::State_Selected ? option.palette.color(QPalette::HighlightedText)
                                                   : option.palette.color(QPalette::Text));
-        style->drawItemText(painter, option.rect.adjusted(4, 0, -4, 0), Qt::AlignRight | Qt::AlignVCenter,
-                            text.palette, true, text.text, QPalette::Text);
+        style->drawItemText(painter, option.rect.adjusted(4, 0, -4, 0), Qt::AlignRight | Qt::AlignVCenter, text.palette,
+            true, text.text, QPalette::Text);
         return;
     }
     QStyledItemDelegate::paint(painter, option, index);

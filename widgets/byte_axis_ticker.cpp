@@ -24,7 +24,7 @@ QString ByteAxisTicker::unitName(double unit)
 }
 
 void ByteAxisTicker::generate(const QCPRange& range, const QLocale& locale, QChar formatChar, int precision,
-                              QVector<double>& ticks, QVector<double>* subTicks, QVector<QString>* tickLabels)
+    QVector<double>& ticks, QVector<double>* subTicks, QVector<QString>* tickLabels)
 {
     unit_ = unitFor(std::max(std::abs(range.lower), std::abs(range.upper)));
     QCPAxisTicker::generate(range, locale, formatChar, precision, ticks, subTicks, tickLabels);

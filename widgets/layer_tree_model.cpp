@@ -7,7 +7,10 @@
 
 namespace memledger {
 
-LayerTreeModel::LayerTreeModel(QObject* parent) : QAbstractItemModel(parent) { }
+LayerTreeModel::LayerTreeModel(QObject* parent)
+    : QAbstractItemModel(parent)
+{
+}
 
 void LayerTreeModel::setReport(std::shared_ptr<const Report> report)
 {
@@ -24,11 +27,14 @@ void LayerTreeModel::setReport(std::shared_ptr<const Report> report)
         row_.resize(layers.size(), 0);
         for (std::size_t i = 0; i < layers.size(); ++i) {
             int p = layers[i].parent;
-            auto& siblings = p >= 0 && static_cast<std::size_t>(p) < layers.size() ? children_[static_cast<std::size_t>(p)] : roots_;
+            auto& siblings = p >= 0 && static_cast<std::size_t>(p) < layers.size()
+                ? children_[static_cast<std::size_t>(p)]
+                : roots_;
             row_[i] = static_cast<int>(siblings.size());
             siblings.push_back(static_cast<int>(i));
             for (int c = Weights; c < ColumnCount; ++c)
-                largest_[static_cast<std::size_t>(c)] = std::max(largest_[static_cast<std::size_t>(c)], bytes(static_cast<int>(i), c));
+                largest_[static_cast<std::size_t>(c)]
+                    = std::max(largest_[static_cast<std::size_t>(c)], bytes(static_cast<int>(i), c));
         }
     }
     endResetModel();
@@ -109,7 +115,10 @@ int LayerTreeModel::rowCount(const QModelIndex& parent) const
     return static_cast<int>(children_[static_cast<std::size_t>(layerOf(parent))].size());
 }
 
-int LayerTreeModel::columnCount(const QModelIndex&) const { return ColumnCount; }
+int LayerTreeModel::columnCount(const QModelIndex&) const
+{
+    return ColumnCount;
+}
 
 QVariant LayerTreeModel::data(const QModelIndex& index, int role) const
 {
@@ -146,7 +155,8 @@ QVariant LayerTreeModel::data(const QModelIndex& index, int role) const
     case BarFractionRole: {
         if (!isBytes || largest_[static_cast<std::size_t>(column)] <= 0)
             return {};
-        return static_cast<double>(bytes(layer, column)) / static_cast<double>(largest_[static_cast<std::size_t>(column)]);
+        return static_cast<double>(bytes(layer, column))
+            / static_cast<double>(largest_[static_cast<std::size_t>(column)]);
     }
     case BarColorRole:
         switch (column) {

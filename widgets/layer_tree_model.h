@@ -16,11 +16,11 @@ public:
     enum Column { Name, Type, OutputShape, Weights, Activations, Temporaries, PeakDelta, ColumnCount };
     enum Role {
         SortRole = Qt::UserRole + 1, // raw bytes for the byte columns, text otherwise
-        BarFractionRole,             // value / the largest value of the column, for the inline bars
+        BarFractionRole, // value / the largest value of the column, for the inline bars
         BarColorRole,
-        PathRole,   // "layer1.0.conv1"
+        PathRole, // "layer1.0.conv1"
         FilterRole, // path and type, what the filter box matches
-        LayerRole,  // index into Report::layers
+        LayerRole, // index into Report::layers
     };
 
     explicit LayerTreeModel(QObject* parent = nullptr);
@@ -46,7 +46,7 @@ private:
     std::vector<int> roots_;
     std::vector<std::vector<int>> children_;
     std::vector<int> row_; // row of each layer under its parent
-    std::array<std::int64_t, ColumnCount> largest_{};
+    std::array<std::int64_t, ColumnCount> largest_ {};
 };
 
 } // namespace memledger

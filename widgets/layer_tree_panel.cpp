@@ -12,15 +12,18 @@
 namespace memledger {
 
 LayerTreePanel::LayerTreePanel(QWidget* parent)
-    : QWidget(parent), model_(new LayerTreeModel(this)), proxy_(new QSortFilterProxyModel(this)),
-      view_(new QTreeView(this)), filter_(new QLineEdit(this))
+    : QWidget(parent)
+    , model_(new LayerTreeModel(this))
+    , proxy_(new QSortFilterProxyModel(this))
+    , view_(new QTreeView(this))
+    , filter_(new QLineEdit(this))
 {
     proxy_->setSourceModel(model_);
     proxy_->setSortRole(LayerTreeModel::SortRole);
     proxy_->setFilterRole(LayerTreeModel::FilterRole);
     proxy_->setFilterCaseSensitivity(Qt::CaseInsensitive);
     proxy_->setRecursiveFilteringEnabled(true); // a match deep down keeps its parents
-    proxy_->setAutoAcceptChildRows(true);       // and a matching module keeps its children
+    proxy_->setAutoAcceptChildRows(true); // and a matching module keeps its children
 
     filter_->setPlaceholderText(tr("Filter modules by name, path or type"));
     filter_->setClearButtonEnabled(true);
@@ -48,10 +51,9 @@ LayerTreePanel::LayerTreePanel(QWidget* parent)
     for (int c = LayerTreeModel::Weights; c < LayerTreeModel::ColumnCount; ++c)
         view_->setColumnWidth(c, 120);
 
-    connect(view_->selectionModel(), &QItemSelectionModel::currentRowChanged, this,
-            [this](const QModelIndex& current) {
-                emit moduleSelected(current.isValid() ? current.data(LayerTreeModel::PathRole).toString() : QString());
-            });
+    connect(view_->selectionModel(), &QItemSelectionModel::currentRowChanged, this, [this](const QModelIndex& current) {
+        emit moduleSelected(current.isValid() ? current.data(LayerTreeModel::PathRole).toString() : QString());
+    });
 
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);

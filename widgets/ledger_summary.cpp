@@ -11,7 +11,10 @@ namespace memledger {
 
 namespace {
 
-QString bytesText(std::int64_t bytes) { return QString::fromStdString(formatBytes(bytes)); }
+QString bytesText(std::int64_t bytes)
+{
+    return QString::fromStdString(formatBytes(bytes));
+}
 
 constexpr int kBarTop = 26;
 constexpr int kBarHeight = 22;
@@ -26,10 +29,12 @@ QString loadTaxLine(const Report& r)
         return {};
     return QObject::tr("file %1 %2, resident %3 as %4")
         .arg(bytesText(t.file_tensor_bytes), QString::fromStdString(t.file_dtype.empty() ? "-" : t.file_dtype),
-             bytesText(t.resident_bytes), QString::fromStdString(t.resident_dtype));
+            bytesText(t.resident_bytes), QString::fromStdString(t.resident_dtype));
 }
 
-LedgerSummary::LedgerSummary(QWidget* parent) : QWidget(parent), loadTax_(new QLabel(this))
+LedgerSummary::LedgerSummary(QWidget* parent)
+    : QWidget(parent)
+    , loadTax_(new QLabel(this))
 {
     loadTax_->setWordWrap(true);
     loadTax_->setTextInteractionFlags(Qt::TextSelectableByMouse);
@@ -48,7 +53,10 @@ void LedgerSummary::setReport(std::shared_ptr<const Report> report)
     update();
 }
 
-QString LedgerSummary::loadTaxText() const { return report_ ? loadTaxLine(*report_) : QString(); }
+QString LedgerSummary::loadTaxText() const
+{
+    return report_ ? loadTaxLine(*report_) : QString();
+}
 
 QSize LedgerSummary::sizeHint() const
 {
@@ -71,7 +79,7 @@ void LedgerSummary::paintEvent(QPaintEvent*)
     titleFont.setBold(true);
     p.setFont(titleFont);
     p.drawText(QRect(6, 4, width() - 12, kBarTop - 6), Qt::AlignLeft | Qt::AlignVCenter,
-               tr("At the peak: %1").arg(bytesText(report_->peak_total_bytes)));
+        tr("At the peak: %1").arg(bytesText(report_->peak_total_bytes)));
     p.setFont(font());
 
     QRect bar(6, kBarTop, width() - 12, kBarHeight);
@@ -91,10 +99,11 @@ void LedgerSummary::paintEvent(QPaintEvent*)
         p.fillRect(QRect(6, y + 4, 10, 10), ledgerColor(static_cast<Ledger>(i)));
         p.setPen(text);
         p.drawText(QRect(22, y, width() - 28, kRowHeight), Qt::AlignLeft | Qt::AlignVCenter,
-                   QString::fromUtf8(ledgerName(static_cast<Ledger>(i))));
+            QString::fromUtf8(ledgerName(static_cast<Ledger>(i))));
         QString figure = bytesText(bytes);
         if (total > 0)
-            figure += QStringLiteral("  %1%").arg(100.0 * static_cast<double>(bytes) / static_cast<double>(total), 0, 'f', 0);
+            figure += QStringLiteral("  %1%").arg(
+                100.0 * static_cast<double>(bytes) / static_cast<double>(total), 0, 'f', 0);
         p.drawText(QRect(22, y, width() - 28, kRowHeight), Qt::AlignRight | Qt::AlignVCenter, figure);
     }
 }

@@ -2,7 +2,8 @@
 
 namespace memledger {
 
-StepAreaGraph::StepAreaGraph(QCPAxis* keyAxis, QCPAxis* valueAxis) : QCPGraph(keyAxis, valueAxis)
+StepAreaGraph::StepAreaGraph(QCPAxis* keyAxis, QCPAxis* valueAxis)
+    : QCPGraph(keyAxis, valueAxis)
 {
     setLineStyle(lsStepLeft);
 }

@@ -2,8 +2,8 @@
 
 #include "byte_axis_ticker.h"
 #include "ledger_colors.h"
-#include "step_area_graph.h"
 #include "memledger/format.h"
+#include "step_area_graph.h"
 
 #include <QToolTip>
 
@@ -27,7 +27,8 @@ QString keyText(const Trace& t, std::size_t event)
 
 } // namespace
 
-TimelinePlot::TimelinePlot(QWidget* parent) : QCustomPlot(parent)
+TimelinePlot::TimelinePlot(QWidget* parent)
+    : QCustomPlot(parent)
 {
     setMouseTracking(true);
     setNoAntialiasingOnDrag(true);
@@ -107,7 +108,7 @@ void TimelinePlot::setAxis(TimelineAxis axis)
 
 void TimelinePlot::rebuildSeries()
 {
-    series_ = report_ ? TimelineSeries::build(*report_, axis_) : TimelineSeries{};
+    series_ = report_ ? TimelineSeries::build(*report_, axis_) : TimelineSeries {};
     for (int b = 0; b < TimelineSeries::kBands; ++b) {
         auto* g = bands_[static_cast<std::size_t>(b)];
         g->setVisible(series_.present[static_cast<std::size_t>(b)]);
@@ -116,9 +117,11 @@ void TimelinePlot::rebuildSeries()
         else
             g->removeFromLegend();
     }
-    if (!highlighted_.isEmpty() && report_ && report_->trace)
+    if (!highlighted_.isEmpty() && report_ && report_->trace) {
         highlightSeries_ = moduleLiveSeries(*report_->trace, highlighted_.toStdString(),
-                                            static_cast<double>(report_->weight_bytes + report_->input_bytes));
+            static_cast<double>(report_->weight_bytes + report_->input_bytes));
+        highlightBlocks_ = StepBlocks::build(highlightSeries_);
+    }
     emptyLabel_->setVisible(report_ && (!report_->trace || report_->trace->size() == 0));
     updatePeakMarker();
     resetZoom();
@@ -154,20 +157,21 @@ void TimelinePlot::reduceToView()
     auto range = xAxis->range();
     int columns = 2 * std::max(100, axisRect()->width() > 0 ? axisRect()->width() : width());
     double top = 0;
-    auto plot = [&](QCPGraph* g, const std::vector<double>& values) {
-        auto r = reduceSteps(series_.keys, values, range.lower, range.upper, columns);
-        g->setData(QVector<double>(r.keys.begin(), r.keys.end()), QVector<double>(r.values.begin(), r.values.end()),
-                   true);
+    auto plot = [&](QCPGraph* g, const std::vector<double>& values, const StepBlocks& blocks) {
+        auto r = reduceSteps(series_.keys, values, range.lower, range.upper, columns, &blocks);
+        g->setData(
+            QVector<double>(r.keys.begin(), r.keys.end()), QVector<double>(r.values.begin(), r.values.end()), true);
         for (double v : r.values)
             top = std::max(top, v);
     };
     for (int b = 0; b < TimelineSeries::kBands; ++b)
         if (series_.present[static_cast<std::size_t>(b)])
-            plot(bands_[static_cast<std::size_t>(b)], series_.tops[static_cast<std::size_t>(b)]);
+            plot(bands_[static_cast<std::size_t>(b)], series_.tops[static_cast<std::size_t>(b)],
+                series_.blocks[static_cast<std::size_t>(b)]);
     bool highlighting = !highlighted_.isEmpty() && highlightSeries_.size() == series_.keys.size();
     highlight_->setVisible(highlighting);
     if (highlighting) {
-        plot(highlight_, highlightSeries_);
+        plot(highlight_, highlightSeries_, highlightBlocks_);
         highlight_->setFillBase(static_cast<double>(report_->weight_bytes + report_->input_bytes));
     }
     if (autoValueRange_)
@@ -191,8 +195,9 @@ void TimelinePlot::highlightModule(const QString& path)
     highlighted_ = path;
     highlightSeries_.clear();
     if (!path.isEmpty() && report_ && report_->trace)
-        highlightSeries_ = moduleLiveSeries(*report_->trace, path.toStdString(),
-                                            static_cast<double>(report_->weight_bytes + report_->input_bytes));
+        highlightSeries_ = moduleLiveSeries(
+            *report_->trace, path.toStdString(), static_cast<double>(report_->weight_bytes + report_->input_bytes));
+    highlightBlocks_ = StepBlocks::build(highlightSeries_);
     highlight_->setName(path.isEmpty() ? tr("selected module") : path);
     if (path.isEmpty())
         highlight_->removeFromLegend();
@@ -216,13 +221,13 @@ QString TimelinePlot::describeAt(double key, double bytes, QString* modulePath) 
     double bottom = band == 0 ? 0 : series_.tops[static_cast<std::size_t>(band - 1)][p];
     auto ledger = static_cast<Ledger>(band);
     double constant = ledger == Ledger::Weights ? static_cast<double>(report_->weight_bytes)
-                      : ledger == Ledger::Inputs ? static_cast<double>(report_->input_bytes)
-                                                 : 0;
+        : ledger == Ledger::Inputs              ? static_cast<double>(report_->input_bytes)
+                                                : 0;
     if (bytes <= bottom + constant) {
         if (ledger == Ledger::Weights)
             return tr("<b>%1</b> weights<br>parameters and buffers of %2, resident as %3 for the whole run")
                 .arg(bytesText(constant), QString::fromStdString(report_->model.type).toHtmlEscaped(),
-                     QString::fromStdString(report_->run.dtype));
+                    QString::fromStdString(report_->run.dtype));
         return tr("<b>%1</b> inputs<br>the model's input tensors, alive for the whole run").arg(bytesText(constant));
     }
     if (p == 0 || !report_->trace)
@@ -246,12 +251,12 @@ QString TimelinePlot::describeAt(double key, double bytes, QString* modulePath) 
         auto op = QString::fromStdString(t.strings.at(t.outer_op[a]));
         if (t.inner_op[a] && t.inner_op[a] != t.outer_op[a])
             op += QStringLiteral(" → ") + QString::fromStdString(t.strings.at(t.inner_op[a]));
-        QString until = partner == kNoPartner ? tr("the end of the run")
-                                              : keyText(t, static_cast<std::size_t>(partner));
+        QString until
+            = partner == kNoPartner ? tr("the end of the run") : keyText(t, static_cast<std::size_t>(partner));
         return tr("<b>%1</b> %2<br>module: %3<br>op: %4<br>alive from %5<br>until %6")
             .arg(bytesText(static_cast<double>(t.bytes[a])), QString::fromUtf8(ledgerName(ledger)),
-                 (where.isEmpty() ? tr("(model)") : where).toHtmlEscaped(),
-                 (op.isEmpty() ? tr("(outside any op)") : op).toHtmlEscaped(), keyText(t, a), until);
+                (where.isEmpty() ? tr("(model)") : where).toHtmlEscaped(),
+                (op.isEmpty() ? tr("(outside any op)") : op).toHtmlEscaped(), keyText(t, a), until);
     }
     return {};
 }

@@ -57,8 +57,9 @@ private:
     TimelineAxis axis_ = TimelineAxis::Milliseconds;
     TimelineSeries series_;
     std::vector<double> highlightSeries_;
+    StepBlocks highlightBlocks_;
     QString highlighted_;
-    std::array<StepAreaGraph*, TimelineSeries::kBands> bands_{};
+    std::array<StepAreaGraph*, TimelineSeries::kBands> bands_ {};
     StepAreaGraph* highlight_ = nullptr;
     QCPItemTracer* peakTracer_ = nullptr;
     QCPItemText* peakLabel_ = nullptr;

@@ -10,13 +10,22 @@ namespace memledger {
 
 enum class TimelineAxis { Milliseconds, OpSequence };
 
+// Where the minimum and maximum of each block of kSize values are, so that reducing a wide range looks at
+// one entry per block instead of every value.
+struct StepBlocks {
+    static constexpr std::size_t kSize = 64;
+    std::vector<std::uint32_t> min_at, max_at;
+    static StepBlocks build(const std::vector<double>& values);
+};
+
 // The stacked live-bytes step series behind the timeline, built once per report and axis.
 // Band order, bottom first: weights, inputs, activations, temporaries, unattributed.
 struct TimelineSeries {
     static constexpr int kBands = 5;
-    std::vector<double> keys;                     // sorted; point 0 is the start, point i+1 follows event i
+    std::vector<double> keys; // sorted; point 0 is the start, point i+1 follows event i
     std::array<std::vector<double>, kBands> tops; // top of each band after stacking, per point
-    std::array<bool, kBands> present{};           // band holds bytes somewhere in the run
+    std::array<bool, kBands> present {}; // band holds bytes somewhere in the run
+    std::array<StepBlocks, kBands> blocks;
     double peak_key = 0;
     double peak_value = 0;
 
@@ -42,6 +51,6 @@ struct ReducedSteps {
     std::vector<double> values;
 };
 ReducedSteps reduceSteps(const std::vector<double>& keys, const std::vector<double>& values, double lo, double hi,
-                         int columns);
+    int columns, const StepBlocks* blocks = nullptr);
 
 } // namespace memledger

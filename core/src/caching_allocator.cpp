@@ -346,6 +346,7 @@ private:
         out_.segment_allocs.push_back(bytes);
         out_.segment_alloc_event.push_back(event);
         out_.segment_alloc_device.push_back(device_);
+        out_.segment_alloc_address.push_back(seg->addr);
         return b;
     }
 

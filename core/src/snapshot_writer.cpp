@@ -241,8 +241,16 @@ void writeSegment(PickleOut& p, const OutSegment& s)
     p.setItems();
 }
 
+// A segment the model cudaMalloc'ed just before event `before`: written as a segment_alloc entry.
+struct ModelSegmentAlloc {
+    std::size_t before;
+    std::uint64_t address;
+    std::int64_t size;
+};
+
 std::string encode(const std::vector<OutSegment>& segments, const Trace& t, const std::vector<std::uint64_t>* addresses,
-                   const std::vector<std::uint64_t>* streams, std::int64_t timeBaseUs, const AllocatorSettings& settings)
+                   const std::vector<std::uint64_t>* streams, std::int64_t timeBaseUs, const AllocatorSettings& settings,
+                   const std::vector<ModelSegmentAlloc>& segmentAllocs = {})
 {
     std::string out;
     out.reserve(64 + t.size() * 40 + segments.size() * 256);
@@ -261,11 +269,44 @@ std::string encode(const std::vector<OutSegment>& segments, const Trace& t, cons
     for (std::size_t i = 0; i < t.size(); ++i)
         perDevice[static_cast<std::size_t>(std::max<int>(0, t.device[i]))].push_back(i);
     std::unordered_map<std::uint32_t, std::uint32_t> framesMemo; // where id -> memo index of its frames list
+    std::unordered_map<std::size_t, std::vector<const ModelSegmentAlloc*>> segmentsBefore;
+    for (const auto& m : segmentAllocs)
+        segmentsBefore[m.before].push_back(&m);
+    auto writeSegmentAlloc = [&](std::size_t i, const ModelSegmentAlloc& m) {
+        p.emptyDict();
+        p.mark();
+        p.key("action");
+        p.key("segment_alloc");
+        p.key("addr");
+        p.integer(static_cast<std::int64_t>(m.address));
+        p.key("size");
+        p.integer(m.size);
+        p.key("stream");
+        p.integer(streams && i < streams->size() ? static_cast<std::int64_t>((*streams)[i]) : 0);
+        p.key("time_us");
+        p.integer(timeBaseUs + t.time_ns[i] / 1000);
+        p.key("frames");
+        p.emptyList();
+        p.setItems();
+    };
     p.key("device_traces");
     writeList(p, perDevice.size(), [&](std::size_t d) {
         const auto& events = perDevice[d];
-        writeList(p, events.size(), [&](std::size_t k) {
-            std::size_t i = events[k];
+        // Segment allocations the model made go in front of the event that caused them.
+        std::vector<std::pair<std::size_t, const ModelSegmentAlloc*>> order;
+        order.reserve(events.size());
+        for (auto i : events) {
+            if (auto it = segmentsBefore.find(i); it != segmentsBefore.end())
+                for (const auto* m : it->second)
+                    order.push_back({i, m});
+            order.push_back({i, nullptr});
+        }
+        writeList(p, order.size(), [&](std::size_t k) {
+            std::size_t i = order[k].first;
+            if (order[k].second) {
+                writeSegmentAlloc(i, *order[k].second);
+                return;
+            }
             p.emptyDict();
             p.mark();
             p.key("action");
@@ -342,7 +383,12 @@ std::string encodeSnapshot(const Trace& trace, const AllocatorSettings& settings
     for (std::size_t i = 0; i < addresses.size(); ++i)
         if (addresses[i] == 0)
             addresses[i] = trace.address[i];
-    return encode(segmentsFromModel(trace, replay), trace, &addresses, nullptr, 0, settings);
+    std::vector<ModelSegmentAlloc> segmentAllocs;
+    if (std::find(trace.action.begin(), trace.action.end(), Action::SegmentAlloc) == trace.action.end())
+        for (std::size_t k = 0; k < replay.segment_allocs.size(); ++k)
+            segmentAllocs.push_back({static_cast<std::size_t>(replay.segment_alloc_event[k]),
+                                     replay.segment_alloc_address[k], replay.segment_allocs[k]});
+    return encode(segmentsFromModel(trace, replay), trace, &addresses, nullptr, 0, settings, segmentAllocs);
 }
 
 std::string encodeSnapshot(const Report& report)

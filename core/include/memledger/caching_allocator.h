@@ -45,6 +45,7 @@ struct AllocatorReplay {
     std::vector<std::int32_t> segment_alloc_event;
     std::vector<std::int32_t> segment_map_event;
     std::vector<std::int8_t> segment_alloc_device;
+    std::vector<std::uint64_t> segment_alloc_address;
     std::vector<std::int8_t> segment_map_device;
     std::int64_t segment_frees = 0;       // segments released (recorded segment_free, OOM retries)
     std::int64_t frees_without_alloc = 0; // frees of blocks the replay never saw allocated

@@ -115,8 +115,10 @@ struct alignas(8) PickleScalar {
 
 // Items of all containers live in one arena owned by the document; a container is a slice of it.
 struct alignas(8) PickleContainer {
-    const PickleValue* data = nullptr; // set once parsing is done
-    std::uint64_t offset = 0;          // in the arena
+    union {
+        std::uint64_t offset = 0; // in the arena, while parsing
+        const PickleValue* data;  // once parsing is done
+    };
     std::uint32_t size = 0;
     std::uint32_t capacity = 0;
     std::uint32_t depth = 1; // levels of nesting below and including this one, as built
@@ -156,13 +158,14 @@ public:
 
 private:
     friend class PickleParser;
-    std::shared_ptr<const std::string> bytes_;
+    std::shared_ptr<const void> bytes_; // whatever holds the bytes: a string, a mapped file
     std::unique_ptr<std::deque<PickleContainer>> containers_;
     std::unique_ptr<std::deque<PickleScalar>> scalars_;
     struct FreeArena {
+        std::size_t bytes = 0;
         void operator()(PickleValue* p) const;
     };
-    std::unique_ptr<PickleValue, FreeArena> arena_; // malloc'ed: grown with realloc, never value-initialised
+    std::unique_ptr<PickleValue, FreeArena> arena_; // never value-initialised: pages are touched as filled
     PickleValue root_;
     int protocol_ = 0;
 };
@@ -174,5 +177,8 @@ struct PickleLimits {
 
 // Throws PickleError (with the byte offset) on anything that is not a well-formed data-only pickle.
 PickleDocument readPickle(std::string bytes, const PickleLimits& limits = {});
+// The same over bytes held by `owner` (a mapped file, say), which the document keeps alive.
+PickleDocument readPickle(std::shared_ptr<const void> owner, const char* data, std::size_t size,
+                          const PickleLimits& limits = {});
 
 } // namespace memledger
