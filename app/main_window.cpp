@@ -4,11 +4,16 @@
 #include "layer_tree_panel.h"
 #include "ledger_summary.h"
 #include "memledger/format.h"
+#include "memledger/snapshot.h"
 #include "memledger/report_json.h"
 #include "run_panel.h"
 #include "run_worker.h"
+#include "segment_map_view.h"
+#include "segment_timeline.h"
 #include "timeline_plot.h"
 #include "timeline_png.h"
+#include "whatif_panel.h"
+#include "whatif_worker.h"
 
 #if __has_include("memledger/report_html.h")
 #include "memledger/report_html.h"
@@ -18,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include <QActionGroup>
+#include <QComboBox>
 #include <QCloseEvent>
 #include <QDockWidget>
 #include <QDragEnterEvent>
@@ -30,9 +36,11 @@
 #include <QSettings>
 #include <QSplitter>
 #include <QStatusBar>
+#include <QTabWidget>
 #include <QToolBar>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace memledger {
@@ -91,6 +99,12 @@ MainWindow::MainWindow(QWidget* parent)
     connect(byOp, &QAction::triggered, this, [this] { timeline_->setAxis(TimelineAxis::OpSequence); });
     timelineBar->addSeparator();
     timelineBar->addAction(tr("Reset zoom"), timeline_, &TimelinePlot::resetZoom);
+    deviceBox_ = new QComboBox;
+    deviceBox_->setToolTip(tr("The snapshot's device to show"));
+    deviceAction_ = timelineBar->addWidget(deviceBox_);
+    deviceAction_->setVisible(false);
+    connect(deviceBox_, QOverload<int>::of(&QComboBox::activated), this,
+        [this](int i) { setDevice(deviceBox_->itemData(i).toInt()); });
     timelineBar->addSeparator();
     auto* hint = new QLabel(tr("wheel: zoom · drag: pan · shift+drag: zoom to box · double-click: reset · "
                                "click: select module"));
@@ -107,7 +121,20 @@ MainWindow::MainWindow(QWidget* parent)
 
     auto* splitter = new QSplitter(Qt::Vertical);
     splitter->addWidget(top);
-    splitter->addWidget(tree_);
+    // Segments: reserved vs allocated over time and, for a snapshot, the segment map at its end.
+    segmentTimeline_ = new SegmentTimeline;
+    segmentMap_ = new SegmentMapView;
+    auto* segments = new QSplitter(Qt::Horizontal);
+    segments->addWidget(segmentTimeline_);
+    segments->addWidget(segmentMap_);
+    segments->setStretchFactor(0, 3);
+    segments->setStretchFactor(1, 2);
+    segments->setSizes({600, 420});
+    tabs_ = new QTabWidget;
+    tabs_->setDocumentMode(true);
+    tabs_->addTab(tree_, tr("Layers"));
+    tabs_->addTab(segments, tr("Segments"));
+    splitter->addWidget(tabs_);
     splitter->setStretchFactor(0, 3);
     splitter->setStretchFactor(1, 2);
     setCentralWidget(splitter);
@@ -127,6 +154,7 @@ MainWindow::MainWindow(QWidget* parent)
     statusBar()->addPermanentWidget(peakLabel_);
 
     buildMenus();
+    setUpWhatIf();
 
     connect(tree_, &LayerTreePanel::moduleSelected, timeline_, &TimelinePlot::highlightModule);
     connect(timeline_, &TimelinePlot::moduleClicked, tree_, &LayerTreePanel::selectModule);
@@ -144,6 +172,8 @@ MainWindow::MainWindow(QWidget* parent)
                                                              .arg(report->trace ? report->trace->size() : 0)
                                                        : QString());
         clearError();
+        if (report->source == "model" && !fileIsReport_)
+            recordWhatIf(*report);
         showReport(std::move(report));
     });
     connect(worker_, &RunWorker::failed, this, [this](quint64, const QString& message) {
@@ -165,8 +195,8 @@ void MainWindow::buildMenus()
 {
     auto* file = menuBar()->addMenu(tr("&File"));
     file->addAction(tr("&Open…"), QKeySequence::Open, this, [this] {
-        auto path = QFileDialog::getOpenFileName(this, tr("Open a model or a report"), QString(),
-            tr("Models and reports (*.pt *.pth *.json);;All files (*)"));
+        auto path = QFileDialog::getOpenFileName(this, tr("Open a model, a report or a CUDA memory snapshot"), QString(),
+            tr("Models, reports and CUDA snapshots (*.pt *.pth *.json *.pickle *.pkl);;All files (*)"));
         if (!path.isEmpty())
             openFile(path);
     });
@@ -218,10 +248,14 @@ void MainWindow::openFile(const QString& path)
 {
     file_ = path;
     fileIsReport_ = isReportFile(path);
+    // By content, not by name: a snapshot is a pickle, a model is a zip.
+    fileIsSnapshot_ = !path.isEmpty() && !fileIsReport_ && looksLikePickleFile(path.toStdString());
     setWindowTitle(QStringLiteral("%1 — memledger").arg(displayName()));
-    runPanel_->setRunnable(!fileIsReport_);
+    runPanel_->setRunnable(!fileIsReport_ && !fileIsSnapshot_);
     if (path.isEmpty())
         runPanel_->setInputs(shapesToText(demoModelInput()), tr("(demo input)"));
+    else if (fileIsSnapshot_)
+        runPanel_->setInputs(QString(), tr("(CUDA memory snapshot)"));
     else if (!fileIsReport_)
         runPanel_->setInputs(QString(), QString()); // the worker guesses them from the model
     if (!path.isEmpty())
@@ -235,7 +269,8 @@ void MainWindow::startRun()
     RunRequest request;
     request.path = file_;
     request.isReport = fileIsReport_;
-    if (!fileIsReport_) {
+    request.isSnapshot = fileIsSnapshot_;
+    if (!fileIsReport_ && !fileIsSnapshot_) {
         try {
             request.options = runPanel_->options();
         } catch (const std::exception& e) {
@@ -244,7 +279,7 @@ void MainWindow::startRun()
         }
     }
     runPanel_->setRunning(true);
-    runPanel_->setStatus(fileIsReport_ ? tr("Reading %1…").arg(displayName()) : tr("Running %1…").arg(displayName()));
+    runPanel_->setStatus(fileIsReport_ || fileIsSnapshot_ ? tr("Reading %1…").arg(displayName()) : tr("Running %1…").arg(displayName()));
     worker_->start(std::move(request));
 }
 
@@ -285,8 +320,44 @@ void MainWindow::showReport(std::shared_ptr<const Report> report)
                                           QString::fromStdString(formatBytes(report_->input_bytes)),
                                           QString::fromStdString(formatBytes(report_->peak_bytes)))
                                 : QString());
+    showSegments();
     updateActions();
     emit reportChanged(report_);
+}
+
+void MainWindow::showSegments()
+{
+    segmentTimeline_->setReport(report_);
+    segmentMap_->setReport(report_);
+    const bool snapshot = report_ && report_->snapshot;
+    // Model runs: what a GPU's caching allocator would reserve, from the replay the segment timeline made.
+    const auto& history = segmentTimeline_->history();
+    if (report_ && !snapshot && history.simulated)
+        timeline_->setReservedLine(history.reserved, tr("reserved (simulated GPU)"));
+    deviceBox_->clear();
+    if (snapshot) {
+        const auto& s = *report_->snapshot;
+        deviceBox_->addItem(tr("all devices"), TimelineSeries::kAllDevices);
+        for (int d : s.devices)
+            deviceBox_->addItem(QStringLiteral("cuda:%1").arg(d), d);
+        runPanel_->setStatus(tr("CUDA memory snapshot"));
+        peakLabel_->setText(tr("CUDA memory snapshot: peak %1 live, %2 reserved and %3 allocated at the end")
+                                .arg(QString::fromStdString(formatBytes(report_->peak_bytes)),
+                                    QString::fromStdString(formatBytes(s.reservedBytes())),
+                                    QString::fromStdString(formatBytes(s.allocatedBytes()))));
+        tabs_->setCurrentIndex(1);
+    }
+    deviceAction_->setVisible(snapshot && report_->snapshot->devices.size() > 1);
+}
+
+void MainWindow::setDevice(int device)
+{
+    timeline_->setDevice(device);
+    segmentTimeline_->setDevice(device);
+    segmentMap_->setDevice(device);
+    auto i = deviceBox_->findData(device);
+    if (i >= 0)
+        deviceBox_->setCurrentIndex(i);
 }
 
 void MainWindow::showError(const QString& message)
@@ -308,6 +379,62 @@ void MainWindow::updateActions()
         a->setEnabled(report_ != nullptr);
 }
 
+void MainWindow::setUpWhatIf()
+{
+    whatIfPanel_ = new WhatIfPanel;
+    whatIfWorker_ = new WhatIfWorker(this);
+    setWhatIfPanel(whatIfPanel_);
+    connect(whatIfWorker_, &WhatIfWorker::recorded, this, [this](quint64, std::shared_ptr<const WhatIf> w) {
+        whatIf_ = std::move(w);
+        whatIfPanel_->setWhatIf(whatIf_);
+        statusBar()->showMessage(tr("What-if ready: recorded at batch 1 and 2"), 4000);
+        emit whatIfReady();
+    });
+    connect(whatIfWorker_, &WhatIfWorker::measured, this,
+        [this](quint64, const Prediction& p) { whatIfPanel_->showMeasurement(p); });
+    connect(whatIfWorker_, &WhatIfWorker::failed, this, [this](quint64, const QString& message) {
+        if (whatIf_)
+            whatIfPanel_->showMeasurementFailed(message);
+        else
+            statusBar()->showMessage(tr("What-if: %1").arg(message), 8000);
+    });
+    connect(whatIfPanel_, &WhatIfPanel::measureRequested, this, [this](std::int64_t batch, const QString& dtype) {
+        if (whatIf_)
+            whatIfWorker_->measure(file_, whatIf_, batch, dtype);
+    });
+}
+
+void MainWindow::recordWhatIf(const Report& report)
+{
+    whatIf_.reset();
+    whatIfPanel_->setWhatIf(nullptr);
+    RunOptions base;
+    base.inputs = report.run.input_shapes;
+    base.dtype = "float32";
+    whatIfWorker_->record(file_, base);
+}
+
+Report MainWindow::reportForExport() const
+{
+    Report r = *report_;
+    if (!whatIf_ || r.source != "model")
+        return r;
+    std::vector<std::int64_t> batches{1, 8, 32, 64, 128, whatIfPanel_->batch()};
+    std::sort(batches.begin(), batches.end());
+    batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
+    std::vector<Prediction> rows;
+    std::vector<std::pair<std::string, std::int64_t>> maxBatch;
+    auto budget = whatIfPanel_->budget();
+    for (const auto& dtype : whatIf_->dtypes()) {
+        for (auto b : batches)
+            rows.push_back(whatIf_->predict(b, dtype));
+        if (budget > 0)
+            maxBatch.emplace_back(dtype, whatIf_->maxBatch(dtype, budget));
+    }
+    r.whatif = std::make_shared<const nlohmann::json>(whatIfToJson(rows, budget, maxBatch));
+    return r;
+}
+
 void MainWindow::setWhatIfPanel(QWidget* panel)
 {
     whatIfDock_->setWidget(panel);
@@ -318,7 +445,7 @@ QString MainWindow::saveAnalysis(const QString& path) const
 {
     if (!report_)
         return tr("%1: nothing to save yet").arg(path);
-    return writeWithQSaveFile(path, QByteArray::fromStdString(reportToJson(*report_).dump() + "\n"));
+    return writeWithQSaveFile(path, QByteArray::fromStdString(reportToJson(reportForExport()).dump() + "\n"));
 }
 
 QString MainWindow::exportTimelinePng(const QString& path) const
@@ -341,7 +468,7 @@ QString MainWindow::exportHtml(const QString& path) const
 #ifdef MEMLEDGER_HAS_HTML
     if (!report_)
         return tr("%1: nothing to export yet").arg(path);
-    return writeWithQSaveFile(path, QByteArray::fromStdString(reportToHtml(*report_)));
+    return writeWithQSaveFile(path, QByteArray::fromStdString(reportToHtml(reportForExport())));
 #else
     return tr("%1: this build has no HTML report writer").arg(path);
 #endif

@@ -8,7 +8,9 @@
 
 class QDockWidget;
 class QLabel;
+class QComboBox;
 class QMenu;
+class QTabWidget;
 
 namespace memledger {
 
@@ -16,7 +18,12 @@ class LayerTreePanel;
 class LedgerSummary;
 class RunPanel;
 class RunWorker;
+class SegmentMapView;
+class SegmentTimeline;
 class TimelinePlot;
+class WhatIf;
+class WhatIfPanel;
+class WhatIfWorker;
 
 // The desktop app: opens a model (and runs it off the GUI thread) or a saved report, and shows it.
 class MainWindow : public QMainWindow {
@@ -40,9 +47,19 @@ public:
     LayerTreePanel* layerTree() const { return tree_; }
     LedgerSummary* ledgerSummary() const { return summary_; }
     RunPanel* runPanel() const { return runPanel_; }
+    // The Segments tab (segments over time, the segment map of a snapshot) and the snapshot's device selector.
+    SegmentTimeline* segmentTimeline() const { return segmentTimeline_; }
+    SegmentMapView* segmentMap() const { return segmentMap_; }
+    QTabWidget* tabs() const { return tabs_; }
+    QComboBox* deviceSelector() const { return deviceBox_; }
+    bool fileIsSnapshot() const { return fileIsSnapshot_; }
+    void setDevice(int device); // TimelineSeries::kAllDevices: all
     // Where the what-if panel goes; the window shows it beside the run panel.
     void setWhatIfPanel(QWidget* panel);
     QDockWidget* whatIfDock() const { return whatIfDock_; }
+    WhatIfPanel* whatIfPanel() const { return whatIfPanel_; }
+    // The report as saved and exported: with the what-if table when the model has been recorded for it.
+    Report reportForExport() const;
 
     // Return "" or why it failed, naming the file.
     QString saveAnalysis(const QString& path) const;
@@ -53,6 +70,7 @@ public:
 signals:
     void reportChanged(std::shared_ptr<const memledger::Report> report);
     void runFailed(const QString& message);
+    void whatIfReady(); // the what-if panel has its records
 
 protected:
     void dragEnterEvent(QDragEnterEvent* event) override;
@@ -62,6 +80,9 @@ protected:
 private:
     void buildMenus();
     void showReport(std::shared_ptr<const Report> report);
+    void showSegments();
+    void setUpWhatIf();
+    void recordWhatIf(const Report& report);
     void showError(const QString& message);
     void clearError();
     void addRecentFile(const QString& path);
@@ -75,6 +96,9 @@ private:
     LedgerSummary* summary_;
     RunPanel* runPanel_;
     QDockWidget* whatIfDock_;
+    WhatIfPanel* whatIfPanel_ = nullptr;
+    WhatIfWorker* whatIfWorker_ = nullptr;
+    std::shared_ptr<const WhatIf> whatIf_;
     QLabel* error_;
     QLabel* peakLabel_;
     QMenu* recentMenu_ = nullptr;
@@ -82,6 +106,12 @@ private:
     std::shared_ptr<const Report> report_;
     QString file_;
     bool fileIsReport_ = false;
+    bool fileIsSnapshot_ = false;
+    SegmentTimeline* segmentTimeline_ = nullptr;
+    SegmentMapView* segmentMap_ = nullptr;
+    QTabWidget* tabs_ = nullptr;
+    QComboBox* deviceBox_ = nullptr;
+    QAction* deviceAction_ = nullptr;
 };
 
 } // namespace memledger

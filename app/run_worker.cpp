@@ -5,6 +5,7 @@
 #include "memledger/analysis.h"
 #include "memledger/errors.h"
 #include "memledger/report_json.h"
+#include "memledger/snapshot.h"
 
 #include <QPointer>
 #include <QStringList>
@@ -65,7 +66,9 @@ quint64 RunWorker::start(RunRequest request)
         auto path = request.path.toStdString();
         try {
             Report report;
-            if (request.isReport) {
+            if (request.isSnapshot) {
+                report = readSnapshotReport(path);
+            } else if (request.isReport) {
                 report = readReportFile(path);
             } else if (path.empty()) {
                 report = analyzeFile(path, options);

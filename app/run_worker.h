@@ -17,6 +17,7 @@ namespace memledger {
 struct RunRequest {
     QString path;
     bool isReport = false;
+    bool isSnapshot = false; // a CUDA memory snapshot (a pickle), read with readSnapshotReport
     RunOptions options; // progress and cancel are set by RunWorker
 };
 

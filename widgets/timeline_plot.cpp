@@ -3,6 +3,7 @@
 #include "byte_axis_ticker.h"
 #include "ledger_colors.h"
 #include "memledger/format.h"
+#include "memledger/snapshot.h"
 #include "step_area_graph.h"
 
 #include <QToolTip>
@@ -40,9 +41,12 @@ TimelinePlot::TimelinePlot(QWidget* parent)
     layer(QStringLiteral("cursor"))->setMode(QCPLayer::lmBuffered);
 
     // Top band first, so each lower band is drawn over the one above it and the legend reads top-down.
-    for (int b = TimelineSeries::kBands - 1; b >= 0; --b) {
+    for (int k = TimelineSeries::kBands - 1; k >= 0; --k) {
+        int b = TimelineSeries::kStackOrder[static_cast<std::size_t>(k)];
         auto* g = new StepAreaGraph(xAxis, yAxis);
-        auto colour = ledgerColor(static_cast<Ledger>(b));
+        auto colour = b == TimelineSeries::kAliveBefore ? aliveBeforeColor()
+            : b == TimelineSeries::kPendingFree         ? pendingFreeColor()
+                                                        : ledgerColor(static_cast<Ledger>(b));
         g->setName(QString::fromUtf8(ledgerName(static_cast<Ledger>(b))));
         g->setPen(QPen(colour.darker(130), 1));
         g->setBrush(colour);
@@ -51,6 +55,12 @@ TimelinePlot::TimelinePlot(QWidget* parent)
         g->setAntialiasedFill(false);
         bands_[static_cast<std::size_t>(b)] = g;
     }
+    reservedGraph_ = new QCPGraph(xAxis, yAxis);
+    reservedGraph_->setLineStyle(QCPGraph::lsStepLeft);
+    reservedGraph_->setPen(QPen(reservedColor(), 1.5, Qt::DashLine));
+    reservedGraph_->setAdaptiveSampling(false);
+    reservedGraph_->setVisible(false);
+    reservedGraph_->removeFromLegend();
     highlight_ = new StepAreaGraph(xAxis, yAxis); // filled down to weights + inputs, not to zero
     highlight_->setName(tr("selected module"));
     highlight_->setAdaptiveSampling(false);
@@ -96,7 +106,84 @@ void TimelinePlot::setReport(std::shared_ptr<const Report> report)
     report_ = std::move(report);
     highlighted_.clear();
     highlightSeries_.clear();
+    reserved_.clear();
+    reservedGraph_->setVisible(false);
+    reservedGraph_->removeFromLegend();
+    device_ = TimelineSeries::kAllDevices;
     rebuildSeries();
+}
+
+void TimelinePlot::setDevice(int device)
+{
+    if (device == device_)
+        return;
+    device_ = device;
+    rebuildSeries();
+}
+
+void TimelinePlot::setReservedLine(std::vector<double> values, const QString& name)
+{
+    reserved_ = std::move(values);
+    reservedBlocks_ = StepBlocks::build(reserved_);
+    bool show = !reserved_.empty() && reserved_.size() == series_.keys.size();
+    reservedGraph_->setVisible(show);
+    reservedGraph_->setName(name);
+    if (show)
+        reservedGraph_->addToLegend();
+    else
+        reservedGraph_->removeFromLegend();
+    autoValueRange_ = true;
+    reduceToView();
+    replot(rpQueuedReplot);
+}
+
+QString TimelinePlot::oomMarkerText(int i) const
+{
+    return i >= 0 && i < oomMarkerCount() ? oomLabels_[static_cast<std::size_t>(i)]->text() : QString();
+}
+
+void TimelinePlot::updateOomMarkers()
+{
+    for (auto* item : oomLines_)
+        removeItem(item);
+    for (auto* item : oomLabels_)
+        removeItem(item);
+    oomLines_.clear();
+    oomLabels_.clear();
+    if (!report_ || !report_->snapshot || !report_->trace)
+        return;
+    const auto& t = *report_->trace;
+    const auto& ooms = report_->snapshot->ooms;
+    std::size_t k = 0;
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        if (t.action[i] != Action::Oom)
+            continue;
+        const SnapshotOom* oom = k < ooms.size() ? &ooms[k] : nullptr;
+        ++k;
+        if (device_ != TimelineSeries::kAllDevices && t.device[i] != device_)
+            continue;
+        double key = series_.keys[i + 1];
+        auto* line = new QCPItemStraightLine(this);
+        line->point1->setCoords(key, 0);
+        line->point2->setCoords(key, 1);
+        line->setPen(QPen(fragmentationColor(), 2));
+        auto* label = new QCPItemText(this);
+        label->position->setTypeX(QCPItemPosition::ptPlotCoords);
+        label->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
+        label->position->setCoords(key, 0.3); // below the peak marker, which is often near
+        label->setPositionAlignment(Qt::AlignTop | Qt::AlignRight);
+        label->setPadding(QMargins(4, 2, 4, 2));
+        label->setColor(fragmentationColor().darker(150));
+        label->setBrush(palette().color(QPalette::Base));
+        label->setPen(QPen(fragmentationColor()));
+        std::int64_t requested = oom ? oom->bytes_requested : t.bytes[i];
+        QString text = tr("out of memory on cuda:%1: %2 requested").arg(static_cast<int>(t.device[i])).arg(bytesText(static_cast<double>(requested)));
+        if (oom)
+            text += tr(", %1 free").arg(bytesText(static_cast<double>(oom->device_free)));
+        label->setText(text);
+        oomLines_.push_back(line);
+        oomLabels_.push_back(label);
+    }
 }
 
 void TimelinePlot::setAxis(TimelineAxis axis)
@@ -108,10 +195,12 @@ void TimelinePlot::setAxis(TimelineAxis axis)
 
 void TimelinePlot::rebuildSeries()
 {
-    series_ = report_ ? TimelineSeries::build(*report_, axis_) : TimelineSeries {};
+    series_ = report_ ? TimelineSeries::build(*report_, axis_, device_) : TimelineSeries {};
     for (int b = 0; b < TimelineSeries::kBands; ++b) {
         auto* g = bands_[static_cast<std::size_t>(b)];
         g->setVisible(series_.present[static_cast<std::size_t>(b)]);
+        if (report_)
+            g->setName(QString::fromUtf8(TimelineSeries::bandName(*report_, b)));
         if (g->visible())
             g->addToLegend();
         else
@@ -123,6 +212,11 @@ void TimelinePlot::rebuildSeries()
         highlightBlocks_ = StepBlocks::build(highlightSeries_);
     }
     emptyLabel_->setVisible(report_ && (!report_->trace || report_->trace->size() == 0));
+    if (reserved_.size() != series_.keys.size()) {
+        reservedGraph_->setVisible(false);
+        reservedGraph_->removeFromLegend();
+    }
+    updateOomMarkers();
     updatePeakMarker();
     resetZoom();
 }
@@ -168,6 +262,8 @@ void TimelinePlot::reduceToView()
         if (series_.present[static_cast<std::size_t>(b)])
             plot(bands_[static_cast<std::size_t>(b)], series_.tops[static_cast<std::size_t>(b)],
                 series_.blocks[static_cast<std::size_t>(b)]);
+    if (reservedGraph_->visible())
+        plot(reservedGraph_, reserved_, reservedBlocks_);
     bool highlighting = !highlighted_.isEmpty() && highlightSeries_.size() == series_.keys.size();
     highlight_->setVisible(highlighting);
     if (highlighting) {
@@ -213,12 +309,14 @@ QString TimelinePlot::describeAt(double key, double bytes, QString* modulePath) 
         return {};
     auto p = series_.pointAt(key);
     int band = -1;
-    for (int b = 0; b < TimelineSeries::kBands && band < 0; ++b)
-        if (series_.present[static_cast<std::size_t>(b)] && bytes <= series_.tops[static_cast<std::size_t>(b)][p])
+    for (int b : TimelineSeries::kStackOrder)
+        if (band < 0 && series_.present[static_cast<std::size_t>(b)] && bytes <= series_.tops[static_cast<std::size_t>(b)][p])
             band = b;
     if (band < 0)
         return {};
-    double bottom = band == 0 ? 0 : series_.tops[static_cast<std::size_t>(band - 1)][p];
+    if (report_->snapshot)
+        return describeSnapshotAt(band, p, bytes);
+    double bottom = series_.bottomOf(band, p);
     auto ledger = static_cast<Ledger>(band);
     double constant = ledger == Ledger::Weights ? static_cast<double>(report_->weight_bytes)
         : ledger == Ledger::Inputs              ? static_cast<double>(report_->input_bytes)
@@ -257,6 +355,48 @@ QString TimelinePlot::describeAt(double key, double bytes, QString* modulePath) 
             .arg(bytesText(static_cast<double>(t.bytes[a])), QString::fromUtf8(ledgerName(ledger)),
                 (where.isEmpty() ? tr("(model)") : where).toHtmlEscaped(),
                 (op.isEmpty() ? tr("(outside any op)") : op).toHtmlEscaped(), keyText(t, a), until);
+    }
+    return {};
+}
+
+QString TimelinePlot::describeSnapshotAt(int band, std::size_t p, double bytes) const
+{
+    double bottom = series_.bottomOf(band, p);
+    double top = series_.tops[static_cast<std::size_t>(band)][p];
+    if (band == TimelineSeries::kAliveBefore)
+        return tr("<b>%1</b> alive before the trace<br>blocks allocated before the trace's first entry (it is a "
+                  "ring buffer); the band shrinks as the trace frees them")
+            .arg(bytesText(top - bottom));
+    if (p == 0 || !report_->trace)
+        return {};
+    // Live allocations of this band, stacked oldest first.
+    const auto& t = *report_->trace;
+    auto event = static_cast<std::int64_t>(p) - 1;
+    bool pendingBand = band == TimelineSeries::kPendingFree;
+    double level = bottom;
+    for (std::int64_t a = 0; a <= event; ++a) {
+        auto i = static_cast<std::size_t>(a);
+        if (t.action[i] != Action::Alloc || (device_ != TimelineSeries::kAllDevices && t.device[i] != device_))
+            continue;
+        auto partner = t.partner[i];
+        if (partner != kNoPartner && partner <= event)
+            continue;
+        auto requested = i < series_.free_requested_at.size() ? series_.free_requested_at[i] : -1;
+        bool pending = requested >= 0 && requested <= event;
+        if (pending != pendingBand)
+            continue;
+        level += static_cast<double>(t.bytes[i]);
+        if (bytes > level)
+            continue;
+        auto where = QString::fromStdString(t.strings.at(t.where[i]));
+        QString until = partner == kNoPartner ? tr("the end of the trace") : keyText(t, static_cast<std::size_t>(partner));
+        return tr("<b>%1</b> %2 on cuda:%3<br>where: %4<br>address: 0x%5<br>allocated at %6<br>%7%8")
+            .arg(bytesText(static_cast<double>(t.bytes[i])),
+                pendingBand ? tr("pending free") : tr("allocated"), QString::number(static_cast<int>(t.device[i])),
+                (where.isEmpty() ? tr("(no stack)") : where).toHtmlEscaped(), QString::number(t.address[i], 16),
+                keyText(t, i),
+                pending ? tr("free requested at %1<br>").arg(keyText(t, static_cast<std::size_t>(requested))) : QString(),
+                tr("freed at %1").arg(until));
     }
     return {};
 }

@@ -22,6 +22,15 @@ public:
     const std::shared_ptr<const Report>& report() const { return report_; }
     void setAxis(TimelineAxis axis);
     TimelineAxis axis() const { return axis_; }
+    // A snapshot's events on one device (TimelineSeries::kAllDevices: all).
+    void setDevice(int device);
+    int device() const { return device_; }
+    // A line of reserved bytes per point of the series (empty: none), e.g. "reserved (simulated GPU)".
+    void setReservedLine(std::vector<double> values, const QString& name);
+    bool hasReservedLine() const { return !reserved_.empty(); }
+    // Out-of-memory events of a snapshot, as vertical lines with a label.
+    int oomMarkerCount() const { return static_cast<int>(oomLines_.size()); }
+    QString oomMarkerText(int i) const;
     const TimelineSeries& series() const { return series_; }
     QString highlightedModule() const { return highlighted_; }
 
@@ -52,9 +61,17 @@ private:
     void applyPalette();
     void updatePeakMarker();
     void showHover(const QPoint& pos);
+    void updateOomMarkers();
+    QString describeSnapshotAt(int band, std::size_t p, double bytes) const;
 
     std::shared_ptr<const Report> report_;
     TimelineAxis axis_ = TimelineAxis::Milliseconds;
+    int device_ = TimelineSeries::kAllDevices;
+    std::vector<double> reserved_;
+    StepBlocks reservedBlocks_;
+    QCPGraph* reservedGraph_ = nullptr;
+    std::vector<QCPItemStraightLine*> oomLines_;
+    std::vector<QCPItemText*> oomLabels_;
     TimelineSeries series_;
     std::vector<double> highlightSeries_;
     StepBlocks highlightBlocks_;

@@ -1,7 +1,11 @@
 #include "timeline_series.h"
 
+#include "memledger/snapshot.h"
+
 #include <algorithm>
+#include <functional>
 #include <limits>
+#include <map>
 
 namespace memledger {
 
@@ -26,7 +30,101 @@ std::vector<double> timelineKeys(const Trace& t, TimelineAxis axis)
     return keys;
 }
 
-TimelineSeries TimelineSeries::build(const Report& r, TimelineAxis axis)
+namespace {
+
+// Live bytes of a snapshot, split into the blocks alive before the trace, those the trace allocated and
+// those freed but not yet completed. The sum follows reportFromSnapshot: the blocks alive at the end, minus
+// what the trace did, were alive at its start; every free_completed takes its bytes away.
+void buildSnapshotBands(const Report& r, const Trace& t, int device, TimelineSeries& s,
+    const std::function<void(std::size_t, const std::array<double, TimelineSeries::kBands>&)>& store)
+{
+    const auto& snap = *r.snapshot;
+    auto onDevice = [&](std::size_t i) { return device == TimelineSeries::kAllDevices || t.device[i] == device; };
+    std::int64_t allocatedEnd = 0;
+    for (const auto& seg : snap.segments)
+        if (device == TimelineSeries::kAllDevices || seg.device == device)
+            for (const auto& b : seg.blocks)
+                if (b.state == BlockState::ActiveAllocated)
+                    allocatedEnd += b.size;
+    std::int64_t net = 0;
+    for (std::size_t i = 0; i < t.size(); ++i)
+        if (onDevice(i))
+            net += t.action[i] == Action::Alloc ? t.bytes[i] : t.action[i] == Action::Free ? -t.bytes[i] : 0;
+    std::int64_t before = std::max<std::int64_t>(0, allocatedEnd - net), traced = 0, pending = 0;
+    s.present[TimelineSeries::kAliveBefore] = before > 0;
+    s.free_requested_at.assign(t.size(), -1);
+    struct Live {
+        std::int32_t alloc; // -1: alive before the trace
+        bool pending;
+    };
+    std::map<std::pair<int, std::uint64_t>, Live> live;
+    std::array<double, TimelineSeries::kBands> band {};
+    auto put = [&](std::size_t p) {
+        band[TimelineSeries::kAliveBefore] = static_cast<double>(before);
+        band[static_cast<int>(Ledger::Unattributed)] = static_cast<double>(traced);
+        band[TimelineSeries::kPendingFree] = static_cast<double>(pending);
+        store(p, band);
+    };
+    put(0);
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        if (onDevice(i)) {
+            auto key = std::make_pair(static_cast<int>(t.device[i]), t.address[i]);
+            auto b = t.bytes[i];
+            if (t.action[i] == Action::Alloc) {
+                traced += b;
+                live[key] = {static_cast<std::int32_t>(i), false};
+                s.present[static_cast<int>(Ledger::Unattributed)] = true;
+            } else if (t.action[i] == Action::FreeRequested) {
+                auto it = live.find(key);
+                if (it == live.end())
+                    it = live.emplace(key, Live {-1, false}).first;
+                if (!it->second.pending) {
+                    it->second.pending = true;
+                    (it->second.alloc >= 0 ? traced : before) -= b;
+                    pending += b;
+                    s.present[TimelineSeries::kPendingFree] = true;
+                    if (it->second.alloc >= 0)
+                        s.free_requested_at[static_cast<std::size_t>(it->second.alloc)] = static_cast<std::int32_t>(i);
+                }
+            } else if (t.action[i] == Action::Free) {
+                auto it = live.find(key);
+                if (it == live.end())
+                    before -= b;
+                else {
+                    (it->second.pending ? pending : it->second.alloc >= 0 ? traced : before) -= b;
+                    live.erase(it);
+                }
+            }
+        }
+        put(i + 1);
+    }
+}
+
+} // namespace
+
+const char* TimelineSeries::bandName(const Report& r, int band)
+{
+    if (band == kAliveBefore)
+        return "alive before the trace";
+    if (band == kPendingFree)
+        return "pending free";
+    if (band == static_cast<int>(Ledger::Unattributed) && r.snapshot)
+        return "allocated in the trace";
+    return ledgerName(static_cast<Ledger>(band));
+}
+
+double TimelineSeries::bottomOf(int band, std::size_t p) const
+{
+    double bottom = 0;
+    for (int b : kStackOrder) {
+        if (b == band)
+            return bottom;
+        bottom = tops[static_cast<std::size_t>(b)][p];
+    }
+    return bottom;
+}
+
+TimelineSeries TimelineSeries::build(const Report& r, TimelineAxis axis, int device)
 {
     TimelineSeries s;
     const Trace empty;
@@ -39,39 +137,51 @@ TimelineSeries TimelineSeries::build(const Report& r, TimelineAxis axis)
     for (auto& band : s.tops)
         band.resize(points);
 
-    std::array<double, kBands> constant {};
-    constant[static_cast<int>(Ledger::Weights)] = static_cast<double>(r.weight_bytes);
-    constant[static_cast<int>(Ledger::Inputs)] = static_cast<double>(r.input_bytes);
-    std::array<std::int64_t, kBands> live {};
-    for (int b = 0; b < kBands; ++b)
-        s.present[b] = constant[b] > 0;
-    auto store = [&](std::size_t p) {
+    // `bytes` per band, stacked in kStackOrder.
+    auto store = [&](std::size_t p, const std::array<double, kBands>& bytes) {
         double top = 0;
-        for (int b = 0; b < kBands; ++b) {
-            top += constant[b] + static_cast<double>(live[b]);
-            s.tops[b][p] = top;
+        for (int b : kStackOrder) {
+            top += bytes[static_cast<std::size_t>(b)];
+            s.tops[static_cast<std::size_t>(b)][p] = top;
         }
         if (top > s.peak_value) {
             s.peak_value = top;
             s.peak_key = s.keys[p];
         }
     };
-    store(0);
-    for (std::size_t i = 0; i < t.size(); ++i) {
-        auto b = static_cast<int>(t.ledger[i]);
-        if (b < kBands) {
-            if (t.action[i] == Action::Alloc) {
-                live[b] += t.bytes[i];
-                s.present[b] = true;
-            } else if (t.action[i] == Action::Free && t.partner[i] != kNoPartner) {
-                live[b] -= t.bytes[i];
+    if (r.snapshot) {
+        buildSnapshotBands(r, t, device, s, store);
+    } else {
+        std::array<double, kBands> constant {};
+        constant[static_cast<int>(Ledger::Weights)] = static_cast<double>(r.weight_bytes);
+        constant[static_cast<int>(Ledger::Inputs)] = static_cast<double>(r.input_bytes);
+        std::array<std::int64_t, kBands> live {};
+        for (int b = 0; b < kBands; ++b)
+            s.present[static_cast<std::size_t>(b)] = constant[static_cast<std::size_t>(b)] > 0;
+        std::array<double, kBands> bytes {};
+        auto put = [&](std::size_t p) {
+            for (int b = 0; b < kBands; ++b)
+                bytes[static_cast<std::size_t>(b)]
+                    = constant[static_cast<std::size_t>(b)] + static_cast<double>(live[static_cast<std::size_t>(b)]);
+            store(p, bytes);
+        };
+        put(0);
+        for (std::size_t i = 0; i < t.size(); ++i) {
+            auto b = static_cast<int>(t.ledger[i]);
+            if (b < 5) {
+                if (t.action[i] == Action::Alloc) {
+                    live[static_cast<std::size_t>(b)] += t.bytes[i];
+                    s.present[static_cast<std::size_t>(b)] = true;
+                } else if (t.action[i] == Action::Free && t.partner[i] != kNoPartner) {
+                    live[static_cast<std::size_t>(b)] -= t.bytes[i];
+                }
             }
+            put(i + 1);
         }
-        store(i + 1);
     }
     for (int b = 0; b < kBands; ++b)
-        if (s.present[b])
-            s.blocks[b] = StepBlocks::build(s.tops[b]);
+        if (s.present[static_cast<std::size_t>(b)])
+            s.blocks[static_cast<std::size_t>(b)] = StepBlocks::build(s.tops[static_cast<std::size_t>(b)]);
     return s;
 }
 

@@ -1,8 +1,12 @@
 #include "memledger/caching_allocator.h"
 
+#include "node_recycler.h"
+
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <memory>
+#include <memory_resource>
 #include <set>
 #include <unordered_map>
 
@@ -27,8 +31,16 @@ constexpr std::int64_t kRoundLarge = std::int64_t{2} << 20;
 std::int64_t roundUp(std::int64_t v, std::int64_t unit) { return (v + unit - 1) / unit * unit; }
 
 struct Segment;
+struct Block;
+
+struct BySizeThenAddress {
+    bool operator()(const Block* a, const Block* b) const;
+};
+using Pool = std::pmr::set<Block*, BySizeThenAddress>;
 
 struct Block {
+    Pool::iterator where; // its place in the pool while it is free and cached
+    bool pooled = false;
     std::uint64_t addr = 0;
     std::int64_t size = 0;
     bool allocated = false;
@@ -47,13 +59,10 @@ struct Segment {
     Block* first = nullptr;
 };
 
-struct BySizeThenAddress {
-    bool operator()(const Block* a, const Block* b) const
-    {
-        return a->size != b->size ? a->size < b->size : a->addr < b->addr;
-    }
-};
-using Pool = std::set<Block*, BySizeThenAddress>;
+inline bool BySizeThenAddress::operator()(const Block* a, const Block* b) const
+{
+    return a->size != b->size ? a->size < b->size : a->addr < b->addr;
+}
 
 // One device's allocator: pools per (stream, small/large), segments by address.
 class DeviceModel {
@@ -62,11 +71,7 @@ public:
         : settings_(s), device_(device), out_(out)
     {
     }
-    ~DeviceModel()
-    {
-        for (auto& [addr, seg] : segments_)
-            deleteBlocks(seg.get());
-    }
+    ~DeviceModel() = default; // blocks live in blocks_, tree nodes in nodes_
     DeviceModel(const DeviceModel&) = delete;
     DeviceModel& operator=(const DeviceModel&) = delete;
 
@@ -116,7 +121,7 @@ public:
         for (auto* b : blocks) {
             if (!merged.empty() && merged.back()->allocated && !b->allocated && !wouldSplit(*seg, b->size)) {
                 merged.back()->size += b->size;
-                delete b;
+                deleteBlock(b);
                 continue;
             }
             merged.push_back(b);
@@ -127,7 +132,7 @@ public:
             if (merged[i]->allocated)
                 allocated_ += merged[i]->size;
             else
-                poolOf(*seg).insert(merged[i]);
+                addFree(merged[i]);
         }
         seg->first = merged.empty() ? nullptr : merged.front();
         reserved_ += p.size;
@@ -151,7 +156,7 @@ public:
             ++out_.ooms;
             return nullptr;
         }
-        poolOf(*b->segment).erase(b);
+        removeFree(b);
         if (shouldSplit(*b->segment, b->size, size)) {
             auto* rest = newBlock(b->addr + static_cast<std::uint64_t>(size), b->size - size, b->segment);
             rest->prev = b;
@@ -160,7 +165,7 @@ public:
                 b->next->prev = rest;
             b->next = rest;
             b->size = size;
-            poolOf(*b->segment).insert(rest);
+            addFree(rest);
         }
         b->allocated = true;
         b->event = event;
@@ -172,11 +177,10 @@ public:
     {
         b->allocated = false;
         allocated_ -= b->size;
-        auto& pool = poolOf(*b->segment);
         for (Block* n : {b->prev, b->next}) {
             if (!n || n->allocated)
                 continue;
-            pool.erase(n);
+            removeFree(n);
             if (n == b->prev) {
                 b->addr = n->addr;
                 b->prev = n->prev;
@@ -190,9 +194,9 @@ public:
                     b->next->prev = b;
             }
             b->size += n->size;
-            delete n;
+            deleteBlock(n);
         }
-        pool.insert(b);
+        addFree(b);
     }
 
     // torch.cuda.empty_cache() or an OOM retry released this segment: follow it if it is wholly free here.
@@ -218,33 +222,64 @@ public:
             if (!last || last->allocated || addr < last->addr)
                 return;
             std::int64_t cut = std::min<std::int64_t>(size, seg->size - static_cast<std::int64_t>(addr - seg->addr));
-            poolOf(*seg).erase(last);
+            removeFree(last);
             last->size -= cut;
             seg->size -= cut;
             reserved_ -= cut;
             if (last->size > 0) {
-                poolOf(*seg).insert(last);
+                addFree(last);
             } else {
                 if (last->prev)
                     last->prev->next = nullptr;
                 else
                     seg->first = nullptr;
-                delete last;
+                deleteBlock(last);
             }
             return;
         }
     }
 
 private:
-    Pool& poolOf(const Segment& s) { return pools_[{s.stream, s.small}]; }
+    Pool& poolOf(const Segment& s)
+    {
+        // Most replays touch one stream: remember the last pool looked up.
+        if (lastPool_ && lastPoolKey_ == std::make_pair(s.stream, s.small))
+            return *lastPool_;
+        auto it = pools_.find({s.stream, s.small});
+        if (it == pools_.end())
+            it = pools_.emplace(std::make_pair(s.stream, s.small), Pool(BySizeThenAddress{}, &nodes_)).first;
+        lastPoolKey_ = {s.stream, s.small};
+        lastPool_ = &it->second;
+        return it->second;
+    }
 
     Block* newBlock(std::uint64_t addr, std::int64_t size, Segment* seg)
     {
-        auto* b = new Block;
+        Block* b;
+        if (!freeBlocks_.empty()) {
+            b = freeBlocks_.back();
+            freeBlocks_.pop_back();
+            *b = Block{};
+        } else {
+            b = &blocks_.emplace_back();
+        }
         b->addr = addr;
         b->size = size;
         b->segment = seg;
         return b;
+    }
+    void deleteBlock(Block* b) { freeBlocks_.push_back(b); }
+    void addFree(Block* b)
+    {
+        b->where = poolOf(*b->segment).insert(b).first;
+        b->pooled = true;
+    }
+    void removeFree(Block* b)
+    {
+        if (b->pooled) {
+            poolOf(*b->segment).erase(b->where);
+            b->pooled = false;
+        }
     }
     Segment* newSegment(std::uint64_t addr, std::int64_t size, std::uint64_t stream, bool small, bool expandable)
     {
@@ -263,7 +298,7 @@ private:
     {
         for (Block* b = seg->first; b;) {
             Block* n = b->next;
-            delete b;
+            deleteBlock(b);
             b = n;
         }
         seg->first = nullptr;
@@ -341,7 +376,7 @@ private:
         auto* seg = newSegment(placeSegment(bytes), bytes, stream, small, false);
         auto* b = newBlock(seg->addr, bytes, seg);
         seg->first = b;
-        poolOf(*seg).insert(b);
+        addFree(b);
         reserved_ += bytes;
         out_.segment_allocs.push_back(bytes);
         out_.segment_alloc_event.push_back(event);
@@ -371,7 +406,7 @@ private:
         if (!fits(map))
             return nullptr;
         if (last && !last->allocated) {
-            poolOf(*seg).erase(last);
+            removeFree(last);
             last->size += map;
         } else {
             auto* b = newBlock(seg->addr + static_cast<std::uint64_t>(seg->size), map, seg);
@@ -384,7 +419,7 @@ private:
         }
         seg->size += map;
         reserved_ += map;
-        poolOf(*seg).insert(last);
+        addFree(last);
         out_.segment_maps.push_back(map);
         out_.segment_map_event.push_back(event);
         out_.segment_map_device.push_back(device_);
@@ -395,7 +430,7 @@ private:
     {
         Segment* seg = it->second.get();
         if (seg->first)
-            poolOf(*seg).erase(seg->first);
+            removeFree(seg->first);
         reserved_ -= seg->size;
         deleteBlocks(seg);
         segments_.erase(it);
@@ -417,7 +452,12 @@ private:
     AllocatorSettings settings_;
     std::int8_t device_;
     AllocatorReplay& out_;
+    NodeRecycler nodes_; // tree nodes of the pools: no malloc per insert
+    std::deque<Block> blocks_;
+    std::vector<Block*> freeBlocks_;
     std::map<std::pair<std::uint64_t, bool>, Pool> pools_;
+    std::pair<std::uint64_t, bool> lastPoolKey_{};
+    Pool* lastPool_ = nullptr;
     std::map<std::uint64_t, std::unique_ptr<Segment>> segments_;
     std::int64_t reserved_ = 0;
     std::int64_t allocated_ = 0;
@@ -467,8 +507,14 @@ AllocatorReplay replayCachingAllocator(const Trace& trace, const AllocatorSettin
 {
     AllocatorReplay out;
     std::map<std::int8_t, std::unique_ptr<DeviceModel>> models;
-    std::map<std::int8_t, std::unordered_map<std::uint64_t, Block*>> live;
+    NodeRecycler liveNodes;
+    using LiveMap = std::pmr::unordered_map<std::uint64_t, Block*>;
+    std::map<std::int8_t, LiveMap> live;
+    std::int8_t cachedDevice = 0;
+    DeviceModel* cachedModel = nullptr;
     auto model = [&](std::int8_t dev) -> DeviceModel& {
+        if (cachedModel && cachedDevice == dev)
+            return *cachedModel;
         auto& m = models[dev];
         if (!m) {
             m = std::make_unique<DeviceModel>(settings, dev, out);
@@ -480,12 +526,23 @@ AllocatorReplay replayCachingAllocator(const Trace& trace, const AllocatorSettin
                 m->setRecordedAddresses(std::move(addrs));
             }
         }
+        cachedDevice = dev;
+        cachedModel = m.get();
         return *m;
+    };
+    std::int8_t cachedLiveDevice = 0;
+    LiveMap* cachedLive = nullptr;
+    auto liveOf = [&](std::int8_t dev) -> LiveMap& {
+        if (!cachedLive || cachedLiveDevice != dev) {
+            cachedLive = &live.try_emplace(dev, &liveNodes).first->second;
+            cachedLiveDevice = dev;
+        }
+        return *cachedLive;
     };
     for (const auto& p : options.initial) {
         auto& m = model(p.device);
         for (Block* b : m.preload(p))
-            live[p.device][b->addr] = b;
+            liveOf(p.device)[b->addr] = b;
     }
     auto totals = [&](std::int64_t& reserved, std::int64_t& allocated) {
         reserved = allocated = 0;
@@ -498,7 +555,11 @@ AllocatorReplay replayCachingAllocator(const Trace& trace, const AllocatorSettin
     totals(reserved, allocated);
     out.peak_reserved = reserved;
     out.peak_allocated = allocated;
-    out.reserved_after.reserve(trace.size());
+    // Paired allocs and frees find each other through Trace::partner; the rest by address.
+    const bool usePartners = !options.record_addresses;
+    std::vector<Block*> blockOfAlloc(usePartners ? trace.size() : 0, nullptr);
+    if (options.record_reserved_after)
+        out.reserved_after.reserve(trace.size());
     if (options.record_addresses)
         out.model_address.assign(trace.size(), 0);
     for (std::size_t i = 0; i < trace.size(); ++i) {
@@ -508,11 +569,13 @@ AllocatorReplay replayCachingAllocator(const Trace& trace, const AllocatorSettin
         case Action::Alloc: {
             auto stream = options.streams && i < options.streams->size() ? (*options.streams)[i] : 0;
             auto& m = model(dev);
+            auto& l = liveOf(dev);
             auto before = m.reserved();
             auto beforeAllocated = m.allocated();
             Block* b = m.malloc(trace.bytes[i], stream, static_cast<std::int32_t>(i));
-            if (b) {
-                auto& l = live[dev];
+            if (b && usePartners && trace.partner[i] != kNoPartner) {
+                blockOfAlloc[i] = b; // its free is in the trace and points back here: no lookup by address
+            } else if (b) {
                 auto old = l.find(addr);
                 if (old != l.end())
                     m.free(old->second); // an alloc at a live address: its free fell outside the trace
@@ -525,7 +588,18 @@ AllocatorReplay replayCachingAllocator(const Trace& trace, const AllocatorSettin
             break;
         }
         case Action::Free: {
-            auto& l = live[dev];
+            if (usePartners) {
+                auto p = trace.partner[i];
+                if (p != kNoPartner && static_cast<std::size_t>(p) < i && blockOfAlloc[static_cast<std::size_t>(p)]) {
+                    auto& m = model(dev);
+                    auto beforeAllocated = m.allocated();
+                    m.free(blockOfAlloc[static_cast<std::size_t>(p)]);
+                    blockOfAlloc[static_cast<std::size_t>(p)] = nullptr;
+                    allocated += m.allocated() - beforeAllocated;
+                    break;
+                }
+            }
+            auto& l = liveOf(dev);
             auto it = l.find(addr);
             if (it == l.end()) {
                 ++out.frees_without_alloc;
@@ -543,7 +617,7 @@ AllocatorReplay replayCachingAllocator(const Trace& trace, const AllocatorSettin
         case Action::FreeRequested: {
             if (!options.record_addresses)
                 break;
-            auto& l = live[dev];
+            auto& l = liveOf(dev);
             if (auto it = l.find(addr); it != l.end())
                 out.model_address[i] = it->second->addr;
             break;
@@ -565,7 +639,8 @@ AllocatorReplay replayCachingAllocator(const Trace& trace, const AllocatorSettin
         }
         out.peak_reserved = std::max(out.peak_reserved, reserved);
         out.peak_allocated = std::max(out.peak_allocated, allocated);
-        out.reserved_after.push_back(reserved);
+        if (options.record_reserved_after)
+            out.reserved_after.push_back(reserved);
     }
     for (const auto& [dev, m] : models)
         m->exportSegments(out.final_segments);

@@ -25,7 +25,7 @@ const char* pickleKindName(PickleKind k)
     return "?";
 }
 
-std::int64_t PickleValue::asInt() const
+std::int64_t PickleValue::asIntSlow() const
 {
     switch (tag()) {
     case kTagInt: return static_cast<std::int64_t>(bits_) >> 3;
@@ -51,13 +51,8 @@ double PickleValue::asFloat() const
 
 bool PickleValue::asBool() const { return asInt() != 0; }
 
-std::string_view PickleValue::asStr() const
+void PickleValue::throwNotStr() const
 {
-    if (tag() == kTagScalar) {
-        const auto* sc = scalar();
-        if (sc->kind == PickleKind::Str || sc->kind == PickleKind::Bytes)
-            return {sc->chars, static_cast<std::size_t>(sc->size)};
-    }
     throw std::runtime_error(std::string("expected a str, found ") + pickleKindName(kind()));
 }
 
@@ -151,6 +146,34 @@ public:
             if (pos_ >= size_)
                 fail(pos_ == 0 ? "empty file, not a pickle" : "truncated: the data ends before the STOP opcode");
             unsigned char op = data_[pos_++];
+            // The opcodes that make up nearly all of a snapshot, handled here without a call.
+            const std::size_t left = size_ - pos_;
+            if (op == 'h' && left >= 1) { // BINGET
+                std::size_t idx = data_[pos_++];
+                if (idx < memo_.size() && memo_[idx].bits_ != PickleValue::kUnset && stack_.size() < limits_.max_stack) {
+                    stack_.push_back(memo_[idx]);
+                    continue;
+                }
+                --pos_;
+            } else if (op == 'K' && left >= 1 && stack_.size() < limits_.max_stack) { // BININT1
+                stack_.push_back(bits((static_cast<std::uint64_t>(data_[pos_++]) << 3) | PickleValue::kTagInt));
+                continue;
+            } else if (op == 'M' && left >= 2 && stack_.size() < limits_.max_stack) { // BININT2
+                std::uint64_t v = data_[pos_] | (std::uint64_t{data_[pos_ + 1]} << 8);
+                pos_ += 2;
+                stack_.push_back(bits((v << 3) | PickleValue::kTagInt));
+                continue;
+            } else if (op == '(' && marks_.size() < limits_.max_depth) { // MARK
+                marks_.push_back(stack_.size());
+                continue;
+            } else if (op == 'j' && left >= 4) { // LONG_BINGET
+                std::size_t idx = static_cast<std::size_t>(readLE(4));
+                if (idx < memo_.size() && memo_[idx].bits_ != PickleValue::kUnset && stack_.size() < limits_.max_stack) {
+                    stack_.push_back(memo_[idx]);
+                    continue;
+                }
+                pos_ -= 4;
+            }
             if (dispatch(op))
                 break;
         }
@@ -158,8 +181,8 @@ public:
             fail("STOP with nothing on the stack");
         doc_.root_ = stack_.back();
         // The arena stops moving: containers can now point into it.
-        doc_.arena_ = std::unique_ptr<PickleValue, PickleDocument::FreeArena>(
-            arena_, PickleDocument::FreeArena{arenaCapacity_ * sizeof(PickleValue)});
+        doc_.arena_ = std::unique_ptr<PickleValue, PickleArenaFree>(
+            arena_, PickleArenaFree{arenaCapacity_ * sizeof(PickleValue)});
         arena_ = nullptr;
         arenaCapacity_ = 0;
         for (auto& c : *doc_.containers_) {
@@ -584,7 +607,7 @@ private:
     std::size_t arenaCapacity_ = 0;
 };
 
-void PickleDocument::FreeArena::operator()(PickleValue* p) const { releaseArena(p, bytes); }
+void PickleArenaFree::operator()(PickleValue* p) const { releaseArena(p, bytes); }
 
 PickleDocument readPickle(std::string bytes, const PickleLimits& limits)
 {

@@ -3,13 +3,22 @@
 #include "memledger/atomic_file.h"
 #include "memledger/errors.h"
 #include "memledger/pickle_reader.h"
+#include "node_recycler.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#if defined(__linux__)
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 #include <fstream>
 #include <numeric>
 #include <set>
+#include <memory_resource>
 #include <unordered_map>
 
 namespace memledger {
@@ -171,8 +180,14 @@ public:
     {
         if (!frames || !frames->isSequence() || frames->items().empty())
             return 0;
-        if (auto it = byList_.find(frames->identity()); it != byList_.end())
+        const void* id = frames->identity();
+        auto& slot = recent_[(reinterpret_cast<std::uintptr_t>(id) >> 4) % kRecent];
+        if (slot.first == id && id)
+            return slot.second;
+        if (auto it = byList_.find(id); it != byList_.end()) {
+            slot = {id, it->second};
             return it->second;
+        }
         const Info* chosen = nullptr;
         const Info* firstKnown = nullptr;
         for (const auto& f : frames->items()) {
@@ -186,9 +201,10 @@ public:
         }
         if (!chosen)
             chosen = firstKnown ? firstKnown : &frameInfo(frames->items().front());
-        std::uint32_t id = chosen->text.empty() ? 0 : strings_.intern(chosen->text);
-        byList_.emplace(frames->identity(), id);
-        return id;
+        std::uint32_t where = chosen->text.empty() ? 0 : strings_.intern(chosen->text);
+        byList_.emplace(id, where);
+        slot = {id, where};
+        return where;
     }
 
 private:
@@ -213,6 +229,8 @@ private:
     }
 
     StringTable& strings_;
+    static constexpr std::size_t kRecent = 512; // frames lists shared through the memo: a direct-mapped cache
+    std::pair<const void*, std::uint32_t> recent_[kRecent] = {};
     std::unordered_map<const void*, std::uint32_t> byList_;
     std::unordered_map<const void*, Info> byFrame_;
 };
@@ -315,21 +333,46 @@ void decodeTraces(const PickleValue& traces, Snapshot& s)
     EntryKeys keys;
     EntryFields f;
     WhereInterner where(trace->strings);
-    std::unordered_map<std::uint64_t, std::int32_t> openAlloc; // (device, addr) -> alloc event
+    NodeRecycler nodes; // hash nodes: allocs and frees churn them
+    std::pmr::unordered_map<std::uint64_t, std::int32_t> openAlloc(&nodes); // (device, addr) -> alloc event
     openAlloc.reserve(4096);
     std::int64_t lastDevice = -2;
     bool allTimed = true;
     std::int64_t minTime = INT64_MAX;
+    struct CachedAction {
+        const char* ptr = nullptr;
+        std::size_t len = 0;
+        Action action = Action::Alloc;
+        bool known = false;
+    };
+    CachedAction actionCache[64];
     // time_ns first holds time_us; made relative to the first entry once all are read.
     auto process = [&](const PickleValue& e, std::uint32_t listIndex) {
         if (!e.isDict())
             throw ShapeError("a trace entry is not a dict");
         keys.read(e, f);
         const PickleValue* act = f.v[EntryFields::Action];
-        Action a;
-        if (!act || !act->isStr() || !actionOf(act->asStr(), a)) {
+        Action a = Action::Alloc;
+        if (!act || !act->isStr()) {
             ++s.skipped_entries;
             return;
+        }
+        // Action names are memoized strings: remember them by where their bytes are.
+        auto name = act->asStr();
+        auto& cached = actionCache[(reinterpret_cast<std::uintptr_t>(name.data()) >> 2) % 64];
+        if (cached.ptr == name.data() && cached.len == name.size() && cached.ptr) {
+            if (!cached.known) {
+                ++s.skipped_entries;
+                return;
+            }
+            a = cached.action;
+        } else {
+            bool known = actionOf(name, a);
+            cached = {name.data(), name.size(), a, known};
+            if (!known) {
+                ++s.skipped_entries;
+                return;
+            }
         }
         const PickleValue* t = f.v[EntryFields::Time];
         std::int64_t timeUs = 0;
@@ -540,14 +583,16 @@ bool looksLikePickleFile(const std::string& path)
     return in.get(c) && static_cast<unsigned char>(c) == 0x80;
 }
 
-Snapshot decodeSnapshot(std::string bytes, const std::string& name)
+namespace {
+
+Snapshot decodeView(std::shared_ptr<const void> owner, const char* data, std::size_t size, const std::string& name)
 {
-    if (bytes.empty())
+    if (size == 0)
         throw FileError(name, "empty file, not a PyTorch memory snapshot");
-    if (static_cast<unsigned char>(bytes[0]) != 0x80)
+    if (static_cast<unsigned char>(data[0]) != 0x80)
         throw FileError(name, "not a PyTorch memory snapshot: no pickle PROTO opcode (0x80) at byte 0");
     try {
-        PickleDocument doc = readPickle(std::move(bytes));
+        PickleDocument doc = readPickle(std::move(owner), data, size);
         if (doc.protocol() < 2)
             throw FileError(name, "pickle protocol " + std::to_string(doc.protocol()) + " is not supported (2 to 5)");
         return decodeTree(doc.root());
@@ -564,22 +609,45 @@ Snapshot decodeSnapshot(std::string bytes, const std::string& name)
     }
 }
 
+#if defined(__linux__)
+// A read-only mapping of the whole file: no copy of a large snapshot into memory first.
+struct MappedFile {
+    void* data = MAP_FAILED;
+    std::size_t size = 0;
+    ~MappedFile()
+    {
+        if (data != MAP_FAILED)
+            munmap(data, size);
+    }
+};
+#endif
+
+} // namespace
+
+Snapshot decodeSnapshot(std::string bytes, const std::string& name)
+{
+    auto owned = std::make_shared<const std::string>(std::move(bytes));
+    return decodeView(owned, owned->data(), owned->size(), name);
+}
+
 Snapshot readSnapshotFile(const std::string& path)
 {
-    // One read of the known size: a stringstream copy would double the time for large snapshots.
     std::error_code ec;
     auto size = std::filesystem::file_size(path, ec);
-    if (ec || std::filesystem::is_directory(path, ec))
-        return decodeSnapshot(readWholeFile(path), path); // names the problem (missing, a directory...)
-    std::string bytes(static_cast<std::size_t>(size), '\0');
-    std::FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f)
-        throw FileError(path, "cannot open for reading");
-    std::size_t got = bytes.empty() ? 0 : std::fread(bytes.data(), 1, bytes.size(), f);
-    std::fclose(f);
-    if (got != bytes.size())
-        throw FileError(path, "read error after " + std::to_string(got) + " of " + std::to_string(size) + " bytes");
-    return decodeSnapshot(std::move(bytes), path);
+    if (ec || std::filesystem::is_directory(path, ec) || size == 0)
+        return decodeSnapshot(readWholeFile(path), path); // names the problem (missing, a directory, empty)
+#if defined(__linux__)
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        throw FileError(path, std::string("cannot open for reading: ") + std::strerror(errno));
+    auto map = std::make_shared<MappedFile>();
+    map->size = static_cast<std::size_t>(size);
+    map->data = mmap(nullptr, map->size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    ::close(fd);
+    if (map->data != MAP_FAILED)
+        return decodeView(map, static_cast<const char*>(map->data), map->size, path);
+#endif
+    return decodeSnapshot(readWholeFile(path), path);
 }
 
 } // namespace memledger

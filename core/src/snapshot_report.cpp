@@ -60,8 +60,16 @@ std::vector<PreloadedSegment> stateAtTraceStart(const Snapshot& s, const Allocat
                 if (Seg* g = containing(addr))
                     g->size += t.bytes[k];
                 break;
-            case Action::Free: live.emplace(addr, allocatorRoundSize(t.bytes[k], settings)); break;
-            case Action::Alloc: live.erase(addr); break;
+            // A paired alloc and free cancel out; an unpaired free was allocated before the trace, an
+            // unpaired alloc is still alive at the end (so in the final state, but not at the start).
+            case Action::Free:
+                if (t.partner[k] == kNoPartner)
+                    live.emplace(addr, allocatorRoundSize(t.bytes[k], settings));
+                break;
+            case Action::Alloc:
+                if (t.partner[k] == kNoPartner)
+                    live.erase(addr);
+                break;
             default: break;
             }
         }
@@ -117,6 +125,7 @@ SnapshotAllocatorCheck checkAllocatorModel(const Snapshot& s)
     ReplayOptions options;
     options.streams = &s.trace_stream;
     options.initial = stateAtTraceStart(s, settings);
+    options.record_reserved_after = false;
     c.replay = replayCachingAllocator(*s.trace, settings, options);
 
     const Action unit = settings.expandable_segments ? Action::SegmentMap : Action::SegmentAlloc;

@@ -77,6 +77,7 @@ struct ReplayOptions {
     // Recorded segment_free / segment_unmap events (torch.cuda.empty_cache()) release cached segments.
     bool follow_segment_frees = true;
     bool record_addresses = false; // fill AllocatorReplay::model_address
+    bool record_reserved_after = true; // fill AllocatorReplay::reserved_after
 };
 
 // Replays the Alloc and Free events of `trace` (others are ignored); frees without their alloc are skipped.

@@ -71,9 +71,12 @@ public:
         return k == PickleKind::List || k == PickleKind::Tuple;
     }
 
-    std::int64_t asInt() const; // int or bool; throws std::runtime_error otherwise
-    double asFloat() const;     // any number
-    bool asBool() const;        // bool or int
+    std::int64_t asInt() const // int or bool; throws std::runtime_error otherwise
+    {
+        return tag() == kTagInt ? static_cast<std::int64_t>(bits_) >> 3 : asIntSlow();
+    }
+    double asFloat() const; // any number
+    bool asBool() const;    // bool or int
     std::string_view asStr() const; // str or bytes
 
     // List or tuple elements; empty for other kinds.
@@ -95,6 +98,8 @@ private:
     static constexpr std::int64_t kSmallIntLimit = std::int64_t{1} << 59;
 
     std::uint64_t tag() const { return bits_ & 7; }
+    std::int64_t asIntSlow() const;
+    [[noreturn]] void throwNotStr() const;
     PickleContainer* container() const { return reinterpret_cast<PickleContainer*>(bits_); }
     const PickleScalar* scalar() const { return reinterpret_cast<const PickleScalar*>(bits_ & ~std::uint64_t{7}); }
     bool isContainerKind() const { return tag() == kTagContainer && bits_ != kUnset; }
@@ -112,6 +117,16 @@ struct alignas(8) PickleScalar {
         double f;
     };
 };
+
+inline std::string_view PickleValue::asStr() const
+{
+    if (tag() == kTagScalar) {
+        const auto* sc = scalar();
+        if (sc->kind == PickleKind::Str || sc->kind == PickleKind::Bytes)
+            return {sc->chars, static_cast<std::size_t>(sc->size)};
+    }
+    throwNotStr();
+}
 
 // Items of all containers live in one arena owned by the document; a container is a slice of it.
 struct alignas(8) PickleContainer {
@@ -149,6 +164,12 @@ inline PickleItems PickleValue::items() const
     return isContainerKind() ? PickleItems(container()->data, container()->size) : PickleItems();
 }
 
+// Releases a document's arena of items (mapped or malloc'ed).
+struct PickleArenaFree {
+    std::size_t bytes = 0;
+    void operator()(PickleValue* p) const;
+};
+
 // A decoded pickle. Owns the bytes (strings point into them) and every container.
 class PickleDocument {
 public:
@@ -161,11 +182,7 @@ private:
     std::shared_ptr<const void> bytes_; // whatever holds the bytes: a string, a mapped file
     std::unique_ptr<std::deque<PickleContainer>> containers_;
     std::unique_ptr<std::deque<PickleScalar>> scalars_;
-    struct FreeArena {
-        std::size_t bytes = 0;
-        void operator()(PickleValue* p) const;
-    };
-    std::unique_ptr<PickleValue, FreeArena> arena_; // never value-initialised: pages are touched as filled
+    std::unique_ptr<PickleValue, PickleArenaFree> arena_; // never value-initialised: pages are touched as filled
     PickleValue root_;
     int protocol_ = 0;
 };

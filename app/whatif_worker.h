@@ -1,0 +1,43 @@
+#pragma once
+#include "memledger/model.h"
+#include "memledger/whatif.h"
+
+#include <QObject>
+#include <QString>
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+class QThread;
+
+namespace memledger {
+
+// Records a model at batch 1 and 2 for the what-if panel, and measures a chosen setting, off the GUI thread.
+// Like RunWorker: every job has an id, a new one cancels the old, and stale results are dropped.
+class WhatIfWorker : public QObject {
+    Q_OBJECT
+public:
+    explicit WhatIfWorker(QObject* parent = nullptr);
+    ~WhatIfWorker() override;
+
+    // path "" is the built-in demo. `base` holds the inputs (batch 1 is recorded from them) and dtype.
+    quint64 record(const QString& path, RunOptions base);
+    quint64 measure(const QString& path, std::shared_ptr<const WhatIf> whatIf, std::int64_t batch, const QString& dtype);
+    void cancel();
+
+signals:
+    void recorded(quint64 job, std::shared_ptr<const memledger::WhatIf> whatIf);
+    void measured(quint64 job, const memledger::Prediction& prediction);
+    void failed(quint64 job, const QString& message);
+
+private:
+    quint64 launch(std::function<void(quint64, const std::atomic<bool>*)> work);
+    void deliver(quint64 job, std::function<void()> emitIt);
+
+    quint64 job_ = 0;
+    std::shared_ptr<std::atomic<bool>> cancel_;
+    std::vector<QThread*> threads_;
+};
+
+} // namespace memledger

@@ -1,0 +1,189 @@
+// The window with real CUDA memory snapshots: timeline, segment timeline, segment map, OOM marker, bad files.
+#include "layer_tree_model.h"
+#include "layer_tree_panel.h"
+#include "main_window.h"
+#include "qt_test_app.h"
+#include "run_panel.h"
+#include "segment_map_view.h"
+#include "segment_timeline.h"
+#include "timeline_plot.h"
+
+#include "memledger/snapshot.h"
+
+#include <QAbstractItemModelTester>
+#include <QComboBox>
+#include <QDir>
+#include <QElapsedTimer>
+#include <QFile>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QSortFilterProxyModel>
+#include <QTabWidget>
+#include <QTemporaryDir>
+
+#include <gtest/gtest.h>
+
+using namespace memledger;
+
+namespace {
+
+constexpr int kTimeoutMs = 120000;
+
+QString snapshotDir()
+{
+    auto env = qEnvironmentVariable("MEMLEDGER_SNAPSHOTS");
+    return env.isEmpty() ? QStringLiteral(MEMLEDGER_SNAPSHOTS) : env;
+}
+
+// Waits for the window to show a report (true) or fail (false).
+bool waitForReport(MainWindow& w)
+{
+    QSignalSpy shown(&w, &MainWindow::reportChanged);
+    QSignalSpy failed(&w, &MainWindow::runFailed);
+    QElapsedTimer clock;
+    clock.start();
+    while (shown.isEmpty() && failed.isEmpty() && clock.elapsed() < kTimeoutMs)
+        shown.wait(50);
+    return !shown.isEmpty();
+}
+
+#define SKIP_WITHOUT_SNAPSHOTS()                                                                                       \
+    if (!QDir(snapshotDir()).exists())                                                                                 \
+    GTEST_SKIP() << "no snapshot folder at " << snapshotDir().toStdString()
+
+const char* const kSnapshots[] = {"bare-segment-list.pkl", "legacy-history-format.pickle", "many-segments.pickle",
+    "oom-expandable-segments.pickle", "segment-alloc-and-free.pickle", "small-alloc-free.pickle",
+    "tiny-segment-alloc.pickle", "torch-2.1-era-format.pickle"};
+
+} // namespace
+
+class SnapshotWindow : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(SnapshotWindow, ShowsTheSnapshotAsTheCoreReadsIt)
+{
+    SKIP_WITHOUT_SNAPSHOTS();
+    qtTestApp();
+    MainWindow w;
+    w.show();
+    QAbstractItemModelTester treeTester(w.layerTree()->model(), QAbstractItemModelTester::FailureReportingMode::Fatal);
+    QAbstractItemModelTester proxyTester(w.layerTree()->proxy(), QAbstractItemModelTester::FailureReportingMode::Fatal);
+    auto path = snapshotDir() + QLatin1Char('/') + QString::fromUtf8(GetParam());
+    w.openFile(path);
+    EXPECT_TRUE(w.fileIsSnapshot());
+    ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
+    auto report = w.report();
+    ASSERT_TRUE(report);
+    ASSERT_TRUE(report->snapshot);
+    const auto& s = *report->snapshot;
+
+    // The run panel has nothing to run.
+    EXPECT_FALSE(w.runPanel()->runButton()->isEnabled());
+
+    // Timeline: alive-before + allocated + pending free peaks where the report says.
+    EXPECT_EQ(w.timeline()->series().peak_value, static_cast<double>(report->peak_bytes));
+    EXPECT_EQ(w.timeline()->series().keys.size(), (report->trace ? report->trace->size() : 0) + 1);
+
+    // Segment map: a bar per segment; its blocks add up to the snapshot's figures.
+    auto* map = w.segmentMap();
+    EXPECT_EQ(map->barCount(), static_cast<int>(s.segments.size()));
+    EXPECT_EQ(map->barBytes(), s.reservedBytes());
+    EXPECT_EQ(map->bytesIn(BlockState::ActiveAllocated), s.allocatedBytes());
+    std::int64_t inBlocks = map->bytesIn(BlockState::ActiveAllocated) + map->bytesIn(BlockState::ActivePendingFree)
+        + map->bytesIn(BlockState::Inactive);
+    EXPECT_LE(inBlocks, s.reservedBytes());
+    auto bar = map->barRect(0);
+    ASSERT_TRUE(bar.isValid());
+    EXPECT_FALSE(map->describeAt(bar.center()).isEmpty());
+
+    // Segment timeline: reserved ends at what the segments hold; the cause of fragmentation is named.
+    const auto& h = w.segmentTimeline()->history();
+    ASSERT_EQ(h.reserved.size(), h.keys.size());
+    if (!h.simulated)
+        EXPECT_EQ(h.reserved.back(), static_cast<double>(s.reservedBytes()));
+    for (std::size_t p = 0; p < h.keys.size(); ++p)
+        ASSERT_GE(h.fragmentation[p], 0.0);
+    EXPECT_FALSE(w.segmentTimeline()->causeText().isEmpty());
+    EXPECT_EQ(w.tabs()->currentIndex(), 1);
+    if (report->trace && report->trace->size() > 0)
+        EXPECT_GT(w.layerTree()->model()->rowCount(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shared, SnapshotWindow, ::testing::ValuesIn(kSnapshots),
+    [](const ::testing::TestParamInfo<const char*>& info) {
+        std::string name = info.param;
+        for (auto& c : name)
+            if (!std::isalnum(static_cast<unsigned char>(c)))
+                c = '_';
+        return name;
+    });
+
+TEST(SnapshotWindowOom, MarksTheOomAndSelectsDevices)
+{
+    SKIP_WITHOUT_SNAPSHOTS();
+    qtTestApp();
+    MainWindow w;
+    w.show();
+    w.openFile(snapshotDir() + QStringLiteral("/oom-expandable-segments.pickle"));
+    ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
+    const auto& s = *w.report()->snapshot;
+    ASSERT_GE(w.timeline()->oomMarkerCount(), 1);
+    auto text = w.timeline()->oomMarkerText(0);
+    EXPECT_TRUE(text.contains(QStringLiteral("requested")) && text.contains(QStringLiteral("free")))
+        << text.toStdString();
+    // Four devices: the selector offers each and "all".
+    ASSERT_GT(s.devices.size(), 1u);
+    EXPECT_EQ(w.deviceSelector()->count(), static_cast<int>(s.devices.size()) + 1);
+    double all = w.timeline()->series().peak_value;
+    std::int64_t segments = 0;
+    for (int d : s.devices) {
+        w.setDevice(d);
+        EXPECT_LE(w.timeline()->series().peak_value, all);
+        segments += w.segmentMap()->barCount();
+    }
+    EXPECT_EQ(segments, static_cast<std::int64_t>(s.segments.size()));
+    w.setDevice(TimelineSeries::kAllDevices);
+    EXPECT_EQ(w.timeline()->series().peak_value, static_cast<double>(w.report()->peak_bytes));
+}
+
+TEST(SnapshotWindowErrors, ABadPickleNamesTheFileAndTheWindowStaysUsable)
+{
+    SKIP_WITHOUT_SNAPSHOTS();
+    qtTestApp();
+    QTemporaryDir dir;
+    auto bad = dir.filePath(QStringLiteral("broken.pickle"));
+    {
+        QFile f(bad);
+        ASSERT_TRUE(f.open(QIODevice::WriteOnly));
+        f.write(QByteArray("\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00}\x94(garbage", 24));
+    }
+    ASSERT_TRUE(looksLikePickleFile(bad.toStdString()));
+    MainWindow w;
+    w.show();
+    QSignalSpy failed(&w, &MainWindow::runFailed);
+    w.openFile(bad);
+    EXPECT_FALSE(waitForReport(w));
+    ASSERT_EQ(failed.size(), 1);
+    EXPECT_TRUE(w.errorText().contains(QStringLiteral("broken.pickle"))) << w.errorText().toStdString();
+    EXPECT_FALSE(w.isRunning());
+    w.openFile(snapshotDir() + QStringLiteral("/tiny-segment-alloc.pickle"));
+    ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
+    EXPECT_TRUE(w.errorText().isEmpty());
+    EXPECT_EQ(w.segmentMap()->barCount(), static_cast<int>(w.report()->snapshot->segments.size()));
+}
+
+TEST(SnapshotWindowModel, AModelRunShowsTheSimulatedGpuReserve)
+{
+    qtTestApp();
+    MainWindow w;
+    w.show();
+    w.openDemo();
+    ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
+    EXPECT_TRUE(w.timeline()->hasReservedLine());
+    const auto& h = w.segmentTimeline()->history();
+    EXPECT_TRUE(h.simulated);
+    ASSERT_EQ(h.reserved.size(), h.keys.size());
+    // The allocator never holds less than what is live.
+    for (std::size_t p = 1; p < h.keys.size(); ++p)
+        ASSERT_GE(h.reserved[p], h.allocated[p]) << p;
+    EXPECT_EQ(w.segmentMap()->barCount(), 0);
+}

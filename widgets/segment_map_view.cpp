@@ -1,0 +1,305 @@
+#include "segment_map_view.h"
+
+#include "ledger_colors.h"
+#include "memledger/format.h"
+#include "timeline_series.h"
+
+#include <QCheckBox>
+#include <QHBoxLayout>
+#include <QHelpEvent>
+#include <QLabel>
+#include <QPainter>
+#include <QPaintEvent>
+#include <QScrollBar>
+#include <QToolTip>
+
+#include <algorithm>
+#include <cmath>
+
+namespace memledger {
+
+namespace {
+
+constexpr int kRowHeight = 18;
+constexpr int kRowGap = 4;
+constexpr int kMargin = 6;
+constexpr int kHeaderHeight = 28;
+constexpr int kMinBarWidth = 6;
+
+QString bytesText(std::int64_t b)
+{
+    return QString::fromStdString(formatBytes(b));
+}
+
+QString hex(std::uint64_t a)
+{
+    return QStringLiteral("0x") + QString::number(a, 16);
+}
+
+const char* stateName(BlockState s)
+{
+    switch (s) {
+    case BlockState::ActiveAllocated: return "active_allocated";
+    case BlockState::ActivePendingFree: return "active_pending_free";
+    case BlockState::Inactive: return "inactive";
+    case BlockState::Other: break;
+    }
+    return "other";
+}
+
+QString topFrame(const std::vector<SnapshotFrame>& frames)
+{
+    for (const auto& f : frames)
+        if (!f.filename.empty() && f.filename.find("torch/") == std::string::npos && f.filename[0] != '?')
+            return QStringLiteral("%1:%2 %3").arg(QString::fromStdString(f.filename)).arg(f.line).arg(QString::fromStdString(f.name));
+    if (frames.empty())
+        return {};
+    const auto& f = frames.front();
+    return QStringLiteral("%1:%2 %3").arg(QString::fromStdString(f.filename)).arg(f.line).arg(QString::fromStdString(f.name));
+}
+
+} // namespace
+
+SegmentMapView::SegmentMapView(QWidget* parent)
+    : QAbstractScrollArea(parent)
+    , device_(TimelineSeries::kAllDevices)
+    , header_(new QWidget(this))
+    , note_(new QLabel)
+    , logBox_(new QCheckBox(tr("log widths")))
+{
+    auto* layout = new QHBoxLayout(header_);
+    layout->setContentsMargins(kMargin, 2, kMargin, 2);
+    layout->addWidget(note_, 1);
+    note_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred); // a narrow map clips it, never widens
+    note_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    layout->addWidget(logBox_);
+    logBox_->setChecked(log_);
+    connect(logBox_, &QCheckBox::toggled, this, &SegmentMapView::setLogScale);
+    setViewportMargins(0, kHeaderHeight, 0, 0);
+    viewport()->setMouseTracking(true);
+    horizontalScrollBar()->setRange(0, 0);
+    setMinimumHeight(120);
+}
+
+QColor SegmentMapView::stateColor(BlockState state)
+{
+    switch (state) {
+    case BlockState::ActiveAllocated: return ledgerColor(Ledger::Activations);
+    case BlockState::ActivePendingFree: return pendingFreeColor();
+    case BlockState::Inactive:
+    case BlockState::Other: break;
+    }
+    return QColor(0xe8, 0xe8, 0xe8);
+}
+
+void SegmentMapView::setReport(std::shared_ptr<const Report> report)
+{
+    report_ = std::move(report);
+    device_ = TimelineSeries::kAllDevices;
+    rebuild();
+}
+
+void SegmentMapView::setDevice(int device)
+{
+    device_ = device;
+    rebuild();
+}
+
+void SegmentMapView::setLogScale(bool log)
+{
+    log_ = log;
+    logBox_->setChecked(log);
+    viewport()->update();
+}
+
+void SegmentMapView::rebuild()
+{
+    rows_.clear();
+    if (report_ && report_->snapshot)
+        for (const auto& g : report_->snapshot->segments)
+            if (device_ == TimelineSeries::kAllDevices || g.device == device_)
+                rows_.push_back(&g);
+    std::stable_sort(rows_.begin(), rows_.end(), [](const SnapshotSegment* a, const SnapshotSegment* b) {
+        return std::tie(a->device, a->address) < std::tie(b->device, b->address);
+    });
+    minSize_ = maxSize_ = 1;
+    if (!rows_.empty()) {
+        minSize_ = maxSize_ = std::max<std::int64_t>(1, rows_.front()->total_size);
+        for (const auto* g : rows_) {
+            minSize_ = std::min(minSize_, std::max<std::int64_t>(1, g->total_size));
+            maxSize_ = std::max(maxSize_, g->total_size);
+        }
+    }
+    if (!report_ || !report_->snapshot)
+        note_->setText(report_ ? tr("The segment map needs a CUDA memory snapshot; a model run has only the simulated "
+                                    "segment timeline above.")
+                               : QString());
+    else
+        note_->setText(tr("%1 segments, %2 reserved, %3 allocated: the end state (earlier moments are not shown)")
+                           .arg(rows_.size())
+                           .arg(bytesText(barBytes()), bytesText(bytesIn(BlockState::ActiveAllocated))));
+    note_->setToolTip(note_->text());
+    labelWidth_ = 60;
+    for (const auto* g : rows_)
+        labelWidth_ = std::max(labelWidth_, fontMetrics().horizontalAdvance(labelOf(*g)) + 10);
+    verticalScrollBar()->setValue(0);
+    updateScrollBars();
+    viewport()->update();
+}
+
+std::int64_t SegmentMapView::bytesIn(BlockState state) const
+{
+    std::int64_t n = 0;
+    for (const auto* g : rows_)
+        for (const auto& b : g->blocks)
+            if (b.state == state)
+                n += b.size;
+    return n;
+}
+
+std::int64_t SegmentMapView::barBytes() const
+{
+    std::int64_t n = 0;
+    for (const auto* g : rows_)
+        n += g->total_size;
+    return n;
+}
+
+QString SegmentMapView::labelOf(const SnapshotSegment& g) const
+{
+    bool multiDevice = report_ && report_->snapshot && report_->snapshot->devices.size() > 1;
+    return QStringLiteral("%1%2  %3")
+        .arg(multiDevice ? QStringLiteral("cuda:%1 ").arg(g.device) : QString(), hex(g.address), bytesText(g.total_size));
+}
+
+int SegmentMapView::barWidth(std::int64_t size) const
+{
+    int avail = std::max(kMinBarWidth, viewport()->width() - labelWidth_ - 2 * kMargin);
+    double f;
+    if (log_) {
+        double lo = std::log2(static_cast<double>(minSize_)), hi = std::log2(static_cast<double>(maxSize_));
+        f = hi > lo ? (std::log2(static_cast<double>(std::max<std::int64_t>(1, size))) - lo + 1) / (hi - lo + 1) : 1.0;
+    } else {
+        f = static_cast<double>(size) / static_cast<double>(maxSize_);
+    }
+    return std::max(kMinBarWidth, static_cast<int>(std::lround(f * avail)));
+}
+
+QRect SegmentMapView::barRect(int row) const
+{
+    if (row < 0 || row >= barCount())
+        return {};
+    int y = kMargin + row * (kRowHeight + kRowGap) - verticalScrollBar()->value();
+    return QRect(kMargin + labelWidth_, y, barWidth(rows_[static_cast<std::size_t>(row)]->total_size), kRowHeight);
+}
+
+void SegmentMapView::updateScrollBars()
+{
+    int content = 2 * kMargin + barCount() * (kRowHeight + kRowGap);
+    verticalScrollBar()->setRange(0, std::max(0, content - viewport()->height()));
+    verticalScrollBar()->setPageStep(viewport()->height());
+    verticalScrollBar()->setSingleStep(kRowHeight + kRowGap);
+}
+
+void SegmentMapView::resizeEvent(QResizeEvent* event)
+{
+    QAbstractScrollArea::resizeEvent(event);
+    header_->setGeometry(0, 0, width(), kHeaderHeight);
+    updateScrollBars();
+}
+
+void SegmentMapView::scrollContentsBy(int, int)
+{
+    viewport()->update();
+}
+
+void SegmentMapView::paintEvent(QPaintEvent* event)
+{
+    QPainter p(viewport());
+    auto pal = palette();
+    p.fillRect(event->rect(), pal.color(QPalette::Base));
+    if (rows_.empty())
+        return;
+    int step = kRowHeight + kRowGap;
+    int scroll = verticalScrollBar()->value();
+    int first = std::max(0, (event->rect().top() + scroll - kMargin) / step);
+    int last = std::min(barCount() - 1, (event->rect().bottom() + scroll - kMargin) / step);
+    p.setPen(pal.color(QPalette::WindowText));
+    for (int row = first; row <= last; ++row) {
+        const auto& g = *rows_[static_cast<std::size_t>(row)];
+        auto bar = barRect(row);
+        QString label = labelOf(g);
+        p.setPen(pal.color(QPalette::WindowText));
+        p.drawText(QRect(kMargin, bar.y(), labelWidth_ - 6, kRowHeight), Qt::AlignVCenter | Qt::AlignRight, label);
+        p.fillRect(bar, stateColor(BlockState::Inactive));
+        double scale = g.total_size > 0 ? bar.width() / static_cast<double>(g.total_size) : 0;
+        for (const auto& b : g.blocks) {
+            if (b.state == BlockState::Inactive || b.address < g.address)
+                continue;
+            int x0 = bar.x() + static_cast<int>(std::floor(static_cast<double>(b.address - g.address) * scale));
+            int x1 = bar.x() + static_cast<int>(std::ceil(static_cast<double>(b.address - g.address + b.size) * scale));
+            x1 = std::min(std::max(x1, x0 + 1), bar.right() + 1);
+            p.fillRect(QRect(x0, bar.y(), x1 - x0, bar.height()), stateColor(b.state));
+        }
+        p.setPen(QPen(pal.color(QPalette::Mid), 1));
+        p.setBrush(Qt::NoBrush);
+        p.drawRect(bar.adjusted(0, 0, -1, -1));
+    }
+}
+
+QString SegmentMapView::describeAt(const QPoint& pos) const
+{
+    if (rows_.empty())
+        return {};
+    int step = kRowHeight + kRowGap;
+    int row = (pos.y() + verticalScrollBar()->value() - kMargin) / step;
+    auto bar = barRect(row);
+    if (!bar.isValid() || pos.y() < bar.top() || pos.y() > bar.bottom() || pos.x() < bar.left() - labelWidth_
+        || pos.x() > bar.right())
+        return {};
+    const auto& g = *rows_[static_cast<std::size_t>(row)];
+    QString segment = tr("segment %1 on cuda:%2<br>%3 reserved, %4 allocated, %5 active, %6%7")
+                          .arg(hex(g.address))
+                          .arg(g.device)
+                          .arg(bytesText(g.total_size), bytesText(g.allocated_size), bytesText(g.active_size),
+                              QString::fromStdString(g.segment_type.empty() ? "" : g.segment_type + " pool"),
+                              g.is_expandable ? tr(", expandable") : QString());
+    if (pos.x() < bar.left())
+        return segment;
+    auto offset = static_cast<std::uint64_t>(static_cast<double>(pos.x() - bar.left()) / bar.width()
+        * static_cast<double>(g.total_size));
+    auto at = g.address + offset;
+    const SnapshotBlock* best = nullptr;
+    for (const auto& b : g.blocks)
+        if (at >= b.address && at < b.address + static_cast<std::uint64_t>(b.size))
+            best = &b;
+    // A block narrower than a pixel: take the one drawn at that pixel.
+    if (!best) {
+        double perPixel = static_cast<double>(g.total_size) / bar.width();
+        for (const auto& b : g.blocks)
+            if (b.state != BlockState::Inactive && std::abs(static_cast<double>(b.address) - static_cast<double>(at)) < perPixel)
+                best = &b;
+    }
+    if (!best)
+        return segment;
+    auto frame = topFrame(best->frames);
+    return tr("<b>%1</b> %2<br>address %3, requested %4<br>%5<hr>%6")
+        .arg(bytesText(best->size), QString::fromUtf8(stateName(best->state)), hex(best->address),
+            bytesText(best->requested_size), frame.isEmpty() ? tr("(no stack)") : frame.toHtmlEscaped(), segment);
+}
+
+bool SegmentMapView::viewportEvent(QEvent* event)
+{
+    if (event->type() == QEvent::ToolTip) {
+        auto* help = static_cast<QHelpEvent*>(event);
+        auto text = describeAt(help->pos());
+        if (text.isEmpty())
+            QToolTip::hideText();
+        else
+            QToolTip::showText(help->globalPos(), text, viewport());
+        return true;
+    }
+    return QAbstractScrollArea::viewportEvent(event);
+}
+
+} // namespace memledger
