@@ -1,6 +1,6 @@
 // Snapshot import speed: writes a snapshot of N trace entries (default 1,000,000) with memledger's writer,
 // then times memledger's open + decode + report against Python's pickle.load of the same file (Debian's
-// /usr/bin/python3), best of 3 each. Targets: >= 5x faster, <= 64 bytes per event, <= 2 s.
+// /usr/bin/python3), best of 5 each. Targets: >= 5x faster, <= 64 bytes per event, <= 2 s.
 // Usage: bench_snapshot [ENTRIES] [FILE]
 #include "memledger/atomic_file.h"
 #include "memledger/snapshot.h"
@@ -41,7 +41,7 @@ Trace makeTrace(std::size_t entries)
         bool doAlloc = live.size() < 64 || (live.size() < 4096 && rnd() % 2 == 0);
         if (doAlloc) {
             auto layer = rnd() % 64;
-            std::int64_t size = (std::int64_t{1} << (9 + layer % 16)) + (layer % 5) * 4096;
+            std::int64_t size = (std::int64_t {1} << (9 + layer % 16)) + (layer % 5) * 4096;
             std::uint64_t addr = nextAddr;
             nextAddr += static_cast<std::uint64_t>(size + 4096);
             auto i = t.push(time, size, addr, Action::Alloc, 0);
@@ -63,41 +63,44 @@ Trace makeTrace(std::size_t entries)
     return t;
 }
 
-double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double seconds(std::chrono::steady_clock::duration d)
+{
+    return std::chrono::duration<double>(d).count();
+}
 
 } // namespace
 
 int main(int argc, char** argv)
 {
     std::size_t entries = argc > 1 ? std::stoull(argv[1]) : 1000000;
-    std::string file = argc > 2 ? argv[2]
-                                : (std::filesystem::temp_directory_path() / "memledger-bench-snapshot.pickle").string();
+    std::string file
+        = argc > 2 ? argv[2] : (std::filesystem::temp_directory_path() / "memledger-bench-snapshot.pickle").string();
     {
         Trace t = makeTrace(entries);
         auto t0 = std::chrono::steady_clock::now();
         writeFileAtomically(file, encodeSnapshot(t));
         std::printf("wrote %s: %zu trace entries, %.1f MB, in %.2f s\n", file.c_str(), t.size(),
-                    static_cast<double>(std::filesystem::file_size(file)) / 1e6,
-                    seconds(std::chrono::steady_clock::now() - t0));
+            static_cast<double>(std::filesystem::file_size(file)) / 1e6,
+            seconds(std::chrono::steady_clock::now() - t0));
     }
 
     double ours = 1e9, bytesPerEvent = 0, withStreams = 0;
-    for (int run = 0; run < 3; ++run) {
+    for (int run = 0; run < 5; ++run) {
         auto t0 = std::chrono::steady_clock::now();
         Report r = readSnapshotReport(file);
         ours = std::min(ours, seconds(std::chrono::steady_clock::now() - t0));
         bytesPerEvent = r.trace->bytesPerEvent();
-        withStreams = bytesPerEvent + static_cast<double>(r.snapshot->trace_stream.capacity() * sizeof(std::uint64_t))
+        withStreams = bytesPerEvent
+            + static_cast<double>(r.snapshot->trace_stream.capacity() * sizeof(std::uint64_t))
                 / static_cast<double>(std::max<std::size_t>(1, r.trace->size()));
         if (run == 0)
             std::printf("memledger: %zu events, peak %lld bytes, allocator model %lld segments\n", r.trace->size(),
-                        static_cast<long long>(r.peak_bytes),
-                        static_cast<long long>(r.snapshot->allocator_check.model_total));
+                static_cast<long long>(r.peak_bytes), static_cast<long long>(r.snapshot->allocator_check.model_total));
     }
 
     std::string cmd = "/usr/bin/python3 -c \"import pickle, sys, time\n"
                       "best = 1e9\n"
-                      "for _ in range(3):\n"
+                      "for _ in range(5):\n"
                       "    f = open(sys.argv[1], 'rb')\n"
                       "    t = time.perf_counter(); pickle.load(f); best = min(best, time.perf_counter() - t)\n"
                       "    f.close()\n"
@@ -111,8 +114,8 @@ int main(int argc, char** argv)
         pclose(p);
     }
     std::printf("memledger open+decode+report: %.3f s   (target <= 2 s)\n", ours);
-    std::printf("trace memory: %.1f bytes/event (%.1f with the stream column)   (target <= 64)\n", bytesPerEvent,
-                withStreams);
+    std::printf(
+        "trace memory: %.1f bytes/event (%.1f with the stream column)   (target <= 64)\n", bytesPerEvent, withStreams);
     if (python > 0)
         std::printf("python pickle.load: %.3f s   ratio %.1fx   (target >= 5x)\n", python, python / ours);
     else

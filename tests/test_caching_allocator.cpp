@@ -9,7 +9,7 @@ using namespace memledger;
 
 namespace {
 
-constexpr std::int64_t MiB = std::int64_t{1} << 20;
+constexpr std::int64_t MiB = std::int64_t {1} << 20;
 
 struct TraceBuilder {
     Trace t;
@@ -31,10 +31,10 @@ TEST(CachingAllocator, SizeRules)
     EXPECT_EQ(allocatorRoundSize(1), 512);
     EXPECT_EQ(allocatorRoundSize(512), 512);
     EXPECT_EQ(allocatorRoundSize(513), 1024);
-    EXPECT_EQ(allocatorSegmentSize(512), 2 * MiB);       // small pool: 2 MiB segments
-    EXPECT_EQ(allocatorSegmentSize(MiB), 2 * MiB);       // 1 MiB is still small
+    EXPECT_EQ(allocatorSegmentSize(512), 2 * MiB); // small pool: 2 MiB segments
+    EXPECT_EQ(allocatorSegmentSize(MiB), 2 * MiB); // 1 MiB is still small
     EXPECT_EQ(allocatorSegmentSize(MiB + 512), 20 * MiB); // 1..10 MiB: 20 MiB segments
-    EXPECT_EQ(allocatorSegmentSize(10 * MiB), 10 * MiB);  // from 10 MiB: rounded to 2 MiB
+    EXPECT_EQ(allocatorSegmentSize(10 * MiB), 10 * MiB); // from 10 MiB: rounded to 2 MiB
     EXPECT_EQ(allocatorSegmentSize(11 * MiB), 12 * MiB);
     AllocatorSettings p2;
     p2.roundup_power2_divisions = 4;
@@ -49,7 +49,7 @@ TEST(CachingAllocator, SmallRequestsShareA2MiBSegment)
         b.alloc(512); // 4096 x 512 B = 2 MiB: exactly one small segment
     b.alloc(512);
     auto r = replayCachingAllocator(b.t);
-    EXPECT_EQ(r.segment_allocs, (std::vector<std::int64_t>{2 * MiB, 2 * MiB}));
+    EXPECT_EQ(r.segment_allocs, (std::vector<std::int64_t> {2 * MiB, 2 * MiB}));
     EXPECT_EQ(r.peak_reserved, 4 * MiB);
     EXPECT_EQ(r.peak_allocated, 4097 * 512);
 }
@@ -64,7 +64,7 @@ TEST(CachingAllocator, MidSizedRequestsSplitA20MiBSegmentAndReuseIt)
     b.alloc(4 * MiB); // best fit: the freed 5 MiB hole, not the 5 MiB tail
     b.alloc(6 * MiB); // the tail (5 MiB) is too small: a new segment
     auto r = replayCachingAllocator(b.t);
-    EXPECT_EQ(r.segment_allocs, (std::vector<std::int64_t>{20 * MiB, 20 * MiB}));
+    EXPECT_EQ(r.segment_allocs, (std::vector<std::int64_t> {20 * MiB, 20 * MiB}));
     // the 4 MiB block took the 5 MiB hole whole: 1 MiB left is not > 1 MiB, so not split
     EXPECT_EQ(r.peak_allocated, 5 * MiB * 3 + 6 * MiB);
 }
@@ -77,7 +77,7 @@ TEST(CachingAllocator, LargeRequestsGetTheirOwnRoundedSegment)
     b.alloc(60 * MiB); // fits in the cached 102 MiB block, which splits (42 MiB left)
     b.alloc(40 * MiB); // fits in the 42 MiB remainder; 2 MiB left is split off
     auto r = replayCachingAllocator(b.t);
-    EXPECT_EQ(r.segment_allocs, (std::vector<std::int64_t>{102 * MiB}));
+    EXPECT_EQ(r.segment_allocs, (std::vector<std::int64_t> {102 * MiB}));
 }
 
 TEST(CachingAllocator, MaxSplitSizeKeepsOversizeBlocksWhole)
@@ -85,16 +85,16 @@ TEST(CachingAllocator, MaxSplitSizeKeepsOversizeBlocksWhole)
     TraceBuilder b;
     auto a = b.alloc(300 * MiB);
     b.free(a);
-    b.alloc(50 * MiB);  // below max_split_size: may not use the oversize cached block
+    b.alloc(50 * MiB); // below max_split_size: may not use the oversize cached block
     b.alloc(290 * MiB); // oversize and within 20 MiB of the cached block: reuses it whole
     AllocatorSettings s;
     s.max_split_size = 200 * MiB;
     auto r = replayCachingAllocator(b.t, s);
-    EXPECT_EQ(r.segment_allocs, (std::vector<std::int64_t>{300 * MiB, 50 * MiB}));
+    EXPECT_EQ(r.segment_allocs, (std::vector<std::int64_t> {300 * MiB, 50 * MiB}));
     EXPECT_EQ(r.peak_allocated, 300 * MiB + 50 * MiB);
     // without the setting, the 50 MiB request splits the cached block and 290 MiB needs a new segment
     auto d = replayCachingAllocator(b.t);
-    EXPECT_EQ(d.segment_allocs, (std::vector<std::int64_t>{300 * MiB, 290 * MiB}));
+    EXPECT_EQ(d.segment_allocs, (std::vector<std::int64_t> {300 * MiB, 290 * MiB}));
 }
 
 TEST(CachingAllocator, StreamsHaveSeparatePools)
@@ -122,7 +122,7 @@ TEST(CachingAllocator, OutOfMemoryReleasesCachedSegmentsThenFails)
     AllocatorSettings s;
     s.device_memory = 64 * MiB;
     auto r = replayCachingAllocator(b.t, s);
-    EXPECT_EQ(r.segment_allocs, (std::vector<std::int64_t>{40 * MiB, 50 * MiB}));
+    EXPECT_EQ(r.segment_allocs, (std::vector<std::int64_t> {40 * MiB, 50 * MiB}));
     EXPECT_EQ(r.segment_frees, 1);
     EXPECT_EQ(r.ooms, 1);
     EXPECT_EQ(r.peak_reserved, 50 * MiB);
@@ -140,7 +140,7 @@ TEST(CachingAllocator, ExpandableSegmentsGrowInPages)
     EXPECT_TRUE(r.segment_allocs.empty());
     // large pool maps 20 MiB pages: 40 MiB for the first (10 MiB left over), none for the second (5 fits);
     // the small pool maps one 2 MiB page
-    EXPECT_EQ(r.segment_maps, (std::vector<std::int64_t>{40 * MiB, 2 * MiB}));
+    EXPECT_EQ(r.segment_maps, (std::vector<std::int64_t> {40 * MiB, 2 * MiB}));
     EXPECT_EQ(r.peak_reserved, 42 * MiB);
 }
 
@@ -150,7 +150,7 @@ TEST(CachingAllocator, FreesWithoutAllocAreSkipped)
     t.push(0, 4096, 0xdead000, Action::Free, 0);
     auto r = replayCachingAllocator(t);
     EXPECT_EQ(r.frees_without_alloc, 1);
-    EXPECT_EQ(r.reserved_after, (std::vector<std::int64_t>{0}));
+    EXPECT_EQ(r.reserved_after, (std::vector<std::int64_t> {0}));
 }
 
 // Replaying the real snapshots. The files recorded with default allocator settings must be reproduced
@@ -165,7 +165,8 @@ TEST(CachingAllocator, ReproducesRecordedSegmentAllocsOfRealSnapshots)
 {
     if (!std::filesystem::is_directory(MEMLEDGER_SNAPSHOTS))
         GTEST_SKIP() << "the shared snapshots folder " MEMLEDGER_SNAPSHOTS " is absent: replay checks skipped";
-    for (const char* name : {"segment-alloc-and-free.pickle", "tiny-segment-alloc.pickle", "torch-2.1-era-format.pickle"}) {
+    for (const char* name :
+        {"segment-alloc-and-free.pickle", "tiny-segment-alloc.pickle", "torch-2.1-era-format.pickle"}) {
         SCOPED_TRACE(name);
         Snapshot s = readSnapshotFile(std::string(MEMLEDGER_SNAPSHOTS) + "/" + name);
         ASSERT_TRUE(!s.settings.present || s.settings.isDefault());

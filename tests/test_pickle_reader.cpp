@@ -16,7 +16,10 @@ std::string bytes(std::initializer_list<int> b)
     return s;
 }
 
-std::string u32(std::uint32_t v) { return bytes({int(v & 0xff), int((v >> 8) & 0xff), int((v >> 16) & 0xff), int(v >> 24)}); }
+std::string u32(std::uint32_t v)
+{
+    return bytes({int(v & 0xff), int((v >> 8) & 0xff), int((v >> 16) & 0xff), int(v >> 24)});
+}
 
 // The offset in a PickleError raised while reading `p`.
 std::uint64_t errorOffset(const std::string& p)
@@ -27,7 +30,7 @@ std::uint64_t errorOffset(const std::string& p)
         return e.offset();
     }
     ADD_FAILURE() << "no PickleError";
-    return ~std::uint64_t{0};
+    return ~std::uint64_t {0};
 }
 
 std::string errorText(const std::string& p)
@@ -77,8 +80,8 @@ TEST(PickleReader, Protocol5FramesMemoTuplesAndLongs)
     EXPECT_EQ(l[0].kind(), PickleKind::Tuple);
     EXPECT_EQ(l[0].identity(), l[1].identity()); // shared, as in Python
     EXPECT_EQ(l[1].items()[1].asInt(), 2);
-    EXPECT_EQ(l[2].asInt(), std::int64_t{1} << 40);
-    EXPECT_EQ(l[3].asInt(), -(std::int64_t{1} << 40));
+    EXPECT_EQ(l[2].asInt(), std::int64_t {1} << 40);
+    EXPECT_EQ(l[3].asInt(), -(std::int64_t {1} << 40));
     EXPECT_EQ(l[4].asInt(), INT64_MAX);
     EXPECT_EQ(l[5].kind(), PickleKind::Bytes);
     EXPECT_EQ(l[6].items()[0].asStr(), "s");
@@ -91,8 +94,8 @@ TEST(PickleReader, RefusesCodeExecutionWithOffsetAndOpcode)
     EXPECT_EQ(errorOffset(p2), 2u);
     EXPECT_NE(errorText(p2).find("GLOBAL"), std::string::npos);
     // the same at protocol 4: STACK_GLOBAL after two strings
-    std::string p4 = bytes({0x80, 4, 0x8c, 5}) + "posix" + bytes({0x94, 0x8c, 6}) + "system" + bytes({0x94, 0x93, 0x94})
-        + ".";
+    std::string p4
+        = bytes({0x80, 4, 0x8c, 5}) + "posix" + bytes({0x94, 0x8c, 6}) + "system" + bytes({0x94, 0x93, 0x94}) + ".";
     EXPECT_EQ(errorOffset(p4), 19u); // 0x80 04 | 8c 05 posix | 94 | 8c 06 system | 94 | 93
     EXPECT_NE(errorText(p4).find("STACK_GLOBAL (0x93)"), std::string::npos);
     for (int op : {int('R'), int('b'), int('i'), int('o'), 0x81, 0x92, int('P'), int('Q'), 0x82, 0x83, 0x84}) {
@@ -111,16 +114,17 @@ TEST(PickleReader, BadInputsAreErrorsWithOffsets)
     auto huge = bytes({0x80, 4, 'X'}) + u32(0x7fffffff) + "abc.";
     EXPECT_EQ(errorOffset(huge), 2u);
     EXPECT_NE(errorText(huge).find("declared length 2147483647"), std::string::npos);
-    EXPECT_NE(errorText(bytes({0x80, 4, 0x8d, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, '.'})).find("declared length"),
-              std::string::npos);
+    EXPECT_NE(
+        errorText(bytes({0x80, 4, 0x8d, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, '.'})).find("declared length"),
+        std::string::npos);
     EXPECT_NE(errorText(bytes({0x80, 4, 0x95, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 'N', '.'})).find("frame"),
-              std::string::npos);
+        std::string::npos);
     EXPECT_NE(errorText(bytes({0x80, 2, 'h', 7, '.'})).find("memo index 7"), std::string::npos);
     EXPECT_NE(errorText(bytes({0x80, 2, 'a', '.'})).find("stack underflow"), std::string::npos);
     EXPECT_NE(errorText(bytes({0x80, 2, 'K', 1, 'K', 2, 'a', '.'})).find("APPEND on a int"), std::string::npos);
     EXPECT_NE(errorText(bytes({0x80, 2, 0xff})).find("unknown or unsupported pickle opcode 0xff"), std::string::npos);
     EXPECT_NE(errorText(bytes({0x80, 4, 0x8a, 9, 0, 0, 0, 0, 0, 0, 0, 0, 1, '.'})).find("does not fit in 64 bits"),
-              std::string::npos);
+        std::string::npos);
 }
 
 TEST(PickleReader, DeepNestingIsRefused)
@@ -156,12 +160,12 @@ TEST(PickleReader, SnapshotDecoderNamesTheFileReasonAndOffset)
         {"unknown protocol", bytes({0x80, 9, '}', '.'}), "unsupported pickle protocol 9 (2 to 5 are read) at byte 0"},
         {"random bytes", random, "at byte"},
         {"os.system", bytes({0x80, 2}) + "cposix\nsystem\nq\x00X" + u32(2) + "idq\x01\x85q\x02Rq\x03.",
-         "refused opcode GLOBAL (0x63)"},
+            "refused opcode GLOBAL (0x63)"},
         {"deep nesting", bytes({0x80, 2}) + std::string(100000, '(') + ".", "nested MARKs"},
         {"huge declared length", bytes({0x80, 4, 0x8d, 0, 0, 0, 0, 0, 0, 0, 0x40}) + ".", "declared length"},
         {"wrong shape", bytes({0x80, 4, 'K', 7, '.'}), "not a PyTorch memory snapshot"},
         {"segments not a list", bytes({0x80, 4, '}', '(', 0x8c, 8}) + "segments" + bytes({'K', 1, 'u', '.'}),
-         "'segments' is missing or not a list"},
+            "'segments' is missing or not a list"},
     };
     for (const auto& b : bad) {
         try {

@@ -15,10 +15,13 @@ using namespace memledger;
 
 namespace {
 
-std::string snapshotPath(const std::string& name) { return std::string(MEMLEDGER_SNAPSHOTS) + "/" + name; }
+std::string snapshotPath(const std::string& name)
+{
+    return std::string(MEMLEDGER_SNAPSHOTS) + "/" + name;
+}
 
-#define SKIP_WITHOUT_SNAPSHOTS()                                                                                      \
-    if (!std::filesystem::is_directory(MEMLEDGER_SNAPSHOTS))                                                          \
+#define SKIP_WITHOUT_SNAPSHOTS()                                                                                       \
+    if (!std::filesystem::is_directory(MEMLEDGER_SNAPSHOTS))                                                           \
     GTEST_SKIP() << "the shared snapshots folder " MEMLEDGER_SNAPSHOTS " is absent: real-snapshot checks skipped"
 
 // The figures of shared/snapshots/README.md.
@@ -39,27 +42,24 @@ const std::vector<Expected>& table()
     static const std::vector<Expected> t = {
         {"bare-segment-list.pkl", 255, 3649044480, 3353639424, 0, {}, 1, false, "segment-list"},
         {"legacy-history-format.pickle", 176, 11844714496, 11840159744, 1, {{"snapshot", 1}}, 1, false,
-         "legacy-history"},
+            "legacy-history"},
         {"many-segments.pickle", 216, 14180941824, 1377753600, 5163,
-         {{"alloc", 1721}, {"free_requested", 1721}, {"free_completed", 1721}}, 1, false, "dict"},
+            {{"alloc", 1721}, {"free_requested", 1721}, {"free_completed", 1721}}, 1, false, "dict"},
         {"oom-expandable-segments.pickle", 12, 114628231168, 28728827904, 7923,
-         {{"alloc", 3025},
-          {"free_requested", 2299},
-          {"free_completed", 2299},
-          {"segment_map", 293},
-          {"segment_unmap", 6},
-          {"oom", 1}},
-         4, true, "dict"},
+            {{"alloc", 3025}, {"free_requested", 2299}, {"free_completed", 2299}, {"segment_map", 293},
+                {"segment_unmap", 6}, {"oom", 1}},
+            4, true, "dict"},
         {"segment-alloc-and-free.pickle", 8, 22194159616, 1332177408, 3092,
-         {{"alloc", 1023}, {"free_requested", 1021}, {"free_completed", 1021}, {"segment_alloc", 16}, {"segment_free", 11}},
-         1, false, "dict"},
+            {{"alloc", 1023}, {"free_requested", 1021}, {"free_completed", 1021}, {"segment_alloc", 16},
+                {"segment_free", 11}},
+            1, false, "dict"},
         {"small-alloc-free.pickle", 5, 262144000, 8704, 1040, {{"alloc", 520}, {"free_completed", 520}}, 1, true,
-         "dict-2.1"},
+            "dict-2.1"},
         {"tiny-segment-alloc.pickle", 9, 3781165056, 31719936, 97,
-         {{"alloc", 36}, {"free_requested", 26}, {"free_completed", 26}, {"segment_alloc", 9}}, 1, false, "dict"},
+            {{"alloc", 36}, {"free_requested", 26}, {"free_completed", 26}, {"segment_alloc", 9}}, 1, false, "dict"},
         {"torch-2.1-era-format.pickle", 215, 6471811072, 2297283072, 10307,
-         {{"alloc", 3505}, {"free_requested", 3325}, {"free_completed", 3325}, {"segment_alloc", 152}}, 1, false,
-         "dict-2.1"},
+            {{"alloc", 3505}, {"free_requested", 3325}, {"free_completed", 3325}, {"segment_alloc", 152}}, 1, false,
+            "dict-2.1"},
     };
     return t;
 }
@@ -99,8 +99,8 @@ TEST(Snapshot, RecognisedByContentNotExtension)
 {
     SKIP_WITHOUT_SNAPSHOTS();
     auto copy = std::filesystem::temp_directory_path() / "memledger-snapshot-no-extension";
-    std::filesystem::copy_file(snapshotPath("tiny-segment-alloc.pickle"), copy,
-                               std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::copy_file(
+        snapshotPath("tiny-segment-alloc.pickle"), copy, std::filesystem::copy_options::overwrite_existing);
     EXPECT_TRUE(looksLikePickleFile(copy.string()));
     EXPECT_EQ(readSnapshotFile(copy.string()).trace->size(), 97u);
     std::filesystem::remove(copy);
@@ -169,9 +169,9 @@ TEST(Snapshot, OomAndDevices)
     EXPECT_GT(s.ooms[0].device_free, 0);
     EXPECT_TRUE(s.settings.present);
     EXPECT_TRUE(s.settings.expandable_segments);
-    EXPECT_EQ(s.devices, (std::vector<int>{0, 1, 2, 3}));
+    EXPECT_EQ(s.devices, (std::vector<int> {0, 1, 2, 3}));
     std::set<int> traceDevices(s.trace->device.begin(), s.trace->device.end());
-    EXPECT_EQ(traceDevices, (std::set<int>{0, 1, 2}));
+    EXPECT_EQ(traceDevices, (std::set<int> {0, 1, 2}));
 }
 
 TEST(Snapshot, ReportAndJson)
@@ -245,7 +245,8 @@ TEST(Snapshot, WriterFromATraceThroughTheModel)
         blocksTotal += sum;
     }
     EXPECT_GT(blocksTotal, 0);
-    auto firstAlloc = std::find(s.trace->action.begin(), s.trace->action.end(), Action::Alloc) - s.trace->action.begin();
+    auto firstAlloc
+        = std::find(s.trace->action.begin(), s.trace->action.end(), Action::Alloc) - s.trace->action.begin();
     EXPECT_EQ(s.trace->strings.at(s.trace->where[static_cast<std::size_t>(firstAlloc)]), "model.py:12 forward");
 }
 

@@ -22,13 +22,16 @@ namespace memledger {
 namespace {
 
 constexpr std::int64_t kMinBlockSize = 512;
-constexpr std::int64_t kSmallSize = std::int64_t{1} << 20;
-constexpr std::int64_t kSmallBuffer = std::int64_t{2} << 20;
-constexpr std::int64_t kLargeBuffer = std::int64_t{20} << 20;
-constexpr std::int64_t kMinLargeAlloc = std::int64_t{10} << 20;
-constexpr std::int64_t kRoundLarge = std::int64_t{2} << 20;
+constexpr std::int64_t kSmallSize = std::int64_t {1} << 20;
+constexpr std::int64_t kSmallBuffer = std::int64_t {2} << 20;
+constexpr std::int64_t kLargeBuffer = std::int64_t {20} << 20;
+constexpr std::int64_t kMinLargeAlloc = std::int64_t {10} << 20;
+constexpr std::int64_t kRoundLarge = std::int64_t {2} << 20;
 
-std::int64_t roundUp(std::int64_t v, std::int64_t unit) { return (v + unit - 1) / unit * unit; }
+std::int64_t roundUp(std::int64_t v, std::int64_t unit)
+{
+    return (v + unit - 1) / unit * unit;
+}
 
 struct Segment;
 struct Block;
@@ -68,7 +71,9 @@ inline bool BySizeThenAddress::operator()(const Block* a, const Block* b) const
 class DeviceModel {
 public:
     DeviceModel(const AllocatorSettings& s, std::int8_t device, AllocatorReplay& out)
-        : settings_(s), device_(device), out_(out)
+        : settings_(s)
+        , device_(device)
+        , out_(out)
     {
     }
     ~DeviceModel() = default; // blocks live in blocks_, tree nodes in nodes_
@@ -247,7 +252,7 @@ private:
             return *lastPool_;
         auto it = pools_.find({s.stream, s.small});
         if (it == pools_.end())
-            it = pools_.emplace(std::make_pair(s.stream, s.small), Pool(BySizeThenAddress{}, &nodes_)).first;
+            it = pools_.emplace(std::make_pair(s.stream, s.small), Pool(BySizeThenAddress {}, &nodes_)).first;
         lastPoolKey_ = {s.stream, s.small};
         lastPool_ = &it->second;
         return it->second;
@@ -259,7 +264,7 @@ private:
         if (!freeBlocks_.empty()) {
             b = freeBlocks_.back();
             freeBlocks_.pop_back();
-            *b = Block{};
+            *b = Block {};
         } else {
             b = &blocks_.emplace_back();
         }
@@ -395,7 +400,7 @@ private:
                 seg = s.get();
         if (!seg) {
             seg = newSegment(fake_next_, 0, stream, small, true);
-            fake_next_ += std::uint64_t{1} << 40; // reserved address space
+            fake_next_ += std::uint64_t {1} << 40; // reserved address space
         }
         Block* last = seg->first;
         while (last && last->next)
@@ -456,14 +461,14 @@ private:
     std::deque<Block> blocks_;
     std::vector<Block*> freeBlocks_;
     std::map<std::pair<std::uint64_t, bool>, Pool> pools_;
-    std::pair<std::uint64_t, bool> lastPoolKey_{};
+    std::pair<std::uint64_t, bool> lastPoolKey_ {};
     Pool* lastPool_ = nullptr;
     std::map<std::uint64_t, std::unique_ptr<Segment>> segments_;
     std::int64_t reserved_ = 0;
     std::int64_t allocated_ = 0;
     std::vector<std::uint64_t> recorded_addresses_;
     std::size_t next_recorded_ = 0;
-    std::uint64_t fake_next_ = std::uint64_t{1} << 52;
+    std::uint64_t fake_next_ = std::uint64_t {1} << 52;
 };
 
 } // namespace
@@ -475,7 +480,7 @@ std::int64_t allocatorRoundSize(std::int64_t requested, const AllocatorSettings&
     const std::int64_t divisions = settings.roundup_power2_divisions;
     if (divisions > 1 && requested > kMinBlockSize * divisions) {
         // Round up to the next of `divisions` equal steps between two powers of two.
-        std::int64_t floorPow2 = std::int64_t{1};
+        std::int64_t floorPow2 = std::int64_t {1};
         while (floorPow2 <= requested / 2)
             floorPow2 <<= 1;
         if (floorPow2 == requested)
@@ -499,11 +504,11 @@ std::int64_t allocatorSegmentSize(std::int64_t rounded)
 
 AllocatorReplay replayCachingAllocator(const Trace& trace, const AllocatorSettings& settings)
 {
-    return replayCachingAllocator(trace, settings, ReplayOptions{});
+    return replayCachingAllocator(trace, settings, ReplayOptions {});
 }
 
-AllocatorReplay replayCachingAllocator(const Trace& trace, const AllocatorSettings& settings,
-                                       const ReplayOptions& options)
+AllocatorReplay replayCachingAllocator(
+    const Trace& trace, const AllocatorSettings& settings, const ReplayOptions& options)
 {
     AllocatorReplay out;
     std::map<std::int8_t, std::unique_ptr<DeviceModel>> models;
@@ -635,7 +640,8 @@ AllocatorReplay replayCachingAllocator(const Trace& trace, const AllocatorSettin
             reserved += m.reserved() - before;
             break;
         }
-        default: break;
+        default:
+            break;
         }
         out.peak_reserved = std::max(out.peak_reserved, reserved);
         out.peak_allocated = std::max(out.peak_allocated, allocated);

@@ -35,7 +35,7 @@ private:
     }
     bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override { return this == &other; }
 
-    std::pmr::monotonic_buffer_resource arena_{std::size_t{1} << 16};
+    std::pmr::monotonic_buffer_resource arena_ {std::size_t {1} << 16};
     std::pmr::memory_resource& upstream_ = *std::pmr::new_delete_resource();
     void* free_[kMaxNode / 16 + 1] = {};
 };

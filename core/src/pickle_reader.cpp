@@ -12,15 +12,24 @@ namespace memledger {
 const char* pickleKindName(PickleKind k)
 {
     switch (k) {
-    case PickleKind::None: return "None";
-    case PickleKind::Bool: return "bool";
-    case PickleKind::Int: return "int";
-    case PickleKind::Float: return "float";
-    case PickleKind::Str: return "str";
-    case PickleKind::Bytes: return "bytes";
-    case PickleKind::List: return "list";
-    case PickleKind::Tuple: return "tuple";
-    case PickleKind::Dict: return "dict";
+    case PickleKind::None:
+        return "None";
+    case PickleKind::Bool:
+        return "bool";
+    case PickleKind::Int:
+        return "int";
+    case PickleKind::Float:
+        return "float";
+    case PickleKind::Str:
+        return "str";
+    case PickleKind::Bytes:
+        return "bytes";
+    case PickleKind::List:
+        return "list";
+    case PickleKind::Tuple:
+        return "tuple";
+    case PickleKind::Dict:
+        return "dict";
     }
     return "?";
 }
@@ -28,7 +37,8 @@ const char* pickleKindName(PickleKind k)
 std::int64_t PickleValue::asIntSlow() const
 {
     switch (tag()) {
-    case kTagInt: return static_cast<std::int64_t>(bits_) >> 3;
+    case kTagInt:
+        return static_cast<std::int64_t>(bits_) >> 3;
     case kTagSpecial:
         if (bits_ != kNone)
             return bits_ == kTrue ? 1 : 0;
@@ -37,7 +47,8 @@ std::int64_t PickleValue::asIntSlow() const
         if (scalar()->kind == PickleKind::Int)
             return scalar()->i;
         break;
-    default: break;
+    default:
+        break;
     }
     throw std::runtime_error(std::string("expected an int, found ") + pickleKindName(kind()));
 }
@@ -49,7 +60,10 @@ double PickleValue::asFloat() const
     return static_cast<double>(asInt());
 }
 
-bool PickleValue::asBool() const { return asInt() != 0; }
+bool PickleValue::asBool() const
+{
+    return asInt() != 0;
+}
 
 void PickleValue::throwNotStr() const
 {
@@ -66,7 +80,8 @@ const PickleValue* PickleValue::get(std::string_view key) const
         if (k.tag() != kTagScalar)
             continue;
         const auto* sc = k.scalar();
-        if (sc->kind == PickleKind::Str && sc->size == key.size() && std::memcmp(sc->chars, key.data(), key.size()) == 0)
+        if (sc->kind == PickleKind::Str && sc->size == key.size()
+            && std::memcmp(sc->chars, key.data(), key.size()) == 0)
             return &e[i - 1];
     }
     return nullptr;
@@ -87,7 +102,7 @@ namespace {
 void* allocateArena(std::size_t bytes)
 {
 #if defined(__linux__) && !defined(MEMLEDGER_ARENA_MALLOC)
-    if (bytes >= (std::size_t{4} << 20)) {
+    if (bytes >= (std::size_t {4} << 20)) {
         void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (p == MAP_FAILED)
             throw std::bad_alloc();
@@ -108,7 +123,7 @@ static void releaseArena(PickleValue* p, std::size_t bytes)
     if (!p)
         return;
 #if defined(__linux__) && !defined(MEMLEDGER_ARENA_MALLOC)
-    if (bytes >= (std::size_t{4} << 20)) {
+    if (bytes >= (std::size_t {4} << 20)) {
         munmap(static_cast<void*>(p), bytes);
         return;
     }
@@ -140,7 +155,7 @@ public:
         // Every item costs at least one opcode byte, two on average in real files: reserving that much
         // address space up front spares the copies of a growing arena (pages are only touched when used).
         growArena(size_ / 2 + 16);
-        memo_.reserve(std::min<std::size_t>(size_ / 8 + 16, std::size_t{1} << 24));
+        memo_.reserve(std::min<std::size_t>(size_ / 8 + 16, std::size_t {1} << 24));
         for (;;) {
             op_start_ = pos_;
             if (pos_ >= size_)
@@ -150,7 +165,8 @@ public:
             const std::size_t left = size_ - pos_;
             if (op == 'h' && left >= 1) { // BINGET
                 std::size_t idx = data_[pos_++];
-                if (idx < memo_.size() && memo_[idx].bits_ != PickleValue::kUnset && stack_.size() < limits_.max_stack) {
+                if (idx < memo_.size() && memo_[idx].bits_ != PickleValue::kUnset
+                    && stack_.size() < limits_.max_stack) {
                     stack_.push_back(memo_[idx]);
                     continue;
                 }
@@ -159,7 +175,7 @@ public:
                 stack_.push_back(bits((static_cast<std::uint64_t>(data_[pos_++]) << 3) | PickleValue::kTagInt));
                 continue;
             } else if (op == 'M' && left >= 2 && stack_.size() < limits_.max_stack) { // BININT2
-                std::uint64_t v = data_[pos_] | (std::uint64_t{data_[pos_ + 1]} << 8);
+                std::uint64_t v = data_[pos_] | (std::uint64_t {data_[pos_ + 1]} << 8);
                 pos_ += 2;
                 stack_.push_back(bits((v << 3) | PickleValue::kTagInt));
                 continue;
@@ -168,7 +184,8 @@ public:
                 continue;
             } else if (op == 'j' && left >= 4) { // LONG_BINGET
                 std::size_t idx = static_cast<std::size_t>(readLE(4));
-                if (idx < memo_.size() && memo_[idx].bits_ != PickleValue::kUnset && stack_.size() < limits_.max_stack) {
+                if (idx < memo_.size() && memo_[idx].bits_ != PickleValue::kUnset
+                    && stack_.size() < limits_.max_stack) {
                     stack_.push_back(memo_[idx]);
                     continue;
                 }
@@ -182,7 +199,7 @@ public:
         doc_.root_ = stack_.back();
         // The arena stops moving: containers can now point into it.
         doc_.arena_ = std::unique_ptr<PickleValue, PickleArenaFree>(
-            arena_, PickleArenaFree{arenaCapacity_ * sizeof(PickleValue)});
+            arena_, PickleArenaFree {arenaCapacity_ * sizeof(PickleValue)});
         arena_ = nullptr;
         arenaCapacity_ = 0;
         for (auto& c : *doc_.containers_) {
@@ -205,7 +222,7 @@ private:
     {
         if (n > size_ - pos_)
             fail("truncated: the opcode needs " + std::to_string(n) + " bytes, " + std::to_string(size_ - pos_)
-                 + " are left");
+                + " are left");
     }
     std::uint64_t readLE(int n)
     {
@@ -222,7 +239,7 @@ private:
         std::uint64_t n = readLE(width);
         if (n > size_ - pos_)
             fail("declared length " + std::to_string(n) + " is larger than the " + std::to_string(size_ - pos_)
-                 + " bytes left");
+                + " bytes left");
         return static_cast<std::size_t>(n);
     }
 
@@ -362,7 +379,7 @@ private:
     {
         if (target.kind() != want)
             fail(std::string(opname) + " on a " + pickleKindName(target.kind()) + ", expected a "
-                 + pickleKindName(want));
+                + pickleKindName(want));
         return *target.container();
     }
 
@@ -396,10 +413,10 @@ private:
             --used;
         if (used > 8)
             fail("integer of " + std::to_string(n) + " bytes does not fit in 64 bits");
-        std::uint64_t v = negative ? ~std::uint64_t{0} : 0;
+        std::uint64_t v = negative ? ~std::uint64_t {0} : 0;
         for (std::size_t i = 0; i < used; ++i) {
-            v &= ~(std::uint64_t{0xff} << (8 * i));
-            v |= std::uint64_t{p[i]} << (8 * i);
+            v &= ~(std::uint64_t {0xff} << (8 * i));
+            v |= std::uint64_t {p[i]} << (8 * i);
         }
         return static_cast<std::int64_t>(v);
     }
@@ -428,25 +445,46 @@ private:
             auto n = readLE(8);
             if (n > size_ - pos_)
                 fail("frame of " + std::to_string(n) + " bytes is larger than the " + std::to_string(size_ - pos_)
-                     + " bytes left");
+                    + " bytes left");
             return false;
         }
-        case '.': return true; // STOP
+        case '.':
+            return true; // STOP
         case '(': // MARK
             if (marks_.size() >= limits_.max_depth)
                 fail("more than " + std::to_string(limits_.max_depth) + " nested MARKs");
             marks_.push_back(stack_.size());
             return false;
-        case '}': push(newContainer(PickleKind::Dict)); return false;
-        case ']': push(newContainer(PickleKind::List)); return false;
-        case ')': push(newContainer(PickleKind::Tuple)); return false;
-        case 0x8f: push(newContainer(PickleKind::List)); return false; // EMPTY_SET: read as a list
-        case 'N': push(PickleValue()); return false;
-        case 0x88: push(bits(PickleValue::kTrue)); return false;
-        case 0x89: push(bits(PickleValue::kFalse)); return false;
-        case 'J': push(integer(static_cast<std::int32_t>(static_cast<std::uint32_t>(readLE(4))))); return false;
-        case 'K': push(integer(static_cast<std::int64_t>(readLE(1)))); return false;
-        case 'M': push(integer(static_cast<std::int64_t>(readLE(2)))); return false;
+        case '}':
+            push(newContainer(PickleKind::Dict));
+            return false;
+        case ']':
+            push(newContainer(PickleKind::List));
+            return false;
+        case ')':
+            push(newContainer(PickleKind::Tuple));
+            return false;
+        case 0x8f:
+            push(newContainer(PickleKind::List));
+            return false; // EMPTY_SET: read as a list
+        case 'N':
+            push(PickleValue());
+            return false;
+        case 0x88:
+            push(bits(PickleValue::kTrue));
+            return false;
+        case 0x89:
+            push(bits(PickleValue::kFalse));
+            return false;
+        case 'J':
+            push(integer(static_cast<std::int32_t>(static_cast<std::uint32_t>(readLE(4)))));
+            return false;
+        case 'K':
+            push(integer(static_cast<std::int64_t>(readLE(1))));
+            return false;
+        case 'M':
+            push(integer(static_cast<std::int64_t>(readLE(2))));
+            return false;
         case 0x8a: { // LONG1
             auto n = declaredLength(1);
             push(integer(longFromBytes(n)));
@@ -468,23 +506,57 @@ private:
             push(real(d));
             return false;
         }
-        case 0x8c: push(text(PickleKind::Str, declaredLength(1))); return false; // SHORT_BINUNICODE
-        case 'X': push(text(PickleKind::Str, declaredLength(4))); return false;  // BINUNICODE
-        case 0x8d: push(text(PickleKind::Str, declaredLength(8))); return false; // BINUNICODE8
-        case 'U': push(text(PickleKind::Str, declaredLength(1))); return false;  // SHORT_BINSTRING
-        case 'T': push(text(PickleKind::Str, declaredLength(4))); return false;  // BINSTRING
-        case 'C': push(text(PickleKind::Bytes, declaredLength(1))); return false; // SHORT_BINBYTES
-        case 'B': push(text(PickleKind::Bytes, declaredLength(4))); return false; // BINBYTES
-        case 0x8e: push(text(PickleKind::Bytes, declaredLength(8))); return false; // BINBYTES8
-        case 0x96: push(text(PickleKind::Bytes, declaredLength(8))); return false; // BYTEARRAY8
-        case 0x94: memoPut(memo_.size()); return false;  // MEMOIZE
-        case 'q': memoPut(readLE(1)); return false;      // BINPUT
-        case 'r': memoPut(readLE(4)); return false;      // LONG_BINPUT
-        case 'h': memoGet(readLE(1)); return false;      // BINGET
-        case 'j': memoGet(readLE(4)); return false;      // LONG_BINGET
-        case '0': pop(); return false;                   // POP
-        case '1': stack_.resize(popMark()); return false; // POP_MARK
-        case '2': push(top()); return false;             // DUP
+        case 0x8c:
+            push(text(PickleKind::Str, declaredLength(1)));
+            return false; // SHORT_BINUNICODE
+        case 'X':
+            push(text(PickleKind::Str, declaredLength(4)));
+            return false; // BINUNICODE
+        case 0x8d:
+            push(text(PickleKind::Str, declaredLength(8)));
+            return false; // BINUNICODE8
+        case 'U':
+            push(text(PickleKind::Str, declaredLength(1)));
+            return false; // SHORT_BINSTRING
+        case 'T':
+            push(text(PickleKind::Str, declaredLength(4)));
+            return false; // BINSTRING
+        case 'C':
+            push(text(PickleKind::Bytes, declaredLength(1)));
+            return false; // SHORT_BINBYTES
+        case 'B':
+            push(text(PickleKind::Bytes, declaredLength(4)));
+            return false; // BINBYTES
+        case 0x8e:
+            push(text(PickleKind::Bytes, declaredLength(8)));
+            return false; // BINBYTES8
+        case 0x96:
+            push(text(PickleKind::Bytes, declaredLength(8)));
+            return false; // BYTEARRAY8
+        case 0x94:
+            memoPut(memo_.size());
+            return false; // MEMOIZE
+        case 'q':
+            memoPut(readLE(1));
+            return false; // BINPUT
+        case 'r':
+            memoPut(readLE(4));
+            return false; // LONG_BINPUT
+        case 'h':
+            memoGet(readLE(1));
+            return false; // BINGET
+        case 'j':
+            memoGet(readLE(4));
+            return false; // LONG_BINGET
+        case '0':
+            pop();
+            return false; // POP
+        case '1':
+            stack_.resize(popMark());
+            return false; // POP_MARK
+        case '2':
+            push(top());
+            return false; // DUP
         case 0x85: { // TUPLE1
             if (stack_.size() < markFloor() + 1)
                 fail("stack underflow");
@@ -528,7 +600,7 @@ private:
             append(c, &v, 1);
             return false;
         }
-        case 'e':    // APPENDS
+        case 'e': // APPENDS
         case 0x90: { // ADDITEMS (sets are read as lists)
             auto first = popMark();
             if (first == 0 || first <= markFloor())
@@ -562,34 +634,51 @@ private:
             appendFromStack(c, first);
             return false;
         }
-        default: break;
+        default:
+            break;
         }
         const char* name = refusedName(op);
         if (name)
             fail(std::string("refused opcode ") + name + " (" + hex(op)
-                 + "): this pickle imports or calls Python code, which memledger never runs");
+                + "): this pickle imports or calls Python code, which memledger never runs");
         fail("unknown or unsupported pickle opcode " + hex(op));
     }
 
     static const char* refusedName(unsigned char op)
     {
         switch (op) {
-        case 'c': return "GLOBAL";
-        case 0x93: return "STACK_GLOBAL";
-        case 'R': return "REDUCE";
-        case 'b': return "BUILD";
-        case 'i': return "INST";
-        case 'o': return "OBJ";
-        case 0x81: return "NEWOBJ";
-        case 0x92: return "NEWOBJ_EX";
-        case 'P': return "PERSID";
-        case 'Q': return "BINPERSID";
-        case 0x82: return "EXT1";
-        case 0x83: return "EXT2";
-        case 0x84: return "EXT4";
-        case 0x97: return "NEXT_BUFFER";
-        case 0x98: return "READONLY_BUFFER";
-        default: return nullptr;
+        case 'c':
+            return "GLOBAL";
+        case 0x93:
+            return "STACK_GLOBAL";
+        case 'R':
+            return "REDUCE";
+        case 'b':
+            return "BUILD";
+        case 'i':
+            return "INST";
+        case 'o':
+            return "OBJ";
+        case 0x81:
+            return "NEWOBJ";
+        case 0x92:
+            return "NEWOBJ_EX";
+        case 'P':
+            return "PERSID";
+        case 'Q':
+            return "BINPERSID";
+        case 0x82:
+            return "EXT1";
+        case 0x83:
+            return "EXT2";
+        case 0x84:
+            return "EXT4";
+        case 0x97:
+            return "NEXT_BUFFER";
+        case 0x98:
+            return "READONLY_BUFFER";
+        default:
+            return nullptr;
         }
     }
 
@@ -607,7 +696,10 @@ private:
     std::size_t arenaCapacity_ = 0;
 };
 
-void PickleArenaFree::operator()(PickleValue* p) const { releaseArena(p, bytes); }
+void PickleArenaFree::operator()(PickleValue* p) const
+{
+    releaseArena(p, bytes);
+}
 
 PickleDocument readPickle(std::string bytes, const PickleLimits& limits)
 {
@@ -615,8 +707,8 @@ PickleDocument readPickle(std::string bytes, const PickleLimits& limits)
     return PickleParser(owned, owned->data(), owned->size(), limits).run();
 }
 
-PickleDocument readPickle(std::shared_ptr<const void> owner, const char* data, std::size_t size,
-                          const PickleLimits& limits)
+PickleDocument readPickle(
+    std::shared_ptr<const void> owner, const char* data, std::size_t size, const PickleLimits& limits)
 {
     return PickleParser(std::move(owner), data, size, limits).run();
 }

@@ -16,9 +16,9 @@
 #include <unistd.h>
 #endif
 #include <fstream>
+#include <memory_resource>
 #include <numeric>
 #include <set>
-#include <memory_resource>
 #include <unordered_map>
 
 namespace memledger {
@@ -174,7 +174,10 @@ bool actionOf(std::string_view s, Action& a)
 // shares identical frames through its memo, so most lookups are one hash probe).
 class WhereInterner {
 public:
-    explicit WhereInterner(StringTable& t) : strings_(t) { }
+    explicit WhereInterner(StringTable& t)
+        : strings_(t)
+    {
+    }
 
     std::uint32_t whereOf(const PickleValue* frames)
     {
@@ -246,7 +249,7 @@ class EntryKeys {
 public:
     void read(const PickleValue& e, EntryFields& f)
     {
-        f = EntryFields{};
+        f = EntryFields {};
         const auto items = e.entries();
         for (std::size_t i = 0; i + 1 < items.size(); i += 2) {
             // Entries list their keys in the same order: check the key seen at this position last time first.
@@ -275,9 +278,14 @@ private:
             if (cache_[i].ptr == text.data() && cache_[i].len == text.size())
                 return cache_[i].slot;
         static const std::pair<std::string_view, int> kNames[] = {
-            {"action", EntryFields::Action}, {"addr", EntryFields::Addr},         {"size", EntryFields::Size},
-            {"stream", EntryFields::Stream}, {"time_us", EntryFields::Time},      {"frames", EntryFields::Frames},
-            {"device", EntryFields::Device}, {"device_free", EntryFields::DeviceFree},
+            {"action", EntryFields::Action},
+            {"addr", EntryFields::Addr},
+            {"size", EntryFields::Size},
+            {"stream", EntryFields::Stream},
+            {"time_us", EntryFields::Time},
+            {"frames", EntryFields::Frames},
+            {"device", EntryFields::Device},
+            {"device_free", EntryFields::DeviceFree},
         };
         int slot = -1;
         for (const auto& [name, sl] : kNames)
@@ -306,11 +314,10 @@ std::int64_t numberOr(const PickleValue* v, const char* what, std::int64_t fallb
     if (v->kind() == PickleKind::Float)
         return static_cast<std::int64_t>(v->asFloat());
     if (!v->isInt())
-        throw ShapeError(std::string("'") + what + "' of a trace entry is a " + pickleKindName(v->kind())
-                         + ", not a number");
+        throw ShapeError(
+            std::string("'") + what + "' of a trace entry is a " + pickleKindName(v->kind()) + ", not a number");
     return v->asInt();
 }
-
 
 void decodeTraces(const PickleValue& traces, Snapshot& s)
 {
@@ -454,7 +461,8 @@ void decodeTraces(const PickleValue& traces, Snapshot& s)
     s.trace_has_time = allTimed && trace->size() > 0;
     s.trace_start_us = s.trace_has_time ? minTime : 0;
     for (std::size_t i = 0; i < trace->size(); ++i)
-        trace->time_ns[i] = s.trace_has_time ? (trace->time_ns[i] - minTime) * 1000 : static_cast<std::int64_t>(i) * 1000;
+        trace->time_ns[i]
+            = s.trace_has_time ? (trace->time_ns[i] - minTime) * 1000 : static_cast<std::int64_t>(i) * 1000;
     for (auto& oom : s.ooms)
         oom.time_ns = trace->time_ns[static_cast<std::size_t>(oom.time_ns)];
     s.devices.assign(devices.begin(), devices.end());
@@ -499,8 +507,8 @@ Snapshot decodeTree(const PickleValue& root)
         segments = &requireList(root.get("segments"), "'segments'");
         s.layout = root.get("allocator_settings") ? "dict" : "dict-2.1";
     } else {
-        throw ShapeError(std::string("the pickle holds a ") + pickleKindName(root.kind())
-                         + ", not a dict or list of segments");
+        throw ShapeError(
+            std::string("the pickle holds a ") + pickleKindName(root.kind()) + ", not a dict or list of segments");
     }
     std::set<int> devices;
     s.segments.reserve(segments->items().size());

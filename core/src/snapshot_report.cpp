@@ -11,7 +11,7 @@ namespace memledger {
 
 namespace {
 
-constexpr std::int64_t kSmallBuffer = std::int64_t{2} << 20;
+constexpr std::int64_t kSmallBuffer = std::int64_t {2} << 20;
 
 // The state the allocator was in when the trace began, rebuilt from the final state by undoing the trace.
 std::vector<PreloadedSegment> stateAtTraceStart(const Snapshot& s, const AllocatorSettings& settings)
@@ -48,7 +48,9 @@ std::vector<PreloadedSegment> stateAtTraceStart(const Snapshot& s, const Allocat
                 continue;
             const auto addr = t.address[k];
             switch (t.action[k]) {
-            case Action::SegmentAlloc: segs.erase(addr); break;
+            case Action::SegmentAlloc:
+                segs.erase(addr);
+                break;
             case Action::SegmentFree:
                 segs[addr] = {t.bytes[k], s.trace_stream[k], t.bytes[k] == kSmallBuffer, false};
                 break;
@@ -70,7 +72,8 @@ std::vector<PreloadedSegment> stateAtTraceStart(const Snapshot& s, const Allocat
                 if (t.partner[k] == kNoPartner)
                     live.erase(addr);
                 break;
-            default: break;
+            default:
+                break;
             }
         }
         std::vector<std::pair<std::uint64_t, std::int64_t>> liveSorted(live.begin(), live.end());
@@ -85,7 +88,7 @@ std::vector<PreloadedSegment> stateAtTraceStart(const Snapshot& s, const Allocat
             p.size = g.size;
             p.small_pool = g.small;
             p.expandable = g.expandable;
-            auto it = std::lower_bound(liveSorted.begin(), liveSorted.end(), std::make_pair(addr, std::int64_t{0}));
+            auto it = std::lower_bound(liveSorted.begin(), liveSorted.end(), std::make_pair(addr, std::int64_t {0}));
             for (; it != liveSorted.end() && it->first < addr + static_cast<std::uint64_t>(g.size); ++it)
                 p.allocated.push_back({it->first, it->second});
             out.push_back(std::move(p));
@@ -117,20 +120,20 @@ SnapshotAllocatorCheck checkAllocatorModel(const Snapshot& s)
     c.done = true;
     AllocatorSettings settings = s.settings.toModel();
     if (!s.settings.present)
-        settings.expandable_segments = std::any_of(s.segments.begin(), s.segments.end(),
-                                                   [](const SnapshotSegment& g) { return g.is_expandable; });
+        settings.expandable_segments = std::any_of(
+            s.segments.begin(), s.segments.end(), [](const SnapshotSegment& g) { return g.is_expandable; });
     c.unit = settings.expandable_segments ? "segment_map" : "segment_alloc";
     if (!s.trace || s.trace->size() == 0)
         return c;
     ReplayOptions options;
     options.streams = &s.trace_stream;
     options.initial = stateAtTraceStart(s, settings);
-    options.record_reserved_after = false;
     c.replay = replayCachingAllocator(*s.trace, settings, options);
 
     const Action unit = settings.expandable_segments ? Action::SegmentMap : Action::SegmentAlloc;
     const auto& modelSizes = settings.expandable_segments ? c.replay.segment_maps : c.replay.segment_allocs;
-    const auto& modelDevices = settings.expandable_segments ? c.replay.segment_map_device : c.replay.segment_alloc_device;
+    const auto& modelDevices
+        = settings.expandable_segments ? c.replay.segment_map_device : c.replay.segment_alloc_device;
     std::map<int, std::vector<std::int64_t>> recorded, made;
     const Trace& t = *s.trace;
     for (std::size_t i = 0; i < t.size(); ++i)
@@ -223,7 +226,8 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path)
             alive.push_back(std::move(p));
         }
     }
-    std::stable_sort(alive.begin(), alive.end(), [](const PeakItem& a, const PeakItem& b) { return a.bytes > b.bytes; });
+    std::stable_sort(
+        alive.begin(), alive.end(), [](const PeakItem& a, const PeakItem& b) { return a.bytes > b.bytes; });
     if (alive.size() > 50)
         alive.resize(50);
     r.alive_at_peak = std::move(alive);
@@ -277,8 +281,8 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path)
     }
 
     r.notes.push_back("CUDA memory snapshot (" + s.layout + "): " + std::to_string(s.segments.size()) + " segments, "
-                      + formatBytes(s.reservedBytes()) + " reserved, " + formatBytes(s.allocatedBytes())
-                      + " allocated, " + std::to_string(t.size()) + " trace entries");
+        + formatBytes(s.reservedBytes()) + " reserved, " + formatBytes(s.allocatedBytes()) + " allocated, "
+        + std::to_string(t.size()) + " trace entries");
     r.notes.push_back("snapshot allocations are not split into weights/activations: they are unattributed");
     if (start > 0 && t.size() > 0)
         r.notes.push_back(formatBytes(start) + " were allocated before the trace began (the trace is a ring buffer)");
@@ -286,18 +290,21 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path)
         r.notes.push_back("the trace has no timestamps: events are spaced 1 us apart in order");
     for (const auto& o : s.ooms)
         r.notes.push_back("out of memory on cuda:" + std::to_string(o.device) + ": " + formatBytes(o.bytes_requested)
-                          + " requested, " + formatBytes(o.device_free) + " free on the device"
-                          + (o.where.empty() ? "" : " at " + o.where));
+            + " requested, " + formatBytes(o.device_free) + " free on the device"
+            + (o.where.empty() ? "" : " at " + o.where));
     const auto& c = s.allocator_check;
     if (c.recorded > 0)
         r.notes.push_back("allocator model: " + std::to_string(c.reproduced) + " of " + std::to_string(c.recorded)
-                          + " recorded " + c.unit + " sizes reproduced in order"
-                          + (c.matched ? "" : " (model made " + std::to_string(c.model_total) + ")"));
+            + " recorded " + c.unit + " sizes reproduced in order"
+            + (c.matched ? "" : " (model made " + std::to_string(c.model_total) + ")"));
     r.trace = s.trace;
     r.snapshot = std::make_shared<const Snapshot>(std::move(s));
     return r;
 }
 
-Report readSnapshotReport(const std::string& path) { return reportFromSnapshot(readSnapshotFile(path), path); }
+Report readSnapshotReport(const std::string& path)
+{
+    return reportFromSnapshot(readSnapshotFile(path), path);
+}
 
 } // namespace memledger

@@ -14,7 +14,8 @@ namespace {
 // own pickler does, so a million events stay a few dozen bytes each.
 class PickleOut {
 public:
-    explicit PickleOut(std::string& out) : out_(out)
+    explicit PickleOut(std::string& out)
+        : out_(out)
     {
         out_.push_back(static_cast<char>(0x80));
         out_.push_back(4);
@@ -162,10 +163,14 @@ void writeFrames(PickleOut& p, const std::vector<FrameText>& frames)
 const char* stateName(BlockState s)
 {
     switch (s) {
-    case BlockState::ActiveAllocated: return "active_allocated";
-    case BlockState::ActivePendingFree: return "active_pending_free";
-    case BlockState::Inactive: return "inactive";
-    case BlockState::Other: break;
+    case BlockState::ActiveAllocated:
+        return "active_allocated";
+    case BlockState::ActivePendingFree:
+        return "active_pending_free";
+    case BlockState::Inactive:
+        return "inactive";
+    case BlockState::Other:
+        break;
     }
     return "inactive";
 }
@@ -249,8 +254,8 @@ struct ModelSegmentAlloc {
 };
 
 std::string encode(const std::vector<OutSegment>& segments, const Trace& t, const std::vector<std::uint64_t>* addresses,
-                   const std::vector<std::uint64_t>* streams, std::int64_t timeBaseUs, const AllocatorSettings& settings,
-                   const std::vector<ModelSegmentAlloc>& segmentAllocs = {})
+    const std::vector<std::uint64_t>* streams, std::int64_t timeBaseUs, const AllocatorSettings& settings,
+    const std::vector<ModelSegmentAlloc>& segmentAllocs = {})
 {
     std::string out;
     out.reserve(64 + t.size() * 40 + segments.size() * 256);
@@ -312,8 +317,8 @@ std::string encode(const std::vector<OutSegment>& segments, const Trace& t, cons
             p.key("action");
             p.key(actionName(t.action[i]));
             p.key(t.action[i] == Action::Oom ? "device_free" : "addr");
-            p.integer(t.action[i] == Action::Oom ? 0
-                                                 : static_cast<std::int64_t>(addresses ? (*addresses)[i] : t.address[i]));
+            p.integer(
+                t.action[i] == Action::Oom ? 0 : static_cast<std::int64_t>(addresses ? (*addresses)[i] : t.address[i]));
             p.key("size");
             p.integer(t.bytes[i]);
             p.key("stream");
@@ -355,9 +360,10 @@ std::vector<OutSegment> segmentsFromModel(const Trace& t, const AllocatorReplay&
 {
     std::vector<OutSegment> out;
     for (const auto& s : replay.final_segments) {
-        OutSegment o{std::max<int>(0, s.device), s.address, s.size, s.stream, s.small_pool, s.expandable, {}};
+        OutSegment o {std::max<int>(0, s.device), s.address, s.size, s.stream, s.small_pool, s.expandable, {}};
         for (const auto& b : s.blocks) {
-            OutBlock ob{b.address, b.size, b.allocated ? b.size : 0, b.allocated ? "active_allocated" : "inactive", {}};
+            OutBlock ob {
+                b.address, b.size, b.allocated ? b.size : 0, b.allocated ? "active_allocated" : "inactive", {}};
             if (b.event >= 0 && static_cast<std::size_t>(b.event) < t.size()) {
                 ob.requested = t.bytes[static_cast<std::size_t>(b.event)];
                 if (auto w = t.where[static_cast<std::size_t>(b.event)])
@@ -387,7 +393,7 @@ std::string encodeSnapshot(const Trace& trace, const AllocatorSettings& settings
     if (std::find(trace.action.begin(), trace.action.end(), Action::SegmentAlloc) == trace.action.end())
         for (std::size_t k = 0; k < replay.segment_allocs.size(); ++k)
             segmentAllocs.push_back({static_cast<std::size_t>(replay.segment_alloc_event[k]),
-                                     replay.segment_alloc_address[k], replay.segment_allocs[k]});
+                replay.segment_alloc_address[k], replay.segment_allocs[k]});
     return encode(segmentsFromModel(trace, replay), trace, &addresses, nullptr, 0, settings, segmentAllocs);
 }
 
@@ -400,9 +406,9 @@ std::string encodeSnapshot(const Report& report)
     const Snapshot& s = *report.snapshot;
     std::vector<OutSegment> segments;
     for (const auto& g : s.segments) {
-        OutSegment o{g.device, g.address, g.total_size, g.stream, g.segment_type == "small", g.is_expandable, {}};
+        OutSegment o {g.device, g.address, g.total_size, g.stream, g.segment_type == "small", g.is_expandable, {}};
         for (const auto& b : g.blocks) {
-            OutBlock ob{b.address, b.size, b.requested_size, stateName(b.state), {}};
+            OutBlock ob {b.address, b.size, b.requested_size, stateName(b.state), {}};
             for (const auto& f : b.frames)
                 ob.frames.push_back({f.filename, f.line, f.name});
             o.blocks.push_back(std::move(ob));

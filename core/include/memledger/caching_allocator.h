@@ -11,7 +11,7 @@ namespace memledger {
 
 struct AllocatorSettings {
     std::int64_t max_split_size = std::numeric_limits<std::int64_t>::max(); // max_split_size_mb, in bytes
-    int roundup_power2_divisions = 0;                                       // 0: off
+    int roundup_power2_divisions = 0; // 0: off
     bool expandable_segments = false;
     std::int64_t device_memory = 0; // 0: unlimited; else an OOM frees cached blocks and retries, then fails
 };
@@ -37,7 +37,7 @@ struct AllocatorReplay {
     std::int64_t peak_reserved = 0;
     std::int64_t peak_allocated = 0; // rounded block sizes
     std::vector<std::int64_t> segment_allocs; // sizes of the segments cudaMalloc'ed, in order
-    std::vector<std::int64_t> reserved_after;  // reserved bytes after each event of the trace
+    std::vector<std::int64_t> reserved_after; // reserved bytes after each event of the trace
     std::int64_t ooms = 0;
     // Segment growth in event order: segment_allocs (cudaMalloc) above, and with expandable segments the
     // sizes mapped into a segment. segment_alloc_event[i]: index of the trace event that caused it.
@@ -47,7 +47,7 @@ struct AllocatorReplay {
     std::vector<std::int8_t> segment_alloc_device;
     std::vector<std::uint64_t> segment_alloc_address;
     std::vector<std::int8_t> segment_map_device;
-    std::int64_t segment_frees = 0;       // segments released (recorded segment_free, OOM retries)
+    std::int64_t segment_frees = 0; // segments released (recorded segment_free, OOM retries)
     std::int64_t frees_without_alloc = 0; // frees of blocks the replay never saw allocated
     std::vector<ReplaySegment> final_segments;
     std::vector<std::uint64_t> model_address; // with ReplayOptions::record_addresses: per event, 0 if none
@@ -82,8 +82,8 @@ struct ReplayOptions {
 
 // Replays the Alloc and Free events of `trace` (others are ignored); frees without their alloc are skipped.
 AllocatorReplay replayCachingAllocator(const Trace& trace, const AllocatorSettings& settings = {});
-AllocatorReplay replayCachingAllocator(const Trace& trace, const AllocatorSettings& settings,
-                                       const ReplayOptions& options);
+AllocatorReplay replayCachingAllocator(
+    const Trace& trace, const AllocatorSettings& settings, const ReplayOptions& options);
 
 // The allocator's size rules, exposed for tests and the what-if model.
 std::int64_t allocatorRoundSize(std::int64_t requested, const AllocatorSettings& settings = {});

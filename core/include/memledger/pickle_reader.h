@@ -15,7 +15,9 @@ namespace memledger {
 class PickleError : public std::runtime_error {
 public:
     PickleError(std::uint64_t offset, const std::string& reason)
-        : std::runtime_error(reason + " at byte " + std::to_string(offset)), offset_(offset), reason_(reason)
+        : std::runtime_error(reason + " at byte " + std::to_string(offset))
+        , offset_(offset)
+        , reason_(reason)
     {
     }
     std::uint64_t offset() const { return offset_; }
@@ -36,7 +38,11 @@ class PickleValue;
 class PickleItems {
 public:
     PickleItems() = default;
-    PickleItems(const PickleValue* b, std::size_t n) : begin_(b), size_(n) { }
+    PickleItems(const PickleValue* b, std::size_t n)
+        : begin_(b)
+        , size_(n)
+    {
+    }
     const PickleValue* begin() const { return begin_; }
     const PickleValue* end() const;
     std::size_t size() const { return size_; }
@@ -76,7 +82,7 @@ public:
         return tag() == kTagInt ? static_cast<std::int64_t>(bits_) >> 3 : asIntSlow();
     }
     double asFloat() const; // any number
-    bool asBool() const;    // bool or int
+    bool asBool() const; // bool or int
     std::string_view asStr() const; // str or bytes
 
     // List or tuple elements; empty for other kinds.
@@ -95,13 +101,13 @@ private:
     static constexpr std::uint64_t kUnset = 0; // a memo slot never stored
     static constexpr std::uint64_t kNone = (0 << 3) | kTagSpecial, kFalse = (1 << 3) | kTagSpecial,
                                    kTrue = (2 << 3) | kTagSpecial;
-    static constexpr std::int64_t kSmallIntLimit = std::int64_t{1} << 59;
+    static constexpr std::int64_t kSmallIntLimit = std::int64_t {1} << 59;
 
     std::uint64_t tag() const { return bits_ & 7; }
     std::int64_t asIntSlow() const;
     [[noreturn]] void throwNotStr() const;
     PickleContainer* container() const { return reinterpret_cast<PickleContainer*>(bits_); }
-    const PickleScalar* scalar() const { return reinterpret_cast<const PickleScalar*>(bits_ & ~std::uint64_t{7}); }
+    const PickleScalar* scalar() const { return reinterpret_cast<const PickleScalar*>(bits_ & ~std::uint64_t {7}); }
     bool isContainerKind() const { return tag() == kTagContainer && bits_ != kUnset; }
 
     std::uint64_t bits_ = kNone;
@@ -132,7 +138,7 @@ inline std::string_view PickleValue::asStr() const
 struct alignas(8) PickleContainer {
     union {
         std::uint64_t offset = 0; // in the arena, while parsing
-        const PickleValue* data;  // once parsing is done
+        const PickleValue* data; // once parsing is done
     };
     std::uint32_t size = 0;
     std::uint32_t capacity = 0;
@@ -140,18 +146,37 @@ struct alignas(8) PickleContainer {
     PickleKind kind = PickleKind::List;
 };
 
-inline const PickleValue* PickleItems::end() const { return begin_ + size_; }
-inline const PickleValue& PickleItems::operator[](std::size_t i) const { return begin_[i]; }
-inline const PickleValue& PickleItems::back() const { return begin_[size_ - 1]; }
-inline PickleItems PickleValue::entries() const { return items(); }
-inline std::size_t PickleValue::dictSize() const { return kind() == PickleKind::Dict ? items().size() / 2 : 0; }
+inline const PickleValue* PickleItems::end() const
+{
+    return begin_ + size_;
+}
+inline const PickleValue& PickleItems::operator[](std::size_t i) const
+{
+    return begin_[i];
+}
+inline const PickleValue& PickleItems::back() const
+{
+    return begin_[size_ - 1];
+}
+inline PickleItems PickleValue::entries() const
+{
+    return items();
+}
+inline std::size_t PickleValue::dictSize() const
+{
+    return kind() == PickleKind::Dict ? items().size() / 2 : 0;
+}
 inline PickleKind PickleValue::kind() const
 {
     switch (tag()) {
-    case kTagContainer: return bits_ == kUnset ? PickleKind::None : container()->kind;
-    case kTagInt: return PickleKind::Int;
-    case kTagScalar: return scalar()->kind;
-    default: return bits_ == kNone ? PickleKind::None : PickleKind::Bool;
+    case kTagContainer:
+        return bits_ == kUnset ? PickleKind::None : container()->kind;
+    case kTagInt:
+        return PickleKind::Int;
+    case kTagScalar:
+        return scalar()->kind;
+    default:
+        return bits_ == kNone ? PickleKind::None : PickleKind::Bool;
     }
 }
 inline bool PickleValue::isInt() const
@@ -188,14 +213,14 @@ private:
 };
 
 struct PickleLimits {
-    std::uint32_t max_depth = 1000;         // nesting of containers and of MARKs
-    std::size_t max_stack = 1u << 20;       // values waiting on the stack
+    std::uint32_t max_depth = 1000; // nesting of containers and of MARKs
+    std::size_t max_stack = 1u << 20; // values waiting on the stack
 };
 
 // Throws PickleError (with the byte offset) on anything that is not a well-formed data-only pickle.
 PickleDocument readPickle(std::string bytes, const PickleLimits& limits = {});
 // The same over bytes held by `owner` (a mapped file, say), which the document keeps alive.
-PickleDocument readPickle(std::shared_ptr<const void> owner, const char* data, std::size_t size,
-                          const PickleLimits& limits = {});
+PickleDocument readPickle(
+    std::shared_ptr<const void> owner, const char* data, std::size_t size, const PickleLimits& limits = {});
 
 } // namespace memledger

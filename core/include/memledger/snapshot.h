@@ -51,7 +51,7 @@ struct SnapshotOom {
 
 struct SnapshotSettings {
     bool present = false;
-    std::string conf;            // PYTORCH_CUDA_ALLOC_CONF
+    std::string conf; // PYTORCH_CUDA_ALLOC_CONF
     std::int64_t max_split_size = -1; // -1: unlimited
     bool expandable_segments = false;
     std::map<std::int64_t, int> roundup_power2_divisions; // size bucket (MiB) -> divisions; zeros dropped
@@ -63,10 +63,10 @@ struct SnapshotSettings {
 // What the caching-allocator model makes of the snapshot's alloc/free sequence.
 struct SnapshotAllocatorCheck {
     bool done = false;
-    std::string unit;                  // "segment_alloc" or "segment_map" (expandable segments)
-    std::int64_t recorded = 0;         // segment growth events in the trace
-    std::int64_t reproduced = 0;       // of them, how many the model made with the same size, in order
-    std::int64_t model_total = 0;      // growth events the model made
+    std::string unit; // "segment_alloc" or "segment_map" (expandable segments)
+    std::int64_t recorded = 0; // segment growth events in the trace
+    std::int64_t reproduced = 0; // of them, how many the model made with the same size, in order
+    std::int64_t model_total = 0; // growth events the model made
     bool matched = false;
     AllocatorReplay replay;
 };
@@ -77,14 +77,14 @@ struct Snapshot {
     std::vector<SnapshotSegment> segments;
     std::shared_ptr<const Trace> trace; // every device_traces entry, merged in time order
     std::vector<std::uint64_t> trace_stream; // stream of each trace event
-    bool trace_has_time = false;  // older files have no time_us: time_ns is then the entry's index
+    bool trace_has_time = false; // older files have no time_us: time_ns is then the entry's index
     std::int64_t trace_start_us = 0;
     std::int64_t skipped_entries = 0; // actions memledger does not model (annotate, ...)
     std::vector<SnapshotOom> ooms;
     SnapshotSettings settings;
     SnapshotAllocatorCheck allocator_check;
 
-    std::int64_t reservedBytes() const;  // sum of segments' total_size
+    std::int64_t reservedBytes() const; // sum of segments' total_size
     std::int64_t allocatedBytes() const; // sum of active_allocated blocks' size
     std::size_t traceCount(Action a) const;
 };
