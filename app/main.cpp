@@ -49,7 +49,11 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
                 QCoreApplication::exit(error.isEmpty() ? 0 : 1);
             });
         };
-        QObject::connect(&window, &memledger::MainWindow::reportChanged, &window, save);
+        // MEMLEDGER_SCREENSHOT_WHATIF=1 waits for the what-if panel's records instead.
+        if (qEnvironmentVariableIsSet("MEMLEDGER_SCREENSHOT_WHATIF"))
+            QObject::connect(&window, &memledger::MainWindow::whatIfReady, &window, save);
+        else
+            QObject::connect(&window, &memledger::MainWindow::reportChanged, &window, save);
         QObject::connect(&window, &memledger::MainWindow::runFailed, &window, save);
     }
     return app.exec();

@@ -1,5 +1,7 @@
 #include "segment_history.h"
 
+#include "memledger/gpu_simulation.h"
+
 #include "memledger/caching_allocator.h"
 #include "memledger/format.h"
 #include "memledger/snapshot.h"
@@ -132,42 +134,17 @@ std::vector<double> simulatedReservedBytes(const Report& r, std::string* cause)
 {
     if (!r.trace)
         return {};
-    const Trace& t = *r.trace;
-    Trace sim;
-    sim.reserve(t.size() + r.model.tensors.size() + 1);
-    std::uint64_t fake = 1ull << 62; // far from any address the run recorded
-    std::int8_t dev = t.size() ? t.device.front() : -1;
-    // Weights at the run's dtype: the file's tensors, scaled to the resident bytes.
-    std::int64_t fileBytes = 0;
-    for (const auto& w : r.model.tensors)
-        fileBytes += w.bytes;
-    std::int64_t placed = 0;
-    if (fileBytes > 0 && r.weight_bytes > 0) {
-        double scale = static_cast<double>(r.weight_bytes) / static_cast<double>(fileBytes);
-        for (const auto& w : r.model.tensors) {
-            auto bytes = static_cast<std::int64_t>(std::llround(static_cast<double>(w.bytes) * scale));
-            if (bytes > 0) {
-                sim.push(0, bytes, fake += 1ull << 36, Action::Alloc, dev);
-                placed += bytes;
-            }
-        }
-    }
-    if (r.weight_bytes - placed > 0)
-        sim.push(0, r.weight_bytes - placed, fake += 1ull << 36, Action::Alloc, dev);
-    if (r.input_bytes > 0)
-        sim.push(0, r.input_bytes, fake += 1ull << 36, Action::Alloc, dev);
-    const std::size_t pre = sim.size();
-    for (std::size_t i = 0; i < t.size(); ++i)
-        sim.push(t.time_ns[i], t.bytes[i], t.address[i], t.action[i], t.device[i]);
-    auto replay = replayCachingAllocator(sim);
-    std::vector<double> out(t.size() + 1, 0.0);
-    if (replay.reserved_after.size() != sim.size())
+    const auto& t = *r.trace;
+    auto sim = simulateGpu(r);
+    const auto pre = sim.preloaded;
+    if (sim.replay.reserved_after.size() != pre + t.size())
         return {};
-    out[0] = pre ? static_cast<double>(replay.reserved_after[pre - 1]) : 0.0;
+    std::vector<double> out(t.size() + 1, 0.0);
+    out[0] = static_cast<double>(sim.reserved_before_run);
     for (std::size_t i = 0; i < t.size(); ++i)
-        out[i + 1] = static_cast<double>(replay.reserved_after[pre + i]);
+        out[i + 1] = static_cast<double>(sim.replay.reserved_after[pre + i]);
     if (cause)
-        *cause = replayCause(replay, t, pre);
+        *cause = replayCause(sim.replay, t, pre);
     return out;
 }
 

@@ -1,5 +1,7 @@
 #include "memledger/analysis.h"
 
+#include "memledger/gpu_simulation.h"
+
 #include <algorithm>
 #include <set>
 #include <unordered_map>
@@ -240,6 +242,7 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
         r.notes.push_back("input shape " + shapeToString(raw.info.input_shapes.front())
                           + " is a guess from the first layer's weight; give the real one with --input");
     r.trace = std::make_shared<const Trace>(std::move(t));
+    r.simulated_reserved_peak_bytes = simulateGpu(r).peak_reserved;
     return r;
 }
 

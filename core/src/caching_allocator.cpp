@@ -247,14 +247,15 @@ public:
 private:
     Pool& poolOf(const Segment& s)
     {
-        // Most replays touch one stream: remember the last pool looked up.
-        if (lastPool_ && lastPoolKey_ == std::make_pair(s.stream, s.small))
-            return *lastPool_;
+        // Most replays touch one stream: remember its two pools.
+        Pool*& cached = s.small ? lastSmall_ : lastLarge_;
+        if (cached && (s.small ? lastSmallStream_ : lastLargeStream_) == s.stream)
+            return *cached;
         auto it = pools_.find({s.stream, s.small});
         if (it == pools_.end())
             it = pools_.emplace(std::make_pair(s.stream, s.small), Pool(BySizeThenAddress {}, &nodes_)).first;
-        lastPoolKey_ = {s.stream, s.small};
-        lastPool_ = &it->second;
+        cached = &it->second;
+        (s.small ? lastSmallStream_ : lastLargeStream_) = s.stream;
         return it->second;
     }
 
@@ -461,8 +462,10 @@ private:
     std::deque<Block> blocks_;
     std::vector<Block*> freeBlocks_;
     std::map<std::pair<std::uint64_t, bool>, Pool> pools_;
-    std::pair<std::uint64_t, bool> lastPoolKey_ {};
-    Pool* lastPool_ = nullptr;
+    Pool* lastSmall_ = nullptr;
+    Pool* lastLarge_ = nullptr;
+    std::uint64_t lastSmallStream_ = 0;
+    std::uint64_t lastLargeStream_ = 0;
     std::map<std::uint64_t, std::unique_ptr<Segment>> segments_;
     std::int64_t reserved_ = 0;
     std::int64_t allocated_ = 0;

@@ -139,8 +139,8 @@ public:
         : limits_(limits)
     {
         doc_.bytes_ = std::move(owner);
-        doc_.containers_ = std::make_unique<std::deque<PickleContainer>>();
-        doc_.scalars_ = std::make_unique<std::deque<PickleScalar>>();
+        doc_.containers_ = std::make_unique<PickleChunks<PickleContainer>>();
+        doc_.scalars_ = std::make_unique<PickleChunks<PickleScalar>>();
         data_ = reinterpret_cast<const unsigned char*>(data);
         size_ = size;
     }
@@ -202,10 +202,11 @@ public:
             arena_, PickleArenaFree {arenaCapacity_ * sizeof(PickleValue)});
         arena_ = nullptr;
         arenaCapacity_ = 0;
-        for (auto& c : *doc_.containers_) {
-            const PickleValue* p = doc_.arena_.get() + c.offset;
+        const PickleValue* base = doc_.arena_.get();
+        doc_.containers_->forEach([base](PickleContainer& c) {
+            const PickleValue* p = base + c.offset;
             c.data = p;
-        }
+        });
         return std::move(doc_);
     }
 
@@ -282,12 +283,14 @@ private:
     PickleValue newContainer(PickleKind k)
     {
         auto& c = doc_.containers_->emplace_back();
+        c = PickleContainer {};
         c.kind = k;
         return bits(reinterpret_cast<std::uint64_t>(&c));
     }
     PickleValue newScalar(const PickleScalar& sc)
     {
-        auto& r = doc_.scalars_->emplace_back(sc);
+        auto& r = doc_.scalars_->emplace_back();
+        r = sc;
         return bits(reinterpret_cast<std::uint64_t>(&r) | PickleValue::kTagScalar);
     }
     PickleValue integer(std::int64_t i)

@@ -253,6 +253,9 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
         out << "<p>Load tax: file " << formatBytes(r.load_tax.file_tensor_bytes) << " " << htmlEscape(r.load_tax.file_dtype)
             << ", resident " << formatBytes(r.load_tax.resident_bytes) << " as " << htmlEscape(r.load_tax.resident_dtype)
             << "</p>\n";
+    if (r.simulated_reserved_peak_bytes > 0 && r.source == "model")
+        out << "<p>On a GPU, PyTorch's caching allocator would reserve about "
+            << formatBytes(r.simulated_reserved_peak_bytes) << " <span class=muted>(simulated)</span></p>\n";
     for (const auto& note : r.notes)
         out << "<p class=muted>Note: " << htmlEscape(note) << "</p>\n";
 

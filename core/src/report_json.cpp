@@ -148,6 +148,9 @@ json reportToJson(const Report& r, bool withEvents)
     j["peak_total_bytes"] = r.peak_total_bytes;
     j["peak_time_ns"] = r.peak_time_ns;
     j["peak_event"] = r.peak_event;
+    if (r.simulated_reserved_peak_bytes > 0)
+        j["simulated_gpu"] = {{"reserved_peak_bytes", r.simulated_reserved_peak_bytes},
+                              {"note", "simulated: the run replayed through a model of PyTorch's CUDA caching allocator"}};
     for (int l = 0; l < kLedgerCount; ++l)
         j["ledgers"][kLedgerKeys[l]] = {{"at_peak", r.ledgers[l].at_peak}, {"total", r.ledgers[l].total}};
     json layers = json::array();
@@ -218,6 +221,8 @@ Report reportFromJson(const json& j, const std::string& name)
         r.peak_total_bytes = j.at("peak_total_bytes").get<std::int64_t>();
         r.peak_time_ns = j.value("peak_time_ns", std::int64_t{0});
         r.peak_event = j.value("peak_event", -1);
+        if (j.contains("simulated_gpu"))
+            r.simulated_reserved_peak_bytes = j["simulated_gpu"].value("reserved_peak_bytes", std::int64_t{0});
         for (int l = 0; l < kLedgerCount; ++l) {
             const auto& lj = j.at("ledgers").at(kLedgerKeys[l]);
             r.ledgers[l] = {lj.at("at_peak").get<std::int64_t>(), lj.at("total").get<std::int64_t>()};

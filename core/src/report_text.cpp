@@ -71,6 +71,9 @@ std::string reportToText(const Report& r, int maxDepth)
             << "  (" << formatBytes(r.ledgers[l].total) << ")\n";
     out << "  peak during the run    " << formatBytes(r.peak_bytes) << "\n";
     out << "  peak total             " << formatBytes(r.peak_total_bytes) << "  (weights + inputs + run peak)\n";
+    if (r.simulated_reserved_peak_bytes > 0 && r.source == "model")
+        out << "  reserved on a GPU      " << formatBytes(r.simulated_reserved_peak_bytes)
+            << "  (simulated CUDA caching allocator, CUDA context not included)\n";
     if (r.load_tax.file_tensor_bytes > 0)
         out << "Load tax: file " << formatBytes(r.load_tax.file_tensor_bytes) << " " << r.load_tax.file_dtype
             << ", resident " << formatBytes(r.load_tax.resident_bytes) << " as " << r.load_tax.resident_dtype << "\n";

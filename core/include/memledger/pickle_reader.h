@@ -189,6 +189,34 @@ inline PickleItems PickleValue::items() const
     return isContainerKind() ? PickleItems(container()->data, container()->size) : PickleItems();
 }
 
+// Stable storage for many small records: fixed chunks, so an address never moves and a million records
+// cost a few hundred allocations.
+template <typename T> class PickleChunks {
+public:
+    T& emplace_back()
+    {
+        if (chunks_.empty() || used_ == kChunk) {
+            chunks_.push_back(std::make_unique<T[]>(kChunk));
+            used_ = 0;
+        }
+        ++size_;
+        return chunks_.back()[used_++];
+    }
+    std::size_t size() const { return size_; }
+    template <typename F> void forEach(F&& f)
+    {
+        for (std::size_t c = 0; c < chunks_.size(); ++c)
+            for (std::size_t i = 0, n = c + 1 == chunks_.size() ? used_ : kChunk; i < n; ++i)
+                f(chunks_[c][i]);
+    }
+
+private:
+    static constexpr std::size_t kChunk = 4096;
+    std::vector<std::unique_ptr<T[]>> chunks_;
+    std::size_t used_ = 0;
+    std::size_t size_ = 0;
+};
+
 // Releases a document's arena of items (mapped or malloc'ed).
 struct PickleArenaFree {
     std::size_t bytes = 0;
@@ -205,8 +233,8 @@ public:
 private:
     friend class PickleParser;
     std::shared_ptr<const void> bytes_; // whatever holds the bytes: a string, a mapped file
-    std::unique_ptr<std::deque<PickleContainer>> containers_;
-    std::unique_ptr<std::deque<PickleScalar>> scalars_;
+    std::unique_ptr<PickleChunks<PickleContainer>> containers_;
+    std::unique_ptr<PickleChunks<PickleScalar>> scalars_;
     std::unique_ptr<PickleValue, PickleArenaFree> arena_; // never value-initialised: pages are touched as filled
     PickleValue root_;
     int protocol_ = 0;

@@ -91,6 +91,8 @@ struct Report {
     std::int64_t peak_total_bytes = 0; // weights + inputs + peak_bytes
     std::int64_t peak_time_ns = 0;
     std::int32_t peak_event = -1;
+    // What the same run would reserve on a GPU through PyTorch's caching allocator (simulated; 0 if not known).
+    std::int64_t simulated_reserved_peak_bytes = 0;
     std::array<LedgerFigure, kLedgerCount> ledgers{};
     std::vector<LayerStats> layers; // layers[0] is the root; parents come before children
     std::vector<PeakItem> alive_at_peak; // largest first
