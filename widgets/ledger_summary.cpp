@@ -2,10 +2,13 @@
 
 #include "ledger_colors.h"
 #include "memledger/format.h"
+#include "memledger/snapshot.h"
 
 #include <QLabel>
 #include <QPainter>
 #include <QVBoxLayout>
+
+#include <vector>
 
 namespace memledger {
 
@@ -63,6 +66,34 @@ QSize LedgerSummary::sizeHint() const
     return {280, kBarTop + kBarHeight + 8 + kRowHeight * kLedgerCount + 40};
 }
 
+namespace {
+
+struct SummaryRow {
+    QString name;
+    std::int64_t bytes;
+    QColor colour;
+};
+
+// A model run: the four ledgers at the peak. A snapshot: what its segments hold at the end.
+std::vector<SummaryRow> summaryRows(const Report& r, QString* title)
+{
+    std::vector<SummaryRow> rows;
+    if (r.snapshot) {
+        auto reserved = r.snapshot->reservedBytes(), allocated = r.snapshot->allocatedBytes();
+        *title = QObject::tr("Reserved at the end: %1").arg(bytesText(reserved));
+        rows.push_back({QObject::tr("allocated"), allocated, ledgerColor(Ledger::Unattributed)});
+        rows.push_back({QObject::tr("reserved, not allocated"), reserved - allocated, fragmentationColor()});
+        return rows;
+    }
+    *title = QObject::tr("At the peak: %1").arg(bytesText(r.peak_total_bytes));
+    for (int i = 0; i < kLedgerCount; ++i)
+        rows.push_back({QString::fromUtf8(ledgerName(static_cast<Ledger>(i))),
+            r.ledgers[static_cast<std::size_t>(i)].at_peak, ledgerColor(static_cast<Ledger>(i))});
+    return rows;
+}
+
+} // namespace
+
 void LedgerSummary::paintEvent(QPaintEvent*)
 {
     QPainter p(this);
@@ -72,39 +103,37 @@ void LedgerSummary::paintEvent(QPaintEvent*)
         p.drawText(rect().adjusted(6, 6, -6, -6), Qt::AlignLeft | Qt::AlignTop, tr("No report yet"));
         return;
     }
+    QString title;
+    auto rows = summaryRows(*report_, &title);
     std::int64_t total = 0;
-    for (const auto& l : report_->ledgers)
-        total += l.at_peak;
+    for (const auto& row : rows)
+        total += row.bytes;
     auto titleFont = font();
     titleFont.setBold(true);
     p.setFont(titleFont);
-    p.drawText(QRect(6, 4, width() - 12, kBarTop - 6), Qt::AlignLeft | Qt::AlignVCenter,
-        tr("At the peak: %1").arg(bytesText(report_->peak_total_bytes)));
+    p.drawText(QRect(6, 4, width() - 12, kBarTop - 6), Qt::AlignLeft | Qt::AlignVCenter, title);
     p.setFont(font());
 
     QRect bar(6, kBarTop, width() - 12, kBarHeight);
     double x = bar.left();
-    for (int i = 0; i < kLedgerCount; ++i) {
-        auto bytes = report_->ledgers[static_cast<std::size_t>(i)].at_peak;
-        double w = total > 0 ? bar.width() * static_cast<double>(bytes) / static_cast<double>(total) : 0;
-        p.fillRect(QRectF(x, bar.top(), w, bar.height()), ledgerColor(static_cast<Ledger>(i)));
+    for (const auto& row : rows) {
+        double w = total > 0 ? bar.width() * static_cast<double>(row.bytes) / static_cast<double>(total) : 0;
+        p.fillRect(QRectF(x, bar.top(), w, bar.height()), row.colour);
         x += w;
     }
     p.setPen(palette().color(QPalette::Mid));
     p.drawRect(bar.adjusted(0, 0, -1, -1));
 
     int y = bar.bottom() + 8;
-    for (int i = 0; i < kLedgerCount; ++i, y += kRowHeight) {
-        auto bytes = report_->ledgers[static_cast<std::size_t>(i)].at_peak;
-        p.fillRect(QRect(6, y + 4, 10, 10), ledgerColor(static_cast<Ledger>(i)));
+    for (const auto& row : rows) {
+        p.fillRect(QRect(6, y + 4, 10, 10), row.colour);
         p.setPen(text);
-        p.drawText(QRect(22, y, width() - 28, kRowHeight), Qt::AlignLeft | Qt::AlignVCenter,
-            QString::fromUtf8(ledgerName(static_cast<Ledger>(i))));
-        QString figure = bytesText(bytes);
+        p.drawText(QRect(22, y, width() - 28, kRowHeight), Qt::AlignLeft | Qt::AlignVCenter, row.name);
+        QString figure = bytesText(row.bytes);
         if (total > 0)
-            figure += QStringLiteral("  %1%").arg(
-                100.0 * static_cast<double>(bytes) / static_cast<double>(total), 0, 'f', 0);
+            figure += QStringLiteral("  %1%").arg(100.0 * static_cast<double>(row.bytes) / static_cast<double>(total), 0, 'f', 0);
         p.drawText(QRect(22, y, width() - 28, kRowHeight), Qt::AlignRight | Qt::AlignVCenter, figure);
+        y += kRowHeight;
     }
 }
 

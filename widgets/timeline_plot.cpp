@@ -230,6 +230,10 @@ void TimelinePlot::updatePeakMarker()
         return;
     peakTracer_->position->setCoords(series_.peak_key, series_.peak_value);
     peakLabel_->setText(tr("peak %1").arg(bytesText(series_.peak_value)));
+    // Near the right edge the label would be cut: hang it to the left of the marker instead.
+    double lo = series_.firstKey(), hi = series_.lastKey();
+    bool nearRight = hi > lo && (series_.peak_key - lo) / (hi - lo) > 0.85;
+    peakLabel_->setPositionAlignment(Qt::AlignBottom | (nearRight ? Qt::AlignRight : Qt::AlignHCenter));
 }
 
 void TimelinePlot::resetZoom()
