@@ -11,6 +11,8 @@
 int main()
 {
     using namespace memledger;
+    if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
+        qputenv("QT_QPA_PLATFORM", "offscreen"); // no display needed
     qtTestApp();
     QElapsedTimer clock;
     clock.start();
