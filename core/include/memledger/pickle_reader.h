@@ -1,12 +1,16 @@
 #pragma once
 // A Python pickle reader for data only (protocols 2 to 5): None, bool, int, float, str, bytes, list, tuple
 // and dict. It never runs code: opcodes that name a global or call something are refused.
+#include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <memory>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace memledger {
@@ -192,15 +196,28 @@ inline PickleItems PickleValue::items() const
 // Stable storage for many small records: fixed chunks, so an address never moves and a million records
 // cost a few hundred allocations.
 template <typename T> class PickleChunks {
+    static_assert(std::is_trivially_destructible_v<T> && alignof(T) <= alignof(std::max_align_t));
+
 public:
+    PickleChunks() = default;
+    PickleChunks(const PickleChunks&) = delete;
+    PickleChunks& operator=(const PickleChunks&) = delete;
+    ~PickleChunks()
+    {
+        for (T* c : chunks_)
+            std::free(c);
+    }
     T& emplace_back()
     {
         if (chunks_.empty() || used_ == kChunk) {
-            chunks_.push_back(std::make_unique<T[]>(kChunk));
+            void* p = std::malloc(sizeof(T) * kChunk); // raw: each record is constructed when handed out
+            if (!p)
+                throw std::bad_alloc();
+            chunks_.push_back(static_cast<T*>(p));
             used_ = 0;
         }
         ++size_;
-        return chunks_.back()[used_++];
+        return *new (chunks_.back() + used_++) T();
     }
     std::size_t size() const { return size_; }
     template <typename F> void forEach(F&& f)
@@ -212,7 +229,7 @@ public:
 
 private:
     static constexpr std::size_t kChunk = 4096;
-    std::vector<std::unique_ptr<T[]>> chunks_;
+    std::vector<T*> chunks_;
     std::size_t used_ = 0;
     std::size_t size_ = 0;
 };
