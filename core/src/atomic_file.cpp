@@ -38,12 +38,22 @@ std::string readWholeFile(const std::string& path)
         throw FileError(path, "no such file");
     if (std::filesystem::is_directory(path, ec))
         throw FileError(path, "is a directory");
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-        throw FileError(path, "cannot open for reading");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f)
+        throw FileError(path, std::string("cannot open for reading: ") + std::strerror(errno));
+    std::string out;
+    auto size = std::filesystem::file_size(path, ec);
+    out.resize(ec ? 0 : static_cast<std::size_t>(size));
+    std::size_t got = out.empty() ? 0 : std::fread(out.data(), 1, out.size(), f);
+    out.resize(got);
+    char buf[65536];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) // the file grew meanwhile
+        out.append(buf, n);
+    bool failed = std::ferror(f) != 0;
+    std::fclose(f);
+    if (failed)
+        throw FileError(path, "read error");
+    return out;
 }
 
 } // namespace memledger

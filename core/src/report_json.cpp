@@ -100,7 +100,7 @@ void snapshotToJson(const Snapshot& s, json& j)
                      {"trace_entries", s.trace ? s.trace->size() : 0},
                      {"trace_actions", counts},
                      {"ooms", s.ooms.size()}};
-    const auto& c = s.allocator_check;
+    const auto c = s.allocator_check.done ? s.allocator_check : checkAllocatorModel(s);
     j["allocator_model"] = {{"unit", c.unit},
                             {"recorded_segment_allocs", c.recorded},
                             {"reproduced_segment_allocs", c.reproduced},

@@ -11,9 +11,6 @@
 #include <cstring>
 #include <filesystem>
 #if defined(__linux__)
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
 #endif
 #include <fstream>
 #include <memory_resource>
@@ -617,18 +614,6 @@ Snapshot decodeView(std::shared_ptr<const void> owner, const char* data, std::si
     }
 }
 
-#if defined(__linux__)
-// A read-only mapping of the whole file: no copy of a large snapshot into memory first.
-struct MappedFile {
-    void* data = MAP_FAILED;
-    std::size_t size = 0;
-    ~MappedFile()
-    {
-        if (data != MAP_FAILED)
-            munmap(data, size);
-    }
-};
-#endif
 
 } // namespace
 
@@ -640,22 +625,8 @@ Snapshot decodeSnapshot(std::string bytes, const std::string& name)
 
 Snapshot readSnapshotFile(const std::string& path)
 {
-    std::error_code ec;
-    auto size = std::filesystem::file_size(path, ec);
-    if (ec || std::filesystem::is_directory(path, ec) || size == 0)
-        return decodeSnapshot(readWholeFile(path), path); // names the problem (missing, a directory, empty)
-#if defined(__linux__)
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        throw FileError(path, std::string("cannot open for reading: ") + std::strerror(errno));
-    auto map = std::make_shared<MappedFile>();
-    map->size = static_cast<std::size_t>(size);
-    map->data = mmap(nullptr, map->size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-    ::close(fd);
-    if (map->data != MAP_FAILED)
-        return decodeView(map, static_cast<const char*>(map->data), map->size, path);
-#endif
-    return decodeSnapshot(readWholeFile(path), path);
+    // Read into memory rather than mapped: another program truncating the file meanwhile cannot crash us.
+    return decodeSnapshot(readWholeFile(path), path); // names the problem (missing, a directory, empty)
 }
 
 } // namespace memledger

@@ -153,14 +153,38 @@ SnapshotAllocatorCheck checkAllocatorModel(const Snapshot& s)
     return c;
 }
 
-Report reportFromSnapshot(const Snapshot& s, const std::string& path)
+Report reportFromSnapshot(const Snapshot& s, const std::string& path, bool checkAllocator)
 {
-    return reportFromSnapshot(Snapshot(s), path);
+    return reportFromSnapshot(Snapshot(s), path, checkAllocator);
 }
 
-Report reportFromSnapshot(Snapshot&& s, const std::string& path)
+namespace {
+
+std::string allocatorNote(const SnapshotAllocatorCheck& c)
 {
-    if (!s.allocator_check.done)
+    return "allocator model: " + std::to_string(c.reproduced) + " of " + std::to_string(c.recorded) + " recorded "
+        + c.unit + " sizes reproduced in order"
+        + (c.matched ? "" : " (model made " + std::to_string(c.model_total) + ")");
+}
+
+} // namespace
+
+Report addAllocatorCheck(const Report& r)
+{
+    if (!r.snapshot || r.snapshot->allocator_check.done)
+        return r;
+    auto s = std::make_shared<Snapshot>(*r.snapshot);
+    s->allocator_check = checkAllocatorModel(*s);
+    Report out = r;
+    if (s->allocator_check.recorded > 0)
+        out.notes.push_back(allocatorNote(s->allocator_check));
+    out.snapshot = std::move(s);
+    return out;
+}
+
+Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAllocator)
+{
+    if (checkAllocator && !s.allocator_check.done)
         s.allocator_check = checkAllocatorModel(s);
     Report r;
     r.source = "snapshot";
@@ -292,19 +316,16 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path)
         r.notes.push_back("out of memory on cuda:" + std::to_string(o.device) + ": " + formatBytes(o.bytes_requested)
             + " requested, " + formatBytes(o.device_free) + " free on the device"
             + (o.where.empty() ? "" : " at " + o.where));
-    const auto& c = s.allocator_check;
-    if (c.recorded > 0)
-        r.notes.push_back("allocator model: " + std::to_string(c.reproduced) + " of " + std::to_string(c.recorded)
-            + " recorded " + c.unit + " sizes reproduced in order"
-            + (c.matched ? "" : " (model made " + std::to_string(c.model_total) + ")"));
+    if (s.allocator_check.recorded > 0)
+        r.notes.push_back(allocatorNote(s.allocator_check));
     r.trace = s.trace;
     r.snapshot = std::make_shared<const Snapshot>(std::move(s));
     return r;
 }
 
-Report readSnapshotReport(const std::string& path)
+Report readSnapshotReport(const std::string& path, bool checkAllocator)
 {
-    return reportFromSnapshot(readSnapshotFile(path), path);
+    return reportFromSnapshot(readSnapshotFile(path), path, checkAllocator);
 }
 
 } // namespace memledger

@@ -102,9 +102,13 @@ SnapshotAllocatorCheck checkAllocatorModel(const Snapshot& s);
 
 // Report for a snapshot: trace, peak of live bytes, a tree of top user stack frames (root: the file name),
 // the allocator check; everything the trace allocated is in Ledger::Unattributed.
-Report reportFromSnapshot(Snapshot&& s, const std::string& path);
-Report reportFromSnapshot(const Snapshot& s, const std::string& path);
-// Open, decode, check and report.
-Report readSnapshotReport(const std::string& path);
+// checkAllocator false: leave the allocator check for later (addAllocatorCheck), so that the timeline can be
+// drawn first; reportToJson makes the check itself when it is missing.
+Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAllocator = true);
+Report reportFromSnapshot(const Snapshot& s, const std::string& path, bool checkAllocator = true);
+// Open, decode, (check) and report.
+Report readSnapshotReport(const std::string& path, bool checkAllocator = true);
+// The same report with its snapshot's allocator check made.
+Report addAllocatorCheck(const Report& r);
 
 } // namespace memledger
