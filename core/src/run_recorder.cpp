@@ -274,13 +274,22 @@ RawRun Model::run(const RunOptions& options)
         state.param_owner[p.value.data_ptr()] = dot == std::string::npos ? "" : p.name.substr(0, dot);
     }
     raw.trace.reserve(4096);
-    auto handle = at::addThreadLocalCallback(at::RecordFunctionCallback(onOpStart, onOpEnd)
-                                                 .needsInputs(true)
-                                                 .needsOutputs(true)
-                                                 .scopes({at::RecordScope::FUNCTION}));
-    tls_state = &state;
+    // Callbacks and state stay installed for the recorded run only, however it ends.
+    struct RecordingScope {
+        at::CallbackHandle handle;
+        ~RecordingScope()
+        {
+            tls_state = nullptr;
+            at::removeCallback(handle);
+        }
+    };
     auto started = Clock::now();
     try {
+        RecordingScope scope{at::addThreadLocalCallback(at::RecordFunctionCallback(onOpStart, onOpEnd)
+                                                             .needsInputs(true)
+                                                             .needsOutputs(true)
+                                                             .scopes({at::RecordScope::FUNCTION}))};
+        tls_state = &state;
         auto recorder = std::make_shared<AllocationRecorder>(state);
         c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, recorder);
         state.start = Clock::now();
@@ -288,24 +297,13 @@ RawRun Model::run(const RunOptions& options)
         auto out = d_->module.forward(inputs);
         out = c10::IValue(); // the output's free is part of the run
     } catch (const Cancelled&) {
-        tls_state = nullptr;
-        at::removeCallback(handle);
         throw;
-    } catch (const c10::Error& e) {
-        tls_state = nullptr;
-        at::removeCallback(handle);
-        if (state.cancelled)
-            throw Cancelled();
-        throw explainRunFailure(firstLine(e.what_without_backtrace()), options.dtype);
     } catch (const std::exception& e) {
-        tls_state = nullptr;
-        at::removeCallback(handle);
-        if (state.cancelled)
+        if (state.cancelled) // the interpreter wraps what the recorder threw
             throw Cancelled();
-        throw explainRunFailure(firstLine(e.what()), options.dtype);
+        const auto* c10error = dynamic_cast<const c10::Error*>(&e);
+        throw explainRunFailure(firstLine(c10error ? c10error->what_without_backtrace() : e.what()), options.dtype);
     }
-    tls_state = nullptr;
-    at::removeCallback(handle);
     raw.trace.shrinkToFit();
     raw.info.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
     if (options.progress)
