@@ -7,11 +7,7 @@
 #include "memledger/report_json.h"
 #include "memledger/snapshot.h"
 
-#include <QPointer>
 #include <QStringList>
-#include <QThread>
-
-#include <algorithm>
 
 namespace memledger {
 
@@ -25,41 +21,23 @@ QString shapesToText(const std::vector<Shape>& shapes)
 
 RunWorker::RunWorker(QObject* parent)
     : QObject(parent)
+    , jobs_(new JobRunner(this))
 {
 }
 
-RunWorker::~RunWorker()
-{
-    if (cancel_)
-        cancel_->store(true);
-    for (auto* t : threads_) {
-        t->wait();
-        delete t;
-    }
-}
+RunWorker::~RunWorker() = default;
 
-void RunWorker::deliver(quint64 job, std::function<void()> emitIt)
-{
-    // Runs on the GUI thread; a job that is no longer current says nothing.
-    QMetaObject::invokeMethod(
-        this,
-        [this, job, emitIt = std::move(emitIt)] {
-            if (job == job_)
-                emitIt();
-        },
-        Qt::QueuedConnection);
-}
+quint64 RunWorker::currentJob() const { return jobs_->currentJob(); }
+
+void RunWorker::deliver(quint64 job, std::function<void()> emitIt) { jobs_->deliver(job, std::move(emitIt)); }
 
 quint64 RunWorker::start(RunRequest request)
 {
     cancel();
-    auto job = ++job_;
     running_ = true;
-    auto cancelFlag = std::make_shared<std::atomic<bool>>(false);
-    cancel_ = cancelFlag;
-    auto* thread = QThread::create([this, job, cancelFlag, request = std::move(request)]() mutable {
+    auto job = jobs_->launch([this, request = std::move(request)](quint64 job, const std::atomic<bool>* cancelFlag) mutable {
         auto& options = request.options;
-        options.cancel = cancelFlag.get();
+        options.cancel = cancelFlag;
         options.progress = [this, job](int done, int total) {
             deliver(job, [this, job, done, total] { emit progress(job, done, total); });
         };
@@ -108,26 +86,17 @@ quint64 RunWorker::start(RunRequest request)
             });
         }
     });
-    // Finished threads are reaped here rather than with deleteLater, so the destructor can wait on the rest.
-    connect(thread, &QThread::finished, this, [this, thread] {
-        threads_.erase(std::remove(threads_.begin(), threads_.end(), thread), threads_.end());
-        thread->deleteLater();
-    });
-    threads_.push_back(thread);
-    thread->start();
     emit progress(job, 0, 0);
     return job;
 }
 
 void RunWorker::cancel()
 {
-    if (cancel_)
-        cancel_->store(true);
     if (running_) {
         running_ = false;
-        emit cancelled(job_);
+        emit cancelled(jobs_->currentJob());
     }
-    ++job_; // whatever the old job still reports is stale now
+    jobs_->cancel(); // whatever the old job still reports is stale now
 }
 
 } // namespace memledger

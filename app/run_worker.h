@@ -1,5 +1,6 @@
 #pragma once
 #include "memledger/model.h"
+#include "job_runner.h"
 #include "memledger/report.h"
 
 #include <QObject>
@@ -32,7 +33,7 @@ public:
     quint64 start(RunRequest request);
     void cancel();
     bool isRunning() const { return running_; }
-    quint64 currentJob() const { return job_; }
+    quint64 currentJob() const;
 
 signals:
     // The inputs the model will be run with, when they are a guess from its first layer.
@@ -45,10 +46,8 @@ signals:
 private:
     void deliver(quint64 job, std::function<void()> emitIt);
 
-    quint64 job_ = 0;
+    JobRunner* jobs_;
     bool running_ = false;
-    std::shared_ptr<std::atomic<bool>> cancel_;
-    std::vector<QThread*> threads_;
 };
 
 QString shapesToText(const std::vector<Shape>& shapes); // "1x3x224x224,1x10"

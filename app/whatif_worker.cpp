@@ -3,9 +3,6 @@
 #include "demo_model.h"
 #include "memledger/errors.h"
 
-#include <QThread>
-
-#include <algorithm>
 
 namespace memledger {
 
@@ -18,50 +15,29 @@ Model openModel(const QString& path)
 
 } // namespace
 
-WhatIfWorker::WhatIfWorker(QObject* parent) : QObject(parent) { }
-
-WhatIfWorker::~WhatIfWorker()
+WhatIfWorker::WhatIfWorker(QObject* parent)
+    : QObject(parent)
+    , jobs_(new JobRunner(this))
 {
-    cancel();
-    for (auto* t : threads_) {
-        t->wait();
-        delete t;
-    }
 }
 
-void WhatIfWorker::deliver(quint64 job, std::function<void()> emitIt)
-{
-    QMetaObject::invokeMethod(
-        this,
-        [this, job, emitIt = std::move(emitIt)] {
-            if (job == job_)
-                emitIt();
-        },
-        Qt::QueuedConnection);
-}
+WhatIfWorker::~WhatIfWorker() = default;
+
+void WhatIfWorker::deliver(quint64 job, std::function<void()> emitIt) { jobs_->deliver(job, std::move(emitIt)); }
 
 quint64 WhatIfWorker::launch(std::function<void(quint64, const std::atomic<bool>*)> work)
 {
-    cancel();
-    auto job = ++job_;
-    auto flag = std::make_shared<std::atomic<bool>>(false);
-    cancel_ = flag;
-    auto* thread = QThread::create([this, job, flag, work = std::move(work)] {
-        try {
-            work(job, flag.get());
-        } catch (const Cancelled&) {
-        } catch (const std::exception& e) {
-            auto message = QString::fromStdString(e.what());
-            deliver(job, [this, job, message] { emit failed(job, message); });
-        }
-    });
-    connect(thread, &QThread::finished, this, [this, thread] {
-        threads_.erase(std::remove(threads_.begin(), threads_.end(), thread), threads_.end());
-        thread->deleteLater();
-    });
-    threads_.push_back(thread);
-    thread->start(QThread::LowPriority);
-    return job;
+    return jobs_->launch(
+        [this, work = std::move(work)](quint64 job, const std::atomic<bool>* cancel) {
+            try {
+                work(job, cancel);
+            } catch (const Cancelled&) {
+            } catch (const std::exception& e) {
+                auto message = QString::fromStdString(e.what());
+                deliver(job, [this, job, message] { emit failed(job, message); });
+            }
+        },
+        true);
 }
 
 quint64 WhatIfWorker::record(const QString& path, RunOptions base)
@@ -92,11 +68,6 @@ quint64 WhatIfWorker::measure(const QString& path, std::shared_ptr<const WhatIf>
     });
 }
 
-void WhatIfWorker::cancel()
-{
-    if (cancel_)
-        cancel_->store(true);
-    ++job_;
-}
+void WhatIfWorker::cancel() { jobs_->cancel(); }
 
 } // namespace memledger

@@ -1,4 +1,5 @@
 #pragma once
+#include "job_runner.h"
 #include "memledger/model.h"
 #include "memledger/whatif.h"
 
@@ -8,8 +9,6 @@
 #include <atomic>
 #include <memory>
 #include <vector>
-
-class QThread;
 
 namespace memledger {
 
@@ -35,9 +34,7 @@ private:
     quint64 launch(std::function<void(quint64, const std::atomic<bool>*)> work);
     void deliver(quint64 job, std::function<void()> emitIt);
 
-    quint64 job_ = 0;
-    std::shared_ptr<std::atomic<bool>> cancel_;
-    std::vector<QThread*> threads_;
+    JobRunner* jobs_;
 };
 
 } // namespace memledger
