@@ -10,6 +10,8 @@
 #include "memledger/analysis.h"
 #include "memledger/report_json.h"
 
+#include <nlohmann/json.hpp>
+
 #include <QAbstractItemModelTester>
 #include <QElapsedTimer>
 #include <QFile>
@@ -217,4 +219,35 @@ TEST(MainWindow, SavesReopensAndExports)
     EXPECT_EQ(w.report()->peak_total_bytes, peak);
     EXPECT_FALSE(w.runPanel()->runButton()->isEnabled());
     EXPECT_EQ(countRows(*w.layerTree()->model()), static_cast<int>(w.report()->layers.size()));
+}
+
+TEST(MainWindow, WhatIfPanelGetsItsRecordsAndTheSavedReportCarriesTheTable)
+{
+    qtTestApp();
+    MainWindow w;
+    w.show();
+    QSignalSpy ready(&w, &MainWindow::whatIfReady);
+    w.openDemo();
+    ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
+    QElapsedTimer clock;
+    clock.start();
+    while (ready.isEmpty() && clock.elapsed() < kRunTimeoutMs)
+        ready.wait(100);
+    ASSERT_FALSE(ready.isEmpty()) << "the what-if records never arrived";
+    auto exported = w.reportForExport();
+    ASSERT_TRUE(exported.whatif);
+    const auto& rows = (*exported.whatif)["predictions"];
+    ASSERT_FALSE(rows.empty());
+    bool batch8 = false;
+    for (const auto& row : rows) {
+        if (row["batch"] == 1 && row["dtype"] == "float32") // batch 1 was recorded: the run the window shows
+            EXPECT_EQ(row["predicted_peak_bytes"].get<std::int64_t>(), w.report()->peak_bytes);
+        batch8 = batch8 || row["batch"] == 8;
+    }
+    EXPECT_TRUE(batch8);
+    QTemporaryDir dir;
+    auto path = dir.filePath(QStringLiteral("saved.json"));
+    EXPECT_TRUE(w.saveAnalysis(path).isEmpty());
+    auto back = readReportFile(path.toStdString());
+    EXPECT_TRUE(back.whatif);
 }

@@ -1,6 +1,7 @@
 #include "memledger/atomic_file.h"
 
 #include "memledger/errors.h"
+#include "huge_pages.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -43,6 +44,8 @@ std::string readWholeFile(const std::string& path)
         throw FileError(path, std::string("cannot open for reading: ") + std::strerror(errno));
     std::string out;
     auto size = std::filesystem::file_size(path, ec);
+    out.reserve(ec ? 0 : static_cast<std::size_t>(size));
+    adviseHugePages(out.data(), out.capacity());
     out.resize(ec ? 0 : static_cast<std::size_t>(size));
     std::size_t got = out.empty() ? 0 : std::fread(out.data(), 1, out.size(), f);
     out.resize(got);

@@ -3,6 +3,7 @@
 #include "memledger/atomic_file.h"
 #include "memledger/errors.h"
 #include "memledger/pickle_reader.h"
+#include "huge_pages.h"
 #include "node_recycler.h"
 
 #include <algorithm>
@@ -333,6 +334,7 @@ void decodeTraces(const PickleValue& traces, Snapshot& s)
         devices.insert(static_cast<int>(d)); // one list per device, even an empty one
     trace->reserve(total);
     s.trace_stream.reserve(total);
+    adviseHugePages(s.trace_stream.data(), s.trace_stream.capacity() * sizeof(std::uint64_t));
 
     EntryKeys keys;
     EntryFields f;

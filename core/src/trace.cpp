@@ -1,5 +1,7 @@
 #include "memledger/trace.h"
 
+#include "huge_pages.h"
+
 namespace memledger {
 
 const char* ledgerName(Ledger l)
@@ -43,6 +45,14 @@ void Trace::reserve(std::size_t n)
     inner_op.reserve(n);
     where.reserve(n);
     partner.reserve(n);
+    adviseHugePages(time_ns.data(), time_ns.capacity() * sizeof(std::int64_t));
+    adviseHugePages(bytes.data(), bytes.capacity() * sizeof(std::int64_t));
+    adviseHugePages(address.data(), address.capacity() * sizeof(std::uint64_t));
+    adviseHugePages(op_seq.data(), op_seq.capacity() * sizeof(std::uint32_t));
+    adviseHugePages(outer_op.data(), outer_op.capacity() * sizeof(std::uint32_t));
+    adviseHugePages(inner_op.data(), inner_op.capacity() * sizeof(std::uint32_t));
+    adviseHugePages(where.data(), where.capacity() * sizeof(std::uint32_t));
+    adviseHugePages(partner.data(), partner.capacity() * sizeof(std::int32_t));
 }
 
 std::size_t Trace::push(std::int64_t t, std::int64_t size, std::uint64_t addr, Action a, std::int8_t dev)
