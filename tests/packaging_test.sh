@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# cmake --install puts the binary, desktop file, icon and metainfo in place; cpack -G DEB makes a .deb
+# whose dependencies are Debian's runtime packages.
+set -euo pipefail
+build=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cmake --install "$build" --prefix "$work/prefix" >/dev/null
+for f in bin/memledger share/applications/memledger.desktop share/icons/hicolor/scalable/apps/memledger.svg \
+         share/metainfo/io.github.memledger.metainfo.xml; do
+  [ -f "$work/prefix/$f" ] || { echo "not installed: $f"; exit 1; }
+done
+"$work/prefix/bin/memledger" --version
+(cd "$work" && cpack -G DEB --config "$build/CPackConfig.cmake" -B "$work/deb" >/dev/null)
+deb=$(ls "$work"/deb/memledger_*.deb)
+info=$(dpkg-deb -I "$deb")
+contents=$(dpkg-deb -c "$deb")
+grep -q "Depends:.*libtorch1.13" <<<"$info" || { echo "the .deb does not depend on libtorch1.13"; exit 1; }
+grep -q "libqcustomplot2.1-qt6" <<<"$info" || { echo "the .deb does not depend on QCustomPlot"; exit 1; }
+grep -q "usr/bin/memledger" <<<"$contents" || { echo "the .deb has no binary"; exit 1; }
+echo "packaging ok: $(basename "$deb")"
