@@ -72,6 +72,8 @@ int runAnalyze(const CliOptions& o)
         }
     }
     std::cout << reportToText(report, o.depth);
+    if (o.tensors)
+        std::cout << "\n" << tensorsToText(report);
     if (report.whatif) {
         std::cout << "\nWhat if (predicted from runs at batch 1 and 2):\n";
         printWhatIfTable(*report.whatif, std::cout);

@@ -59,7 +59,7 @@ std::string usageText()
     return "Usage:\n"
            "  memledger [MODEL.pt | REPORT.json | SNAPSHOT.pickle]   open the window (no file: the demo model)\n"
            "  memledger analyze [FILE] [--input SHAPE] [--batch N] [--dtype T] [--json FILE] [--html FILE]\n"
-           "                    [--png FILE] [--snapshot FILE] [--depth N] [--whatif 8,32,64 [--budget 16GiB]]\n"
+           "                    [--png FILE] [--snapshot FILE] [--depth N] [--tensors] [--whatif 8,32,64 [--budget 16GiB]]\n"
            "  memledger whatif MODEL.pt [--input SHAPE] --batch 1,8,32 --dtype float32,bfloat16 [--budget 16GiB]\n"
            "                    [--json FILE]\n"
            "  memledger --help | --version\n\n"
@@ -91,6 +91,8 @@ CliOptions parseCli(const std::vector<std::string>& args)
             o.help = true;
         else if (a == "--version")
             o.version = true;
+        else if (a == "--tensors")
+            o.tensors = true;
         else if (a == "--input")
             o.run.inputs = parseShapes(value(a));
         else if (a == "--batch") {

@@ -18,6 +18,7 @@ struct CliOptions {
     std::string json, html, png, snapshot_out;
     int depth = 64;
     bool help = false, version = false;
+    bool tensors = false; // analyze --tensors: list every parameter and buffer
 };
 
 // Throws std::invalid_argument with a message for the user on a usage error.

@@ -133,3 +133,12 @@ TEST(Cli, ReportsCarryTheWhatIfTable)
     page << hin.rdbuf();
     EXPECT_NE(page.str().find("id=whatif"), std::string::npos);
 }
+
+TEST(Cli, TensorsListsEveryParameterAndBuffer)
+{
+    auto r = runCommand(memledgerBinary() + " analyze '" + fixture("small_inplace.pt") + "' --input 1x3x32x32 --tensors");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    for (const char* name : {"conv1.weight", "bn1.running_mean", "bn1.num_batches_tracked", "fc.bias"})
+        EXPECT_NE(r.output.find(name), std::string::npos) << name;
+    EXPECT_NE(r.output.find("total int64: 8 B"), std::string::npos) << r.output;
+}

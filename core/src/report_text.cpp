@@ -93,4 +93,18 @@ std::string reportToText(const Report& r, int maxDepth)
     return out.str();
 }
 
+std::string tensorsToText(const Report& r)
+{
+    std::ostringstream out;
+    out << pad("parameter or buffer", 48) << ' ' << pad("kind", 9) << ' ' << pad("shape", 20) << ' '
+        << pad("dtype", 9) << ' ' << pad("bytes", 11, true) << '\n';
+    for (const auto& t : r.model.tensors)
+        out << pad(t.name, 48) << ' ' << pad(t.is_buffer ? "buffer" : "parameter", 9) << ' '
+            << pad(shapeToString(t.shape), 20) << ' ' << pad(t.dtype, 9) << ' ' << pad(formatBytes(t.bytes), 11, true)
+            << '\n';
+    for (const auto& [dtype, bytes] : r.model.bytes_by_dtype)
+        out << "  total " << dtype << ": " << formatBytes(bytes) << '\n';
+    return out.str();
+}
+
 } // namespace memledger
