@@ -1,7 +1,7 @@
 #include "memledger/atomic_file.h"
 
-#include "memledger/errors.h"
 #include "huge_pages.h"
+#include "memledger/errors.h"
 
 #include <cerrno>
 #include <cstdio>

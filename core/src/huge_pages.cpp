@@ -7,7 +7,7 @@
 
 namespace memledger {
 
-void adviseHugePages(const void* p, std::size_t bytes)
+void adviseHugePages(void* p, std::size_t bytes)
 {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     constexpr std::uintptr_t kHuge = std::uintptr_t {2} << 20;

@@ -8,6 +8,6 @@ namespace memledger {
 
 // Advises the kernel to back the whole 2 MiB pages inside [p, p + bytes) with huge pages. Call it before
 // the memory is first written. A no-op for small ranges and off Linux; only a hint, never an error.
-void adviseHugePages(const void* p, std::size_t bytes);
+void adviseHugePages(void* p, std::size_t bytes);
 
 } // namespace memledger

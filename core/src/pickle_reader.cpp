@@ -1,5 +1,7 @@
 #include "memledger/pickle_reader.h"
 
+#include "huge_pages.h"
+
 #include <algorithm>
 #include <cstdlib>
 #if defined(__linux__)
@@ -131,6 +133,15 @@ static void releaseArena(PickleValue* p, std::size_t bytes)
     std::free(static_cast<void*>(p));
 }
 
+void* allocatePickleChunk(std::size_t bytes)
+{
+    void* p = std::malloc(std::max<std::size_t>(bytes, 1));
+    if (!p)
+        throw std::bad_alloc();
+    adviseHugePages(p, bytes);
+    return p;
+}
+
 // The parser is a loop over opcodes with an explicit stack: no recursion, so nesting cannot overflow the
 // C++ stack, and every declared length is checked against the bytes left before anything is allocated.
 class PickleParser {
@@ -247,8 +258,12 @@ private:
     void push(const PickleValue& v)
     {
         if (stack_.size() >= limits_.max_stack)
-            fail("more than " + std::to_string(limits_.max_stack) + " values on the stack");
+            failStackFull();
         stack_.push_back(v);
+    }
+    [[noreturn]] void failStackFull() const
+    {
+        fail("more than " + std::to_string(limits_.max_stack) + " values on the stack");
     }
     PickleValue pop()
     {
@@ -409,6 +424,13 @@ private:
             return 0;
         const unsigned char* p = data_ + pos_;
         pos_ += n;
+        if (n <= 8) { // the common case (addresses take 7 or 8 bytes): sign-extend the top byte
+            std::uint64_t v = 0;
+            for (std::size_t i = n; i-- > 0;)
+                v = (v << 8) | p[i];
+            const unsigned shift = static_cast<unsigned>(64 - 8 * n);
+            return static_cast<std::int64_t>(v << shift) >> shift;
+        }
         // Two's complement little-endian; more than 8 significant bytes does not fit in int64.
         bool negative = (p[n - 1] & 0x80) != 0;
         std::size_t used = n;

@@ -2,6 +2,7 @@
 
 #include "memledger/analysis.h"
 #include "memledger/format.h"
+#include "memledger/snapshot.h"
 
 #include <nlohmann/json.hpp>
 
@@ -12,7 +13,7 @@ namespace memledger {
 
 namespace {
 
-constexpr std::size_t kChartPoints = 2000;     // the chart never gets more columns than this
+constexpr std::size_t kChartPoints = 1000;     // columns of the chart: about one per pixel
 constexpr std::size_t kHoverAllocations = 3000; // largest allocations kept for hover details
 
 const char* kLedgerColours[] = {"#4e79a7", "#59a14f", "#f28e2b", "#e15759", "#9c755f"};
@@ -25,42 +26,65 @@ nlohmann::json chartSeries(const Report& r)
     json out = json::object();
     const auto& t = *r.trace;
     std::vector<double> x;
-    std::array<std::vector<std::int64_t>, 5> y;
-    std::array<std::int64_t, 5> now{};
+    // Bands 0-4 are the ledgers; band 5 holds the blocks of a snapshot that were alive before its trace
+    // began (a ring buffer): they leave it when the trace frees them.
+    constexpr std::size_t kBands = 6, kBefore = 5;
+    std::array<std::vector<std::int64_t>, kBands> y;
+    std::array<std::int64_t, kBands> now{};
+    if (r.snapshot)
+        now[kBefore] = aliveBeforeTrace(*r.snapshot);
     double endMs = t.size() ? static_cast<double>(t.time_ns.back()) / 1e6 : 0.0;
-    std::size_t step = std::max<std::size_t>(1, t.size() / kChartPoints);
+    // Buckets of equal time: each keeps the state at its highest total, so a short spike still gets a
+    // bucket's width on the chart.
+    const double t0 = t.size() ? static_cast<double>(t.time_ns.front()) : 0.0;
+    const double span = std::max(1.0, (t.size() ? static_cast<double>(t.time_ns.back()) : 0.0) - t0);
+    std::int64_t bucket = -1;
     std::int64_t bucketMax = -1;
-    std::array<std::int64_t, 5> atMax{};
+    std::array<std::int64_t, kBands> atMax{};
     double xAtMax = 0;
+    auto flush = [&] {
+        if (bucket < 0)
+            return;
+        x.push_back(xAtMax);
+        for (std::size_t l = 0; l < kBands; ++l)
+            y[l].push_back(atMax[l]);
+    };
     for (std::size_t i = 0; i < t.size(); ++i) {
-        bool counted = t.action[i] == Action::Alloc || (t.action[i] == Action::Free && t.partner[i] != kNoPartner);
-        if (counted) {
-            auto l = static_cast<std::size_t>(t.ledger[i]);
-            now[l] += t.action[i] == Action::Alloc ? t.bytes[i] : -t.bytes[i];
+        auto b = static_cast<std::int64_t>((static_cast<double>(t.time_ns[i]) - t0) / span * (kChartPoints - 1));
+        if (b != bucket) {
+            flush();
+            bucket = b;
+            bucketMax = -1;
         }
+        if (t.action[i] == Action::Alloc)
+            now[static_cast<std::size_t>(t.ledger[i])] += t.bytes[i];
+        else if (t.action[i] == Action::Free && t.partner[i] != kNoPartner)
+            now[static_cast<std::size_t>(t.ledger[i])] -= t.bytes[i];
+        else if (t.action[i] == Action::Free && r.snapshot)
+            now[kBefore] -= t.bytes[i];
         std::int64_t total = 0;
         for (auto v : now)
             total += v;
         if (total > bucketMax) {
             bucketMax = total;
             atMax = now;
-            xAtMax = static_cast<double>(t.time_ns[i]) / 1e6;
-        }
-        if ((i + 1) % step == 0 || i + 1 == t.size()) {
-            x.push_back(xAtMax);
-            for (std::size_t l = 0; l < 5; ++l)
-                y[l].push_back(atMax[l]);
-            bucketMax = -1;
+            xAtMax = (t0 + span * static_cast<double>(bucket) / (kChartPoints - 1)) / 1e6;
         }
     }
+    flush();
     out["x_ms"] = x;
     out["end_ms"] = endMs;
     json series = json::array();
-    for (std::size_t l = 0; l < 5; ++l) {
+    for (std::size_t l : {kBefore, std::size_t{0}, std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{4}}) {
         bool any = std::any_of(y[l].begin(), y[l].end(), [](std::int64_t v) { return v != 0; });
-        if (l >= kLedgerCount && !any)
+        if (l >= static_cast<std::size_t>(kLedgerCount) && !any)
             continue;
-        series.push_back({{"name", ledgerName(static_cast<Ledger>(l))}, {"colour", kLedgerColours[l]}, {"y", y[l]}});
+        if (l == kBefore)
+            series.push_back({{"name", "alive before the trace"}, {"colour", "#bab0ac"}, {"y", y[l]}});
+        else if (l == static_cast<std::size_t>(Ledger::Unattributed) && r.snapshot)
+            series.push_back({{"name", "allocated in the trace"}, {"colour", kLedgerColours[l]}, {"y", y[l]}});
+        else
+            series.push_back({{"name", ledgerName(static_cast<Ledger>(l))}, {"colour", kLedgerColours[l]}, {"y", y[l]}});
     }
     out["series"] = series;
     out["base"] = {{{"name", "weights"}, {"colour", kLedgerColours[0]}, {"bytes", r.weight_bytes}},
@@ -131,7 +155,7 @@ function fmt(b){const u=['B','KiB','MiB','GiB','TiB'];let i=0;b=Math.abs(b);whil
 const X=t=>L+(W-L-R)*t/end,Y=v=>H-B-(H-T-B)*v/top;
 ctx.fillStyle='#fff';ctx.fillRect(0,0,W,H);ctx.font='11px sans-serif';ctx.fillStyle='#444';ctx.strokeStyle='#eee';
 for(let k=0;k<=4;k++){const v=top*k/4,y=Y(v);ctx.beginPath();ctx.moveTo(L,y);ctx.lineTo(W-R,y);ctx.stroke();ctx.fillText(fmt(v),4,y+4);}
-for(let k=0;k<=5;k++){const t=end*k/5;ctx.fillText(t.toFixed(1)+' ms',X(t)-16,H-10);}
+for(let k=0;k<=5;k++){const t=end*k/5,l=t.toFixed(1)+' ms';ctx.fillText(l,k==5?X(t)-ctx.measureText(l).width:X(t)-16,H-10);}
 let lower=new Array(n).fill(0);
 function band(vals,colour){ctx.fillStyle=colour;ctx.beginPath();ctx.moveTo(X(0),Y(lower[0]));
  for(let i=0;i<n;i++){ctx.lineTo(X(xs[i]),Y(i?lower[i-1]+vals[i-1]:lower[0]));ctx.lineTo(X(xs[i]),Y(lower[i]+vals[i]));}
@@ -234,20 +258,40 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
     }
     out << " &middot; " << (r.trace ? r.trace->size() : 0) << " events</p>\n";
 
-    out << "<h2>Ledgers at the peak: " << formatBytes(r.peak_total_bytes) << "</h2>\n<div class=bar>";
+    // One stacked bar with its legend: the ledgers at the peak, or what a snapshot's segments hold at the end.
+    struct Part {
+        std::string name;
+        std::int64_t bytes;
+        std::string colour;
+        std::string detail;
+    };
+    std::vector<Part> parts;
+    std::string heading;
+    if (r.snapshot) {
+        auto reserved = r.snapshot->reservedBytes(), allocated = r.snapshot->allocatedBytes();
+        heading = "Live at the peak: " + formatBytes(r.peak_bytes) + " &middot; reserved at the end: " + formatBytes(reserved);
+        parts.push_back({"allocated", allocated, kLedgerColours[4], ""});
+        parts.push_back({"reserved, not allocated", reserved - allocated, "#c44e52", ""});
+    } else {
+        heading = "Ledgers at the peak: " + formatBytes(r.peak_total_bytes);
+        for (int l = 0; l < kLedgerCount; ++l)
+            parts.push_back({ledgerName(static_cast<Ledger>(l)), r.ledgers[l].at_peak, kLedgerColours[l],
+                             formatBytes(r.ledgers[l].total) + " allocated in all"});
+    }
+    out << "<h2>" << heading << "</h2>\n<div class=bar>";
     std::int64_t sum = 0;
-    for (const auto& l : r.ledgers)
-        sum += l.at_peak;
-    for (int l = 0; l < kLedgerCount; ++l) {
-        double pct = sum > 0 ? 100.0 * static_cast<double>(r.ledgers[l].at_peak) / static_cast<double>(sum) : 0;
-        out << "<div title=\"" << ledgerName(static_cast<Ledger>(l)) << " " << formatBytes(r.ledgers[l].at_peak)
-            << "\" style=\"width:" << pct << "%;background:" << kLedgerColours[l] << "\"></div>";
+    for (const auto& part : parts)
+        sum += part.bytes;
+    for (const auto& part : parts) {
+        double pct = sum > 0 ? 100.0 * static_cast<double>(part.bytes) / static_cast<double>(sum) : 0;
+        out << "<div title=\"" << part.name << " " << formatBytes(part.bytes) << "\" style=\"width:" << pct
+            << "%;background:" << part.colour << "\"></div>";
     }
     out << "</div>\n<p class=legend>";
-    for (int l = 0; l < kLedgerCount; ++l)
-        out << "<span><i class=sw style=\"background:" << kLedgerColours[l] << "\"></i>" << ledgerName(static_cast<Ledger>(l))
-            << " " << formatBytes(r.ledgers[l].at_peak) << " <span class=muted>(" << formatBytes(r.ledgers[l].total)
-            << " allocated in all)</span></span>";
+    for (const auto& part : parts)
+        out << "<span><i class=sw style=\"background:" << part.colour << "\"></i>" << part.name << " "
+            << formatBytes(part.bytes)
+            << (part.detail.empty() ? std::string() : " <span class=muted>(" + part.detail + ")</span>") << "</span>";
     out << "</p>\n";
     if (r.load_tax.file_tensor_bytes > 0)
         out << "<p>Load tax: file " << formatBytes(r.load_tax.file_tensor_bytes) << " " << htmlEscape(r.load_tax.file_dtype)
@@ -259,7 +303,7 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
     for (const auto& note : r.notes)
         out << "<p class=muted>Note: " << htmlEscape(note) << "</p>\n";
 
-    out << "<h2>Timeline: live bytes by ledger</h2>\n<canvas id=chart width=1100 height=360></canvas><div id=tip></div>\n";
+    out << "<h2>Timeline: live bytes" << (r.snapshot ? "" : " by ledger") << "</h2>\n<canvas id=chart width=1100 height=360></canvas><div id=tip></div>\n";
     if (r.whatif)
         whatIfSection(out, *r.whatif);
     out << extraSectionsHtml;

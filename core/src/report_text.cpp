@@ -1,6 +1,7 @@
 #include "memledger/report_text.h"
 
 #include "memledger/format.h"
+#include "memledger/snapshot.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -19,6 +20,33 @@ std::string pad(std::string s, std::size_t width, bool right = false)
 }
 
 std::string bytesOrDash(std::int64_t b) { return b ? formatBytes(b) : "-"; }
+
+// A snapshot's tree groups allocations by stack frame: only allocated bytes, peak delta and count apply.
+void printSnapshotRow(std::ostringstream& out, const Report& r, int index, int maxDepth)
+{
+    const auto& l = r.layers[static_cast<std::size_t>(index)];
+    if (l.depth > maxDepth)
+        return;
+    std::string name = std::string(static_cast<std::size_t>(l.depth) * 2, ' ') + l.name;
+    out << pad(name, 60) << ' ' << pad(bytesOrDash(l.activation_bytes), 11, true) << ' '
+        << pad(bytesOrDash(l.peak_bytes), 11, true) << ' ' << pad(std::to_string(l.calls), 7, true) << '\n';
+    for (int c : l.children)
+        printSnapshotRow(out, r, c, maxDepth);
+}
+
+void snapshotSummary(std::ostringstream& out, const Report& r)
+{
+    const auto& s = *r.snapshot;
+    out << "Live at the peak: " << formatBytes(r.peak_bytes) << "  (alive before the trace began: "
+        << formatBytes(aliveBeforeTrace(s)) << ")\n";
+    auto reserved = s.reservedBytes(), allocated = s.allocatedBytes();
+    out << "At the end: " << formatBytes(reserved) << " reserved in " << s.segments.size() << " segments, "
+        << formatBytes(allocated) << " allocated, " << formatBytes(reserved - allocated)
+        << " reserved but not allocated\n";
+    for (const auto& o : s.ooms)
+        out << "Out of memory on cuda:" << o.device << ": " << formatBytes(o.bytes_requested) << " requested, "
+            << formatBytes(o.device_free) << " free\n";
+}
 
 void printRow(std::ostringstream& out, const Report& r, int index, int maxDepth)
 {
@@ -43,13 +71,34 @@ std::string reportToText(const Report& r, int maxDepth)
 {
     std::ostringstream out;
     out << "memledger: " << r.model.path << "\n";
+    char ms[32];
+    std::snprintf(ms, sizeof ms, "%.1f", r.run.duration_ms);
+    if (r.snapshot) {
+        out << "  CUDA memory snapshot (" << r.snapshot->layout << ") of " << r.run.device << ", file "
+            << formatBytes(r.model.file_bytes) << ", " << (r.trace ? r.trace->size() : 0) << " trace entries over "
+            << ms << " ms\n\n";
+        if (!r.layers.empty()) {
+            out << pad("where (top stack frame)", 60) << ' ' << pad("allocated", 11, true) << ' '
+                << pad("peak delta", 11, true) << ' ' << pad("allocs", 7, true) << '\n';
+            printSnapshotRow(out, r, 0, maxDepth);
+            out << '\n';
+        }
+        snapshotSummary(out, r);
+        if (!r.alive_at_peak.empty()) {
+            out << "Allocated in the trace and alive at the peak, largest first:\n";
+            for (std::size_t i = 0; i < std::min<std::size_t>(r.alive_at_peak.size(), 10); ++i)
+                out << "  " << pad(formatBytes(r.alive_at_peak[i].bytes), 11, true) << "  " << r.alive_at_peak[i].where
+                    << "\n";
+        }
+        for (const auto& note : r.notes)
+            out << "Note: " << note << "\n";
+        return out.str();
+    }
     out << "  file " << formatBytes(r.model.file_bytes) << ", input ";
     for (std::size_t i = 0; i < r.run.input_shapes.size(); ++i)
         out << (i ? ", " : "") << shapeToString(r.run.input_shapes[i]);
     out << (r.run.input_guessed ? " (guessed)" : "") << ", batch " << r.run.batch << ", " << r.run.dtype << ", "
         << r.run.mode << " on " << r.run.device;
-    char ms[32];
-    std::snprintf(ms, sizeof ms, "%.1f", r.run.duration_ms);
     out << ", " << ms << " ms, " << (r.trace ? r.trace->size() : 0) << " events\n";
     if (!r.model.bytes_by_dtype.empty()) {
         out << "  tensors in the file:";

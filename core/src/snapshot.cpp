@@ -1,9 +1,9 @@
 #include "memledger/snapshot.h"
 
+#include "huge_pages.h"
 #include "memledger/atomic_file.h"
 #include "memledger/errors.h"
 #include "memledger/pickle_reader.h"
-#include "huge_pages.h"
 #include "node_recycler.h"
 
 #include <algorithm>

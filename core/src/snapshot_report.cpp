@@ -182,6 +182,19 @@ Report addAllocatorCheck(const Report& r)
     return out;
 }
 
+std::int64_t aliveBeforeTrace(const Snapshot& s)
+{
+    std::int64_t net = 0;
+    if (s.trace)
+        for (std::size_t i = 0; i < s.trace->size(); ++i) {
+            if (s.trace->action[i] == Action::Alloc)
+                net += s.trace->bytes[i];
+            else if (s.trace->action[i] == Action::Free)
+                net -= s.trace->bytes[i];
+        }
+    return std::max<std::int64_t>(0, s.allocatedBytes() - net);
+}
+
 Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAllocator)
 {
     if (checkAllocator && !s.allocator_check.done)
@@ -204,15 +217,7 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAlloc
     if (t.size() > 1)
         r.run.duration_ms = static_cast<double>(t.time_ns.back() - t.time_ns.front()) / 1e6;
 
-    // Live bytes: what the segments hold at the end, minus what the trace did, gives the start.
-    std::int64_t net = 0;
-    for (std::size_t i = 0; i < t.size(); ++i) {
-        if (t.action[i] == Action::Alloc)
-            net += t.bytes[i];
-        else if (t.action[i] == Action::Free)
-            net -= t.bytes[i];
-    }
-    const std::int64_t start = std::max<std::int64_t>(0, s.allocatedBytes() - net);
+    const std::int64_t start = aliveBeforeTrace(s);
     std::int64_t live = start;
     r.peak_bytes = start;
     r.peak_event = -1;

@@ -1,6 +1,7 @@
 #pragma once
 // A Python pickle reader for data only (protocols 2 to 5): None, bool, int, float, str, bytes, list, tuple
 // and dict. It never runs code: opcodes that name a global or call something are refused.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -193,8 +194,12 @@ inline PickleItems PickleValue::items() const
     return isContainerKind() ? PickleItems(container()->data, container()->size) : PickleItems();
 }
 
-// Stable storage for many small records: fixed chunks, so an address never moves and a million records
-// cost a few hundred allocations.
+// Memory for a chunk of records (std::free releases it); large chunks are backed by huge pages where the
+// system allows, since a big snapshot fills tens of MB of them.
+void* allocatePickleChunk(std::size_t bytes);
+
+// Stable storage for many small records: chunks that double in size, so an address never moves and a
+// million records cost a dozen allocations.
 template <typename T> class PickleChunks {
     static_assert(std::is_trivially_destructible_v<T> && alignof(T) <= alignof(std::max_align_t));
 
@@ -209,10 +214,9 @@ public:
     }
     T& emplace_back()
     {
-        if (chunks_.empty() || used_ == kChunk) {
-            void* p = std::malloc(sizeof(T) * kChunk); // raw: each record is constructed when handed out
-            if (!p)
-                throw std::bad_alloc();
+        if (chunks_.empty() || used_ == chunkCapacity(chunks_.size() - 1)) {
+            // raw: each record is constructed when handed out
+            void* p = allocatePickleChunk(sizeof(T) * chunkCapacity(chunks_.size()));
             chunks_.push_back(static_cast<T*>(p));
             used_ = 0;
         }
@@ -223,12 +227,15 @@ public:
     template <typename F> void forEach(F&& f)
     {
         for (std::size_t c = 0; c < chunks_.size(); ++c)
-            for (std::size_t i = 0, n = c + 1 == chunks_.size() ? used_ : kChunk; i < n; ++i)
+            for (std::size_t i = 0, n = c + 1 == chunks_.size() ? used_ : chunkCapacity(c); i < n; ++i)
                 f(chunks_[c][i]);
     }
 
 private:
-    static constexpr std::size_t kChunk = 4096;
+    static std::size_t chunkCapacity(std::size_t chunk)
+    {
+        return std::size_t {4096} << std::min<std::size_t>(chunk, 6);
+    }
     std::vector<T*> chunks_;
     std::size_t used_ = 0;
     std::size_t size_ = 0;

@@ -106,6 +106,8 @@ SnapshotAllocatorCheck checkAllocatorModel(const Snapshot& s);
 // drawn first; reportToJson makes the check itself when it is missing.
 Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAllocator = true);
 Report reportFromSnapshot(const Snapshot& s, const std::string& path, bool checkAllocator = true);
+// Bytes alive when the trace began: what the segments hold at the end minus what the trace did.
+std::int64_t aliveBeforeTrace(const Snapshot& s);
 // Open, decode, (check) and report.
 Report readSnapshotReport(const std::string& path, bool checkAllocator = true);
 // The same report with its snapshot's allocator check made.
