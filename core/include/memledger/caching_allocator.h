@@ -16,14 +16,18 @@ struct AllocatorSettings {
     std::int64_t device_memory = 0; // 0: unlimited; else an OOM frees cached blocks and retries, then fails
 };
 
-// A segment as the model leaves it after the replay (blocks cover it, in address order).
-struct ReplaySegment {
+// Where a segment is and which pool it belongs to.
+struct SegmentPlace {
     std::int8_t device = 0;
     std::uint64_t stream = 0;
     std::uint64_t address = 0;
     std::int64_t size = 0;
     bool small_pool = false;
     bool expandable = false;
+};
+
+// A segment as the model leaves it after the replay (blocks cover it, in address order).
+struct ReplaySegment : SegmentPlace {
     struct Block {
         std::uint64_t address = 0;
         std::int64_t size = 0;
@@ -54,13 +58,7 @@ struct AllocatorReplay {
 };
 
 // A segment that existed when the trace began (a trace is a ring buffer and can start mid-run).
-struct PreloadedSegment {
-    std::int8_t device = 0;
-    std::uint64_t stream = 0;
-    std::uint64_t address = 0;
-    std::int64_t size = 0;
-    bool small_pool = false;
-    bool expandable = false;
+struct PreloadedSegment : SegmentPlace {
     struct Block {
         std::uint64_t address = 0;
         std::int64_t size = 0;
