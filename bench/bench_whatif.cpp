@@ -36,10 +36,21 @@ int main()
         }
     std::printf("predict (peak, ledgers): mean %.1f ms, worst %.1f ms over %d slider moves (target <= 50 ms) %s\n",
         total / n, worst, n, worst <= 50.0 ? "OK" : "TOO SLOW");
+    // With the simulated GPU reserve: the first move pays for the replay's buffers, later moves reuse them.
     auto a = Clock::now();
     auto p = w.predict(64, "float32", true);
-    std::printf("predict with the caching-allocator replay (reserved %s): %.1f ms\n",
-        formatBytes(p.predicted_reserved_bytes).c_str(), ms(a, Clock::now()));
+    double first = ms(a, Clock::now()), later = 0, laterWorst = 0;
+    const int moves = 10;
+    for (int i = 1; i <= moves; ++i) {
+        a = Clock::now();
+        checksum += w.predict(64 * i, "float32", true).predicted_reserved_bytes;
+        double t = ms(a, Clock::now());
+        later += t;
+        laterWorst = std::max(laterWorst, t);
+    }
+    std::printf("predict with the caching-allocator replay (reserved %s): first move %.1f ms, then mean %.1f ms, "
+                "worst %.1f ms over %d moves\n",
+        formatBytes(p.predicted_reserved_bytes).c_str(), first, later / moves, laterWorst, moves);
     a = Clock::now();
     auto mb = w.maxBatch("float32", std::int64_t {16} << 30, false);
     std::printf("maxBatch(16 GiB) = %lld: %.1f ms\n", static_cast<long long>(mb), ms(a, Clock::now()));

@@ -71,6 +71,21 @@ std::size_t Trace::push(std::int64_t t, std::int64_t size, std::uint64_t addr, A
     return time_ns.size() - 1;
 }
 
+void Trace::clearEvents()
+{
+    time_ns.clear();
+    bytes.clear();
+    address.clear();
+    action.clear();
+    device.clear();
+    ledger.clear();
+    op_seq.clear();
+    outer_op.clear();
+    inner_op.clear();
+    where.clear();
+    partner.clear();
+}
+
 void Trace::shrinkToFit()
 {
     time_ns.shrink_to_fit();

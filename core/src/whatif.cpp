@@ -327,7 +327,10 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
 
     if (withReserved) {
         // Weights and inputs first, each its own block as on a GPU, then the run with predicted sizes.
-        Trace replay;
+        // Reused from one slider move to the next: a fresh million-event trace costs more in page faults
+        // than the replay itself.
+        thread_local Trace replay;
+        replay.clearEvents();
         const auto& t = *f.trace;
         std::size_t extra = model_->tensors.size() + f.info.input_shapes.size();
         replay.reserve(extra + t.size());

@@ -43,6 +43,7 @@ struct Trace {
 
     std::size_t size() const { return time_ns.size(); }
     void reserve(std::size_t n);
+    void clearEvents(); // drops the events, keeps the columns' capacity and the strings
     std::size_t push(std::int64_t t, std::int64_t size, std::uint64_t addr, Action a, std::int8_t dev);
     // Memory of the event columns divided by the number of events (what grows with the trace).
     double bytesPerEvent() const;
