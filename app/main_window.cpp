@@ -107,7 +107,7 @@ MainWindow::MainWindow(QWidget* parent)
         [this](int i) { setDevice(deviceBox_->itemData(i).toInt()); });
     timelineBar->addSeparator();
     auto* hint = new QLabel(tr("wheel: zoom · drag: pan · shift+drag: zoom to box · double-click: reset · "
-                               "click: select module"));
+                               "click: select module and moment"));
     hint->setEnabled(false);
     timelineBar->addWidget(hint);
 
@@ -158,6 +158,8 @@ MainWindow::MainWindow(QWidget* parent)
 
     connect(tree_, &LayerTreePanel::moduleSelected, timeline_, &TimelinePlot::highlightModule);
     connect(timeline_, &TimelinePlot::moduleClicked, tree_, &LayerTreePanel::selectModule);
+    connect(timeline_, &TimelinePlot::momentClicked, segmentMap_, &SegmentMapView::setMoment);
+    connect(segmentMap_, &SegmentMapView::momentChanged, timeline_, &TimelinePlot::setMomentMarker);
     connect(runPanel_, &RunPanel::runRequested, this, &MainWindow::startRun);
     connect(runPanel_, &RunPanel::cancelRequested, this, &MainWindow::cancelRun);
     connect(worker_, &RunWorker::progress, this,

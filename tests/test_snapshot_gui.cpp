@@ -8,6 +8,7 @@
 #include "segment_timeline.h"
 #include "timeline_plot.h"
 
+#include "memledger/segment_state.h"
 #include "memledger/snapshot.h"
 
 #include <QAbstractItemModelTester>
@@ -20,8 +21,11 @@
 #include <QSortFilterProxyModel>
 #include <QTabWidget>
 #include <QTemporaryDir>
+#include <QTest>
 
 #include <gtest/gtest.h>
+
+#include <array>
 
 using namespace memledger;
 
@@ -117,6 +121,74 @@ INSTANTIATE_TEST_SUITE_P(Shared, SnapshotWindow, ::testing::ValuesIn(kSnapshots)
         return name;
     });
 
+// A click on the timeline shows the segment map at that moment, as the core rebuilds it; "Show end" goes back.
+TEST(SnapshotWindowMoment, AClickOnTheTimelineMovesTheSegmentMap)
+{
+    SKIP_WITHOUT_SNAPSHOTS();
+    qtTestApp();
+    MainWindow w;
+    w.resize(1400, 900);
+    w.show();
+    w.openFile(snapshotDir() + QStringLiteral("/segment-alloc-and-free.pickle"));
+    ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
+    const auto& s = *w.report()->snapshot;
+    auto* map = w.segmentMap();
+    auto* plot = w.timeline();
+    EXPECT_TRUE(map->atEnd());
+    EXPECT_TRUE(map->noteText().startsWith(QStringLiteral("At the end"))) << map->noteText().toStdString();
+
+    // Click where the middle event of the trace is drawn.
+    const auto& keys = plot->series().keys;
+    const std::size_t middle = keys.size() / 2;
+    plot->xAxis->setRange(keys.front(), keys.back());
+    plot->replot();
+    QPoint at(static_cast<int>(plot->xAxis->coordToPixel(keys[middle])), plot->axisRect()->rect().center().y());
+    const std::size_t expected = plot->series().pointAt(plot->xAxis->pixelToCoord(at.x()));
+    ASSERT_GT(expected, 0u);
+    ASSERT_LT(expected, s.trace->size());
+    QSignalSpy clicked(plot, &TimelinePlot::momentClicked);
+    QTest::mouseClick(plot, Qt::LeftButton, {}, at);
+    ASSERT_EQ(clicked.size(), 1);
+    EXPECT_EQ(map->moment(), expected);
+    EXPECT_FALSE(map->atEnd());
+    EXPECT_TRUE(map->noteText().contains(QStringLiteral(" ms (event %1 of ").arg(expected)))
+        << map->noteText().toStdString();
+
+    // The map's bars and bytes are those of segmentsAt at that moment.
+    auto then = segmentsAt(s, expected);
+    EXPECT_EQ(map->barCount(), static_cast<int>(then.size()));
+    std::int64_t reserved = 0;
+    std::array<std::int64_t, 3> inState {};
+    for (const auto& g : then) {
+        reserved += g.total_size;
+        for (const auto& b : g.blocks)
+            if (b.state != BlockState::Other)
+                inState[static_cast<std::size_t>(b.state)] += b.size;
+    }
+    EXPECT_EQ(map->barBytes(), reserved);
+    EXPECT_EQ(map->bytesIn(BlockState::ActiveAllocated), inState[0]);
+    EXPECT_EQ(map->bytesIn(BlockState::ActivePendingFree), inState[1]);
+    EXPECT_EQ(map->bytesIn(BlockState::Inactive), inState[2]);
+    EXPECT_NE(map->barBytes(), s.reservedBytes()); // this trace grows its segments after the middle
+    ASSERT_GT(map->barCount(), 0);
+    EXPECT_FALSE(map->describeAt(map->barRect(0).center()).isEmpty());
+    EXPECT_TRUE(plot->momentMarkerVisible());
+
+    // "Show end" (or a double-click on the map) goes back to the end state.
+    auto* end = map->findChild<QPushButton*>();
+    ASSERT_TRUE(end);
+    EXPECT_TRUE(end->isEnabled());
+    end->click();
+    EXPECT_TRUE(map->atEnd());
+    EXPECT_FALSE(end->isEnabled());
+    EXPECT_FALSE(plot->momentMarkerVisible());
+    EXPECT_EQ(map->barBytes(), s.reservedBytes());
+    EXPECT_EQ(map->bytesIn(BlockState::ActiveAllocated), s.allocatedBytes());
+    map->setMoment(expected);
+    QTest::mouseDClick(map->viewport(), Qt::LeftButton, {}, map->barRect(0).center());
+    EXPECT_TRUE(map->atEnd());
+}
+
 TEST(SnapshotWindowOom, MarksTheOomAndSelectsDevices)
 {
     SKIP_WITHOUT_SNAPSHOTS();
@@ -185,5 +257,11 @@ TEST(SnapshotWindowModel, AModelRunShowsTheSimulatedGpuReserve)
     // The allocator never holds less than what is live.
     for (std::size_t p = 1; p < h.keys.size(); ++p)
         ASSERT_GE(h.reserved[p], h.allocated[p]) << p;
-    EXPECT_EQ(w.segmentMap()->barCount(), 0);
+    // The segment map shows the segments the model leaves at the end, as big as the simulated reserve there.
+    auto* map = w.segmentMap();
+    EXPECT_GT(map->barCount(), 0);
+    EXPECT_EQ(static_cast<double>(map->barBytes()), h.reserved.back());
+    EXPECT_TRUE(map->noteText().contains(QStringLiteral("simulated GPU segments at the end of the run"), Qt::CaseInsensitive))
+        << map->noteText().toStdString();
+    EXPECT_LE(map->bytesIn(BlockState::ActiveAllocated), map->barBytes());
 }

@@ -2,6 +2,8 @@
 
 #include "ledger_colors.h"
 #include "memledger/format.h"
+#include "memledger/gpu_simulation.h"
+#include "memledger/segment_state.h"
 #include "timeline_series.h"
 
 #include <QCheckBox>
@@ -10,6 +12,7 @@
 #include <QLabel>
 #include <QPainter>
 #include <QPaintEvent>
+#include <QPushButton>
 #include <QScrollBar>
 #include <QToolTip>
 
@@ -23,7 +26,6 @@ namespace {
 constexpr int kRowHeight = 18;
 constexpr int kRowGap = 4;
 constexpr int kMargin = 6;
-constexpr int kHeaderHeight = 28;
 constexpr int kMinBarWidth = 6;
 
 QString bytesText(std::int64_t b)
@@ -47,15 +49,61 @@ const char* stateName(BlockState s)
     return "other";
 }
 
+QString frameText(const SnapshotFrame& f)
+{
+    // Model runs name a module path, with no line.
+    if (f.line == 0 && f.name.empty())
+        return QString::fromStdString(f.filename);
+    return QStringLiteral("%1:%2 %3").arg(QString::fromStdString(f.filename)).arg(f.line).arg(QString::fromStdString(f.name));
+}
+
 QString topFrame(const std::vector<SnapshotFrame>& frames)
 {
     for (const auto& f : frames)
         if (!f.filename.empty() && f.filename.find("torch/") == std::string::npos && f.filename[0] != '?')
-            return QStringLiteral("%1:%2 %3").arg(QString::fromStdString(f.filename)).arg(f.line).arg(QString::fromStdString(f.name));
-    if (frames.empty())
-        return {};
-    const auto& f = frames.front();
-    return QStringLiteral("%1:%2 %3").arg(QString::fromStdString(f.filename)).arg(f.line).arg(QString::fromStdString(f.name));
+            return frameText(f);
+    return frames.empty() ? QString() : frameText(frames.front());
+}
+
+// The segments the caching-allocator model leaves at the end of a model run, as snapshot segments.
+std::vector<SnapshotSegment> simulatedSegments(const Report& r)
+{
+    std::vector<SnapshotSegment> out;
+    if (!r.trace || r.trace->size() == 0)
+        return out;
+    auto sim = simulateGpu(r);
+    const Trace& t = *r.trace;
+    for (const auto& rs : sim.replay.final_segments) {
+        SnapshotSegment g;
+        g.device = rs.device;
+        g.address = rs.address;
+        g.total_size = rs.size;
+        g.stream = rs.stream;
+        g.segment_type = rs.small_pool ? "small" : "large";
+        g.is_expandable = rs.expandable;
+        for (const auto& rb : rs.blocks) {
+            SnapshotBlock b;
+            b.address = rb.address;
+            b.size = rb.size;
+            b.state = rb.allocated ? BlockState::ActiveAllocated : BlockState::Inactive;
+            if (rb.allocated) {
+                g.allocated_size += rb.size;
+                g.active_size += rb.size;
+            }
+            // The replay's events: the weights and inputs first, then the run's events.
+            auto event = static_cast<std::int64_t>(rb.event) - static_cast<std::int64_t>(sim.preloaded);
+            if (rb.allocated && event >= 0 && static_cast<std::size_t>(event) < t.size()) {
+                b.requested_size = t.bytes[static_cast<std::size_t>(event)];
+                g.requested_size += b.requested_size;
+                const auto& where = t.strings.at(t.where[static_cast<std::size_t>(event)]);
+                if (!where.empty())
+                    b.frames.push_back({where, 0, {}});
+            }
+            g.blocks.push_back(std::move(b));
+        }
+        out.push_back(std::move(g));
+    }
+    return out;
 }
 
 } // namespace
@@ -65,6 +113,7 @@ SegmentMapView::SegmentMapView(QWidget* parent)
     , device_(TimelineSeries::kAllDevices)
     , header_(new QWidget(this))
     , note_(new QLabel)
+    , endButton_(new QPushButton(tr("Show end")))
     , logBox_(new QCheckBox(tr("log widths")))
 {
     auto* layout = new QHBoxLayout(header_);
@@ -72,10 +121,17 @@ SegmentMapView::SegmentMapView(QWidget* parent)
     layout->addWidget(note_, 1);
     note_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred); // a narrow map clips it, never widens
     note_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    endButton_->setToolTip(tr("Show the segments at the end of the snapshot (double-click the map does too); "
+                              "a click on the timeline shows them at that moment"));
+    endButton_->setEnabled(false);
+    connect(endButton_, &QPushButton::clicked, this, &SegmentMapView::showEnd);
+    layout->addWidget(endButton_);
     layout->addWidget(logBox_);
     logBox_->setChecked(log_);
     connect(logBox_, &QCheckBox::toggled, this, &SegmentMapView::setLogScale);
-    setViewportMargins(0, kHeaderHeight, 0, 0);
+    // Two lines: the moment, then the figures; a narrow map would cut one long line.
+    headerHeight_ = std::max(28, 2 * fontMetrics().lineSpacing() + 6);
+    setViewportMargins(0, headerHeight_, 0, 0);
     viewport()->setMouseTracking(true);
     horizontalScrollBar()->setRange(0, 0);
     setMinimumHeight(120);
@@ -96,7 +152,73 @@ void SegmentMapView::setReport(std::shared_ptr<const Report> report)
 {
     report_ = std::move(report);
     device_ = TimelineSeries::kAllDevices;
+    simulated_ = report_ && !report_->snapshot;
+    moment_ = traceSize();
+    if (!report_)
+        segments_.clear();
+    else if (report_->snapshot)
+        segments_ = segmentsAt(*report_->snapshot, moment_);
+    else
+        segments_ = simulatedSegments(*report_);
     rebuild();
+}
+
+std::size_t SegmentMapView::traceSize() const
+{
+    if (!report_ || !report_->snapshot || !report_->snapshot->trace)
+        return 0;
+    return report_->snapshot->trace->size();
+}
+
+bool SegmentMapView::atEnd() const
+{
+    return moment_ >= traceSize();
+}
+
+void SegmentMapView::setMoment(std::size_t events)
+{
+    if (!report_ || !report_->snapshot)
+        return;
+    events = std::min(events, traceSize());
+    if (events == moment_)
+        return;
+    moment_ = events;
+    segments_ = segmentsAt(*report_->snapshot, moment_);
+    int scroll = verticalScrollBar()->value();
+    rebuild();
+    verticalScrollBar()->setValue(scroll); // the same place, another moment
+    emit momentChanged(moment_);
+}
+
+void SegmentMapView::showEnd()
+{
+    setMoment(traceSize());
+}
+
+void SegmentMapView::mouseDoubleClickEvent(QMouseEvent*)
+{
+    showEnd();
+}
+
+QString SegmentMapView::momentText() const
+{
+    const auto& s = *report_->snapshot;
+    const auto n = traceSize();
+    if (n == 0)
+        return tr("At the end (no trace)");
+    if (atEnd())
+        return tr("At the end (%1 events)").arg(n);
+    if (moment_ == 0)
+        return tr("Before the first of %1 events").arg(n);
+    if (!s.trace_has_time)
+        return tr("After event %1 of %2").arg(moment_).arg(n);
+    double ms = static_cast<double>(s.trace->time_ns[moment_ - 1]) / 1e6;
+    return tr("At %1 ms (event %2 of %3)").arg(ms, 0, 'f', ms < 100 ? 2 : 1).arg(moment_).arg(n);
+}
+
+QString SegmentMapView::noteText() const
+{
+    return note_->text();
 }
 
 void SegmentMapView::setDevice(int device)
@@ -115,10 +237,9 @@ void SegmentMapView::setLogScale(bool log)
 void SegmentMapView::rebuild()
 {
     rows_.clear();
-    if (report_ && report_->snapshot)
-        for (const auto& g : report_->snapshot->segments)
-            if (device_ == TimelineSeries::kAllDevices || g.device == device_)
-                rows_.push_back(&g);
+    for (const auto& g : segments_)
+        if (simulated_ || device_ == TimelineSeries::kAllDevices || g.device == device_)
+            rows_.push_back(&g);
     std::stable_sort(rows_.begin(), rows_.end(), [](const SnapshotSegment* a, const SnapshotSegment* b) {
         return std::tie(a->device, a->address) < std::tie(b->device, b->address);
     });
@@ -130,14 +251,21 @@ void SegmentMapView::rebuild()
             maxSize_ = std::max(maxSize_, g->total_size);
         }
     }
-    if (!report_ || !report_->snapshot)
-        note_->setText(report_ ? tr("The segment map needs a CUDA memory snapshot; a model run has only the simulated "
-                                    "segment timeline above.")
-                               : QString());
-    else
-        note_->setText(tr("%1 segments, %2 reserved, %3 allocated: the end state (earlier moments are not shown)")
+    if (!report_)
+        note_->clear();
+    else if (simulated_ && rows_.empty())
+        note_->setText(tr("No segments: the run allocated nothing the caching-allocator model could place."));
+    else if (simulated_)
+        note_->setText(tr("Simulated GPU segments at the end of the run:\n%1 segments, %2 reserved, %3 allocated")
                            .arg(rows_.size())
                            .arg(bytesText(barBytes()), bytesText(bytesIn(BlockState::ActiveAllocated))));
+    else
+        note_->setText(tr("%1:\n%2 segments, %3 reserved, %4 allocated")
+                           .arg(momentText())
+                           .arg(rows_.size())
+                           .arg(bytesText(barBytes()), bytesText(bytesIn(BlockState::ActiveAllocated))));
+    endButton_->setVisible(!simulated_);
+    endButton_->setEnabled(report_ && report_->snapshot && !atEnd());
     note_->setToolTip(note_->text());
     labelWidth_ = 60;
     for (const auto* g : rows_)
@@ -204,7 +332,7 @@ void SegmentMapView::updateScrollBars()
 void SegmentMapView::resizeEvent(QResizeEvent* event)
 {
     QAbstractScrollArea::resizeEvent(event);
-    header_->setGeometry(0, 0, width(), kHeaderHeight);
+    header_->setGeometry(0, 0, width(), headerHeight_);
     updateScrollBars();
 }
 

@@ -85,6 +85,8 @@ TimelinePlot::TimelinePlot(QWidget* parent)
     cursorLine_ = new QCPItemStraightLine(this);
     cursorLine_->setLayer(QStringLiteral("cursor"));
     cursorLine_->setVisible(false);
+    momentLine_ = new QCPItemStraightLine(this);
+    momentLine_->setVisible(false);
 
     yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new ByteAxisTicker));
     yAxis->setLabel(tr("live bytes"));
@@ -106,6 +108,7 @@ void TimelinePlot::setReport(std::shared_ptr<const Report> report)
     report_ = std::move(report);
     highlighted_.clear();
     highlightSeries_.clear();
+    moment_ = report_ && report_->trace ? report_->trace->size() : 0;
     reserved_.clear();
     reservedGraph_->setVisible(false);
     reservedGraph_->removeFromLegend();
@@ -218,7 +221,32 @@ void TimelinePlot::rebuildSeries()
     }
     updateOomMarkers();
     updatePeakMarker();
+    updateMomentMarker();
     resetZoom();
+}
+
+void TimelinePlot::setMomentMarker(std::size_t events)
+{
+    moment_ = events;
+    updateMomentMarker();
+    replot(QCustomPlot::rpQueuedReplot);
+}
+
+void TimelinePlot::updateMomentMarker()
+{
+    bool show = momentMarkerVisible();
+    momentLine_->setVisible(show);
+    if (!show)
+        return;
+    double key = series_.keys[moment_];
+    momentLine_->point1->setCoords(key, 0);
+    momentLine_->point2->setCoords(key, 1);
+}
+
+bool TimelinePlot::momentMarkerVisible() const
+{
+    return report_ && report_->snapshot && report_->trace && moment_ < report_->trace->size()
+        && moment_ < series_.keys.size();
 }
 
 void TimelinePlot::updatePeakMarker()
@@ -442,6 +470,8 @@ void TimelinePlot::mouseReleaseEvent(QMouseEvent* event)
     QCustomPlot::mouseReleaseEvent(event);
     if (event->button() != Qt::LeftButton || (event->pos() - pressPos_).manhattanLength() > 3)
         return;
+    if (report_ && report_->snapshot && !series_.keys.empty() && axisRect()->rect().contains(event->pos()))
+        emit momentClicked(series_.pointAt(xAxis->pixelToCoord(event->pos().x())));
     QString path;
     describeAt(xAxis->pixelToCoord(event->pos().x()), yAxis->pixelToCoord(event->pos().y()), &path);
     if (!path.isNull())
@@ -500,6 +530,7 @@ void TimelinePlot::applyPalette()
     peakLabel_->setBrush(legendBack);
     emptyLabel_->setColor(text);
     cursorLine_->setPen(QPen(pal.color(QPalette::Highlight), 1, Qt::DashLine));
+    momentLine_->setPen(QPen(pal.color(QPalette::Highlight), 2));
     auto shade = pal.color(QPalette::Highlight);
     highlight_->setPen(QPen(shade.darker(140), 1));
     shade.setAlpha(150);

@@ -11,8 +11,8 @@ class StepAreaGraph;
 
 // Live bytes over the run, stacked by ledger, with the peak marked. Wheel zooms, drag pans, shift+drag
 // zooms to a box, double-click resets. Hovering names the allocation under the cursor; a click selects
-// its module (moduleClicked). The step series is built once per report and reduced per pixel column
-// whenever the visible range changes.
+// its module (moduleClicked) and, on a snapshot, the moment (momentClicked). The step series is built once
+// per report and reduced per pixel column whenever the visible range changes.
 class TimelinePlot : public QCustomPlot {
     Q_OBJECT
 public:
@@ -32,6 +32,7 @@ public:
     int oomMarkerCount() const { return static_cast<int>(oomLines_.size()); }
     QString oomMarkerText(int i) const;
     const TimelineSeries& series() const { return series_; }
+    bool momentMarkerVisible() const;
     QString highlightedModule() const { return highlighted_; }
 
     // What the cursor at (key, bytes) points at, as rich text; empty when nothing is there.
@@ -41,10 +42,14 @@ public:
 
 public slots:
     void highlightModule(const QString& path); // "" clears
+    // A snapshot's moment shown elsewhere (the segment map), as a line after that many events; the end hides it.
+    void setMomentMarker(std::size_t events);
     void resetZoom();
 
 signals:
     void moduleClicked(const QString& path);
+    // A click on a snapshot's timeline: the moment it points at, as the number of trace events before it.
+    void momentClicked(std::size_t events);
 
 protected:
     void mousePressEvent(QMouseEvent* event) override;
@@ -81,6 +86,9 @@ private:
     QCPItemTracer* peakTracer_ = nullptr;
     QCPItemText* peakLabel_ = nullptr;
     QCPItemStraightLine* cursorLine_ = nullptr;
+    QCPItemStraightLine* momentLine_ = nullptr;
+    std::size_t moment_ = 0; // events before the moment marker; the marker hides at the end
+    void updateMomentMarker();
     QCPItemText* emptyLabel_ = nullptr;
     bool autoValueRange_ = true;
     bool reducing_ = false;

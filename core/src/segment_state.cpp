@@ -57,8 +57,8 @@ SnapshotFrame frameOf(const std::string& where)
 // Index of the block holding `addr`, or -1.
 std::ptrdiff_t blockAt(const SnapshotSegment& g, std::uint64_t addr)
 {
-    auto it = std::upper_bound(g.blocks.begin(), g.blocks.end(), addr,
-        [](std::uint64_t a, const SnapshotBlock& b) { return a < b.address; });
+    auto it = std::upper_bound(
+        g.blocks.begin(), g.blocks.end(), addr, [](std::uint64_t a, const SnapshotBlock& b) { return a < b.address; });
     if (it == g.blocks.begin())
         return -1;
     --it;
@@ -135,14 +135,27 @@ public:
     void undo(std::size_t k)
     {
         switch (t_.action[k]) {
-        case Action::Alloc: undoAlloc(k); break;
-        case Action::Free: undoFree(k); break;
-        case Action::FreeRequested: undoFreeRequested(k); break;
-        case Action::SegmentAlloc: undoSegmentAlloc(k); break;
+        case Action::Alloc:
+            undoAlloc(k);
+            break;
+        case Action::Free:
+            undoFree(k);
+            break;
+        case Action::FreeRequested:
+            undoFreeRequested(k);
+            break;
+        case Action::SegmentAlloc:
+            undoSegmentAlloc(k);
+            break;
         case Action::SegmentFree:
-        case Action::SegmentUnmap: undoRelease(k); break;
-        case Action::SegmentMap: undoMap(k); break;
-        default: break;
+        case Action::SegmentUnmap:
+            undoRelease(k);
+            break;
+        case Action::SegmentMap:
+            undoMap(k);
+            break;
+        default:
+            break;
         }
     }
 
