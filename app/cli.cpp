@@ -108,7 +108,10 @@ int runAnalyze(const CliOptions& o)
 
 } // namespace
 
-void setPngRenderer(PngRenderer renderer) { pngRenderer() = std::move(renderer); }
+void setPngRenderer(PngRenderer renderer)
+{
+    pngRenderer() = std::move(renderer);
+}
 
 int runCli(const CliOptions& o)
 {

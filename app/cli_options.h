@@ -9,10 +9,10 @@ namespace memledger {
 
 struct CliOptions {
     std::string command = "analyze"; // analyze | whatif | gui
-    std::string model;               // empty: the built-in demo
+    std::string model; // empty: the built-in demo
     RunOptions run;
     std::vector<std::int64_t> batches; // whatif
-    std::vector<std::string> dtypes;   // whatif
+    std::vector<std::string> dtypes; // whatif
     std::vector<std::int64_t> whatif_batches; // analyze --whatif: add the what-if table to the reports
     std::optional<std::int64_t> budget;
     std::string json, html, png, snapshot_out;

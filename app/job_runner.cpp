@@ -6,7 +6,10 @@
 
 namespace memledger {
 
-JobRunner::JobRunner(QObject* parent) : QObject(parent) { }
+JobRunner::JobRunner(QObject* parent)
+    : QObject(parent)
+{
+}
 
 JobRunner::~JobRunner()
 {

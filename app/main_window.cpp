@@ -4,8 +4,8 @@
 #include "layer_tree_panel.h"
 #include "ledger_summary.h"
 #include "memledger/format.h"
-#include "memledger/snapshot.h"
 #include "memledger/report_json.h"
+#include "memledger/snapshot.h"
 #include "run_panel.h"
 #include "run_worker.h"
 #include "segment_map_view.h"
@@ -23,8 +23,8 @@
 #include <nlohmann/json.hpp>
 
 #include <QActionGroup>
-#include <QComboBox>
 #include <QCloseEvent>
+#include <QComboBox>
 #include <QDockWidget>
 #include <QDragEnterEvent>
 #include <QFileDialog>
@@ -197,8 +197,8 @@ void MainWindow::buildMenus()
 {
     auto* file = menuBar()->addMenu(tr("&File"));
     file->addAction(tr("&Open…"), QKeySequence::Open, this, [this] {
-        auto path = QFileDialog::getOpenFileName(this, tr("Open a model, a report or a CUDA memory snapshot"), QString(),
-            tr("Models, reports and CUDA snapshots (*.pt *.pth *.json *.pickle *.pkl);;All files (*)"));
+        auto path = QFileDialog::getOpenFileName(this, tr("Open a model, a report or a CUDA memory snapshot"),
+            QString(), tr("Models, reports and CUDA snapshots (*.pt *.pth *.json *.pickle *.pkl);;All files (*)"));
         if (!path.isEmpty())
             openFile(path);
     });
@@ -281,7 +281,8 @@ void MainWindow::startRun()
         }
     }
     runPanel_->setRunning(true);
-    runPanel_->setStatus(fileIsReport_ || fileIsSnapshot_ ? tr("Reading %1…").arg(displayName()) : tr("Running %1…").arg(displayName()));
+    runPanel_->setStatus(
+        fileIsReport_ || fileIsSnapshot_ ? tr("Reading %1…").arg(displayName()) : tr("Running %1…").arg(displayName()));
     worker_->start(std::move(request));
 }
 
@@ -421,7 +422,7 @@ Report MainWindow::reportForExport() const
     Report r = *report_;
     if (!whatIf_ || r.source != "model")
         return r;
-    std::vector<std::int64_t> batches{1, 8, 32, 64, 128, whatIfPanel_->batch()};
+    std::vector<std::int64_t> batches {1, 8, 32, 64, 128, whatIfPanel_->batch()};
     std::sort(batches.begin(), batches.end());
     batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
     std::vector<Prediction> rows;

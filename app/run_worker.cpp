@@ -27,65 +27,72 @@ RunWorker::RunWorker(QObject* parent)
 
 RunWorker::~RunWorker() = default;
 
-quint64 RunWorker::currentJob() const { return jobs_->currentJob(); }
+quint64 RunWorker::currentJob() const
+{
+    return jobs_->currentJob();
+}
 
-void RunWorker::deliver(quint64 job, std::function<void()> emitIt) { jobs_->deliver(job, std::move(emitIt)); }
+void RunWorker::deliver(quint64 job, std::function<void()> emitIt)
+{
+    jobs_->deliver(job, std::move(emitIt));
+}
 
 quint64 RunWorker::start(RunRequest request)
 {
     cancel();
     running_ = true;
-    auto job = jobs_->launch([this, request = std::move(request)](quint64 job, const std::atomic<bool>* cancelFlag) mutable {
-        auto& options = request.options;
-        options.cancel = cancelFlag;
-        options.progress = [this, job](int done, int total) {
-            deliver(job, [this, job, done, total] { emit progress(job, done, total); });
-        };
-        auto path = request.path.toStdString();
-        try {
-            Report report;
-            if (request.isSnapshot) {
-                report = readSnapshotReport(path);
-            } else if (request.isReport) {
-                report = readReportFile(path);
-            } else if (path.empty()) {
-                report = analyzeFile(path, options);
-            } else {
-                auto model = Model::open(path);
-                if (options.inputs.empty()) {
-                    std::string how;
-                    auto guess = model.guessInputs(&how);
-                    auto text = shapesToText(guess);
-                    auto howText = QString::fromStdString(how);
-                    deliver(job, [this, job, text, howText] { emit inputsGuessed(job, text, howText); });
-                }
-                report = analyzeModel(model, options);
-            }
-            auto shared = std::make_shared<const Report>(std::move(report));
-            deliver(job, [this, job, shared] {
-                running_ = false;
-                emit finished(job, shared);
-            });
-        } catch (const Cancelled&) {
-            deliver(job, [this, job] {
-                running_ = false;
-                emit cancelled(job);
-            });
-        } catch (const FileError& e) {
-            auto message = QString::fromStdString(e.what());
-            deliver(job, [this, job, message] {
-                running_ = false;
-                emit failed(job, message);
-            });
-        } catch (const std::exception& e) {
-            auto name = request.path.isEmpty() ? QString::fromUtf8(kDemoModelName) : request.path;
-            auto message = QStringLiteral("%1: %2").arg(name, QString::fromStdString(e.what()));
-            deliver(job, [this, job, message] {
-                running_ = false;
-                emit failed(job, message);
-            });
-        }
-    });
+    auto job
+        = jobs_->launch([this, request = std::move(request)](quint64 job, const std::atomic<bool>* cancelFlag) mutable {
+              auto& options = request.options;
+              options.cancel = cancelFlag;
+              options.progress = [this, job](int done, int total) {
+                  deliver(job, [this, job, done, total] { emit progress(job, done, total); });
+              };
+              auto path = request.path.toStdString();
+              try {
+                  Report report;
+                  if (request.isSnapshot) {
+                      report = readSnapshotReport(path);
+                  } else if (request.isReport) {
+                      report = readReportFile(path);
+                  } else if (path.empty()) {
+                      report = analyzeFile(path, options);
+                  } else {
+                      auto model = Model::open(path);
+                      if (options.inputs.empty()) {
+                          std::string how;
+                          auto guess = model.guessInputs(&how);
+                          auto text = shapesToText(guess);
+                          auto howText = QString::fromStdString(how);
+                          deliver(job, [this, job, text, howText] { emit inputsGuessed(job, text, howText); });
+                      }
+                      report = analyzeModel(model, options);
+                  }
+                  auto shared = std::make_shared<const Report>(std::move(report));
+                  deliver(job, [this, job, shared] {
+                      running_ = false;
+                      emit finished(job, shared);
+                  });
+              } catch (const Cancelled&) {
+                  deliver(job, [this, job] {
+                      running_ = false;
+                      emit cancelled(job);
+                  });
+              } catch (const FileError& e) {
+                  auto message = QString::fromStdString(e.what());
+                  deliver(job, [this, job, message] {
+                      running_ = false;
+                      emit failed(job, message);
+                  });
+              } catch (const std::exception& e) {
+                  auto name = request.path.isEmpty() ? QString::fromUtf8(kDemoModelName) : request.path;
+                  auto message = QStringLiteral("%1: %2").arg(name, QString::fromStdString(e.what()));
+                  deliver(job, [this, job, message] {
+                      running_ = false;
+                      emit failed(job, message);
+                  });
+              }
+          });
     emit progress(job, 0, 0);
     return job;
 }

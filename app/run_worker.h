@@ -1,6 +1,6 @@
 #pragma once
-#include "memledger/model.h"
 #include "job_runner.h"
+#include "memledger/model.h"
 #include "memledger/report.h"
 
 #include <QObject>

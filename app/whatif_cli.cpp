@@ -26,16 +26,15 @@ std::string cell(const std::string& s, std::size_t width)
 
 void printWhatIfTable(const nlohmann::json& table, std::ostream& out)
 {
-    const std::int64_t budget = table.value("budget_bytes", std::int64_t{0});
-    out << cell("batch", 8) << cell("dtype", 10) << cell("method", 11) << cell("peak", 12)
-              << cell("peak total", 12) << cell("reserved", 12) << (budget > 0 ? "fits " + formatBytes(budget) : "")
-              << "\n";
+    const std::int64_t budget = table.value("budget_bytes", std::int64_t {0});
+    out << cell("batch", 8) << cell("dtype", 10) << cell("method", 11) << cell("peak", 12) << cell("peak total", 12)
+        << cell("reserved", 12) << (budget > 0 ? "fits " + formatBytes(budget) : "") << "\n";
     for (const auto& p : table["predictions"]) {
         auto peak = p.value("measured_peak_bytes", p["predicted_peak_bytes"].get<std::int64_t>());
         auto total = p.value("measured_peak_total_bytes", p["predicted_peak_total_bytes"].get<std::int64_t>());
-        out << cell(std::to_string(p["batch"].get<std::int64_t>()), 8) << cell(p["dtype"], 10)
-                  << cell(p["method"], 11) << cell(formatBytes(peak), 12) << cell(formatBytes(total), 12)
-                  << cell(formatBytes(p["predicted_reserved_bytes"].get<std::int64_t>()), 12);
+        out << cell(std::to_string(p["batch"].get<std::int64_t>()), 8) << cell(p["dtype"], 10) << cell(p["method"], 11)
+            << cell(formatBytes(peak), 12) << cell(formatBytes(total), 12)
+            << cell(formatBytes(p["predicted_reserved_bytes"].get<std::int64_t>()), 12);
         if (budget > 0)
             out << (p.value("fits", false) ? "yes" : "no");
         out << "\n";

@@ -1,8 +1,8 @@
 #pragma once
 #include "cli_options.h"
 
-#include <nlohmann/json_fwd.hpp>
 #include <iosfwd>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 

@@ -3,7 +3,6 @@
 #include "demo_model.h"
 #include "memledger/errors.h"
 
-
 namespace memledger {
 
 namespace {
@@ -23,7 +22,10 @@ WhatIfWorker::WhatIfWorker(QObject* parent)
 
 WhatIfWorker::~WhatIfWorker() = default;
 
-void WhatIfWorker::deliver(quint64 job, std::function<void()> emitIt) { jobs_->deliver(job, std::move(emitIt)); }
+void WhatIfWorker::deliver(quint64 job, std::function<void()> emitIt)
+{
+    jobs_->deliver(job, std::move(emitIt));
+}
 
 quint64 WhatIfWorker::launch(std::function<void(quint64, const std::atomic<bool>*)> work)
 {
@@ -51,14 +53,13 @@ quint64 WhatIfWorker::record(const QString& path, RunOptions base)
         if (base.inputs.empty())
             base.inputs = model.guessInputs();
         base.batch.reset();
-        auto w = std::make_shared<const WhatIf>(
-            WhatIf::record(model, base, 1, 2, {"float32", "bfloat16", "float16"}));
+        auto w = std::make_shared<const WhatIf>(WhatIf::record(model, base, 1, 2, {"float32", "bfloat16", "float16"}));
         deliver(job, [this, job, w] { emit recorded(job, w); });
     });
 }
 
-quint64 WhatIfWorker::measure(const QString& path, std::shared_ptr<const WhatIf> whatIf, std::int64_t batch,
-                              const QString& dtype)
+quint64 WhatIfWorker::measure(
+    const QString& path, std::shared_ptr<const WhatIf> whatIf, std::int64_t batch, const QString& dtype)
 {
     auto d = dtype.toStdString();
     return launch([this, path, whatIf, batch, d](quint64 job, const std::atomic<bool>*) {
@@ -68,6 +69,9 @@ quint64 WhatIfWorker::measure(const QString& path, std::shared_ptr<const WhatIf>
     });
 }
 
-void WhatIfWorker::cancel() { jobs_->cancel(); }
+void WhatIfWorker::cancel()
+{
+    jobs_->cancel();
+}
 
 } // namespace memledger

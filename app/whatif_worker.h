@@ -22,7 +22,8 @@ public:
 
     // path "" is the built-in demo. `base` holds the inputs (batch 1 is recorded from them) and dtype.
     quint64 record(const QString& path, RunOptions base);
-    quint64 measure(const QString& path, std::shared_ptr<const WhatIf> whatIf, std::int64_t batch, const QString& dtype);
+    quint64 measure(
+        const QString& path, std::shared_ptr<const WhatIf> whatIf, std::int64_t batch, const QString& dtype);
     void cancel();
 
 signals:

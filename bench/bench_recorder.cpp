@@ -46,6 +46,6 @@ int main(int argc, char** argv)
     std::printf("recorded/plain ratio (median of pairs): %.3f (target <= 1.05)\n", median(ratios));
     std::printf("events %zu, recorder bytes per event: %.1f (target <= 64), plus %zu bytes of interned strings "
                 "for the whole run\n",
-                last.trace.size(), last.trace.bytesPerEvent(), last.trace.fixedBytes());
+        last.trace.size(), last.trace.bytesPerEvent(), last.trace.fixedBytes());
     return 0;
 }

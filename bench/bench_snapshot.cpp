@@ -118,8 +118,8 @@ int main(int argc, char** argv)
             python = std::atof(buf);
         pclose(p);
     }
-    std::printf("memledger open+decode+report: %.3f s   (target <= 2 s); the allocator check besides: %.3f s\n",
-        ours, check);
+    std::printf(
+        "memledger open+decode+report: %.3f s   (target <= 2 s); the allocator check besides: %.3f s\n", ours, check);
     std::printf(
         "trace memory: %.1f bytes/event (%.1f with the stream column)   (target <= 64)\n", bytesPerEvent, withStreams);
     if (python > 0)

@@ -15,6 +15,9 @@ extern "C" const char memledger_demo_end[];
 
 namespace memledger {
 
-std::string demoModelBytes() { return std::string(memledger_demo_start, memledger_demo_end); }
+std::string demoModelBytes()
+{
+    return std::string(memledger_demo_start, memledger_demo_end);
+}
 
 } // namespace memledger

@@ -1,13 +1,16 @@
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
-#include <cstdint>
 
 namespace memledger {
 
 // The RFBNet of seed 000 as a TorchScript file (float16 weights), built into the executable.
 std::string demoModelBytes();
 constexpr const char* kDemoModelName = "demo:rfbnet.pt";
-inline std::vector<std::vector<std::int64_t>> demoModelInput() { return {{1, 1, 300, 300}}; }
+inline std::vector<std::vector<std::int64_t>> demoModelInput()
+{
+    return {{1, 1, 300, 300}};
+}
 
 } // namespace memledger

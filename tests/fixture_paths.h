@@ -6,7 +6,10 @@
 
 namespace memledger::test {
 
-inline std::string fixture(const std::string& name) { return std::string(MEMLEDGER_FIXTURES) + "/" + name; }
+inline std::string fixture(const std::string& name)
+{
+    return std::string(MEMLEDGER_FIXTURES) + "/" + name;
+}
 
 inline nlohmann::json truth()
 {

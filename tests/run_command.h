@@ -18,7 +18,7 @@ inline CommandResult runCommand(const std::string& command)
     FILE* p = ::popen((command + " 2>&1").c_str(), "r");
     if (!p)
         return r;
-    std::array<char, 4096> buf{};
+    std::array<char, 4096> buf {};
     std::size_t n;
     while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0)
         r.output.append(buf.data(), n);
@@ -27,6 +27,9 @@ inline CommandResult runCommand(const std::string& command)
     return r;
 }
 
-inline std::string memledgerBinary() { return MEMLEDGER_BINARY; }
+inline std::string memledgerBinary()
+{
+    return MEMLEDGER_BINARY;
+}
 
 } // namespace memledger::test

@@ -31,13 +31,11 @@ TEST_P(BadModelFile, ExitsThreeNamingTheFileAndTheReason)
     EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Files, BadModelFile,
-    ::testing::Values(BadFile{"missing.pt", "no such file"}, BadFile{"directory.pt", "is a directory"},
-                      BadFile{"empty.pt", "empty"}, BadFile{"random.pt", "not a TorchScript model"},
-                      BadFile{"truncated.pt", "truncated"}, BadFile{"other.zip", "not a TorchScript model"},
-                      BadFile{"state_dict.pt", "torch.save"}, BadFile{"pickle.pkl", "pickle"},
-                      BadFile{"text.pt", "text file"}),
+INSTANTIATE_TEST_SUITE_P(Files, BadModelFile,
+    ::testing::Values(BadFile {"missing.pt", "no such file"}, BadFile {"directory.pt", "is a directory"},
+        BadFile {"empty.pt", "empty"}, BadFile {"random.pt", "not a TorchScript model"},
+        BadFile {"truncated.pt", "truncated"}, BadFile {"other.zip", "not a TorchScript model"},
+        BadFile {"state_dict.pt", "torch.save"}, BadFile {"pickle.pkl", "pickle"}, BadFile {"text.pt", "text file"}),
     [](const auto& info) {
         auto n = info.param.file;
         for (auto& c : n)
@@ -69,7 +67,7 @@ TEST(Cli, DemoRunsWithoutArgumentsAndWritesTheJsonSchema)
     EXPECT_GT(j["peak_total_bytes"].get<long long>(), j["peak_bytes"].get<long long>());
     ASSERT_FALSE(j["layers"].empty());
     for (const char* key : {"path", "type", "weight_bytes", "activation_bytes", "temporary_peak_bytes", "peak_bytes",
-                            "calls", "output_shapes"})
+             "calls", "output_shapes"})
         EXPECT_TRUE(j["layers"][0].contains(key)) << key;
     EXPECT_EQ(j["events"]["count"].get<std::size_t>(), j["events"]["time_ns"].size());
     // A saved report opens again without running.
@@ -112,8 +110,10 @@ TEST(Cli, GuessedInputIsSaidToBeAGuess)
 TEST(Cli, ReportsCarryTheWhatIfTable)
 {
     auto json = fixture("small-whatif.json"), html = fixture("small-whatif.html");
-    auto r = runCommand(memledgerBinary() + " analyze '" + fixture("small_inplace.pt") + "' --input 1x3x32x32 --whatif 8,64 "
-                        "--budget 8GiB --json '" + json + "' --html '" + html + "'");
+    auto r = runCommand(memledgerBinary() + " analyze '" + fixture("small_inplace.pt")
+        + "' --input 1x3x32x32 --whatif 8,64 "
+          "--budget 8GiB --json '"
+        + json + "' --html '" + html + "'");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("Largest batch within 8.00 GiB"), std::string::npos) << r.output;
     std::ifstream in(json);
@@ -122,7 +122,7 @@ TEST(Cli, ReportsCarryTheWhatIfTable)
     EXPECT_EQ(j["whatif"]["predictions"].size(), 6u); // 2 batches x 3 dtypes
     for (const auto& p : j["whatif"]["predictions"]) {
         for (const char* key : {"batch", "dtype", "method", "predicted_peak_bytes", "predicted_peak_total_bytes",
-                                "predicted_reserved_bytes"})
+                 "predicted_reserved_bytes"})
             EXPECT_TRUE(p.contains(key)) << key;
         if (p["dtype"] == "float16")
             EXPECT_EQ(p["method"], "predicted"); // libtorch 1.13 has no float16 convolution on the CPU
@@ -136,7 +136,8 @@ TEST(Cli, ReportsCarryTheWhatIfTable)
 
 TEST(Cli, TensorsListsEveryParameterAndBuffer)
 {
-    auto r = runCommand(memledgerBinary() + " analyze '" + fixture("small_inplace.pt") + "' --input 1x3x32x32 --tensors");
+    auto r
+        = runCommand(memledgerBinary() + " analyze '" + fixture("small_inplace.pt") + "' --input 1x3x32x32 --tensors");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     for (const char* name : {"conv1.weight", "bn1.running_mean", "bn1.num_batches_tracked", "fc.bias"})
         EXPECT_NE(r.output.find(name), std::string::npos) << name;

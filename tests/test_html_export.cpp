@@ -55,7 +55,8 @@ TEST(HtmlExport, SelfContainedPageRendersInChromiumWithoutErrors)
     ASSERT_TRUE(std::filesystem::exists(png)) << shot.output;
     // Non-blank: the chart's colours cover a good share of the pixels.
     auto pixels = runCommand("/usr/bin/python3 -c \"from PIL import Image; im=Image.open('" + png
-                             + "').convert('RGB'); px=list(im.getdata()); print(sum(1 for p in px if p!=(255,255,255)) * 1000 // len(px))\"");
+        + "').convert('RGB'); px=list(im.getdata()); print(sum(1 for p in px if p!=(255,255,255)) * 1000 // "
+          "len(px))\"");
     ASSERT_EQ(pixels.exit_code, 0) << pixels.output;
     EXPECT_GT(std::stoi(pixels.output), 100) << "per mille of non-white pixels";
 }

@@ -81,8 +81,8 @@ TEST_P(ModelTruth, EveryAllocationHasOneLedgerAndTheReportRoundTrips)
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ModelTruth,
-                         ::testing::Values("resnet18_scripted", "resnet18_traced", "mobilenet_v2", "small_inplace",
-                                           "transformer_layer", "demo"));
+    ::testing::Values(
+        "resnet18_scripted", "resnet18_traced", "mobilenet_v2", "small_inplace", "transformer_layer", "demo"));
 
 TEST(LoadTax, Float16FileDoublesAsFloat32)
 {
@@ -95,7 +95,8 @@ TEST(LoadTax, Float16FileDoublesAsFloat32)
     EXPECT_EQ(r.model.parameter_bytes, t["parameter_bytes"].get<std::int64_t>());
     EXPECT_EQ(r.load_tax.file_dtype, "float16");
     EXPECT_EQ(r.load_tax.resident_dtype, "float32");
-    EXPECT_EQ(r.load_tax.resident_bytes, t["parameter_bytes"].get<std::int64_t>() + t["buffer_bytes"].get<std::int64_t>());
+    EXPECT_EQ(
+        r.load_tax.resident_bytes, t["parameter_bytes"].get<std::int64_t>() + t["buffer_bytes"].get<std::int64_t>());
     EXPECT_LT(r.load_tax.file_tensor_bytes, r.load_tax.resident_bytes * 6 / 10);
 }
 
@@ -113,7 +114,7 @@ TEST(Inspect, ModuleTreeNamesAndTypesAsPyTorchPrintsThem)
     std::string how;
     auto guess = model.guessInputs(&how);
     ASSERT_EQ(guess.size(), 1u);
-    EXPECT_EQ(guess[0], (Shape{1, 3, 224, 224}));
+    EXPECT_EQ(guess[0], (Shape {1, 3, 224, 224}));
     EXPECT_NE(how.find("conv1"), std::string::npos);
 }
 
@@ -147,7 +148,7 @@ TEST(Run, BatchReplacesDimZeroAndActivationsScale)
 TEST(Run, CancelStopsTheRun)
 {
     auto model = Model::open(fixture("small_inplace.pt"));
-    std::atomic<bool> cancel{true};
+    std::atomic<bool> cancel {true};
     RunOptions o;
     o.inputs = parseShapes("1x3x32x32");
     o.cancel = &cancel;

@@ -61,7 +61,7 @@ const char* const kSnapshots[] = {"bare-segment-list.pkl", "legacy-history-forma
 
 } // namespace
 
-class SnapshotWindow : public ::testing::TestWithParam<const char*> {};
+class SnapshotWindow : public ::testing::TestWithParam<const char*> { };
 
 TEST_P(SnapshotWindow, ShowsTheSnapshotAsTheCoreReadsIt)
 {
@@ -112,8 +112,8 @@ TEST_P(SnapshotWindow, ShowsTheSnapshotAsTheCoreReadsIt)
         EXPECT_GT(w.layerTree()->model()->rowCount(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shared, SnapshotWindow, ::testing::ValuesIn(kSnapshots),
-    [](const ::testing::TestParamInfo<const char*>& info) {
+INSTANTIATE_TEST_SUITE_P(
+    Shared, SnapshotWindow, ::testing::ValuesIn(kSnapshots), [](const ::testing::TestParamInfo<const char*>& info) {
         std::string name = info.param;
         for (auto& c : name)
             if (!std::isalnum(static_cast<unsigned char>(c)))
@@ -261,7 +261,8 @@ TEST(SnapshotWindowModel, AModelRunShowsTheSimulatedGpuReserve)
     auto* map = w.segmentMap();
     EXPECT_GT(map->barCount(), 0);
     EXPECT_EQ(static_cast<double>(map->barBytes()), h.reserved.back());
-    EXPECT_TRUE(map->noteText().contains(QStringLiteral("simulated GPU segments at the end of the run"), Qt::CaseInsensitive))
+    EXPECT_TRUE(
+        map->noteText().contains(QStringLiteral("simulated GPU segments at the end of the run"), Qt::CaseInsensitive))
         << map->noteText().toStdString();
     EXPECT_LE(map->bytesIn(BlockState::ActiveAllocated), map->barBytes());
 }

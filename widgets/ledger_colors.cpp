@@ -20,9 +20,21 @@ QColor ledgerColor(Ledger ledger)
     return QColor(0x93, 0x78, 0x60);
 }
 
-QColor aliveBeforeColor() { return QColor(0xa8, 0xa8, 0xa8); }
-QColor pendingFreeColor() { return QColor(0xda, 0x8b, 0xc3); }
-QColor reservedColor() { return QColor(0x2b, 0x5d, 0x8c); }
-QColor fragmentationColor() { return QColor(0xc4, 0x4e, 0x52); }
+QColor aliveBeforeColor()
+{
+    return QColor(0xa8, 0xa8, 0xa8);
+}
+QColor pendingFreeColor()
+{
+    return QColor(0xda, 0x8b, 0xc3);
+}
+QColor reservedColor()
+{
+    return QColor(0x2b, 0x5d, 0x8c);
+}
+QColor fragmentationColor()
+{
+    return QColor(0xc4, 0x4e, 0x52);
+}
 
 } // namespace memledger

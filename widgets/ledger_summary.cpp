@@ -131,7 +131,8 @@ void LedgerSummary::paintEvent(QPaintEvent*)
         p.drawText(QRect(22, y, width() - 28, kRowHeight), Qt::AlignLeft | Qt::AlignVCenter, row.name);
         QString figure = bytesText(row.bytes);
         if (total > 0)
-            figure += QStringLiteral("  %1%").arg(100.0 * static_cast<double>(row.bytes) / static_cast<double>(total), 0, 'f', 0);
+            figure += QStringLiteral("  %1%").arg(
+                100.0 * static_cast<double>(row.bytes) / static_cast<double>(total), 0, 'f', 0);
         p.drawText(QRect(22, y, width() - 28, kRowHeight), Qt::AlignRight | Qt::AlignVCenter, figure);
         y += kRowHeight;
     }

@@ -15,17 +15,21 @@ namespace {
 
 bool isSegmentEvent(Action a)
 {
-    return a == Action::SegmentAlloc || a == Action::SegmentFree || a == Action::SegmentMap || a == Action::SegmentUnmap;
+    return a == Action::SegmentAlloc || a == Action::SegmentFree || a == Action::SegmentMap
+        || a == Action::SegmentUnmap;
 }
 
 std::int64_t segmentDelta(const Trace& t, std::size_t i)
 {
     switch (t.action[i]) {
     case Action::SegmentAlloc:
-    case Action::SegmentMap: return t.bytes[i];
+    case Action::SegmentMap:
+        return t.bytes[i];
     case Action::SegmentFree:
-    case Action::SegmentUnmap: return -t.bytes[i];
-    default: return 0;
+    case Action::SegmentUnmap:
+        return -t.bytes[i];
+    default:
+        return 0;
     }
 }
 
@@ -34,8 +38,9 @@ std::string topFrame(const std::vector<SnapshotFrame>& frames)
     for (const auto& f : frames)
         if (!f.filename.empty() && f.filename.find("torch/") == std::string::npos && f.filename[0] != '?')
             return f.filename + ":" + std::to_string(f.line) + " " + f.name;
-    return frames.empty() ? std::string() : frames.front().filename + ":" + std::to_string(frames.front().line) + " "
-            + frames.front().name;
+    return frames.empty()
+        ? std::string()
+        : frames.front().filename + ":" + std::to_string(frames.front().line) + " " + frames.front().name;
 }
 
 // The segment(s) whose inactive bytes make most of the fragmentation at the end of a snapshot, and the block
@@ -73,11 +78,13 @@ std::string snapshotCause(const Snapshot& s, int device)
     const auto& worst = *segs.front().seg;
     std::string text = "At the end " + formatBytes(total) + " are reserved but not allocated; "
         + (n == 1 ? std::string("most of it") : formatBytes(covered) + " of it") + " in "
-        + (n == 1 ? "segment" : std::to_string(n) + " segments, the largest") + " 0x" + [&] {
-              char buf[32];
-              std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(worst.address));
-              return std::string(buf);
-          }() + " on cuda:" + std::to_string(worst.device) + " (" + formatBytes(worst.total_size) + ", "
+        + (n == 1 ? "segment" : std::to_string(n) + " segments, the largest") + " 0x" +
+        [&] {
+            char buf[32];
+            std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(worst.address));
+            return std::string(buf);
+        }()
+        + " on cuda:" + std::to_string(worst.device) + " (" + formatBytes(worst.total_size) + ", "
         + formatBytes(segs.front().inactive) + " not allocated, largest free block "
         + formatBytes(segs.front().largestFree) + ")";
     // The biggest block still allocated there is what keeps the segment from being released.

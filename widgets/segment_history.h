@@ -14,7 +14,7 @@ struct SegmentHistory {
     std::vector<double> keys;
     std::vector<double> reserved;
     std::vector<double> allocated; // live blocks, pending frees excluded
-    std::vector<double> active;    // allocated + pending frees
+    std::vector<double> active; // allocated + pending frees
     std::vector<double> fragmentation; // reserved - allocated, never below 0
     bool simulated = false;
     std::string cause; // what holds most of the fragmentation, as a sentence

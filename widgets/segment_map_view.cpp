@@ -10,8 +10,8 @@
 #include <QHBoxLayout>
 #include <QHelpEvent>
 #include <QLabel>
-#include <QPainter>
 #include <QPaintEvent>
+#include <QPainter>
 #include <QPushButton>
 #include <QScrollBar>
 #include <QToolTip>
@@ -41,10 +41,14 @@ QString hex(std::uint64_t a)
 const char* stateName(BlockState s)
 {
     switch (s) {
-    case BlockState::ActiveAllocated: return "active_allocated";
-    case BlockState::ActivePendingFree: return "active_pending_free";
-    case BlockState::Inactive: return "inactive";
-    case BlockState::Other: break;
+    case BlockState::ActiveAllocated:
+        return "active_allocated";
+    case BlockState::ActivePendingFree:
+        return "active_pending_free";
+    case BlockState::Inactive:
+        return "inactive";
+    case BlockState::Other:
+        break;
     }
     return "other";
 }
@@ -54,7 +58,10 @@ QString frameText(const SnapshotFrame& f)
     // Model runs name a module path, with no line.
     if (f.line == 0 && f.name.empty())
         return QString::fromStdString(f.filename);
-    return QStringLiteral("%1:%2 %3").arg(QString::fromStdString(f.filename)).arg(f.line).arg(QString::fromStdString(f.name));
+    return QStringLiteral("%1:%2 %3")
+        .arg(QString::fromStdString(f.filename))
+        .arg(f.line)
+        .arg(QString::fromStdString(f.name));
 }
 
 QString topFrame(const std::vector<SnapshotFrame>& frames)
@@ -140,10 +147,13 @@ SegmentMapView::SegmentMapView(QWidget* parent)
 QColor SegmentMapView::stateColor(BlockState state)
 {
     switch (state) {
-    case BlockState::ActiveAllocated: return ledgerColor(Ledger::Activations);
-    case BlockState::ActivePendingFree: return pendingFreeColor();
+    case BlockState::ActiveAllocated:
+        return ledgerColor(Ledger::Activations);
+    case BlockState::ActivePendingFree:
+        return pendingFreeColor();
     case BlockState::Inactive:
-    case BlockState::Other: break;
+    case BlockState::Other:
+        break;
     }
     return QColor(0xe8, 0xe8, 0xe8);
 }
@@ -297,7 +307,8 @@ QString SegmentMapView::labelOf(const SnapshotSegment& g) const
 {
     bool multiDevice = report_ && report_->snapshot && report_->snapshot->devices.size() > 1;
     return QStringLiteral("%1%2  %3")
-        .arg(multiDevice ? QStringLiteral("cuda:%1 ").arg(g.device) : QString(), hex(g.address), bytesText(g.total_size));
+        .arg(multiDevice ? QStringLiteral("cuda:%1 ").arg(g.device) : QString(), hex(g.address),
+            bytesText(g.total_size));
 }
 
 int SegmentMapView::barWidth(std::int64_t size) const
@@ -394,8 +405,8 @@ QString SegmentMapView::describeAt(const QPoint& pos) const
                               g.is_expandable ? tr(", expandable") : QString());
     if (pos.x() < bar.left())
         return segment;
-    auto offset = static_cast<std::uint64_t>(static_cast<double>(pos.x() - bar.left()) / bar.width()
-        * static_cast<double>(g.total_size));
+    auto offset = static_cast<std::uint64_t>(
+        static_cast<double>(pos.x() - bar.left()) / bar.width() * static_cast<double>(g.total_size));
     auto at = g.address + offset;
     const SnapshotBlock* best = nullptr;
     for (const auto& b : g.blocks)
@@ -405,7 +416,8 @@ QString SegmentMapView::describeAt(const QPoint& pos) const
     if (!best) {
         double perPixel = static_cast<double>(g.total_size) / bar.width();
         for (const auto& b : g.blocks)
-            if (b.state != BlockState::Inactive && std::abs(static_cast<double>(b.address) - static_cast<double>(at)) < perPixel)
+            if (b.state != BlockState::Inactive
+                && std::abs(static_cast<double>(b.address) - static_cast<double>(at)) < perPixel)
                 best = &b;
     }
     if (!best)

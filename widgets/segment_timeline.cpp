@@ -91,8 +91,8 @@ void SegmentTimeline::rebuild()
         StepBlocks::build(history_.active), StepBlocks::build(history_.allocated)};
     bool simulated = history_.simulated;
     reserved_->setName(simulated ? tr("reserved (simulated)") : tr("reserved"));
-    fragmentation_->setName(simulated ? tr("fragmentation (simulated reserved − allocated)")
-                                      : tr("fragmentation (reserved − allocated)"));
+    fragmentation_->setName(
+        simulated ? tr("fragmentation (simulated reserved − allocated)") : tr("fragmentation (reserved − allocated)"));
     bool snapshot = report_ && report_->snapshot;
     active_->setVisible(snapshot);
     if (snapshot)
@@ -124,7 +124,8 @@ void SegmentTimeline::reduceToView()
     auto range = plot_->xAxis->range();
     int columns = 2 * std::max(100, plot_->axisRect()->width());
     double top = 0;
-    const std::vector<double>* values[] = {&history_.fragmentation, &history_.reserved, &history_.active, &history_.allocated};
+    const std::vector<double>* values[]
+        = {&history_.fragmentation, &history_.reserved, &history_.active, &history_.allocated};
     QCPGraph* graphs[] = {fragmentation_, reserved_, active_, allocated_};
     for (std::size_t k = 0; k < 4; ++k) {
         if (values[k]->size() != history_.keys.size() || history_.keys.empty()) {
@@ -138,8 +139,10 @@ void SegmentTimeline::reduceToView()
             keys.push_back(keys.front() + 1);
             vals.push_back(vals.front());
         }
-        auto r = reduceSteps(keys, vals, range.lower, range.upper, columns, keys.size() == history_.keys.size() ? &blocks_[k] : nullptr);
-        graphs[k]->setData(QVector<double>(r.keys.begin(), r.keys.end()), QVector<double>(r.values.begin(), r.values.end()), true);
+        auto r = reduceSteps(
+            keys, vals, range.lower, range.upper, columns, keys.size() == history_.keys.size() ? &blocks_[k] : nullptr);
+        graphs[k]->setData(
+            QVector<double>(r.keys.begin(), r.keys.end()), QVector<double>(r.values.begin(), r.values.end()), true);
         for (double v : r.values)
             top = std::max(top, v);
     }

@@ -180,7 +180,9 @@ void TimelinePlot::updateOomMarkers()
         label->setBrush(palette().color(QPalette::Base));
         label->setPen(QPen(fragmentationColor()));
         std::int64_t requested = oom ? oom->bytes_requested : t.bytes[i];
-        QString text = tr("out of memory on cuda:%1: %2 requested").arg(static_cast<int>(t.device[i])).arg(bytesText(static_cast<double>(requested)));
+        QString text = tr("out of memory on cuda:%1: %2 requested")
+                           .arg(static_cast<int>(t.device[i]))
+                           .arg(bytesText(static_cast<double>(requested)));
         if (oom)
             text += tr(", %1 free").arg(bytesText(static_cast<double>(oom->device_free)));
         label->setText(text);
@@ -342,7 +344,8 @@ QString TimelinePlot::describeAt(double key, double bytes, QString* modulePath) 
     auto p = series_.pointAt(key);
     int band = -1;
     for (int b : TimelineSeries::kStackOrder)
-        if (band < 0 && series_.present[static_cast<std::size_t>(b)] && bytes <= series_.tops[static_cast<std::size_t>(b)][p])
+        if (band < 0 && series_.present[static_cast<std::size_t>(b)]
+            && bytes <= series_.tops[static_cast<std::size_t>(b)][p])
             band = b;
     if (band < 0)
         return {};
@@ -421,13 +424,15 @@ QString TimelinePlot::describeSnapshotAt(int band, std::size_t p, double bytes) 
         if (bytes > level)
             continue;
         auto where = QString::fromStdString(t.strings.at(t.where[i]));
-        QString until = partner == kNoPartner ? tr("the end of the trace") : keyText(t, static_cast<std::size_t>(partner));
+        QString until
+            = partner == kNoPartner ? tr("the end of the trace") : keyText(t, static_cast<std::size_t>(partner));
         return tr("<b>%1</b> %2 on cuda:%3<br>where: %4<br>address: 0x%5<br>allocated at %6<br>%7%8")
-            .arg(bytesText(static_cast<double>(t.bytes[i])),
-                pendingBand ? tr("pending free") : tr("allocated"), QString::number(static_cast<int>(t.device[i])),
+            .arg(bytesText(static_cast<double>(t.bytes[i])), pendingBand ? tr("pending free") : tr("allocated"),
+                QString::number(static_cast<int>(t.device[i])),
                 (where.isEmpty() ? tr("(no stack)") : where).toHtmlEscaped(), QString::number(t.address[i], 16),
                 keyText(t, i),
-                pending ? tr("free requested at %1<br>").arg(keyText(t, static_cast<std::size_t>(requested))) : QString(),
+                pending ? tr("free requested at %1<br>").arg(keyText(t, static_cast<std::size_t>(requested)))
+                        : QString(),
                 tr("freed at %1").arg(until));
     }
     return {};

@@ -174,7 +174,7 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
             r.alive_at_peak.push_back(std::move(item));
         }
         std::stable_sort(r.alive_at_peak.begin(), r.alive_at_peak.end(),
-                         [](const PeakItem& a, const PeakItem& b) { return a.bytes > b.bytes; });
+            [](const PeakItem& a, const PeakItem& b) { return a.bytes > b.bytes; });
     }
 
     // Per module: activations attributed to it (and summed into its parents).
@@ -240,7 +240,7 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
 
     if (raw.info.input_guessed)
         r.notes.push_back("input shape " + shapeToString(raw.info.input_shapes.front())
-                          + " is a guess from the first layer's weight; give the real one with --input");
+            + " is a guess from the first layer's weight; give the real one with --input");
     r.trace = std::make_shared<const Trace>(std::move(t));
     r.simulated_reserved_peak_bytes = simulateGpu(r).peak_reserved;
     return r;

@@ -25,17 +25,28 @@ c10::ScalarType scalarTypeFor(const std::string& dtype)
 std::string dtypeName(c10::ScalarType t)
 {
     switch (t) {
-    case c10::kFloat: return "float32";
-    case c10::kHalf: return "float16";
-    case c10::kBFloat16: return "bfloat16";
-    case c10::kDouble: return "float64";
-    case c10::kLong: return "int64";
-    case c10::kInt: return "int32";
-    case c10::kShort: return "int16";
-    case c10::kChar: return "int8";
-    case c10::kByte: return "uint8";
-    case c10::kBool: return "bool";
-    default: return c10::toString(t);
+    case c10::kFloat:
+        return "float32";
+    case c10::kHalf:
+        return "float16";
+    case c10::kBFloat16:
+        return "bfloat16";
+    case c10::kDouble:
+        return "float64";
+    case c10::kLong:
+        return "int64";
+    case c10::kInt:
+        return "int32";
+    case c10::kShort:
+        return "int16";
+    case c10::kChar:
+        return "int8";
+    case c10::kByte:
+        return "uint8";
+    case c10::kBool:
+        return "bool";
+    default:
+        return c10::toString(t);
     }
 }
 
@@ -80,8 +91,8 @@ std::string explainLoadFailure(const std::string& head, const std::string& tail,
 {
     if (head.size() >= 2 && head[0] == 'P' && head[1] == 'K') {
         bool whole = tail.find(std::string("PK\x05\x06", 4)) != std::string::npos;
-        if (whole || torchMessage.find("constants.pkl") != std::string::npos || torchMessage.find("code/") != std::string::npos
-            || torchMessage.find("bytecode") != std::string::npos)
+        if (whole || torchMessage.find("constants.pkl") != std::string::npos
+            || torchMessage.find("code/") != std::string::npos || torchMessage.find("bytecode") != std::string::npos)
             return "a zip archive but not a TorchScript model (saved with torch.save instead of torch.jit.save?): "
                 + torchMessage;
         return "damaged or truncated TorchScript archive: " + torchMessage;
@@ -139,8 +150,8 @@ void collect(Model::Impl& d)
         addTensor(b.name, b.value, true);
 }
 
-std::unique_ptr<Model::Impl> loadFrom(std::istream& in, const std::string& name, const std::string& head,
-                                      const std::string& tail)
+std::unique_ptr<Model::Impl> loadFrom(
+    std::istream& in, const std::string& name, const std::string& head, const std::string& tail)
 {
     auto d = std::make_unique<Model::Impl>();
     try {
@@ -158,7 +169,10 @@ std::unique_ptr<Model::Impl> loadFrom(std::istream& in, const std::string& name,
 
 } // namespace
 
-Model::Model(std::unique_ptr<Impl> d) : d_(std::move(d)) { }
+Model::Model(std::unique_ptr<Impl> d)
+    : d_(std::move(d))
+{
+}
 Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
 Model::~Model() = default;
@@ -198,13 +212,20 @@ Model Model::openBytes(const std::string& bytes, const std::string& name)
     if (bytes.empty())
         throw FileError(name, "the file is empty");
     std::istringstream in(bytes);
-    Model m(loadFrom(in, name, bytes.substr(0, 16), bytes.substr(bytes.size() - std::min<std::size_t>(bytes.size(), 66000))));
+    Model m(loadFrom(
+        in, name, bytes.substr(0, 16), bytes.substr(bytes.size() - std::min<std::size_t>(bytes.size(), 66000))));
     m.d_->info.file_bytes = static_cast<std::int64_t>(bytes.size());
     return m;
 }
 
-const ModelInfo& Model::info() const { return d_->info; }
-const std::vector<LayerStats>& Model::modules() const { return d_->modules; }
+const ModelInfo& Model::info() const
+{
+    return d_->info;
+}
+const std::vector<LayerStats>& Model::modules() const
+{
+    return d_->modules;
+}
 
 std::vector<Shape> Model::guessInputs(std::string* how) const
 {

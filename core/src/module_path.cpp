@@ -21,9 +21,15 @@ bool parseFrame(const std::string& f, std::string& name, std::string& type)
     return true;
 }
 
-std::string join(const std::string& parent, const std::string& name) { return parent.empty() ? name : parent + "." + name; }
+std::string join(const std::string& parent, const std::string& name)
+{
+    return parent.empty() ? name : parent + "." + name;
+}
 
-bool isContainer(const std::string& type) { return type == "ModuleList" || type == "ModuleDict" || type == "Sequential"; }
+bool isContainer(const std::string& type)
+{
+    return type == "ModuleList" || type == "ModuleDict" || type == "Sequential";
+}
 
 } // namespace
 
@@ -46,8 +52,8 @@ ModulePathResolver::ModulePathResolver(std::vector<Module> modules)
     }
 }
 
-std::vector<std::string> ModulePathResolver::candidates(const std::string& parent, const std::string& name,
-                                                        const std::string& type) const
+std::vector<std::string> ModulePathResolver::candidates(
+    const std::string& parent, const std::string& name, const std::string& type) const
 {
     std::vector<std::string> out;
     auto direct = join(parent, name);
@@ -55,7 +61,7 @@ std::vector<std::string> ModulePathResolver::candidates(const std::string& paren
     if (t != type_of_.end() && t->second == type)
         return {direct};
     // Look through containers below parent (a ModuleList holding ModuleLists too).
-    std::vector<std::string> todo{parent};
+    std::vector<std::string> todo {parent};
     while (!todo.empty()) {
         auto p = todo.back();
         todo.pop_back();
@@ -81,7 +87,8 @@ std::vector<std::string> ModulePathResolver::candidates(const std::string& paren
     return out;
 }
 
-std::string ModulePathResolver::resolve(const std::vector<std::string>& frames, std::uint32_t op, const std::string& hint)
+std::string ModulePathResolver::resolve(
+    const std::vector<std::string>& frames, std::uint32_t op, const std::string& hint)
 {
     std::string path, name, type;
     for (const auto& f : frames) {

@@ -13,7 +13,7 @@ namespace memledger {
 
 namespace {
 
-constexpr std::size_t kChartPoints = 1000;     // columns of the chart: about one per pixel
+constexpr std::size_t kChartPoints = 1000; // columns of the chart: about one per pixel
 constexpr std::size_t kHoverAllocations = 3000; // largest allocations kept for hover details
 
 const char* kLedgerColours[] = {"#4e79a7", "#59a14f", "#f28e2b", "#e15759", "#9c755f"};
@@ -30,7 +30,7 @@ nlohmann::json chartSeries(const Report& r)
     // began (a ring buffer): they leave it when the trace frees them.
     constexpr std::size_t kBands = 6, kBefore = 5;
     std::array<std::vector<std::int64_t>, kBands> y;
-    std::array<std::int64_t, kBands> now{};
+    std::array<std::int64_t, kBands> now {};
     if (r.snapshot)
         now[kBefore] = aliveBeforeTrace(*r.snapshot);
     double endMs = t.size() ? static_cast<double>(t.time_ns.back()) / 1e6 : 0.0;
@@ -40,7 +40,7 @@ nlohmann::json chartSeries(const Report& r)
     const double span = std::max(1.0, (t.size() ? static_cast<double>(t.time_ns.back()) : 0.0) - t0);
     std::int64_t bucket = -1;
     std::int64_t bucketMax = -1;
-    std::array<std::int64_t, kBands> atMax{};
+    std::array<std::int64_t, kBands> atMax {};
     double xAtMax = 0;
     auto flush = [&] {
         if (bucket < 0)
@@ -75,7 +75,8 @@ nlohmann::json chartSeries(const Report& r)
     out["x_ms"] = x;
     out["end_ms"] = endMs;
     json series = json::array();
-    for (std::size_t l : {kBefore, std::size_t{0}, std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{4}}) {
+    for (std::size_t l :
+        {kBefore, std::size_t {0}, std::size_t {1}, std::size_t {2}, std::size_t {3}, std::size_t {4}}) {
         bool any = std::any_of(y[l].begin(), y[l].end(), [](std::int64_t v) { return v != 0; });
         if (l >= static_cast<std::size_t>(kLedgerCount) && !any)
             continue;
@@ -84,11 +85,12 @@ nlohmann::json chartSeries(const Report& r)
         else if (l == static_cast<std::size_t>(Ledger::Unattributed) && r.snapshot)
             series.push_back({{"name", "allocated in the trace"}, {"colour", kLedgerColours[l]}, {"y", y[l]}});
         else
-            series.push_back({{"name", ledgerName(static_cast<Ledger>(l))}, {"colour", kLedgerColours[l]}, {"y", y[l]}});
+            series.push_back(
+                {{"name", ledgerName(static_cast<Ledger>(l))}, {"colour", kLedgerColours[l]}, {"y", y[l]}});
     }
     out["series"] = series;
     out["base"] = {{{"name", "weights"}, {"colour", kLedgerColours[0]}, {"bytes", r.weight_bytes}},
-                   {{"name", "inputs"}, {"colour", kLedgerColours[1]}, {"bytes", r.input_bytes}}};
+        {{"name", "inputs"}, {"colour", kLedgerColours[1]}, {"bytes", r.input_bytes}}};
     return out;
 }
 
@@ -102,7 +104,7 @@ nlohmann::json hoverAllocations(const Report& r)
             allocs.push_back(i);
     auto keep = std::min(allocs.size(), kHoverAllocations);
     std::partial_sort(allocs.begin(), allocs.begin() + static_cast<std::ptrdiff_t>(keep), allocs.end(),
-                      [&](std::size_t a, std::size_t b) { return t.bytes[a] > t.bytes[b]; });
+        [&](std::size_t a, std::size_t b) { return t.bytes[a] > t.bytes[b]; });
     allocs.resize(keep);
     double endMs = t.size() ? static_cast<double>(t.time_ns.back()) / 1e6 : 0.0;
     json out = json::array();
@@ -110,7 +112,7 @@ nlohmann::json hoverAllocations(const Report& r)
         auto p = t.partner[i];
         double to = p == kNoPartner ? endMs : static_cast<double>(t.time_ns[static_cast<std::size_t>(p)]) / 1e6;
         out.push_back({static_cast<double>(t.time_ns[i]) / 1e6, to, t.bytes[i], ledgerName(t.ledger[i]),
-                       t.strings.at(t.where[i]), t.strings.at(t.inner_op[i] ? t.inner_op[i] : t.outer_op[i])});
+            t.strings.at(t.where[i]), t.strings.at(t.inner_op[i] ? t.inner_op[i] : t.outer_op[i])});
     }
     return out;
 }
@@ -182,7 +184,8 @@ void layerRows(std::ostringstream& out, const Report& r, int i, std::int64_t lar
     std::string shapes;
     for (const auto& s : l.output_shapes)
         shapes += (shapes.empty() ? "" : ", ") + s;
-    auto width = largest > 0 ? static_cast<int>(100.0 * static_cast<double>(l.peak_bytes) / static_cast<double>(largest)) : 0;
+    auto width
+        = largest > 0 ? static_cast<int>(100.0 * static_cast<double>(l.peak_bytes) / static_cast<double>(largest)) : 0;
     out << "<tr><td style=\"padding-left:" << 8 + 14 * l.depth << "px\">" << htmlEscape(l.parent < 0 ? l.type : l.name)
         << "</td><td class=l>" << htmlEscape(l.parent < 0 ? "" : l.type) << "</td><td class=l>" << htmlEscape(shapes)
         << "</td><td>" << formatBytes(l.weight_bytes) << "</td><td>" << formatBytes(l.activation_bytes) << "</td><td>"
@@ -197,19 +200,20 @@ void whatIfSection(std::ostringstream& out, const nlohmann::json& w)
 {
     if (!w.contains("predictions") || !w["predictions"].is_array())
         return;
-    auto budget = w.value("budget_bytes", std::int64_t{0});
-    out << "<h2>What if: other batch sizes and precisions</h2>\n<table id=whatif><tr><th>batch</th><th class=l>dtype</th>"
+    auto budget = w.value("budget_bytes", std::int64_t {0});
+    out << "<h2>What if: other batch sizes and precisions</h2>\n<table id=whatif><tr><th>batch</th><th "
+           "class=l>dtype</th>"
            "<th class=l>method</th><th>peak</th><th>peak total</th><th>reserved (simulated GPU)</th>";
     if (budget > 0)
         out << "<th class=l>fits " << formatBytes(budget) << "</th>";
     out << "</tr>\n";
     for (const auto& p : w["predictions"]) {
-        auto peak = p.value("measured_peak_bytes", p.value("predicted_peak_bytes", std::int64_t{0}));
-        auto total = p.value("measured_peak_total_bytes", p.value("predicted_peak_total_bytes", std::int64_t{0}));
-        out << "<tr><td>" << p.value("batch", std::int64_t{0}) << "</td><td class=l>"
+        auto peak = p.value("measured_peak_bytes", p.value("predicted_peak_bytes", std::int64_t {0}));
+        auto total = p.value("measured_peak_total_bytes", p.value("predicted_peak_total_bytes", std::int64_t {0}));
+        out << "<tr><td>" << p.value("batch", std::int64_t {0}) << "</td><td class=l>"
             << htmlEscape(p.value("dtype", "")) << "</td><td class=l>" << htmlEscape(p.value("method", ""))
             << "</td><td>" << formatBytes(peak) << "</td><td>" << formatBytes(total) << "</td><td>"
-            << formatBytes(p.value("predicted_reserved_bytes", std::int64_t{0})) << "</td>";
+            << formatBytes(p.value("predicted_reserved_bytes", std::int64_t {0})) << "</td>";
         if (budget > 0)
             out << "<td class=l>" << (p.value("fits", false) ? "yes" : "no") << "</td>";
         out << "</tr>\n";
@@ -230,11 +234,20 @@ std::string htmlEscape(const std::string& s)
     std::string out;
     for (char ch : s) {
         switch (ch) {
-        case '&': out += "&amp;"; break;
-        case '<': out += "&lt;"; break;
-        case '>': out += "&gt;"; break;
-        case '"': out += "&quot;"; break;
-        default: out += ch;
+        case '&':
+            out += "&amp;";
+            break;
+        case '<':
+            out += "&lt;";
+            break;
+        case '>':
+            out += "&gt;";
+            break;
+        case '"':
+            out += "&quot;";
+            break;
+        default:
+            out += ch;
         }
     }
     return out;
@@ -269,14 +282,15 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
     std::string heading;
     if (r.snapshot) {
         auto reserved = r.snapshot->reservedBytes(), allocated = r.snapshot->allocatedBytes();
-        heading = "Live at the peak: " + formatBytes(r.peak_bytes) + " &middot; reserved at the end: " + formatBytes(reserved);
+        heading = "Live at the peak: " + formatBytes(r.peak_bytes)
+            + " &middot; reserved at the end: " + formatBytes(reserved);
         parts.push_back({"allocated", allocated, kLedgerColours[4], ""});
         parts.push_back({"reserved, not allocated", reserved - allocated, "#c44e52", ""});
     } else {
         heading = "Ledgers at the peak: " + formatBytes(r.peak_total_bytes);
         for (int l = 0; l < kLedgerCount; ++l)
             parts.push_back({ledgerName(static_cast<Ledger>(l)), r.ledgers[l].at_peak, kLedgerColours[l],
-                             formatBytes(r.ledgers[l].total) + " allocated in all"});
+                formatBytes(r.ledgers[l].total) + " allocated in all"});
     }
     out << "<h2>" << heading << "</h2>\n<div class=bar>";
     std::int64_t sum = 0;
@@ -294,16 +308,17 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
             << (part.detail.empty() ? std::string() : " <span class=muted>(" + part.detail + ")</span>") << "</span>";
     out << "</p>\n";
     if (r.load_tax.file_tensor_bytes > 0)
-        out << "<p>Load tax: file " << formatBytes(r.load_tax.file_tensor_bytes) << " " << htmlEscape(r.load_tax.file_dtype)
-            << ", resident " << formatBytes(r.load_tax.resident_bytes) << " as " << htmlEscape(r.load_tax.resident_dtype)
-            << "</p>\n";
+        out << "<p>Load tax: file " << formatBytes(r.load_tax.file_tensor_bytes) << " "
+            << htmlEscape(r.load_tax.file_dtype) << ", resident " << formatBytes(r.load_tax.resident_bytes) << " as "
+            << htmlEscape(r.load_tax.resident_dtype) << "</p>\n";
     if (r.simulated_reserved_peak_bytes > 0 && r.source == "model")
         out << "<p>On a GPU, PyTorch's caching allocator would reserve about "
             << formatBytes(r.simulated_reserved_peak_bytes) << " <span class=muted>(simulated)</span></p>\n";
     for (const auto& note : r.notes)
         out << "<p class=muted>Note: " << htmlEscape(note) << "</p>\n";
 
-    out << "<h2>Timeline: live bytes" << (r.snapshot ? "" : " by ledger") << "</h2>\n<canvas id=chart width=1100 height=360></canvas><div id=tip></div>\n";
+    out << "<h2>Timeline: live bytes" << (r.snapshot ? "" : " by ledger")
+        << "</h2>\n<canvas id=chart width=1100 height=360></canvas><div id=tip></div>\n";
     if (r.whatif)
         whatIfSection(out, *r.whatif);
     out << extraSectionsHtml;
@@ -311,9 +326,9 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
         out << "<h2>Alive at the peak</h2>\n<table><tr><th>bytes</th><th>ledger</th><th>module</th><th>op</th></tr>\n";
         for (std::size_t i = 0; i < std::min<std::size_t>(r.alive_at_peak.size(), 15); ++i) {
             const auto& a = r.alive_at_peak[i];
-            out << "<tr><td>" << formatBytes(a.bytes) << "</td><td class=l>" << ledgerName(a.ledger) << "</td><td class=l>"
-                << htmlEscape(a.where.empty() ? "(root)" : a.where) << "</td><td class=l>" << htmlEscape(a.op)
-                << "</td></tr>\n";
+            out << "<tr><td>" << formatBytes(a.bytes) << "</td><td class=l>" << ledgerName(a.ledger)
+                << "</td><td class=l>" << htmlEscape(a.where.empty() ? "(root)" : a.where) << "</td><td class=l>"
+                << htmlEscape(a.op) << "</td></tr>\n";
         }
         out << "</table>\n";
     }
@@ -323,7 +338,8 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
             if (l.parent >= 0)
                 largest = std::max(largest, l.peak_bytes);
         out << "<h2>Layers</h2>\n<table id=layers><tr><th>module</th><th class=l>type</th><th class=l>output</th>"
-               "<th>weights</th><th>activations</th><th>temporaries (peak)</th><th>peak delta</th><th>calls</th></tr>\n";
+               "<th>weights</th><th>activations</th><th>temporaries (peak)</th><th>peak "
+               "delta</th><th>calls</th></tr>\n";
         layerRows(out, r, 0, std::max<std::int64_t>(largest, 1));
         out << "</table>\n";
     }
@@ -334,7 +350,7 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
         data["allocs"] = hoverAllocations(r);
     } else {
         data["chart"] = {{"x_ms", nlohmann::json::array()}, {"end_ms", 0}, {"series", nlohmann::json::array()},
-                         {"base", nlohmann::json::array()}};
+            {"base", nlohmann::json::array()}};
         data["allocs"] = nlohmann::json::array();
     }
     data["peak"] = {{"ms", static_cast<double>(r.peak_time_ns) / 1e6}, {"bytes", r.peak_total_bytes}};

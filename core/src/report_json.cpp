@@ -24,24 +24,17 @@ json eventsToJson(const Trace& t)
         actions.push_back(static_cast<int>(t.action[i]));
         ledgers.push_back(static_cast<int>(t.ledger[i]));
     }
-    return json{{"count", t.size()},
-                {"strings", strings},
-                {"columns", {"time_ns", "bytes", "address", "action", "device", "ledger", "op_seq", "outer_op",
-                             "inner_op", "where", "partner"}},
-                {"action_names", {"alloc", "free", "free_requested", "segment_alloc", "segment_free", "segment_map",
-                                  "segment_unmap", "oom", "snapshot"}},
-                {"ledger_names", {"weights", "inputs", "activations", "temporaries", "unattributed"}},
-                {"time_ns", t.time_ns},
-                {"bytes", t.bytes},
-                {"address", t.address},
-                {"action", actions},
-                {"device", t.device},
-                {"ledger", ledgers},
-                {"op_seq", t.op_seq},
-                {"outer_op", t.outer_op},
-                {"inner_op", t.inner_op},
-                {"where", t.where},
-                {"partner", t.partner}};
+    return json {{"count", t.size()}, {"strings", strings},
+        {"columns",
+            {"time_ns", "bytes", "address", "action", "device", "ledger", "op_seq", "outer_op", "inner_op", "where",
+                "partner"}},
+        {"action_names",
+            {"alloc", "free", "free_requested", "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom",
+                "snapshot"}},
+        {"ledger_names", {"weights", "inputs", "activations", "temporaries", "unattributed"}}, {"time_ns", t.time_ns},
+        {"bytes", t.bytes}, {"address", t.address}, {"action", actions}, {"device", t.device}, {"ledger", ledgers},
+        {"op_seq", t.op_seq}, {"outer_op", t.outer_op}, {"inner_op", t.inner_op}, {"where", t.where},
+        {"partner", t.partner}};
 }
 
 template <typename T> void readColumn(const json& e, const char* key, std::vector<T>& out, std::size_t n)
@@ -92,25 +85,16 @@ void snapshotToJson(const Snapshot& s, json& j)
         for (int a = 0; a <= static_cast<int>(Action::Snapshot); ++a)
             if (auto n = s.traceCount(static_cast<Action>(a)))
                 counts[actionName(static_cast<Action>(a))] = n;
-    j["snapshot"] = {{"layout", s.layout},
-                     {"devices", s.devices},
-                     {"segments", s.segments.size()},
-                     {"reserved_bytes", s.reservedBytes()},
-                     {"allocated_bytes", s.allocatedBytes()},
-                     {"trace_entries", s.trace ? s.trace->size() : 0},
-                     {"trace_actions", counts},
-                     {"ooms", s.ooms.size()}};
+    j["snapshot"] = {{"layout", s.layout}, {"devices", s.devices}, {"segments", s.segments.size()},
+        {"reserved_bytes", s.reservedBytes()}, {"allocated_bytes", s.allocatedBytes()},
+        {"trace_entries", s.trace ? s.trace->size() : 0}, {"trace_actions", counts}, {"ooms", s.ooms.size()}};
     const auto c = s.allocator_check.done ? s.allocator_check : checkAllocatorModel(s);
-    j["allocator_model"] = {{"unit", c.unit},
-                            {"recorded_segment_allocs", c.recorded},
-                            {"reproduced_segment_allocs", c.reproduced},
-                            {"model_segment_allocs", c.model_total},
-                            {"settings", {{"present", s.settings.present},
-                                          {"conf", s.settings.conf},
-                                          {"max_split_size", s.settings.max_split_size},
-                                          {"expandable_segments", s.settings.expandable_segments},
-                                          {"default", s.settings.isDefault()}}},
-                            {"matched", c.matched}};
+    j["allocator_model"] = {{"unit", c.unit}, {"recorded_segment_allocs", c.recorded},
+        {"reproduced_segment_allocs", c.reproduced}, {"model_segment_allocs", c.model_total},
+        {"settings",
+            {{"present", s.settings.present}, {"conf", s.settings.conf}, {"max_split_size", s.settings.max_split_size},
+                {"expandable_segments", s.settings.expandable_segments}, {"default", s.settings.isDefault()}}},
+        {"matched", c.matched}};
 }
 
 } // namespace
@@ -124,24 +108,17 @@ json reportToJson(const Report& r, bool withEvents)
     json tensors = json::array();
     for (const auto& t : r.model.tensors)
         tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"dtype", t.dtype}, {"bytes", t.bytes},
-                           {"kind", t.is_buffer ? "buffer" : "parameter"}});
-    j["model"] = {{"path", r.model.path},
-                  {"type", r.model.type},
-                  {"file_bytes", r.model.file_bytes},
-                  {"parameter_bytes", r.model.parameter_bytes},
-                  {"buffer_bytes", r.model.buffer_bytes},
-                  {"file_bytes_by_dtype", r.model.bytes_by_dtype},
-                  {"tensors", tensors}};
+            {"kind", t.is_buffer ? "buffer" : "parameter"}});
+    j["model"] = {{"path", r.model.path}, {"type", r.model.type}, {"file_bytes", r.model.file_bytes},
+        {"parameter_bytes", r.model.parameter_bytes}, {"buffer_bytes", r.model.buffer_bytes},
+        {"file_bytes_by_dtype", r.model.bytes_by_dtype}, {"tensors", tensors}};
     json shapes = json::array();
     for (const auto& s : r.run.input_shapes)
         shapes.push_back(s);
-    j["run"] = {{"input_shapes", shapes},   {"input_guessed", r.run.input_guessed}, {"batch", r.run.batch},
-                {"dtype", r.run.dtype},     {"mode", r.run.mode},                   {"device", r.run.device},
-                {"duration_ms", r.run.duration_ms}};
-    j["load_tax"] = {{"file_tensor_bytes", r.load_tax.file_tensor_bytes},
-                     {"file_dtype", r.load_tax.file_dtype},
-                     {"resident_bytes", r.load_tax.resident_bytes},
-                     {"resident_dtype", r.load_tax.resident_dtype}};
+    j["run"] = {{"input_shapes", shapes}, {"input_guessed", r.run.input_guessed}, {"batch", r.run.batch},
+        {"dtype", r.run.dtype}, {"mode", r.run.mode}, {"device", r.run.device}, {"duration_ms", r.run.duration_ms}};
+    j["load_tax"] = {{"file_tensor_bytes", r.load_tax.file_tensor_bytes}, {"file_dtype", r.load_tax.file_dtype},
+        {"resident_bytes", r.load_tax.resident_bytes}, {"resident_dtype", r.load_tax.resident_dtype}};
     j["weight_bytes"] = r.weight_bytes;
     j["input_bytes"] = r.input_bytes;
     j["peak_bytes"] = r.peak_bytes;
@@ -150,27 +127,20 @@ json reportToJson(const Report& r, bool withEvents)
     j["peak_event"] = r.peak_event;
     if (r.simulated_reserved_peak_bytes > 0)
         j["simulated_gpu"] = {{"reserved_peak_bytes", r.simulated_reserved_peak_bytes},
-                              {"note", "simulated: the run replayed through a model of PyTorch's CUDA caching allocator"}};
+            {"note", "simulated: the run replayed through a model of PyTorch's CUDA caching allocator"}};
     for (int l = 0; l < kLedgerCount; ++l)
         j["ledgers"][kLedgerKeys[l]] = {{"at_peak", r.ledgers[l].at_peak}, {"total", r.ledgers[l].total}};
     json layers = json::array();
     for (const auto& l : r.layers)
-        layers.push_back({{"path", l.path},
-                          {"name", l.name},
-                          {"type", l.type},
-                          {"parent", l.parent},
-                          {"depth", l.depth},
-                          {"weight_bytes", l.weight_bytes},
-                          {"activation_bytes", l.activation_bytes},
-                          {"temporary_peak_bytes", l.temporary_peak_bytes},
-                          {"peak_bytes", l.peak_bytes},
-                          {"calls", l.calls},
-                          {"output_shapes", l.output_shapes}});
+        layers.push_back({{"path", l.path}, {"name", l.name}, {"type", l.type}, {"parent", l.parent},
+            {"depth", l.depth}, {"weight_bytes", l.weight_bytes}, {"activation_bytes", l.activation_bytes},
+            {"temporary_peak_bytes", l.temporary_peak_bytes}, {"peak_bytes", l.peak_bytes}, {"calls", l.calls},
+            {"output_shapes", l.output_shapes}});
     j["layers"] = layers;
     json alive = json::array();
     for (const auto& a : r.alive_at_peak)
         alive.push_back({{"bytes", a.bytes}, {"ledger", ledgerName(a.ledger)}, {"where", a.where}, {"op", a.op},
-                         {"event", a.event}});
+            {"event", a.event}});
     j["alive_at_peak"] = alive;
     j["notes"] = r.notes;
     if (r.whatif)
@@ -197,10 +167,10 @@ Report reportFromJson(const json& j, const std::string& name)
         r.model.file_bytes = m.at("file_bytes").get<std::int64_t>();
         r.model.parameter_bytes = m.at("parameter_bytes").get<std::int64_t>();
         r.model.buffer_bytes = m.at("buffer_bytes").get<std::int64_t>();
-        r.model.bytes_by_dtype = m.value("file_bytes_by_dtype", std::map<std::string, std::int64_t>{});
+        r.model.bytes_by_dtype = m.value("file_bytes_by_dtype", std::map<std::string, std::int64_t> {});
         for (const auto& t : m.value("tensors", json::array()))
-            r.model.tensors.push_back({t.at("name"), t.at("shape").get<Shape>(), t.at("dtype"), t.at("bytes"),
-                                       t.at("kind") == "buffer"});
+            r.model.tensors.push_back(
+                {t.at("name"), t.at("shape").get<Shape>(), t.at("dtype"), t.at("bytes"), t.at("kind") == "buffer"});
         const auto& run = j.at("run");
         for (const auto& s : run.at("input_shapes"))
             r.run.input_shapes.push_back(s.get<Shape>());
@@ -212,17 +182,17 @@ Report reportFromJson(const json& j, const std::string& name)
         r.run.duration_ms = run.value("duration_ms", 0.0);
         if (j.contains("load_tax")) {
             const auto& lt = j["load_tax"];
-            r.load_tax = {lt.at("file_tensor_bytes"), lt.at("file_dtype"), lt.at("resident_bytes"),
-                          lt.at("resident_dtype")};
+            r.load_tax
+                = {lt.at("file_tensor_bytes"), lt.at("file_dtype"), lt.at("resident_bytes"), lt.at("resident_dtype")};
         }
-        r.weight_bytes = j.value("weight_bytes", std::int64_t{0});
-        r.input_bytes = j.value("input_bytes", std::int64_t{0});
+        r.weight_bytes = j.value("weight_bytes", std::int64_t {0});
+        r.input_bytes = j.value("input_bytes", std::int64_t {0});
         r.peak_bytes = j.at("peak_bytes").get<std::int64_t>();
         r.peak_total_bytes = j.at("peak_total_bytes").get<std::int64_t>();
-        r.peak_time_ns = j.value("peak_time_ns", std::int64_t{0});
+        r.peak_time_ns = j.value("peak_time_ns", std::int64_t {0});
         r.peak_event = j.value("peak_event", -1);
         if (j.contains("simulated_gpu"))
-            r.simulated_reserved_peak_bytes = j["simulated_gpu"].value("reserved_peak_bytes", std::int64_t{0});
+            r.simulated_reserved_peak_bytes = j["simulated_gpu"].value("reserved_peak_bytes", std::int64_t {0});
         for (int l = 0; l < kLedgerCount; ++l) {
             const auto& lj = j.at("ledgers").at(kLedgerKeys[l]);
             r.ledgers[l] = {lj.at("at_peak").get<std::int64_t>(), lj.at("total").get<std::int64_t>()};
@@ -239,7 +209,7 @@ Report reportFromJson(const json& j, const std::string& name)
             l.temporary_peak_bytes = lj.at("temporary_peak_bytes");
             l.peak_bytes = lj.at("peak_bytes");
             l.calls = lj.at("calls");
-            l.output_shapes = lj.value("output_shapes", std::vector<std::string>{});
+            l.output_shapes = lj.value("output_shapes", std::vector<std::string> {});
             auto self = static_cast<int>(r.layers.size());
             if (l.parent >= self)
                 throw std::runtime_error("layer " + l.path + " comes before its parent");
@@ -259,10 +229,10 @@ Report reportFromJson(const json& j, const std::string& name)
             p.event = a.value("event", -1);
             r.alive_at_peak.push_back(std::move(p));
         }
-        r.notes = j.value("notes", std::vector<std::string>{});
+        r.notes = j.value("notes", std::vector<std::string> {});
         if (j.contains("whatif") && j["whatif"].is_object())
             r.whatif = std::make_shared<const json>(j["whatif"]);
-        r.trace = std::make_shared<const Trace>(j.contains("events") ? eventsFromJson(j["events"]) : Trace{});
+        r.trace = std::make_shared<const Trace>(j.contains("events") ? eventsFromJson(j["events"]) : Trace {});
         return r;
     } catch (const FileError&) {
         throw;

@@ -19,7 +19,10 @@ std::string pad(std::string s, std::size_t width, bool right = false)
     return right ? fill + s : s + fill;
 }
 
-std::string bytesOrDash(std::int64_t b) { return b ? formatBytes(b) : "-"; }
+std::string bytesOrDash(std::int64_t b)
+{
+    return b ? formatBytes(b) : "-";
+}
 
 // A snapshot's tree groups allocations by stack frame: only allocated bytes, peak delta and count apply.
 void printSnapshotRow(std::ostringstream& out, const Report& r, int index, int maxDepth)
@@ -37,8 +40,8 @@ void printSnapshotRow(std::ostringstream& out, const Report& r, int index, int m
 void snapshotSummary(std::ostringstream& out, const Report& r)
 {
     const auto& s = *r.snapshot;
-    out << "Live at the peak: " << formatBytes(r.peak_bytes) << "  (alive before the trace began: "
-        << formatBytes(aliveBeforeTrace(s)) << ")\n";
+    out << "Live at the peak: " << formatBytes(r.peak_bytes)
+        << "  (alive before the trace began: " << formatBytes(aliveBeforeTrace(s)) << ")\n";
     auto reserved = s.reservedBytes(), allocated = s.allocatedBytes();
     out << "At the end: " << formatBytes(reserved) << " reserved in " << s.segments.size() << " segments, "
         << formatBytes(allocated) << " allocated, " << formatBytes(reserved - allocated)
@@ -59,8 +62,8 @@ void printRow(std::ostringstream& out, const Report& r, int index, int maxDepth)
         shape += " +" + std::to_string(l.output_shapes.size() - 1);
     out << pad(name, 34) << ' ' << pad(l.parent < 0 ? "" : l.type, 18) << ' ' << pad(shape, 18) << ' '
         << pad(bytesOrDash(l.weight_bytes), 11, true) << ' ' << pad(bytesOrDash(l.activation_bytes), 11, true) << ' '
-        << pad(bytesOrDash(l.temporary_peak_bytes), 11, true) << ' ' << pad(bytesOrDash(l.peak_bytes), 11, true)
-        << ' ' << pad(std::to_string(l.calls), 5, true) << '\n';
+        << pad(bytesOrDash(l.temporary_peak_bytes), 11, true) << ' ' << pad(bytesOrDash(l.peak_bytes), 11, true) << ' '
+        << pad(std::to_string(l.calls), 5, true) << '\n';
     for (int c : l.children)
         printRow(out, r, c, maxDepth);
 }
@@ -116,8 +119,8 @@ std::string reportToText(const Report& r, int maxDepth)
     }
     out << "Ledgers at the peak (allocated over the run):\n";
     for (int l = 0; l < kLedgerCount; ++l)
-        out << "  " << pad(ledgerName(static_cast<Ledger>(l)), 12) << ' ' << pad(formatBytes(r.ledgers[l].at_peak), 11, true)
-            << "  (" << formatBytes(r.ledgers[l].total) << ")\n";
+        out << "  " << pad(ledgerName(static_cast<Ledger>(l)), 12) << ' '
+            << pad(formatBytes(r.ledgers[l].at_peak), 11, true) << "  (" << formatBytes(r.ledgers[l].total) << ")\n";
     out << "  peak during the run    " << formatBytes(r.peak_bytes) << "\n";
     out << "  peak total             " << formatBytes(r.peak_total_bytes) << "  (weights + inputs + run peak)\n";
     if (r.simulated_reserved_peak_bytes > 0 && r.source == "model")
@@ -145,8 +148,8 @@ std::string reportToText(const Report& r, int maxDepth)
 std::string tensorsToText(const Report& r)
 {
     std::ostringstream out;
-    out << pad("parameter or buffer", 48) << ' ' << pad("kind", 9) << ' ' << pad("shape", 20) << ' '
-        << pad("dtype", 9) << ' ' << pad("bytes", 11, true) << '\n';
+    out << pad("parameter or buffer", 48) << ' ' << pad("kind", 9) << ' ' << pad("shape", 20) << ' ' << pad("dtype", 9)
+        << ' ' << pad("bytes", 11, true) << '\n';
     for (const auto& t : r.model.tensors)
         out << pad(t.name, 48) << ' ' << pad(t.is_buffer ? "buffer" : "parameter", 9) << ' '
             << pad(shapeToString(t.shape), 20) << ' ' << pad(t.dtype, 9) << ' ' << pad(formatBytes(t.bytes), 11, true)

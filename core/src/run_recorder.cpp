@@ -35,7 +35,7 @@ struct RecordState {
     std::unordered_map<const void*, std::uint32_t> name_ids;
     ModulePathResolver* resolver = nullptr;
     std::unordered_map<const void*, std::string> param_owner; // parameter data -> its module's path
-    std::unordered_map<std::uint64_t, std::int32_t> live;         // address -> its alloc event
+    std::unordered_map<std::uint64_t, std::int32_t> live; // address -> its alloc event
     std::uint32_t current_module = 0;
     const std::atomic<bool>* cancel = nullptr;
     bool cancelled = false;
@@ -74,7 +74,9 @@ std::unique_ptr<at::ObserverContext> onOpStart(const at::RecordFunction& fn)
         return nullptr;
     const char* name = fn.name();
     auto it = s->name_ids.find(name);
-    std::uint32_t id = it != s->name_ids.end() ? it->second : s->name_ids.emplace(name, s->trace->strings.intern(name)).first->second;
+    std::uint32_t id = it != s->name_ids.end()
+        ? it->second
+        : s->name_ids.emplace(name, s->trace->strings.intern(name)).first->second;
     if (s->stack.empty()) {
         OpCall call;
         call.name = id;
@@ -120,7 +122,10 @@ void onOpEnd(const at::RecordFunction& fn, at::ObserverContext*)
 
 class AllocationRecorder final : public c10::MemoryReportingInfoBase {
 public:
-    explicit AllocationRecorder(RecordState& s) : s_(s) { }
+    explicit AllocationRecorder(RecordState& s)
+        : s_(s)
+    {
+    }
     bool memoryProfilingEnabled() const override { return true; }
 
     void reportMemoryUsage(void* ptr, int64_t size, int64_t, int64_t, c10::Device device) override
@@ -131,7 +136,6 @@ public:
             c10::free_cpu(ptr);
             s_.cancelled = true;
             throw Cancelled(); // the interpreter may wrap it: run() checks s_.cancelled
-
         }
         auto& t = *s_.trace;
         auto dev = static_cast<std::int8_t>(device.is_cpu() ? -1 : device.index());
@@ -285,7 +289,7 @@ RawRun Model::run(const RunOptions& options)
     };
     auto started = Clock::now();
     try {
-        RecordingScope scope{at::addThreadLocalCallback(at::RecordFunctionCallback(onOpStart, onOpEnd)
+        RecordingScope scope {at::addThreadLocalCallback(at::RecordFunctionCallback(onOpStart, onOpEnd)
                                                              .needsInputs(true)
                                                              .needsOutputs(true)
                                                              .scopes({at::RecordScope::FUNCTION}))};

@@ -606,8 +606,9 @@ Snapshot decodeView(std::shared_ptr<const void> owner, const char* data, std::si
     } catch (const PickleError& e) {
         throw FileError(name, "damaged or unsafe pickle: " + std::string(e.what()));
     } catch (const ShapeError& e) {
-        throw FileError(name, std::string("a Python pickle, but not a PyTorch memory snapshot (")
-                + e.what() + ") nor a TorchScript model (a zip archive written by torch.jit.save)");
+        throw FileError(name,
+            std::string("a Python pickle, but not a PyTorch memory snapshot (") + e.what()
+                + ") nor a TorchScript model (a zip archive written by torch.jit.save)");
     } catch (const FileError&) {
         throw;
     } catch (const std::bad_alloc&) {
@@ -616,7 +617,6 @@ Snapshot decodeView(std::shared_ptr<const void> owner, const char* data, std::si
         throw FileError(name, std::string("not a PyTorch memory snapshot: ") + e.what());
     }
 }
-
 
 } // namespace
 

@@ -7,11 +7,16 @@ namespace memledger {
 const char* ledgerName(Ledger l)
 {
     switch (l) {
-    case Ledger::Weights: return "weights";
-    case Ledger::Inputs: return "inputs";
-    case Ledger::Activations: return "activations";
-    case Ledger::Temporaries: return "temporaries";
-    case Ledger::Unattributed: return "unattributed";
+    case Ledger::Weights:
+        return "weights";
+    case Ledger::Inputs:
+        return "inputs";
+    case Ledger::Activations:
+        return "activations";
+    case Ledger::Temporaries:
+        return "temporaries";
+    case Ledger::Unattributed:
+        return "unattributed";
     }
     return "?";
 }
@@ -19,15 +24,24 @@ const char* ledgerName(Ledger l)
 const char* actionName(Action a)
 {
     switch (a) {
-    case Action::Alloc: return "alloc";
-    case Action::Free: return "free_completed";
-    case Action::FreeRequested: return "free_requested";
-    case Action::SegmentAlloc: return "segment_alloc";
-    case Action::SegmentFree: return "segment_free";
-    case Action::SegmentMap: return "segment_map";
-    case Action::SegmentUnmap: return "segment_unmap";
-    case Action::Oom: return "oom";
-    case Action::Snapshot: return "snapshot";
+    case Action::Alloc:
+        return "alloc";
+    case Action::Free:
+        return "free_completed";
+    case Action::FreeRequested:
+        return "free_requested";
+    case Action::SegmentAlloc:
+        return "segment_alloc";
+    case Action::SegmentFree:
+        return "segment_free";
+    case Action::SegmentMap:
+        return "segment_map";
+    case Action::SegmentUnmap:
+        return "segment_unmap";
+    case Action::Oom:
+        return "oom";
+    case Action::Snapshot:
+        return "snapshot";
     }
     return "?";
 }

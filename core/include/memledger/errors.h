@@ -8,7 +8,9 @@ namespace memledger {
 class FileError : public std::runtime_error {
 public:
     FileError(const std::string& path, const std::string& reason)
-        : std::runtime_error(path + ": " + reason), path_(path), reason_(reason)
+        : std::runtime_error(path + ": " + reason)
+        , path_(path)
+        , reason_(reason)
     {
     }
     const std::string& path() const { return path_; }
@@ -28,7 +30,10 @@ public:
 // The run was cancelled by the user.
 class Cancelled : public std::runtime_error {
 public:
-    Cancelled() : std::runtime_error("cancelled") { }
+    Cancelled()
+        : std::runtime_error("cancelled")
+    {
+    }
 };
 
 } // namespace memledger

@@ -11,8 +11,8 @@
 namespace memledger {
 
 struct SimulatedGpu {
-    AllocatorReplay replay;      // over `preloaded` weight and input blocks, then the run's events
-    std::size_t preloaded = 0;   // the first events of the replay are weights and inputs
+    AllocatorReplay replay; // over `preloaded` weight and input blocks, then the run's events
+    std::size_t preloaded = 0; // the first events of the replay are weights and inputs
     std::int64_t reserved_before_run = 0;
     std::int64_t peak_reserved = 0;
 };

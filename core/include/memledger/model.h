@@ -12,19 +12,19 @@
 namespace memledger {
 
 struct RunOptions {
-    std::vector<Shape> inputs;         // empty: guess from the model
+    std::vector<Shape> inputs; // empty: guess from the model
     std::optional<std::int64_t> batch; // replaces dim 0 of every input
-    std::string dtype = "float32";     // float32 | bfloat16 | float16
+    std::string dtype = "float32"; // float32 | bfloat16 | float16
     // Called from the running thread: modules done, modules in the model.
     std::function<void(int, int)> progress;
     const std::atomic<bool>* cancel = nullptr; // set it to stop at the next allocation
-    bool record = true;     // false: a plain run (no recorder), for benchmarks
-    bool warm_up = true;    // false: the caller has already run the model at this setting
+    bool record = true; // false: a plain run (no recorder), for benchmarks
+    bool warm_up = true; // false: the caller has already run the model at this setting
 };
 
 // One outermost ATen op of the run.
 struct OpCall {
-    std::uint32_t name = 0;   // string id in the trace
+    std::uint32_t name = 0; // string id in the trace
     std::uint32_t module = 0; // string id of the module path
     std::int64_t start_ns = 0;
     std::int64_t end_ns = 0;
@@ -47,7 +47,7 @@ struct RawRun {
 // A TorchScript model loaded on the CPU. libtorch stays behind the pointer.
 class Model {
 public:
-    static Model open(const std::string& path);                                  // throws FileError
+    static Model open(const std::string& path); // throws FileError
     static Model openBytes(const std::string& bytes, const std::string& name); // throws FileError
     Model(Model&&) noexcept;
     Model& operator=(Model&&) noexcept;

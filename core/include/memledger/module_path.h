@@ -30,7 +30,8 @@ private:
         std::size_t cursor = 0;
         std::int64_t last_op = -2;
     };
-    std::vector<std::string> candidates(const std::string& parent, const std::string& name, const std::string& type) const;
+    std::vector<std::string> candidates(
+        const std::string& parent, const std::string& name, const std::string& type) const;
     std::unordered_map<std::string, std::string> type_of_;
     std::map<std::string, std::vector<std::string>> children_;
     std::unordered_map<std::string, Ambiguity> ambiguous_;

@@ -4,8 +4,8 @@
 #include <array>
 #include <cstdint>
 #include <map>
-#include <nlohmann/json_fwd.hpp>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -54,8 +54,8 @@ struct PeakItem {
 
 struct LoadTax {
     std::int64_t file_tensor_bytes = 0; // params + buffers as stored in the file
-    std::string file_dtype;             // dominant floating dtype in the file
-    std::int64_t resident_bytes = 0;    // params + buffers at the run's dtype
+    std::string file_dtype; // dominant floating dtype in the file
+    std::int64_t resident_bytes = 0; // params + buffers at the run's dtype
     std::string resident_dtype;
 };
 
@@ -87,13 +87,13 @@ struct Report {
     LoadTax load_tax;
     std::int64_t weight_bytes = 0; // parameters + buffers resident during the run
     std::int64_t input_bytes = 0;
-    std::int64_t peak_bytes = 0;       // max live bytes allocated during the run
+    std::int64_t peak_bytes = 0; // max live bytes allocated during the run
     std::int64_t peak_total_bytes = 0; // weights + inputs + peak_bytes
     std::int64_t peak_time_ns = 0;
     std::int32_t peak_event = -1;
     // What the same run would reserve on a GPU through PyTorch's caching allocator (simulated; 0 if not known).
     std::int64_t simulated_reserved_peak_bytes = 0;
-    std::array<LedgerFigure, kLedgerCount> ledgers{};
+    std::array<LedgerFigure, kLedgerCount> ledgers {};
     std::vector<LayerStats> layers; // layers[0] is the root; parents come before children
     std::vector<PeakItem> alive_at_peak; // largest first
     std::shared_ptr<const Trace> trace;

@@ -12,7 +12,7 @@ const char* ledgerName(Ledger l);
 
 enum class Action : std::uint8_t {
     Alloc = 0,
-    Free = 1,          // free_completed in a snapshot
+    Free = 1, // free_completed in a snapshot
     FreeRequested = 2, // snapshot only: the caller freed it, the stream has not caught up
     SegmentAlloc = 3,
     SegmentFree = 4,
@@ -29,17 +29,17 @@ constexpr std::int32_t kNoPartner = -1;
 // small (see bytesPerEvent()). Strings (op names, module paths, stack frames) are interned.
 struct Trace {
     StringTable strings;
-    std::vector<std::int64_t> time_ns;  // from the start of the run
-    std::vector<std::int64_t> bytes;    // size of the block, always >= 0
+    std::vector<std::int64_t> time_ns; // from the start of the run
+    std::vector<std::int64_t> bytes; // size of the block, always >= 0
     std::vector<std::uint64_t> address;
     std::vector<Action> action;
-    std::vector<std::int8_t> device;    // -1: CPU
+    std::vector<std::int8_t> device; // -1: CPU
     std::vector<Ledger> ledger;
-    std::vector<std::uint32_t> op_seq;  // index of the outermost op in the run (0 before the first op)
+    std::vector<std::uint32_t> op_seq; // index of the outermost op in the run (0 before the first op)
     std::vector<std::uint32_t> outer_op; // string ids
     std::vector<std::uint32_t> inner_op;
-    std::vector<std::uint32_t> where;   // module path, or the top stack frame of a snapshot
-    std::vector<std::int32_t> partner;  // alloc <-> its free; kNoPartner if outside the trace
+    std::vector<std::uint32_t> where; // module path, or the top stack frame of a snapshot
+    std::vector<std::int32_t> partner; // alloc <-> its free; kNoPartner if outside the trace
 
     std::size_t size() const { return time_ns.size(); }
     void reserve(std::size_t n);
