@@ -142,7 +142,8 @@ std::vector<double> simulatedReservedBytes(const Report& r, std::string* cause)
     if (!r.trace)
         return {};
     const auto& t = *r.trace;
-    auto sim = simulateGpu(r);
+    const auto held = simulatedGpuOf(r); // keeps a fresh replay alive while it is read
+    const auto& sim = *held;
     const auto pre = sim.preloaded;
     if (sim.replay.reserved_after.size() != pre + t.size())
         return {};

@@ -78,7 +78,8 @@ std::vector<SnapshotSegment> simulatedSegments(const Report& r)
     std::vector<SnapshotSegment> out;
     if (!r.trace || r.trace->size() == 0)
         return out;
-    auto sim = simulateGpu(r);
+    const auto held = simulatedGpuOf(r); // keeps a fresh replay alive while it is read
+    const auto& sim = *held;
     const Trace& t = *r.trace;
     for (const auto& rs : sim.replay.final_segments) {
         SnapshotSegment g;

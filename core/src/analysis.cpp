@@ -242,7 +242,8 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
         r.notes.push_back("input shape " + shapeToString(raw.info.input_shapes.front())
             + " is a guess from the first layer's weight; give the real one with --input");
     r.trace = std::make_shared<const Trace>(std::move(t));
-    r.simulated_reserved_peak_bytes = simulateGpu(r).peak_reserved;
+    r.simulated_gpu = std::make_shared<const SimulatedGpu>(simulateGpu(r));
+    r.simulated_reserved_peak_bytes = r.simulated_gpu->peak_reserved;
     return r;
 }
 

@@ -46,4 +46,9 @@ SimulatedGpu simulateGpu(const Report& r, const AllocatorSettings& settings)
     return out;
 }
 
+std::shared_ptr<const SimulatedGpu> simulatedGpuOf(const Report& r)
+{
+    return r.simulated_gpu ? r.simulated_gpu : std::make_shared<const SimulatedGpu>(simulateGpu(r));
+}
+
 } // namespace memledger

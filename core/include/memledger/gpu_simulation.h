@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace memledger {
@@ -19,5 +20,7 @@ struct SimulatedGpu {
 
 // Empty replay when the report has no trace.
 SimulatedGpu simulateGpu(const Report& r, const AllocatorSettings& settings = {});
+// The report's own replay (made off the GUI thread with the report), or a new one when it has none.
+std::shared_ptr<const SimulatedGpu> simulatedGpuOf(const Report& r);
 
 } // namespace memledger

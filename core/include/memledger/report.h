@@ -11,6 +11,8 @@
 
 namespace memledger {
 
+struct SimulatedGpu;
+
 struct Snapshot; // memledger/snapshot.h
 
 using Shape = std::vector<std::int64_t>;
@@ -93,6 +95,7 @@ struct Report {
     std::int32_t peak_event = -1;
     // What the same run would reserve on a GPU through PyTorch's caching allocator (simulated; 0 if not known).
     std::int64_t simulated_reserved_peak_bytes = 0;
+    std::shared_ptr<const SimulatedGpu> simulated_gpu; // the replay behind it, made with the report
     std::array<LedgerFigure, kLedgerCount> ledgers {};
     std::vector<LayerStats> layers; // layers[0] is the root; parents come before children
     std::vector<PeakItem> alive_at_peak; // largest first
