@@ -143,3 +143,13 @@ TEST(Cli, TensorsListsEveryParameterAndBuffer)
         EXPECT_NE(r.output.find(name), std::string::npos) << name;
     EXPECT_NE(r.output.find("total int64: 8 B"), std::string::npos) << r.output;
 }
+
+TEST(Cli, SeveralInputsAreGivenCommaSeparatedAndNeverGuessed)
+{
+    auto r = runCommand(memledgerBinary() + " analyze '" + fixture("two_inputs.pt") + "' --input 2x16,2x4");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("input 2x16, 2x4"), std::string::npos) << r.output;
+    auto guessed = runCommand(memledgerBinary() + " analyze '" + fixture("two_inputs.pt") + "'");
+    EXPECT_EQ(guessed.exit_code, 4) << guessed.output;
+    EXPECT_NE(guessed.output.find("forward takes 2 inputs (x, y)"), std::string::npos) << guessed.output;
+}

@@ -209,6 +209,15 @@ RawRun Model::run(const RunOptions& options)
     raw.info.dtype = options.dtype;
     raw.info.input_shapes = options.inputs;
     if (raw.info.input_shapes.empty()) {
+        // A guess is one tensor: a forward that takes more needs them all named.
+        const auto& args = d_->module.get_method("forward").function().getSchema().arguments();
+        if (args.size() > 2) {
+            std::string names;
+            for (std::size_t i = 1; i < args.size(); ++i)
+                names += (i > 1 ? ", " : "") + args[i].name();
+            throw RunError("forward takes " + std::to_string(args.size() - 1) + " inputs (" + names
+                           + "): give their shapes with --input, comma-separated");
+        }
         std::string how;
         raw.info.input_shapes = guessInputs(&how);
         if (raw.info.input_shapes.empty())
