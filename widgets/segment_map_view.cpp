@@ -38,21 +38,6 @@ QString hex(std::uint64_t a)
     return QStringLiteral("0x") + QString::number(a, 16);
 }
 
-const char* stateName(BlockState s)
-{
-    switch (s) {
-    case BlockState::ActiveAllocated:
-        return "active_allocated";
-    case BlockState::ActivePendingFree:
-        return "active_pending_free";
-    case BlockState::Inactive:
-        return "inactive";
-    case BlockState::Other:
-        break;
-    }
-    return "other";
-}
-
 QString frameText(const SnapshotFrame& f)
 {
     // Model runs name a module path, with no line.
@@ -425,7 +410,7 @@ QString SegmentMapView::describeAt(const QPoint& pos) const
         return segment;
     auto frame = topFrame(best->frames);
     return tr("<b>%1</b> %2<br>address %3, requested %4<br>%5<hr>%6")
-        .arg(bytesText(best->size), QString::fromUtf8(stateName(best->state)), hex(best->address),
+        .arg(bytesText(best->size), QString::fromUtf8(blockStateName(best->state)), hex(best->address),
             bytesText(best->requested_size), frame.isEmpty() ? tr("(no stack)") : frame.toHtmlEscaped(), segment);
 }
 

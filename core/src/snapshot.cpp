@@ -147,22 +147,12 @@ SnapshotSegment segmentOf(const PickleValue& s, bool& legacy)
     return seg;
 }
 
+// The inverse of actionName(): the trace spells actions as memledger names them.
 bool actionOf(std::string_view s, Action& a)
 {
-    static const std::pair<std::string_view, Action> kActions[] = {
-        {"alloc", Action::Alloc},
-        {"free_requested", Action::FreeRequested},
-        {"free_completed", Action::Free},
-        {"segment_alloc", Action::SegmentAlloc},
-        {"segment_free", Action::SegmentFree},
-        {"segment_map", Action::SegmentMap},
-        {"segment_unmap", Action::SegmentUnmap},
-        {"oom", Action::Oom},
-        {"snapshot", Action::Snapshot},
-    };
-    for (const auto& [name, act] : kActions)
-        if (s == name) {
-            a = act;
+    for (int i = 0; i <= static_cast<int>(Action::Snapshot); ++i)
+        if (s == actionName(static_cast<Action>(i))) {
+            a = static_cast<Action>(i);
             return true;
         }
     return false;
@@ -630,6 +620,21 @@ Snapshot readSnapshotFile(const std::string& path)
 {
     // Read into memory rather than mapped: another program truncating the file meanwhile cannot crash us.
     return decodeSnapshot(readWholeFile(path), path); // names the problem (missing, a directory, empty)
+}
+
+const char* blockStateName(BlockState s)
+{
+    switch (s) {
+    case BlockState::ActiveAllocated:
+        return "active_allocated";
+    case BlockState::ActivePendingFree:
+        return "active_pending_free";
+    case BlockState::Inactive:
+        return "inactive";
+    case BlockState::Other:
+        break;
+    }
+    return "other";
 }
 
 } // namespace memledger

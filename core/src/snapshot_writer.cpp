@@ -160,19 +160,10 @@ void writeFrames(PickleOut& p, const std::vector<FrameText>& frames)
     });
 }
 
+// PyTorch knows three states: a block of an unknown state is written as inactive.
 const char* stateName(BlockState s)
 {
-    switch (s) {
-    case BlockState::ActiveAllocated:
-        return "active_allocated";
-    case BlockState::ActivePendingFree:
-        return "active_pending_free";
-    case BlockState::Inactive:
-        return "inactive";
-    case BlockState::Other:
-        break;
-    }
-    return "inactive";
+    return s == BlockState::Other ? "inactive" : blockStateName(s);
 }
 
 struct OutBlock {

@@ -20,6 +20,9 @@ struct SnapshotFrame {
 
 enum class BlockState : std::uint8_t { ActiveAllocated, ActivePendingFree, Inactive, Other };
 
+// The state as a snapshot file spells it: "active_allocated", "active_pending_free", "inactive"; "other".
+const char* blockStateName(BlockState s);
+
 struct SnapshotBlock {
     std::uint64_t address = 0;
     std::int64_t size = 0;
