@@ -2,14 +2,14 @@
 #include "whatif_cli.h"
 
 #include "demo_model.h"
-#include "memledger/analysis.h"
-#include "memledger/atomic_file.h"
-#include "memledger/errors.h"
-#include "memledger/report_html.h"
-#include "memledger/report_json.h"
-#include "memledger/report_text.h"
-#include "memledger/snapshot.h"
-#include "memledger/snapshot_writer.h"
+#include "report/build_report.h"
+#include "support/atomic_file.h"
+#include "support/errors.h"
+#include "exports/report_html.h"
+#include "exports/report_json.h"
+#include "exports/report_text.h"
+#include "snapshot/snapshot.h"
+#include "snapshot/snapshot_writer.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,6 +1,6 @@
 #include "cli_options.h"
 
-#include "memledger/format.h"
+#include "support/format.h"
 
 #include <sstream>
 #include <stdexcept>

@@ -1,5 +1,5 @@
 #pragma once
-#include "memledger/model.h"
+#include "recording/model.h"
 
 #include <optional>
 #include <string>

@@ -3,9 +3,9 @@
 #include "demo_model.h"
 #include "layer_tree_panel.h"
 #include "ledger_summary.h"
-#include "memledger/format.h"
-#include "memledger/report_json.h"
-#include "memledger/snapshot.h"
+#include "support/format.h"
+#include "exports/report_json.h"
+#include "snapshot/snapshot.h"
 #include "run_panel.h"
 #include "run_worker.h"
 #include "segment_map_view.h"
@@ -16,7 +16,7 @@
 #include "whatif_worker.h"
 
 #if __has_include("memledger/report_html.h")
-#include "memledger/report_html.h"
+#include "exports/report_html.h"
 #define MEMLEDGER_HAS_HTML 1
 #endif
 

@@ -1,6 +1,6 @@
 #pragma once
-#include "memledger/report.h"
-#include "timeline_series.h"
+#include "report/report.h"
+#include "report/timeline_series.h"
 
 #include <QMainWindow>
 

@@ -2,10 +2,10 @@
 
 #include "cli.h"
 #include "demo_model.h"
-#include "memledger/analysis.h"
-#include "memledger/errors.h"
-#include "memledger/report_json.h"
-#include "memledger/snapshot.h"
+#include "report/build_report.h"
+#include "support/errors.h"
+#include "exports/report_json.h"
+#include "snapshot/snapshot.h"
 
 #include <QStringList>
 

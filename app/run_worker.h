@@ -1,7 +1,7 @@
 #pragma once
 #include "job_runner.h"
-#include "memledger/model.h"
-#include "memledger/report.h"
+#include "recording/model.h"
+#include "report/report.h"
 
 #include <QObject>
 #include <QString>

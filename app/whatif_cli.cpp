@@ -2,10 +2,10 @@
 
 #include "cli.h"
 #include "demo_model.h"
-#include "memledger/atomic_file.h"
-#include "memledger/errors.h"
-#include "memledger/format.h"
-#include "memledger/whatif.h"
+#include "support/atomic_file.h"
+#include "support/errors.h"
+#include "support/format.h"
+#include "whatif/whatif.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,7 +1,7 @@
 #include "whatif_worker.h"
 
 #include "demo_model.h"
-#include "memledger/errors.h"
+#include "support/errors.h"
 
 namespace memledger {
 

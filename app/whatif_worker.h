@@ -1,7 +1,7 @@
 #pragma once
 #include "job_runner.h"
-#include "memledger/model.h"
-#include "memledger/whatif.h"
+#include "recording/model.h"
+#include "whatif/whatif.h"
 
 #include <QObject>
 #include <QString>

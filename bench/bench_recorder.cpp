@@ -1,7 +1,7 @@
 // Recorder overhead: recorded run time over plain run time, interleaved in one process (median of pairs),
 // and the recorder's memory per event. Usage: bench_recorder MODEL.pt [INPUT] [BATCH] [PAIRS]
 #include "cli_options.h"
-#include "memledger/model.h"
+#include "recording/model.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -2,9 +2,9 @@
 // then times memledger's open + decode + report against Python's pickle.load of the same file (Debian's
 // /usr/bin/python3), best of 5 each. Targets: >= 5x faster, <= 64 bytes per event, <= 2 s.
 // Usage: bench_snapshot [ENTRIES] [FILE]
-#include "memledger/atomic_file.h"
-#include "memledger/snapshot.h"
-#include "memledger/snapshot_writer.h"
+#include "support/atomic_file.h"
+#include "snapshot/snapshot.h"
+#include "snapshot/snapshot_writer.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,7 +1,7 @@
 // Re-predicting a 1,000,000-event run, as a batch slider does on every move (target: <= 50 ms).
 #include "../tests/synthetic_run.h"
-#include "memledger/format.h"
-#include "memledger/whatif.h"
+#include "support/format.h"
+#include "whatif/whatif.h"
 
 #include <algorithm>
 #include <chrono>

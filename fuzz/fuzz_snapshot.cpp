@@ -1,10 +1,10 @@
 // libFuzzer target for the pickle reader and the snapshot decoder: any input must either decode or fail with
 // PickleError / FileError, never crash, hang or leak. A decoded snapshot also goes through the allocator
 // model, the report and the writer, and what the writer makes must decode again.
-#include "memledger/errors.h"
-#include "memledger/pickle_reader.h"
-#include "memledger/snapshot.h"
-#include "memledger/snapshot_writer.h"
+#include "support/errors.h"
+#include "snapshot/pickle_reader.h"
+#include "snapshot/snapshot.h"
+#include "snapshot/snapshot_writer.h"
 
 #include <cstdint>
 #include <cstdlib>

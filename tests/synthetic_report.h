@@ -1,5 +1,5 @@
 #pragma once
-#include "memledger/report.h"
+#include "report/report.h"
 
 #include <memory>
 #include <random>

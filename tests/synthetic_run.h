@@ -1,6 +1,6 @@
 #pragma once
 // Hand-made recorded runs for what-if tests and the benchmark: no model, exact sizes.
-#include "memledger/model.h"
+#include "recording/model.h"
 
 #include <string>
 

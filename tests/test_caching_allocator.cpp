@@ -1,5 +1,5 @@
-#include "memledger/caching_allocator.h"
-#include "memledger/snapshot.h"
+#include "allocator/caching_allocator.h"
+#include "snapshot/snapshot.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 #include "cli_options.h"
-#include "memledger/format.h"
-#include "memledger/module_path.h"
+#include "support/format.h"
+#include "recording/module_path.h"
 
 #include <gtest/gtest.h>
 

@@ -7,8 +7,8 @@
 #include "run_panel.h"
 #include "timeline_plot.h"
 
-#include "memledger/analysis.h"
-#include "memledger/report_json.h"
+#include "report/build_report.h"
+#include "exports/report_json.h"
 
 #include <nlohmann/json.hpp>
 

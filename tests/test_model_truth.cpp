@@ -1,9 +1,9 @@
 // memledger's figures against what PyTorch itself reports (tests/fixtures/make_fixtures.py).
 #include "cli_options.h"
 #include "fixture_paths.h"
-#include "memledger/analysis.h"
-#include "memledger/errors.h"
-#include "memledger/report_json.h"
+#include "report/build_report.h"
+#include "support/errors.h"
+#include "exports/report_json.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

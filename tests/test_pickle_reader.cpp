@@ -1,6 +1,6 @@
-#include "memledger/errors.h"
-#include "memledger/pickle_reader.h"
-#include "memledger/snapshot.h"
+#include "support/errors.h"
+#include "snapshot/pickle_reader.h"
+#include "snapshot/snapshot.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
-#include "memledger/segment_state.h"
-#include "memledger/snapshot.h"
+#include "snapshot/segment_state.h"
+#include "snapshot/snapshot.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
-#include "memledger/errors.h"
-#include "memledger/report_json.h"
-#include "memledger/snapshot.h"
-#include "memledger/snapshot_writer.h"
+#include "support/errors.h"
+#include "exports/report_json.h"
+#include "snapshot/snapshot.h"
+#include "snapshot/snapshot_writer.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

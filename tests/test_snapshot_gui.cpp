@@ -8,8 +8,8 @@
 #include "segment_timeline.h"
 #include "timeline_plot.h"
 
-#include "memledger/segment_state.h"
-#include "memledger/snapshot.h"
+#include "snapshot/segment_state.h"
+#include "snapshot/snapshot.h"
 
 #include <QAbstractItemModelTester>
 #include <QComboBox>

@@ -1,11 +1,11 @@
 // What-if: alignment and fitting on hand-made runs, and predicted against measured peaks of real models.
-#include "../core/src/whatif_alignment.h"
+#include "whatif/alignment.h"
 #include "cli_options.h"
 #include "fixture_paths.h"
-#include "memledger/analysis.h"
-#include "memledger/errors.h"
-#include "memledger/format.h"
-#include "memledger/whatif.h"
+#include "report/build_report.h"
+#include "support/errors.h"
+#include "support/format.h"
+#include "whatif/whatif.h"
 #include "synthetic_run.h"
 
 #include <gtest/gtest.h>

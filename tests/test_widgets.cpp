@@ -3,12 +3,12 @@
 #include "layer_tree_model.h"
 #include "layer_tree_panel.h"
 #include "ledger_summary.h"
-#include "memledger/analysis.h"
+#include "report/build_report.h"
 #include "qt_test_app.h"
 #include "synthetic_report.h"
 #include "timeline_plot.h"
 #include "timeline_png.h"
-#include "timeline_series.h"
+#include "report/timeline_series.h"
 
 #include <QAbstractItemModelTester>
 #include <QImage>

@@ -1,7 +1,7 @@
 #include "layer_tree_model.h"
 
 #include "ledger_colors.h"
-#include "memledger/format.h"
+#include "support/format.h"
 
 #include <QStringList>
 

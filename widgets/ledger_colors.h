@@ -1,5 +1,5 @@
 #pragma once
-#include "memledger/trace.h"
+#include "report/trace.h"
 
 #include <QColor>
 

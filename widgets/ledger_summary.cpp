@@ -1,8 +1,8 @@
 #include "ledger_summary.h"
 
 #include "ledger_colors.h"
-#include "memledger/format.h"
-#include "memledger/snapshot.h"
+#include "support/format.h"
+#include "snapshot/snapshot.h"
 
 #include <QLabel>
 #include <QPainter>

@@ -1,10 +1,10 @@
 #include "segment_map_view.h"
 
 #include "ledger_colors.h"
-#include "memledger/format.h"
-#include "memledger/gpu_simulation.h"
-#include "memledger/segment_state.h"
-#include "timeline_series.h"
+#include "support/format.h"
+#include "allocator/gpu_replay.h"
+#include "snapshot/segment_state.h"
+#include "report/timeline_series.h"
 
 #include <QCheckBox>
 #include <QHBoxLayout>

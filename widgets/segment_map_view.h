@@ -1,6 +1,6 @@
 #pragma once
-#include "memledger/report.h"
-#include "memledger/snapshot.h"
+#include "report/report.h"
+#include "snapshot/snapshot.h"
 
 #include <QAbstractScrollArea>
 

@@ -1,5 +1,5 @@
 #pragma once
-#include "segment_history.h"
+#include "allocator/segment_history.h"
 
 #include <QWidget>
 

@@ -2,8 +2,8 @@
 
 #include "byte_axis_ticker.h"
 #include "ledger_colors.h"
-#include "memledger/format.h"
-#include "memledger/snapshot.h"
+#include "support/format.h"
+#include "snapshot/snapshot.h"
 #include "step_area_graph.h"
 
 #include <QToolTip>

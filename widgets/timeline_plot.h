@@ -1,5 +1,5 @@
 #pragma once
-#include "timeline_series.h"
+#include "report/timeline_series.h"
 
 #include <qcustomplot.h>
 

@@ -1,6 +1,6 @@
 #include "whatif_panel.h"
 
-#include "memledger/format.h"
+#include "support/format.h"
 
 #include <QComboBox>
 #include <QFormLayout>

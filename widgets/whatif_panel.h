@@ -1,7 +1,7 @@
 #pragma once
 // The what-if panel: batch, precision and memory budget in, predicted peak, reserved memory and the largest
 // batch that fits out. Every figure comes from a WhatIf (no model runs here); Measure asks the window to run.
-#include "memledger/whatif.h"
+#include "whatif/whatif.h"
 
 #include <QWidget>
 

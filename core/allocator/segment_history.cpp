@@ -1,0 +1,213 @@
+#include "allocator/segment_history.h"
+
+#include "allocator/gpu_replay.h"
+
+#include "allocator/caching_allocator.h"
+#include "support/format.h"
+#include "snapshot/snapshot.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace memledger {
+
+namespace {
+
+bool isSegmentEvent(Action a)
+{
+    return a == Action::SegmentAlloc || a == Action::SegmentFree || a == Action::SegmentMap
+        || a == Action::SegmentUnmap;
+}
+
+std::int64_t segmentDelta(const Trace& t, std::size_t i)
+{
+    switch (t.action[i]) {
+    case Action::SegmentAlloc:
+    case Action::SegmentMap:
+        return t.bytes[i];
+    case Action::SegmentFree:
+    case Action::SegmentUnmap:
+        return -t.bytes[i];
+    default:
+        return 0;
+    }
+}
+
+std::string topFrame(const std::vector<SnapshotFrame>& frames)
+{
+    for (const auto& f : frames)
+        if (!f.filename.empty() && f.filename.find("torch/") == std::string::npos && f.filename[0] != '?')
+            return f.filename + ":" + std::to_string(f.line) + " " + f.name;
+    return frames.empty()
+        ? std::string()
+        : frames.front().filename + ":" + std::to_string(frames.front().line) + " " + frames.front().name;
+}
+
+// The segment(s) whose inactive bytes make most of the fragmentation at the end of a snapshot, and the block
+// that keeps the worst one from being released.
+std::string snapshotCause(const Snapshot& s, int device)
+{
+    struct Seg {
+        const SnapshotSegment* seg;
+        std::int64_t inactive = 0, largestFree = 0;
+    };
+    std::vector<Seg> segs;
+    std::int64_t total = 0;
+    for (const auto& g : s.segments) {
+        if (device != TimelineSeries::kAllDevices && g.device != device)
+            continue;
+        Seg e {&g};
+        std::int64_t used = 0;
+        for (const auto& b : g.blocks) {
+            if (b.state == BlockState::ActiveAllocated)
+                used += b.size;
+            else if (b.state == BlockState::Inactive)
+                e.largestFree = std::max(e.largestFree, b.size);
+        }
+        e.inactive = g.total_size - used;
+        total += e.inactive;
+        segs.push_back(e);
+    }
+    if (segs.empty() || total <= 0)
+        return "No fragmentation at the end: every reserved byte is allocated.";
+    std::sort(segs.begin(), segs.end(), [](const Seg& a, const Seg& b) { return a.inactive > b.inactive; });
+    std::size_t n = 0;
+    std::int64_t covered = 0;
+    while (n < segs.size() && covered * 2 < total && n < 3)
+        covered += segs[n++].inactive;
+    const auto& worst = *segs.front().seg;
+    std::string text = "At the end " + formatBytes(total) + " are reserved but not allocated; "
+        + (n == 1 ? std::string("most of it") : formatBytes(covered) + " of it") + " in "
+        + (n == 1 ? "segment" : std::to_string(n) + " segments, the largest") + " 0x" +
+        [&] {
+            char buf[32];
+            std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(worst.address));
+            return std::string(buf);
+        }()
+        + " on cuda:" + std::to_string(worst.device) + " (" + formatBytes(worst.total_size) + ", "
+        + formatBytes(segs.front().inactive) + " not allocated, largest free block "
+        + formatBytes(segs.front().largestFree) + ")";
+    // The biggest block still allocated there is what keeps the segment from being released.
+    const SnapshotBlock* pin = nullptr;
+    for (const auto& b : worst.blocks)
+        if (b.state != BlockState::Inactive && (!pin || b.size > pin->size))
+            pin = &b;
+    if (pin) {
+        auto where = topFrame(pin->frames);
+        text += ", held by " + formatBytes(pin->size) + (where.empty() ? std::string(" (no stack)") : " from " + where);
+    }
+    return text + ".";
+}
+
+std::string replayCause(const AllocatorReplay& replay, const Trace& t, std::size_t preloaded)
+{
+    const ReplaySegment* worst = nullptr;
+    std::int64_t worstFree = 0, total = 0;
+    for (const auto& g : replay.final_segments) {
+        std::int64_t free = 0;
+        for (const auto& b : g.blocks)
+            if (!b.allocated)
+                free += b.size;
+        total += free;
+        if (free > worstFree) {
+            worstFree = free;
+            worst = &g;
+        }
+    }
+    if (!worst)
+        return "Simulated: no fragmentation at the end of the run.";
+    std::string text = "Simulated: at the end " + formatBytes(total) + " would be reserved but not allocated, "
+        + formatBytes(worstFree) + " of it in one " + formatBytes(worst->size) + " segment";
+    const ReplaySegment::Block* pin = nullptr;
+    for (const auto& b : worst->blocks)
+        if (b.allocated && (!pin || b.size > pin->size))
+            pin = &b;
+    if (pin) {
+        std::string where = "weights or inputs";
+        if (pin->event >= static_cast<std::int32_t>(preloaded)) {
+            auto e = static_cast<std::size_t>(pin->event) - preloaded;
+            where = e < t.size() ? t.strings.at(t.where[e]) : std::string();
+            if (where.empty())
+                where = "the model's root";
+        }
+        text += ", held by " + formatBytes(pin->size) + " from " + where;
+    }
+    return text + ".";
+}
+
+} // namespace
+
+std::vector<double> simulatedReservedBytes(const Report& r, std::string* cause)
+{
+    if (!r.trace)
+        return {};
+    const auto& t = *r.trace;
+    const auto held = simulatedGpuOf(r); // keeps a fresh replay alive while it is read
+    const auto& sim = *held;
+    const auto pre = sim.preloaded;
+    if (sim.replay.reserved_after.size() != pre + t.size())
+        return {};
+    std::vector<double> out(t.size() + 1, 0.0);
+    out[0] = static_cast<double>(sim.reserved_before_run);
+    for (std::size_t i = 0; i < t.size(); ++i)
+        out[i + 1] = static_cast<double>(sim.replay.reserved_after[pre + i]);
+    if (cause)
+        *cause = replayCause(sim.replay, t, pre);
+    return out;
+}
+
+SegmentHistory SegmentHistory::build(const Report& r, TimelineAxis axis, int device)
+{
+    SegmentHistory h;
+    auto series = TimelineSeries::build(r, axis, device);
+    h.keys = series.keys;
+    const auto points = h.keys.size();
+    h.active = series.tops[TimelineSeries::kBands - 1];
+    h.allocated = h.active;
+    if (r.snapshot) {
+        h.allocated = series.tops[static_cast<int>(Ledger::Unattributed)]; // alive-before and traced, stacked
+        const auto& s = *r.snapshot;
+        const Trace empty;
+        const Trace& t = r.trace ? *r.trace : empty;
+        auto onDevice = [&](int d) { return device == TimelineSeries::kAllDevices || d == device; };
+        bool recorded = false;
+        std::int64_t net = 0;
+        for (std::size_t i = 0; i < t.size(); ++i)
+            if (isSegmentEvent(t.action[i]) && onDevice(t.device[i])) {
+                recorded = true;
+                net += segmentDelta(t, i);
+            }
+        std::int64_t end = 0;
+        for (const auto& g : s.segments)
+            if (onDevice(g.device))
+                end += g.total_size;
+        h.reserved.assign(points, static_cast<double>(end));
+        const auto& after = s.allocator_check.replay.reserved_after;
+        if (recorded || t.size() == 0) {
+            std::int64_t reserved = std::max<std::int64_t>(0, end - net);
+            h.reserved[0] = static_cast<double>(reserved);
+            for (std::size_t i = 0; i < t.size(); ++i) {
+                if (onDevice(t.device[i]))
+                    reserved += segmentDelta(t, i);
+                h.reserved[i + 1] = static_cast<double>(reserved);
+            }
+        } else if (after.size() == t.size()) {
+            h.simulated = true;
+            h.reserved[0] = static_cast<double>(after.front());
+            for (std::size_t i = 0; i < t.size(); ++i)
+                h.reserved[i + 1] = static_cast<double>(after[i]);
+        }
+        h.cause = snapshotCause(s, device);
+    } else {
+        h.simulated = true;
+        h.reserved = simulatedReservedBytes(r, &h.cause);
+        if (h.reserved.size() != points)
+            h.reserved.assign(points, 0.0);
+    }
+    h.fragmentation.resize(points);
+    for (std::size_t p = 0; p < points; ++p)
+        h.fragmentation[p] = std::max(0.0, h.reserved[p] - h.allocated[p]);
+    return h;
+}
+
+} // namespace memledger

@@ -1,0 +1,361 @@
+#include "exports/report_html.h"
+
+#include "report/build_report.h"
+#include "support/format.h"
+#include "snapshot/snapshot.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <sstream>
+
+namespace memledger {
+
+namespace {
+
+constexpr std::size_t kChartPoints = 1000; // columns of the chart: about one per pixel
+constexpr std::size_t kHoverAllocations = 3000; // largest allocations kept for hover details
+
+const char* kLedgerColours[] = {"#4e79a7", "#59a14f", "#f28e2b", "#e15759", "#9c755f"};
+
+// Live bytes of activations and temporaries (or, in a snapshot, all allocations) reduced to at most
+// kChartPoints columns, keeping each column's maximum so the peak survives.
+nlohmann::json chartSeries(const Report& r)
+{
+    using nlohmann::json;
+    json out = json::object();
+    const auto& t = *r.trace;
+    std::vector<double> x;
+    // Bands 0-4 are the ledgers; band 5 holds the blocks of a snapshot that were alive before its trace
+    // began (a ring buffer): they leave it when the trace frees them.
+    constexpr std::size_t kBands = 6, kBefore = 5;
+    std::array<std::vector<std::int64_t>, kBands> y;
+    std::array<std::int64_t, kBands> now {};
+    if (r.snapshot)
+        now[kBefore] = aliveBeforeTrace(*r.snapshot);
+    double endMs = t.size() ? static_cast<double>(t.time_ns.back()) / 1e6 : 0.0;
+    // Buckets of equal time: each keeps the state at its highest total, so a short spike still gets a
+    // bucket's width on the chart.
+    const double t0 = t.size() ? static_cast<double>(t.time_ns.front()) : 0.0;
+    const double span = std::max(1.0, (t.size() ? static_cast<double>(t.time_ns.back()) : 0.0) - t0);
+    std::int64_t bucket = -1;
+    std::int64_t bucketMax = -1;
+    std::array<std::int64_t, kBands> atMax {};
+    double xAtMax = 0;
+    auto flush = [&] {
+        if (bucket < 0)
+            return;
+        x.push_back(xAtMax);
+        for (std::size_t l = 0; l < kBands; ++l)
+            y[l].push_back(atMax[l]);
+    };
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        auto b = static_cast<std::int64_t>((static_cast<double>(t.time_ns[i]) - t0) / span * (kChartPoints - 1));
+        if (b != bucket) {
+            flush();
+            bucket = b;
+            bucketMax = -1;
+        }
+        if (t.action[i] == Action::Alloc)
+            now[static_cast<std::size_t>(t.ledger[i])] += t.bytes[i];
+        else if (t.action[i] == Action::Free && t.partner[i] != kNoPartner)
+            now[static_cast<std::size_t>(t.ledger[i])] -= t.bytes[i];
+        else if (t.action[i] == Action::Free && r.snapshot)
+            now[kBefore] -= t.bytes[i];
+        std::int64_t total = 0;
+        for (auto v : now)
+            total += v;
+        if (total > bucketMax) {
+            bucketMax = total;
+            atMax = now;
+            xAtMax = (t0 + span * static_cast<double>(bucket) / (kChartPoints - 1)) / 1e6;
+        }
+    }
+    flush();
+    out["x_ms"] = x;
+    out["end_ms"] = endMs;
+    json series = json::array();
+    for (std::size_t l :
+        {kBefore, std::size_t {0}, std::size_t {1}, std::size_t {2}, std::size_t {3}, std::size_t {4}}) {
+        bool any = std::any_of(y[l].begin(), y[l].end(), [](std::int64_t v) { return v != 0; });
+        if (l >= static_cast<std::size_t>(kLedgerCount) && !any)
+            continue;
+        if (l == kBefore)
+            series.push_back({{"name", "alive before the trace"}, {"colour", "#bab0ac"}, {"y", y[l]}});
+        else if (l == static_cast<std::size_t>(Ledger::Unattributed) && r.snapshot)
+            series.push_back({{"name", "allocated in the trace"}, {"colour", kLedgerColours[l]}, {"y", y[l]}});
+        else
+            series.push_back(
+                {{"name", ledgerName(static_cast<Ledger>(l))}, {"colour", kLedgerColours[l]}, {"y", y[l]}});
+    }
+    out["series"] = series;
+    out["base"] = {{{"name", "weights"}, {"colour", kLedgerColours[0]}, {"bytes", r.weight_bytes}},
+        {{"name", "inputs"}, {"colour", kLedgerColours[1]}, {"bytes", r.input_bytes}}};
+    return out;
+}
+
+nlohmann::json hoverAllocations(const Report& r)
+{
+    using nlohmann::json;
+    const auto& t = *r.trace;
+    std::vector<std::size_t> allocs;
+    for (std::size_t i = 0; i < t.size(); ++i)
+        if (t.action[i] == Action::Alloc)
+            allocs.push_back(i);
+    auto keep = std::min(allocs.size(), kHoverAllocations);
+    std::partial_sort(allocs.begin(), allocs.begin() + static_cast<std::ptrdiff_t>(keep), allocs.end(),
+        [&](std::size_t a, std::size_t b) { return t.bytes[a] > t.bytes[b]; });
+    allocs.resize(keep);
+    double endMs = t.size() ? static_cast<double>(t.time_ns.back()) / 1e6 : 0.0;
+    json out = json::array();
+    for (auto i : allocs) {
+        auto p = t.partner[i];
+        double to = p == kNoPartner ? endMs : static_cast<double>(t.time_ns[static_cast<std::size_t>(p)]) / 1e6;
+        out.push_back({static_cast<double>(t.time_ns[i]) / 1e6, to, t.bytes[i], ledgerName(t.ledger[i]),
+            t.strings.at(t.where[i]), t.strings.at(t.inner_op[i] ? t.inner_op[i] : t.outer_op[i])});
+    }
+    return out;
+}
+
+std::string scriptSafe(std::string json)
+{
+    std::string out;
+    out.reserve(json.size());
+    for (std::size_t i = 0; i < json.size(); ++i) {
+        if (json[i] == '<' && i + 1 < json.size() && json[i + 1] == '/')
+            out += "<\\";
+        else
+            out += json[i];
+    }
+    return out;
+}
+
+const char* kStyle = R"(
+body{font:14px system-ui,sans-serif;margin:24px;color:#222;background:#fff}
+h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:24px 0 8px}
+.muted{color:#666} table{border-collapse:collapse;font-size:13px}
+td,th{padding:2px 8px;text-align:right;border-bottom:1px solid #eee;white-space:nowrap}
+td:first-child,th:first-child,td.l{text-align:left}
+.bar{display:flex;height:28px;width:100%;max-width:900px;border:1px solid #ccc}
+.bar div{height:100%} .legend span{display:inline-block;margin-right:16px}
+.sw{display:inline-block;width:10px;height:10px;margin-right:4px}
+#chart{border:1px solid #ddd;max-width:100%} #tip{position:absolute;background:#fffbe6;border:1px solid #cca;
+padding:4px 8px;font-size:12px;pointer-events:none;display:none;white-space:pre}
+.inbar{display:inline-block;height:8px;background:#f28e2b;vertical-align:middle}
+)";
+
+const char* kScript = R"(
+(function(){
+const c=document.getElementById('chart'),ctx=c.getContext('2d'),tip=document.getElementById('tip');
+const W=c.width,H=c.height,L=70,R=10,T=10,B=30;
+const xs=DATA.chart.x_ms,end=Math.max(DATA.chart.end_ms,1e-9),base=DATA.chart.base;
+let baseSum=0;base.forEach(b=>baseSum+=b.bytes);
+const n=xs.length,stacks=[];let top=baseSum;
+for(let i=0;i<n;i++){let s=baseSum;DATA.chart.series.forEach(se=>{if(se.name!=='weights'&&se.name!=='inputs')s+=se.y[i];});top=Math.max(top,s);}
+top=top*1.05||1;
+function fmt(b){const u=['B','KiB','MiB','GiB','TiB'];let i=0;b=Math.abs(b);while(b>=1024&&i<4){b/=1024;i++;}return (i?b.toFixed(2):b)+' '+u[i];}
+const X=t=>L+(W-L-R)*t/end,Y=v=>H-B-(H-T-B)*v/top;
+ctx.fillStyle='#fff';ctx.fillRect(0,0,W,H);ctx.font='11px sans-serif';ctx.fillStyle='#444';ctx.strokeStyle='#eee';
+for(let k=0;k<=4;k++){const v=top*k/4,y=Y(v);ctx.beginPath();ctx.moveTo(L,y);ctx.lineTo(W-R,y);ctx.stroke();ctx.fillText(fmt(v),4,y+4);}
+for(let k=0;k<=5;k++){const t=end*k/5,l=t.toFixed(1)+' ms';ctx.fillText(l,k==5?X(t)-ctx.measureText(l).width:X(t)-16,H-10);}
+let lower=new Array(n).fill(0);
+function band(vals,colour){ctx.fillStyle=colour;ctx.beginPath();ctx.moveTo(X(0),Y(lower[0]));
+ for(let i=0;i<n;i++){ctx.lineTo(X(xs[i]),Y(i?lower[i-1]+vals[i-1]:lower[0]));ctx.lineTo(X(xs[i]),Y(lower[i]+vals[i]));}
+ ctx.lineTo(X(end),Y(lower[n-1]+vals[n-1]));ctx.lineTo(X(end),Y(lower[n-1]));
+ for(let i=n-1;i>=0;i--){ctx.lineTo(X(xs[i]),Y(lower[i]));ctx.lineTo(X(xs[i]),Y(i?lower[i-1]:lower[0]));}
+ ctx.closePath();ctx.fill();for(let i=0;i<n;i++)lower[i]+=vals[i];}
+if(n){base.forEach(b=>band(new Array(n).fill(b.bytes),b.colour));
+DATA.chart.series.forEach(se=>{if(se.name!=='weights'&&se.name!=='inputs')band(se.y,se.colour);});}
+const pk=DATA.peak;ctx.strokeStyle='#000';ctx.setLineDash([4,3]);ctx.beginPath();ctx.moveTo(X(pk.ms),T);ctx.lineTo(X(pk.ms),H-B);ctx.stroke();
+ctx.setLineDash([]);ctx.fillStyle='#000';ctx.fillText('peak '+fmt(pk.bytes),Math.min(X(pk.ms)+4,W-120),T+12);
+c.addEventListener('mousemove',e=>{const r=c.getBoundingClientRect(),sx=(e.clientX-r.left)*W/r.width;
+ if(sx<L||sx>W-R){tip.style.display='none';return;}const t=(sx-L)/(W-L-R)*end;
+ const alive=DATA.allocs.filter(a=>a[0]<=t&&t<a[1]).sort((a,b)=>b[2]-a[2]).slice(0,4);
+ let s=t.toFixed(3)+' ms';alive.forEach(a=>{s+='\n'+fmt(a[2])+'  '+a[3]+'  '+(a[4]||'(root)')+'  '+a[5]+'  alive '+a[0].toFixed(2)+'-'+a[1].toFixed(2)+' ms';});
+ tip.textContent=s;tip.style.display='block';tip.style.left=(e.pageX+12)+'px';tip.style.top=(e.pageY+12)+'px';});
+c.addEventListener('mouseleave',()=>tip.style.display='none');
+document.body.setAttribute('data-rendered','yes');
+})();
+)";
+
+void layerRows(std::ostringstream& out, const Report& r, int i, std::int64_t largest)
+{
+    const auto& l = r.layers[static_cast<std::size_t>(i)];
+    std::string shapes;
+    for (const auto& s : l.output_shapes)
+        shapes += (shapes.empty() ? "" : ", ") + s;
+    auto width
+        = largest > 0 ? static_cast<int>(100.0 * static_cast<double>(l.peak_bytes) / static_cast<double>(largest)) : 0;
+    out << "<tr><td style=\"padding-left:" << 8 + 14 * l.depth << "px\">" << htmlEscape(l.parent < 0 ? l.type : l.name)
+        << "</td><td class=l>" << htmlEscape(l.parent < 0 ? "" : l.type) << "</td><td class=l>" << htmlEscape(shapes)
+        << "</td><td>" << formatBytes(l.weight_bytes) << "</td><td>" << formatBytes(l.activation_bytes) << "</td><td>"
+        << formatBytes(l.temporary_peak_bytes) << "</td><td>" << formatBytes(l.peak_bytes)
+        << " <span class=inbar style=\"width:" << width << "px\"></span></td><td>" << l.calls << "</td></tr>\n";
+    for (int c : l.children)
+        layerRows(out, r, c, largest);
+}
+
+// The what-if table as whatIfToJson writes it.
+void whatIfSection(std::ostringstream& out, const nlohmann::json& w)
+{
+    if (!w.contains("predictions") || !w["predictions"].is_array())
+        return;
+    auto budget = w.value("budget_bytes", std::int64_t {0});
+    out << "<h2>What if: other batch sizes and precisions</h2>\n<table id=whatif><tr><th>batch</th><th "
+           "class=l>dtype</th>"
+           "<th class=l>method</th><th>peak</th><th>peak total</th><th>reserved (simulated GPU)</th>";
+    if (budget > 0)
+        out << "<th class=l>fits " << formatBytes(budget) << "</th>";
+    out << "</tr>\n";
+    for (const auto& p : w["predictions"]) {
+        auto peak = p.value("measured_peak_bytes", p.value("predicted_peak_bytes", std::int64_t {0}));
+        auto total = p.value("measured_peak_total_bytes", p.value("predicted_peak_total_bytes", std::int64_t {0}));
+        out << "<tr><td>" << p.value("batch", std::int64_t {0}) << "</td><td class=l>"
+            << htmlEscape(p.value("dtype", "")) << "</td><td class=l>" << htmlEscape(p.value("method", ""))
+            << "</td><td>" << formatBytes(peak) << "</td><td>" << formatBytes(total) << "</td><td>"
+            << formatBytes(p.value("predicted_reserved_bytes", std::int64_t {0})) << "</td>";
+        if (budget > 0)
+            out << "<td class=l>" << (p.value("fits", false) ? "yes" : "no") << "</td>";
+        out << "</tr>\n";
+    }
+    out << "</table>\n";
+    if (w.contains("max_batch") && w["max_batch"].is_object()) {
+        out << "<p>Largest batch within " << formatBytes(budget) << ":";
+        for (const auto& [dtype, n] : w["max_batch"].items())
+            out << " " << htmlEscape(dtype) << " <b>" << n.get<std::int64_t>() << "</b>";
+        out << "</p>\n";
+    }
+}
+
+} // namespace
+
+std::string htmlEscape(const std::string& s)
+{
+    std::string out;
+    for (char ch : s) {
+        switch (ch) {
+        case '&':
+            out += "&amp;";
+            break;
+        case '<':
+            out += "&lt;";
+            break;
+        case '>':
+            out += "&gt;";
+            break;
+        case '"':
+            out += "&quot;";
+            break;
+        default:
+            out += ch;
+        }
+    }
+    return out;
+}
+
+std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
+{
+    std::ostringstream out;
+    out << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>memledger: "
+        << htmlEscape(r.model.path) << "</title><style>" << kStyle << "</style></head><body>\n";
+    out << "<h1>memledger: " << htmlEscape(r.model.path) << "</h1>\n<p class=muted>";
+    if (r.source == "snapshot") {
+        out << "CUDA memory snapshot";
+    } else {
+        out << "input ";
+        for (std::size_t i = 0; i < r.run.input_shapes.size(); ++i)
+            out << (i ? ", " : "") << shapeToString(r.run.input_shapes[i]);
+        out << (r.run.input_guessed ? " (guessed)" : "") << " &middot; batch " << r.run.batch << " &middot; "
+            << htmlEscape(r.run.dtype) << " &middot; " << htmlEscape(r.run.mode) << " on " << htmlEscape(r.run.device);
+        out << " &middot; file " << formatBytes(r.model.file_bytes);
+    }
+    out << " &middot; " << (r.trace ? r.trace->size() : 0) << " events</p>\n";
+
+    // One stacked bar with its legend: the ledgers at the peak, or what a snapshot's segments hold at the end.
+    struct Part {
+        std::string name;
+        std::int64_t bytes;
+        std::string colour;
+        std::string detail;
+    };
+    std::vector<Part> parts;
+    std::string heading;
+    if (r.snapshot) {
+        auto reserved = r.snapshot->reservedBytes(), allocated = r.snapshot->allocatedBytes();
+        heading = "Live at the peak: " + formatBytes(r.peak_bytes)
+            + " &middot; reserved at the end: " + formatBytes(reserved);
+        parts.push_back({"allocated", allocated, kLedgerColours[4], ""});
+        parts.push_back({"reserved, not allocated", reserved - allocated, "#c44e52", ""});
+    } else {
+        heading = "Ledgers at the peak: " + formatBytes(r.peak_total_bytes);
+        for (int l = 0; l < kLedgerCount; ++l)
+            parts.push_back({ledgerName(static_cast<Ledger>(l)), r.ledgers[l].at_peak, kLedgerColours[l],
+                formatBytes(r.ledgers[l].total) + " allocated in all"});
+    }
+    out << "<h2>" << heading << "</h2>\n<div class=bar>";
+    std::int64_t sum = 0;
+    for (const auto& part : parts)
+        sum += part.bytes;
+    for (const auto& part : parts) {
+        double pct = sum > 0 ? 100.0 * static_cast<double>(part.bytes) / static_cast<double>(sum) : 0;
+        out << "<div title=\"" << part.name << " " << formatBytes(part.bytes) << "\" style=\"width:" << pct
+            << "%;background:" << part.colour << "\"></div>";
+    }
+    out << "</div>\n<p class=legend>";
+    for (const auto& part : parts)
+        out << "<span><i class=sw style=\"background:" << part.colour << "\"></i>" << part.name << " "
+            << formatBytes(part.bytes)
+            << (part.detail.empty() ? std::string() : " <span class=muted>(" + part.detail + ")</span>") << "</span>";
+    out << "</p>\n";
+    if (r.load_tax.file_tensor_bytes > 0)
+        out << "<p>Load tax: file " << formatBytes(r.load_tax.file_tensor_bytes) << " "
+            << htmlEscape(r.load_tax.file_dtype) << ", resident " << formatBytes(r.load_tax.resident_bytes) << " as "
+            << htmlEscape(r.load_tax.resident_dtype) << "</p>\n";
+    if (r.simulated_reserved_peak_bytes > 0 && r.source == "model")
+        out << "<p>On a GPU, PyTorch's caching allocator would reserve about "
+            << formatBytes(r.simulated_reserved_peak_bytes) << " <span class=muted>(simulated)</span></p>\n";
+    for (const auto& note : r.notes)
+        out << "<p class=muted>Note: " << htmlEscape(note) << "</p>\n";
+
+    out << "<h2>Timeline: live bytes" << (r.snapshot ? "" : " by ledger")
+        << "</h2>\n<canvas id=chart width=1100 height=360></canvas><div id=tip></div>\n";
+    if (r.whatif)
+        whatIfSection(out, *r.whatif);
+    out << extraSectionsHtml;
+    if (!r.alive_at_peak.empty()) {
+        out << "<h2>Alive at the peak</h2>\n<table><tr><th>bytes</th><th>ledger</th><th>module</th><th>op</th></tr>\n";
+        for (std::size_t i = 0; i < std::min<std::size_t>(r.alive_at_peak.size(), 15); ++i) {
+            const auto& a = r.alive_at_peak[i];
+            out << "<tr><td>" << formatBytes(a.bytes) << "</td><td class=l>" << ledgerName(a.ledger)
+                << "</td><td class=l>" << htmlEscape(a.where.empty() ? "(root)" : a.where) << "</td><td class=l>"
+                << htmlEscape(a.op) << "</td></tr>\n";
+        }
+        out << "</table>\n";
+    }
+    if (!r.layers.empty()) {
+        std::int64_t largest = 0;
+        for (const auto& l : r.layers)
+            if (l.parent >= 0)
+                largest = std::max(largest, l.peak_bytes);
+        out << "<h2>Layers</h2>\n<table id=layers><tr><th>module</th><th class=l>type</th><th class=l>output</th>"
+               "<th>weights</th><th>activations</th><th>temporaries (peak)</th><th>peak "
+               "delta</th><th>calls</th></tr>\n";
+        layerRows(out, r, 0, std::max<std::int64_t>(largest, 1));
+        out << "</table>\n";
+    }
+
+    nlohmann::json data;
+    if (r.trace) {
+        data["chart"] = chartSeries(r);
+        data["allocs"] = hoverAllocations(r);
+    } else {
+        data["chart"] = {{"x_ms", nlohmann::json::array()}, {"end_ms", 0}, {"series", nlohmann::json::array()},
+            {"base", nlohmann::json::array()}};
+        data["allocs"] = nlohmann::json::array();
+    }
+    data["peak"] = {{"ms", static_cast<double>(r.peak_time_ns) / 1e6}, {"bytes", r.peak_total_bytes}};
+    out << "<script>const DATA=" << scriptSafe(data.dump()) << ";\n" << kScript << "</script>\n</body></html>\n";
+    return out.str();
+}
+
+} // namespace memledger

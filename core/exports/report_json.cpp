@@ -1,0 +1,256 @@
+#include "exports/report_json.h"
+
+#include "support/atomic_file.h"
+#include "support/errors.h"
+#include "snapshot/snapshot.h"
+
+#include <nlohmann/json.hpp>
+
+namespace memledger {
+
+using nlohmann::json;
+
+namespace {
+
+const char* kLedgerKeys[kLedgerCount] = {"weights", "inputs", "activations", "temporaries"};
+
+json eventsToJson(const Trace& t)
+{
+    json strings = json::array();
+    for (std::size_t i = 0; i < t.strings.size(); ++i)
+        strings.push_back(t.strings.at(static_cast<std::uint32_t>(i)));
+    json actions = json::array(), ledgers = json::array();
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        actions.push_back(static_cast<int>(t.action[i]));
+        ledgers.push_back(static_cast<int>(t.ledger[i]));
+    }
+    return json {{"count", t.size()}, {"strings", strings},
+        {"columns",
+            {"time_ns", "bytes", "address", "action", "device", "ledger", "op_seq", "outer_op", "inner_op", "where",
+                "partner"}},
+        {"action_names",
+            {"alloc", "free", "free_requested", "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom",
+                "snapshot"}},
+        {"ledger_names", {"weights", "inputs", "activations", "temporaries", "unattributed"}}, {"time_ns", t.time_ns},
+        {"bytes", t.bytes}, {"address", t.address}, {"action", actions}, {"device", t.device}, {"ledger", ledgers},
+        {"op_seq", t.op_seq}, {"outer_op", t.outer_op}, {"inner_op", t.inner_op}, {"where", t.where},
+        {"partner", t.partner}};
+}
+
+template <typename T> void readColumn(const json& e, const char* key, std::vector<T>& out, std::size_t n)
+{
+    out = e.at(key).get<std::vector<T>>();
+    if (out.size() != n)
+        throw std::runtime_error(std::string("events column '") + key + "' has the wrong length");
+}
+
+Trace eventsFromJson(const json& e)
+{
+    Trace t;
+    auto n = e.at("count").get<std::size_t>();
+    for (const auto& s : e.at("strings"))
+        t.strings.intern(s.get<std::string>());
+    readColumn(e, "time_ns", t.time_ns, n);
+    readColumn(e, "bytes", t.bytes, n);
+    readColumn(e, "address", t.address, n);
+    readColumn(e, "device", t.device, n);
+    readColumn(e, "op_seq", t.op_seq, n);
+    readColumn(e, "outer_op", t.outer_op, n);
+    readColumn(e, "inner_op", t.inner_op, n);
+    readColumn(e, "where", t.where, n);
+    readColumn(e, "partner", t.partner, n);
+    std::vector<int> actions, ledgers;
+    readColumn(e, "action", actions, n);
+    readColumn(e, "ledger", ledgers, n);
+    for (std::size_t i = 0; i < n; ++i) {
+        if (actions[i] < 0 || actions[i] > static_cast<int>(Action::Snapshot) || ledgers[i] < 0
+            || ledgers[i] > static_cast<int>(Ledger::Unattributed))
+            throw std::runtime_error("event " + std::to_string(i) + " has an unknown action or ledger");
+        t.action.push_back(static_cast<Action>(actions[i]));
+        t.ledger.push_back(static_cast<Ledger>(ledgers[i]));
+        auto p = t.partner[i];
+        if (p != kNoPartner && (p < 0 || static_cast<std::size_t>(p) >= n))
+            throw std::runtime_error("event " + std::to_string(i) + " points at a missing partner");
+        for (auto id : {t.outer_op[i], t.inner_op[i], t.where[i]})
+            if (id >= t.strings.size())
+                throw std::runtime_error("event " + std::to_string(i) + " names a missing string");
+    }
+    return t;
+}
+
+void snapshotToJson(const Snapshot& s, json& j)
+{
+    json counts = json::object();
+    if (s.trace)
+        for (int a = 0; a <= static_cast<int>(Action::Snapshot); ++a)
+            if (auto n = s.traceCount(static_cast<Action>(a)))
+                counts[actionName(static_cast<Action>(a))] = n;
+    j["snapshot"] = {{"layout", s.layout}, {"devices", s.devices}, {"segments", s.segments.size()},
+        {"reserved_bytes", s.reservedBytes()}, {"allocated_bytes", s.allocatedBytes()},
+        {"trace_entries", s.trace ? s.trace->size() : 0}, {"trace_actions", counts}, {"ooms", s.ooms.size()}};
+    const auto c = s.allocator_check.done ? s.allocator_check : checkAllocatorModel(s);
+    j["allocator_model"] = {{"unit", c.unit}, {"recorded_segment_allocs", c.recorded},
+        {"reproduced_segment_allocs", c.reproduced}, {"model_segment_allocs", c.model_total},
+        {"settings",
+            {{"present", s.settings.present}, {"conf", s.settings.conf}, {"max_split_size", s.settings.max_split_size},
+                {"expandable_segments", s.settings.expandable_segments}, {"default", s.settings.isDefault()}}},
+        {"matched", c.matched}};
+}
+
+} // namespace
+
+json reportToJson(const Report& r, bool withEvents)
+{
+    json j;
+    j["format"] = "memledger-report";
+    j["version"] = kReportVersion;
+    j["source"] = r.source;
+    json tensors = json::array();
+    for (const auto& t : r.model.tensors)
+        tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"dtype", t.dtype}, {"bytes", t.bytes},
+            {"kind", t.is_buffer ? "buffer" : "parameter"}});
+    j["model"] = {{"path", r.model.path}, {"type", r.model.type}, {"file_bytes", r.model.file_bytes},
+        {"parameter_bytes", r.model.parameter_bytes}, {"buffer_bytes", r.model.buffer_bytes},
+        {"file_bytes_by_dtype", r.model.bytes_by_dtype}, {"tensors", tensors}};
+    json shapes = json::array();
+    for (const auto& s : r.run.input_shapes)
+        shapes.push_back(s);
+    j["run"] = {{"input_shapes", shapes}, {"input_guessed", r.run.input_guessed}, {"batch", r.run.batch},
+        {"dtype", r.run.dtype}, {"mode", r.run.mode}, {"device", r.run.device}, {"duration_ms", r.run.duration_ms}};
+    j["load_tax"] = {{"file_tensor_bytes", r.load_tax.file_tensor_bytes}, {"file_dtype", r.load_tax.file_dtype},
+        {"resident_bytes", r.load_tax.resident_bytes}, {"resident_dtype", r.load_tax.resident_dtype}};
+    j["weight_bytes"] = r.weight_bytes;
+    j["input_bytes"] = r.input_bytes;
+    j["peak_bytes"] = r.peak_bytes;
+    j["peak_total_bytes"] = r.peak_total_bytes;
+    j["peak_time_ns"] = r.peak_time_ns;
+    j["peak_event"] = r.peak_event;
+    if (r.simulated_reserved_peak_bytes > 0)
+        j["simulated_gpu"] = {{"reserved_peak_bytes", r.simulated_reserved_peak_bytes},
+            {"note", "simulated: the run replayed through a model of PyTorch's CUDA caching allocator"}};
+    for (int l = 0; l < kLedgerCount; ++l)
+        j["ledgers"][kLedgerKeys[l]] = {{"at_peak", r.ledgers[l].at_peak}, {"total", r.ledgers[l].total}};
+    json layers = json::array();
+    for (const auto& l : r.layers)
+        layers.push_back({{"path", l.path}, {"name", l.name}, {"type", l.type}, {"parent", l.parent},
+            {"depth", l.depth}, {"weight_bytes", l.weight_bytes}, {"activation_bytes", l.activation_bytes},
+            {"temporary_peak_bytes", l.temporary_peak_bytes}, {"peak_bytes", l.peak_bytes}, {"calls", l.calls},
+            {"output_shapes", l.output_shapes}});
+    j["layers"] = layers;
+    json alive = json::array();
+    for (const auto& a : r.alive_at_peak)
+        alive.push_back({{"bytes", a.bytes}, {"ledger", ledgerName(a.ledger)}, {"where", a.where}, {"op", a.op},
+            {"event", a.event}});
+    j["alive_at_peak"] = alive;
+    j["notes"] = r.notes;
+    if (r.whatif)
+        j["whatif"] = *r.whatif;
+    if (r.snapshot)
+        snapshotToJson(*r.snapshot, j);
+    if (withEvents && r.trace)
+        j["events"] = eventsToJson(*r.trace);
+    return j;
+}
+
+Report reportFromJson(const json& j, const std::string& name)
+{
+    if (!j.is_object() || j.value("format", "") != "memledger-report")
+        throw FileError(name, "not a memledger report (no \"format\": \"memledger-report\")");
+    if (j.value("version", 0) != kReportVersion)
+        throw FileError(name, "memledger report version " + j.value("version", json(0)).dump() + " is not supported");
+    try {
+        Report r;
+        r.source = j.value("source", "model");
+        const auto& m = j.at("model");
+        r.model.path = m.at("path").get<std::string>();
+        r.model.type = m.value("type", "");
+        r.model.file_bytes = m.at("file_bytes").get<std::int64_t>();
+        r.model.parameter_bytes = m.at("parameter_bytes").get<std::int64_t>();
+        r.model.buffer_bytes = m.at("buffer_bytes").get<std::int64_t>();
+        r.model.bytes_by_dtype = m.value("file_bytes_by_dtype", std::map<std::string, std::int64_t> {});
+        for (const auto& t : m.value("tensors", json::array()))
+            r.model.tensors.push_back(
+                {t.at("name"), t.at("shape").get<Shape>(), t.at("dtype"), t.at("bytes"), t.at("kind") == "buffer"});
+        const auto& run = j.at("run");
+        for (const auto& s : run.at("input_shapes"))
+            r.run.input_shapes.push_back(s.get<Shape>());
+        r.run.input_guessed = run.value("input_guessed", false);
+        r.run.batch = run.at("batch").get<std::int64_t>();
+        r.run.dtype = run.at("dtype").get<std::string>();
+        r.run.mode = run.value("mode", "inference");
+        r.run.device = run.value("device", "cpu");
+        r.run.duration_ms = run.value("duration_ms", 0.0);
+        if (j.contains("load_tax")) {
+            const auto& lt = j["load_tax"];
+            r.load_tax
+                = {lt.at("file_tensor_bytes"), lt.at("file_dtype"), lt.at("resident_bytes"), lt.at("resident_dtype")};
+        }
+        r.weight_bytes = j.value("weight_bytes", std::int64_t {0});
+        r.input_bytes = j.value("input_bytes", std::int64_t {0});
+        r.peak_bytes = j.at("peak_bytes").get<std::int64_t>();
+        r.peak_total_bytes = j.at("peak_total_bytes").get<std::int64_t>();
+        r.peak_time_ns = j.value("peak_time_ns", std::int64_t {0});
+        r.peak_event = j.value("peak_event", -1);
+        if (j.contains("simulated_gpu"))
+            r.simulated_reserved_peak_bytes = j["simulated_gpu"].value("reserved_peak_bytes", std::int64_t {0});
+        for (int l = 0; l < kLedgerCount; ++l) {
+            const auto& lj = j.at("ledgers").at(kLedgerKeys[l]);
+            r.ledgers[l] = {lj.at("at_peak").get<std::int64_t>(), lj.at("total").get<std::int64_t>()};
+        }
+        for (const auto& lj : j.at("layers")) {
+            LayerStats l;
+            l.path = lj.at("path");
+            l.name = lj.value("name", l.path);
+            l.type = lj.at("type");
+            l.parent = lj.value("parent", -1);
+            l.depth = lj.value("depth", 0);
+            l.weight_bytes = lj.at("weight_bytes");
+            l.activation_bytes = lj.at("activation_bytes");
+            l.temporary_peak_bytes = lj.at("temporary_peak_bytes");
+            l.peak_bytes = lj.at("peak_bytes");
+            l.calls = lj.at("calls");
+            l.output_shapes = lj.value("output_shapes", std::vector<std::string> {});
+            auto self = static_cast<int>(r.layers.size());
+            if (l.parent >= self)
+                throw std::runtime_error("layer " + l.path + " comes before its parent");
+            if (l.parent >= 0)
+                r.layers[static_cast<std::size_t>(l.parent)].children.push_back(self);
+            r.layers.push_back(std::move(l));
+        }
+        for (const auto& a : j.value("alive_at_peak", json::array())) {
+            PeakItem p;
+            p.bytes = a.at("bytes");
+            auto ln = a.at("ledger").get<std::string>();
+            for (int l = 0; l <= static_cast<int>(Ledger::Unattributed); ++l)
+                if (ln == ledgerName(static_cast<Ledger>(l)))
+                    p.ledger = static_cast<Ledger>(l);
+            p.where = a.value("where", "");
+            p.op = a.value("op", "");
+            p.event = a.value("event", -1);
+            r.alive_at_peak.push_back(std::move(p));
+        }
+        r.notes = j.value("notes", std::vector<std::string> {});
+        if (j.contains("whatif") && j["whatif"].is_object())
+            r.whatif = std::make_shared<const json>(j["whatif"]);
+        r.trace = std::make_shared<const Trace>(j.contains("events") ? eventsFromJson(j["events"]) : Trace {});
+        return r;
+    } catch (const FileError&) {
+        throw;
+    } catch (const std::exception& e) {
+        throw FileError(name, std::string("damaged memledger report: ") + e.what());
+    }
+}
+
+Report readReportFile(const std::string& path)
+{
+    auto text = readWholeFile(path);
+    json j;
+    try {
+        j = json::parse(text);
+    } catch (const json::parse_error& e) {
+        throw FileError(path, std::string("not valid JSON: ") + e.what());
+    }
+    return reportFromJson(j, path);
+}
+
+} // namespace memledger

@@ -1,0 +1,16 @@
+#pragma once
+#include "report/report.h"
+
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+
+namespace memledger {
+
+constexpr int kReportVersion = 1;
+
+nlohmann::json reportToJson(const Report& r, bool withEvents = true);
+// Throws FileError (with `name`) when the JSON is not a memledger report.
+Report reportFromJson(const nlohmann::json& j, const std::string& name);
+Report readReportFile(const std::string& path);
+
+} // namespace memledger

@@ -1,0 +1,162 @@
+#include "exports/report_text.h"
+
+#include "support/format.h"
+#include "snapshot/snapshot.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+namespace memledger {
+
+namespace {
+
+std::string pad(std::string s, std::size_t width, bool right = false)
+{
+    if (s.size() > width)
+        s = s.substr(0, width - 1) + "~";
+    std::string fill(width - s.size(), ' ');
+    return right ? fill + s : s + fill;
+}
+
+std::string bytesOrDash(std::int64_t b)
+{
+    return b ? formatBytes(b) : "-";
+}
+
+// A snapshot's tree groups allocations by stack frame: only allocated bytes, peak delta and count apply.
+void printSnapshotRow(std::ostringstream& out, const Report& r, int index, int maxDepth)
+{
+    const auto& l = r.layers[static_cast<std::size_t>(index)];
+    if (l.depth > maxDepth)
+        return;
+    std::string name = std::string(static_cast<std::size_t>(l.depth) * 2, ' ') + l.name;
+    out << pad(name, 60) << ' ' << pad(bytesOrDash(l.activation_bytes), 11, true) << ' '
+        << pad(bytesOrDash(l.peak_bytes), 11, true) << ' ' << pad(std::to_string(l.calls), 7, true) << '\n';
+    for (int c : l.children)
+        printSnapshotRow(out, r, c, maxDepth);
+}
+
+void snapshotSummary(std::ostringstream& out, const Report& r)
+{
+    const auto& s = *r.snapshot;
+    out << "Live at the peak: " << formatBytes(r.peak_bytes)
+        << "  (alive before the trace began: " << formatBytes(aliveBeforeTrace(s)) << ")\n";
+    auto reserved = s.reservedBytes(), allocated = s.allocatedBytes();
+    out << "At the end: " << formatBytes(reserved) << " reserved in " << s.segments.size() << " segments, "
+        << formatBytes(allocated) << " allocated, " << formatBytes(reserved - allocated)
+        << " reserved but not allocated\n";
+    for (const auto& o : s.ooms)
+        out << "Out of memory on cuda:" << o.device << ": " << formatBytes(o.bytes_requested) << " requested, "
+            << formatBytes(o.device_free) << " free\n";
+}
+
+void printRow(std::ostringstream& out, const Report& r, int index, int maxDepth)
+{
+    const auto& l = r.layers[static_cast<std::size_t>(index)];
+    if (l.depth > maxDepth)
+        return;
+    std::string name = std::string(static_cast<std::size_t>(l.depth) * 2, ' ') + (l.parent < 0 ? l.type : l.name);
+    std::string shape = l.output_shapes.empty() ? "" : l.output_shapes.front();
+    if (l.output_shapes.size() > 1)
+        shape += " +" + std::to_string(l.output_shapes.size() - 1);
+    out << pad(name, 34) << ' ' << pad(l.parent < 0 ? "" : l.type, 18) << ' ' << pad(shape, 18) << ' '
+        << pad(bytesOrDash(l.weight_bytes), 11, true) << ' ' << pad(bytesOrDash(l.activation_bytes), 11, true) << ' '
+        << pad(bytesOrDash(l.temporary_peak_bytes), 11, true) << ' ' << pad(bytesOrDash(l.peak_bytes), 11, true) << ' '
+        << pad(std::to_string(l.calls), 5, true) << '\n';
+    for (int c : l.children)
+        printRow(out, r, c, maxDepth);
+}
+
+} // namespace
+
+std::string reportToText(const Report& r, int maxDepth)
+{
+    std::ostringstream out;
+    out << "memledger: " << r.model.path << "\n";
+    char ms[32];
+    std::snprintf(ms, sizeof ms, "%.1f", r.run.duration_ms);
+    if (r.snapshot) {
+        out << "  CUDA memory snapshot (" << r.snapshot->layout << ") of " << r.run.device << ", file "
+            << formatBytes(r.model.file_bytes) << ", " << (r.trace ? r.trace->size() : 0) << " trace entries over "
+            << ms << " ms\n\n";
+        if (!r.layers.empty()) {
+            out << pad("where (top stack frame)", 60) << ' ' << pad("allocated", 11, true) << ' '
+                << pad("peak delta", 11, true) << ' ' << pad("allocs", 7, true) << '\n';
+            printSnapshotRow(out, r, 0, maxDepth);
+            out << '\n';
+        }
+        snapshotSummary(out, r);
+        if (!r.alive_at_peak.empty()) {
+            out << "Allocated in the trace and alive at the peak, largest first:\n";
+            for (std::size_t i = 0; i < std::min<std::size_t>(r.alive_at_peak.size(), 10); ++i)
+                out << "  " << pad(formatBytes(r.alive_at_peak[i].bytes), 11, true) << "  " << r.alive_at_peak[i].where
+                    << "\n";
+        }
+        for (const auto& note : r.notes)
+            out << "Note: " << note << "\n";
+        return out.str();
+    }
+    out << "  file " << formatBytes(r.model.file_bytes) << ", input ";
+    for (std::size_t i = 0; i < r.run.input_shapes.size(); ++i)
+        out << (i ? ", " : "") << shapeToString(r.run.input_shapes[i]);
+    out << (r.run.input_guessed ? " (guessed)" : "") << ", batch " << r.run.batch << ", " << r.run.dtype << ", "
+        << r.run.mode << " on " << r.run.device;
+    out << ", " << ms << " ms, " << (r.trace ? r.trace->size() : 0) << " events\n";
+    if (!r.model.bytes_by_dtype.empty()) {
+        out << "  tensors in the file:";
+        for (const auto& [dtype, bytes] : r.model.bytes_by_dtype)
+            out << " " << dtype << " " << formatBytes(bytes);
+        out << " (" << r.model.tensors.size() << " parameters and buffers)\n";
+    }
+    out << "\n";
+    if (!r.layers.empty()) {
+        out << pad("module", 34) << ' ' << pad("type", 18) << ' ' << pad("output", 18) << ' '
+            << pad("weights", 11, true) << ' ' << pad("activations", 11, true) << ' ' << pad("temp peak", 11, true)
+            << ' ' << pad("peak delta", 11, true) << ' ' << pad("calls", 5, true) << '\n';
+        printRow(out, r, 0, maxDepth);
+        out << '\n';
+    }
+    out << "Ledgers at the peak (allocated over the run):\n";
+    for (int l = 0; l < kLedgerCount; ++l)
+        out << "  " << pad(ledgerName(static_cast<Ledger>(l)), 12) << ' '
+            << pad(formatBytes(r.ledgers[l].at_peak), 11, true) << "  (" << formatBytes(r.ledgers[l].total) << ")\n";
+    out << "  peak during the run    " << formatBytes(r.peak_bytes) << "\n";
+    out << "  peak total             " << formatBytes(r.peak_total_bytes) << "  (weights + inputs + run peak)\n";
+    if (r.simulated_reserved_peak_bytes > 0 && r.source == "model")
+        out << "  reserved on a GPU      " << formatBytes(r.simulated_reserved_peak_bytes)
+            << "  (simulated CUDA caching allocator, CUDA context not included)\n";
+    if (r.load_tax.file_tensor_bytes > 0)
+        out << "Load tax: file " << formatBytes(r.load_tax.file_tensor_bytes) << " " << r.load_tax.file_dtype
+            << ", resident " << formatBytes(r.load_tax.resident_bytes) << " as " << r.load_tax.resident_dtype << "\n";
+    if (!r.alive_at_peak.empty()) {
+        out << "Alive at the peak, largest first:\n";
+        std::size_t n = std::min<std::size_t>(r.alive_at_peak.size(), 10);
+        for (std::size_t i = 0; i < n; ++i) {
+            const auto& a = r.alive_at_peak[i];
+            out << "  " << pad(formatBytes(a.bytes), 11, true) << "  " << pad(ledgerName(a.ledger), 11) << "  "
+                << (a.where.empty() ? "(root)" : a.where) << "  " << a.op << "\n";
+        }
+        if (r.alive_at_peak.size() > n)
+            out << "  ... and " << r.alive_at_peak.size() - n << " more\n";
+    }
+    for (const auto& note : r.notes)
+        out << "Note: " << note << "\n";
+    return out.str();
+}
+
+std::string tensorsToText(const Report& r)
+{
+    std::ostringstream out;
+    out << pad("parameter or buffer", 48) << ' ' << pad("kind", 9) << ' ' << pad("shape", 20) << ' ' << pad("dtype", 9)
+        << ' ' << pad("bytes", 11, true) << '\n';
+    for (const auto& t : r.model.tensors)
+        out << pad(t.name, 48) << ' ' << pad(t.is_buffer ? "buffer" : "parameter", 9) << ' '
+            << pad(shapeToString(t.shape), 20) << ' ' << pad(t.dtype, 9) << ' ' << pad(formatBytes(t.bytes), 11, true)
+            << '\n';
+    for (const auto& [dtype, bytes] : r.model.bytes_by_dtype)
+        out << "  total " << dtype << ": " << formatBytes(bytes) << '\n';
+    return out.str();
+}
+
+} // namespace memledger

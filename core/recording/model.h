@@ -1,0 +1,74 @@
+#pragma once
+#include "report/report.h"
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace memledger {
+
+struct RunOptions {
+    std::vector<Shape> inputs; // empty: guess from the model
+    std::optional<std::int64_t> batch; // replaces dim 0 of every input
+    std::string dtype = "float32"; // float32 | bfloat16 | float16
+    // Called from the running thread: modules done, modules in the model.
+    std::function<void(int, int)> progress;
+    const std::atomic<bool>* cancel = nullptr; // set it to stop at the next allocation
+    bool record = true; // false: a plain run (no recorder), for benchmarks
+    bool warm_up = true; // false: the caller has already run the model at this setting
+};
+
+// One outermost ATen op of the run.
+struct OpCall {
+    std::uint32_t name = 0; // string id in the trace
+    std::uint32_t module = 0; // string id of the module path
+    std::int64_t start_ns = 0;
+    std::int64_t end_ns = 0;
+    std::uint32_t first_event = 0; // events [first_event, end_event) happened inside it
+    std::uint32_t end_event = 0;
+    std::vector<Shape> outputs;
+    std::vector<std::int64_t> output_bytes;
+};
+
+// What a recorded run produced, before it is turned into a Report.
+struct RawRun {
+    Trace trace;
+    std::vector<OpCall> ops;
+    RunInfo info;
+    std::int64_t input_bytes = 0;
+    std::int64_t parameter_bytes = 0; // resident, at the run's dtype
+    std::int64_t buffer_bytes = 0;
+};
+
+// A TorchScript model loaded on the CPU. libtorch stays behind the pointer.
+class Model {
+public:
+    static Model open(const std::string& path); // throws FileError
+    static Model openBytes(const std::string& bytes, const std::string& name); // throws FileError
+    Model(Model&&) noexcept;
+    Model& operator=(Model&&) noexcept;
+    ~Model();
+
+    const ModelInfo& info() const;
+    // The module tree: paths, types, weight bytes as stored in the file.
+    const std::vector<LayerStats>& modules() const;
+    // A guess at the input from the first Conv2d or Linear weight; empty if there is none.
+    std::vector<Shape> guessInputs(std::string* how = nullptr) const;
+    // Eval mode, no grad, one warm-up run, then the recorded run. Throws RunError or Cancelled.
+    RawRun run(const RunOptions& options);
+
+    struct Impl; // defined in core/recording, where libtorch is
+
+private:
+    explicit Model(std::unique_ptr<Impl> d);
+    std::unique_ptr<Impl> d_;
+};
+
+bool isSupportedDtype(const std::string& dtype);
+int dtypeSize(const std::string& dtype); // bytes per element, 0 if unknown
+
+} // namespace memledger

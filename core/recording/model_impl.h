@@ -1,0 +1,19 @@
+#pragma once
+// Private to core: the libtorch side of Model. Included by model_loader.cpp and run_recorder.cpp only.
+#include "recording/model.h"
+
+#include <torch/script.h>
+
+namespace memledger {
+
+struct Model::Impl {
+    torch::jit::Module module;
+    ModelInfo info;
+    std::vector<LayerStats> modules;
+    std::string current_dtype; // dtype the weights are converted to now; "" = as loaded
+};
+
+c10::ScalarType scalarTypeFor(const std::string& dtype);
+std::string dtypeName(c10::ScalarType t);
+
+} // namespace memledger

@@ -1,0 +1,327 @@
+// Runs a TorchScript model under an allocation recorder: every CPU allocation and free of the run,
+// with the outermost and innermost ATen op on the stack and the module path that made it.
+#include "recording/model_impl.h"
+
+#include "support/errors.h"
+#include "recording/module_path.h"
+
+#include <ATen/record_function.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
+
+#include <chrono>
+#include <cstring>
+
+namespace c10 {
+// Exported by libc10 (c10/core/impl/alloc_cpu.h), whose header Debian does not ship.
+C10_API void free_cpu(void* data);
+} // namespace c10
+#include <unordered_map>
+#include <unordered_set>
+
+namespace memledger {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct RecordState {
+    Trace* trace = nullptr;
+    std::vector<OpCall>* ops = nullptr;
+    Clock::time_point start;
+    std::vector<std::uint32_t> stack; // op names, outermost first
+    std::unordered_map<const void*, std::uint32_t> name_ids;
+    ModulePathResolver* resolver = nullptr;
+    std::unordered_map<const void*, std::string> param_owner; // parameter data -> its module's path
+    std::unordered_map<std::uint64_t, std::int32_t> live; // address -> its alloc event
+    std::uint32_t current_module = 0;
+    const std::atomic<bool>* cancel = nullptr;
+    bool cancelled = false;
+    std::unordered_set<std::uint32_t> modules_seen;
+    int module_count = 0;
+    const std::function<void(int, int)>* progress = nullptr;
+
+    std::int64_t now() const
+    {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+    }
+};
+
+thread_local RecordState* tls_state = nullptr;
+
+std::uint32_t moduleOfCurrentFrame(RecordState& s, const at::RecordFunction& fn)
+{
+    std::string hint;
+    for (const auto& in : fn.inputs()) {
+        if (!in.isTensor() || !in.toTensor().defined())
+            continue;
+        auto it = s.param_owner.find(in.toTensor().data_ptr());
+        if (it != s.param_owner.end()) {
+            hint = it->second;
+            break;
+        }
+    }
+    auto op = static_cast<std::uint32_t>(s.ops->size());
+    return s.trace->strings.intern(s.resolver->resolve(torch::jit::currentModuleHierarchy(), op, hint));
+}
+
+std::unique_ptr<at::ObserverContext> onOpStart(const at::RecordFunction& fn)
+{
+    auto* s = tls_state;
+    if (!s)
+        return nullptr;
+    const char* name = fn.name();
+    auto it = s->name_ids.find(name);
+    std::uint32_t id = it != s->name_ids.end()
+        ? it->second
+        : s->name_ids.emplace(name, s->trace->strings.intern(name)).first->second;
+    if (s->stack.empty()) {
+        OpCall call;
+        call.name = id;
+        call.module = moduleOfCurrentFrame(*s, fn);
+        call.start_ns = s->now();
+        call.first_event = static_cast<std::uint32_t>(s->trace->size());
+        s->current_module = call.module;
+        s->ops->push_back(std::move(call));
+        if (s->progress && *s->progress && s->modules_seen.insert(s->current_module).second)
+            (*s->progress)(static_cast<int>(s->modules_seen.size()), s->module_count);
+    }
+    s->stack.push_back(id);
+    return nullptr;
+}
+
+void onOpEnd(const at::RecordFunction& fn, at::ObserverContext*)
+{
+    auto* s = tls_state;
+    if (!s || s->stack.empty())
+        return;
+    s->stack.pop_back();
+    if (!s->stack.empty())
+        return;
+    auto& call = s->ops->back();
+    call.end_ns = s->now();
+    call.end_event = static_cast<std::uint32_t>(s->trace->size());
+    // The interpreter hands over its whole stack: the op's own outputs are the last ones.
+    const auto& outs = fn.outputs();
+    std::size_t count = outs.size();
+    if (auto schema = fn.operator_schema())
+        count = std::min(count, schema->returns().size());
+    for (auto it = outs.end() - static_cast<std::ptrdiff_t>(count); it != outs.end(); ++it) {
+        const auto& out = *it;
+        if (!out.isTensor())
+            continue;
+        const auto& t = out.toTensor();
+        if (!t.defined())
+            continue;
+        call.outputs.emplace_back(t.sizes().begin(), t.sizes().end());
+        call.output_bytes.push_back(static_cast<std::int64_t>(t.numel() * t.element_size()));
+    }
+}
+
+class AllocationRecorder final : public c10::MemoryReportingInfoBase {
+public:
+    explicit AllocationRecorder(RecordState& s)
+        : s_(s)
+    {
+    }
+    bool memoryProfilingEnabled() const override { return true; }
+
+    void reportMemoryUsage(void* ptr, int64_t size, int64_t, int64_t, c10::Device device) override
+    {
+        auto addr = reinterpret_cast<std::uint64_t>(ptr);
+        if (size > 0 && s_.cancel && s_.cancel->load(std::memory_order_relaxed) && device.is_cpu()) {
+            // Stop at this allocation: the block was never handed out, so give it back and unwind.
+            c10::free_cpu(ptr);
+            s_.cancelled = true;
+            throw Cancelled(); // the interpreter may wrap it: run() checks s_.cancelled
+        }
+        auto& t = *s_.trace;
+        auto dev = static_cast<std::int8_t>(device.is_cpu() ? -1 : device.index());
+        auto i = t.push(s_.now(), size > 0 ? size : -size, addr, size > 0 ? Action::Alloc : Action::Free, dev);
+        t.op_seq[i] = static_cast<std::uint32_t>(s_.ops->empty() ? 0 : s_.ops->size() - 1);
+        if (!s_.stack.empty()) {
+            t.outer_op[i] = s_.stack.front();
+            t.inner_op[i] = s_.stack.back();
+        }
+        t.where[i] = s_.current_module;
+        if (size > 0) {
+            s_.live[addr] = static_cast<std::int32_t>(i);
+        } else {
+            auto it = s_.live.find(addr);
+            if (it != s_.live.end()) {
+                t.partner[i] = it->second;
+                t.partner[static_cast<std::size_t>(it->second)] = static_cast<std::int32_t>(i);
+                s_.live.erase(it);
+            }
+        }
+    }
+
+private:
+    RecordState& s_;
+};
+
+// The TorchScript interpreter wraps the real error after a traceback: keep the model's own message.
+std::string firstLine(const std::string& s)
+{
+    std::string m = s;
+    for (const char* marker : {"RuntimeError: ", "Exception: ", "ValueError: ", "AssertionError: "}) {
+        auto pos = m.rfind(marker);
+        if (pos != std::string::npos) {
+            m = m.substr(pos + std::strlen(marker));
+            break;
+        }
+    }
+    auto pos = m.find('\n');
+    return pos == std::string::npos ? m : m.substr(0, pos);
+}
+
+// Floating-point parameters and buffers only, as torch.nn.Module.to(dtype) does: integer buffers such as
+// BatchNorm's num_batches_tracked keep their type.
+void convertFloatingTensors(torch::jit::Module& module, c10::ScalarType scalar)
+{
+    for (auto sub : module.modules()) {
+        for (const auto& attr : sub.named_attributes(false)) {
+            if (!attr.value.isTensor())
+                continue;
+            const auto& t = attr.value.toTensor();
+            if (t.defined() && t.is_floating_point() && t.scalar_type() != scalar)
+                sub.setattr(attr.name, t.to(scalar));
+        }
+    }
+}
+
+RunError explainRunFailure(const std::string& message, const std::string& dtype)
+{
+    if (message.find("not implemented for") != std::string::npos)
+        return RunError("the CPU build of libtorch has no " + dtype + " kernel for an op of this model: " + message);
+    return RunError("the model rejected the run: " + message);
+}
+
+} // namespace
+
+RawRun Model::run(const RunOptions& options)
+{
+    if (!isSupportedDtype(options.dtype))
+        throw RunError("unknown dtype '" + options.dtype + "' (use float32, bfloat16 or float16)");
+    RawRun raw;
+    raw.info.dtype = options.dtype;
+    raw.info.input_shapes = options.inputs;
+    if (raw.info.input_shapes.empty()) {
+        // A guess is one tensor: a forward that takes more needs them all named.
+        const auto& args = d_->module.get_method("forward").function().getSchema().arguments();
+        if (args.size() > 2) {
+            std::string names;
+            for (std::size_t i = 1; i < args.size(); ++i)
+                names += (i > 1 ? ", " : "") + args[i].name();
+            throw RunError("forward takes " + std::to_string(args.size() - 1) + " inputs (" + names
+                           + "): give their shapes with --input, comma-separated");
+        }
+        std::string how;
+        raw.info.input_shapes = guessInputs(&how);
+        if (raw.info.input_shapes.empty())
+            throw RunError("cannot guess the input shape (no Conv2d or Linear weight): give it with --input");
+        raw.info.input_guessed = true;
+    }
+    for (auto& shape : raw.info.input_shapes) {
+        if (shape.empty())
+            throw RunError("an input shape is empty");
+        if (options.batch)
+            shape[0] = *options.batch;
+    }
+    raw.info.batch = raw.info.input_shapes.front().front();
+
+    torch::NoGradGuard noGrad;
+    torch::jit::setGraphExecutorOptimize(false);
+    auto scalar = scalarTypeFor(options.dtype);
+    if (d_->current_dtype != options.dtype) {
+        convertFloatingTensors(d_->module, scalar);
+        d_->current_dtype = options.dtype;
+    }
+    for (const auto& p : d_->module.parameters(true))
+        raw.parameter_bytes += static_cast<std::int64_t>(p.numel() * p.element_size());
+    for (const auto& b : d_->module.buffers(true))
+        raw.buffer_bytes += static_cast<std::int64_t>(b.numel() * b.element_size());
+
+    std::vector<c10::IValue> inputs;
+    for (const auto& shape : raw.info.input_shapes) {
+        auto t = torch::randn(shape, torch::TensorOptions().dtype(scalar));
+        raw.input_bytes += static_cast<std::int64_t>(t.numel() * t.element_size());
+        inputs.emplace_back(std::move(t));
+    }
+
+    if (!options.record) {
+        auto t0 = Clock::now();
+        try {
+            d_->module.forward(inputs);
+        } catch (const std::exception& e) {
+            throw explainRunFailure(firstLine(e.what()), options.dtype);
+        }
+        raw.info.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        return raw;
+    }
+    if (options.warm_up) {
+        try {
+            d_->module.forward(inputs); // lazy initialisation and caches stay out of the record
+        } catch (const c10::Error& e) {
+            throw explainRunFailure(firstLine(e.what_without_backtrace()), options.dtype);
+        } catch (const std::exception& e) {
+            throw explainRunFailure(firstLine(e.what()), options.dtype);
+        }
+    }
+
+    RecordState state;
+    state.trace = &raw.trace;
+    state.ops = &raw.ops;
+    state.cancel = options.cancel;
+    state.progress = &options.progress;
+    state.module_count = static_cast<int>(d_->modules.size());
+    std::vector<ModulePathResolver::Module> tree;
+    for (const auto& m : d_->modules)
+        tree.push_back({m.path, m.type});
+    ModulePathResolver resolver(std::move(tree));
+    state.resolver = &resolver;
+    for (const auto& p : d_->module.named_parameters(true)) {
+        auto dot = p.name.rfind('.');
+        state.param_owner[p.value.data_ptr()] = dot == std::string::npos ? "" : p.name.substr(0, dot);
+    }
+    raw.trace.reserve(4096);
+    // Callbacks and state stay installed for the recorded run only, however it ends.
+    struct RecordingScope {
+        at::CallbackHandle handle;
+        ~RecordingScope()
+        {
+            tls_state = nullptr;
+            at::removeCallback(handle);
+        }
+    };
+    auto started = Clock::now();
+    try {
+        RecordingScope scope {at::addThreadLocalCallback(at::RecordFunctionCallback(onOpStart, onOpEnd)
+                                                             .needsInputs(true)
+                                                             .needsOutputs(true)
+                                                             .scopes({at::RecordScope::FUNCTION}))};
+        tls_state = &state;
+        auto recorder = std::make_shared<AllocationRecorder>(state);
+        c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, recorder);
+        state.start = Clock::now();
+        started = state.start;
+        auto out = d_->module.forward(inputs);
+        out = c10::IValue(); // the output's free is part of the run
+    } catch (const Cancelled&) {
+        throw;
+    } catch (const std::exception& e) {
+        if (state.cancelled) // the interpreter wraps what the recorder threw
+            throw Cancelled();
+        const auto* c10error = dynamic_cast<const c10::Error*>(&e);
+        throw explainRunFailure(firstLine(c10error ? c10error->what_without_backtrace() : e.what()), options.dtype);
+    }
+    raw.trace.shrinkToFit();
+    raw.info.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+    if (options.progress)
+        options.progress(state.module_count, state.module_count);
+    return raw;
+}
+
+} // namespace memledger

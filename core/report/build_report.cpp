@@ -1,0 +1,258 @@
+#include "report/build_report.h"
+
+#include "allocator/gpu_replay.h"
+
+#include <algorithm>
+#include <set>
+#include <unordered_map>
+
+namespace memledger {
+
+std::string shapeToString(const Shape& s)
+{
+    std::string out;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        if (i)
+            out += 'x';
+        out += std::to_string(s[i]);
+    }
+    return out.empty() ? "scalar" : out;
+}
+
+int Report::findLayer(const std::string& path) const
+{
+    for (std::size_t i = 0; i < layers.size(); ++i)
+        if (layers[i].path == path)
+            return static_cast<int>(i);
+    return -1;
+}
+
+std::vector<std::int64_t> liveBytesAfterEachEvent(const Trace& t)
+{
+    std::vector<std::int64_t> live(t.size());
+    std::int64_t now = 0;
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        if (t.action[i] == Action::Alloc)
+            now += t.bytes[i];
+        else if (t.action[i] == Action::Free && t.partner[i] != kNoPartner)
+            now -= t.bytes[i];
+        live[i] = now;
+    }
+    return live;
+}
+
+namespace {
+
+bool isFloating(const std::string& dtype)
+{
+    return dtype == "float32" || dtype == "float16" || dtype == "bfloat16" || dtype == "float64";
+}
+
+// Allocations that are freed before the outermost op that made them returns are temporaries;
+// the rest are activations. A free takes the ledger of its allocation.
+void classify(Trace& t, const std::vector<OpCall>& ops)
+{
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        if (t.action[i] != Action::Alloc)
+            continue;
+        Ledger l = Ledger::Activations;
+        if (t.outer_op[i] != 0 && t.op_seq[i] < ops.size()) {
+            auto end = ops[t.op_seq[i]].end_event;
+            auto p = t.partner[i];
+            if (p != kNoPartner && static_cast<std::uint32_t>(p) < end)
+                l = Ledger::Temporaries;
+        }
+        t.ledger[i] = l;
+        if (t.partner[i] != kNoPartner)
+            t.ledger[static_cast<std::size_t>(t.partner[i])] = l;
+    }
+}
+
+// Index of the layer for each interned module path: the path itself or its longest existing prefix.
+std::vector<int> layerOfString(const Trace& t, const std::vector<LayerStats>& layers)
+{
+    std::unordered_map<std::string, int> byPath;
+    for (std::size_t i = 0; i < layers.size(); ++i)
+        byPath.emplace(layers[i].path, static_cast<int>(i));
+    std::vector<int> out(t.strings.size(), 0);
+    for (std::size_t s = 0; s < t.strings.size(); ++s) {
+        std::string p = t.strings.at(static_cast<std::uint32_t>(s));
+        while (true) {
+            auto it = byPath.find(p);
+            if (it != byPath.end()) {
+                out[s] = it->second;
+                break;
+            }
+            auto dot = p.rfind('.');
+            if (dot == std::string::npos) {
+                out[s] = 0;
+                break;
+            }
+            p.resize(dot);
+        }
+    }
+    return out;
+}
+
+struct OpenCall {
+    std::int64_t first_op = -1;
+    std::int64_t last_op = -2;
+};
+
+} // namespace
+
+Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& modules, RawRun raw)
+{
+    Report r;
+    r.model = model;
+    r.run = raw.info;
+    r.layers = modules;
+    auto& t = raw.trace;
+    classify(t, raw.ops);
+
+    // Weights at the run's dtype: floating tensors take its width, the rest stay as stored.
+    for (auto& l : r.layers)
+        l.weight_bytes = 0;
+    std::unordered_map<std::string, int> byPath;
+    for (std::size_t i = 0; i < r.layers.size(); ++i)
+        byPath.emplace(r.layers[i].path, static_cast<int>(i));
+    r.model.parameter_bytes = raw.parameter_bytes;
+    r.model.buffer_bytes = raw.buffer_bytes;
+    for (const auto& ti : model.tensors) {
+        std::int64_t numel = 1;
+        for (auto d : ti.shape)
+            numel *= d;
+        std::int64_t bytes = isFloating(ti.dtype) ? numel * dtypeSize(raw.info.dtype) : ti.bytes;
+        auto dot = ti.name.rfind('.');
+        auto it = byPath.find(dot == std::string::npos ? "" : ti.name.substr(0, dot));
+        for (int m = it == byPath.end() ? 0 : it->second; m >= 0; m = r.layers[static_cast<std::size_t>(m)].parent)
+            r.layers[static_cast<std::size_t>(m)].weight_bytes += bytes;
+    }
+    r.weight_bytes = raw.parameter_bytes + raw.buffer_bytes;
+    r.input_bytes = raw.input_bytes;
+
+    // Load tax: what the file stores against what is resident at the run's dtype.
+    r.load_tax.file_tensor_bytes = model.parameter_bytes + model.buffer_bytes;
+    std::int64_t most = -1;
+    for (const auto& [dtype, bytes] : model.bytes_by_dtype)
+        if (isFloating(dtype) && bytes > most) {
+            most = bytes;
+            r.load_tax.file_dtype = dtype;
+        }
+    r.load_tax.resident_bytes = r.weight_bytes;
+    r.load_tax.resident_dtype = raw.info.dtype;
+
+    // Peak and ledgers.
+    auto live = liveBytesAfterEachEvent(t);
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        if (t.action[i] == Action::Alloc)
+            r.ledgers[static_cast<int>(t.ledger[i])].total += t.bytes[i];
+        if (live[i] > r.peak_bytes) {
+            r.peak_bytes = live[i];
+            r.peak_event = static_cast<std::int32_t>(i);
+            r.peak_time_ns = t.time_ns[i];
+        }
+    }
+    r.ledgers[static_cast<int>(Ledger::Weights)] = {r.weight_bytes, r.weight_bytes};
+    r.ledgers[static_cast<int>(Ledger::Inputs)] = {r.input_bytes, r.input_bytes};
+    r.peak_total_bytes = r.weight_bytes + r.input_bytes + r.peak_bytes;
+    if (r.peak_event >= 0) {
+        auto pe = static_cast<std::size_t>(r.peak_event);
+        for (std::size_t i = 0; i <= pe; ++i) {
+            if (t.action[i] != Action::Alloc)
+                continue;
+            auto p = t.partner[i];
+            if (p != kNoPartner && static_cast<std::size_t>(p) <= pe)
+                continue;
+            r.ledgers[static_cast<int>(t.ledger[i])].at_peak += t.bytes[i];
+            PeakItem item;
+            item.bytes = t.bytes[i];
+            item.ledger = t.ledger[i];
+            item.where = t.strings.at(t.where[i]);
+            item.op = t.strings.at(t.inner_op[i] ? t.inner_op[i] : t.outer_op[i]);
+            item.event = static_cast<std::int32_t>(i);
+            r.alive_at_peak.push_back(std::move(item));
+        }
+        std::stable_sort(r.alive_at_peak.begin(), r.alive_at_peak.end(),
+            [](const PeakItem& a, const PeakItem& b) { return a.bytes > b.bytes; });
+    }
+
+    // Per module: activations attributed to it (and summed into its parents).
+    auto layerOf = layerOfString(t, r.layers);
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        if (t.action[i] != Action::Alloc || t.ledger[i] != Ledger::Activations)
+            continue;
+        for (int m = layerOf[t.where[i]]; m >= 0; m = r.layers[static_cast<std::size_t>(m)].parent)
+            r.layers[static_cast<std::size_t>(m)].activation_bytes += t.bytes[i];
+    }
+
+    // Temporary peak of each op: temporaries never outlive their op, so each op starts from zero.
+    std::vector<std::int64_t> opTempPeak(raw.ops.size(), 0);
+    for (std::size_t k = 0; k < raw.ops.size(); ++k) {
+        std::int64_t now = 0, peak = 0;
+        for (auto i = raw.ops[k].first_event; i < raw.ops[k].end_event; ++i) {
+            if (t.ledger[i] != Ledger::Temporaries)
+                continue;
+            now += t.action[i] == Action::Alloc ? t.bytes[i] : -t.bytes[i];
+            peak = std::max(peak, now);
+        }
+        opTempPeak[k] = peak;
+    }
+
+    // Calls: runs of consecutive ops inside a module's subtree.
+    std::vector<OpenCall> open(r.layers.size());
+    std::vector<std::set<std::string>> shapes(r.layers.size());
+    auto closeCall = [&](std::size_t m) {
+        auto& c = open[m];
+        if (c.first_op < 0)
+            return;
+        auto& layer = r.layers[m];
+        layer.calls += 1;
+        const auto& first = raw.ops[static_cast<std::size_t>(c.first_op)];
+        const auto& last = raw.ops[static_cast<std::size_t>(c.last_op)];
+        std::int64_t entry = first.first_event == 0 ? 0 : live[first.first_event - 1];
+        std::int64_t top = entry;
+        for (auto i = first.first_event; i < last.end_event; ++i)
+            top = std::max(top, live[i]);
+        layer.peak_bytes = std::max(layer.peak_bytes, top - entry);
+        for (auto k = c.first_op; k <= c.last_op; ++k)
+            layer.temporary_peak_bytes = std::max(layer.temporary_peak_bytes, opTempPeak[static_cast<std::size_t>(k)]);
+        for (const auto& s : last.outputs)
+            shapes[m].insert(shapeToString(s));
+        c.first_op = -1;
+    };
+    for (std::size_t k = 0; k < raw.ops.size(); ++k) {
+        for (int m = layerOf[raw.ops[k].module]; m >= 0; m = r.layers[static_cast<std::size_t>(m)].parent) {
+            auto& c = open[static_cast<std::size_t>(m)];
+            if (c.last_op != static_cast<std::int64_t>(k) - 1)
+                closeCall(static_cast<std::size_t>(m));
+            if (c.first_op < 0)
+                c.first_op = static_cast<std::int64_t>(k);
+            c.last_op = static_cast<std::int64_t>(k);
+        }
+    }
+    for (std::size_t m = 0; m < r.layers.size(); ++m) {
+        closeCall(m);
+        r.layers[m].output_shapes.assign(shapes[m].begin(), shapes[m].end());
+    }
+    if (!r.layers.empty())
+        r.layers[0].peak_bytes = r.peak_bytes;
+
+    if (raw.info.input_guessed)
+        r.notes.push_back("input shape " + shapeToString(raw.info.input_shapes.front())
+            + " is a guess from the first layer's weight; give the real one with --input");
+    r.trace = std::make_shared<const Trace>(std::move(t));
+    r.simulated_gpu = std::make_shared<const SimulatedGpu>(simulateGpu(r));
+    r.simulated_reserved_peak_bytes = r.simulated_gpu->peak_reserved;
+    return r;
+}
+
+} // namespace memledger
+
+namespace memledger {
+Report analyzeModel(Model& model, const RunOptions& options)
+{
+    auto raw = model.run(options);
+    return buildReport(model.info(), model.modules(), std::move(raw));
+}
+} // namespace memledger

@@ -1,0 +1,19 @@
+#pragma once
+#include "recording/model.h"
+#include "report/report.h"
+
+namespace memledger {
+
+// Sorts every allocation of a recorded run into its ledger and sums it up per module.
+// `modules` is the model's module tree (Model::modules()).
+Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& modules, RawRun raw);
+
+// Live bytes after each event, counting only allocations made inside the trace.
+std::vector<std::int64_t> liveBytesAfterEachEvent(const Trace& trace);
+
+} // namespace memledger
+
+namespace memledger {
+// Runs the model under the recorder and builds its report.
+Report analyzeModel(Model& model, const RunOptions& options);
+} // namespace memledger

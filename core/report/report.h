@@ -1,0 +1,110 @@
+#pragma once
+#include "report/trace.h"
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+namespace memledger {
+
+struct SimulatedGpu;
+
+struct Snapshot; // memledger/snapshot.h
+
+using Shape = std::vector<std::int64_t>;
+std::string shapeToString(const Shape& s); // "1x3x224x224"
+
+struct TensorInfo {
+    std::string name; // qualified, as PyTorch prints it: "layer1.0.bn1.running_mean"
+    Shape shape;
+    std::string dtype; // as stored in the file: "float16"
+    std::int64_t bytes = 0;
+    bool is_buffer = false;
+};
+
+struct LayerStats {
+    std::string path; // "" for the root, else "layer1.0.conv1"
+    std::string name; // last component of the path, or the root's type
+    std::string type; // "Conv2d"
+    int parent = -1;
+    int depth = 0;
+    std::vector<int> children;
+    std::int64_t weight_bytes = 0;
+    std::int64_t activation_bytes = 0;
+    std::int64_t temporary_peak_bytes = 0;
+    std::int64_t peak_bytes = 0;
+    std::int64_t calls = 0;
+    std::vector<std::string> output_shapes;
+};
+
+struct LedgerFigure {
+    std::int64_t at_peak = 0;
+    std::int64_t total = 0; // bytes allocated over the whole run
+};
+
+struct PeakItem {
+    std::int64_t bytes = 0;
+    Ledger ledger = Ledger::Activations;
+    std::string where; // module path or top frame
+    std::string op;
+    std::int32_t event = -1;
+};
+
+struct LoadTax {
+    std::int64_t file_tensor_bytes = 0; // params + buffers as stored in the file
+    std::string file_dtype; // dominant floating dtype in the file
+    std::int64_t resident_bytes = 0; // params + buffers at the run's dtype
+    std::string resident_dtype;
+};
+
+struct ModelInfo {
+    std::string path;
+    std::string type; // root module type
+    std::int64_t file_bytes = 0;
+    std::int64_t parameter_bytes = 0; // at the run's dtype
+    std::int64_t buffer_bytes = 0;
+    std::map<std::string, std::int64_t> bytes_by_dtype; // as stored in the file
+    std::vector<TensorInfo> tensors;
+};
+
+struct RunInfo {
+    std::vector<Shape> input_shapes;
+    bool input_guessed = false;
+    std::int64_t batch = 1;
+    std::string dtype = "float32";
+    std::string mode = "inference";
+    std::string device = "cpu";
+    double duration_ms = 0.0;
+};
+
+// Everything memledger knows about one run, built once and never mutated afterwards.
+struct Report {
+    std::string source = "model"; // "model" or "snapshot"
+    ModelInfo model;
+    RunInfo run;
+    LoadTax load_tax;
+    std::int64_t weight_bytes = 0; // parameters + buffers resident during the run
+    std::int64_t input_bytes = 0;
+    std::int64_t peak_bytes = 0; // max live bytes allocated during the run
+    std::int64_t peak_total_bytes = 0; // weights + inputs + peak_bytes
+    std::int64_t peak_time_ns = 0;
+    std::int32_t peak_event = -1;
+    // What the same run would reserve on a GPU through PyTorch's caching allocator (simulated; 0 if not known).
+    std::int64_t simulated_reserved_peak_bytes = 0;
+    std::shared_ptr<const SimulatedGpu> simulated_gpu; // the replay behind it, made with the report
+    std::array<LedgerFigure, kLedgerCount> ledgers {};
+    std::vector<LayerStats> layers; // layers[0] is the root; parents come before children
+    std::vector<PeakItem> alive_at_peak; // largest first
+    std::shared_ptr<const Trace> trace;
+    std::shared_ptr<const Snapshot> snapshot; // set when the report was read from a CUDA memory snapshot
+    std::vector<std::string> notes; // what the user should know (guessed input, ...)
+    std::shared_ptr<const nlohmann::json> whatif; // the what-if table (whatIfToJson), when one was made
+
+    int findLayer(const std::string& path) const;
+};
+
+} // namespace memledger

@@ -1,0 +1,55 @@
+#pragma once
+#include "support/string_table.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace memledger {
+
+enum class Ledger : std::uint8_t { Weights = 0, Inputs = 1, Activations = 2, Temporaries = 3, Unattributed = 4 };
+constexpr int kLedgerCount = 4; // the four ledgers of a model run; Unattributed is for snapshots
+const char* ledgerName(Ledger l);
+
+enum class Action : std::uint8_t {
+    Alloc = 0,
+    Free = 1, // free_completed in a snapshot
+    FreeRequested = 2, // snapshot only: the caller freed it, the stream has not caught up
+    SegmentAlloc = 3,
+    SegmentFree = 4,
+    SegmentMap = 5,
+    SegmentUnmap = 6,
+    Oom = 7,
+    Snapshot = 8,
+};
+const char* actionName(Action a);
+
+constexpr std::int32_t kNoPartner = -1;
+
+// Allocation events of one run or snapshot, stored column by column so that a million of them stay
+// small (see bytesPerEvent()). Strings (op names, module paths, stack frames) are interned.
+struct Trace {
+    StringTable strings;
+    std::vector<std::int64_t> time_ns; // from the start of the run
+    std::vector<std::int64_t> bytes; // size of the block, always >= 0
+    std::vector<std::uint64_t> address;
+    std::vector<Action> action;
+    std::vector<std::int8_t> device; // -1: CPU
+    std::vector<Ledger> ledger;
+    std::vector<std::uint32_t> op_seq; // index of the outermost op in the run (0 before the first op)
+    std::vector<std::uint32_t> outer_op; // string ids
+    std::vector<std::uint32_t> inner_op;
+    std::vector<std::uint32_t> where; // module path, or the top stack frame of a snapshot
+    std::vector<std::int32_t> partner; // alloc <-> its free; kNoPartner if outside the trace
+
+    std::size_t size() const { return time_ns.size(); }
+    void reserve(std::size_t n);
+    void clearEvents(); // drops the events, keeps the columns' capacity and the strings
+    std::size_t push(std::int64_t t, std::int64_t size, std::uint64_t addr, Action a, std::int8_t dev);
+    // Memory of the event columns divided by the number of events (what grows with the trace).
+    double bytesPerEvent() const;
+    // Memory that does not grow with the events: the interned strings.
+    std::size_t fixedBytes() const { return strings.memoryBytes(); }
+    void shrinkToFit();
+};
+
+} // namespace memledger

@@ -1,0 +1,741 @@
+#include "snapshot/pickle_reader.h"
+
+#include "support/huge_pages.h"
+
+#include <algorithm>
+#include <cstdlib>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+#include <cstring>
+
+namespace memledger {
+
+const char* pickleKindName(PickleKind k)
+{
+    switch (k) {
+    case PickleKind::None:
+        return "None";
+    case PickleKind::Bool:
+        return "bool";
+    case PickleKind::Int:
+        return "int";
+    case PickleKind::Float:
+        return "float";
+    case PickleKind::Str:
+        return "str";
+    case PickleKind::Bytes:
+        return "bytes";
+    case PickleKind::List:
+        return "list";
+    case PickleKind::Tuple:
+        return "tuple";
+    case PickleKind::Dict:
+        return "dict";
+    }
+    return "?";
+}
+
+std::int64_t PickleValue::asIntSlow() const
+{
+    switch (tag()) {
+    case kTagInt:
+        return static_cast<std::int64_t>(bits_) >> 3;
+    case kTagSpecial:
+        if (bits_ != kNone)
+            return bits_ == kTrue ? 1 : 0;
+        break;
+    case kTagScalar:
+        if (scalar()->kind == PickleKind::Int)
+            return scalar()->i;
+        break;
+    default:
+        break;
+    }
+    throw std::runtime_error(std::string("expected an int, found ") + pickleKindName(kind()));
+}
+
+double PickleValue::asFloat() const
+{
+    if (tag() == kTagScalar && scalar()->kind == PickleKind::Float)
+        return scalar()->f;
+    return static_cast<double>(asInt());
+}
+
+bool PickleValue::asBool() const
+{
+    return asInt() != 0;
+}
+
+void PickleValue::throwNotStr() const
+{
+    throw std::runtime_error(std::string("expected a str, found ") + pickleKindName(kind()));
+}
+
+const PickleValue* PickleValue::get(std::string_view key) const
+{
+    if (kind() != PickleKind::Dict)
+        return nullptr;
+    const PickleValue* e = container()->data;
+    for (std::size_t i = container()->size; i >= 2; i -= 2) {
+        const auto& k = e[i - 2];
+        if (k.tag() != kTagScalar)
+            continue;
+        const auto* sc = k.scalar();
+        if (sc->kind == PickleKind::Str && sc->size == key.size()
+            && std::memcmp(sc->chars, key.data(), key.size()) == 0)
+            return &e[i - 1];
+    }
+    return nullptr;
+}
+
+namespace {
+
+#if defined(__SANITIZE_ADDRESS__)
+#define MEMLEDGER_ARENA_MALLOC 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MEMLEDGER_ARENA_MALLOC 1
+#endif
+#endif
+
+// The arena of container items: large snapshots fill hundreds of MB of it, so on Linux it is mapped with
+// huge pages where the kernel allows (far fewer page faults). Under AddressSanitizer it is plain malloc.
+void* allocateArena(std::size_t bytes)
+{
+#if defined(__linux__) && !defined(MEMLEDGER_ARENA_MALLOC)
+    if (bytes >= (std::size_t {4} << 20)) {
+        void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED)
+            throw std::bad_alloc();
+        madvise(p, bytes, MADV_HUGEPAGE);
+        return p;
+    }
+#endif
+    void* p = std::malloc(std::max<std::size_t>(bytes, 1));
+    if (!p)
+        throw std::bad_alloc();
+    return p;
+}
+
+} // namespace
+
+static void releaseArena(PickleValue* p, std::size_t bytes)
+{
+    if (!p)
+        return;
+#if defined(__linux__) && !defined(MEMLEDGER_ARENA_MALLOC)
+    if (bytes >= (std::size_t {4} << 20)) {
+        munmap(static_cast<void*>(p), bytes);
+        return;
+    }
+#endif
+    std::free(static_cast<void*>(p));
+}
+
+void* allocatePickleChunk(std::size_t bytes)
+{
+    void* p = std::malloc(std::max<std::size_t>(bytes, 1));
+    if (!p)
+        throw std::bad_alloc();
+    adviseHugePages(p, bytes);
+    return p;
+}
+
+// The parser is a loop over opcodes with an explicit stack: no recursion, so nesting cannot overflow the
+// C++ stack, and every declared length is checked against the bytes left before anything is allocated.
+class PickleParser {
+public:
+    PickleParser(std::shared_ptr<const void> owner, const char* data, std::size_t size, const PickleLimits& limits)
+        : limits_(limits)
+    {
+        doc_.bytes_ = std::move(owner);
+        doc_.containers_ = std::make_unique<PickleChunks<PickleContainer>>();
+        doc_.scalars_ = std::make_unique<PickleChunks<PickleScalar>>();
+        data_ = reinterpret_cast<const unsigned char*>(data);
+        size_ = size;
+    }
+
+    ~PickleParser() { releaseArena(arena_, arenaCapacity_ * sizeof(PickleValue)); }
+    PickleParser(const PickleParser&) = delete;
+    PickleParser& operator=(const PickleParser&) = delete;
+
+    PickleDocument run()
+    {
+        stack_.reserve(256);
+        // Every item costs at least one opcode byte, two on average in real files: reserving that much
+        // address space up front spares the copies of a growing arena (pages are only touched when used).
+        growArena(size_ / 2 + 16);
+        memo_.reserve(std::min<std::size_t>(size_ / 8 + 16, std::size_t {1} << 24));
+        for (;;) {
+            op_start_ = pos_;
+            if (pos_ >= size_)
+                fail(pos_ == 0 ? "empty file, not a pickle" : "truncated: the data ends before the STOP opcode");
+            unsigned char op = data_[pos_++];
+            // The opcodes that make up nearly all of a snapshot, handled here without a call.
+            const std::size_t left = size_ - pos_;
+            if (op == 'h' && left >= 1) { // BINGET
+                std::size_t idx = data_[pos_++];
+                if (idx < memo_.size() && memo_[idx].bits_ != PickleValue::kUnset
+                    && stack_.size() < limits_.max_stack) {
+                    stack_.push_back(memo_[idx]);
+                    continue;
+                }
+                --pos_;
+            } else if (op == 'K' && left >= 1 && stack_.size() < limits_.max_stack) { // BININT1
+                stack_.push_back(bits((static_cast<std::uint64_t>(data_[pos_++]) << 3) | PickleValue::kTagInt));
+                continue;
+            } else if (op == 'M' && left >= 2 && stack_.size() < limits_.max_stack) { // BININT2
+                std::uint64_t v = data_[pos_] | (std::uint64_t {data_[pos_ + 1]} << 8);
+                pos_ += 2;
+                stack_.push_back(bits((v << 3) | PickleValue::kTagInt));
+                continue;
+            } else if (op == '(' && marks_.size() < limits_.max_depth) { // MARK
+                marks_.push_back(stack_.size());
+                continue;
+            } else if (op == 'j' && left >= 4) { // LONG_BINGET
+                std::size_t idx = static_cast<std::size_t>(readLE(4));
+                if (idx < memo_.size() && memo_[idx].bits_ != PickleValue::kUnset
+                    && stack_.size() < limits_.max_stack) {
+                    stack_.push_back(memo_[idx]);
+                    continue;
+                }
+                pos_ -= 4;
+            }
+            if (dispatch(op))
+                break;
+        }
+        if (stack_.empty())
+            fail("STOP with nothing on the stack");
+        doc_.root_ = stack_.back();
+        // The arena stops moving: containers can now point into it.
+        doc_.arena_ = std::unique_ptr<PickleValue, PickleArenaFree>(
+            arena_, PickleArenaFree {arenaCapacity_ * sizeof(PickleValue)});
+        arena_ = nullptr;
+        arenaCapacity_ = 0;
+        const PickleValue* base = doc_.arena_.get();
+        doc_.containers_->forEach([base](PickleContainer& c) {
+            const PickleValue* p = base + c.offset;
+            c.data = p;
+        });
+        return std::move(doc_);
+    }
+
+private:
+    [[noreturn]] void fail(const std::string& reason) const { throw PickleError(op_start_, reason); }
+
+    static std::string hex(unsigned char op)
+    {
+        static const char* d = "0123456789abcdef";
+        return std::string("0x") + d[op >> 4] + d[op & 15];
+    }
+
+    void need(std::uint64_t n) const
+    {
+        if (n > size_ - pos_)
+            fail("truncated: the opcode needs " + std::to_string(n) + " bytes, " + std::to_string(size_ - pos_)
+                + " are left");
+    }
+    std::uint64_t readLE(int n)
+    {
+        need(static_cast<std::uint64_t>(n));
+        std::uint64_t v = 0;
+        for (int i = n - 1; i >= 0; --i)
+            v = (v << 8) | data_[pos_ + static_cast<std::size_t>(i)];
+        pos_ += static_cast<std::size_t>(n);
+        return v;
+    }
+    // A declared length must fit in the bytes that are left: a huge one is an error, never an allocation.
+    std::size_t declaredLength(int width)
+    {
+        std::uint64_t n = readLE(width);
+        if (n > size_ - pos_)
+            fail("declared length " + std::to_string(n) + " is larger than the " + std::to_string(size_ - pos_)
+                + " bytes left");
+        return static_cast<std::size_t>(n);
+    }
+
+    void push(const PickleValue& v)
+    {
+        if (stack_.size() >= limits_.max_stack)
+            failStackFull();
+        stack_.push_back(v);
+    }
+    [[noreturn]] void failStackFull() const
+    {
+        fail("more than " + std::to_string(limits_.max_stack) + " values on the stack");
+    }
+    PickleValue pop()
+    {
+        if (stack_.size() <= markFloor())
+            fail("stack underflow");
+        PickleValue v = stack_.back();
+        stack_.pop_back();
+        return v;
+    }
+    PickleValue& top()
+    {
+        if (stack_.size() <= markFloor())
+            fail("stack underflow");
+        return stack_.back();
+    }
+    std::size_t markFloor() const { return marks_.empty() ? 0 : marks_.back(); }
+    std::size_t popMark()
+    {
+        if (marks_.empty())
+            fail("no MARK to close");
+        auto m = marks_.back();
+        marks_.pop_back();
+        return m;
+    }
+
+    static PickleValue bits(std::uint64_t b)
+    {
+        PickleValue v;
+        v.bits_ = b;
+        return v;
+    }
+    PickleValue newContainer(PickleKind k)
+    {
+        auto& c = doc_.containers_->emplace_back();
+        c = PickleContainer {};
+        c.kind = k;
+        return bits(reinterpret_cast<std::uint64_t>(&c));
+    }
+    PickleValue newScalar(const PickleScalar& sc)
+    {
+        auto& r = doc_.scalars_->emplace_back();
+        r = sc;
+        return bits(reinterpret_cast<std::uint64_t>(&r) | PickleValue::kTagScalar);
+    }
+    PickleValue integer(std::int64_t i)
+    {
+        if (i >= -PickleValue::kSmallIntLimit && i < PickleValue::kSmallIntLimit)
+            return bits((static_cast<std::uint64_t>(i) << 3) | PickleValue::kTagInt);
+        PickleScalar sc;
+        sc.kind = PickleKind::Int;
+        sc.i = i;
+        return newScalar(sc);
+    }
+    PickleValue real(double f)
+    {
+        PickleScalar sc;
+        sc.kind = PickleKind::Float;
+        sc.f = f;
+        return newScalar(sc);
+    }
+    // Appends n values to a container's slice of the arena. A fresh container takes exactly n slots at the end;
+    // a container that grows again either extends in place (it is last) or moves to the end with twice the
+    // room, so long lists built in batches of 1000 stay linear.
+    void append(PickleContainer& c, const PickleValue* src, std::size_t n)
+    {
+        if (n == 0)
+            return;
+        std::uint32_t depth = c.depth;
+        for (std::size_t i = 0; i < n; ++i) {
+            const PickleValue& v = src[i];
+            if (v.isContainerKind()) {
+                auto d = v.container()->depth + 1;
+                if (d > limits_.max_depth)
+                    fail("nesting deeper than " + std::to_string(limits_.max_depth) + " levels");
+                depth = std::max(depth, d);
+            }
+        }
+        c.depth = depth;
+        if (static_cast<std::uint64_t>(c.size) + n > UINT32_MAX)
+            fail("a container with more than 4 billion items");
+        if (c.size + n > c.capacity) {
+            std::size_t need = c.size + n;
+            if (c.capacity > 0 && c.offset + c.capacity == arenaSize_) {
+                std::size_t cap = std::max(need, static_cast<std::size_t>(c.capacity) * 2);
+                reserveArena(c.offset + cap);
+                arenaSize_ = c.offset + cap;
+                c.capacity = static_cast<std::uint32_t>(cap);
+            } else {
+                std::size_t cap = c.capacity == 0 ? need : std::max(need, static_cast<std::size_t>(c.capacity) * 2);
+                std::size_t off = arenaSize_;
+                reserveArena(off + cap);
+                arenaSize_ = off + cap;
+                std::copy(arena_ + c.offset, arena_ + c.offset + c.size, arena_ + off);
+                c.offset = off;
+                c.capacity = static_cast<std::uint32_t>(cap);
+            }
+        }
+        std::copy(src, src + n, arena_ + c.offset + c.size);
+        c.size += static_cast<std::uint32_t>(n);
+    }
+    void reserveArena(std::size_t n)
+    {
+        if (n > arenaCapacity_)
+            growArena(std::max(n, arenaCapacity_ * 2));
+    }
+    void growArena(std::size_t n)
+    {
+        if (n > SIZE_MAX / sizeof(PickleValue) / 2)
+            throw std::bad_alloc();
+        auto* p = static_cast<PickleValue*>(allocateArena(n * sizeof(PickleValue)));
+        if (arenaSize_ > 0)
+            std::memcpy(static_cast<void*>(p), static_cast<const void*>(arena_), arenaSize_ * sizeof(PickleValue));
+        releaseArena(arena_, arenaCapacity_ * sizeof(PickleValue));
+        arena_ = p;
+        arenaCapacity_ = n;
+    }
+
+    void appendFromStack(PickleContainer& c, std::size_t first)
+    {
+        append(c, stack_.data() + first, stack_.size() - first);
+        stack_.resize(first);
+    }
+
+    PickleValue tupleFrom(std::size_t first)
+    {
+        auto t = newContainer(PickleKind::Tuple);
+        appendFromStack(*t.container(), first);
+        return t;
+    }
+    PickleContainer& mutableOf(PickleValue& target, PickleKind want, const char* opname)
+    {
+        if (target.kind() != want)
+            fail(std::string(opname) + " on a " + pickleKindName(target.kind()) + ", expected a "
+                + pickleKindName(want));
+        return *target.container();
+    }
+
+    void memoPut(std::uint64_t idx)
+    {
+        if (stack_.size() <= markFloor())
+            fail("memo put with an empty stack");
+        if (idx > size_) // a pickle cannot define more memo entries than it has bytes
+            fail("memo index " + std::to_string(idx) + " is out of range");
+        if (idx >= memo_.size())
+            memo_.resize(static_cast<std::size_t>(idx) + 1, bits(PickleValue::kUnset));
+        memo_[idx] = stack_.back();
+    }
+    void memoGet(std::uint64_t idx)
+    {
+        if (idx >= memo_.size() || memo_[idx].bits_ == PickleValue::kUnset)
+            fail("memo index " + std::to_string(idx) + " was never stored");
+        push(memo_[idx]);
+    }
+
+    std::int64_t longFromBytes(std::size_t n)
+    {
+        if (n == 0)
+            return 0;
+        const unsigned char* p = data_ + pos_;
+        pos_ += n;
+        if (n <= 8) { // the common case (addresses take 7 or 8 bytes): sign-extend the top byte
+            std::uint64_t v = 0;
+            for (std::size_t i = n; i-- > 0;)
+                v = (v << 8) | p[i];
+            const unsigned shift = static_cast<unsigned>(64 - 8 * n);
+            return static_cast<std::int64_t>(v << shift) >> shift;
+        }
+        // Two's complement little-endian; more than 8 significant bytes does not fit in int64.
+        bool negative = (p[n - 1] & 0x80) != 0;
+        std::size_t used = n;
+        while (used > 1 && p[used - 1] == (negative ? 0xff : 0x00) && ((p[used - 2] & 0x80) != 0) == negative)
+            --used;
+        if (used > 8)
+            fail("integer of " + std::to_string(n) + " bytes does not fit in 64 bits");
+        std::uint64_t v = negative ? ~std::uint64_t {0} : 0;
+        for (std::size_t i = 0; i < used; ++i) {
+            v &= ~(std::uint64_t {0xff} << (8 * i));
+            v |= std::uint64_t {p[i]} << (8 * i);
+        }
+        return static_cast<std::int64_t>(v);
+    }
+
+    PickleValue text(PickleKind k, std::size_t n)
+    {
+        PickleScalar sc;
+        sc.kind = k;
+        sc.size = n;
+        sc.chars = reinterpret_cast<const char*>(data_ + pos_);
+        pos_ += n;
+        return newScalar(sc);
+    }
+
+    bool dispatch(unsigned char op)
+    {
+        switch (op) {
+        case 0x80: { // PROTO
+            auto v = readLE(1);
+            if (v > 5)
+                fail("unsupported pickle protocol " + std::to_string(v) + " (2 to 5 are read)");
+            doc_.protocol_ = static_cast<int>(v);
+            return false;
+        }
+        case 0x95: { // FRAME: a length prefix we only check
+            auto n = readLE(8);
+            if (n > size_ - pos_)
+                fail("frame of " + std::to_string(n) + " bytes is larger than the " + std::to_string(size_ - pos_)
+                    + " bytes left");
+            return false;
+        }
+        case '.':
+            return true; // STOP
+        case '(': // MARK
+            if (marks_.size() >= limits_.max_depth)
+                fail("more than " + std::to_string(limits_.max_depth) + " nested MARKs");
+            marks_.push_back(stack_.size());
+            return false;
+        case '}':
+            push(newContainer(PickleKind::Dict));
+            return false;
+        case ']':
+            push(newContainer(PickleKind::List));
+            return false;
+        case ')':
+            push(newContainer(PickleKind::Tuple));
+            return false;
+        case 0x8f:
+            push(newContainer(PickleKind::List));
+            return false; // EMPTY_SET: read as a list
+        case 'N':
+            push(PickleValue());
+            return false;
+        case 0x88:
+            push(bits(PickleValue::kTrue));
+            return false;
+        case 0x89:
+            push(bits(PickleValue::kFalse));
+            return false;
+        case 'J':
+            push(integer(static_cast<std::int32_t>(static_cast<std::uint32_t>(readLE(4)))));
+            return false;
+        case 'K':
+            push(integer(static_cast<std::int64_t>(readLE(1))));
+            return false;
+        case 'M':
+            push(integer(static_cast<std::int64_t>(readLE(2))));
+            return false;
+        case 0x8a: { // LONG1
+            auto n = declaredLength(1);
+            push(integer(longFromBytes(n)));
+            return false;
+        }
+        case 0x8b: { // LONG4
+            auto n = declaredLength(4);
+            push(integer(longFromBytes(n)));
+            return false;
+        }
+        case 'G': { // BINFLOAT, big-endian
+            need(8);
+            std::uint64_t bits = 0;
+            for (int i = 0; i < 8; ++i)
+                bits = (bits << 8) | data_[pos_ + static_cast<std::size_t>(i)];
+            pos_ += 8;
+            double d;
+            std::memcpy(&d, &bits, sizeof d);
+            push(real(d));
+            return false;
+        }
+        case 0x8c:
+            push(text(PickleKind::Str, declaredLength(1)));
+            return false; // SHORT_BINUNICODE
+        case 'X':
+            push(text(PickleKind::Str, declaredLength(4)));
+            return false; // BINUNICODE
+        case 0x8d:
+            push(text(PickleKind::Str, declaredLength(8)));
+            return false; // BINUNICODE8
+        case 'U':
+            push(text(PickleKind::Str, declaredLength(1)));
+            return false; // SHORT_BINSTRING
+        case 'T':
+            push(text(PickleKind::Str, declaredLength(4)));
+            return false; // BINSTRING
+        case 'C':
+            push(text(PickleKind::Bytes, declaredLength(1)));
+            return false; // SHORT_BINBYTES
+        case 'B':
+            push(text(PickleKind::Bytes, declaredLength(4)));
+            return false; // BINBYTES
+        case 0x8e:
+            push(text(PickleKind::Bytes, declaredLength(8)));
+            return false; // BINBYTES8
+        case 0x96:
+            push(text(PickleKind::Bytes, declaredLength(8)));
+            return false; // BYTEARRAY8
+        case 0x94:
+            memoPut(memo_.size());
+            return false; // MEMOIZE
+        case 'q':
+            memoPut(readLE(1));
+            return false; // BINPUT
+        case 'r':
+            memoPut(readLE(4));
+            return false; // LONG_BINPUT
+        case 'h':
+            memoGet(readLE(1));
+            return false; // BINGET
+        case 'j':
+            memoGet(readLE(4));
+            return false; // LONG_BINGET
+        case '0':
+            pop();
+            return false; // POP
+        case '1':
+            stack_.resize(popMark());
+            return false; // POP_MARK
+        case '2':
+            push(top());
+            return false; // DUP
+        case 0x85: { // TUPLE1
+            if (stack_.size() < markFloor() + 1)
+                fail("stack underflow");
+            auto t = tupleFrom(stack_.size() - 1);
+            push(t);
+            return false;
+        }
+        case 0x86:
+        case 0x87: { // TUPLE2, TUPLE3
+            std::size_t n = op == 0x86 ? 2 : 3;
+            if (stack_.size() < markFloor() + n)
+                fail("stack underflow");
+            auto t = tupleFrom(stack_.size() - n);
+            push(t);
+            return false;
+        }
+        case 't': { // TUPLE
+            auto t = tupleFrom(popMark());
+            push(t);
+            return false;
+        }
+        case 'l': { // LIST
+            auto first = popMark();
+            auto l = newContainer(PickleKind::List);
+            appendFromStack(*l.container(), first);
+            push(l);
+            return false;
+        }
+        case 'd': { // DICT
+            auto first = popMark();
+            if ((stack_.size() - first) % 2 != 0)
+                fail("DICT with an odd number of items");
+            auto d = newContainer(PickleKind::Dict);
+            appendFromStack(*d.container(), first);
+            push(d);
+            return false;
+        }
+        case 'a': { // APPEND
+            auto v = pop();
+            auto& c = mutableOf(top(), PickleKind::List, "APPEND");
+            append(c, &v, 1);
+            return false;
+        }
+        case 'e': // APPENDS
+        case 0x90: { // ADDITEMS (sets are read as lists)
+            auto first = popMark();
+            if (first == 0 || first <= markFloor())
+                fail("APPENDS without a list below the MARK");
+            auto& c = mutableOf(stack_[first - 1], PickleKind::List, op == 'e' ? "APPENDS" : "ADDITEMS");
+            appendFromStack(c, first);
+            return false;
+        }
+        case 0x91: { // FROZENSET
+            auto first = popMark();
+            auto l = newContainer(PickleKind::List);
+            appendFromStack(*l.container(), first);
+            push(l);
+            return false;
+        }
+        case 's': { // SETITEM
+            auto v = pop();
+            auto k = pop();
+            auto& c = mutableOf(top(), PickleKind::Dict, "SETITEM");
+            PickleValue kv[2] = {k, v};
+            append(c, kv, 2);
+            return false;
+        }
+        case 'u': { // SETITEMS
+            auto first = popMark();
+            if (first == 0 || first <= markFloor())
+                fail("SETITEMS without a dict below the MARK");
+            if ((stack_.size() - first) % 2 != 0)
+                fail("SETITEMS with an odd number of items");
+            auto& c = mutableOf(stack_[first - 1], PickleKind::Dict, "SETITEMS");
+            appendFromStack(c, first);
+            return false;
+        }
+        default:
+            break;
+        }
+        const char* name = refusedName(op);
+        if (name)
+            fail(std::string("refused opcode ") + name + " (" + hex(op)
+                + "): this pickle imports or calls Python code, which memledger never runs");
+        fail("unknown or unsupported pickle opcode " + hex(op));
+    }
+
+    static const char* refusedName(unsigned char op)
+    {
+        switch (op) {
+        case 'c':
+            return "GLOBAL";
+        case 0x93:
+            return "STACK_GLOBAL";
+        case 'R':
+            return "REDUCE";
+        case 'b':
+            return "BUILD";
+        case 'i':
+            return "INST";
+        case 'o':
+            return "OBJ";
+        case 0x81:
+            return "NEWOBJ";
+        case 0x92:
+            return "NEWOBJ_EX";
+        case 'P':
+            return "PERSID";
+        case 'Q':
+            return "BINPERSID";
+        case 0x82:
+            return "EXT1";
+        case 0x83:
+            return "EXT2";
+        case 0x84:
+            return "EXT4";
+        case 0x97:
+            return "NEXT_BUFFER";
+        case 0x98:
+            return "READONLY_BUFFER";
+        default:
+            return nullptr;
+        }
+    }
+
+    PickleLimits limits_;
+    PickleDocument doc_;
+    const unsigned char* data_ = nullptr;
+    std::size_t size_ = 0;
+    std::size_t pos_ = 0;
+    std::size_t op_start_ = 0;
+    std::vector<PickleValue> stack_;
+    std::vector<std::size_t> marks_;
+    std::vector<PickleValue> memo_;
+    PickleValue* arena_ = nullptr; // handed to the document at STOP
+    std::size_t arenaSize_ = 0;
+    std::size_t arenaCapacity_ = 0;
+};
+
+void PickleArenaFree::operator()(PickleValue* p) const
+{
+    releaseArena(p, bytes);
+}
+
+PickleDocument readPickle(std::string bytes, const PickleLimits& limits)
+{
+    auto owned = std::make_shared<const std::string>(std::move(bytes));
+    return PickleParser(owned, owned->data(), owned->size(), limits).run();
+}
+
+PickleDocument readPickle(
+    std::shared_ptr<const void> owner, const char* data, std::size_t size, const PickleLimits& limits)
+{
+    return PickleParser(std::move(owner), data, size, limits).run();
+}
+
+} // namespace memledger

@@ -1,0 +1,119 @@
+#pragma once
+// A CUDA memory snapshot, as written by torch.cuda.memory._dump_snapshot(), read without Python.
+#include "allocator/caching_allocator.h"
+#include "report/report.h"
+#include "report/trace.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace memledger {
+
+struct SnapshotFrame {
+    std::string filename;
+    std::int64_t line = 0;
+    std::string name;
+};
+
+enum class BlockState : std::uint8_t { ActiveAllocated, ActivePendingFree, Inactive, Other };
+
+// The state as a snapshot file spells it: "active_allocated", "active_pending_free", "inactive"; "other".
+const char* blockStateName(BlockState s);
+
+struct SnapshotBlock {
+    std::uint64_t address = 0;
+    std::int64_t size = 0;
+    std::int64_t requested_size = 0;
+    BlockState state = BlockState::Other;
+    std::vector<SnapshotFrame> frames; // legacy files: the frames of the last `history` entry
+};
+
+struct SnapshotSegment {
+    int device = 0;
+    std::uint64_t address = 0;
+    std::int64_t total_size = 0;
+    std::int64_t allocated_size = 0;
+    std::int64_t active_size = 0;
+    std::int64_t requested_size = 0;
+    std::uint64_t stream = 0;
+    std::string segment_type; // "small" | "large" | "" when absent
+    bool is_expandable = false;
+    std::vector<SnapshotBlock> blocks;
+};
+
+struct SnapshotOom {
+    int device = 0;
+    std::int64_t bytes_requested = 0;
+    std::int64_t device_free = 0;
+    std::int64_t time_ns = 0;
+    std::string where;
+};
+
+struct SnapshotSettings {
+    bool present = false;
+    std::string conf; // PYTORCH_CUDA_ALLOC_CONF
+    std::int64_t max_split_size = -1; // -1: unlimited
+    bool expandable_segments = false;
+    std::map<std::int64_t, int> roundup_power2_divisions; // size bucket (MiB) -> divisions; zeros dropped
+    double garbage_collection_threshold = 0.0;
+    bool isDefault() const;
+    AllocatorSettings toModel() const;
+};
+
+// What the caching-allocator model makes of the snapshot's alloc/free sequence.
+struct SnapshotAllocatorCheck {
+    bool done = false;
+    std::string unit; // "segment_alloc" or "segment_map" (expandable segments)
+    std::int64_t recorded = 0; // segment growth events in the trace
+    std::int64_t reproduced = 0; // of them, how many the model made with the same size, in order
+    std::int64_t model_total = 0; // growth events the model made
+    bool matched = false;
+    AllocatorReplay replay;
+};
+
+struct Snapshot {
+    std::string layout; // "dict", "dict-2.1" (no allocator_settings), "legacy-history", "segment-list"
+    std::vector<int> devices;
+    std::vector<SnapshotSegment> segments;
+    std::shared_ptr<const Trace> trace; // every device_traces entry, merged in time order
+    std::vector<std::uint64_t> trace_stream; // stream of each trace event
+    bool trace_has_time = false; // older files have no time_us: time_ns is then the entry's index
+    std::int64_t trace_start_us = 0;
+    std::int64_t skipped_entries = 0; // actions memledger does not model (annotate, ...)
+    std::vector<SnapshotOom> ooms;
+    SnapshotSettings settings;
+    SnapshotAllocatorCheck allocator_check;
+
+    std::int64_t reservedBytes() const; // sum of segments' total_size
+    std::int64_t allocatedBytes() const; // sum of active_allocated blocks' size
+    std::size_t traceCount(Action a) const;
+};
+
+// True when the file starts like a pickle (PROTO opcode, byte 0x80). Does not throw.
+bool looksLikePickleFile(const std::string& path);
+
+// Decodes a snapshot; throws FileError naming `name`, the reason and, for a damaged pickle, the byte offset.
+Snapshot decodeSnapshot(std::string bytes, const std::string& name);
+Snapshot readSnapshotFile(const std::string& path);
+
+// Replays the snapshot's trace through the caching-allocator model, pre-loading the blocks that were alive
+// before the trace began, and compares the segments it asks for with the recorded ones.
+SnapshotAllocatorCheck checkAllocatorModel(const Snapshot& s);
+
+// Report for a snapshot: trace, peak of live bytes, a tree of top user stack frames (root: the file name),
+// the allocator check; everything the trace allocated is in Ledger::Unattributed.
+// checkAllocator false: leave the allocator check for later (addAllocatorCheck), so that the timeline can be
+// drawn first; reportToJson makes the check itself when it is missing.
+Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAllocator = true);
+Report reportFromSnapshot(const Snapshot& s, const std::string& path, bool checkAllocator = true);
+// Bytes alive when the trace began: what the segments hold at the end minus what the trace did.
+std::int64_t aliveBeforeTrace(const Snapshot& s);
+// Open, decode, (check) and report.
+Report readSnapshotReport(const std::string& path, bool checkAllocator = true);
+// The same report with its snapshot's allocator check made.
+Report addAllocatorCheck(const Report& r);
+
+} // namespace memledger

@@ -1,0 +1,336 @@
+#include "support/atomic_file.h"
+#include "support/format.h"
+#include "snapshot/snapshot.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <unordered_map>
+
+namespace memledger {
+
+namespace {
+
+constexpr std::int64_t kSmallBuffer = std::int64_t {2} << 20;
+
+// The state the allocator was in when the trace began, rebuilt from the final state by undoing the trace.
+std::vector<PreloadedSegment> stateAtTraceStart(const Snapshot& s, const AllocatorSettings& settings)
+{
+    struct Seg {
+        std::int64_t size;
+        std::uint64_t stream;
+        bool small;
+        bool expandable;
+    };
+    std::vector<PreloadedSegment> out;
+    const Trace& t = *s.trace;
+    for (int dev : s.devices) {
+        std::map<std::uint64_t, Seg> segs;
+        std::unordered_map<std::uint64_t, std::int64_t> live;
+        for (const auto& seg : s.segments) {
+            if (seg.device != dev)
+                continue;
+            bool small = seg.segment_type.empty() ? seg.total_size == kSmallBuffer : seg.segment_type == "small";
+            segs[seg.address] = {seg.total_size, seg.stream, small, seg.is_expandable};
+            for (const auto& b : seg.blocks)
+                if (b.state == BlockState::ActiveAllocated || b.state == BlockState::ActivePendingFree)
+                    live[b.address] = b.size;
+        }
+        auto containing = [&](std::uint64_t addr) -> Seg* {
+            auto it = segs.upper_bound(addr);
+            if (it == segs.begin())
+                return nullptr;
+            --it;
+            return it->second.expandable ? &it->second : nullptr;
+        };
+        for (std::size_t k = t.size(); k-- > 0;) {
+            if (t.device[k] != dev)
+                continue;
+            const auto addr = t.address[k];
+            switch (t.action[k]) {
+            case Action::SegmentAlloc:
+                segs.erase(addr);
+                break;
+            case Action::SegmentFree:
+                segs[addr] = {t.bytes[k], s.trace_stream[k], t.bytes[k] == kSmallBuffer, false};
+                break;
+            case Action::SegmentMap:
+                if (Seg* g = containing(addr))
+                    g->size -= t.bytes[k];
+                break;
+            case Action::SegmentUnmap:
+                if (Seg* g = containing(addr))
+                    g->size += t.bytes[k];
+                break;
+            // A paired alloc and free cancel out; an unpaired free was allocated before the trace, an
+            // unpaired alloc is still alive at the end (so in the final state, but not at the start).
+            case Action::Free:
+                if (t.partner[k] == kNoPartner)
+                    live.emplace(addr, allocatorRoundSize(t.bytes[k], settings));
+                break;
+            case Action::Alloc:
+                if (t.partner[k] == kNoPartner)
+                    live.erase(addr);
+                break;
+            default:
+                break;
+            }
+        }
+        std::vector<std::pair<std::uint64_t, std::int64_t>> liveSorted(live.begin(), live.end());
+        std::sort(liveSorted.begin(), liveSorted.end());
+        for (const auto& [addr, g] : segs) {
+            if (g.size <= 0)
+                continue;
+            PreloadedSegment p;
+            p.device = static_cast<std::int8_t>(dev);
+            p.stream = g.stream;
+            p.address = addr;
+            p.size = g.size;
+            p.small_pool = g.small;
+            p.expandable = g.expandable;
+            auto it = std::lower_bound(liveSorted.begin(), liveSorted.end(), std::make_pair(addr, std::int64_t {0}));
+            for (; it != liveSorted.end() && it->first < addr + static_cast<std::uint64_t>(g.size); ++it)
+                p.allocated.push_back({it->first, it->second});
+            out.push_back(std::move(p));
+        }
+    }
+    return out;
+}
+
+std::string baseName(const std::string& path)
+{
+    auto slash = path.find_last_of("/\\");
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// "dir/model.py:54 forward" -> "dir/model.py"
+std::string fileOfWhere(const std::string& where)
+{
+    auto space = where.find(' ');
+    auto head = where.substr(0, space);
+    auto colon = head.rfind(':');
+    return colon == std::string::npos ? head : head.substr(0, colon);
+}
+
+} // namespace
+
+SnapshotAllocatorCheck checkAllocatorModel(const Snapshot& s)
+{
+    SnapshotAllocatorCheck c;
+    c.done = true;
+    AllocatorSettings settings = s.settings.toModel();
+    if (!s.settings.present)
+        settings.expandable_segments = std::any_of(
+            s.segments.begin(), s.segments.end(), [](const SnapshotSegment& g) { return g.is_expandable; });
+    c.unit = settings.expandable_segments ? "segment_map" : "segment_alloc";
+    if (!s.trace || s.trace->size() == 0)
+        return c;
+    ReplayOptions options;
+    options.streams = &s.trace_stream;
+    options.initial = stateAtTraceStart(s, settings);
+    c.replay = replayCachingAllocator(*s.trace, settings, options);
+
+    const Action unit = settings.expandable_segments ? Action::SegmentMap : Action::SegmentAlloc;
+    const auto& modelSizes = settings.expandable_segments ? c.replay.segment_maps : c.replay.segment_allocs;
+    const auto& modelDevices
+        = settings.expandable_segments ? c.replay.segment_map_device : c.replay.segment_alloc_device;
+    std::map<int, std::vector<std::int64_t>> recorded, made;
+    const Trace& t = *s.trace;
+    for (std::size_t i = 0; i < t.size(); ++i)
+        if (t.action[i] == unit)
+            recorded[t.device[i]].push_back(t.bytes[i]);
+    for (std::size_t i = 0; i < modelSizes.size(); ++i)
+        made[modelDevices[i]].push_back(modelSizes[i]);
+    for (const auto& [dev, r] : recorded) {
+        c.recorded += static_cast<std::int64_t>(r.size());
+        const auto& m = made[dev];
+        for (std::size_t i = 0; i < r.size() && i < m.size(); ++i)
+            if (r[i] == m[i])
+                ++c.reproduced;
+    }
+    c.model_total = static_cast<std::int64_t>(modelSizes.size());
+    c.matched = c.reproduced == c.recorded && c.model_total == c.recorded;
+    return c;
+}
+
+Report reportFromSnapshot(const Snapshot& s, const std::string& path, bool checkAllocator)
+{
+    return reportFromSnapshot(Snapshot(s), path, checkAllocator);
+}
+
+namespace {
+
+std::string allocatorNote(const SnapshotAllocatorCheck& c)
+{
+    return "allocator model: " + std::to_string(c.reproduced) + " of " + std::to_string(c.recorded) + " recorded "
+        + c.unit + " sizes reproduced in order"
+        + (c.matched ? "" : " (model made " + std::to_string(c.model_total) + ")");
+}
+
+} // namespace
+
+Report addAllocatorCheck(const Report& r)
+{
+    if (!r.snapshot || r.snapshot->allocator_check.done)
+        return r;
+    auto s = std::make_shared<Snapshot>(*r.snapshot);
+    s->allocator_check = checkAllocatorModel(*s);
+    Report out = r;
+    if (s->allocator_check.recorded > 0)
+        out.notes.push_back(allocatorNote(s->allocator_check));
+    out.snapshot = std::move(s);
+    return out;
+}
+
+std::int64_t aliveBeforeTrace(const Snapshot& s)
+{
+    std::int64_t net = 0;
+    if (s.trace)
+        for (std::size_t i = 0; i < s.trace->size(); ++i) {
+            if (s.trace->action[i] == Action::Alloc)
+                net += s.trace->bytes[i];
+            else if (s.trace->action[i] == Action::Free)
+                net -= s.trace->bytes[i];
+        }
+    return std::max<std::int64_t>(0, s.allocatedBytes() - net);
+}
+
+Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAllocator)
+{
+    if (checkAllocator && !s.allocator_check.done)
+        s.allocator_check = checkAllocatorModel(s);
+    Report r;
+    r.source = "snapshot";
+    r.model.path = path;
+    r.model.type = "CUDA memory snapshot";
+    std::error_code ec;
+    auto fileSize = std::filesystem::file_size(path, ec);
+    r.model.file_bytes = ec ? 0 : static_cast<std::int64_t>(fileSize);
+    r.run.mode = "snapshot";
+    r.run.dtype = "";
+    std::string devs;
+    for (int d : s.devices)
+        devs += (devs.empty() ? "cuda:" : ",cuda:") + std::to_string(d);
+    r.run.device = devs.empty() ? "cuda" : devs;
+
+    const Trace& t = *s.trace;
+    if (t.size() > 1)
+        r.run.duration_ms = static_cast<double>(t.time_ns.back() - t.time_ns.front()) / 1e6;
+
+    const std::int64_t start = aliveBeforeTrace(s);
+    std::int64_t live = start;
+    r.peak_bytes = start;
+    r.peak_event = -1;
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        if (t.action[i] == Action::Alloc)
+            live += t.bytes[i];
+        else if (t.action[i] == Action::Free)
+            live -= t.bytes[i];
+        else
+            continue;
+        if (live > r.peak_bytes) {
+            r.peak_bytes = live;
+            r.peak_event = static_cast<std::int32_t>(i);
+            r.peak_time_ns = t.time_ns[i];
+        }
+    }
+    r.peak_total_bytes = r.peak_bytes;
+
+    // Allocations of the trace alive at the peak, by top user frame.
+    std::map<std::uint32_t, std::int64_t> atPeakByWhere, totalByWhere, callsByWhere;
+    std::vector<PeakItem> alive;
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        if (t.action[i] != Action::Alloc)
+            continue;
+        totalByWhere[t.where[i]] += t.bytes[i];
+        ++callsByWhere[t.where[i]];
+        auto idx = static_cast<std::int32_t>(i);
+        if (r.peak_event >= 0 && idx <= r.peak_event && (t.partner[i] == kNoPartner || t.partner[i] > r.peak_event)) {
+            atPeakByWhere[t.where[i]] += t.bytes[i];
+            PeakItem p;
+            p.bytes = t.bytes[i];
+            p.ledger = Ledger::Unattributed;
+            p.where = t.strings.at(t.where[i]);
+            p.event = idx;
+            alive.push_back(std::move(p));
+        }
+    }
+    std::stable_sort(
+        alive.begin(), alive.end(), [](const PeakItem& a, const PeakItem& b) { return a.bytes > b.bytes; });
+    if (alive.size() > 50)
+        alive.resize(50);
+    r.alive_at_peak = std::move(alive);
+
+    LayerStats root;
+    root.name = baseName(path);
+    root.type = "snapshot";
+    root.peak_bytes = r.peak_bytes;
+    r.layers.push_back(root);
+    std::map<std::string, int> fileNode;
+    std::vector<std::pair<std::int64_t, std::uint32_t>> order;
+    for (const auto& [w, total] : totalByWhere)
+        order.push_back({total, w});
+    std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (const auto& [total, w] : order) {
+        const std::string& where = t.strings.at(w);
+        std::string file = where.empty() ? "(no stack)" : fileOfWhere(where);
+        auto it = fileNode.find(file);
+        if (it == fileNode.end()) {
+            LayerStats f;
+            f.path = file;
+            f.name = baseName(file);
+            f.type = "file";
+            f.parent = 0;
+            f.depth = 1;
+            int id = static_cast<int>(r.layers.size());
+            r.layers[0].children.push_back(id);
+            r.layers.push_back(f);
+            it = fileNode.emplace(file, id).first;
+        }
+        LayerStats l;
+        l.path = where.empty() ? "(no stack):" : where;
+        l.name = where.empty() ? "(no stack)" : where.substr(std::min(where.size(), file.size() + 1));
+        l.type = "frame";
+        l.parent = it->second;
+        l.depth = 2;
+        l.activation_bytes = total;
+        l.peak_bytes = atPeakByWhere[w];
+        l.calls = callsByWhere[w];
+        auto& parent = r.layers[static_cast<std::size_t>(it->second)];
+        parent.activation_bytes += l.activation_bytes;
+        parent.peak_bytes += l.peak_bytes;
+        parent.calls += l.calls;
+        int id = static_cast<int>(r.layers.size());
+        parent.children.push_back(id);
+        r.layers.push_back(std::move(l));
+    }
+    for (auto c : r.layers[0].children) {
+        r.layers[0].activation_bytes += r.layers[static_cast<std::size_t>(c)].activation_bytes;
+        r.layers[0].calls += r.layers[static_cast<std::size_t>(c)].calls;
+    }
+
+    r.notes.push_back("CUDA memory snapshot (" + s.layout + "): " + std::to_string(s.segments.size()) + " segments, "
+        + formatBytes(s.reservedBytes()) + " reserved, " + formatBytes(s.allocatedBytes()) + " allocated, "
+        + std::to_string(t.size()) + " trace entries");
+    r.notes.push_back("snapshot allocations are not split into weights/activations: they are unattributed");
+    if (start > 0 && t.size() > 0)
+        r.notes.push_back(formatBytes(start) + " were allocated before the trace began (the trace is a ring buffer)");
+    if (!s.trace_has_time && t.size() > 0)
+        r.notes.push_back("the trace has no timestamps: events are spaced 1 us apart in order");
+    for (const auto& o : s.ooms)
+        r.notes.push_back("out of memory on cuda:" + std::to_string(o.device) + ": " + formatBytes(o.bytes_requested)
+            + " requested, " + formatBytes(o.device_free) + " free on the device"
+            + (o.where.empty() ? "" : " at " + o.where));
+    if (s.allocator_check.recorded > 0)
+        r.notes.push_back(allocatorNote(s.allocator_check));
+    r.trace = s.trace;
+    r.snapshot = std::make_shared<const Snapshot>(std::move(s));
+    return r;
+}
+
+Report readSnapshotReport(const std::string& path, bool checkAllocator)
+{
+    return reportFromSnapshot(readSnapshotFile(path), path, checkAllocator);
+}
+
+} // namespace memledger

@@ -1,0 +1,44 @@
+#pragma once
+// Private to core: one dtype's fitted allocation sizes, shared by WhatIf copies.
+#include "whatif/whatif.h"
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace memledger {
+
+struct WhatIf::Fit {
+    std::string dtype;
+    std::string rescaled_from; // empty: recorded in this dtype
+    std::int64_t b1 = 1, b2 = 2;
+    // The run at b2, classified into ledgers: its events, order and alloc/free pairs are replayed.
+    std::shared_ptr<const Trace> trace;
+    std::shared_ptr<const std::vector<OpCall>> ops;
+    RunInfo info; // of the run at b2
+    std::vector<double> slope, intercept; // bytes of event i at batch B: slope[i] * B + intercept[i]
+    std::vector<std::int8_t> sign; // +1 alloc, -1 free of an alloc in the trace, 0 ignored
+    std::int64_t parameter_bytes = 0;
+    std::int64_t buffer_bytes = 0;
+    int input_width = 4; // bytes per input element
+
+    struct Recorded { // what the runs at b1 and b2 measured
+        std::int64_t batch = 0;
+        std::int64_t peak = 0;
+        std::int32_t peak_event = -1;
+        std::array<std::int64_t, kLedgerCount> at_peak {};
+    };
+    std::vector<Recorded> recorded;
+    bool reliable = true;
+    std::vector<std::string> notes;
+
+    std::int64_t inputBytes(std::int64_t batch) const;
+    std::int64_t sizeAt(std::size_t i, double batch) const
+    {
+        double v = slope[i] * batch + intercept[i];
+        return v > 0.0 ? static_cast<std::int64_t>(v + 0.5) : 0;
+    }
+};
+
+} // namespace memledger

@@ -1,0 +1,446 @@
+#include "whatif/whatif.h"
+
+#include "report/build_report.h"
+#include "allocator/caching_allocator.h"
+#include "support/errors.h"
+#include "support/format.h"
+#include "whatif/alignment.h"
+#include "whatif/fit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace memledger {
+
+namespace {
+
+bool isFloating(const std::string& dtype)
+{
+    return dtype == "float32" || dtype == "float16" || dtype == "bfloat16" || dtype == "float64";
+}
+
+std::int64_t numel(const Shape& s)
+{
+    std::int64_t n = 1;
+    for (auto d : s)
+        n *= d;
+    return n;
+}
+
+// Parameters and buffers at `dtype`: floating tensors take its width, integer ones stay as stored.
+bool weightsFromTensors(const ModelInfo& model, const std::string& dtype, std::int64_t& params, std::int64_t& buffers)
+{
+    if (model.tensors.empty())
+        return false;
+    params = buffers = 0;
+    for (const auto& t : model.tensors) {
+        auto bytes = isFloating(t.dtype) ? numel(t.shape) * dtypeSize(dtype) : t.bytes;
+        (t.is_buffer ? buffers : params) += bytes;
+    }
+    return true;
+}
+
+std::string percent(double v)
+{
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f%%", v);
+    return buf;
+}
+
+std::shared_ptr<WhatIf::Fit> makeFit(const ModelInfo& model, const std::vector<LayerStats>& modules, RawRun r1,
+    std::int64_t b1, RawRun r2, std::int64_t b2)
+{
+    auto f = std::make_shared<WhatIf::Fit>();
+    f->dtype = r2.info.dtype;
+    f->b1 = b1;
+    f->b2 = b2;
+    auto sizes = fitSizes(r1, b1, r2, b2);
+    f->slope = std::move(sizes.slope);
+    f->intercept = std::move(sizes.intercept);
+    f->ops = std::make_shared<const std::vector<OpCall>>(r2.ops);
+    f->info = r2.info;
+    f->parameter_bytes = r2.parameter_bytes;
+    f->buffer_bytes = r2.buffer_bytes;
+    f->input_width = dtypeSize(f->dtype);
+
+    for (auto* raw : {&r1, &r2}) {
+        auto batch = raw == &r1 ? b1 : b2;
+        auto report = buildReport(model, modules, std::move(*raw));
+        WhatIf::Fit::Recorded rec;
+        rec.batch = batch;
+        rec.peak = report.peak_bytes;
+        rec.peak_event = report.peak_event;
+        for (int l = 0; l < kLedgerCount; ++l)
+            rec.at_peak[static_cast<std::size_t>(l)] = report.ledgers[static_cast<std::size_t>(l)].at_peak;
+        f->recorded.push_back(rec);
+        if (raw == &r2)
+            f->trace = report.trace;
+    }
+    const auto& t = *f->trace;
+    f->sign.assign(t.size(), 0);
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        if (t.action[i] == Action::Alloc)
+            f->sign[i] = 1;
+        else if (t.action[i] == Action::Free && t.partner[i] != kNoPartner)
+            f->sign[i] = -1;
+    }
+
+    auto b1s = std::to_string(b1), b2s = std::to_string(b2);
+    if (sizes.matched_allocs < sizes.allocs)
+        f->notes.push_back(f->dtype + ": " + std::to_string(sizes.allocs - sizes.matched_allocs) + " of "
+            + std::to_string(sizes.allocs) + " allocations at batch " + b2s + " have no counterpart at batch " + b1s
+            + " (another kernel path); they are assumed to grow with the batch");
+    double matched
+        = sizes.bytes > 0 ? 100.0 * static_cast<double>(sizes.matched_bytes) / static_cast<double>(sizes.bytes) : 100.0;
+    if (matched < 90.0) {
+        f->reliable = false;
+        f->notes.push_back(f->dtype + ": only " + percent(matched) + " of the bytes allocated at batch " + b2s
+            + " line up with batch " + b1s
+            + " (control flow that depends on the data or the batch?): these figures are rough;"
+              " measure instead");
+    }
+    return f;
+}
+
+// A dtype the CPU cannot run: another dtype's fit with floating sizes scaled by element width.
+std::shared_ptr<WhatIf::Fit> rescaleFit(
+    const WhatIf::Fit& from, const std::string& dtype, const ModelInfo& model, const std::string& why)
+{
+    auto f = std::make_shared<WhatIf::Fit>(from);
+    f->dtype = dtype;
+    f->rescaled_from = from.dtype;
+    f->recorded.clear();
+    f->notes.clear();
+    double factor = static_cast<double>(dtypeSize(dtype)) / static_cast<double>(dtypeSize(from.dtype));
+    if (factor != 1.0) {
+        for (auto& v : f->slope)
+            v *= factor;
+        for (auto& v : f->intercept)
+            v *= factor;
+    }
+    f->input_width = dtypeSize(dtype);
+    if (!weightsFromTensors(model, dtype, f->parameter_bytes, f->buffer_bytes)) {
+        f->parameter_bytes = static_cast<std::int64_t>(static_cast<double>(from.parameter_bytes) * factor);
+        f->buffer_bytes = static_cast<std::int64_t>(static_cast<double>(from.buffer_bytes) * factor);
+    }
+    std::string how = factor == 1.0 ? "the " + from.dtype + " records (the same element width)"
+                                    : "the " + from.dtype + " records, every allocation scaled by element width";
+    f->notes.push_back(dtype + ": predicted from " + how + ", not measured" + (why.empty() ? "" : ": " + why));
+    return f;
+}
+
+} // namespace
+
+std::int64_t WhatIf::Fit::inputBytes(std::int64_t batch) const
+{
+    std::int64_t total = 0;
+    for (auto shape : info.input_shapes) {
+        if (!shape.empty())
+            shape[0] = batch;
+        total += numel(shape) * input_width;
+    }
+    return total;
+}
+
+WhatIf WhatIf::fromRuns(const ModelInfo& model, const std::vector<LayerStats>& modules, RawRun r1, std::int64_t b1,
+    RawRun r2, std::int64_t b2)
+{
+    if (b1 < 1 || b2 <= b1)
+        throw std::invalid_argument(
+            "what-if needs two batch sizes 1 <= b1 < b2, not " + std::to_string(b1) + " and " + std::to_string(b2));
+    WhatIf w;
+    w.model_ = std::make_shared<const ModelInfo>(model);
+    auto layers = modules;
+    if (layers.empty()) {
+        LayerStats root;
+        root.name = model.type.empty() ? "model" : model.type;
+        layers.push_back(root);
+    }
+    w.modules_ = std::make_shared<const std::vector<LayerStats>>(std::move(layers));
+    w.fits_.push_back(makeFit(*w.model_, *w.modules_, std::move(r1), b1, std::move(r2), b2));
+    w.addRescaledFits({});
+    return w;
+}
+
+WhatIf WhatIf::record(
+    Model& model, RunOptions base, std::int64_t b1, std::int64_t b2, const std::vector<std::string>& dtypes)
+{
+    if (b1 < 1 || b2 <= b1)
+        throw std::invalid_argument(
+            "what-if needs two batch sizes 1 <= b1 < b2, not " + std::to_string(b1) + " and " + std::to_string(b2));
+    std::vector<std::string> order {base.dtype};
+    for (const auto& d : dtypes) {
+        if (!isSupportedDtype(d))
+            throw std::invalid_argument("unknown dtype '" + d + "' (use float32, bfloat16 or float16)");
+        if (std::find(order.begin(), order.end(), d) == order.end())
+            order.push_back(d);
+    }
+    WhatIf w;
+    w.model_ = std::make_shared<const ModelInfo>(model.info());
+    w.modules_ = std::make_shared<const std::vector<LayerStats>>(model.modules());
+    std::vector<std::pair<std::string, std::string>> cannotRun; // dtype, why
+    for (const auto& dtype : order) {
+        RunOptions o = base;
+        o.dtype = dtype;
+        RawRun r1, r2;
+        try {
+            o.batch = b1;
+            r1 = model.run(o);
+            o.batch = b2;
+            r2 = model.run(o);
+        } catch (const RunError& e) {
+            if (dtype == base.dtype)
+                throw;
+            cannotRun.emplace_back(dtype, e.what());
+            continue;
+        }
+        if (base.inputs.empty()) // guessed once: the same guess for every dtype
+            base.inputs = r1.info.input_shapes;
+        w.fits_.push_back(makeFit(*w.model_, *w.modules_, std::move(r1), b1, std::move(r2), b2));
+    }
+    w.addRescaledFits(cannotRun);
+    return w;
+}
+
+void WhatIf::addRescaledFits(const std::vector<std::pair<std::string, std::string>>& cannotRun)
+{
+    // Every supported dtype gets a fit up front, so that a const WhatIf is safe to share between threads.
+    for (const char* dtype : {"float32", "bfloat16", "float16"}) {
+        if (std::any_of(fits_.begin(), fits_.end(), [&](const auto& f) { return f->dtype == dtype; }))
+            continue;
+        std::string why = "it was not recorded";
+        for (const auto& [d, reason] : cannotRun)
+            if (d == dtype)
+                why = "the CPU cannot run it (" + reason + ")";
+        const Fit* from = fits_.front().get();
+        for (const auto& f : fits_)
+            if (f->rescaled_from.empty() && dtypeSize(f->dtype) == dtypeSize(dtype)) {
+                from = f.get();
+                break;
+            }
+        fits_.push_back(rescaleFit(*from, dtype, *model_, why));
+    }
+}
+
+const WhatIf::Fit& WhatIf::fit(const std::string& dtype) const
+{
+    for (const auto& f : fits_)
+        if (f->dtype == dtype)
+            return *f;
+    throw std::invalid_argument("what-if has no records for dtype '" + dtype + "'");
+}
+
+std::vector<std::string> WhatIf::dtypes() const
+{
+    std::vector<std::string> out;
+    for (const auto& f : fits_)
+        out.push_back(f->dtype);
+    return out;
+}
+
+bool WhatIf::isRecorded(const std::string& dtype) const
+{
+    for (const auto& f : fits_)
+        if (f->dtype == dtype)
+            return f->rescaled_from.empty();
+    return false;
+}
+
+std::int64_t WhatIf::batch1() const
+{
+    return fits_.empty() ? 0 : fits_.front()->b1;
+}
+std::int64_t WhatIf::batch2() const
+{
+    return fits_.empty() ? 0 : fits_.front()->b2;
+}
+
+std::vector<std::string> WhatIf::notes() const
+{
+    std::vector<std::string> out = notes_;
+    for (const auto& f : fits_)
+        out.insert(out.end(), f->notes.begin(), f->notes.end());
+    return out;
+}
+
+std::size_t WhatIf::eventCount(const std::string& dtype) const
+{
+    return fit(dtype).trace->size();
+}
+
+Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool withReserved) const
+{
+    if (batch < 1)
+        throw std::invalid_argument("batch must be at least 1, not " + std::to_string(batch));
+    const auto& f = fit(dtype);
+    Prediction p;
+    p.batch = batch;
+    p.dtype = dtype;
+    p.weight_bytes = f.parameter_bytes + f.buffer_bytes;
+    p.input_bytes = f.inputBytes(batch);
+    p.reliable = f.reliable;
+    p.notes = f.notes;
+
+    auto recorded
+        = std::find_if(f.recorded.begin(), f.recorded.end(), [&](const Fit::Recorded& r) { return r.batch == batch; });
+    if (recorded != f.recorded.end()) {
+        p.method = "measured";
+        p.predicted_peak_bytes = recorded->peak;
+        p.peak_event = recorded->peak_event;
+        p.ledgers_at_peak = recorded->at_peak;
+        p.reliable = true;
+    } else {
+        // One pass; live bytes per ledger are kept so that the ledgers at the peak need no second pass.
+        const auto& t = *f.trace;
+        const auto n = t.size();
+        const double b = static_cast<double>(batch);
+        const std::int8_t* sign = f.sign.data();
+        const double* slope = f.slope.data();
+        const double* intercept = f.intercept.data();
+        const Ledger* ledger = t.ledger.data();
+        std::array<std::int64_t, 8> live {}, atPeak {};
+        std::int64_t now = 0, peak = 0;
+        std::int32_t peakEvent = -1;
+        for (std::size_t i = 0; i < n; ++i) {
+            if (!sign[i])
+                continue;
+            double v = slope[i] * b + intercept[i];
+            std::int64_t bytes = v > 0.0 ? static_cast<std::int64_t>(v + 0.5) : 0;
+            bytes = sign[i] > 0 ? bytes : -bytes;
+            now += bytes;
+            live[static_cast<std::size_t>(ledger[i]) & 7] += bytes;
+            if (now > peak) {
+                peak = now;
+                peakEvent = static_cast<std::int32_t>(i);
+                atPeak = live;
+            }
+        }
+        p.predicted_peak_bytes = peak;
+        p.peak_event = peakEvent;
+        for (int l = 0; l < kLedgerCount; ++l)
+            p.ledgers_at_peak[static_cast<std::size_t>(l)] = atPeak[static_cast<std::size_t>(l)];
+    }
+    p.ledgers_at_peak[static_cast<std::size_t>(Ledger::Weights)] = p.weight_bytes;
+    p.ledgers_at_peak[static_cast<std::size_t>(Ledger::Inputs)] = p.input_bytes;
+    p.predicted_peak_total_bytes = p.weight_bytes + p.input_bytes + p.predicted_peak_bytes;
+
+    if (withReserved) {
+        // Weights and inputs first, each its own block as on a GPU, then the run with predicted sizes.
+        // Reused from one slider move to the next: a fresh million-event trace costs more in page faults
+        // than the replay itself.
+        thread_local Trace replay;
+        replay.clearEvents();
+        const auto& t = *f.trace;
+        std::size_t extra = model_->tensors.size() + f.info.input_shapes.size();
+        replay.reserve(extra + t.size());
+        std::uint64_t fake = std::uint64_t {1} << 62;
+        auto width = dtypeSize(dtype);
+        if (model_->tensors.empty()) {
+            if (p.weight_bytes > 0)
+                replay.push(0, p.weight_bytes, fake++, Action::Alloc, 0);
+        }
+        for (const auto& ti : model_->tensors)
+            replay.push(0, isFloating(ti.dtype) ? numel(ti.shape) * width : ti.bytes, fake++, Action::Alloc, 0);
+        for (auto shape : f.info.input_shapes) {
+            if (!shape.empty())
+                shape[0] = batch;
+            replay.push(0, numel(shape) * f.input_width, fake++, Action::Alloc, 0);
+        }
+        for (std::size_t i = 0; i < t.size(); ++i) {
+            if (!f.sign[i])
+                continue;
+            replay.push(0, f.sizeAt(i, static_cast<double>(batch)), t.address[i],
+                f.sign[i] > 0 ? Action::Alloc : Action::Free, 0);
+        }
+        p.predicted_reserved_bytes = replayCachingAllocator(replay).peak_reserved;
+    }
+    if (p.method == "predicted")
+        p.notes.insert(p.notes.begin(),
+            "predicted from the runs at batch " + std::to_string(f.b1) + " and " + std::to_string(f.b2)
+                + (f.rescaled_from.empty() ? "" : " in " + f.rescaled_from) + ", not measured");
+    return p;
+}
+
+std::int64_t WhatIf::maxBatch(const std::string& dtype, std::int64_t budget, bool withReserved) const
+{
+    auto fits = [&](std::int64_t b) {
+        auto p = predict(b, dtype, withReserved);
+        return p.predicted_peak_total_bytes <= budget && (!withReserved || p.predicted_reserved_bytes <= budget);
+    };
+    constexpr std::int64_t kMost = 1000000;
+    if (!fits(1))
+        return 0;
+    if (fits(kMost))
+        return kMost;
+    std::int64_t lo = 1, hi = kMost; // fits(lo), !fits(hi)
+    while (hi - lo > 1) {
+        auto mid = lo + (hi - lo) / 2;
+        (fits(mid) ? lo : hi) = mid;
+    }
+    return lo;
+}
+
+Trace WhatIf::predictedTrace(std::int64_t batch, const std::string& dtype) const
+{
+    const auto& f = fit(dtype);
+    Trace t = *f.trace;
+    for (std::size_t i = 0; i < t.size(); ++i)
+        if (f.sign[i])
+            t.bytes[i] = f.sizeAt(i, static_cast<double>(batch));
+    return t;
+}
+
+Report WhatIf::predictedReport(std::int64_t batch, const std::string& dtype) const
+{
+    const auto& f = fit(dtype);
+    RawRun raw;
+    raw.trace = predictedTrace(batch, dtype);
+    raw.ops = *f.ops;
+    for (auto& op : raw.ops)
+        for (std::size_t k = 0; k < op.outputs.size(); ++k)
+            if (!op.outputs[k].empty() && op.outputs[k][0] == f.b2) {
+                op.outputs[k][0] = batch;
+                if (k < op.output_bytes.size())
+                    op.output_bytes[k] = op.output_bytes[k] / f.b2 * batch;
+            }
+    raw.info = f.info;
+    raw.info.batch = batch;
+    raw.info.dtype = dtype;
+    raw.info.duration_ms = 0.0;
+    for (auto& s : raw.info.input_shapes)
+        if (!s.empty())
+            s[0] = batch;
+    raw.input_bytes = f.inputBytes(batch);
+    raw.parameter_bytes = f.parameter_bytes;
+    raw.buffer_bytes = f.buffer_bytes;
+    auto report = buildReport(*model_, *modules_, std::move(raw));
+    auto p = predict(batch, dtype, false);
+    report.notes.insert(report.notes.begin(), p.notes.begin(), p.notes.end());
+    return report;
+}
+
+Prediction WhatIf::measure(Model& model, std::int64_t batch, const std::string& dtype) const
+{
+    auto p = predict(batch, dtype);
+    const auto& f = fit(dtype);
+    RunOptions o;
+    o.inputs = f.info.input_shapes;
+    o.batch = batch;
+    o.dtype = dtype;
+    auto raw = model.run(o);
+    auto live = liveBytesAfterEachEvent(raw.trace);
+    std::int64_t peak = 0;
+    for (auto v : live)
+        peak = std::max(peak, v);
+    p.method = "measured";
+    p.measured_peak_bytes = peak;
+    p.measured_peak_total_bytes = peak + raw.parameter_bytes + raw.buffer_bytes + raw.input_bytes;
+    p.error_percent
+        = peak > 0 ? 100.0 * static_cast<double>(p.predicted_peak_bytes - peak) / static_cast<double>(peak) : 0.0;
+    p.notes.push_back("measured at batch " + std::to_string(batch) + " in " + dtype + ": peak " + formatBytes(peak)
+        + ", prediction off by " + percent(*p.error_percent));
+    return p;
+}
+
+} // namespace memledger

@@ -1,0 +1,94 @@
+#pragma once
+// What-if: memory at another batch size or precision without running the model there.
+//
+// The model is recorded at two batch sizes. The two allocation sequences are aligned op by op, and each
+// allocation's size is fitted as a * batch + b. Replaying the larger record with fitted sizes (same event
+// order, same alloc/free pairs) predicts the peak, the ledgers and the whole timeline at any batch.
+// A precision the CPU can run is recorded in that precision (its kernels allocate differently: bfloat16
+// matmuls keep float32 workspaces); one it cannot run is rescaled from a record of the same element width,
+// or else from the base precision by element width, and says so.
+#include "recording/model.h"
+#include "report/report.h"
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace memledger {
+
+struct Prediction {
+    std::int64_t batch = 1;
+    std::string dtype = "float32";
+    std::string method = "predicted"; // "predicted" | "measured" (a run at exactly this batch and dtype)
+    std::int64_t predicted_peak_bytes = 0; // most bytes live at once during the run
+    std::int64_t predicted_peak_total_bytes = 0; // weights + inputs + peak
+    std::int64_t predicted_reserved_bytes = 0; // a GPU's caching allocator, weights and inputs included
+    std::int64_t weight_bytes = 0;
+    std::int64_t input_bytes = 0;
+    std::array<std::int64_t, kLedgerCount> ledgers_at_peak {}; // weights, inputs, activations, temporaries
+    std::int32_t peak_event = -1; // in the predicted trace
+    bool reliable = true; // false: the two records did not align; measure() instead
+    std::vector<std::string> notes;
+
+    // Set by WhatIf::measure() only.
+    std::optional<std::int64_t> measured_peak_bytes;
+    std::optional<std::int64_t> measured_peak_total_bytes;
+    std::optional<double> error_percent; // (predicted - measured) / measured of the peak, in percent
+};
+
+class WhatIf {
+public:
+    // Records `base` (inputs as given; its batch and dtype are ignored) at batches b1 < b2 in every dtype of
+    // `dtypes` the CPU can run. base.dtype must run; others that raise RunError are rescaled instead.
+    // Throws RunError, Cancelled, std::invalid_argument (b1 >= b2 or b1 < 1).
+    static WhatIf record(Model& model, RunOptions base, std::int64_t b1 = 1, std::int64_t b2 = 2,
+        const std::vector<std::string>& dtypes = {"float32", "bfloat16", "float16"});
+
+    // The same from two runs already made (tests, or runs made elsewhere); one dtype, r1.info.dtype.
+    // `model` and `modules` are what Model::info() and Model::modules() give; they may be empty.
+    static WhatIf fromRuns(const ModelInfo& model, const std::vector<LayerStats>& modules, RawRun r1, std::int64_t b1,
+        RawRun r2, std::int64_t b2);
+
+    // O(events): one pass over precomputed sizes. The reserved figure replays the caching allocator
+    // (slower); leave it out for live slider feedback and fetch it after the slider rests.
+    Prediction predict(std::int64_t batch, const std::string& dtype, bool withReserved = true) const;
+    // The largest batch in [1, 1,000,000] whose peak total (and reserved, if withReserved) is <= budget;
+    // 0 if not even batch 1 fits.
+    std::int64_t maxBatch(const std::string& dtype, std::int64_t budget, bool withReserved = true) const;
+    // The full report of a predicted run (ledgers, layer tree, timeline trace), marked predicted in notes.
+    Report predictedReport(std::int64_t batch, const std::string& dtype) const;
+    // Allocation sizes of the predicted run; events, ops and partners are the larger record's.
+    Trace predictedTrace(std::int64_t batch, const std::string& dtype) const;
+    // Runs the model at batch/dtype (throws RunError where the CPU has no kernel) and compares.
+    Prediction measure(Model& model, std::int64_t batch, const std::string& dtype) const;
+
+    std::vector<std::string> dtypes() const; // every dtype predict() accepts
+    bool isRecorded(const std::string& dtype) const; // recorded, not rescaled
+    std::int64_t batch1() const;
+    std::int64_t batch2() const;
+    std::vector<std::string> notes() const; // alignment, rescaled dtypes, ...
+    std::size_t eventCount(const std::string& dtype) const; // events replayed per prediction
+
+    struct Fit; // one dtype's fitted sizes, in core/whatif/fit.h
+
+private:
+    std::shared_ptr<const ModelInfo> model_;
+    std::shared_ptr<const std::vector<LayerStats>> modules_;
+    std::vector<std::shared_ptr<const Fit>> fits_;
+    std::vector<std::string> notes_;
+    const Fit& fit(const std::string& dtype) const; // throws std::invalid_argument
+    void addRescaledFits(const std::vector<std::pair<std::string, std::string>>& cannotRun);
+};
+
+// {"format":"memledger-whatif","version":1,"budget_bytes":..,"predictions":[..],"max_batch":{dtype:n}}.
+// budget 0: no budget, max_batch is left out.
+nlohmann::json whatIfToJson(const std::vector<Prediction>& predictions, std::int64_t budget,
+    const std::vector<std::pair<std::string, std::int64_t>>& maxBatch);
+nlohmann::json predictionToJson(const Prediction& p);
+
+} // namespace memledger
