@@ -2,32 +2,19 @@
 #include "whatif_cli.h"
 
 #include "demo_model.h"
-#include "report/build_report.h"
-#include "support/atomic_file.h"
-#include "support/errors.h"
 #include "exports/report_html.h"
 #include "exports/report_json.h"
 #include "exports/report_text.h"
-#include "snapshot/snapshot.h"
+#include "report/build_report.h"
 #include "snapshot/snapshot_writer.h"
+#include "support/atomic_file.h"
+#include "support/errors.h"
 
 #include <nlohmann/json.hpp>
 
 #include <iostream>
 
 namespace memledger {
-
-Report analyzeFile(const std::string& path, RunOptions options)
-{
-    if (path.empty()) {
-        auto model = Model::openBytes(demoModelBytes(), kDemoModelName);
-        if (options.inputs.empty())
-            options.inputs = demoModelInput();
-        return analyzeModel(model, options);
-    }
-    auto model = Model::open(path);
-    return analyzeModel(model, options);
-}
 
 namespace {
 
@@ -37,35 +24,27 @@ PngRenderer& pngRenderer()
     return renderer;
 }
 
-bool looksLikeJson(const std::string& path)
-{
-    auto dot = path.rfind('.');
-    return dot != std::string::npos && path.substr(dot) == ".json";
-}
-
 int runAnalyze(const CliOptions& o)
 {
+    const std::string name = o.model.empty() ? kDemoModelName : o.model;
     Report report;
+    OpenedFile file;
     try {
-        if (looksLikeJson(o.model))
-            report = readReportFile(o.model);
-        else if (!o.model.empty() && looksLikePickleFile(o.model)) // by content: pickle PROTO byte 0x80
-            report = readSnapshotReport(o.model);
-        else
-            report = analyzeFile(o.model, o.run);
+        file = openFileOrDemo(o.model);
+        report = analyzeOpened(file, o.run);
     } catch (const FileError& e) {
         std::cerr << "memledger: " << e.what() << "\n";
         return kExitBadFile;
     } catch (const RunError& e) {
-        std::cerr << "memledger: " << (o.model.empty() ? kDemoModelName : o.model) << ": " << e.what() << "\n";
+        std::cerr << "memledger: " << name << ": " << e.what() << "\n";
         return kExitRunFailed;
     }
-    if (!o.whatif_batches.empty() && report.source == "model") {
+    if (!o.whatif_batches.empty() && file.model) {
         try {
             CliOptions w = o;
             w.batches = o.whatif_batches;
             w.dtypes = {"float32", "bfloat16", "float16"};
-            report.whatif = std::make_shared<const nlohmann::json>(computeWhatIfTable(w));
+            report.whatif = std::make_shared<const WhatIfTable>(computeWhatIfTable(file, w));
         } catch (const std::exception& e) {
             std::cerr << "memledger: what-if: " << e.what() << "\n";
             return kExitRunFailed;
@@ -75,8 +54,9 @@ int runAnalyze(const CliOptions& o)
     if (o.tensors)
         std::cout << "\n" << tensorsToText(report);
     if (report.whatif) {
-        std::cout << "\nWhat if (predicted from runs at batch 1 and 2):\n";
-        printWhatIfTable(*report.whatif, std::cout);
+        std::cout << "\nWhat if (predicted from runs at batch " << report.whatif->recorded_batch1 << " and "
+                  << report.whatif->recorded_batch2 << "):\n";
+        std::cout << whatIfToText(*report.whatif);
     }
     try {
         if (!o.json.empty()) {

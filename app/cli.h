@@ -9,8 +9,6 @@ enum ExitCode { kExitOk = 0, kExitUsage = 2, kExitBadFile = 3, kExitRunFailed = 
 
 // `memledger analyze` and `memledger whatif`; returns the exit code.
 int runCli(const CliOptions& options);
-// Opens a model (or the demo when path is empty), runs it and builds the report.
-Report analyzeFile(const std::string& path, RunOptions options);
 // Renders the timeline of a report to PNG for `analyze --png`; returns "" or an error naming the file.
 // main() sets it when the widgets are built; without it --png is refused.
 using PngRenderer = std::function<std::string(const Report&, const std::string& path)>;

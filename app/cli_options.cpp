@@ -36,24 +36,6 @@ std::vector<std::string> splitComma(const std::string& text)
 
 } // namespace
 
-std::vector<Shape> parseShapes(const std::string& text)
-{
-    std::vector<Shape> shapes;
-    for (const auto& part : splitComma(text)) {
-        Shape s;
-        std::stringstream ss(part);
-        std::string dim;
-        while (std::getline(ss, dim, 'x'))
-            s.push_back(parsePositive("a dimension of --input", dim));
-        if (s.empty())
-            throw std::invalid_argument("--input '" + part + "' is not a shape like 1x3x224x224");
-        shapes.push_back(std::move(s));
-    }
-    if (shapes.empty())
-        throw std::invalid_argument("--input needs a shape like 1x3x224x224");
-    return shapes;
-}
-
 std::string usageText()
 {
     return "Usage:\n"

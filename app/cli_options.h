@@ -23,7 +23,6 @@ struct CliOptions {
 
 // Throws std::invalid_argument with a message for the user on a usage error.
 CliOptions parseCli(const std::vector<std::string>& args);
-std::vector<Shape> parseShapes(const std::string& text); // "1x3x224x224,1x10"
 std::string usageText();
 
 } // namespace memledger

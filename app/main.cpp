@@ -11,6 +11,10 @@
 #include <QApplication>
 #include <QTimer>
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include <memory>
 #endif
 
@@ -66,6 +70,15 @@ std::string renderPng(const memledger::Report& report, const std::string& path)
     if (!QCoreApplication::instance()) {
         if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
             qputenv("QT_QPA_PLATFORM", "offscreen");
+        // Qt warns on stderr when XDG_RUNTIME_DIR is unset (a shell over ssh, a CI job): give it a private one.
+        if (qEnvironmentVariableIsEmpty("XDG_RUNTIME_DIR")) {
+            auto dir = std::filesystem::temp_directory_path() / ("memledger-runtime-" + std::to_string(::getuid()));
+            std::error_code ec;
+            std::filesystem::create_directories(dir, ec);
+            std::filesystem::permissions(dir, std::filesystem::perms::owner_all, ec);
+            if (!ec)
+                qputenv("XDG_RUNTIME_DIR", QByteArray::fromStdString(dir.string()));
+        }
         static int argc = 1;
         static char name[] = "memledger";
         static char* argv[] = {name, nullptr};

@@ -1,21 +1,21 @@
 #include "main_window.h"
 
 #include "demo_model.h"
+#include "exports/report_json.h"
 #include "layer_tree_panel.h"
 #include "ledger_summary.h"
-#include "support/format.h"
-#include "exports/report_json.h"
-#include "snapshot/snapshot.h"
 #include "run_panel.h"
 #include "run_worker.h"
 #include "segment_map_view.h"
 #include "segment_timeline.h"
+#include "snapshot/snapshot.h"
+#include "support/format.h"
 #include "timeline_plot.h"
 #include "timeline_png.h"
 #include "whatif_panel.h"
 #include "whatif_worker.h"
 
-#if __has_include("memledger/report_html.h")
+#if __has_include("exports/report_html.h")
 #include "exports/report_html.h"
 #define MEMLEDGER_HAS_HTML 1
 #endif
@@ -29,10 +29,13 @@
 #include <QDragEnterEvent>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QGuiApplication>
 #include <QLabel>
 #include <QMenuBar>
 #include <QMimeData>
 #include <QSaveFile>
+#include <QScreen>
+#include <QScrollArea>
 #include <QSettings>
 #include <QSplitter>
 #include <QStatusBar>
@@ -48,10 +51,16 @@ namespace memledger {
 namespace {
 
 constexpr int kMaxRecentFiles = 8;
+// The right dock area keeps this width whatever its labels say; long texts wrap inside it.
+constexpr int kDockWidth = 330;
+constexpr int kDockMinWidth = 260;
+constexpr int kDockMaxWidth = 440;
 
-bool isReportFile(const QString& path)
+void keepDockWidth(QWidget* panel)
 {
-    return path.endsWith(QStringLiteral(".json"), Qt::CaseInsensitive);
+    panel->setMinimumWidth(kDockMinWidth);
+    panel->setMaximumWidth(kDockMaxWidth);
+    panel->setSizePolicy(QSizePolicy::Preferred, panel->sizePolicy().verticalPolicy());
 }
 
 QString writeWithQSaveFile(const QString& path, const QByteArray& bytes)
@@ -77,7 +86,11 @@ MainWindow::MainWindow(QWidget* parent)
 {
     setWindowTitle(QStringLiteral("memledger"));
     setAcceptDrops(true);
-    resize(1400, 900);
+    // 1400x900, or the screen's free area where that is smaller (a 1280x720 laptop).
+    QSize size(1400, 900);
+    if (auto* screen = QGuiApplication::primaryScreen())
+        size = size.boundedTo(screen->availableGeometry().size());
+    resize(size);
 
     error_->setVisible(false);
     error_->setWordWrap(true);
@@ -106,9 +119,17 @@ MainWindow::MainWindow(QWidget* parent)
     connect(deviceBox_, QOverload<int>::of(&QComboBox::activated), this,
         [this](int i) { setDevice(deviceBox_->itemData(i).toInt()); });
     timelineBar->addSeparator();
+    auto* hideWeights = timelineBar->addAction(tr("Hide weights"));
+    hideWeights->setCheckable(true);
+    hideWeights->setToolTip(tr("Start the y axis at the top of the weights, so that activations and temporaries "
+                               "get the plot's height"));
+    connect(hideWeights, &QAction::toggled, timeline_, &TimelinePlot::setWeightsHidden);
+    timelineBar->addSeparator();
+    // On a narrow window the toolbar moves the hint into its extension menu; the tooltip says it in full.
     auto* hint = new QLabel(tr("wheel: zoom · drag: pan · shift+drag: zoom to box · double-click: reset · "
                                "click: select module and moment"));
     hint->setEnabled(false);
+    hint->setToolTip(hint->text());
     timelineBar->addWidget(hint);
 
     auto* top = new QWidget;
@@ -117,7 +138,7 @@ MainWindow::MainWindow(QWidget* parent)
     topLayout->addWidget(error_);
     topLayout->addWidget(timelineBar);
     topLayout->addWidget(timeline_, 1);
-    timeline_->setMinimumHeight(220);
+    timeline_->setMinimumHeight(200);
 
     auto* splitter = new QSplitter(Qt::Vertical);
     splitter->addWidget(top);
@@ -150,11 +171,14 @@ MainWindow::MainWindow(QWidget* parent)
     whatIfDock_->setObjectName(QStringLiteral("whatIfDock"));
     addDockWidget(Qt::RightDockWidgetArea, whatIfDock_);
     whatIfDock_->setVisible(false); // until setWhatIfPanel()
+    keepDockWidth(runPanel_);
+    keepDockWidth(summary_);
 
     statusBar()->addPermanentWidget(peakLabel_);
 
     buildMenus();
     setUpWhatIf();
+    resizeDocks({runDock, summaryDock, whatIfDock_}, {kDockWidth, kDockWidth, kDockWidth}, Qt::Horizontal);
 
     connect(tree_, &LayerTreePanel::moduleSelected, timeline_, &TimelinePlot::highlightModule);
     connect(timeline_, &TimelinePlot::moduleClicked, tree_, &LayerTreePanel::selectModule);
@@ -164,11 +188,15 @@ MainWindow::MainWindow(QWidget* parent)
     connect(runPanel_, &RunPanel::cancelRequested, this, &MainWindow::cancelRun);
     connect(worker_, &RunWorker::progress, this,
         [this](quint64, int done, int total) { runPanel_->setProgress(done, total); });
+    connect(worker_, &RunWorker::opened, this, [this](quint64, std::shared_ptr<const OpenedFile> file) {
+        auto path = QString::fromStdString(file->path);
+        fileOpened(std::move(file), path);
+    });
     connect(worker_, &RunWorker::inputsGuessed, this, [this](quint64, const QString& shapes, const QString& how) {
         runPanel_->setInputs(shapes, tr("(guess)"), how);
     });
     connect(worker_, &RunWorker::finished, this, [this](quint64, std::shared_ptr<const Report> report) {
-        runPanel_->setRunning(false);
+        runPanel_->setFinished(RunPanel::Outcome::Done);
         runPanel_->setStatus(report->source == "model" ? tr("Ran in %1 ms, %2 events")
                                                              .arg(report->run.duration_ms, 0, 'f', 0)
                                                              .arg(report->trace ? report->trace->size() : 0)
@@ -179,13 +207,13 @@ MainWindow::MainWindow(QWidget* parent)
         showReport(std::move(report));
     });
     connect(worker_, &RunWorker::failed, this, [this](quint64, const QString& message) {
-        runPanel_->setRunning(false);
+        runPanel_->setFinished(RunPanel::Outcome::Failed);
         runPanel_->setStatus(tr("Failed"));
         showError(message);
         emit runFailed(message);
     });
     connect(worker_, &RunWorker::cancelled, this, [this](quint64) {
-        runPanel_->setRunning(false);
+        runPanel_->setFinished(RunPanel::Outcome::Cancelled);
         runPanel_->setStatus(tr("Cancelled"));
     });
     updateActions();
@@ -248,31 +276,52 @@ void MainWindow::buildMenus()
 
 void MainWindow::openFile(const QString& path)
 {
+    // Nothing changes until the file has opened (RunWorker::opened): a file that cannot be opened leaves the
+    // window as it was, with a message naming the file.
+    RunRequest request;
+    request.path = path;
+    request.options.dtype = runPanel_->dtype();
+    clearError();
+    runPanel_->setRunning(true);
+    runPanel_->setStatus(
+        tr("Opening %1…").arg(path.isEmpty() ? QString::fromUtf8(kDemoModelName) : QFileInfo(path).fileName()));
+    worker_->start(std::move(request));
+}
+
+void MainWindow::fileOpened(std::shared_ptr<const OpenedFile> file, const QString& path)
+{
+    opened_ = std::move(file);
     file_ = path;
-    fileIsReport_ = isReportFile(path);
-    // By content, not by name: a snapshot is a pickle, a model is a zip.
-    fileIsSnapshot_ = !path.isEmpty() && !fileIsReport_ && looksLikePickleFile(path.toStdString());
+    fileIsReport_ = opened_->kind == FileKind::Report;
+    fileIsSnapshot_ = opened_->kind == FileKind::Snapshot;
+    whatIfWorker_->cancel();
+    whatIf_.reset();
+    whatIfPanel_->setWhatIf(nullptr);
+    showReport(nullptr); // the previous file's report is not this one's
     setWindowTitle(QStringLiteral("%1 — memledger").arg(displayName()));
-    runPanel_->setRunnable(!fileIsReport_ && !fileIsSnapshot_);
-    if (path.isEmpty())
-        runPanel_->setInputs(shapesToText(demoModelInput()), tr("(demo input)"));
+    runPanel_->setRunnable(opened_->kind == FileKind::Model);
+    if (!opened_->default_inputs.empty())
+        runPanel_->setInputs(shapesToText(opened_->default_inputs), tr("(demo input)"));
     else if (fileIsSnapshot_)
         runPanel_->setInputs(QString(), tr("(CUDA memory snapshot)"));
-    else if (!fileIsReport_)
+    else if (fileIsReport_)
+        runPanel_->setInputs(QString(), tr("(saved report)"));
+    else
         runPanel_->setInputs(QString(), QString()); // the worker guesses them from the model
     if (!path.isEmpty())
         addRecentFile(path);
-    clearError();
-    startRun();
 }
 
 void MainWindow::startRun()
 {
+    if (!opened_) {
+        openFile(file_);
+        return;
+    }
     RunRequest request;
+    request.file = opened_;
     request.path = file_;
-    request.isReport = fileIsReport_;
-    request.isSnapshot = fileIsSnapshot_;
-    if (!fileIsReport_ && !fileIsSnapshot_) {
+    if (opened_->kind == FileKind::Model) {
         try {
             request.options = runPanel_->options();
         } catch (const std::exception& e) {
@@ -280,6 +329,7 @@ void MainWindow::startRun()
             return;
         }
     }
+    clearError();
     runPanel_->setRunning(true);
     runPanel_->setStatus(
         fileIsReport_ || fileIsSnapshot_ ? tr("Reading %1…").arg(displayName()) : tr("Running %1…").arg(displayName()));
@@ -325,7 +375,8 @@ void MainWindow::showReport(std::shared_ptr<const Report> report)
                                 : QString());
     showSegments();
     updateActions();
-    emit reportChanged(report_);
+    if (report_) // clearing the views when another file opens is not a report arriving
+        emit reportChanged(report_);
 }
 
 void MainWindow::showSegments()
@@ -389,6 +440,13 @@ void MainWindow::setUpWhatIf()
     setWhatIfPanel(whatIfPanel_);
     connect(whatIfWorker_, &WhatIfWorker::recorded, this, [this](quint64, std::shared_ptr<const WhatIf> w) {
         whatIf_ = std::move(w);
+        // Start where the run the window shows is: its batch and, when predictable, its precision.
+        if (report_) {
+            whatIfPanel_->setBatch(report_->run.batch);
+            auto dtypes = whatIf_->dtypes();
+            if (std::find(dtypes.begin(), dtypes.end(), report_->run.dtype) != dtypes.end())
+                whatIfPanel_->setDtype(QString::fromStdString(report_->run.dtype));
+        }
         whatIfPanel_->setWhatIf(whatIf_);
         statusBar()->showMessage(tr("What-if ready: recorded at batch 1 and 2"), 4000);
         emit whatIfReady();
@@ -403,7 +461,7 @@ void MainWindow::setUpWhatIf()
     });
     connect(whatIfPanel_, &WhatIfPanel::measureRequested, this, [this](std::int64_t batch, const QString& dtype) {
         if (whatIf_)
-            whatIfWorker_->measure(file_, whatIf_, batch, dtype);
+            whatIfWorker_->measure(opened_, whatIf_, batch, dtype);
     });
 }
 
@@ -414,7 +472,7 @@ void MainWindow::recordWhatIf(const Report& report)
     RunOptions base;
     base.inputs = report.run.input_shapes;
     base.dtype = "float32";
-    whatIfWorker_->record(file_, base);
+    whatIfWorker_->record(opened_, base);
 }
 
 Report MainWindow::reportForExport() const
@@ -425,22 +483,25 @@ Report MainWindow::reportForExport() const
     std::vector<std::int64_t> batches {1, 8, 32, 64, 128, whatIfPanel_->batch()};
     std::sort(batches.begin(), batches.end());
     batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
-    std::vector<Prediction> rows;
-    std::vector<std::pair<std::string, std::int64_t>> maxBatch;
-    auto budget = whatIfPanel_->budget();
-    for (const auto& dtype : whatIf_->dtypes()) {
-        for (auto b : batches)
-            rows.push_back(whatIf_->predict(b, dtype));
-        if (budget > 0)
-            maxBatch.emplace_back(dtype, whatIf_->maxBatch(dtype, budget));
-    }
-    r.whatif = std::make_shared<const nlohmann::json>(whatIfToJson(rows, budget, maxBatch));
+    r.whatif = std::make_shared<const WhatIfTable>(
+        makeWhatIfTable(*whatIf_, batches, whatIf_->dtypes(), whatIfPanel_->budget()));
     return r;
 }
 
 void MainWindow::setWhatIfPanel(QWidget* panel)
 {
-    whatIfDock_->setWidget(panel);
+    // In a scroll area, so that on a short screen the panel scrolls instead of pushing the window taller.
+    QScrollArea* scroll = nullptr;
+    if (panel) {
+        scroll = new QScrollArea;
+        scroll->setWidget(panel);
+        scroll->setWidgetResizable(true);
+        scroll->setFrameShape(QFrame::NoFrame);
+        scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+        keepDockWidth(scroll);
+        panel->setMinimumWidth(0);
+    }
+    whatIfDock_->setWidget(scroll);
     whatIfDock_->setVisible(panel != nullptr);
 }
 
@@ -455,7 +516,8 @@ QString MainWindow::exportTimelinePng(const QString& path) const
 {
     if (!report_)
         return tr("%1: nothing to export yet").arg(path);
-    return renderTimelinePng(*report_, path, timeline_->size().expandedTo(QSize(800, 300)));
+    return renderTimelinePng(
+        *report_, path, timeline_->size().expandedTo(QSize(800, 300)), timeline_->axis(), timeline_->weightsHidden());
 }
 
 QString MainWindow::exportWindowPng(const QString& path)

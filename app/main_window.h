@@ -1,6 +1,7 @@
 #pragma once
 #include "report/report.h"
 #include "report/timeline_series.h"
+#include "session/open_file.h"
 
 #include <QMainWindow>
 
@@ -68,7 +69,7 @@ public:
     QString exportHtml(const QString& path) const;
 
 signals:
-    void reportChanged(std::shared_ptr<const memledger::Report> report);
+    void reportChanged(std::shared_ptr<const memledger::Report> report); // a report is shown; never nullptr
     void runFailed(const QString& message);
     void whatIfReady(); // the what-if panel has its records
 
@@ -80,6 +81,7 @@ protected:
 private:
     void buildMenus();
     void showReport(std::shared_ptr<const Report> report);
+    void fileOpened(std::shared_ptr<const OpenedFile> file, const QString& path);
     void showSegments();
     void setUpWhatIf();
     void recordWhatIf(const Report& report);
@@ -104,6 +106,7 @@ private:
     QMenu* recentMenu_ = nullptr;
     QList<QAction*> needReport_;
     std::shared_ptr<const Report> report_;
+    std::shared_ptr<const OpenedFile> opened_; // the file shown, opened once; its model serves runs and what-if
     QString file_;
     bool fileIsReport_ = false;
     bool fileIsSnapshot_ = false;

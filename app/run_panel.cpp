@@ -1,6 +1,6 @@
 #include "run_panel.h"
 
-#include "cli_options.h"
+#include "support/format.h"
 
 #include <QComboBox>
 #include <QFormLayout>
@@ -10,6 +10,7 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSpinBox>
+#include <QVBoxLayout>
 
 #include <stdexcept>
 
@@ -28,7 +29,10 @@ RunPanel::RunPanel(QWidget* parent)
 {
     inputs_->setPlaceholderText(tr("guess from the model"));
     inputs_->setToolTip(tr("Input shapes, comma-separated: 1x3x224x224 or 1x128x512,1x128"));
-    connect(inputs_, &QLineEdit::textEdited, inputsNote_, &QLabel::clear); // typed by hand: no longer a guess
+    connect(inputs_, &QLineEdit::textEdited, this, [this] { // typed by hand: no longer a guess
+        inputsNote_->clear();
+        inputsNote_->hide();
+    });
     batch_->setRange(0, 1 << 20);
     batch_->setSpecialValueText(tr("as in the input"));
     batch_->setToolTip(tr("Replaces dimension 0 of every input"));
@@ -38,9 +42,12 @@ RunPanel::RunPanel(QWidget* parent)
     progress_->setRange(0, 1);
     progress_->setValue(0);
     status_->setWordWrap(true);
+    inputsNote_->setWordWrap(true);
+    inputsNote_->hide(); // "(CUDA memory snapshot)" wraps under the field instead of widening the dock
 
-    auto* shapes = new QHBoxLayout;
-    shapes->addWidget(inputs_, 1);
+    auto* shapes = new QVBoxLayout;
+    shapes->setSpacing(2);
+    shapes->addWidget(inputs_);
     shapes->addWidget(inputsNote_);
     auto* buttons = new QHBoxLayout;
     buttons->addWidget(run_);
@@ -63,6 +70,7 @@ void RunPanel::setInputs(const QString& shapes, const QString& note, const QStri
     inputs_->setText(shapes);
     inputsNote_->setText(note);
     inputsNote_->setToolTip(tooltip);
+    inputsNote_->setVisible(!note.isEmpty());
 }
 
 QString RunPanel::inputsText() const
@@ -78,8 +86,13 @@ RunOptions RunPanel::options() const
         o.inputs = parseShapes(text.toStdString());
     if (batch_->value() > 0)
         o.batch = batch_->value();
-    o.dtype = dtype_->currentText().toStdString();
+    o.dtype = dtype();
     return o;
+}
+
+std::string RunPanel::dtype() const
+{
+    return dtype_->currentText().toStdString();
 }
 
 void RunPanel::setRunnable(bool runnable)
@@ -93,9 +106,30 @@ void RunPanel::setRunning(bool running)
 {
     run_->setEnabled(runnable_ && !running);
     cancel_->setEnabled(running);
-    if (!running) {
-        progress_->setRange(0, 1);
-        progress_->setValue(progress_->maximum());
+    if (running) {
+        // A new run forgets how the last one ended: no "failed" or "done" over a bar that is moving again.
+        progress_->setRange(0, 0);
+        progress_->setFormat(QString());
+    }
+}
+
+void RunPanel::setFinished(Outcome outcome)
+{
+    setRunning(false);
+    progress_->setRange(0, 1);
+    switch (outcome) {
+    case Outcome::Done:
+        progress_->setValue(1);
+        progress_->setFormat(tr("done"));
+        break;
+    case Outcome::Failed:
+        progress_->setValue(0);
+        progress_->setFormat(tr("failed"));
+        break;
+    case Outcome::Cancelled:
+        progress_->setValue(0);
+        progress_->setFormat(tr("cancelled"));
+        break;
     }
 }
 

@@ -25,6 +25,10 @@ public:
     RunOptions options() const;
     void setRunnable(bool runnable); // false for a report read from JSON: there is no model to run
     void setRunning(bool running);
+    enum class Outcome { Done, Failed, Cancelled };
+    // Ends a run: the bar is full only when it is done; a failure or a cancel empties it and says so.
+    void setFinished(Outcome outcome);
+    std::string dtype() const; // the chosen precision
     void setProgress(int done, int total); // total 0: not known yet, the bar runs indeterminate
     void setStatus(const QString& text);
 

@@ -1,11 +1,7 @@
 #include "run_worker.h"
 
-#include "cli.h"
 #include "demo_model.h"
-#include "report/build_report.h"
 #include "support/errors.h"
-#include "exports/report_json.h"
-#include "snapshot/snapshot.h"
 
 #include <QStringList>
 
@@ -48,27 +44,20 @@ quint64 RunWorker::start(RunRequest request)
               options.progress = [this, job](int done, int total) {
                   deliver(job, [this, job, done, total] { emit progress(job, done, total); });
               };
-              auto path = request.path.toStdString();
               try {
-                  Report report;
-                  if (request.isSnapshot) {
-                      report = readSnapshotReport(path);
-                  } else if (request.isReport) {
-                      report = readReportFile(path);
-                  } else if (path.empty()) {
-                      report = analyzeFile(path, options);
-                  } else {
-                      auto model = Model::open(path);
-                      if (options.inputs.empty()) {
-                          std::string how;
-                          auto guess = model.guessInputs(&how);
-                          auto text = shapesToText(guess);
-                          auto howText = QString::fromStdString(how);
-                          deliver(job, [this, job, text, howText] { emit inputsGuessed(job, text, howText); });
-                      }
-                      report = analyzeModel(model, options);
+                  auto file = request.file;
+                  if (!file) {
+                      file = std::make_shared<const OpenedFile>(openFileOrDemo(request.path.toStdString()));
+                      deliver(job, [this, job, file] { emit opened(job, file); });
                   }
-                  auto shared = std::make_shared<const Report>(std::move(report));
+                  if (file->model && options.inputs.empty() && file->default_inputs.empty()) {
+                      std::string how;
+                      auto guess = file->model->guessInputs(&how);
+                      auto text = shapesToText(guess);
+                      auto howText = QString::fromStdString(how);
+                      deliver(job, [this, job, text, howText] { emit inputsGuessed(job, text, howText); });
+                  }
+                  auto shared = std::make_shared<const Report>(analyzeOpened(*file, options));
                   deliver(job, [this, job, shared] {
                       running_ = false;
                       emit finished(job, shared);
@@ -85,7 +74,9 @@ quint64 RunWorker::start(RunRequest request)
                       emit failed(job, message);
                   });
               } catch (const std::exception& e) {
-                  auto name = request.path.isEmpty() ? QString::fromUtf8(kDemoModelName) : request.path;
+                  auto name = request.file ? QString::fromStdString(request.file->name)
+                      : request.path.isEmpty()  ? QString::fromUtf8(kDemoModelName)
+                                                : request.path;
                   auto message = QStringLiteral("%1: %2").arg(name, QString::fromStdString(e.what()));
                   deliver(job, [this, job, message] {
                       running_ = false;

@@ -1,6 +1,7 @@
 #pragma once
 #include "job_runner.h"
 #include "recording/model.h"
+#include "session/open_file.h"
 #include "report/report.h"
 
 #include <QObject>
@@ -14,11 +15,11 @@ class QThread;
 
 namespace memledger {
 
-// What to open: a model to run (path "" is the built-in demo) or a saved JSON report to read.
+// What to run: a file already opened, or a path to open first (path "" is the built-in demo). A model is
+// run; a report or snapshot is what it holds.
 struct RunRequest {
+    std::shared_ptr<const OpenedFile> file; // null: open `path` first and emit opened()
     QString path;
-    bool isReport = false;
-    bool isSnapshot = false; // a CUDA memory snapshot (a pickle), read with readSnapshotReport
     RunOptions options; // progress and cancel are set by RunWorker
 };
 
@@ -36,6 +37,8 @@ public:
     quint64 currentJob() const;
 
 signals:
+    // A requested path was opened (before it is run); a file that cannot be opened gives failed() instead.
+    void opened(quint64 job, std::shared_ptr<const memledger::OpenedFile> file);
     // The inputs the model will be run with, when they are a guess from its first layer.
     void inputsGuessed(quint64 job, const QString& shapes, const QString& how);
     void progress(quint64 job, int done, int total); // total 0: not known yet

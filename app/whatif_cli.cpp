@@ -6,6 +6,7 @@
 #include "support/errors.h"
 #include "support/format.h"
 #include "whatif/whatif.h"
+#include "exports/report_text.h"
 
 #include <nlohmann/json.hpp>
 
@@ -15,80 +16,34 @@
 
 namespace memledger {
 
-namespace {
-
-std::string cell(const std::string& s, std::size_t width)
+WhatIfTable computeWhatIfTable(const OpenedFile& file, const CliOptions& o, std::vector<std::string>* notesOut)
 {
-    return s.size() >= width ? s + " " : s + std::string(width - s.size(), ' ');
-}
-
-} // namespace
-
-void printWhatIfTable(const nlohmann::json& table, std::ostream& out)
-{
-    const std::int64_t budget = table.value("budget_bytes", std::int64_t {0});
-    out << cell("batch", 8) << cell("dtype", 10) << cell("method", 11) << cell("peak", 12) << cell("peak total", 12)
-        << cell("reserved", 12) << (budget > 0 ? "fits " + formatBytes(budget) : "") << "\n";
-    for (const auto& p : table["predictions"]) {
-        auto peak = p.value("measured_peak_bytes", p["predicted_peak_bytes"].get<std::int64_t>());
-        auto total = p.value("measured_peak_total_bytes", p["predicted_peak_total_bytes"].get<std::int64_t>());
-        out << cell(std::to_string(p["batch"].get<std::int64_t>()), 8) << cell(p["dtype"], 10) << cell(p["method"], 11)
-            << cell(formatBytes(peak), 12) << cell(formatBytes(total), 12)
-            << cell(formatBytes(p["predicted_reserved_bytes"].get<std::int64_t>()), 12);
-        if (budget > 0)
-            out << (p.value("fits", false) ? "yes" : "no");
-        out << "\n";
-    }
-    if (budget > 0) {
-        out << "\nLargest batch within " << formatBytes(budget) << " (peak total and reserved):\n";
-        for (const auto& [dtype, n] : table["max_batch"].items()) {
-            auto v = n.get<std::int64_t>();
-            out << "  " << cell(dtype, 10) << (v >= 1000000 ? ">= 1000000" : std::to_string(v)) << "\n";
-        }
-    }
-}
-
-nlohmann::json computeWhatIfTable(const CliOptions& o, std::vector<std::string>* notesOut)
-{
+    if (!file.model)
+        throw RunError("what-if needs a model file, not a " + std::string(fileKindName(file.kind)));
     auto batches = o.batches.empty() ? std::vector<std::int64_t> {1, 8, 32} : o.batches;
     auto dtypes = o.dtypes.empty() ? std::vector<std::string> {"float32", "bfloat16"} : o.dtypes;
-    const std::int64_t budget = o.budget.value_or(0);
-    std::vector<Prediction> rows;
-    std::vector<std::pair<std::string, std::int64_t>> maxBatch;
-    auto model = o.model.empty() ? Model::openBytes(demoModelBytes(), kDemoModelName) : Model::open(o.model);
     RunOptions base = o.run;
     base.batch.reset();
     base.dtype = "float32";
-    if (o.model.empty() && base.inputs.empty())
-        base.inputs = demoModelInput();
-    auto w = WhatIf::record(model, base, 1, 2, dtypes);
-    for (const auto& dtype : dtypes)
-        for (auto batch : batches) {
-            auto p = w.predict(batch, dtype);
-            // Where the two records did not line up, a prediction is a guess: run it instead.
-            if (!p.reliable && w.isRecorded(dtype))
-                p = w.measure(model, batch, dtype);
-            rows.push_back(std::move(p));
-        }
-    if (budget > 0)
-        for (const auto& dtype : dtypes)
-            maxBatch.emplace_back(dtype, w.maxBatch(dtype, budget));
+    if (base.inputs.empty())
+        base.inputs = file.default_inputs;
+    auto w = WhatIf::record(*file.model, base, 1, 2, dtypes);
+    auto table = makeWhatIfTable(w, batches, dtypes, o.budget.value_or(0), file.model.get());
     if (notesOut) {
         *notesOut = w.notes();
-        for (const auto& p : rows)
+        for (const auto& p : table.predictions)
             notesOut->insert(notesOut->end(), p.notes.begin(), p.notes.end());
     }
-    return whatIfToJson(rows, budget, maxBatch);
+    return table;
 }
 
 int runWhatIf(const CliOptions& o)
 {
     const std::string name = o.model.empty() ? kDemoModelName : o.model;
-    const std::int64_t budget = o.budget.value_or(0);
-    nlohmann::json table;
+    WhatIfTable table;
     std::vector<std::string> notes;
     try {
-        table = computeWhatIfTable(o, &notes);
+        table = computeWhatIfTable(openFileOrDemo(o.model), o, &notes);
     } catch (const FileError& e) {
         std::cerr << "memledger: " << e.what() << "\n";
         return kExitBadFile;
@@ -101,7 +56,7 @@ int runWhatIf(const CliOptions& o)
     }
 
     std::cout << "What-if for " << name << " (from runs at batch 1 and 2 on the CPU)\n\n";
-    printWhatIfTable(table, std::cout);
+    std::cout << whatIfToText(table);
     std::sort(notes.begin(), notes.end());
     notes.erase(std::unique(notes.begin(), notes.end()), notes.end());
     if (!notes.empty()) {
@@ -112,7 +67,7 @@ int runWhatIf(const CliOptions& o)
     std::cout << "Reserved: what PyTorch's CUDA caching allocator would hold (CUDA context not included).\n";
     if (!o.json.empty()) {
         try {
-            writeFileAtomically(o.json, table.dump(2) + "\n");
+            writeFileAtomically(o.json, whatIfToJson(table).dump(2) + "\n");
             std::cout << "Wrote " << o.json << "\n";
         } catch (const std::exception& e) {
             std::cerr << "memledger: " << e.what() << "\n";

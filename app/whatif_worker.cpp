@@ -1,18 +1,8 @@
 #include "whatif_worker.h"
 
-#include "demo_model.h"
 #include "support/errors.h"
 
 namespace memledger {
-
-namespace {
-
-Model openModel(const QString& path)
-{
-    return path.isEmpty() ? Model::openBytes(demoModelBytes(), kDemoModelName) : Model::open(path.toStdString());
-}
-
-} // namespace
 
 WhatIfWorker::WhatIfWorker(QObject* parent)
     : QObject(parent)
@@ -42,29 +32,29 @@ quint64 WhatIfWorker::launch(std::function<void(quint64, const std::atomic<bool>
         true);
 }
 
-quint64 WhatIfWorker::record(const QString& path, RunOptions base)
+quint64 WhatIfWorker::record(std::shared_ptr<const OpenedFile> file, RunOptions base)
 {
     base.progress = nullptr;
-    return launch([this, path, base](quint64 job, const std::atomic<bool>* cancel) mutable {
+    return launch([this, file, base](quint64 job, const std::atomic<bool>* cancel) mutable {
+        if (!file || !file->model)
+            return;
         base.cancel = cancel;
-        auto model = openModel(path);
-        if (path.isEmpty() && base.inputs.empty())
-            base.inputs = demoModelInput();
-        if (base.inputs.empty())
-            base.inputs = model.guessInputs();
+        base.inputs = file->inputsFor(base);
         base.batch.reset();
-        auto w = std::make_shared<const WhatIf>(WhatIf::record(model, base, 1, 2, {"float32", "bfloat16", "float16"}));
+        auto w = std::make_shared<const WhatIf>(
+            WhatIf::record(*file->model, base, 1, 2, {"float32", "bfloat16", "float16"}));
         deliver(job, [this, job, w] { emit recorded(job, w); });
     });
 }
 
-quint64 WhatIfWorker::measure(
-    const QString& path, std::shared_ptr<const WhatIf> whatIf, std::int64_t batch, const QString& dtype)
+quint64 WhatIfWorker::measure(std::shared_ptr<const OpenedFile> file, std::shared_ptr<const WhatIf> whatIf,
+    std::int64_t batch, const QString& dtype)
 {
     auto d = dtype.toStdString();
-    return launch([this, path, whatIf, batch, d](quint64 job, const std::atomic<bool>*) {
-        auto model = openModel(path);
-        auto p = whatIf->measure(model, batch, d);
+    return launch([this, file, whatIf, batch, d](quint64 job, const std::atomic<bool>*) {
+        if (!file || !file->model)
+            return;
+        auto p = whatIf->measure(*file->model, batch, d);
         deliver(job, [this, job, p] { emit measured(job, p); });
     });
 }

@@ -1,6 +1,7 @@
 #pragma once
 #include "job_runner.h"
 #include "recording/model.h"
+#include "session/open_file.h"
 #include "whatif/whatif.h"
 
 #include <QObject>
@@ -20,10 +21,11 @@ public:
     explicit WhatIfWorker(QObject* parent = nullptr);
     ~WhatIfWorker() override;
 
-    // path "" is the built-in demo. `base` holds the inputs (batch 1 is recorded from them) and dtype.
-    quint64 record(const QString& path, RunOptions base);
-    quint64 measure(
-        const QString& path, std::shared_ptr<const WhatIf> whatIf, std::int64_t batch, const QString& dtype);
+    // `file` is the model the window opened (shared with its runs). `base` holds the inputs (batch 1 is
+    // recorded from them) and dtype.
+    quint64 record(std::shared_ptr<const OpenedFile> file, RunOptions base);
+    quint64 measure(std::shared_ptr<const OpenedFile> file, std::shared_ptr<const WhatIf> whatIf, std::int64_t batch,
+        const QString& dtype);
     void cancel();
 
 signals:

@@ -1,5 +1,6 @@
 // Recorder overhead: recorded run time over plain run time, interleaved in one process (median of pairs),
 // and the recorder's memory per event. Usage: bench_recorder MODEL.pt [INPUT] [BATCH] [PAIRS]
+#include "support/format.h"
 #include "cli_options.h"
 #include "recording/model.h"
 

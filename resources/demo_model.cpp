@@ -20,4 +20,9 @@ std::string demoModelBytes()
     return std::string(memledger_demo_start, memledger_demo_end);
 }
 
+OpenedFile openFileOrDemo(const std::string& path)
+{
+    return path.empty() ? openModelBytes(demoModelBytes(), kDemoModelName, demoModelInput()) : openFile(path);
+}
+
 } // namespace memledger

@@ -1,4 +1,6 @@
 #pragma once
+#include "session/open_file.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -12,5 +14,7 @@ inline std::vector<std::vector<std::int64_t>> demoModelInput()
 {
     return {{1, 1, 300, 300}};
 }
+// openFile(path), or the built-in demo model when `path` is empty.
+OpenedFile openFileOrDemo(const std::string& path);
 
 } // namespace memledger

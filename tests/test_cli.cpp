@@ -23,11 +23,15 @@ class BadModelFile : public ::testing::TestWithParam<BadFile> { };
 
 TEST_P(BadModelFile, ExitsThreeNamingTheFileAndTheReason)
 {
-    auto path = GetParam().file == "missing.pt" ? fixture("bad/missing.pt") : fixture("bad/" + GetParam().file);
+    auto path = fixture("bad/" + GetParam().file);
     auto r = runCommand(memledgerBinary() + " analyze '" + path + "'");
     EXPECT_EQ(r.exit_code, 3) << r.output;
     EXPECT_NE(r.output.find(path), std::string::npos) << r.output;
-    EXPECT_NE(r.output.find(GetParam().reason), std::string::npos) << r.output;
+    // The reason is looked for in the message without the file's name, which may contain the same word.
+    auto message = r.output;
+    for (auto at = message.find(path); at != std::string::npos; at = message.find(path))
+        message.erase(at, path.size());
+    EXPECT_NE(message.find(GetParam().reason), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
 }
 
@@ -51,6 +55,9 @@ TEST(Cli, DemoRunsWithoutArgumentsAndWritesTheJsonSchema)
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("RFBNet"), std::string::npos);
     EXPECT_NE(r.output.find("Load tax: file"), std::string::npos);
+    // "Alive at the peak" names the op that made each block, not the allocation helper it called.
+    auto alive = r.output.substr(r.output.find("Alive at the peak"));
+    EXPECT_EQ(alive.find("aten::empty"), std::string::npos) << alive;
     std::ifstream in(json);
     auto j = nlohmann::json::parse(in);
     EXPECT_EQ(j["format"], "memledger-report");

@@ -1,6 +1,13 @@
 #include "cli_options.h"
 #include "support/format.h"
 #include "recording/module_path.h"
+#include "session/open_file.h"
+#include "support/errors.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include <gtest/gtest.h>
 
@@ -17,11 +24,28 @@ TEST(Format, BytesAre1024Based)
 TEST(Format, ParseBytes)
 {
     EXPECT_EQ(parseBytes("16GiB").value(), std::int64_t {16} << 30);
-    EXPECT_EQ(parseBytes("16 GB").value(), std::int64_t {16} << 30);
+    EXPECT_EQ(parseBytes("16 GB").value(), std::int64_t {16000000000}); // a disk's GB: 10^9
+    EXPECT_EQ(parseBytes("80GB").value(), std::int64_t {80000000000});
+    EXPECT_EQ(parseBytes("16G").value(), std::int64_t {16} << 30);
+    EXPECT_EQ(parseBytes("2 kB").value(), 2000);
     EXPECT_EQ(parseBytes("512MiB").value(), std::int64_t {512} << 20);
     EXPECT_EQ(parseBytes("1024").value(), 1024);
     EXPECT_FALSE(parseBytes("lots").has_value());
     EXPECT_FALSE(parseBytes("12 parsecs").has_value());
+    EXPECT_FALSE(parseBytes(".").has_value());
+}
+
+TEST(Format, ParseShapesRefusesEmptyDimensions)
+{
+    EXPECT_EQ(parseShapes("1x3x224x224, 1x10"), (std::vector<Shape> {{1, 3, 224, 224}, {1, 10}}));
+    for (const char* bad : {"3x224x224x", "x3x4", "3xx4", "1x-3", "1x3.5", "", ",", "1x 3"})
+        EXPECT_THROW(parseShapes(bad), std::invalid_argument) << bad;
+    try {
+        parseShapes("3x224x224x");
+        FAIL();
+    } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("3x224x224x"), std::string::npos) << e.what();
+    }
 }
 
 TEST(ModulePath, FoldsTopSelfAndFunctionFrames)
@@ -58,4 +82,42 @@ TEST(Cli, ParsesShapesAndRejectsNonsense)
     EXPECT_EQ(w.batches.size(), 3u);
     EXPECT_EQ(w.dtypes.size(), 2u);
     EXPECT_EQ(*w.budget, std::int64_t {16} << 30);
+}
+
+TEST(OpenFile, DetectsTheKindByContentNotByName)
+{
+    auto dir = std::filesystem::temp_directory_path() / ("memledger-kind-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    auto write = [&](const std::string& name, const std::string& bytes) {
+        std::ofstream(dir / name, std::ios::binary) << bytes;
+        return (dir / name).string();
+    };
+    EXPECT_EQ(detectFileKind(write("model.json", std::string("PK\x03\x04", 4) + "rest")), FileKind::Model);
+    EXPECT_EQ(detectFileKind(write("report.pt", "\n  {\"format\": \"memledger-report\"}")), FileKind::Report);
+    EXPECT_EQ(detectFileKind(write("snap.pt", std::string("\x80\x04\x95", 3))), FileKind::Snapshot);
+    EXPECT_EQ(detectFileKind(write("notes.pt", "hello")), FileKind::Model); // the model loader explains
+    for (const auto& [path, reason] : std::vector<std::pair<std::string, std::string>> {
+             {write("empty.pt", ""), "empty"}, {dir.string(), "directory"}, {(dir / "none.pt").string(), "no such file"}}) {
+        try {
+            detectFileKind(path);
+            ADD_FAILURE() << path;
+        } catch (const FileError& e) {
+            EXPECT_EQ(e.path(), path);
+            EXPECT_NE(e.reason().find(reason), std::string::npos) << e.what();
+        }
+    }
+    std::filesystem::remove_all(dir);
+}
+
+TEST(Format, ByteTicksAreRound)
+{
+    auto t = byteTicks(0, 35.8 * 1024 * 1024, 5);
+    EXPECT_EQ(t.unit, 1024.0 * 1024);
+    EXPECT_EQ(t.step, 5.0 * 1024 * 1024);
+    ASSERT_EQ(t.labels.size(), 8u); // 0, 5, ..., 35 MiB
+    EXPECT_EQ(t.labels[0], "0");
+    EXPECT_EQ(t.labels[1], "5 MiB");
+    auto small = byteTicks(0, 3 * 1024, 6);
+    EXPECT_EQ(small.labels[1], "0.5 KiB");
+    EXPECT_EQ(niceTicks(0, 13.7, 6), (std::vector<double> {0, 2, 4, 6, 8, 10, 12}));
 }

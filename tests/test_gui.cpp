@@ -6,13 +6,15 @@
 #include "qt_test_app.h"
 #include "run_panel.h"
 #include "timeline_plot.h"
+#include "whatif_panel.h"
 
-#include "report/build_report.h"
 #include "exports/report_json.h"
+#include "report/build_report.h"
 
 #include <nlohmann/json.hpp>
 
 #include <QAbstractItemModelTester>
+#include <QDockWidget>
 #include <QElapsedTimer>
 #include <QFile>
 #include <QProgressBar>
@@ -168,6 +170,11 @@ TEST_P(BadFile, ShowsTheFileAndLeavesTheWindowUsable)
     EXPECT_TRUE(w.errorText().contains(name)) << w.errorText().toStdString();
     EXPECT_FALSE(w.isRunning());
     EXPECT_FALSE(w.report());
+    // A failure never reads as done: the bar is not full.
+    auto* bar = w.runPanel()->progressBar();
+    EXPECT_GT(bar->maximum(), bar->minimum());
+    EXPECT_LT(bar->value(), bar->maximum());
+    EXPECT_NE(bar->text(), "100%");
     // Still usable: the demo opens and the error goes away.
     w.openDemo();
     ASSERT_TRUE(waitForReport(w));
@@ -179,6 +186,58 @@ INSTANTIATE_TEST_SUITE_P(Files, BadFile,
         std::pair<const char*, const char*> {"missing.pt", nullptr},
         std::pair<const char*, const char*> {"broken.json", "{\"memledger\": "},
         std::pair<const char*, const char*> {"other.json", "{\"hello\": 1}"}));
+
+TEST(MainWindow, AFileThatFailsToOpenChangesNothingButTheMessage)
+{
+    qtTestApp();
+    QTemporaryDir dir;
+    auto bad = dir.filePath("garbage.pt");
+    writeFile(bad, "garbage");
+    MainWindow w;
+    w.show();
+    w.openDemo();
+    ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
+    auto title = w.windowTitle();
+    auto report = w.report();
+    auto inputs = w.runPanel()->inputsText();
+    auto file = w.currentFile();
+    ASSERT_TRUE(report);
+
+    QSignalSpy failed(&w, &MainWindow::runFailed);
+    w.openFile(bad);
+    QElapsedTimer clock;
+    clock.start();
+    while (failed.isEmpty() && clock.elapsed() < kRunTimeoutMs)
+        failed.wait(100);
+    ASSERT_EQ(failed.size(), 1);
+    EXPECT_EQ(w.windowTitle(), title);
+    EXPECT_EQ(w.report(), report);
+    EXPECT_EQ(w.runPanel()->inputsText(), inputs);
+    EXPECT_EQ(w.currentFile(), file);
+    EXPECT_TRUE(w.errorText().contains("garbage.pt")) << w.errorText().toStdString();
+    auto* bar = w.runPanel()->progressBar();
+    EXPECT_LT(bar->value(), bar->maximum());
+}
+
+TEST(MainWindow, DocksKeepTheirWidthWhateverTheirTextSays)
+{
+    qtTestApp();
+    MainWindow w;
+    w.resize(1280, 720);
+    w.show();
+    QCoreApplication::processEvents();
+    auto dockWidth = w.whatIfDock()->width();
+    auto runAt = w.runPanel()->runButton()->mapTo(&w, QPoint());
+    EXPECT_LE(dockWidth, 450);
+    // Measure's answer is a long sentence; it wraps instead of widening the right side.
+    w.whatIfPanel()->showMeasurementFailed(QString("the model rejected the input: ").repeated(12));
+    w.runPanel()->setStatus(QString("a long status line without end ").repeated(8));
+    for (int i = 0; i < 5; ++i)
+        QCoreApplication::processEvents();
+    EXPECT_LE(w.whatIfDock()->width(), std::max(dockWidth, 450));
+    EXPECT_EQ(w.runPanel()->runButton()->mapTo(&w, QPoint()).x(), runAt.x());
+    EXPECT_LE(w.width(), 1280);
+}
 
 TEST(MainWindow, SavesReopensAndExports)
 {
@@ -234,20 +293,22 @@ TEST(MainWindow, WhatIfPanelGetsItsRecordsAndTheSavedReportCarriesTheTable)
     while (ready.isEmpty() && clock.elapsed() < kRunTimeoutMs)
         ready.wait(100);
     ASSERT_FALSE(ready.isEmpty()) << "the what-if records never arrived";
+    EXPECT_EQ(w.whatIfPanel()->batch(), w.report()->run.batch); // it starts at the run the window shows
     auto exported = w.reportForExport();
     ASSERT_TRUE(exported.whatif);
-    const auto& rows = (*exported.whatif)["predictions"];
+    const auto& rows = exported.whatif->predictions;
     ASSERT_FALSE(rows.empty());
     bool batch8 = false;
     for (const auto& row : rows) {
-        if (row["batch"] == 1 && row["dtype"] == "float32") // batch 1 was recorded: the run the window shows
-            EXPECT_EQ(row["predicted_peak_bytes"].get<std::int64_t>(), w.report()->peak_bytes);
-        batch8 = batch8 || row["batch"] == 8;
+        if (row.batch == 1 && row.dtype == "float32") // batch 1 was recorded: the run the window shows
+            EXPECT_EQ(row.predicted_peak_bytes, w.report()->peak_bytes);
+        batch8 = batch8 || row.batch == 8;
     }
     EXPECT_TRUE(batch8);
     QTemporaryDir dir;
     auto path = dir.filePath(QStringLiteral("saved.json"));
     EXPECT_TRUE(w.saveAnalysis(path).isEmpty());
     auto back = readReportFile(path.toStdString());
-    EXPECT_TRUE(back.whatif);
+    ASSERT_TRUE(back.whatif);
+    EXPECT_EQ(back.whatif->predictions.size(), rows.size());
 }

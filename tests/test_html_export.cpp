@@ -3,6 +3,9 @@
 #include "run_command.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
 
 #include <filesystem>
 #include <fstream>
@@ -59,4 +62,63 @@ TEST(HtmlExport, SelfContainedPageRendersInChromiumWithoutErrors)
           "len(px))\"");
     ASSERT_EQ(pixels.exit_code, 0) << pixels.output;
     EXPECT_GT(std::stoi(pixels.output), 100) << "per mille of non-white pixels";
+}
+
+// The chart's axis: round 1-2-5 ticks in one unit, labelled as the window labels them; ledger colours as the
+// window's.
+TEST(HtmlExport, ChartHasRoundTicksAndTheWindowsColours)
+{
+    auto html = fixture("demo-ticks.html");
+    auto r = runCommand(memledgerBinary() + " analyze --html '" + html + "'");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto page = readAll(html);
+    auto at = page.find("\"y_ticks\":");
+    ASSERT_NE(at, std::string::npos);
+    auto open = page.find('[', at);
+    int depth = 0;
+    std::size_t end = open;
+    for (; end < page.size(); ++end) {
+        depth += page[end] == '[' ? 1 : page[end] == ']' ? -1 : 0;
+        if (depth == 0)
+            break;
+    }
+    auto ticks = nlohmann::json::parse(page.substr(open, end - open + 1));
+    ASSERT_GE(ticks.size(), 3u);
+    const double step = ticks[1]["v"].get<double>() - ticks[0]["v"].get<double>();
+    EXPECT_EQ(ticks[0]["v"].get<double>(), 0.0);
+    EXPECT_EQ(ticks[0]["label"], "0");
+    // The step is 1, 2 or 5 times a power of ten of a binary unit.
+    double unit = 1;
+    while (step >= unit * 1024)
+        unit *= 1024;
+    double mantissa = step / unit / std::pow(10.0, std::floor(std::log10(step / unit)));
+    EXPECT_TRUE(std::abs(mantissa - 1) < 1e-9 || std::abs(mantissa - 2) < 1e-9 || std::abs(mantissa - 5) < 1e-9)
+        << step;
+    for (std::size_t i = 1; i < ticks.size(); ++i) {
+        EXPECT_NEAR(ticks[i]["v"].get<double>() - ticks[i - 1]["v"].get<double>(), step, 1e-6);
+        auto label = ticks[i]["label"].get<std::string>();
+        EXPECT_TRUE(label.find("iB") != std::string::npos || label.find(" B") != std::string::npos) << label;
+    }
+    // The window's ledger colours (core/exports/ledger_palette.h), not a palette of the page's own.
+    for (const char* colour : {"#4c72b0", "#8172b3", "#55a868", "#dd8452"})
+        EXPECT_NE(page.find(colour), std::string::npos) << colour;
+    for (const char* old : {"#f28e2b", "#59a14f"})
+        EXPECT_EQ(page.find(old), std::string::npos) << old;
+    // The reserve line the window draws for a model run: the simulated GPU.
+    EXPECT_NE(page.find("reserved (simulated GPU)"), std::string::npos);
+}
+
+// `--png` draws offscreen: no display and no XDG_RUNTIME_DIR needed, and nothing from Qt on the terminal.
+TEST(PngExport, NeedsNoDisplayAndPrintsNoQtWarnings)
+{
+    auto png = fixture("demo-cli.png");
+    std::filesystem::remove(png);
+    auto r = runCommand("env -u XDG_RUNTIME_DIR -u DISPLAY -u QT_QPA_PLATFORM " + memledgerBinary()
+        + " analyze --png '" + png + "'");
+    if (r.output.find("no GUI") != std::string::npos)
+        GTEST_SKIP() << "this build has no GUI: " << r.output;
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(std::filesystem::exists(png));
+    EXPECT_EQ(r.output.find("XDG_RUNTIME_DIR"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("QStandardPaths"), std::string::npos) << r.output;
 }

@@ -1,4 +1,5 @@
 // memledger's figures against what PyTorch itself reports (tests/fixtures/make_fixtures.py).
+#include "support/format.h"
 #include "cli_options.h"
 #include "fixture_paths.h"
 #include "report/build_report.h"

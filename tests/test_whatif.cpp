@@ -9,6 +9,8 @@
 #include "synthetic_run.h"
 
 #include <gtest/gtest.h>
+
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -143,8 +145,8 @@ TEST(WhatIfSynthetic, MaxBatchIsTheLargestThatFits)
 TEST(WhatIfSynthetic, Json)
 {
     auto w = WhatIf::fromRuns({}, {}, syntheticRun(1, 10), 1, syntheticRun(2, 10), 2);
-    std::vector<Prediction> ps {w.predict(8, "float32"), w.predict(8, "bfloat16")};
-    auto j = whatIfToJson(ps, std::int64_t {16} << 30, {{"float32", w.maxBatch("float32", std::int64_t {16} << 30)}});
+    auto table = makeWhatIfTable(w, {8}, {"float32", "bfloat16"}, std::int64_t {16} << 30);
+    auto j = whatIfToJson(table);
     EXPECT_EQ(j["format"], "memledger-whatif");
     EXPECT_EQ(j["version"], 1);
     ASSERT_EQ(j["predictions"].size(), 2u);
@@ -152,6 +154,19 @@ TEST(WhatIfSynthetic, Json)
     EXPECT_TRUE(j["predictions"][0]["fits"].get<bool>());
     EXPECT_GT(j["max_batch"]["float32"].get<std::int64_t>(), 8);
     EXPECT_EQ(j["budget_bytes"].get<std::int64_t>(), std::int64_t {16} << 30);
+    // The table read back is the table written.
+    auto back = whatIfFromJson(j);
+    ASSERT_EQ(back.predictions.size(), 2u);
+    EXPECT_EQ(back.predictions[1].dtype, "bfloat16");
+    EXPECT_EQ(back.predictions[0].predicted_peak_bytes, table.predictions[0].predicted_peak_bytes);
+    EXPECT_EQ(back.predictions[0].ledgers_at_peak, table.predictions[0].ledgers_at_peak);
+    using ByDtype = std::map<std::string, std::int64_t>;
+    EXPECT_EQ(ByDtype(back.max_batch.begin(), back.max_batch.end()),
+        ByDtype(table.max_batch.begin(), table.max_batch.end()));
+    EXPECT_EQ(whatIfToJson(back).dump(), j.dump());
+    // A budget below the predicted total does not fit.
+    auto tight = makeWhatIfTable(w, {8}, {"float32"}, table.predictions[0].predicted_peak_total_bytes - 1);
+    EXPECT_FALSE(tight.fits(tight.predictions[0]));
 }
 
 // Predicted (from batch 1 and 2) against measured, on the fixture models.

@@ -1,19 +1,28 @@
 // Widgets on their own: the byte ticker, the per-column reduction, the layer tree model, PNG rendering.
 #include "byte_axis_ticker.h"
+#include "exports/ledger_palette.h"
 #include "layer_tree_model.h"
 #include "layer_tree_panel.h"
+#include "ledger_colors.h"
 #include "ledger_summary.h"
-#include "report/build_report.h"
 #include "qt_test_app.h"
+#include "report/build_report.h"
+#include "report/timeline_series.h"
+#include "support/format.h"
 #include "synthetic_report.h"
+#include "synthetic_run.h"
 #include "timeline_plot.h"
 #include "timeline_png.h"
-#include "report/timeline_series.h"
+#include "whatif/whatif.h"
+#include "whatif_panel.h"
 
 #include <QAbstractItemModelTester>
 #include <QImage>
+#include <QLabel>
 #include <QLineEdit>
+#include <QSlider>
 #include <QSortFilterProxyModel>
+#include <QSpinBox>
 #include <QTemporaryDir>
 #include <QTreeView>
 
@@ -211,4 +220,113 @@ TEST(LedgerSummary, ShowsTheLoadTax)
     summary.setReport(syntheticReport(100));
     EXPECT_EQ(summary.loadTaxText(), "file 2.00 MiB float16, resident 5.00 MiB as float32");
     EXPECT_FALSE(summary.grab().isNull());
+}
+
+TEST(TimelinePlot, PeakLabelStaysInsideThePlotAndPanningStopsAtTheFirstEvent)
+{
+    qtTestApp();
+    TimelinePlot plot;
+    plot.resize(900, 320);
+    plot.setReport(syntheticReport(3000));
+    for (auto axis : {TimelineAxis::OpSequence, TimelineAxis::Milliseconds}) {
+        plot.setAxis(axis);
+        plot.replot(QCustomPlot::rpImmediateRefresh);
+        auto label = plot.peakLabelRect();
+        ASSERT_FALSE(label.isEmpty());
+        QRectF area = plot.axisRect()->rect();
+        EXPECT_TRUE(area.adjusted(-1, -1, 1, 1).contains(label))
+            << "label " << label.x() << "," << label.y() << " " << label.width() << "x" << label.height() << " in "
+            << area.x() << "," << area.y() << " " << area.width() << "x" << area.height();
+    }
+    // A drag past the start stops at the first key, keeping the width; zooming out stops at the whole run.
+    double first = plot.series().firstKey(), last = plot.series().lastKey();
+    plot.xAxis->setRange(first - (last - first) / 2, first + (last - first) / 4);
+    EXPECT_DOUBLE_EQ(plot.xAxis->range().lower, first);
+    EXPECT_NEAR(plot.xAxis->range().size(), (last - first) * 0.75, 1e-9 * (last - first));
+    plot.xAxis->setRange(first - 10 * (last - first), last + 10 * (last - first));
+    EXPECT_DOUBLE_EQ(plot.xAxis->range().lower, first);
+    EXPECT_DOUBLE_EQ(plot.xAxis->range().upper, last);
+}
+
+TEST(TimelinePlot, HidingTheWeightsStartsTheAxisAtTheirTop)
+{
+    qtTestApp();
+    TimelinePlot plot;
+    plot.resize(900, 320);
+    auto report = syntheticReport(3000);
+    plot.setReport(report);
+    EXPECT_EQ(plot.yAxis->range().lower, 0);
+    plot.setWeightsHidden(true);
+    EXPECT_DOUBLE_EQ(plot.yAxis->range().lower, static_cast<double>(report->weight_bytes));
+    EXPECT_GT(plot.yAxis->range().upper, plot.series().peak_value);
+    plot.setWeightsHidden(false);
+    EXPECT_EQ(plot.yAxis->range().lower, 0);
+}
+
+TEST(LedgerColors, TheWindowDrawsTheExportsColours)
+{
+    for (auto l : {Ledger::Weights, Ledger::Inputs, Ledger::Activations, Ledger::Temporaries, Ledger::Unattributed})
+        EXPECT_EQ(ledgerColor(l).name(), QString::fromLatin1(ledgerColourHex(l))) << ledgerName(l);
+    EXPECT_EQ(reservedColor().name(), QString::fromLatin1(kReservedColourHex));
+}
+
+TEST(TimelinePng, CarriesTheModelAndTheRunSettings)
+{
+    auto report = makeSyntheticReport(100);
+    report.model.type = "TinyNet";
+    report.model.path = "/models/tiny.pt";
+    report.run.input_shapes = {{4, 3, 32, 32}};
+    report.run.batch = 4;
+    report.run.dtype = "bfloat16";
+    EXPECT_EQ(timelinePngTitle(report), "TinyNet (tiny.pt)");
+    auto settings = timelinePngSettings(report);
+    for (const char* part : {"inputs 4x3x32x32", "batch 4", "bfloat16", "cpu", "inference"})
+        EXPECT_TRUE(settings.contains(part)) << settings.toStdString();
+}
+
+TEST(WhatIfPanel, ShowsThePredictionAtTheChosenBatchAndWhetherItFits)
+{
+    qtTestApp();
+    auto whatIf = std::make_shared<const WhatIf>(
+        WhatIf::fromRuns({}, {}, test::syntheticRun(1, 12), 1, test::syntheticRun(2, 12), 2));
+    WhatIfPanel panel;
+    panel.setBatch(4); // the window starts it at the batch of the run it shows
+    panel.setWhatIf(whatIf);
+    EXPECT_EQ(panel.batch(), 4);
+    auto shown = [&](std::int64_t batch) {
+        auto p = whatIf->predict(batch, "float32", false);
+        return formatBytes(p.predicted_peak_total_bytes) + (p.method == "measured" ? "  (measured)" : "  (predicted)");
+    };
+    EXPECT_EQ(panel.peakTotalText().toStdString(), shown(4));
+
+    panel.batchSlider()->setValue(5); // 2^5
+    EXPECT_EQ(panel.batch(), 32);
+    EXPECT_EQ(panel.peakTotalText().toStdString(), shown(32));
+    panel.batchSpinBox()->setValue(100);
+    EXPECT_EQ(panel.batchSlider()->value(), 6);
+    EXPECT_EQ(panel.peakTotalText().toStdString(), shown(100));
+    EXPECT_NE(shown(100), shown(32));
+
+    panel.setBudget("16 GiB");
+    EXPECT_TRUE(panel.fitsBudget());
+    EXPECT_TRUE(panel.fitsText().startsWith("fits in")) << panel.fitsText().toStdString();
+    EXPECT_TRUE(panel.decidesText().contains("peak total")) << panel.decidesText().toStdString();
+    QLabel* fits = nullptr;
+    for (auto* l : panel.findChildren<QLabel*>())
+        if (l->text() == panel.fitsText())
+            fits = l;
+    ASSERT_TRUE(fits);
+    auto normal = fits->palette().color(QPalette::WindowText);
+
+    panel.setBudget("1 KiB");
+    EXPECT_FALSE(panel.fitsBudget());
+    EXPECT_TRUE(panel.fitsText().startsWith("does not fit in 1")) << panel.fitsText().toStdString();
+    auto warning = fits->palette().color(QPalette::WindowText);
+    EXPECT_NE(warning, normal);
+    EXPECT_GT(warning.red(), warning.green()); // red-ish
+
+    // Notes name the chosen precision only: the rescaled bfloat16 speaks when bfloat16 is chosen.
+    EXPECT_FALSE(panel.notesText().contains("bfloat16")) << panel.notesText().toStdString();
+    panel.setDtype("bfloat16");
+    EXPECT_TRUE(panel.notesText().contains("bfloat16")) << panel.notesText().toStdString();
 }

@@ -30,8 +30,11 @@ void BarDelegate::paint(QPainter* painter, const QStyleOptionViewItem& option, c
         text.palette.setColor(QPalette::Text,
             option.state & QStyle::State_Selected ? option.palette.color(QPalette::HighlightedText)
                                                   : option.palette.color(QPalette::Text));
-        style->drawItemText(painter, option.rect.adjusted(4, 0, -4, 0), Qt::AlignRight | Qt::AlignVCenter, text.palette,
-            true, text.text, QPalette::Text);
+        // Too narrow a column loses the front of the figure, never its unit: "…2.34 MiB", not "12.34 M".
+        QRect textRect = option.rect.adjusted(4, 0, -4, 0);
+        auto shown = option.fontMetrics.elidedText(text.text, Qt::ElideLeft, textRect.width());
+        style->drawItemText(
+            painter, textRect, Qt::AlignRight | Qt::AlignVCenter, text.palette, true, shown, QPalette::Text);
         return;
     }
     QStyledItemDelegate::paint(painter, option, index);

@@ -9,7 +9,13 @@
 #include <QTreeView>
 #include <QVBoxLayout>
 
+#include <algorithm>
+
 namespace memledger {
+
+namespace {
+constexpr int kMinByteColumnWidth = 96; // "-123.45 MiB" with its bar
+} // namespace
 
 LayerTreePanel::LayerTreePanel(QWidget* parent)
     : QWidget(parent)
@@ -45,11 +51,12 @@ LayerTreePanel::LayerTreePanel(QWidget* parent)
         view_->setItemDelegateForColumn(c, bars);
     view_->header()->setStretchLastSection(false);
     view_->header()->setSectionResizeMode(QHeaderView::Interactive);
+    view_->header()->setMinimumSectionSize(kMinByteColumnWidth / 2);
     view_->setColumnWidth(LayerTreeModel::Name, 220);
     view_->setColumnWidth(LayerTreeModel::Type, 140);
     view_->setColumnWidth(LayerTreeModel::OutputShape, 130);
     for (int c = LayerTreeModel::Weights; c < LayerTreeModel::ColumnCount; ++c)
-        view_->setColumnWidth(c, 120);
+        view_->setColumnWidth(c, kMinByteColumnWidth);
 
     connect(view_->selectionModel(), &QItemSelectionModel::currentRowChanged, this, [this](const QModelIndex& current) {
         emit moduleSelected(current.isValid() ? current.data(LayerTreeModel::PathRole).toString() : QString());
@@ -65,6 +72,21 @@ void LayerTreePanel::setReport(std::shared_ptr<const Report> report)
 {
     model_->setReport(std::move(report));
     view_->expandToDepth(1);
+    fitColumns();
+}
+
+void LayerTreePanel::fitColumns()
+{
+    // Wide enough for the figures and their units ("-12.34 MiB"), and for the header; names get a cap.
+    for (int c = 0; c < LayerTreeModel::ColumnCount; ++c) {
+        view_->resizeColumnToContents(c);
+        int width = view_->columnWidth(c) + 12;
+        if (c >= LayerTreeModel::Weights)
+            width = std::max(width, kMinByteColumnWidth);
+        else
+            width = std::clamp(width, 80, c == LayerTreeModel::Name ? 320 : 200);
+        view_->setColumnWidth(c, width);
+    }
 }
 
 void LayerTreePanel::selectModule(const QString& path)

@@ -33,6 +33,8 @@ signals:
     void moduleSelected(const QString& path); // "" when the selection is cleared
 
 private:
+    void fitColumns();
+
     LayerTreeModel* model_;
     QSortFilterProxyModel* proxy_;
     QTreeView* view_;

@@ -1,40 +1,35 @@
 #include "ledger_colors.h"
 
+#include "exports/ledger_palette.h"
+
 namespace memledger {
+
+// The hues live in core so that the window, the PNG and the HTML export draw the same colours.
+static QColor fromHex(const char* hex)
+{
+    return QColor(QString::fromLatin1(hex));
+}
 
 QColor ledgerColor(Ledger ledger)
 {
-    // Colour-blind-safe hues that read on light and dark backgrounds alike.
-    switch (ledger) {
-    case Ledger::Weights:
-        return QColor(0x4c, 0x72, 0xb0);
-    case Ledger::Inputs:
-        return QColor(0x81, 0x72, 0xb3);
-    case Ledger::Activations:
-        return QColor(0x55, 0xa8, 0x68);
-    case Ledger::Temporaries:
-        return QColor(0xdd, 0x84, 0x52);
-    case Ledger::Unattributed:
-        break;
-    }
-    return QColor(0x93, 0x78, 0x60);
+    return fromHex(ledgerColourHex(ledger));
 }
 
 QColor aliveBeforeColor()
 {
-    return QColor(0xa8, 0xa8, 0xa8);
+    return fromHex(kAliveBeforeColourHex);
 }
 QColor pendingFreeColor()
 {
-    return QColor(0xda, 0x8b, 0xc3);
+    return fromHex(kPendingFreeColourHex);
 }
 QColor reservedColor()
 {
-    return QColor(0x2b, 0x5d, 0x8c);
+    return fromHex(kReservedColourHex);
 }
 QColor fragmentationColor()
 {
-    return QColor(0xc4, 0x4e, 0x52);
+    return fromHex(kFragmentationColourHex);
 }
 
 } // namespace memledger

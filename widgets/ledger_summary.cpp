@@ -1,8 +1,8 @@
 #include "ledger_summary.h"
 
 #include "ledger_colors.h"
-#include "support/format.h"
 #include "snapshot/snapshot.h"
+#include "support/format.h"
 
 #include <QLabel>
 #include <QPainter>
@@ -53,7 +53,21 @@ void LedgerSummary::setReport(std::shared_ptr<const Report> report)
     report_ = std::move(report);
     loadTax_->setText(report_ ? tr("Load tax: %1").arg(loadTaxLine(*report_)) : QString());
     loadTax_->setVisible(report_ && !loadTaxLine(*report_).isEmpty());
+    keepLoadTaxVisible();
     update();
+}
+
+void LedgerSummary::resizeEvent(QResizeEvent* event)
+{
+    QWidget::resizeEvent(event);
+    keepLoadTaxVisible();
+}
+
+void LedgerSummary::keepLoadTaxVisible()
+{
+    // A dock does not ask for height-for-width: without this, a short screen cuts the wrapped load-tax line.
+    if (layout()->hasHeightForWidth())
+        setMinimumHeight(layout()->heightForWidth(width()));
 }
 
 QString LedgerSummary::loadTaxText() const

@@ -21,8 +21,11 @@ public:
 
 protected:
     void paintEvent(QPaintEvent* event) override;
+    void resizeEvent(QResizeEvent* event) override;
 
 private:
+    void keepLoadTaxVisible();
+
     std::shared_ptr<const Report> report_;
     QLabel* loadTax_;
 };

@@ -3,6 +3,7 @@
 #include "ledger_colors.h"
 #include "support/format.h"
 #include "allocator/gpu_replay.h"
+#include "snapshot/frames.h"
 #include "snapshot/segment_state.h"
 #include "report/timeline_series.h"
 
@@ -36,25 +37,6 @@ QString bytesText(std::int64_t b)
 QString hex(std::uint64_t a)
 {
     return QStringLiteral("0x") + QString::number(a, 16);
-}
-
-QString frameText(const SnapshotFrame& f)
-{
-    // Model runs name a module path, with no line.
-    if (f.line == 0 && f.name.empty())
-        return QString::fromStdString(f.filename);
-    return QStringLiteral("%1:%2 %3")
-        .arg(QString::fromStdString(f.filename))
-        .arg(f.line)
-        .arg(QString::fromStdString(f.name));
-}
-
-QString topFrame(const std::vector<SnapshotFrame>& frames)
-{
-    for (const auto& f : frames)
-        if (!f.filename.empty() && f.filename.find("torch/") == std::string::npos && f.filename[0] != '?')
-            return frameText(f);
-    return frames.empty() ? QString() : frameText(frames.front());
 }
 
 // The segments the caching-allocator model leaves at the end of a model run, as snapshot segments.
@@ -408,7 +390,7 @@ QString SegmentMapView::describeAt(const QPoint& pos) const
     }
     if (!best)
         return segment;
-    auto frame = topFrame(best->frames);
+    auto frame = QString::fromStdString(allocationSite(best->frames));
     return tr("<b>%1</b> %2<br>address %3, requested %4<br>%5<hr>%6")
         .arg(bytesText(best->size), QString::fromUtf8(blockStateName(best->state)), hex(best->address),
             bytesText(best->requested_size), frame.isEmpty() ? tr("(no stack)") : frame.toHtmlEscaped(), segment);

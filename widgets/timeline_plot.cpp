@@ -2,9 +2,9 @@
 
 #include "byte_axis_ticker.h"
 #include "ledger_colors.h"
-#include "support/format.h"
 #include "snapshot/snapshot.h"
 #include "step_area_graph.h"
+#include "support/format.h"
 
 #include <QToolTip>
 
@@ -98,7 +98,12 @@ TimelinePlot::TimelinePlot(QWidget* parent)
     plotLayout()->setRowStretchFactor(0, 0.001);
     legend->setMargins(QMargins(4, 2, 4, 2));
 
-    connect(xAxis, QOverload<const QCPRange&>::of(&QCPAxis::rangeChanged), this, [this] { reduceToView(); });
+    connect(xAxis, QOverload<const QCPRange&>::of(&QCPAxis::rangeChanged), this, [this] {
+        clampKeyRange();
+        reduceToView();
+    });
+    // After the layout, before drawing: the axis rect's size is final, so the label can be kept inside it.
+    connect(this, &QCustomPlot::afterLayout, this, &TimelinePlot::placePeakLabel);
     applyPalette();
     setAxis(TimelineAxis::Milliseconds);
 }
@@ -217,6 +222,10 @@ void TimelinePlot::rebuildSeries()
         highlightBlocks_ = StepBlocks::build(highlightSeries_);
     }
     emptyLabel_->setVisible(report_ && (!report_->trace || report_->trace->size() == 0));
+    const auto& weights = series_.tops[static_cast<std::size_t>(Ledger::Weights)];
+    weightsTop_ = series_.present[static_cast<std::size_t>(Ledger::Weights)] && !weights.empty()
+        ? *std::min_element(weights.begin(), weights.end())
+        : 0;
     if (reserved_.size() != series_.keys.size()) {
         reservedGraph_->setVisible(false);
         reservedGraph_->removeFromLegend();
@@ -260,10 +269,62 @@ void TimelinePlot::updatePeakMarker()
         return;
     peakTracer_->position->setCoords(series_.peak_key, series_.peak_value);
     peakLabel_->setText(tr("peak %1").arg(bytesText(series_.peak_value)));
-    // Near the right edge the label would be cut: hang it to the left of the marker instead.
+}
+
+void TimelinePlot::placePeakLabel()
+{
+    if (!peakLabel_->visible())
+        return;
+    // Above the marker and centred, unless that would cut it at an edge of the axis rect: then it hangs to
+    // the side that has room, or below the marker.
+    QRectF area = axisRect()->rect();
+    QPointF at = peakTracer_->position->pixelPosition();
+    QFontMetricsF metrics(peakLabel_->font());
+    auto padding = peakLabel_->padding();
+    double w = metrics.horizontalAdvance(peakLabel_->text()) + padding.left() + padding.right();
+    double h = metrics.height() + padding.top() + padding.bottom();
+    const double gap = 6;
+    Qt::Alignment horizontal = Qt::AlignHCenter;
+    if (at.x() + w / 2 > area.right())
+        horizontal = Qt::AlignRight;
+    else if (at.x() - w / 2 < area.left())
+        horizontal = Qt::AlignLeft;
+    bool below = at.y() - gap - h < area.top();
+    peakLabel_->setPositionAlignment(horizontal | (below ? Qt::AlignTop : Qt::AlignBottom));
+    double dx = horizontal == Qt::AlignRight ? -gap : horizontal == Qt::AlignLeft ? gap : 0;
+    peakLabel_->position->setCoords(dx, below ? gap : -gap);
+}
+
+QRectF TimelinePlot::peakLabelRect() const
+{
+    if (!peakLabel_->visible())
+        return {};
+    return QRectF(peakLabel_->topLeft->pixelPosition(), peakLabel_->bottomRight->pixelPosition()).normalized();
+}
+
+void TimelinePlot::clampKeyRange()
+{
+    // No panning before the first event or after the last: there is nothing there, not even negative time.
     double lo = series_.firstKey(), hi = series_.lastKey();
-    bool nearRight = hi > lo && (series_.peak_key - lo) / (hi - lo) > 0.85;
-    peakLabel_->setPositionAlignment(Qt::AlignBottom | (nearRight ? Qt::AlignRight : Qt::AlignHCenter));
+    if (hi <= lo)
+        return;
+    auto range = xAxis->range();
+    double width = std::min(range.size(), hi - lo);
+    double lower = std::clamp(range.lower, lo, hi - width);
+    if (lower == range.lower && lower + width == range.upper)
+        return;
+    xAxis->setRange(lower, lower + width);
+}
+
+void TimelinePlot::setWeightsHidden(bool hidden)
+{
+    if (hidden == weightsHidden_)
+        return;
+    weightsHidden_ = hidden;
+    yAxis->setLabel(hidden ? tr("live bytes (axis starts at the weights)") : tr("live bytes"));
+    autoValueRange_ = true;
+    reduceToView();
+    replot(rpQueuedReplot);
 }
 
 void TimelinePlot::resetZoom()
@@ -304,8 +365,10 @@ void TimelinePlot::reduceToView()
         plot(highlight_, highlightSeries_, highlightBlocks_);
         highlight_->setFillBase(static_cast<double>(report_->weight_bytes + report_->input_bytes));
     }
-    if (autoValueRange_)
-        yAxis->setRange(0, top > 0 ? top * 1.12 : 1024);
+    if (autoValueRange_) {
+        double bottom = weightsHidden_ && weightsTop_ < top ? weightsTop_ : 0;
+        yAxis->setRange(bottom, top > bottom ? bottom + (top - bottom) * 1.12 : bottom + 1024);
+    }
     reducing_ = false;
 }
 

@@ -32,6 +32,9 @@ public:
     int oomMarkerCount() const { return static_cast<int>(oomLines_.size()); }
     QString oomMarkerText(int i) const;
     const TimelineSeries& series() const { return series_; }
+    bool weightsHidden() const { return weightsHidden_; }
+    // Where the peak label is drawn, in widget pixels (empty when there is no peak).
+    QRectF peakLabelRect() const;
     bool momentMarkerVisible() const;
     QString highlightedModule() const { return highlighted_; }
 
@@ -45,6 +48,9 @@ public slots:
     // A snapshot's moment shown elsewhere (the segment map), as a line after that many events; the end hides it.
     void setMomentMarker(std::size_t events);
     void resetZoom();
+    // The y axis starts at the top of the weights instead of zero, so that a model whose weights dwarf its
+    // activations still shows the run.
+    void setWeightsHidden(bool hidden);
 
 signals:
     void moduleClicked(const QString& path);
@@ -65,6 +71,8 @@ private:
     void reduceToView();
     void applyPalette();
     void updatePeakMarker();
+    void placePeakLabel();
+    void clampKeyRange();
     void showHover(const QPoint& pos);
     void updateOomMarkers();
     QString describeSnapshotAt(int band, std::size_t p, double bytes) const;
@@ -91,6 +99,8 @@ private:
     void updateMomentMarker();
     QCPItemText* emptyLabel_ = nullptr;
     bool autoValueRange_ = true;
+    bool weightsHidden_ = false;
+    double weightsTop_ = 0; // the lowest top of the weights band (0 when it has none)
     bool reducing_ = false;
     QPoint pressPos_;
 };

@@ -1,18 +1,72 @@
 #include "timeline_png.h"
 
+#include "allocator/segment_history.h"
 #include "timeline_plot.h"
 
-#include <QBuffer>
+#include <QFileInfo>
 #include <QSaveFile>
+#include <QStringList>
+
+#include <algorithm>
 
 namespace memledger {
 
-QString renderTimelinePng(const Report& report, const QString& path, QSize size)
+QString timelinePngTitle(const Report& report)
+{
+    auto type = QString::fromStdString(report.model.type);
+    auto file = QFileInfo(QString::fromStdString(report.model.path)).fileName();
+    if (report.source == "snapshot")
+        return file.isEmpty() ? QStringLiteral("CUDA memory snapshot")
+                              : QStringLiteral("CUDA memory snapshot (%1)").arg(file);
+    if (type.isEmpty())
+        return file.isEmpty() ? QStringLiteral("memledger") : file;
+    return file.isEmpty() ? type : QStringLiteral("%1 (%2)").arg(type, file);
+}
+
+QString timelinePngSettings(const Report& report)
+{
+    const auto& run = report.run;
+    QStringList shapes;
+    for (const auto& shape : run.input_shapes) {
+        QStringList dims;
+        for (auto d : shape)
+            dims << QString::number(d);
+        shapes << dims.join(QLatin1Char('x'));
+    }
+    QStringList parts;
+    if (!shapes.isEmpty())
+        parts << QStringLiteral("inputs %1%2")
+                     .arg(shapes.join(QLatin1Char(',')), run.input_guessed ? QStringLiteral(" (guess)") : QString());
+    parts << QStringLiteral("batch %1").arg(run.batch) << QString::fromStdString(run.dtype)
+          << QString::fromStdString(run.device) << QString::fromStdString(run.mode);
+    return parts.join(QStringLiteral(" · "));
+}
+
+QString renderTimelinePng(const Report& report, const QString& path, QSize size, TimelineAxis axis, bool weightsHidden)
 {
     TimelinePlot plot;
     plot.resize(size);
     // The plot keeps a shared pointer; this one does not own the caller's report.
     plot.setReport(std::shared_ptr<const Report>(&report, [](const Report*) {}));
+    plot.setAxis(axis);
+    plot.setWeightsHidden(weightsHidden);
+    // The reserve line the window draws: what a GPU's caching allocator would hold (model runs only).
+    if (!report.snapshot && report.trace) {
+        auto reserved = simulatedReservedBytes(report);
+        if (std::any_of(reserved.begin(), reserved.end(), [](double v) { return v > 0; }))
+            plot.setReservedLine(std::move(reserved), QStringLiteral("reserved (simulated GPU)"));
+    }
+    auto* layout = plot.plotLayout();
+    layout->insertRow(0);
+    layout->insertRow(0);
+    auto* title = new QCPTextElement(&plot, timelinePngTitle(report), QFont(plot.font().family(), 12, QFont::Bold));
+    auto* settings = new QCPTextElement(&plot, timelinePngSettings(report), plot.font());
+    for (auto* text : {title, settings})
+        text->setTextColor(plot.palette().color(QPalette::WindowText));
+    layout->addElement(0, 0, title);
+    layout->addElement(1, 0, settings);
+    layout->setRowStretchFactor(0, 0.001);
+    layout->setRowStretchFactor(1, 0.001);
     plot.replot(QCustomPlot::rpImmediateRefresh);
     QImage image = plot.toPixmap(size.width(), size.height()).toImage();
     plot.setReport(nullptr);

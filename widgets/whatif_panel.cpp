@@ -1,8 +1,10 @@
 #include "whatif_panel.h"
 
+#include "ledger_colors.h"
 #include "support/format.h"
 
 #include <QComboBox>
+#include <QEvent>
 #include <QFormLayout>
 #include <QHBoxLayout>
 #include <QHeaderView>
@@ -57,9 +59,12 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     total_ = new QLabel(this);
     reserved_ = new QLabel(this);
     fits_ = new QLabel(this);
+    decides_ = new QLabel(this);
     method_ = new QLabel(this);
     notes_ = new QLabel(this);
-    notes_->setWordWrap(true);
+    // Long sentences wrap: a label that grows wide would widen the whole dock area.
+    for (auto* l : {fits_, decides_, method_, notes_})
+        l->setWordWrap(true);
     for (auto* l : {peak_, total_, reserved_})
         l->setTextInteractionFlags(Qt::TextSelectableByMouse);
     measure_ = new QPushButton(tr("Measure"), this);
@@ -83,7 +88,10 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     form->addRow(tr("Peak total"), total_);
     form->addRow(tr("Reserved"), reserved_);
     form->addRow(tr("Fits"), fits_);
+    form->addRow(QString(), decides_);
     form->addRow(QString(), method_);
+    form->setRowWrapPolicy(QFormLayout::DontWrapRows);
+    form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
     auto* layout = new QVBoxLayout(this);
     layout->addLayout(form);
     layout->addWidget(measure_, 0, Qt::AlignLeft);
@@ -146,21 +154,40 @@ void WhatIfPanel::setDtype(const QString& dtype)
 {
     dtypeBox_->setCurrentText(dtype);
 }
+void WhatIfPanel::setBudget(const QString& text)
+{
+    budgetBox_->setCurrentText(text);
+}
+
+QString WhatIfPanel::peakTotalText() const
+{
+    return total_->text();
+}
+QString WhatIfPanel::fitsText() const
+{
+    return fits_->text();
+}
+QString WhatIfPanel::decidesText() const
+{
+    return decides_->text();
+}
+QString WhatIfPanel::notesText() const
+{
+    return notes_->text();
+}
 
 void WhatIfPanel::setWhatIf(std::shared_ptr<const WhatIf> whatIf)
 {
     whatIf_ = std::move(whatIf);
     setEnabled(whatIf_ != nullptr);
     if (!whatIf_) {
-        for (auto* l : {peak_, total_, reserved_, fits_, method_, notes_})
+        for (auto* l : {peak_, total_, reserved_, fits_, decides_, method_, notes_})
             l->clear();
         fitTable_->setRowCount(0);
+        fitsBudget_ = true;
+        applyFitsColour();
         return;
     }
-    QStringList notes;
-    for (const auto& n : whatIf_->notes())
-        notes << QString::fromStdString(n);
-    notes_->setText(notes.join("\n"));
     repredict();
     updateFitTable();
 }
@@ -196,21 +223,69 @@ void WhatIfPanel::showPrediction(const Prediction& p, bool reservedKnown)
     total_->setText(mark(p.predicted_peak_total_bytes));
     reserved_->setText(
         reservedKnown ? QString("%1  (%2)").arg(bytes(p.predicted_reserved_bytes), tr("predicted")) : tr("…"));
+    // The larger of the two figures decides: a GPU needs the peak total, and its caching allocator holds more.
+    const bool reserveBinds = reservedKnown && p.predicted_reserved_bytes > p.predicted_peak_total_bytes;
+    const std::int64_t binding = reserveBinds ? p.predicted_reserved_bytes : p.predicted_peak_total_bytes;
     auto b = budget();
     if (b <= 0) {
+        fitsBudget_ = true;
         fits_->setText(tr("type a size such as 16 GiB"));
+        decides_->clear();
     } else {
-        bool fitsTotal = p.predicted_peak_total_bytes <= b;
-        bool fitsReserved = !reservedKnown || p.predicted_reserved_bytes <= b;
-        fits_->setText(
-            fitsTotal && fitsReserved ? tr("fits in %1").arg(bytes(b)) : tr("does not fit in %1").arg(bytes(b)));
+        fitsBudget_ = binding <= b;
+        fits_->setText(fitsBudget_ ? tr("fits in %1").arg(bytes(b)) : tr("does not fit in %1").arg(bytes(b)));
+        if (reserveBinds)
+            decides_->setText(tr("Decided by the simulated GPU reserve, %1: a caching allocator holds more than the "
+                                 "peak total of %2.")
+                                  .arg(bytes(p.predicted_reserved_bytes), bytes(p.predicted_peak_total_bytes)));
+        else if (reservedKnown)
+            decides_->setText(tr("Decided by the peak total, %1 (weights + inputs + run peak); the simulated GPU "
+                                 "reserve, %2, is not larger.")
+                                  .arg(bytes(p.predicted_peak_total_bytes), bytes(p.predicted_reserved_bytes)));
+        else
+            decides_->setText(tr("Decided by the peak total, %1 (weights + inputs + run peak), until the simulated "
+                                 "GPU reserve is known.")
+                                  .arg(bytes(p.predicted_peak_total_bytes)));
     }
+    applyFitsColour();
+    // Notes of this precision only: a rescaled float16 says so when float16 is chosen, not otherwise.
+    QStringList notes;
+    const auto prefix = QString::fromStdString(p.dtype) + QLatin1Char(':');
+    for (const auto& n : whatIf_->notes()) {
+        auto note = QString::fromStdString(n);
+        if (note.startsWith(prefix))
+            notes << note;
+    }
+    notes_->setText(notes.join(QLatin1Char('\n')));
     QString method = p.method == "measured"
         ? tr("Measured: the model ran at this batch and precision")
         : tr("Predicted from the runs at batch %1 and %2").arg(whatIf_->batch1()).arg(whatIf_->batch2());
     if (!p.reliable)
         method += tr(" — rough: the two runs did not line up; use Measure");
     method_->setText(method);
+}
+
+void WhatIfPanel::applyFitsColour()
+{
+    // Red-ish that reads on the current background: darker on a light palette, lighter on a dark one. Only
+    // WindowText is set, so the label follows every other change of the panel's palette.
+    QPalette pal;
+    if (!fitsBudget_) {
+        auto red = fragmentationColor();
+        bool dark = palette().color(QPalette::Window).lightness() < 128;
+        pal.setColor(QPalette::WindowText, dark ? red.lighter(140) : red.darker(130));
+    }
+    fits_->setPalette(pal);
+    QFont font;
+    font.setBold(!fitsBudget_);
+    fits_->setFont(fitsBudget_ ? QFont() : font);
+}
+
+void WhatIfPanel::changeEvent(QEvent* event)
+{
+    QWidget::changeEvent(event);
+    if (event->type() == QEvent::PaletteChange)
+        applyFitsColour();
 }
 
 void WhatIfPanel::showMeasurement(const Prediction& m)

@@ -32,6 +32,20 @@ public:
     std::int64_t budget() const; // 0 if the typed text is not a size
     void setBatch(std::int64_t batch);
     void setDtype(const QString& dtype);
+    void setBudget(const QString& text); // "16 GiB", as typed in the budget box
+
+    // What the panel shows, for tests and the window: the predicted peak total, "fits in ..." or
+    // "does not fit in ...", and the sentence that says which figure decides.
+    QString peakTotalText() const;
+    QString fitsText() const;
+    QString decidesText() const;
+    QString notesText() const; // the notes of the chosen precision
+    bool fitsBudget() const { return fitsBudget_; }
+    QSlider* batchSlider() const { return slider_; }
+    QSpinBox* batchSpinBox() const { return batchBox_; }
+
+protected:
+    void changeEvent(QEvent* event) override;
 
 signals:
     void measureRequested(std::int64_t batch, const QString& dtype);
@@ -43,6 +57,7 @@ private:
     void updateReserved();
     void updateFitTable();
     void showPrediction(const Prediction& p, bool reservedKnown);
+    void applyFitsColour();
 
     std::shared_ptr<const WhatIf> whatIf_;
     Prediction current_;
@@ -54,6 +69,8 @@ private:
     QLabel* total_ = nullptr;
     QLabel* reserved_ = nullptr;
     QLabel* fits_ = nullptr;
+    QLabel* decides_ = nullptr;
+    bool fitsBudget_ = true;
     QLabel* method_ = nullptr;
     QLabel* notes_ = nullptr;
     QPushButton* measure_ = nullptr;

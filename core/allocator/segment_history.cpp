@@ -4,6 +4,7 @@
 
 #include "allocator/caching_allocator.h"
 #include "support/format.h"
+#include "snapshot/frames.h"
 #include "snapshot/snapshot.h"
 
 #include <algorithm>
@@ -31,16 +32,6 @@ std::int64_t segmentDelta(const Trace& t, std::size_t i)
     default:
         return 0;
     }
-}
-
-std::string topFrame(const std::vector<SnapshotFrame>& frames)
-{
-    for (const auto& f : frames)
-        if (!f.filename.empty() && f.filename.find("torch/") == std::string::npos && f.filename[0] != '?')
-            return f.filename + ":" + std::to_string(f.line) + " " + f.name;
-    return frames.empty()
-        ? std::string()
-        : frames.front().filename + ":" + std::to_string(frames.front().line) + " " + frames.front().name;
 }
 
 // The segment(s) whose inactive bytes make most of the fragmentation at the end of a snapshot, and the block
@@ -93,7 +84,7 @@ std::string snapshotCause(const Snapshot& s, int device)
         if (b.state != BlockState::Inactive && (!pin || b.size > pin->size))
             pin = &b;
     if (pin) {
-        auto where = topFrame(pin->frames);
+        auto where = allocationSite(pin->frames);
         text += ", held by " + formatBytes(pin->size) + (where.empty() ? std::string(" (no stack)") : " from " + where);
     }
     return text + ".";

@@ -1,6 +1,9 @@
 #include "exports/report_html.h"
 
+#include "exports/ledger_palette.h"
 #include "report/build_report.h"
+#include "report/timeline_series.h"
+#include "allocator/segment_history.h"
 #include "support/format.h"
 #include "snapshot/snapshot.h"
 
@@ -16,81 +19,81 @@ namespace {
 constexpr std::size_t kChartPoints = 1000; // columns of the chart: about one per pixel
 constexpr std::size_t kHoverAllocations = 3000; // largest allocations kept for hover details
 
-const char* kLedgerColours[] = {"#4e79a7", "#59a14f", "#f28e2b", "#e15759", "#9c755f"};
+const char* bandColour(int band)
+{
+    if (band == TimelineSeries::kAliveBefore)
+        return kAliveBeforeColourHex;
+    if (band == TimelineSeries::kPendingFree)
+        return kPendingFreeColourHex;
+    return ledgerColourHex(static_cast<Ledger>(band));
+}
 
-// Live bytes of activations and temporaries (or, in a snapshot, all allocations) reduced to at most
-// kChartPoints columns, keeping each column's maximum so the peak survives.
+// The window's live-bytes series (TimelineSeries), reduced to at most kChartPoints columns: each column keeps
+// the point where the total is highest, so the peak survives. Weights and inputs go in `base` (constant
+// during a model run); the other bands in `series`. Axis ticks come from the same 1-2-5 rule as the window's.
 nlohmann::json chartSeries(const Report& r)
 {
     using nlohmann::json;
     json out = json::object();
-    const auto& t = *r.trace;
-    std::vector<double> x;
-    // Bands 0-4 are the ledgers; band 5 holds the blocks of a snapshot that were alive before its trace
-    // began (a ring buffer): they leave it when the trace frees them.
-    constexpr std::size_t kBands = 6, kBefore = 5;
-    std::array<std::vector<std::int64_t>, kBands> y;
-    std::array<std::int64_t, kBands> now {};
-    if (r.snapshot)
-        now[kBefore] = aliveBeforeTrace(*r.snapshot);
-    double endMs = t.size() ? static_cast<double>(t.time_ns.back()) / 1e6 : 0.0;
-    // Buckets of equal time: each keeps the state at its highest total, so a short spike still gets a
-    // bucket's width on the chart.
-    const double t0 = t.size() ? static_cast<double>(t.time_ns.front()) : 0.0;
-    const double span = std::max(1.0, (t.size() ? static_cast<double>(t.time_ns.back()) : 0.0) - t0);
-    std::int64_t bucket = -1;
-    std::int64_t bucketMax = -1;
-    std::array<std::int64_t, kBands> atMax {};
-    double xAtMax = 0;
-    auto flush = [&] {
-        if (bucket < 0)
-            return;
-        x.push_back(xAtMax);
-        for (std::size_t l = 0; l < kBands; ++l)
-            y[l].push_back(atMax[l]);
-    };
-    for (std::size_t i = 0; i < t.size(); ++i) {
-        auto b = static_cast<std::int64_t>((static_cast<double>(t.time_ns[i]) - t0) / span * (kChartPoints - 1));
-        if (b != bucket) {
-            flush();
-            bucket = b;
-            bucketMax = -1;
-        }
-        if (t.action[i] == Action::Alloc)
-            now[static_cast<std::size_t>(t.ledger[i])] += t.bytes[i];
-        else if (t.action[i] == Action::Free && t.partner[i] != kNoPartner)
-            now[static_cast<std::size_t>(t.ledger[i])] -= t.bytes[i];
-        else if (t.action[i] == Action::Free && r.snapshot)
-            now[kBefore] -= t.bytes[i];
-        std::int64_t total = 0;
-        for (auto v : now)
-            total += v;
-        if (total > bucketMax) {
-            bucketMax = total;
-            atMax = now;
-            xAtMax = (t0 + span * static_cast<double>(bucket) / (kChartPoints - 1)) / 1e6;
+    auto s = TimelineSeries::build(r, TimelineAxis::Milliseconds);
+    const std::size_t points = s.keys.size();
+    const auto& total = s.tops[static_cast<std::size_t>(TimelineSeries::kStackOrder.back())];
+    const double lo = s.firstKey(), hi = s.lastKey();
+    const double span = std::max(1e-9, hi - lo);
+    std::vector<std::size_t> chosen;
+    std::int64_t column = -1;
+    for (std::size_t p = 0; p < points; ++p) {
+        auto c = static_cast<std::int64_t>((s.keys[p] - lo) / span * (kChartPoints - 1));
+        if (c != column) {
+            chosen.push_back(p);
+            column = c;
+        } else if (total[p] > total[chosen.back()]) {
+            chosen.back() = p;
         }
     }
-    flush();
+    std::vector<double> x;
+    for (auto p : chosen)
+        x.push_back(s.keys[p]);
     out["x_ms"] = x;
-    out["end_ms"] = endMs;
+    out["end_ms"] = hi;
     json series = json::array();
-    for (std::size_t l :
-        {kBefore, std::size_t {0}, std::size_t {1}, std::size_t {2}, std::size_t {3}, std::size_t {4}}) {
-        bool any = std::any_of(y[l].begin(), y[l].end(), [](std::int64_t v) { return v != 0; });
-        if (l >= static_cast<std::size_t>(kLedgerCount) && !any)
+    json base = json::array();
+    double top = 0;
+    for (auto p : chosen)
+        top = std::max(top, total[p]);
+    for (int band : TimelineSeries::kStackOrder) {
+        if (!s.present[static_cast<std::size_t>(band)])
             continue;
-        if (l == kBefore)
-            series.push_back({{"name", "alive before the trace"}, {"colour", "#bab0ac"}, {"y", y[l]}});
-        else if (l == static_cast<std::size_t>(Ledger::Unattributed) && r.snapshot)
-            series.push_back({{"name", "allocated in the trace"}, {"colour", kLedgerColours[l]}, {"y", y[l]}});
+        std::vector<double> y;
+        for (auto p : chosen)
+            y.push_back(s.tops[static_cast<std::size_t>(band)][p] - s.bottomOf(band, p));
+        const bool constantBase = !r.snapshot && (band == static_cast<int>(Ledger::Weights) || band == static_cast<int>(Ledger::Inputs));
+        if (constantBase)
+            base.push_back({{"name", TimelineSeries::bandName(r, band)}, {"colour", bandColour(band)},
+                {"bytes", y.empty() ? 0.0 : y.front()}});
         else
-            series.push_back(
-                {{"name", ledgerName(static_cast<Ledger>(l))}, {"colour", kLedgerColours[l]}, {"y", y[l]}});
+            series.push_back({{"name", TimelineSeries::bandName(r, band)}, {"colour", bandColour(band)}, {"y", y}});
     }
     out["series"] = series;
-    out["base"] = {{{"name", "weights"}, {"colour", kLedgerColours[0]}, {"bytes", r.weight_bytes}},
-        {{"name", "inputs"}, {"colour", kLedgerColours[1]}, {"bytes", r.input_bytes}}};
+    out["base"] = base;
+    // The reserve line the window draws: recorded segments of a snapshot, or the simulated GPU of a model run.
+    auto history = SegmentHistory::build(r, TimelineAxis::Milliseconds);
+    if (history.reserved.size() == points && points > 0) {
+        std::vector<double> reserved;
+        for (auto p : chosen) {
+            reserved.push_back(history.reserved[p]);
+            top = std::max(top, history.reserved[p]);
+        }
+        out["reserved"] = {{"name", history.simulated ? "reserved (simulated GPU)" : "reserved"},
+            {"colour", kReservedColourHex}, {"y", reserved}};
+    }
+    top = std::max(top * 1.05, 1.0);
+    auto ticks = byteTicks(0, top, 5);
+    out["y_max"] = std::max(top, ticks.values.empty() ? top : ticks.values.back());
+    out["y_ticks"] = json::array();
+    for (std::size_t i = 0; i < ticks.values.size(); ++i)
+        out["y_ticks"].push_back({{"v", ticks.values[i]}, {"label", ticks.labels[i]}});
+    out["x_ticks"] = niceTicks(0, hi, 6);
     return out;
 }
 
@@ -141,7 +144,7 @@ td:first-child,th:first-child,td.l{text-align:left}
 .sw{display:inline-block;width:10px;height:10px;margin-right:4px}
 #chart{border:1px solid #ddd;max-width:100%} #tip{position:absolute;background:#fffbe6;border:1px solid #cca;
 padding:4px 8px;font-size:12px;pointer-events:none;display:none;white-space:pre}
-.inbar{display:inline-block;height:8px;background:#f28e2b;vertical-align:middle}
+.inbar{display:inline-block;height:8px;background:#dd8452;vertical-align:middle}
 )";
 
 const char* kScript = R"(
@@ -150,14 +153,14 @@ const c=document.getElementById('chart'),ctx=c.getContext('2d'),tip=document.get
 const W=c.width,H=c.height,L=70,R=10,T=10,B=30;
 const xs=DATA.chart.x_ms,end=Math.max(DATA.chart.end_ms,1e-9),base=DATA.chart.base;
 let baseSum=0;base.forEach(b=>baseSum+=b.bytes);
-const n=xs.length,stacks=[];let top=baseSum;
-for(let i=0;i<n;i++){let s=baseSum;DATA.chart.series.forEach(se=>{if(se.name!=='weights'&&se.name!=='inputs')s+=se.y[i];});top=Math.max(top,s);}
-top=top*1.05||1;
-function fmt(b){const u=['B','KiB','MiB','GiB','TiB'];let i=0;b=Math.abs(b);while(b>=1024&&i<4){b/=1024;i++;}return (i?b.toFixed(2):b)+' '+u[i];}
+const n=xs.length;const top=DATA.chart.y_max||1;
+function fmt(b){const u=['B','KiB','MiB','GiB','TiB'];let i=0,s=b<0?'-':'';b=Math.abs(b);while(b>=1024&&i<4){b/=1024;i++;}
+ return s+(i?b.toFixed(b>=100?1:2):Math.round(b))+' '+u[i];}
 const X=t=>L+(W-L-R)*t/end,Y=v=>H-B-(H-T-B)*v/top;
 ctx.fillStyle='#fff';ctx.fillRect(0,0,W,H);ctx.font='11px sans-serif';ctx.fillStyle='#444';ctx.strokeStyle='#eee';
-for(let k=0;k<=4;k++){const v=top*k/4,y=Y(v);ctx.beginPath();ctx.moveTo(L,y);ctx.lineTo(W-R,y);ctx.stroke();ctx.fillText(fmt(v),4,y+4);}
-for(let k=0;k<=5;k++){const t=end*k/5,l=t.toFixed(1)+' ms';ctx.fillText(l,k==5?X(t)-ctx.measureText(l).width:X(t)-16,H-10);}
+DATA.chart.y_ticks.forEach(k=>{const y=Y(k.v);ctx.beginPath();ctx.moveTo(L,y);ctx.lineTo(W-R,y);ctx.stroke();ctx.fillText(k.label,4,y+4);});
+DATA.chart.x_ticks.forEach(t=>{if(t>end)return;const l=(+t.toPrecision(6))+' ms',w=ctx.measureText(l).width;
+ ctx.fillText(l,Math.max(L-w/2,Math.min(X(t)-w/2,W-R-w)),H-10);});
 let lower=new Array(n).fill(0);
 function band(vals,colour){ctx.fillStyle=colour;ctx.beginPath();ctx.moveTo(X(0),Y(lower[0]));
  for(let i=0;i<n;i++){ctx.lineTo(X(xs[i]),Y(i?lower[i-1]+vals[i-1]:lower[0]));ctx.lineTo(X(xs[i]),Y(lower[i]+vals[i]));}
@@ -165,7 +168,11 @@ function band(vals,colour){ctx.fillStyle=colour;ctx.beginPath();ctx.moveTo(X(0),
  for(let i=n-1;i>=0;i--){ctx.lineTo(X(xs[i]),Y(lower[i]));ctx.lineTo(X(xs[i]),Y(i?lower[i-1]:lower[0]));}
  ctx.closePath();ctx.fill();for(let i=0;i<n;i++)lower[i]+=vals[i];}
 if(n){base.forEach(b=>band(new Array(n).fill(b.bytes),b.colour));
-DATA.chart.series.forEach(se=>{if(se.name!=='weights'&&se.name!=='inputs')band(se.y,se.colour);});}
+DATA.chart.series.forEach(se=>band(se.y,se.colour));}
+const rs=DATA.chart.reserved;if(rs&&n){ctx.strokeStyle=rs.colour;ctx.lineWidth=1.5;ctx.setLineDash([6,4]);ctx.beginPath();
+ ctx.moveTo(X(xs[0]),Y(rs.y[0]));for(let i=1;i<n;i++){ctx.lineTo(X(xs[i]),Y(rs.y[i-1]));ctx.lineTo(X(xs[i]),Y(rs.y[i]));}
+ ctx.lineTo(X(end),Y(rs.y[n-1]));ctx.stroke();ctx.setLineDash([]);ctx.lineWidth=1;ctx.fillStyle=rs.colour;
+ ctx.fillText(rs.name,W-R-ctx.measureText(rs.name).width-4,Math.max(T+24,Y(rs.y[n-1])-4));}
 const pk=DATA.peak;ctx.strokeStyle='#000';ctx.setLineDash([4,3]);ctx.beginPath();ctx.moveTo(X(pk.ms),T);ctx.lineTo(X(pk.ms),H-B);ctx.stroke();
 ctx.setLineDash([]);ctx.fillStyle='#000';ctx.fillText('peak '+fmt(pk.bytes),Math.min(X(pk.ms)+4,W-120),T+12);
 c.addEventListener('mousemove',e=>{const r=c.getBoundingClientRect(),sx=(e.clientX-r.left)*W/r.width;
@@ -195,34 +202,30 @@ void layerRows(std::ostringstream& out, const Report& r, int i, std::int64_t lar
         layerRows(out, r, c, largest);
 }
 
-// The what-if table as whatIfToJson writes it.
-void whatIfSection(std::ostringstream& out, const nlohmann::json& w)
+// The what-if table, as the text report prints it.
+void whatIfSection(std::ostringstream& out, const WhatIfTable& w)
 {
-    if (!w.contains("predictions") || !w["predictions"].is_array())
-        return;
-    auto budget = w.value("budget_bytes", std::int64_t {0});
-    out << "<h2>What if: other batch sizes and precisions</h2>\n<table id=whatif><tr><th>batch</th><th "
-           "class=l>dtype</th>"
+    out << "<h2>What if: other batch sizes and precisions</h2>\n<p>Predicted from runs at batch " << w.recorded_batch1
+        << " and " << w.recorded_batch2 << ".</p>\n<table id=whatif><tr><th>batch</th><th class=l>dtype</th>"
            "<th class=l>method</th><th>peak</th><th>peak total</th><th>reserved (simulated GPU)</th>";
-    if (budget > 0)
-        out << "<th class=l>fits " << formatBytes(budget) << "</th>";
+    if (w.budget_bytes > 0)
+        out << "<th class=l>fits " << formatBytes(w.budget_bytes) << "</th>";
     out << "</tr>\n";
-    for (const auto& p : w["predictions"]) {
-        auto peak = p.value("measured_peak_bytes", p.value("predicted_peak_bytes", std::int64_t {0}));
-        auto total = p.value("measured_peak_total_bytes", p.value("predicted_peak_total_bytes", std::int64_t {0}));
-        out << "<tr><td>" << p.value("batch", std::int64_t {0}) << "</td><td class=l>"
-            << htmlEscape(p.value("dtype", "")) << "</td><td class=l>" << htmlEscape(p.value("method", ""))
-            << "</td><td>" << formatBytes(peak) << "</td><td>" << formatBytes(total) << "</td><td>"
-            << formatBytes(p.value("predicted_reserved_bytes", std::int64_t {0})) << "</td>";
-        if (budget > 0)
-            out << "<td class=l>" << (p.value("fits", false) ? "yes" : "no") << "</td>";
+    for (const auto& p : w.predictions) {
+        auto peak = p.measured_peak_bytes.value_or(p.predicted_peak_bytes);
+        auto total = p.measured_peak_total_bytes.value_or(p.predicted_peak_total_bytes);
+        out << "<tr><td>" << p.batch << "</td><td class=l>" << htmlEscape(p.dtype) << "</td><td class=l>"
+            << htmlEscape(p.method) << "</td><td>" << formatBytes(peak) << "</td><td>" << formatBytes(total)
+            << "</td><td>" << formatBytes(p.predicted_reserved_bytes) << "</td>";
+        if (w.budget_bytes > 0)
+            out << "<td class=l>" << (w.fits(p) ? "yes" : "<b class=no>no</b>") << "</td>";
         out << "</tr>\n";
     }
     out << "</table>\n";
-    if (w.contains("max_batch") && w["max_batch"].is_object()) {
-        out << "<p>Largest batch within " << formatBytes(budget) << ":";
-        for (const auto& [dtype, n] : w["max_batch"].items())
-            out << " " << htmlEscape(dtype) << " <b>" << n.get<std::int64_t>() << "</b>";
+    if (w.budget_bytes > 0 && !w.max_batch.empty()) {
+        out << "<p>Largest batch within " << formatBytes(w.budget_bytes) << ":";
+        for (const auto& [dtype, n] : w.max_batch)
+            out << " " << htmlEscape(dtype) << " <b>" << n << "</b>";
         out << "</p>\n";
     }
 }
@@ -284,12 +287,12 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
         auto reserved = r.snapshot->reservedBytes(), allocated = r.snapshot->allocatedBytes();
         heading = "Live at the peak: " + formatBytes(r.peak_bytes)
             + " &middot; reserved at the end: " + formatBytes(reserved);
-        parts.push_back({"allocated", allocated, kLedgerColours[4], ""});
+        parts.push_back({"allocated", allocated, ledgerColourHex(Ledger::Unattributed), ""});
         parts.push_back({"reserved, not allocated", reserved - allocated, "#c44e52", ""});
     } else {
         heading = "Ledgers at the peak: " + formatBytes(r.peak_total_bytes);
         for (int l = 0; l < kLedgerCount; ++l)
-            parts.push_back({ledgerName(static_cast<Ledger>(l)), r.ledgers[l].at_peak, kLedgerColours[l],
+            parts.push_back({ledgerName(static_cast<Ledger>(l)), r.ledgers[l].at_peak, ledgerColourHex(static_cast<Ledger>(l)),
                 formatBytes(r.ledgers[l].total) + " allocated in all"});
     }
     out << "<h2>" << heading << "</h2>\n<div class=bar>";

@@ -1,4 +1,5 @@
 #include "exports/report_json.h"
+#include "whatif/whatif.h"
 
 #include "support/atomic_file.h"
 #include "support/errors.h"
@@ -144,7 +145,7 @@ json reportToJson(const Report& r, bool withEvents)
     j["alive_at_peak"] = alive;
     j["notes"] = r.notes;
     if (r.whatif)
-        j["whatif"] = *r.whatif;
+        j["whatif"] = whatIfToJson(*r.whatif);
     if (r.snapshot)
         snapshotToJson(*r.snapshot, j);
     if (withEvents && r.trace)
@@ -231,7 +232,7 @@ Report reportFromJson(const json& j, const std::string& name)
         }
         r.notes = j.value("notes", std::vector<std::string> {});
         if (j.contains("whatif") && j["whatif"].is_object())
-            r.whatif = std::make_shared<const json>(j["whatif"]);
+            r.whatif = std::make_shared<const WhatIfTable>(whatIfFromJson(j["whatif"]));
         r.trace = std::make_shared<const Trace>(j.contains("events") ? eventsFromJson(j["events"]) : Trace {});
         return r;
     } catch (const FileError&) {

@@ -159,4 +159,30 @@ std::string tensorsToText(const Report& r)
     return out.str();
 }
 
+std::string whatIfToText(const WhatIfTable& table)
+{
+    auto cell = [](const std::string& t, std::size_t width) {
+        return t.size() >= width ? t + " " : t + std::string(width - t.size(), ' ');
+    };
+    const auto budget = table.budget_bytes;
+    std::ostringstream out;
+    out << cell("batch", 8) << cell("dtype", 10) << cell("method", 11) << cell("peak", 12) << cell("peak total", 12)
+        << cell("reserved", 12) << (budget > 0 ? "fits " + formatBytes(budget) : "") << "\n";
+    for (const auto& p : table.predictions) {
+        auto peak = p.measured_peak_bytes.value_or(p.predicted_peak_bytes);
+        auto total = p.measured_peak_total_bytes.value_or(p.predicted_peak_total_bytes);
+        out << cell(std::to_string(p.batch), 8) << cell(p.dtype, 10) << cell(p.method, 11) << cell(formatBytes(peak), 12)
+            << cell(formatBytes(total), 12) << cell(formatBytes(p.predicted_reserved_bytes), 12);
+        if (budget > 0)
+            out << (table.fits(p) ? "yes" : "no");
+        out << "\n";
+    }
+    if (budget > 0) {
+        out << "\nLargest batch within " << formatBytes(budget) << " (peak total and reserved):\n";
+        for (const auto& [dtype, n] : table.max_batch)
+            out << "  " << cell(dtype, 10) << (n >= 1000000 ? ">= 1000000" : std::to_string(n)) << "\n";
+    }
+    return out.str();
+}
+
 } // namespace memledger

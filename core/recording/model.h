@@ -59,6 +59,7 @@ public:
     // A guess at the input from the first Conv2d or Linear weight; empty if there is none.
     std::vector<Shape> guessInputs(std::string* how = nullptr) const;
     // Eval mode, no grad, one warm-up run, then the recorded run. Throws RunError or Cancelled.
+    // Thread-safe: runs of one Model from several threads take turns.
     RawRun run(const RunOptions& options);
 
     struct Impl; // defined in core/recording, where libtorch is

@@ -229,12 +229,18 @@ const std::vector<LayerStats>& Model::modules() const
 
 std::vector<Shape> Model::guessInputs(std::string* how) const
 {
-    for (const auto& p : d_->module.named_parameters(true)) {
+    std::lock_guard<std::mutex> lock(d_->run_mutex); // a run may be converting the weights meanwhile
+    return guessInputsLocked(*d_, how);
+}
+
+std::vector<Shape> guessInputsLocked(Model::Impl& d, std::string* how)
+{
+    for (const auto& p : d.module.named_parameters(true)) {
         if (p.name.size() < 7 || p.name.compare(p.name.size() - 7, 7, ".weight") != 0)
             continue;
         auto owner = p.name.substr(0, p.name.size() - 7);
         std::string type;
-        for (const auto& m : d_->modules)
+        for (const auto& m : d.modules)
             if (m.path == owner)
                 type = m.type;
         const auto& w = p.value;

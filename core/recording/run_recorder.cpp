@@ -11,6 +11,7 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -32,6 +33,7 @@ struct RecordState {
     std::vector<OpCall>* ops = nullptr;
     Clock::time_point start;
     std::vector<std::uint32_t> stack; // op names, outermost first
+    std::vector<std::uint32_t> allocation_helpers; // aten::empty and the like: they allocate for their caller
     std::unordered_map<const void*, std::uint32_t> name_ids;
     ModulePathResolver* resolver = nullptr;
     std::unordered_map<const void*, std::string> param_owner; // parameter data -> its module's path
@@ -143,7 +145,15 @@ public:
         t.op_seq[i] = static_cast<std::uint32_t>(s_.ops->empty() ? 0 : s_.ops->size() - 1);
         if (!s_.stack.empty()) {
             t.outer_op[i] = s_.stack.front();
-            t.inner_op[i] = s_.stack.back();
+            // The op that made the block: the innermost one that is not a mere allocation helper.
+            auto inner = s_.stack.size() - 1;
+            auto isHelper = [this](std::uint32_t id) {
+                return std::find(s_.allocation_helpers.begin(), s_.allocation_helpers.end(), id)
+                    != s_.allocation_helpers.end();
+            };
+            while (inner > 0 && isHelper(s_.stack[inner]))
+                --inner;
+            t.inner_op[i] = s_.stack[inner];
         }
         t.where[i] = s_.current_module;
         if (size > 0) {
@@ -192,11 +202,40 @@ void convertFloatingTensors(torch::jit::Module& module, c10::ScalarType scalar)
     }
 }
 
-RunError explainRunFailure(const std::string& message, const std::string& dtype)
+// The forward's inputs by name, `self` left out.
+std::vector<std::string> forwardInputNames(torch::jit::Module& module)
+{
+    std::vector<std::string> names;
+    const auto& args = module.get_method("forward").function().getSchema().arguments();
+    for (std::size_t i = 1; i < args.size(); ++i)
+        names.push_back(args[i].name());
+    return names;
+}
+
+std::string joinNames(const std::vector<std::string>& names)
+{
+    std::string out;
+    for (std::size_t i = 0; i < names.size(); ++i)
+        out += (i ? ", " : "") + names[i];
+    return out;
+}
+
+RunError explainRunFailure(
+    const std::string& message, const std::string& dtype, const RunInfo& info, const std::vector<std::string>& inputs)
 {
     if (message.find("not implemented for") != std::string::npos)
         return RunError("the CPU build of libtorch has no " + dtype + " kernel for an op of this model: " + message);
-    return RunError("the model rejected the run: " + message);
+    // TorchScript counts `self` among the arguments: say how many inputs the model takes instead.
+    if (message.find("argument(s)") != std::string::npos && message.find("expected") != std::string::npos) {
+        auto n = inputs.size();
+        return RunError("forward takes " + std::to_string(n) + (n == 1 ? " input" : " inputs") + " ("
+            + joinNames(inputs) + ") but " + std::to_string(info.input_shapes.size()) + " were given");
+    }
+    std::string text = "the model rejected the run: " + message;
+    if (info.input_guessed)
+        text += " (the input shape " + (info.input_shapes.empty() ? std::string("?") : shapeToString(info.input_shapes[0]))
+            + " was guessed from the model's first layer; give the right one with --input, or in the Run panel)";
+    return RunError(text);
 }
 
 } // namespace
@@ -205,21 +244,18 @@ RawRun Model::run(const RunOptions& options)
 {
     if (!isSupportedDtype(options.dtype))
         throw RunError("unknown dtype '" + options.dtype + "' (use float32, bfloat16 or float16)");
+    std::lock_guard<std::mutex> lock(d_->run_mutex); // the window's run and what-if records share one Model
     RawRun raw;
     raw.info.dtype = options.dtype;
     raw.info.input_shapes = options.inputs;
     if (raw.info.input_shapes.empty()) {
         // A guess is one tensor: a forward that takes more needs them all named.
-        const auto& args = d_->module.get_method("forward").function().getSchema().arguments();
-        if (args.size() > 2) {
-            std::string names;
-            for (std::size_t i = 1; i < args.size(); ++i)
-                names += (i > 1 ? ", " : "") + args[i].name();
-            throw RunError("forward takes " + std::to_string(args.size() - 1) + " inputs (" + names
-                           + "): give their shapes with --input, comma-separated");
-        }
+        auto names = forwardInputNames(d_->module);
+        if (names.size() > 1)
+            throw RunError("forward takes " + std::to_string(names.size()) + " inputs (" + joinNames(names)
+                + "): give their shapes with --input, comma-separated");
         std::string how;
-        raw.info.input_shapes = guessInputs(&how);
+        raw.info.input_shapes = guessInputsLocked(*d_, &how);
         if (raw.info.input_shapes.empty())
             throw RunError("cannot guess the input shape (no Conv2d or Linear weight): give it with --input");
         raw.info.input_guessed = true;
@@ -232,6 +268,10 @@ RawRun Model::run(const RunOptions& options)
     }
     raw.info.batch = raw.info.input_shapes.front().front();
 
+    const auto inputNames = forwardInputNames(d_->module);
+    auto explain = [&](const std::string& message) {
+        return explainRunFailure(message, options.dtype, raw.info, inputNames);
+    };
     torch::NoGradGuard noGrad;
     torch::jit::setGraphExecutorOptimize(false);
     auto scalar = scalarTypeFor(options.dtype);
@@ -256,7 +296,7 @@ RawRun Model::run(const RunOptions& options)
         try {
             d_->module.forward(inputs);
         } catch (const std::exception& e) {
-            throw explainRunFailure(firstLine(e.what()), options.dtype);
+            throw explain(firstLine(e.what()));
         }
         raw.info.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
         return raw;
@@ -265,9 +305,9 @@ RawRun Model::run(const RunOptions& options)
         try {
             d_->module.forward(inputs); // lazy initialisation and caches stay out of the record
         } catch (const c10::Error& e) {
-            throw explainRunFailure(firstLine(e.what_without_backtrace()), options.dtype);
+            throw explain(firstLine(e.what_without_backtrace()));
         } catch (const std::exception& e) {
-            throw explainRunFailure(firstLine(e.what()), options.dtype);
+            throw explain(firstLine(e.what()));
         }
     }
 
@@ -277,6 +317,9 @@ RawRun Model::run(const RunOptions& options)
     state.cancel = options.cancel;
     state.progress = &options.progress;
     state.module_count = static_cast<int>(d_->modules.size());
+    for (const char* helper : {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
+             "aten::new_empty_strided", "aten::resize_", "aten::_empty_affine_quantized"})
+        state.allocation_helpers.push_back(raw.trace.strings.intern(helper));
     std::vector<ModulePathResolver::Module> tree;
     for (const auto& m : d_->modules)
         tree.push_back({m.path, m.type});
@@ -315,7 +358,7 @@ RawRun Model::run(const RunOptions& options)
         if (state.cancelled) // the interpreter wraps what the recorder threw
             throw Cancelled();
         const auto* c10error = dynamic_cast<const c10::Error*>(&e);
-        throw explainRunFailure(firstLine(c10error ? c10error->what_without_backtrace() : e.what()), options.dtype);
+        throw explain(firstLine(c10error ? c10error->what_without_backtrace() : e.what()));
     }
     raw.trace.shrinkToFit();
     raw.info.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();

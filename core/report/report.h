@@ -1,11 +1,11 @@
 #pragma once
 #include "report/trace.h"
+#include "report/whatif_table.h"
 
 #include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -102,7 +102,7 @@ struct Report {
     std::shared_ptr<const Trace> trace;
     std::shared_ptr<const Snapshot> snapshot; // set when the report was read from a CUDA memory snapshot
     std::vector<std::string> notes; // what the user should know (guessed input, ...)
-    std::shared_ptr<const nlohmann::json> whatif; // the what-if table (whatIfToJson), when one was made
+    std::shared_ptr<const WhatIfTable> whatif; // the what-if table, when one was made
 
     int findLayer(const std::string& path) const;
 };

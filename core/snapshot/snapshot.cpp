@@ -1,4 +1,5 @@
 #include "snapshot/snapshot.h"
+#include "snapshot/frames.h"
 
 #include "support/huge_pages.h"
 #include "support/atomic_file.h"
@@ -7,6 +8,7 @@
 #include "support/node_recycler.h"
 
 #include <algorithm>
+#include <deque>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -51,20 +53,6 @@ const PickleValue& requireList(const PickleValue* v, const char* what)
     if (!v || !v->isSequence())
         throw ShapeError(std::string(what) + " is missing or not a list");
     return *v;
-}
-
-bool isTorchInternal(std::string_view file)
-{
-    if (file.empty() || file == "??")
-        return true;
-    auto endsWith = [&](std::string_view s) {
-        return file.size() >= s.size() && file.compare(file.size() - s.size(), s.size(), s) == 0;
-    };
-    if (endsWith(".cpp") || endsWith(".h") || endsWith(".cu") || endsWith(".cc") || endsWith(".hpp"))
-        return true;
-    if (file.find("/torch/") != std::string_view::npos || file.find("\\torch\\") != std::string_view::npos)
-        return true;
-    return file.rfind("<frozen", 0) == 0;
 }
 
 SnapshotFrame frameOf(const PickleValue& f)
@@ -158,7 +146,7 @@ bool actionOf(std::string_view s, Action& a)
     return false;
 }
 
-// Interns "file:line name" of the first frame outside torch's own code, caching per frame dict (the pickle
+// Interns the allocation site of a stack (snapshot/frames.h), caching per frames list and per frame dict (the pickle
 // shares identical frames through its memo, so most lookups are one hash probe).
 class WhereInterner {
 public:
@@ -179,20 +167,14 @@ public:
             slot = {id, it->second};
             return it->second;
         }
-        const Info* chosen = nullptr;
-        const Info* firstKnown = nullptr;
+        views_.clear();
+        scratch_.clear();
         for (const auto& f : frames->items()) {
             const Info& info = frameInfo(f);
-            if (!info.internal) {
-                chosen = &info;
-                break;
-            }
-            if (!firstKnown && info.known)
-                firstKnown = &info;
+            views_.push_back({info.file, info.line, info.name});
         }
-        if (!chosen)
-            chosen = firstKnown ? firstKnown : &frameInfo(frames->items().front());
-        std::uint32_t where = chosen->text.empty() ? 0 : strings_.intern(chosen->text);
+        auto site = allocationSite(views_);
+        std::uint32_t where = site.empty() ? 0 : strings_.intern(site);
         byList_.emplace(id, where);
         slot = {id, where};
         return where;
@@ -200,9 +182,9 @@ public:
 
 private:
     struct Info {
-        std::string text; // "file:line name"; interned only when an event uses it
-        bool internal = true;
-        bool known = false;
+        std::string file;
+        std::int64_t line = 0;
+        std::string name;
     };
     const Info& frameInfo(const PickleValue& f)
     {
@@ -211,10 +193,13 @@ private:
             return it->second;
         Info info;
         if (f.isDict()) {
-            auto file = strOr(f, "filename");
-            info.internal = isTorchInternal(file);
-            info.known = !file.empty() && file != "??";
-            info.text = file + ":" + std::to_string(intOr(f, "line", 0)) + " " + strOr(f, "name");
+            info.file = strOr(f, "filename");
+            info.line = intOr(f, "line", 0);
+            info.name = strOr(f, "name");
+        }
+        if (!key) { // not shared through the memo: kept until the next stack
+            scratch_.push_back(std::move(info));
+            return scratch_.back();
         }
         return byFrame_[key] = std::move(info);
     }
@@ -224,6 +209,8 @@ private:
     std::pair<const void*, std::uint32_t> recent_[kRecent] = {};
     std::unordered_map<const void*, std::uint32_t> byList_;
     std::unordered_map<const void*, Info> byFrame_;
+    std::deque<Info> scratch_;
+    std::vector<FrameView> views_;
 };
 
 // The fields of one trace entry, found in one pass over its dict. Keys are memoized strings in real files,

@@ -2,7 +2,9 @@
 
 #include <cctype>
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
+#include <stdexcept>
 
 namespace memledger {
 
@@ -33,7 +35,12 @@ std::optional<std::int64_t> parseBytes(const std::string& text)
         ++i;
     if (i == start)
         return std::nullopt;
-    double v = std::stod(text.substr(start, i - start));
+    double v = 0;
+    try {
+        v = std::stod(text.substr(start, i - start));
+    } catch (const std::exception&) {
+        return std::nullopt; // "." or "1.2.3"
+    }
     while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i])))
         ++i;
     std::string unit;
@@ -43,17 +50,141 @@ std::optional<std::int64_t> parseBytes(const std::string& text)
     double scale = 1;
     if (unit.empty() || unit == "b")
         scale = 1;
-    else if (unit == "k" || unit == "kb" || unit == "kib")
+    else if (unit == "k" || unit == "kib")
         scale = 1024.0;
-    else if (unit == "m" || unit == "mb" || unit == "mib")
+    else if (unit == "m" || unit == "mib")
         scale = 1024.0 * 1024;
-    else if (unit == "g" || unit == "gb" || unit == "gib")
+    else if (unit == "g" || unit == "gib")
         scale = 1024.0 * 1024 * 1024;
-    else if (unit == "t" || unit == "tb" || unit == "tib")
+    else if (unit == "t" || unit == "tib")
         scale = 1024.0 * 1024 * 1024 * 1024;
+    else if (unit == "kb")
+        scale = 1e3;
+    else if (unit == "mb")
+        scale = 1e6;
+    else if (unit == "gb")
+        scale = 1e9;
+    else if (unit == "tb")
+        scale = 1e12;
     else
         return std::nullopt;
     return static_cast<std::int64_t>(std::llround(v * scale));
+}
+
+std::vector<std::vector<std::int64_t>> parseShapes(const std::string& text)
+{
+    auto positive = [](const std::string& part, const std::string& dim) {
+        std::size_t used = 0;
+        long long v = 0;
+        try {
+            v = std::stoll(dim, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (dim.empty() || used != dim.size() || v <= 0 || !std::isdigit(static_cast<unsigned char>(dim[0])))
+            throw std::invalid_argument("input shape '" + part + "': '" + dim
+                + "' is not a dimension (a positive whole number); write shapes like 1x3x224x224");
+        return static_cast<std::int64_t>(v);
+    };
+    std::vector<std::vector<std::int64_t>> shapes;
+    std::size_t start = 0;
+    while (start <= text.size()) {
+        auto comma = text.find(',', start);
+        auto part = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        while (!part.empty() && std::isspace(static_cast<unsigned char>(part.back())))
+            part.pop_back();
+        while (!part.empty() && std::isspace(static_cast<unsigned char>(part.front())))
+            part.erase(part.begin());
+        if (!part.empty()) {
+            std::vector<std::int64_t> s;
+            std::size_t from = 0;
+            while (true) { // every 'x' separates two dimensions: a leading, trailing or doubled one is refused
+                auto x = part.find_first_of("xX", from);
+                s.push_back(positive(part, part.substr(from, x == std::string::npos ? std::string::npos : x - from)));
+                if (x == std::string::npos)
+                    break;
+                from = x + 1;
+            }
+            shapes.push_back(std::move(s));
+        }
+        if (comma == std::string::npos)
+            break;
+        start = comma + 1;
+    }
+    if (shapes.empty())
+        throw std::invalid_argument("an input shape is needed, like 1x3x224x224");
+    return shapes;
+}
+
+double byteTickUnit(double magnitude)
+{
+    double unit = 1;
+    while (unit < 1024.0 * 1024 * 1024 && std::abs(magnitude) >= unit * 1024)
+        unit *= 1024;
+    return unit;
+}
+
+const char* byteUnitName(double unit)
+{
+    if (unit >= 1024.0 * 1024 * 1024)
+        return "GiB";
+    if (unit >= 1024.0 * 1024)
+        return "MiB";
+    if (unit >= 1024.0)
+        return "KiB";
+    return "B";
+}
+
+namespace {
+
+double niceStep(double raw)
+{
+    double magnitude = std::pow(10.0, std::floor(std::log10(raw > 0 ? raw : 1)));
+    double mantissa = raw / magnitude;
+    return (mantissa < 1.5 ? 1 : mantissa < 3.5 ? 2 : mantissa < 7.5 ? 5 : 10) * magnitude;
+}
+
+} // namespace
+
+double byteTickStep(double range, double unit, int count)
+{
+    // Bytes are whole: never a step below one byte.
+    return std::max(1.0, niceStep(range / unit / std::max(1, count)) * unit);
+}
+
+std::string byteTickLabel(double value, double unit, double step)
+{
+    double v = value / unit;
+    if (std::abs(v) < 1e-9)
+        return "0";
+    double stepInUnit = step / unit;
+    int decimals = stepInUnit >= 1 ? 0 : static_cast<int>(std::ceil(-std::log10(stepInUnit) - 1e-9));
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.*f %s", std::min(decimals, 3), v, byteUnitName(unit));
+    return buf;
+}
+
+ByteTicks byteTicks(double lo, double hi, int count)
+{
+    ByteTicks t;
+    t.unit = byteTickUnit(std::max(std::abs(lo), std::abs(hi)));
+    t.step = byteTickStep(hi - lo, t.unit, count);
+    for (double v = std::ceil(lo / t.step - 1e-9) * t.step; v <= hi + t.step * 1e-9; v += t.step) {
+        t.values.push_back(v);
+        t.labels.push_back(byteTickLabel(v, t.unit, t.step));
+    }
+    return t;
+}
+
+std::vector<double> niceTicks(double lo, double hi, int count)
+{
+    std::vector<double> out;
+    if (!(hi > lo))
+        return {lo};
+    double step = niceStep((hi - lo) / std::max(1, count));
+    for (double v = std::ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9; v += step)
+        out.push_back(std::abs(v) < step * 1e-9 ? 0.0 : v);
+    return out;
 }
 
 } // namespace memledger

@@ -2,12 +2,34 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace memledger {
 
 // 1024-based: "512 B", "3.0 KiB", "2.69 MiB", "16.00 GiB".
 std::string formatBytes(std::int64_t bytes);
-// "16GiB", "16 GB", "512MiB", "1024" (bytes). GB is read as GiB. nullopt if not a size.
+// "16GiB", "16 GB", "512MiB", "1024" (bytes). KiB, MiB, GiB, TiB (and K, M, G, T) are powers of 1024;
+// kB, MB, GB, TB are powers of 1000, as on a disk's label. nullopt if not a size.
 std::optional<std::int64_t> parseBytes(const std::string& text);
+// Round axis ticks for bytes: a 1-2-5 step in the unit (B, KiB, MiB, GiB) that the largest value reads in,
+// and labels with as many decimals as the step needs ("0", "512 MiB", "1.5 GiB"). The window's axis, the
+// PNG export and the HTML chart all label their byte axes with it.
+struct ByteTicks {
+    double unit = 1; // bytes per unit
+    double step = 1; // bytes between ticks
+    std::vector<double> values; // in bytes, from the first multiple of step at or above lo
+    std::vector<std::string> labels;
+};
+double byteTickUnit(double magnitude);
+const char* byteUnitName(double unit);
+double byteTickStep(double range, double unit, int count);
+std::string byteTickLabel(double value, double unit, double step);
+ByteTicks byteTicks(double lo, double hi, int count = 5);
+// The same 1-2-5 rule for a plain axis (milliseconds, op sequence).
+std::vector<double> niceTicks(double lo, double hi, int count = 6);
+
+// Shapes, comma-separated: "1x3x224x224,1x10". Every dimension a positive whole number; throws
+// std::invalid_argument with a message for the user otherwise ("3x224x224x" has an empty dimension).
+std::vector<std::vector<std::int64_t>> parseShapes(const std::string& text);
 
 } // namespace memledger

@@ -9,6 +9,7 @@
 // or else from the base precision by element width, and says so.
 #include "recording/model.h"
 #include "report/report.h"
+#include "report/whatif_table.h"
 
 #include <array>
 #include <cstdint>
@@ -20,26 +21,6 @@
 #include <vector>
 
 namespace memledger {
-
-struct Prediction {
-    std::int64_t batch = 1;
-    std::string dtype = "float32";
-    std::string method = "predicted"; // "predicted" | "measured" (a run at exactly this batch and dtype)
-    std::int64_t predicted_peak_bytes = 0; // most bytes live at once during the run
-    std::int64_t predicted_peak_total_bytes = 0; // weights + inputs + peak
-    std::int64_t predicted_reserved_bytes = 0; // a GPU's caching allocator, weights and inputs included
-    std::int64_t weight_bytes = 0;
-    std::int64_t input_bytes = 0;
-    std::array<std::int64_t, kLedgerCount> ledgers_at_peak {}; // weights, inputs, activations, temporaries
-    std::int32_t peak_event = -1; // in the predicted trace
-    bool reliable = true; // false: the two records did not align; measure() instead
-    std::vector<std::string> notes;
-
-    // Set by WhatIf::measure() only.
-    std::optional<std::int64_t> measured_peak_bytes;
-    std::optional<std::int64_t> measured_peak_total_bytes;
-    std::optional<double> error_percent; // (predicted - measured) / measured of the peak, in percent
-};
 
 class WhatIf {
 public:
@@ -85,10 +66,15 @@ private:
     void addRescaledFits(const std::vector<std::pair<std::string, std::string>>& cannotRun);
 };
 
+// The table of predictions for `batches` x `dtypes` (a prediction the records do not back, measured instead
+// when `model` is given and can run that dtype), with the largest batch within `budget` per dtype (0: none).
+WhatIfTable makeWhatIfTable(const WhatIf& w, const std::vector<std::int64_t>& batches,
+    const std::vector<std::string>& dtypes, std::int64_t budget, Model* model = nullptr);
+
 // {"format":"memledger-whatif","version":1,"budget_bytes":..,"predictions":[..],"max_batch":{dtype:n}}.
 // budget 0: no budget, max_batch is left out.
-nlohmann::json whatIfToJson(const std::vector<Prediction>& predictions, std::int64_t budget,
-    const std::vector<std::pair<std::string, std::int64_t>>& maxBatch);
+nlohmann::json whatIfToJson(const WhatIfTable& table);
+WhatIfTable whatIfFromJson(const nlohmann::json& j); // throws nlohmann::json::exception on a damaged table
 nlohmann::json predictionToJson(const Prediction& p);
 
 } // namespace memledger

@@ -4,6 +4,33 @@
 
 namespace memledger {
 
+bool WhatIfTable::fits(const Prediction& p) const
+{
+    auto total = p.measured_peak_total_bytes.value_or(p.predicted_peak_total_bytes);
+    return budget_bytes > 0 && total <= budget_bytes && p.predicted_reserved_bytes <= budget_bytes;
+}
+
+WhatIfTable makeWhatIfTable(const WhatIf& w, const std::vector<std::int64_t>& batches,
+    const std::vector<std::string>& dtypes, std::int64_t budget, Model* model)
+{
+    WhatIfTable t;
+    t.budget_bytes = budget;
+    t.recorded_batch1 = w.batch1();
+    t.recorded_batch2 = w.batch2();
+    for (const auto& dtype : dtypes) {
+        for (auto batch : batches) {
+            auto p = w.predict(batch, dtype);
+            // Where the two records did not line up, a prediction is a guess: run it instead.
+            if (!p.reliable && model && w.isRecorded(dtype))
+                p = w.measure(*model, batch, dtype);
+            t.predictions.push_back(std::move(p));
+        }
+        if (budget > 0)
+            t.max_batch.emplace_back(dtype, w.maxBatch(dtype, budget));
+    }
+    return t;
+}
+
 nlohmann::json predictionToJson(const Prediction& p)
 {
     nlohmann::json j = {
@@ -30,26 +57,62 @@ nlohmann::json predictionToJson(const Prediction& p)
     return j;
 }
 
-nlohmann::json whatIfToJson(const std::vector<Prediction>& predictions, std::int64_t budget,
-    const std::vector<std::pair<std::string, std::int64_t>>& maxBatch)
+nlohmann::json whatIfToJson(const WhatIfTable& t)
 {
-    nlohmann::json j = {{"format", "memledger-whatif"}, {"version", 1}};
+    nlohmann::json j = {{"format", "memledger-whatif"}, {"version", 1},
+        {"recorded_batches", {t.recorded_batch1, t.recorded_batch2}}};
     auto& rows = j["predictions"] = nlohmann::json::array();
-    for (const auto& p : predictions) {
+    for (const auto& p : t.predictions) {
         auto row = predictionToJson(p);
-        if (budget > 0) {
-            auto total = p.measured_peak_total_bytes.value_or(p.predicted_peak_total_bytes);
-            row["fits"] = total <= budget && p.predicted_reserved_bytes <= budget;
-        }
+        if (t.budget_bytes > 0)
+            row["fits"] = t.fits(p);
         rows.push_back(std::move(row));
     }
-    if (budget > 0) {
-        j["budget_bytes"] = budget;
+    if (t.budget_bytes > 0) {
+        j["budget_bytes"] = t.budget_bytes;
         auto& mb = j["max_batch"] = nlohmann::json::object();
-        for (const auto& [dtype, n] : maxBatch)
+        for (const auto& [dtype, n] : t.max_batch)
             mb[dtype] = n;
     }
     return j;
+}
+
+WhatIfTable whatIfFromJson(const nlohmann::json& j)
+{
+    WhatIfTable t;
+    t.budget_bytes = j.value("budget_bytes", std::int64_t {0});
+    if (j.contains("recorded_batches") && j["recorded_batches"].size() == 2) {
+        t.recorded_batch1 = j["recorded_batches"][0].get<std::int64_t>();
+        t.recorded_batch2 = j["recorded_batches"][1].get<std::int64_t>();
+    }
+    for (const auto& row : j.at("predictions")) {
+        Prediction p;
+        p.batch = row.at("batch").get<std::int64_t>();
+        p.dtype = row.at("dtype").get<std::string>();
+        p.method = row.value("method", "predicted");
+        p.predicted_peak_bytes = row.at("predicted_peak_bytes").get<std::int64_t>();
+        p.predicted_peak_total_bytes = row.at("predicted_peak_total_bytes").get<std::int64_t>();
+        p.predicted_reserved_bytes = row.value("predicted_reserved_bytes", std::int64_t {0});
+        p.weight_bytes = row.value("weight_bytes", std::int64_t {0});
+        p.input_bytes = row.value("input_bytes", std::int64_t {0});
+        p.reliable = row.value("reliable", true);
+        p.notes = row.value("notes", std::vector<std::string> {});
+        if (row.contains("ledgers_at_peak"))
+            for (int l = 0; l < kLedgerCount; ++l)
+                p.ledgers_at_peak[static_cast<std::size_t>(l)]
+                    = row["ledgers_at_peak"].value(ledgerName(static_cast<Ledger>(l)), std::int64_t {0});
+        if (row.contains("measured_peak_bytes"))
+            p.measured_peak_bytes = row["measured_peak_bytes"].get<std::int64_t>();
+        if (row.contains("measured_peak_total_bytes"))
+            p.measured_peak_total_bytes = row["measured_peak_total_bytes"].get<std::int64_t>();
+        if (row.contains("error_percent"))
+            p.error_percent = row["error_percent"].get<double>();
+        t.predictions.push_back(std::move(p));
+    }
+    if (j.contains("max_batch") && j["max_batch"].is_object())
+        for (const auto& [dtype, n] : j["max_batch"].items())
+            t.max_batch.emplace_back(dtype, n.get<std::int64_t>());
+    return t;
 }
 
 } // namespace memledger

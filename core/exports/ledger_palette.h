@@ -1,0 +1,31 @@
+#pragma once
+// One set of colours for every view of a report: the window, the PNG export and the HTML page. Colour-blind
+// safe hues that read on light and dark backgrounds alike, as "#rrggbb".
+#include "report/trace.h"
+
+namespace memledger {
+
+constexpr const char* ledgerColourHex(Ledger ledger)
+{
+    switch (ledger) {
+    case Ledger::Weights:
+        return "#4c72b0";
+    case Ledger::Inputs:
+        return "#8172b3";
+    case Ledger::Activations:
+        return "#55a868";
+    case Ledger::Temporaries:
+        return "#dd8452";
+    case Ledger::Unattributed:
+        break;
+    }
+    return "#937860";
+}
+
+// CUDA snapshots and the allocator model.
+constexpr const char* kAliveBeforeColourHex = "#a8a8a8"; // blocks alive before the trace began
+constexpr const char* kPendingFreeColourHex = "#da8bc3"; // freed by the caller, not yet by the stream
+constexpr const char* kReservedColourHex = "#2b5d8c"; // bytes the allocator holds in segments
+constexpr const char* kFragmentationColourHex = "#c44e52"; // reserved but not allocated
+
+} // namespace memledger

@@ -1,0 +1,45 @@
+#pragma once
+// The what-if table as plain values: what the report carries, the exports write and a reopened report reads.
+#include "report/trace.h"
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace memledger {
+
+struct Prediction {
+    std::int64_t batch = 1;
+    std::string dtype = "float32";
+    std::string method = "predicted"; // "predicted" | "measured" (a run at exactly this batch and dtype)
+    std::int64_t predicted_peak_bytes = 0; // most bytes live at once during the run
+    std::int64_t predicted_peak_total_bytes = 0; // weights + inputs + peak
+    std::int64_t predicted_reserved_bytes = 0; // a GPU's caching allocator, weights and inputs included
+    std::int64_t weight_bytes = 0;
+    std::int64_t input_bytes = 0;
+    std::array<std::int64_t, kLedgerCount> ledgers_at_peak {}; // weights, inputs, activations, temporaries
+    std::int32_t peak_event = -1; // in the predicted trace
+    bool reliable = true; // false: the two records did not align; measure() instead
+    std::vector<std::string> notes;
+
+    // Set by WhatIf::measure() only.
+    std::optional<std::int64_t> measured_peak_bytes;
+    std::optional<std::int64_t> measured_peak_total_bytes;
+    std::optional<double> error_percent; // (predicted - measured) / measured of the peak, in percent
+};
+
+struct WhatIfTable {
+    std::vector<Prediction> predictions;
+    std::int64_t budget_bytes = 0; // 0: no budget was given
+    std::vector<std::pair<std::string, std::int64_t>> max_batch; // per dtype, with a budget
+    std::int64_t recorded_batch1 = 1; // the records the predictions come from
+    std::int64_t recorded_batch2 = 2;
+
+    // Peak total (measured where there is a measurement) and reserved within the budget.
+    bool fits(const Prediction& p) const;
+};
+
+} // namespace memledger

@@ -1,0 +1,138 @@
+#include "snapshot/frames.h"
+
+#include "snapshot/snapshot.h"
+
+#include <array>
+#include <cctype>
+
+namespace memledger {
+
+namespace {
+
+bool endsWith(std::string_view s, std::string_view tail)
+{
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+bool contains(std::string_view s, std::string_view part)
+{
+    return s.find(part) != std::string_view::npos;
+}
+
+// ".../lib/python3.11/x.py" but not ".../lib/python3.11/site-packages/x.py": the standard library.
+bool isStandardLibrary(std::string_view file)
+{
+    auto at = file.find("/lib/python");
+    if (at == std::string_view::npos)
+        at = file.find("\\Lib\\");
+    if (at == std::string_view::npos)
+        return false;
+    return !contains(file, "site-packages") && !contains(file, "dist-packages");
+}
+
+bool isTorchPython(std::string_view file)
+{
+    return contains(file, "/torch/") || contains(file, "\\torch\\") || file.rfind("torch/", 0) == 0;
+}
+
+FrameView viewOf(const SnapshotFrame& f)
+{
+    return {f.filename, f.line, f.name};
+}
+
+} // namespace
+
+FrameKind classifyFrame(std::string_view file)
+{
+    if (file.empty() || file == "??")
+        return FrameKind::Unknown;
+    if (endsWith(file, ".py")) {
+        if (isTorchPython(file))
+            return FrameKind::Torch;
+        if (isStandardLibrary(file))
+            return FrameKind::CPython;
+        return FrameKind::User;
+    }
+    if (file.front() == '<') // <frozen importlib._bootstrap>, <string>
+        return FrameKind::CPython;
+    if (endsWith(file, ".c"))
+        return FrameKind::CPython;
+    return FrameKind::Cpp; // .cpp, .h, .cu, .cc, shared objects
+}
+
+std::string frameText(const FrameView& f)
+{
+    if (f.line == 0 && f.name.empty())
+        return std::string(f.filename);
+    std::string out(f.filename);
+    out += ':';
+    out += std::to_string(f.line);
+    out += ' ';
+    out += f.name;
+    return out;
+}
+
+std::string frameText(const SnapshotFrame& f)
+{
+    return frameText(viewOf(f));
+}
+
+std::string atenOpOfFrame(std::string_view name)
+{
+    constexpr std::string_view kOps = "at::_ops::";
+    auto at = name.find(kOps);
+    if (at == std::string_view::npos)
+        return {};
+    auto rest = name.substr(at + kOps.size());
+    auto end = rest.find("::");
+    if (end == std::string_view::npos || end == 0)
+        return {};
+    std::string op(rest.substr(0, end));
+    // The struct is named op_overload: "empty_memory_format", "add_Tensor", "sum_dim_IntList", "add_out".
+    if (endsWith(op, "_memory_format")) {
+        op.resize(op.size() - 14);
+        return "aten::" + op;
+    }
+    auto stripLast = [&op](auto accept) {
+        auto us = op.rfind('_');
+        if (us == std::string::npos || us == 0 || us + 1 >= op.size() || !accept(std::string_view(op).substr(us + 1)))
+            return;
+        op.resize(us);
+    };
+    stripLast([](std::string_view w) { return std::isupper(static_cast<unsigned char>(w.front())) != 0; });
+    stripLast([](std::string_view w) {
+        static constexpr std::array<std::string_view, 6> kLower {"out", "dim", "int", "self", "default", "names"};
+        for (auto k : kLower)
+            if (w == k)
+                return true;
+        return false;
+    });
+    return "aten::" + op;
+}
+
+std::string allocationSite(const std::vector<FrameView>& frames)
+{
+    if (frames.empty())
+        return {};
+    for (const auto& f : frames)
+        if (classifyFrame(f.filename) == FrameKind::User)
+            return frameText(f);
+    for (const auto& f : frames)
+        if (auto op = atenOpOfFrame(f.name); !op.empty())
+            return op;
+    for (const auto& f : frames)
+        if (classifyFrame(f.filename) != FrameKind::Unknown || !f.name.empty())
+            return frameText(f);
+    return frameText(frames.front());
+}
+
+std::string allocationSite(const std::vector<SnapshotFrame>& frames)
+{
+    std::vector<FrameView> views;
+    views.reserve(frames.size());
+    for (const auto& f : frames)
+        views.push_back(viewOf(f));
+    return allocationSite(views);
+}
+
+} // namespace memledger

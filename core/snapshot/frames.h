@@ -1,0 +1,42 @@
+#pragma once
+// One rule for a snapshot's call stacks, used by the decoder (the tree groups allocations by it), the
+// segment history (what holds the fragmentation) and the segment map (hover): how a frame reads, and which
+// frame of a stack names an allocation.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace memledger {
+
+struct SnapshotFrame;
+
+struct FrameView {
+    std::string_view filename;
+    std::int64_t line = 0;
+    std::string_view name;
+};
+
+enum class FrameKind {
+    User, // a .py file outside torch's own code and CPython's standard library
+    Torch, // torch's own Python code
+    CPython, // the interpreter (.c files, <frozen ...>, the standard library)
+    Cpp, // C++ frames: ATen, autograd, the allocator, the unwinder
+    Unknown, // "??" or empty
+};
+FrameKind classifyFrame(std::string_view filename);
+
+// "file:line name"; a frame with neither line nor name (a model run's module path) is just its file name.
+std::string frameText(const FrameView& f);
+std::string frameText(const SnapshotFrame& f);
+
+// "at::_ops::mul_Tensor::call(...)" -> "aten::mul"; "" when the frame is not an ATen operator's entry.
+std::string atenOpOfFrame(std::string_view name);
+
+// What names an allocation: the first frame of user code; for a stack with none (backward, optimizer, C++
+// only), the ATen op the stack passes through, past the allocator's and unwinder's frames; otherwise the
+// first known frame, or the first frame. "" for an empty stack.
+std::string allocationSite(const std::vector<FrameView>& frames);
+std::string allocationSite(const std::vector<SnapshotFrame>& frames);
+
+} // namespace memledger
