@@ -9,6 +9,7 @@
 
 #include <QCheckBox>
 #include <QHBoxLayout>
+#include <QVBoxLayout>
 #include <QHelpEvent>
 #include <QLabel>
 #include <QPaintEvent>
@@ -91,21 +92,29 @@ SegmentMapView::SegmentMapView(QWidget* parent)
     , endButton_(new QPushButton(tr("Show end")))
     , logBox_(new QCheckBox(tr("log widths")))
 {
-    auto* layout = new QHBoxLayout(header_);
+    // The note on its own lines across the whole width (it wraps, never clips), the controls under it.
+    auto* layout = new QVBoxLayout(header_);
     layout->setContentsMargins(kMargin, 2, kMargin, 2);
+    layout->setSpacing(2);
     layout->addWidget(note_, 1);
-    note_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred); // a narrow map clips it, never widens
+    note_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred); // a narrow map wraps it, never widens
+    note_->setWordWrap(true);
+    note_->setAlignment(Qt::AlignLeft | Qt::AlignTop);
     note_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    auto* controls = new QHBoxLayout;
+    controls->setContentsMargins(0, 0, 0, 0);
+    layout->addLayout(controls);
     endButton_->setToolTip(tr("Show the segments at the end of the snapshot (double-click the map does too); "
                               "a click on the timeline shows them at that moment"));
     endButton_->setEnabled(false);
     connect(endButton_, &QPushButton::clicked, this, &SegmentMapView::showEnd);
-    layout->addWidget(endButton_);
-    layout->addWidget(logBox_);
+    controls->addWidget(endButton_);
+    controls->addWidget(logBox_);
+    controls->addStretch(1);
     logBox_->setChecked(log_);
     connect(logBox_, &QCheckBox::toggled, this, &SegmentMapView::setLogScale);
-    // Two lines: the moment, then the figures; a narrow map would cut one long line.
-    headerHeight_ = std::max(28, 2 * fontMetrics().lineSpacing() + 6);
+    // Up to three lines of note (the moment, then the figures, wrapped on a narrow map), then the controls.
+    headerHeight_ = 3 * fontMetrics().lineSpacing() + endButton_->sizeHint().height() + 10;
     setViewportMargins(0, headerHeight_, 0, 0);
     viewport()->setMouseTracking(true);
     horizontalScrollBar()->setRange(0, 0);
