@@ -153,7 +153,7 @@ SegmentHistory SegmentHistory::build(const Report& r, TimelineAxis axis, int dev
     auto series = TimelineSeries::build(r, axis, device);
     h.keys = series.keys;
     const auto points = h.keys.size();
-    h.active = series.tops[TimelineSeries::kBands - 1];
+    h.active = series.tops[static_cast<std::size_t>(TimelineSeries::kStackOrder.back())];
     h.allocated = h.active;
     if (r.snapshot) {
         h.allocated = series.tops[static_cast<int>(Ledger::Unattributed)]; // alive-before and traced, stacked

@@ -14,8 +14,14 @@ constexpr const char* ledgerColourHex(Ledger ledger)
         return "#8172b3";
     case Ledger::Activations:
         return "#55a868";
+    case Ledger::SavedActivations:
+        return "#2f7d4a"; // a darker green: the activations the backward still needs
     case Ledger::Temporaries:
         return "#dd8452";
+    case Ledger::Gradients:
+        return "#c44e8a";
+    case Ledger::OptimizerState:
+        return "#64b5cd";
     case Ledger::Unattributed:
         break;
     }

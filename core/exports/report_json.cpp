@@ -13,7 +13,13 @@ using nlohmann::json;
 
 namespace {
 
-const char* kLedgerKeys[kLedgerCount] = {"weights", "inputs", "activations", "temporaries"};
+json ledgerNames()
+{
+    json names = json::array();
+    for (int l = 0; l < kLedgerKinds; ++l)
+        names.push_back(ledgerName(static_cast<Ledger>(l)));
+    return names;
+}
 
 json eventsToJson(const Trace& t)
 {
@@ -32,7 +38,7 @@ json eventsToJson(const Trace& t)
         {"action_names",
             {"alloc", "free", "free_requested", "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom",
                 "snapshot"}},
-        {"ledger_names", {"weights", "inputs", "activations", "temporaries", "unattributed"}}, {"time_ns", t.time_ns},
+        {"ledger_names", ledgerNames()}, {"time_ns", t.time_ns},
         {"bytes", t.bytes}, {"address", t.address}, {"action", actions}, {"device", t.device}, {"ledger", ledgers},
         {"op_seq", t.op_seq}, {"outer_op", t.outer_op}, {"inner_op", t.inner_op}, {"where", t.where},
         {"partner", t.partner}};
@@ -63,12 +69,20 @@ Trace eventsFromJson(const json& e)
     std::vector<int> actions, ledgers;
     readColumn(e, "action", actions, n);
     readColumn(e, "ledger", ledgers, n);
+    // Ledger numbers index the file's own ledger_names: a report written before a ledger was added reads the same.
+    std::vector<Ledger> byNumber;
+    for (const auto& name : e.value("ledger_names", ledgerNames())) {
+        auto l = ledgerFromName(name.get<std::string>());
+        if (!l)
+            throw std::runtime_error("unknown ledger '" + name.get<std::string>() + "'");
+        byNumber.push_back(*l);
+    }
     for (std::size_t i = 0; i < n; ++i) {
         if (actions[i] < 0 || actions[i] > static_cast<int>(Action::Snapshot) || ledgers[i] < 0
-            || ledgers[i] > static_cast<int>(Ledger::Unattributed))
+            || static_cast<std::size_t>(ledgers[i]) >= byNumber.size())
             throw std::runtime_error("event " + std::to_string(i) + " has an unknown action or ledger");
         t.action.push_back(static_cast<Action>(actions[i]));
-        t.ledger.push_back(static_cast<Ledger>(ledgers[i]));
+        t.ledger.push_back(byNumber[static_cast<std::size_t>(ledgers[i])]);
         auto p = t.partner[i];
         if (p != kNoPartner && (p < 0 || static_cast<std::size_t>(p) >= n))
             throw std::runtime_error("event " + std::to_string(i) + " points at a missing partner");
@@ -117,7 +131,19 @@ json reportToJson(const Report& r, bool withEvents)
     for (const auto& s : r.run.input_shapes)
         shapes.push_back(s);
     j["run"] = {{"input_shapes", shapes}, {"input_guessed", r.run.input_guessed}, {"batch", r.run.batch},
-        {"dtype", r.run.dtype}, {"mode", r.run.mode}, {"device", r.run.device}, {"duration_ms", r.run.duration_ms}};
+        {"dtype", r.run.dtype}, {"mode", r.run.mode}, {"device", r.run.device}, {"threads", r.run.threads},
+        {"duration_ms", r.run.duration_ms}};
+    if (r.run.mode == "train") {
+        j["run"]["optimizer"] = r.run.optimizer;
+        j["run"]["loss"] = r.run.loss;
+        j["gradient_bytes"] = r.gradient_bytes;
+        j["optimizer_state_bytes"] = r.optimizer_state_bytes;
+        json phases = json::array();
+        for (const auto& p : r.phases)
+            phases.push_back({{"name", p.name}, {"start_ns", p.start_ns}, {"end_ns", p.end_ns},
+                {"first_event", p.first_event}, {"end_event", p.end_event}, {"peak_bytes", p.peak_bytes}});
+        j["phases"] = phases;
+    }
     j["load_tax"] = {{"file_tensor_bytes", r.load_tax.file_tensor_bytes}, {"file_dtype", r.load_tax.file_dtype},
         {"resident_bytes", r.load_tax.resident_bytes}, {"resident_dtype", r.load_tax.resident_dtype}};
     j["weight_bytes"] = r.weight_bytes;
@@ -130,13 +156,22 @@ json reportToJson(const Report& r, bool withEvents)
         j["simulated_gpu"] = {{"reserved_peak_bytes", r.simulated_reserved_peak_bytes},
             {"note", "simulated: the run replayed through a model of PyTorch's CUDA caching allocator"}};
     for (int l = 0; l < kLedgerCount; ++l)
-        j["ledgers"][kLedgerKeys[l]] = {{"at_peak", r.ledgers[l].at_peak}, {"total", r.ledgers[l].total}};
+        j["ledgers"][ledgerName(static_cast<Ledger>(l))]
+            = {{"at_peak", r.ledgers[static_cast<std::size_t>(l)].at_peak}, {"total", r.ledgers[static_cast<std::size_t>(l)].total}};
     json layers = json::array();
-    for (const auto& l : r.layers)
+    for (const auto& l : r.layers) {
         layers.push_back({{"path", l.path}, {"name", l.name}, {"type", l.type}, {"parent", l.parent},
             {"depth", l.depth}, {"weight_bytes", l.weight_bytes}, {"activation_bytes", l.activation_bytes},
             {"temporary_peak_bytes", l.temporary_peak_bytes}, {"peak_bytes", l.peak_bytes}, {"calls", l.calls},
             {"output_shapes", l.output_shapes}});
+        if (r.run.mode == "train") {
+            auto& lj = layers.back();
+            lj["gradient_bytes"] = l.gradient_bytes;
+            lj["saved_activation_bytes"] = l.saved_activation_bytes;
+            lj["backward_temporary_peak_bytes"] = l.backward_temporary_peak_bytes;
+            lj["backward_peak_bytes"] = l.backward_peak_bytes;
+        }
+    }
     j["layers"] = layers;
     json alive = json::array();
     for (const auto& a : r.alive_at_peak)
@@ -181,6 +216,14 @@ Report reportFromJson(const json& j, const std::string& name)
         r.run.mode = run.value("mode", "inference");
         r.run.device = run.value("device", "cpu");
         r.run.duration_ms = run.value("duration_ms", 0.0);
+        r.run.threads = run.value("threads", 0);
+        r.run.optimizer = run.value("optimizer", "");
+        r.run.loss = run.value("loss", "");
+        r.gradient_bytes = j.value("gradient_bytes", std::int64_t {0});
+        r.optimizer_state_bytes = j.value("optimizer_state_bytes", std::int64_t {0});
+        for (const auto& p : j.value("phases", json::array()))
+            r.phases.push_back({p.at("name"), p.at("start_ns"), p.at("end_ns"), p.at("first_event"), p.at("end_event"),
+                p.at("peak_bytes")});
         if (j.contains("load_tax")) {
             const auto& lt = j["load_tax"];
             r.load_tax
@@ -195,8 +238,11 @@ Report reportFromJson(const json& j, const std::string& name)
         if (j.contains("simulated_gpu"))
             r.simulated_reserved_peak_bytes = j["simulated_gpu"].value("reserved_peak_bytes", std::int64_t {0});
         for (int l = 0; l < kLedgerCount; ++l) {
-            const auto& lj = j.at("ledgers").at(kLedgerKeys[l]);
-            r.ledgers[l] = {lj.at("at_peak").get<std::int64_t>(), lj.at("total").get<std::int64_t>()};
+            const auto* key = ledgerName(static_cast<Ledger>(l));
+            if (!j.at("ledgers").contains(key))
+                continue; // written before this ledger existed
+            const auto& lj = j["ledgers"][key];
+            r.ledgers[static_cast<std::size_t>(l)] = {lj.at("at_peak").get<std::int64_t>(), lj.at("total").get<std::int64_t>()};
         }
         for (const auto& lj : j.at("layers")) {
             LayerStats l;
@@ -211,6 +257,10 @@ Report reportFromJson(const json& j, const std::string& name)
             l.peak_bytes = lj.at("peak_bytes");
             l.calls = lj.at("calls");
             l.output_shapes = lj.value("output_shapes", std::vector<std::string> {});
+            l.gradient_bytes = lj.value("gradient_bytes", std::int64_t {0});
+            l.saved_activation_bytes = lj.value("saved_activation_bytes", std::int64_t {0});
+            l.backward_temporary_peak_bytes = lj.value("backward_temporary_peak_bytes", std::int64_t {0});
+            l.backward_peak_bytes = lj.value("backward_peak_bytes", std::int64_t {0});
             auto self = static_cast<int>(r.layers.size());
             if (l.parent >= self)
                 throw std::runtime_error("layer " + l.path + " comes before its parent");
@@ -221,10 +271,8 @@ Report reportFromJson(const json& j, const std::string& name)
         for (const auto& a : j.value("alive_at_peak", json::array())) {
             PeakItem p;
             p.bytes = a.at("bytes");
-            auto ln = a.at("ledger").get<std::string>();
-            for (int l = 0; l <= static_cast<int>(Ledger::Unattributed); ++l)
-                if (ln == ledgerName(static_cast<Ledger>(l)))
-                    p.ledger = static_cast<Ledger>(l);
+            if (auto l = ledgerFromName(a.at("ledger").get<std::string>()))
+                p.ledger = *l;
             p.where = a.value("where", "");
             p.op = a.value("op", "");
             p.event = a.value("event", -1);

@@ -18,6 +18,11 @@ struct RunOptions {
     // Called from the running thread: modules done, modules in the model.
     std::function<void(int, int)> progress;
     const std::atomic<bool>* cancel = nullptr; // set it to stop at the next allocation
+    // "inference" (eval mode, no grad) or "train": one training step, forward, loss, backward, optimizer.
+    std::string mode = "inference";
+    std::string optimizer = "sgd"; // train: sgd (momentum 0.9) | adam | adamw | none
+    std::string loss = "auto"; // train: auto | sum | cross_entropy
+    int threads = 0; // intra-op threads; 0: libtorch's default
     bool record = true; // false: a plain run (no recorder), for benchmarks
     bool warm_up = true; // false: the caller has already run the model at this setting
 };
@@ -32,6 +37,7 @@ struct OpCall {
     std::uint32_t end_event = 0;
     std::vector<Shape> outputs;
     std::vector<std::int64_t> output_bytes;
+    bool backward = false; // an autograd node of the backward pass (name: the node, module: its forward's)
 };
 
 // What a recorded run produced, before it is turned into a Report.
@@ -42,6 +48,11 @@ struct RawRun {
     std::int64_t input_bytes = 0;
     std::int64_t parameter_bytes = 0; // resident, at the run's dtype
     std::int64_t buffer_bytes = 0;
+    // A training step.
+    std::vector<Phase> phases;
+    std::vector<std::uint32_t> gradient_events; // allocs that ended as a parameter's .grad
+    std::int64_t gradient_bytes = 0;
+    std::int64_t optimizer_state_bytes = 0;
 };
 
 // A TorchScript model loaded on the CPU. libtorch stays behind the pointer.
@@ -58,7 +69,8 @@ public:
     const std::vector<LayerStats>& modules() const;
     // A guess at the input from the first Conv2d or Linear weight; empty if there is none.
     std::vector<Shape> guessInputs(std::string* how = nullptr) const;
-    // Eval mode, no grad, one warm-up run, then the recorded run. Throws RunError or Cancelled.
+    // Inference: eval mode, no grad, one warm-up run, then the recorded run. Train: train mode, one warm-up
+    // step, gradients set to None, then the recorded step. Throws RunError or Cancelled.
     // Thread-safe: runs of one Model from several threads take turns.
     RawRun run(const RunOptions& options);
 

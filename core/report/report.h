@@ -39,6 +39,23 @@ struct LayerStats {
     std::int64_t peak_bytes = 0;
     std::int64_t calls = 0;
     std::vector<std::string> output_shapes;
+    // A training step (0 in inference): the .grad of its parameters; its forward's activations still alive
+    // when the backward starts; the most temporary bytes alive at once in its backward nodes; the most live
+    // bytes during its backward nodes minus the live bytes when the first began.
+    std::int64_t gradient_bytes = 0;
+    std::int64_t saved_activation_bytes = 0;
+    std::int64_t backward_temporary_peak_bytes = 0;
+    std::int64_t backward_peak_bytes = 0;
+};
+
+// A part of a training step: "forward", "loss", "backward" or "optimizer".
+struct Phase {
+    std::string name;
+    std::int64_t start_ns = 0;
+    std::int64_t end_ns = 0;
+    std::uint32_t first_event = 0; // events [first_event, end_event) happened in it
+    std::uint32_t end_event = 0;
+    std::int64_t peak_bytes = 0; // the most bytes alive at once during it (allocated in the step)
 };
 
 struct LedgerFigure {
@@ -76,8 +93,11 @@ struct RunInfo {
     bool input_guessed = false;
     std::int64_t batch = 1;
     std::string dtype = "float32";
-    std::string mode = "inference";
+    std::string mode = "inference"; // or "train": one training step
     std::string device = "cpu";
+    std::string optimizer; // train: sgd | adam | adamw | none
+    std::string loss; // train: sum | cross_entropy (what auto chose)
+    int threads = 0; // intra-op threads the run used
     double duration_ms = 0.0;
 };
 
@@ -90,7 +110,10 @@ struct Report {
     std::int64_t weight_bytes = 0; // parameters + buffers resident during the run
     std::int64_t input_bytes = 0;
     std::int64_t peak_bytes = 0; // max live bytes allocated during the run
-    std::int64_t peak_total_bytes = 0; // weights + inputs + peak_bytes
+    std::int64_t peak_total_bytes = 0; // weights + optimizer state + inputs + peak_bytes
+    std::int64_t gradient_bytes = 0; // train: every parameter's .grad after the step
+    std::int64_t optimizer_state_bytes = 0; // train: the optimizer's state tensors, resident like the weights
+    std::vector<Phase> phases; // train: forward, loss, backward, optimizer
     std::int64_t peak_time_ns = 0;
     std::int32_t peak_event = -1;
     // What the same run would reserve on a GPU through PyTorch's caching allocator (simulated; 0 if not known).

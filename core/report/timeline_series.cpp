@@ -155,6 +155,7 @@ TimelineSeries TimelineSeries::build(const Report& r, TimelineAxis axis, int dev
         std::array<double, kBands> constant {};
         constant[static_cast<int>(Ledger::Weights)] = static_cast<double>(r.weight_bytes);
         constant[static_cast<int>(Ledger::Inputs)] = static_cast<double>(r.input_bytes);
+        constant[static_cast<int>(Ledger::OptimizerState)] = static_cast<double>(r.optimizer_state_bytes);
         std::array<std::int64_t, kBands> live {};
         for (int b = 0; b < kBands; ++b)
             s.present[static_cast<std::size_t>(b)] = constant[static_cast<std::size_t>(b)] > 0;
@@ -168,7 +169,7 @@ TimelineSeries TimelineSeries::build(const Report& r, TimelineAxis axis, int dev
         put(0);
         for (std::size_t i = 0; i < t.size(); ++i) {
             auto b = static_cast<int>(t.ledger[i]);
-            if (b < 5) {
+            if (b < kLedgerKinds) {
                 if (t.action[i] == Action::Alloc) {
                     live[static_cast<std::size_t>(b)] += t.bytes[i];
                     s.present[static_cast<std::size_t>(b)] = true;

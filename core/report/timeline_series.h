@@ -23,11 +23,17 @@ struct StepBlocks {
 // shrink, as the trace frees them) and the blocks freed by the caller whose stream has not caught up.
 // Stacking order, bottom first: kStackOrder.
 struct TimelineSeries {
-    static constexpr int kBands = 7;
-    static constexpr int kAliveBefore = 5;
-    static constexpr int kPendingFree = 6;
+    static constexpr int kBands = kLedgerKinds + 2;
+    static constexpr int kAliveBefore = kLedgerKinds;
+    static constexpr int kPendingFree = kLedgerKinds + 1;
     static constexpr int kAllDevices = -2; // -1 is the CPU
-    static constexpr std::array<int, kBands> kStackOrder {kAliveBefore, 0, 1, 2, 3, 4, kPendingFree};
+    // Resident ledgers at the bottom, then what lives longest: weights, optimizer state, inputs, saved
+    // activations, activations, gradients, temporaries.
+    static constexpr std::array<int, kBands> kStackOrder {kAliveBefore, static_cast<int>(Ledger::Weights),
+        static_cast<int>(Ledger::OptimizerState), static_cast<int>(Ledger::Inputs),
+        static_cast<int>(Ledger::SavedActivations), static_cast<int>(Ledger::Activations),
+        static_cast<int>(Ledger::Gradients), static_cast<int>(Ledger::Temporaries),
+        static_cast<int>(Ledger::Unattributed), kPendingFree};
     std::vector<double> keys; // sorted; point 0 is the start, point i+1 follows event i
     std::array<std::vector<double>, kBands> tops; // top of each band after stacking, per point
     std::array<bool, kBands> present {}; // band holds bytes somewhere in the run

@@ -13,12 +13,38 @@ const char* ledgerName(Ledger l)
         return "inputs";
     case Ledger::Activations:
         return "activations";
+    case Ledger::SavedActivations:
+        return "saved_activations";
     case Ledger::Temporaries:
         return "temporaries";
+    case Ledger::Gradients:
+        return "gradients";
+    case Ledger::OptimizerState:
+        return "optimizer_state";
     case Ledger::Unattributed:
         return "unattributed";
     }
     return "?";
+}
+
+std::optional<Ledger> ledgerFromName(const std::string& name)
+{
+    for (int l = 0; l < kLedgerKinds; ++l)
+        if (name == ledgerName(static_cast<Ledger>(l)))
+            return static_cast<Ledger>(l);
+    return std::nullopt;
+}
+
+const char* ledgerLabel(Ledger l)
+{
+    switch (l) {
+    case Ledger::SavedActivations:
+        return "saved for backward";
+    case Ledger::OptimizerState:
+        return "optimizer state";
+    default:
+        return ledgerName(l);
+    }
 }
 
 const char* actionName(Action a)

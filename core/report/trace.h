@@ -2,13 +2,31 @@
 #include "support/string_table.h"
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 namespace memledger {
 
-enum class Ledger : std::uint8_t { Weights = 0, Inputs = 1, Activations = 2, Temporaries = 3, Unattributed = 4 };
-constexpr int kLedgerCount = 4; // the four ledgers of a model run; Unattributed is for snapshots
-const char* ledgerName(Ledger l);
+// Every allocation belongs to one ledger. Weights, inputs and optimizer state are resident before the run;
+// the others are allocations the run makes. A training step adds saved activations (made in the forward,
+// alive when the backward starts, freed by it), gradients (allocations that end as a parameter's .grad) and
+// optimizer state (momentum, Adam's moments).
+enum class Ledger : std::uint8_t {
+    Weights = 0,
+    Inputs = 1,
+    Activations = 2,
+    SavedActivations = 3,
+    Temporaries = 4,
+    Gradients = 5,
+    OptimizerState = 6,
+    Unattributed = 7, // snapshots: allocations no ledger can be told for
+};
+constexpr int kLedgerCount = 7; // the ledgers of a model run
+constexpr int kLedgerKinds = 8; // with Unattributed
+const char* ledgerName(Ledger l); // "weights", "saved_activations", ... as the JSON spells them
+const char* ledgerLabel(Ledger l); // "saved for backward", "optimizer state": for people
+std::optional<Ledger> ledgerFromName(const std::string& name); // ledgerName's inverse
 
 enum class Action : std::uint8_t {
     Alloc = 0,
