@@ -1,6 +1,8 @@
 #include "demo_model.h"
 
-// The model file is assembled into read-only data: no Python is needed at run time.
+#include "support/errors.h"
+
+// The model files are assembled into read-only data: no Python is needed at run time.
 asm(".section .rodata\n"
     ".balign 64\n"
     ".global memledger_demo_start\n"
@@ -8,21 +10,56 @@ asm(".section .rodata\n"
     ".incbin \"" MEMLEDGER_DEMO_MODEL "\"\n"
     ".global memledger_demo_end\n"
     "memledger_demo_end:\n"
+    ".balign 64\n"
+    ".global memledger_mnist_start\n"
+    "memledger_mnist_start:\n"
+    ".incbin \"" MEMLEDGER_DEMO_MNIST "\"\n"
+    ".global memledger_mnist_end\n"
+    "memledger_mnist_end:\n"
     ".previous\n");
 
 extern "C" const char memledger_demo_start[];
 extern "C" const char memledger_demo_end[];
+extern "C" const char memledger_mnist_start[];
+extern "C" const char memledger_mnist_end[];
 
 namespace memledger {
 
-std::string demoModelBytes()
+const std::vector<DemoModel>& demoModels()
 {
-    return std::string(memledger_demo_start, memledger_demo_end);
+    static const std::vector<DemoModel> demos {
+        {kDemoModelName, "RFBNet, inference (seed 000)", {{1, 1, 300, 300}}, "inference"},
+        {"demo:mnist-train.pt", "MNIST training step (seed 003)", {{64, 1, 28, 28}}, "train"},
+    };
+    return demos;
+}
+
+std::string demoModelBytes(const std::string& name)
+{
+    if (name == kDemoModelName)
+        return std::string(memledger_demo_start, memledger_demo_end);
+    if (name == "demo:mnist-train.pt")
+        return std::string(memledger_mnist_start, memledger_mnist_end);
+    return {};
+}
+
+bool isDemoName(const std::string& path)
+{
+    return path.rfind("demo:", 0) == 0;
 }
 
 OpenedFile openFileOrDemo(const std::string& path)
 {
-    return path.empty() ? openModelBytes(demoModelBytes(), kDemoModelName, demoModelInput()) : openFile(path);
+    const std::string name = path.empty() ? kDemoModelName : path;
+    if (!isDemoName(name))
+        return openFile(path);
+    for (const auto& d : demoModels())
+        if (name == d.name) {
+            auto f = openModelBytes(demoModelBytes(name), name, d.inputs);
+            f.default_mode = d.mode;
+            return f;
+        }
+    throw FileError(path, "no such built-in demo (there are demo:rfbnet.pt and demo:mnist-train.pt)");
 }
 
 } // namespace memledger

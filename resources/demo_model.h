@@ -7,14 +7,25 @@
 
 namespace memledger {
 
-// The RFBNet of seed 000 as a TorchScript file (float16 weights), built into the executable.
-std::string demoModelBytes();
+// The built-in demos, embedded in the executable (no Python at run time), opened by name ("demo:...").
+//  - demo:rfbnet.pt: the RFBNet of seed 000 (float16 weights, 1x1x300x300), inference.
+//  - demo:mnist-train.pt: seed 003's MNIST network (conv1 1->32, conv2 32->64, fc1 3136->128, fc2 128->10,
+//    batch 64 of 1x28x28), recorded as one SGD training step.
+struct DemoModel {
+    const char* name; // "demo:rfbnet.pt"
+    const char* title; // for menus: "RFBNet inference"
+    std::vector<std::vector<std::int64_t>> inputs;
+    const char* mode; // "inference" | "train"
+};
+const std::vector<DemoModel>& demoModels();
+std::string demoModelBytes(const std::string& name = "demo:rfbnet.pt"); // "" if there is no such demo
 constexpr const char* kDemoModelName = "demo:rfbnet.pt";
 inline std::vector<std::vector<std::int64_t>> demoModelInput()
 {
     return {{1, 1, 300, 300}};
 }
-// openFile(path), or the built-in demo model when `path` is empty.
+bool isDemoName(const std::string& path); // "demo:..." names a built-in demo
+// openFile(path); the RFBNet demo when `path` is empty; a built-in demo for its "demo:" name.
 OpenedFile openFileOrDemo(const std::string& path);
 
 } // namespace memledger

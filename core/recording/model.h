@@ -19,7 +19,8 @@ struct RunOptions {
     std::function<void(int, int)> progress;
     const std::atomic<bool>* cancel = nullptr; // set it to stop at the next allocation
     // "inference" (eval mode, no grad) or "train": one training step, forward, loss, backward, optimizer.
-    std::string mode = "inference";
+    // "": what the opened file suggests (OpenedFile::default_mode), else inference.
+    std::string mode;
     std::string optimizer = "sgd"; // train: sgd (momentum 0.9) | adam | adamw | none
     std::string loss = "auto"; // train: auto | sum | cross_entropy
     int threads = 0; // intra-op threads; 0: libtorch's default

@@ -5,6 +5,7 @@
 #include "support/errors.h"
 #include "recording/module_path.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
@@ -13,6 +14,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <optional>
 #include <cstring>
 
 namespace c10 {
@@ -34,11 +37,18 @@ struct RecordState {
     Clock::time_point start;
     std::vector<std::uint32_t> stack; // op names, outermost first
     std::vector<std::uint32_t> allocation_helpers; // aten::empty and the like: they allocate for their caller
+    // Training: the module of the last forward op that started with each autograd sequence number, so that
+    // the backward node the op created finds its module; AccumulateGrad nodes (sequence number -1) wait for
+    // their parameter: (op index, data of the incoming gradient).
+    bool in_backward = false;
+    std::unordered_map<std::int64_t, std::uint32_t> module_of_sequence;
+    std::vector<std::pair<std::size_t, const void*>> accumulate_nodes;
     std::unordered_map<const void*, std::uint32_t> name_ids;
     ModulePathResolver* resolver = nullptr;
     std::unordered_map<const void*, std::string> param_owner; // parameter data -> its module's path
     std::unordered_map<std::uint64_t, std::int32_t> live; // address -> its alloc event
     std::uint32_t current_module = 0;
+    std::uint32_t root_module = 0; // string id of ""
     const std::atomic<bool>* cancel = nullptr;
     bool cancelled = false;
     std::unordered_set<std::uint32_t> modules_seen;
@@ -79,10 +89,38 @@ std::unique_ptr<at::ObserverContext> onOpStart(const at::RecordFunction& fn)
     std::uint32_t id = it != s->name_ids.end()
         ? it->second
         : s->name_ids.emplace(name, s->trace->strings.intern(name)).first->second;
+    if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
+        // An autograd node. Its sequence number is that of the forward op that made it.
+        if (s->stack.empty()) { // not inside the engine's evaluate_function span: a call of its own
+            OpCall call;
+            call.start_ns = s->now();
+            call.first_event = static_cast<std::uint32_t>(s->trace->size());
+            s->ops->push_back(std::move(call));
+            s->stack.push_back(id);
+        } else {
+            s->stack.front() = id; // events inside name the node, not "evaluate_function: ..."
+            s->stack.push_back(id);
+        }
+        auto& call = s->ops->back();
+        call.name = id;
+        call.backward = true;
+        auto seq = fn.seqNr();
+        if (seq >= 0) {
+            auto m = s->module_of_sequence.find(seq);
+            call.module = m == s->module_of_sequence.end() ? s->root_module : m->second;
+        } else {
+            call.module = s->root_module; // AccumulateGrad: its parameter's module, once the step is done
+            const auto& inputs = fn.inputs();
+            if (!inputs.empty() && inputs[0].isTensor() && inputs[0].toTensor().defined())
+                s->accumulate_nodes.emplace_back(s->ops->size() - 1, inputs[0].toTensor().data_ptr());
+        }
+        s->current_module = call.module;
+        return nullptr;
+    }
     if (s->stack.empty()) {
         OpCall call;
         call.name = id;
-        call.module = moduleOfCurrentFrame(*s, fn);
+        call.module = s->in_backward ? s->root_module : moduleOfCurrentFrame(*s, fn);
         call.start_ns = s->now();
         call.first_event = static_cast<std::uint32_t>(s->trace->size());
         s->current_module = call.module;
@@ -90,6 +128,8 @@ std::unique_ptr<at::ObserverContext> onOpStart(const at::RecordFunction& fn)
         if (s->progress && *s->progress && s->modules_seen.insert(s->current_module).second)
             (*s->progress)(static_cast<int>(s->modules_seen.size()), s->module_count);
     }
+    if (!s->in_backward && fn.seqNr() >= 0)
+        s->module_of_sequence[fn.seqNr()] = s->current_module;
     s->stack.push_back(id);
     return nullptr;
 }
@@ -196,8 +236,12 @@ void convertFloatingTensors(torch::jit::Module& module, c10::ScalarType scalar)
             if (!attr.value.isTensor())
                 continue;
             const auto& t = attr.value.toTensor();
-            if (t.defined() && t.is_floating_point() && t.scalar_type() != scalar)
-                sub.setattr(attr.name, t.to(scalar));
+            if (t.defined() && t.is_floating_point() && t.scalar_type() != scalar) {
+                // A new leaf of the same kind: a parameter that takes a gradient still takes one.
+                auto converted = t.detach().to(scalar);
+                converted.set_requires_grad(t.requires_grad());
+                sub.setattr(attr.name, converted);
+            }
         }
     }
 }
@@ -218,6 +262,40 @@ std::string joinNames(const std::vector<std::string>& names)
     for (std::size_t i = 0; i < names.size(); ++i)
         out += (i ? ", " : "") + names[i];
     return out;
+}
+
+// After a recorded training step: which allocations ended as a parameter's .grad, the module of each
+// AccumulateGrad node (its parameter's), and the gradients set to None again.
+void finishTrainingStep(RawRun& raw, RecordState& state, const std::vector<at::Tensor>& params)
+{
+    auto& t = raw.trace;
+    std::unordered_map<const void*, std::uint32_t> ownerOfGradient; // gradient data -> its module's path
+    for (const auto& p : params) {
+        const auto& g = p.grad();
+        if (!g.defined())
+            continue;
+        raw.gradient_bytes += static_cast<std::int64_t>(g.numel() * g.element_size());
+        auto owner = state.param_owner.find(p.data_ptr());
+        auto module = t.strings.intern(owner == state.param_owner.end() ? std::string() : owner->second);
+        ownerOfGradient[g.data_ptr()] = module;
+        auto live = state.live.find(reinterpret_cast<std::uint64_t>(g.data_ptr()));
+        if (live != state.live.end()) {
+            auto event = static_cast<std::uint32_t>(live->second);
+            raw.gradient_events.push_back(event);
+            if (t.where[event] == state.root_module)
+                t.where[event] = module;
+        }
+    }
+    for (const auto& [op, data] : state.accumulate_nodes) {
+        auto owner = ownerOfGradient.find(data);
+        if (owner == ownerOfGradient.end() || op >= raw.ops.size())
+            continue;
+        auto& call = raw.ops[op];
+        call.module = owner->second;
+        for (auto e = call.first_event; e < call.end_event && e < t.size(); ++e)
+            t.where[e] = owner->second;
+    }
+    setGradientsToNone(params);
 }
 
 RunError explainRunFailure(
@@ -244,9 +322,18 @@ RawRun Model::run(const RunOptions& options)
 {
     if (!isSupportedDtype(options.dtype))
         throw RunError("unknown dtype '" + options.dtype + "' (use float32, bfloat16 or float16)");
+    const std::string mode = options.mode.empty() ? "inference" : options.mode;
+    if (mode != "inference" && mode != "train")
+        throw RunError("unknown mode '" + mode + "' (use inference or train)");
+    const bool train = mode == "train";
+    if (train && !isSupportedOptimizer(options.optimizer))
+        throw RunError("unknown optimizer '" + options.optimizer + "' (use sgd, adam, adamw or none)");
+    if (train && !isSupportedLoss(options.loss))
+        throw RunError("unknown loss '" + options.loss + "' (use auto, sum or cross_entropy)");
     std::lock_guard<std::mutex> lock(d_->run_mutex); // the window's run and what-if records share one Model
     RawRun raw;
     raw.info.dtype = options.dtype;
+    raw.info.mode = mode;
     raw.info.input_shapes = options.inputs;
     if (raw.info.input_shapes.empty()) {
         // A guess is one tensor: a forward that takes more needs them all named.
@@ -267,13 +354,22 @@ RawRun Model::run(const RunOptions& options)
             shape[0] = *options.batch;
     }
     raw.info.batch = raw.info.input_shapes.front().front();
+    if (options.threads > 0)
+        at::set_num_threads(options.threads);
+    raw.info.threads = at::get_num_threads();
 
     const auto inputNames = forwardInputNames(d_->module);
     auto explain = [&](const std::string& message) {
         return explainRunFailure(message, options.dtype, raw.info, inputNames);
     };
-    torch::NoGradGuard noGrad;
+    // Inference runs without autograd; a training step runs as eager PyTorch would (the graph executor's
+    // optimisations off: with them the warm-up turns the forward into DifferentiableGraph nodes).
+    std::optional<torch::NoGradGuard> noGrad;
+    if (!train)
+        noGrad.emplace();
+    torch::AutoGradMode gradMode(train);
     torch::jit::setGraphExecutorOptimize(false);
+    d_->module.train(train);
     auto scalar = scalarTypeFor(options.dtype);
     if (d_->current_dtype != options.dtype) {
         convertFloatingTensors(d_->module, scalar);
@@ -291,25 +387,83 @@ RawRun Model::run(const RunOptions& options)
         inputs.emplace_back(std::move(t));
     }
 
-    if (!options.record) {
-        auto t0 = Clock::now();
-        try {
-            d_->module.forward(inputs);
-        } catch (const std::exception& e) {
-            throw explain(firstLine(e.what()));
+    // A training step: its optimizer, loss and targets, chosen on the warm-up step.
+    std::vector<at::Tensor> params;
+    std::unique_ptr<torch::optim::Optimizer> optimizer;
+    LossChoice loss;
+    at::Tensor targets;
+    if (train) {
+        params = trainableParameters(d_->module);
+        if (params.empty())
+            throw RunError("the model has no floating-point parameters that require a gradient: nothing to train");
+        setGradientsToNone(params);
+        optimizer = makeOptimizer(options.optimizer, params);
+        raw.info.optimizer = options.optimizer;
+    }
+    // forward, loss, backward, optimizer; `mark` is told where each begins.
+    auto step = [&](const std::function<void(const char*)>& mark) {
+        mark("forward");
+        auto out = d_->module.forward(inputs);
+        mark("loss");
+        auto l = lossOf(out, loss, targets);
+        if (!l.requires_grad())
+            throw RunError("the model's output does not depend on any parameter that requires a gradient: "
+                           "there is no backward pass to record");
+        mark("backward");
+        l.backward();
+        out = c10::IValue(); // the graph is gone: the output's free is part of the step
+        l = at::Tensor();
+        mark("optimizer");
+        if (optimizer)
+            optimizer->step();
+    };
+    auto noMark = [](const char*) {};
+    auto warmUp = [&] {
+        if (!train) {
+            d_->module.forward(inputs); // lazy initialisation and caches stay out of the record
+            return;
         }
-        raw.info.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        // One unrecorded step, so that the optimizer state exists as in any step after the first.
+        loss = chooseLoss(d_->module.forward(inputs), options.loss);
+        raw.info.loss = loss.name;
+        targets = makeTargets(loss);
+        if (targets.defined())
+            raw.input_bytes += static_cast<std::int64_t>(targets.numel() * targets.element_size());
+        step(noMark);
+        setGradientsToNone(params); // PyTorch 2's zero_grad(): the recorded step makes every gradient anew
+    };
+    auto rethrow = [&](const std::exception& e) -> RunError {
+        if (auto* r = dynamic_cast<const RunError*>(&e))
+            return *r;
+        const auto* c10error = dynamic_cast<const c10::Error*>(&e);
+        return explain(firstLine(c10error ? c10error->what_without_backtrace() : e.what()));
+    };
+
+    if (!options.record) {
+        try {
+            if (train)
+                warmUp();
+            auto t0 = Clock::now();
+            if (train)
+                step(noMark);
+            else
+                d_->module.forward(inputs);
+            raw.info.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        } catch (const std::exception& e) {
+            throw rethrow(e);
+        }
+        if (train)
+            setGradientsToNone(params);
         return raw;
     }
-    if (options.warm_up) {
+    if (options.warm_up || train) {
         try {
-            d_->module.forward(inputs); // lazy initialisation and caches stay out of the record
-        } catch (const c10::Error& e) {
-            throw explain(firstLine(e.what_without_backtrace()));
+            warmUp();
         } catch (const std::exception& e) {
-            throw explain(firstLine(e.what()));
+            throw rethrow(e);
         }
     }
+    raw.optimizer_state_bytes = optimizerStateBytes(optimizer.get());
 
     RecordState state;
     state.trace = &raw.trace;
@@ -317,6 +471,7 @@ RawRun Model::run(const RunOptions& options)
     state.cancel = options.cancel;
     state.progress = &options.progress;
     state.module_count = static_cast<int>(d_->modules.size());
+    state.root_module = raw.trace.strings.intern("");
     for (const char* helper : {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
              "aten::new_empty_strided", "aten::resize_", "aten::_empty_affine_quantized"})
         state.allocation_helpers.push_back(raw.trace.strings.intern(helper));
@@ -325,6 +480,7 @@ RawRun Model::run(const RunOptions& options)
         tree.push_back({m.path, m.type});
     ModulePathResolver resolver(std::move(tree));
     state.resolver = &resolver;
+    std::unordered_map<const void*, std::string> ownerOfParameter;
     for (const auto& p : d_->module.named_parameters(true)) {
         auto dot = p.name.rfind('.');
         state.param_owner[p.value.data_ptr()] = dot == std::string::npos ? "" : p.name.substr(0, dot);
@@ -340,28 +496,55 @@ RawRun Model::run(const RunOptions& options)
         }
     };
     auto started = Clock::now();
+    auto mark = [&](const char* phase) {
+        auto now = state.now();
+        auto event = static_cast<std::uint32_t>(raw.trace.size());
+        if (!raw.phases.empty()) {
+            raw.phases.back().end_ns = now;
+            raw.phases.back().end_event = event;
+        }
+        if (phase) {
+            Phase p;
+            p.name = phase;
+            p.start_ns = now;
+            p.first_event = event;
+            raw.phases.push_back(std::move(p));
+        }
+        state.in_backward = phase && std::strcmp(phase, "backward") == 0;
+    };
     try {
         RecordingScope scope {at::addThreadLocalCallback(at::RecordFunctionCallback(onOpStart, onOpEnd)
                                                              .needsInputs(true)
                                                              .needsOutputs(true)
-                                                             .scopes({at::RecordScope::FUNCTION}))};
+                                                             .scopes({at::RecordScope::FUNCTION,
+                                                                 at::RecordScope::BACKWARD_FUNCTION}))};
         tls_state = &state;
         auto recorder = std::make_shared<AllocationRecorder>(state);
         c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, recorder);
         state.start = Clock::now();
         started = state.start;
-        auto out = d_->module.forward(inputs);
-        out = c10::IValue(); // the output's free is part of the run
+        if (train) {
+            step(mark);
+            mark(nullptr);
+        } else {
+            auto out = d_->module.forward(inputs);
+            out = c10::IValue(); // the output's free is part of the run
+        }
     } catch (const Cancelled&) {
+        if (train)
+            setGradientsToNone(params);
         throw;
     } catch (const std::exception& e) {
+        if (train)
+            setGradientsToNone(params);
         if (state.cancelled) // the interpreter wraps what the recorder threw
             throw Cancelled();
-        const auto* c10error = dynamic_cast<const c10::Error*>(&e);
-        throw explain(firstLine(c10error ? c10error->what_without_backtrace() : e.what()));
+        throw rethrow(e);
     }
     raw.trace.shrinkToFit();
     raw.info.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+    if (train)
+        finishTrainingStep(raw, state, params);
     if (options.progress)
         options.progress(state.module_count, state.module_count);
     return raw;

@@ -103,6 +103,8 @@ Report analyzeOpened(const OpenedFile& file, RunOptions options)
         return *file.report;
     if (options.inputs.empty() && !file.default_inputs.empty())
         options.inputs = file.default_inputs;
+    if (options.mode.empty())
+        options.mode = file.default_mode;
     return analyzeModel(*file.model, options);
 }
 

@@ -31,6 +31,7 @@ struct OpenedFile {
     std::string name; // the path, or the built-in model's name: used in messages
     std::shared_ptr<Model> model; // kind Model
     std::vector<Shape> default_inputs; // inputs the built-in model comes with; empty: give or guess
+    std::string default_mode = "inference"; // what a run without a mode records: "inference" | "train"
     std::shared_ptr<const Report> report; // kind Report or Snapshot
 
     // The inputs a run without --input uses: the built-in ones, or the model's guess (`how` says why).
