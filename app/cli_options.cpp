@@ -40,16 +40,20 @@ std::string usageText()
 {
     return "Usage:\n"
            "  memledger [MODEL.pt | REPORT.json | SNAPSHOT.pickle]   open the window (no file: the demo model)\n"
-           "  memledger analyze [FILE] [--input SHAPE] [--batch N] [--dtype T] [--json FILE] [--html FILE]\n"
+           "  memledger analyze [FILE] [--input SHAPE] [--batch N] [--dtype T] [RUN] [--json FILE] [--html FILE]\n"
            "                    [--png FILE] [--snapshot FILE] [--depth N] [--tensors] [--whatif 8,32,64 [--budget "
            "16GiB]]\n"
-           "  memledger whatif MODEL.pt [--input SHAPE] --batch 1,8,32 --dtype float32,bfloat16 [--budget 16GiB]\n"
+           "  memledger whatif MODEL.pt [--input SHAPE] --batch 1,8,32 --dtype float32,bfloat16 [RUN] [--budget 16GiB]\n"
            "                    [--json FILE]\n"
            "  memledger --help | --version\n\n"
            "  SHAPE   input shapes, comma-separated: 1x3x224x224 or 1x128x512,1x128\n"
            "  T       float32 | bfloat16 | float16 (weights and inputs are converted before the run)\n"
+           "  RUN     --mode inference|train (train: one training step: forward, loss, backward, optimizer)\n"
+           "          --optimizer sgd|adam|adamw|none (train; sgd: momentum 0.9)  --loss auto|sum|cross_entropy\n"
+           "          --threads N (libtorch's intra-op threads)\n"
            "  FILE    a TorchScript model (torch.jit.save), a memledger JSON report, or a CUDA memory snapshot\n"
-           "          (torch.cuda.memory._dump_snapshot); no FILE: the built-in demo (RFBNet, 1x1x300x300)\n\n"
+           "          (torch.cuda.memory._dump_snapshot); no FILE: the built-in demo (RFBNet, 1x1x300x300);\n"
+           "          demo:mnist-train.pt: seed 003's MNIST network, one SGD training step at batch 64\n\n"
            "Exit codes: 0 ok, 2 usage, 3 bad model file, 4 run failed.\n";
 }
 
@@ -110,6 +114,21 @@ CliOptions parseCli(const std::vector<std::string>& args)
             o.budget = parseBytes(v);
             if (!o.budget || *o.budget <= 0)
                 throw std::invalid_argument("--budget '" + v + "' is not a size like 16GiB");
+        } else if (a == "--mode") {
+            o.run.mode = value(a);
+            if (o.run.mode != "inference" && o.run.mode != "train")
+                throw std::invalid_argument("--mode '" + o.run.mode + "' is not inference or train");
+        } else if (a == "--optimizer") {
+            o.run.optimizer = value(a);
+            if (o.run.optimizer != "sgd" && o.run.optimizer != "adam" && o.run.optimizer != "adamw"
+                && o.run.optimizer != "none")
+                throw std::invalid_argument("--optimizer '" + o.run.optimizer + "' is not sgd, adam, adamw or none");
+        } else if (a == "--loss") {
+            o.run.loss = value(a);
+            if (o.run.loss != "auto" && o.run.loss != "sum" && o.run.loss != "cross_entropy")
+                throw std::invalid_argument("--loss '" + o.run.loss + "' is not auto, sum or cross_entropy");
+        } else if (a == "--threads") {
+            o.run.threads = static_cast<int>(parsePositive("--threads", value(a)));
         } else if (a == "--json")
             o.json = value(a);
         else if (a == "--html")

@@ -27,7 +27,10 @@ WhatIfTable computeWhatIfTable(const OpenedFile& file, const CliOptions& o, std:
     base.dtype = "float32";
     if (base.inputs.empty())
         base.inputs = file.default_inputs;
-    auto w = WhatIf::record(*file.model, base, 1, 2, dtypes);
+    if (base.mode.empty())
+        base.mode = file.default_mode;
+    auto [b1, b2] = recordedBatchesFor(base.mode);
+    auto w = WhatIf::record(*file.model, base, b1, b2, dtypes);
     auto table = makeWhatIfTable(w, batches, dtypes, o.budget.value_or(0), file.model.get());
     if (notesOut) {
         *notesOut = w.notes();
@@ -55,7 +58,9 @@ int runWhatIf(const CliOptions& o)
         return kExitUsage;
     }
 
-    std::cout << "What-if for " << name << " (from runs at batch 1 and 2 on the CPU)\n\n";
+    std::cout << "What-if for " << name << " (" << (table.mode == "train" ? "a training step, " : "")
+              << "from runs at batch " << table.recorded_batch1 << " and " << table.recorded_batch2
+              << " on the CPU)\n\n";
     std::cout << whatIfToText(table);
     std::sort(notes.begin(), notes.end());
     notes.erase(std::unique(notes.begin(), notes.end()), notes.end());

@@ -40,9 +40,12 @@ quint64 WhatIfWorker::record(std::shared_ptr<const OpenedFile> file, RunOptions 
             return;
         base.cancel = cancel;
         base.inputs = file->inputsFor(base);
+        if (base.mode.empty())
+            base.mode = file->default_mode;
         base.batch.reset();
+        auto [b1, b2] = recordedBatchesFor(base.mode);
         auto w = std::make_shared<const WhatIf>(
-            WhatIf::record(*file->model, base, 1, 2, {"float32", "bfloat16", "float16"}));
+            WhatIf::record(*file->model, base, b1, b2, {"float32", "bfloat16", "float16"}));
         deliver(job, [this, job, w] { emit recorded(job, w); });
     });
 }

@@ -1,8 +1,94 @@
 #include "allocator/gpu_replay.h"
 
+#include "recording/model.h"
+
 #include <cmath>
 
 namespace memledger {
+
+std::int64_t ResidentSet::bytes() const
+{
+    std::int64_t total = 0;
+    for (auto b : blocks)
+        total += b;
+    return total;
+}
+
+namespace {
+
+bool floatingDtype(const std::string& dtype)
+{
+    return dtype == "float32" || dtype == "float16" || dtype == "bfloat16" || dtype == "float64";
+}
+
+std::int64_t elements(const Shape& s)
+{
+    std::int64_t n = 1;
+    for (auto d : s)
+        n *= d;
+    return n;
+}
+
+} // namespace
+
+ResidentSet residentBlocks(const ModelInfo& model, const std::string& dtype, std::int64_t weightBytes,
+    std::int64_t optimizerStateBytes, const std::vector<Shape>& inputs, int inputWidth, std::int64_t inputBytes)
+{
+    ResidentSet set;
+    const auto width = dtypeSize(dtype);
+    std::int64_t weights = 0, parameters = 0;
+    std::vector<std::int64_t> parameterBlocks;
+    for (const auto& t : model.tensors) {
+        auto bytes = floatingDtype(t.dtype) && width > 0 ? elements(t.shape) * width : t.bytes;
+        if (bytes <= 0)
+            continue;
+        set.blocks.push_back(bytes);
+        weights += bytes;
+        if (!t.is_buffer && floatingDtype(t.dtype)) {
+            parameters += bytes;
+            parameterBlocks.push_back(bytes);
+        }
+    }
+    if (model.tensors.empty() && weightBytes > 0)
+        set.blocks.push_back(weightBytes);
+    if (optimizerStateBytes > 0) {
+        // Momentum keeps one tensor like each parameter, Adam two: place them per parameter, the rest as one.
+        auto perParameter = parameters > 0 ? optimizerStateBytes / parameters : 0;
+        std::int64_t placed = 0;
+        for (std::int64_t k = 0; k < perParameter; ++k)
+            for (auto b : parameterBlocks) {
+                set.blocks.push_back(b);
+                placed += b;
+            }
+        if (optimizerStateBytes - placed > 0)
+            set.blocks.push_back(optimizerStateBytes - placed);
+    }
+    std::int64_t placedInputs = 0;
+    for (const auto& shape : inputs) {
+        auto bytes = elements(shape) * inputWidth;
+        if (bytes > 0) {
+            set.blocks.push_back(bytes);
+            placedInputs += bytes;
+        }
+    }
+    if (inputBytes - placedInputs > 0) // targets of a training step, or inputs not listed
+        set.blocks.push_back(inputBytes - placedInputs);
+    return set;
+}
+
+ResidentSet residentBlocksOf(const Report& r)
+{
+    const bool floating = floatingDtype(r.run.dtype);
+    return residentBlocks(r.model, r.run.dtype, r.weight_bytes, r.optimizer_state_bytes, r.run.input_shapes,
+        floating ? dtypeSize(r.run.dtype) : 4, r.input_bytes);
+}
+
+void pushResidentBlocks(Trace& out, const ResidentSet& set, std::int8_t device)
+{
+    std::uint64_t fake = std::uint64_t {1} << 62; // far from any address a run records
+    for (auto b : set.blocks)
+        out.push(0, b, fake += std::uint64_t {1} << 36, Action::Alloc, device);
+}
 
 SimulatedGpu simulateGpu(const Report& r, const AllocatorSettings& settings)
 {
@@ -11,28 +97,10 @@ SimulatedGpu simulateGpu(const Report& r, const AllocatorSettings& settings)
         return out;
     const Trace& t = *r.trace;
     Trace sim;
-    sim.reserve(t.size() + r.model.tensors.size() + r.run.input_shapes.size() + 2);
-    std::uint64_t fake = std::uint64_t {1} << 62; // far from any address the run recorded
+    auto resident = residentBlocksOf(r);
+    sim.reserve(t.size() + resident.blocks.size());
     std::int8_t dev = t.size() ? t.device.front() : -1;
-    // The file's tensors, scaled to the bytes resident at the run's dtype.
-    std::int64_t fileBytes = 0;
-    for (const auto& w : r.model.tensors)
-        fileBytes += w.bytes;
-    std::int64_t placed = 0;
-    if (fileBytes > 0 && r.weight_bytes > 0) {
-        double scale = static_cast<double>(r.weight_bytes) / static_cast<double>(fileBytes);
-        for (const auto& w : r.model.tensors) {
-            auto bytes = static_cast<std::int64_t>(std::llround(static_cast<double>(w.bytes) * scale));
-            if (bytes > 0) {
-                sim.push(0, bytes, fake += std::uint64_t {1} << 36, Action::Alloc, dev);
-                placed += bytes;
-            }
-        }
-    }
-    if (r.weight_bytes - placed > 0)
-        sim.push(0, r.weight_bytes - placed, fake += std::uint64_t {1} << 36, Action::Alloc, dev);
-    if (r.input_bytes > 0)
-        sim.push(0, r.input_bytes, fake += std::uint64_t {1} << 36, Action::Alloc, dev);
+    pushResidentBlocks(sim, resident, dev);
     out.preloaded = sim.size();
     for (std::size_t i = 0; i < t.size(); ++i) {
         auto k = sim.push(t.time_ns[i], t.bytes[i], t.address[i], t.action[i], t.device[i]);

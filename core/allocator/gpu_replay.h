@@ -18,6 +18,23 @@ struct SimulatedGpu {
     std::int64_t peak_reserved = 0;
 };
 
+// What is resident on a GPU before a run, as blocks in the order a program allocates them: each weight
+// tensor of the file at the run's dtype, the optimizer's state of a training step (as many blocks per
+// parameter as it keeps per parameter: momentum one, Adam two), one block per input and the targets. The
+// report and the what-if both replay a run after these, so that their reserve figures agree.
+struct ResidentSet {
+    std::vector<std::int64_t> blocks;
+    std::int64_t bytes() const;
+};
+// `weightBytes`: the resident total, for a model whose tensors are not listed (a reopened report); inputs
+// and targets: one block of `inputBytes` when `inputs` is empty.
+ResidentSet residentBlocks(const ModelInfo& model, const std::string& dtype, std::int64_t weightBytes,
+    std::int64_t optimizerStateBytes, const std::vector<Shape>& inputs, int inputWidth, std::int64_t inputBytes);
+// The resident set of a report's run.
+ResidentSet residentBlocksOf(const Report& r);
+// Appends the blocks as allocations at time 0 on `device`, at addresses no run uses.
+void pushResidentBlocks(Trace& out, const ResidentSet& set, std::int8_t device);
+
 // Empty replay when the report has no trace.
 SimulatedGpu simulateGpu(const Report& r, const AllocatorSettings& settings = {});
 // The report's own replay (made off the GUI thread with the report), or a new one when it has none.

@@ -109,6 +109,36 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
     r.layers = modules;
     auto& t = raw.trace;
     classify(t, raw.ops);
+    const bool train = raw.info.mode == "train";
+    auto phaseNamed = [&raw](const char* name) -> const Phase* {
+        for (const auto& p : raw.phases)
+            if (p.name == name)
+                return &p;
+        return nullptr;
+    };
+    const Phase* forward = phaseNamed("forward");
+    const Phase* backward = phaseNamed("backward");
+    auto inPhase = [](const Phase* p, std::size_t i) { return p && i >= p->first_event && i < p->end_event; };
+    // Forward figures of a module count what its forward made: in a training step, the forward phase only.
+    auto inForward = [&](std::size_t i) { return !train || inPhase(forward, i); };
+    if (train) {
+        // Allocations that end as a parameter's .grad are gradients; forward activations still alive when the
+        // backward starts and freed by it were saved for it.
+        auto setLedger = [&t](std::size_t i, Ledger l) {
+            t.ledger[i] = l;
+            if (t.partner[i] != kNoPartner)
+                t.ledger[static_cast<std::size_t>(t.partner[i])] = l;
+        };
+        for (auto e : raw.gradient_events)
+            if (e < t.size())
+                setLedger(e, Ledger::Gradients);
+        for (std::size_t i = 0; i < t.size(); ++i)
+            if (t.action[i] == Action::Alloc && t.ledger[i] == Ledger::Activations && inPhase(forward, i)
+                && t.partner[i] != kNoPartner && inPhase(backward, static_cast<std::size_t>(t.partner[i])))
+                setLedger(i, Ledger::SavedActivations);
+        r.gradient_bytes = raw.gradient_bytes;
+        r.optimizer_state_bytes = raw.optimizer_state_bytes;
+    }
 
     // Weights at the run's dtype: floating tensors take its width, the rest stay as stored.
     for (auto& l : r.layers)
@@ -155,7 +185,15 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
     }
     r.ledgers[static_cast<int>(Ledger::Weights)] = {r.weight_bytes, r.weight_bytes};
     r.ledgers[static_cast<int>(Ledger::Inputs)] = {r.input_bytes, r.input_bytes};
-    r.peak_total_bytes = r.weight_bytes + r.input_bytes + r.peak_bytes;
+    r.ledgers[static_cast<int>(Ledger::OptimizerState)] = {r.optimizer_state_bytes, r.optimizer_state_bytes};
+    r.peak_total_bytes = r.weight_bytes + r.optimizer_state_bytes + r.input_bytes + r.peak_bytes;
+    r.phases = raw.phases;
+    for (auto& p : r.phases) {
+        std::int64_t top = p.first_event == 0 || p.first_event > live.size() ? 0 : live[p.first_event - 1];
+        for (auto i = p.first_event; i < p.end_event && i < live.size(); ++i)
+            top = std::max(top, live[i]);
+        p.peak_bytes = top;
+    }
     if (r.peak_event >= 0) {
         auto pe = static_cast<std::size_t>(r.peak_event);
         for (std::size_t i = 0; i <= pe; ++i) {
@@ -177,13 +215,22 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
             [](const PeakItem& a, const PeakItem& b) { return a.bytes > b.bytes; });
     }
 
-    // Per module: activations attributed to it (and summed into its parents).
+    // Per module: activations its forward made (saved ones too), and in a training step what was saved for
+    // the backward and the gradients of its parameters (each summed into its parents).
     auto layerOf = layerOfString(t, r.layers);
-    for (std::size_t i = 0; i < t.size(); ++i) {
-        if (t.action[i] != Action::Alloc || t.ledger[i] != Ledger::Activations)
-            continue;
+    auto addUp = [&](std::size_t i, std::int64_t LayerStats::*field) {
         for (int m = layerOf[t.where[i]]; m >= 0; m = r.layers[static_cast<std::size_t>(m)].parent)
-            r.layers[static_cast<std::size_t>(m)].activation_bytes += t.bytes[i];
+            r.layers[static_cast<std::size_t>(m)].*field += t.bytes[i];
+    };
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        if (t.action[i] != Action::Alloc)
+            continue;
+        if ((t.ledger[i] == Ledger::Activations || t.ledger[i] == Ledger::SavedActivations) && inForward(i))
+            addUp(i, &LayerStats::activation_bytes);
+        if (t.ledger[i] == Ledger::SavedActivations)
+            addUp(i, &LayerStats::saved_activation_bytes);
+        if (t.ledger[i] == Ledger::Gradients)
+            addUp(i, &LayerStats::gradient_bytes);
     }
 
     // Temporary peak of each op: temporaries never outlive their op, so each op starts from zero.
@@ -199,42 +246,61 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
         opTempPeak[k] = peak;
     }
 
-    // Calls: runs of consecutive ops inside a module's subtree.
-    std::vector<OpenCall> open(r.layers.size());
+    // Calls: runs of consecutive ops inside a module's subtree; forward ops and backward nodes apart.
     std::vector<std::set<std::string>> shapes(r.layers.size());
-    auto closeCall = [&](std::size_t m) {
-        auto& c = open[m];
-        if (c.first_op < 0)
-            return;
+    auto isForwardOp = [&](const OpCall& op) {
+        return !op.backward && (!train || (forward && op.start_ns >= forward->start_ns && op.start_ns < forward->end_ns));
+    };
+    auto eachCall = [&](auto belongs, auto onCall) {
+        std::vector<OpenCall> open(r.layers.size());
+        auto closeCall = [&](std::size_t m) {
+            auto& c = open[m];
+            if (c.first_op < 0)
+                return;
+            const auto& first = raw.ops[static_cast<std::size_t>(c.first_op)];
+            const auto& last = raw.ops[static_cast<std::size_t>(c.last_op)];
+            std::int64_t entry = first.first_event == 0 ? 0 : live[first.first_event - 1];
+            std::int64_t top = entry;
+            for (auto i = first.first_event; i < last.end_event; ++i)
+                top = std::max(top, live[i]);
+            std::int64_t tempPeak = 0;
+            for (auto k = c.first_op; k <= c.last_op; ++k)
+                tempPeak = std::max(tempPeak, opTempPeak[static_cast<std::size_t>(k)]);
+            onCall(m, top - entry, tempPeak, last);
+            c.first_op = -1;
+        };
+        for (std::size_t k = 0; k < raw.ops.size(); ++k) {
+            if (!belongs(raw.ops[k]))
+                continue;
+            for (int m = layerOf[raw.ops[k].module]; m >= 0; m = r.layers[static_cast<std::size_t>(m)].parent) {
+                auto& c = open[static_cast<std::size_t>(m)];
+                if (c.last_op != static_cast<std::int64_t>(k) - 1)
+                    closeCall(static_cast<std::size_t>(m));
+                if (c.first_op < 0)
+                    c.first_op = static_cast<std::int64_t>(k);
+                c.last_op = static_cast<std::int64_t>(k);
+            }
+        }
+        for (std::size_t m = 0; m < r.layers.size(); ++m)
+            closeCall(m);
+    };
+    eachCall(isForwardOp, [&](std::size_t m, std::int64_t delta, std::int64_t tempPeak, const OpCall& last) {
         auto& layer = r.layers[m];
         layer.calls += 1;
-        const auto& first = raw.ops[static_cast<std::size_t>(c.first_op)];
-        const auto& last = raw.ops[static_cast<std::size_t>(c.last_op)];
-        std::int64_t entry = first.first_event == 0 ? 0 : live[first.first_event - 1];
-        std::int64_t top = entry;
-        for (auto i = first.first_event; i < last.end_event; ++i)
-            top = std::max(top, live[i]);
-        layer.peak_bytes = std::max(layer.peak_bytes, top - entry);
-        for (auto k = c.first_op; k <= c.last_op; ++k)
-            layer.temporary_peak_bytes = std::max(layer.temporary_peak_bytes, opTempPeak[static_cast<std::size_t>(k)]);
+        layer.peak_bytes = std::max(layer.peak_bytes, delta);
+        layer.temporary_peak_bytes = std::max(layer.temporary_peak_bytes, tempPeak);
         for (const auto& s : last.outputs)
             shapes[m].insert(shapeToString(s));
-        c.first_op = -1;
-    };
-    for (std::size_t k = 0; k < raw.ops.size(); ++k) {
-        for (int m = layerOf[raw.ops[k].module]; m >= 0; m = r.layers[static_cast<std::size_t>(m)].parent) {
-            auto& c = open[static_cast<std::size_t>(m)];
-            if (c.last_op != static_cast<std::int64_t>(k) - 1)
-                closeCall(static_cast<std::size_t>(m));
-            if (c.first_op < 0)
-                c.first_op = static_cast<std::int64_t>(k);
-            c.last_op = static_cast<std::int64_t>(k);
-        }
-    }
-    for (std::size_t m = 0; m < r.layers.size(); ++m) {
-        closeCall(m);
+    });
+    if (train)
+        eachCall([](const OpCall& op) { return op.backward; },
+            [&](std::size_t m, std::int64_t delta, std::int64_t tempPeak, const OpCall&) {
+                auto& layer = r.layers[m];
+                layer.backward_peak_bytes = std::max(layer.backward_peak_bytes, delta);
+                layer.backward_temporary_peak_bytes = std::max(layer.backward_temporary_peak_bytes, tempPeak);
+            });
+    for (std::size_t m = 0; m < r.layers.size(); ++m)
         r.layers[m].output_shapes.assign(shapes[m].begin(), shapes[m].end());
-    }
     if (!r.layers.empty())
         r.layers[0].peak_bytes = r.peak_bytes;
 

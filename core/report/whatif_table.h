@@ -37,6 +37,7 @@ struct WhatIfTable {
     std::vector<std::pair<std::string, std::int64_t>> max_batch; // per dtype, with a budget
     std::int64_t recorded_batch1 = 1; // the records the predictions come from
     std::int64_t recorded_batch2 = 2;
+    std::string mode = "inference"; // of the recorded runs: "train" predicts a training step
 
     // Peak total (measured where there is a measurement) and reserved within the budget.
     bool fits(const Prediction& p) const;

@@ -22,6 +22,11 @@ struct WhatIf::Fit {
     std::int64_t parameter_bytes = 0;
     std::int64_t buffer_bytes = 0;
     int input_width = 4; // bytes per input element
+    std::int64_t optimizer_state_bytes = 0; // a training step's: resident, the same at every batch
+    std::int64_t target_bytes_per_sample = 0; // a training step's class targets
+    std::vector<Phase> phases; // a training step's, at b2: event ranges hold at every batch
+    std::vector<std::uint32_t> gradient_events;
+    std::int64_t gradient_bytes = 0;
 
     struct Recorded { // what the runs at b1 and b2 measured
         std::int64_t batch = 0;

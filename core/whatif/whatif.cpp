@@ -1,4 +1,5 @@
 #include "whatif/whatif.h"
+#include "allocator/gpu_replay.h"
 
 #include "report/build_report.h"
 #include "allocator/caching_allocator.h"
@@ -63,6 +64,11 @@ std::shared_ptr<WhatIf::Fit> makeFit(const ModelInfo& model, const std::vector<L
     f->parameter_bytes = r2.parameter_bytes;
     f->buffer_bytes = r2.buffer_bytes;
     f->input_width = dtypeSize(f->dtype);
+    f->optimizer_state_bytes = r2.optimizer_state_bytes;
+    f->phases = r2.phases;
+    f->gradient_events = r2.gradient_events;
+    f->gradient_bytes = r2.gradient_bytes;
+    f->target_bytes_per_sample = b2 > 0 ? std::max<std::int64_t>(0, r2.input_bytes - f->inputBytes(b2)) / b2 : 0;
 
     for (auto* raw : {&r1, &r2}) {
         auto batch = raw == &r1 ? b1 : b2;
@@ -140,7 +146,7 @@ std::int64_t WhatIf::Fit::inputBytes(std::int64_t batch) const
             shape[0] = batch;
         total += numel(shape) * input_width;
     }
-    return total;
+    return total + target_bytes_per_sample * batch;
 }
 
 WhatIf WhatIf::fromRuns(const ModelInfo& model, const std::vector<LayerStats>& modules, RawRun r1, std::int64_t b1,
@@ -251,6 +257,11 @@ std::int64_t WhatIf::batch1() const
 {
     return fits_.empty() ? 0 : fits_.front()->b1;
 }
+std::string WhatIf::mode() const
+{
+    return fits_.empty() || fits_.front()->info.mode.empty() ? "inference" : fits_.front()->info.mode;
+}
+
 std::int64_t WhatIf::batch2() const
 {
     return fits_.empty() ? 0 : fits_.front()->b2;
@@ -323,7 +334,8 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
     }
     p.ledgers_at_peak[static_cast<std::size_t>(Ledger::Weights)] = p.weight_bytes;
     p.ledgers_at_peak[static_cast<std::size_t>(Ledger::Inputs)] = p.input_bytes;
-    p.predicted_peak_total_bytes = p.weight_bytes + p.input_bytes + p.predicted_peak_bytes;
+    p.ledgers_at_peak[static_cast<std::size_t>(Ledger::OptimizerState)] = f.optimizer_state_bytes;
+    p.predicted_peak_total_bytes = p.weight_bytes + f.optimizer_state_bytes + p.input_bytes + p.predicted_peak_bytes;
 
     if (withReserved) {
         // Weights and inputs first, each its own block as on a GPU, then the run with predicted sizes.
@@ -332,26 +344,20 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
         thread_local Trace replay;
         replay.clearEvents();
         const auto& t = *f.trace;
-        std::size_t extra = model_->tensors.size() + f.info.input_shapes.size();
-        replay.reserve(extra + t.size());
-        std::uint64_t fake = std::uint64_t {1} << 62;
-        auto width = dtypeSize(dtype);
-        if (model_->tensors.empty()) {
-            if (p.weight_bytes > 0)
-                replay.push(0, p.weight_bytes, fake++, Action::Alloc, 0);
-        }
-        for (const auto& ti : model_->tensors)
-            replay.push(0, isFloating(ti.dtype) ? numel(ti.shape) * width : ti.bytes, fake++, Action::Alloc, 0);
-        for (auto shape : f.info.input_shapes) {
+        // The same resident set as the report's replay (allocator/gpu_replay.h), at this batch and dtype.
+        auto inputs = f.info.input_shapes;
+        for (auto& shape : inputs)
             if (!shape.empty())
                 shape[0] = batch;
-            replay.push(0, numel(shape) * f.input_width, fake++, Action::Alloc, 0);
-        }
+        auto resident = residentBlocks(*model_, dtype, p.weight_bytes, f.optimizer_state_bytes, inputs,
+            f.input_width, p.input_bytes);
+        replay.reserve(resident.blocks.size() + t.size());
+        pushResidentBlocks(replay, resident, t.size() ? t.device.front() : -1);
         for (std::size_t i = 0; i < t.size(); ++i) {
             if (!f.sign[i])
                 continue;
             replay.push(0, f.sizeAt(i, static_cast<double>(batch)), t.address[i],
-                f.sign[i] > 0 ? Action::Alloc : Action::Free, 0);
+                f.sign[i] > 0 ? Action::Alloc : Action::Free, t.device[i]);
         }
         p.predicted_reserved_bytes = replayCachingAllocator(replay).peak_reserved;
     }
@@ -414,6 +420,10 @@ Report WhatIf::predictedReport(std::int64_t batch, const std::string& dtype) con
     raw.input_bytes = f.inputBytes(batch);
     raw.parameter_bytes = f.parameter_bytes;
     raw.buffer_bytes = f.buffer_bytes;
+    raw.optimizer_state_bytes = f.optimizer_state_bytes;
+    raw.phases = f.phases;
+    raw.gradient_events = f.gradient_events;
+    raw.gradient_bytes = f.gradient_bytes;
     auto report = buildReport(*model_, *modules_, std::move(raw));
     auto p = predict(batch, dtype, false);
     report.notes.insert(report.notes.begin(), p.notes.begin(), p.notes.end());
@@ -428,6 +438,10 @@ Prediction WhatIf::measure(Model& model, std::int64_t batch, const std::string& 
     o.inputs = f.info.input_shapes;
     o.batch = batch;
     o.dtype = dtype;
+    o.mode = f.info.mode;
+    o.optimizer = f.info.optimizer.empty() ? "sgd" : f.info.optimizer;
+    o.loss = f.info.loss.empty() ? "auto" : f.info.loss;
+    o.threads = f.info.threads;
     auto raw = model.run(o);
     auto live = liveBytesAfterEachEvent(raw.trace);
     std::int64_t peak = 0;
@@ -435,7 +449,8 @@ Prediction WhatIf::measure(Model& model, std::int64_t batch, const std::string& 
         peak = std::max(peak, v);
     p.method = "measured";
     p.measured_peak_bytes = peak;
-    p.measured_peak_total_bytes = peak + raw.parameter_bytes + raw.buffer_bytes + raw.input_bytes;
+    p.measured_peak_total_bytes
+        = peak + raw.parameter_bytes + raw.buffer_bytes + raw.optimizer_state_bytes + raw.input_bytes;
     p.error_percent
         = peak > 0 ? 100.0 * static_cast<double>(p.predicted_peak_bytes - peak) / static_cast<double>(peak) : 0.0;
     p.notes.push_back("measured at batch " + std::to_string(batch) + " in " + dtype + ": peak " + formatBytes(peak)

@@ -52,6 +52,7 @@ public:
     bool isRecorded(const std::string& dtype) const; // recorded, not rescaled
     std::int64_t batch1() const;
     std::int64_t batch2() const;
+    std::string mode() const; // "inference" or "train": what the records ran
     std::vector<std::string> notes() const; // alignment, rescaled dtypes, ...
     std::size_t eventCount(const std::string& dtype) const; // events replayed per prediction
 
@@ -65,6 +66,10 @@ private:
     const Fit& fit(const std::string& dtype) const; // throws std::invalid_argument
     void addRescaledFits(const std::vector<std::pair<std::string, std::string>>& cannotRun);
 };
+
+// The two batch sizes a what-if records: 1 and 2 for inference; 2 and 4 for a training step, whose backward
+// takes other kernel paths at batch 1 (vectors where larger batches have matrices).
+std::pair<std::int64_t, std::int64_t> recordedBatchesFor(const std::string& mode);
 
 // The table of predictions for `batches` x `dtypes` (a prediction the records do not back, measured instead
 // when `model` is given and can run that dtype), with the largest batch within `budget` per dtype (0: none).

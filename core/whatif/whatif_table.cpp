@@ -4,6 +4,12 @@
 
 namespace memledger {
 
+std::pair<std::int64_t, std::int64_t> recordedBatchesFor(const std::string& mode)
+{
+    return mode == "train" ? std::make_pair(std::int64_t {2}, std::int64_t {4})
+                           : std::make_pair(std::int64_t {1}, std::int64_t {2});
+}
+
 bool WhatIfTable::fits(const Prediction& p) const
 {
     auto total = p.measured_peak_total_bytes.value_or(p.predicted_peak_total_bytes);
@@ -17,6 +23,7 @@ WhatIfTable makeWhatIfTable(const WhatIf& w, const std::vector<std::int64_t>& ba
     t.budget_bytes = budget;
     t.recorded_batch1 = w.batch1();
     t.recorded_batch2 = w.batch2();
+    t.mode = w.mode();
     for (const auto& dtype : dtypes) {
         for (auto batch : batches) {
             auto p = w.predict(batch, dtype);
@@ -60,7 +67,7 @@ nlohmann::json predictionToJson(const Prediction& p)
 nlohmann::json whatIfToJson(const WhatIfTable& t)
 {
     nlohmann::json j = {{"format", "memledger-whatif"}, {"version", 1},
-        {"recorded_batches", {t.recorded_batch1, t.recorded_batch2}}};
+        {"recorded_batches", {t.recorded_batch1, t.recorded_batch2}}, {"mode", t.mode}};
     auto& rows = j["predictions"] = nlohmann::json::array();
     for (const auto& p : t.predictions) {
         auto row = predictionToJson(p);
@@ -85,6 +92,7 @@ WhatIfTable whatIfFromJson(const nlohmann::json& j)
         t.recorded_batch1 = j["recorded_batches"][0].get<std::int64_t>();
         t.recorded_batch2 = j["recorded_batches"][1].get<std::int64_t>();
     }
+    t.mode = j.value("mode", "inference");
     for (const auto& row : j.at("predictions")) {
         Prediction p;
         p.batch = row.at("batch").get<std::int64_t>();
