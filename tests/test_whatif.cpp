@@ -221,3 +221,51 @@ TEST(WhatIfModel, Float16IsPredictedNotMeasured)
         EXPECT_GT(p.weight_bytes, f32.weight_bytes / 2);
     }
 }
+
+// One GPU replay for every reserve figure: the what-if's reserve at a recorded batch is the report's, with the
+// same resident set before the run (each weight tensor, one block per input), for one input and for two.
+TEST(WhatIfModel, ReserveAtTheRecordedBatchIsTheReports)
+{
+    struct Case {
+        const char* file;
+        const char* input;
+    };
+    for (const auto& c : {Case {"small_inplace.pt", "1x3x32x32"}, Case {"two_inputs.pt", "1x16,1x4"}}) {
+        auto model = Model::open(memledger::test::fixture(c.file));
+        RunOptions base;
+        base.inputs = parseShapes(c.input);
+        auto w = WhatIf::record(model, base, 1, 2, {"float32"});
+        RunOptions at2 = base;
+        at2.batch = 2;
+        auto report = analyzeModel(model, at2);
+        auto p = w.predict(2, "float32");
+        EXPECT_EQ(p.predicted_reserved_bytes, report.simulated_reserved_peak_bytes) << c.file;
+        EXPECT_EQ(p.predicted_peak_total_bytes, report.peak_total_bytes) << c.file;
+    }
+}
+
+// A training step predicted from its records at batch 2 and 4 (recordedBatchesFor) against real steps.
+TEST(WhatIfModel, TrainingStepIsPredictedWithinOnePercent)
+{
+    auto model = Model::open(memledger::test::fixture("small_inplace.pt"));
+    RunOptions base;
+    base.inputs = parseShapes("1x3x32x32");
+    base.mode = "train";
+    base.optimizer = "sgd";
+    auto [b1, b2] = recordedBatchesFor("train");
+    auto w = WhatIf::record(model, base, b1, b2, {"float32"});
+    EXPECT_EQ(w.mode(), "train");
+    for (std::int64_t batch : {16, 64}) {
+        auto p = w.measure(model, batch, "float32");
+        ASSERT_TRUE(p.measured_peak_bytes && p.error_percent);
+        EXPECT_LE(std::abs(*p.error_percent), 1.0) << "batch " << batch;
+        EXPECT_LE(std::abs(static_cast<double>(p.predicted_peak_total_bytes - *p.measured_peak_total_bytes)),
+            0.01 * static_cast<double>(*p.measured_peak_total_bytes));
+        EXPECT_GT(p.ledgers_at_peak[static_cast<std::size_t>(Ledger::OptimizerState)], 0);
+    }
+    // The reserve at a recorded batch is the report's, optimizer state and targets included.
+    RunOptions at = base;
+    at.batch = b2;
+    auto report = analyzeModel(model, at);
+    EXPECT_EQ(w.predict(b2, "float32").predicted_reserved_bytes, report.simulated_reserved_peak_bytes);
+}
