@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 using namespace memledger;
 
 namespace {
@@ -123,8 +125,26 @@ TEST(PickleReader, BadInputsAreErrorsWithOffsets)
     EXPECT_NE(errorText(bytes({0x80, 2, 'a', '.'})).find("stack underflow"), std::string::npos);
     EXPECT_NE(errorText(bytes({0x80, 2, 'K', 1, 'K', 2, 'a', '.'})).find("APPEND on a int"), std::string::npos);
     EXPECT_NE(errorText(bytes({0x80, 2, 0xff})).find("unknown or unsupported pickle opcode 0xff"), std::string::npos);
-    EXPECT_NE(errorText(bytes({0x80, 4, 0x8a, 9, 0, 0, 0, 0, 0, 0, 0, 0, 1, '.'})).find("does not fit in 64 bits"),
-        std::string::npos);
+}
+
+// Real snapshots write an unknown frame line as 18446744073709551615 (LONG1 of 9 bytes): an unsigned 64-bit
+// value keeps its bits; anything wider is a float, never a refused file.
+TEST(PickleReader, IntegersWiderThan64BitsSigned)
+{
+    auto doc = readPickle(bytes({0x80, 4, ']', '(', //
+        0x8a, 9, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, // 2^64 - 1: unsigned 64-bit
+        0x8a, 9, 0, 0, 0, 0, 0, 0, 0, 0, 1, // 2^64: wider
+        0x8a, 9, 0, 0, 0, 0, 0, 0, 0, 0x7f, 0xff, // -129 * 2^56: wider, negative
+        0x8a, 9, 0, 0, 0, 0, 0, 0, 0, 0x80, 0xff, // -2^63 written in 9 bytes: fits
+        'e', '.'}));
+    auto items = doc.root().items();
+    ASSERT_EQ(items.size(), 4u);
+    EXPECT_EQ(static_cast<std::uint64_t>(items[0].asInt()), 18446744073709551615ull);
+    EXPECT_EQ(items[1].kind(), PickleKind::Float);
+    EXPECT_DOUBLE_EQ(items[1].asFloat(), 18446744073709551616.0);
+    EXPECT_EQ(items[2].kind(), PickleKind::Float);
+    EXPECT_DOUBLE_EQ(items[2].asFloat(), -129.0 * 72057594037927936.0);
+    EXPECT_EQ(items[3].asInt(), std::numeric_limits<std::int64_t>::min());
 }
 
 TEST(PickleReader, DeepNestingIsRefused)

@@ -418,10 +418,14 @@ private:
         push(memo_[idx]);
     }
 
-    std::int64_t longFromBytes(std::size_t n)
+    // LONG1 / LONG4: two's complement, little-endian. Up to 64 bits signed is an int; an unsigned 64-bit value
+    // (real snapshots write a frame's unknown line as 18446744073709551615, 9 bytes) keeps its 64 bits, so that
+    // it reads back as -1 and as an address as the same bits; anything wider becomes a float (its value,
+    // rounded), so that one odd field never refuses the whole file.
+    PickleValue longValue(std::size_t n)
     {
         if (n == 0)
-            return 0;
+            return integer(0);
         const unsigned char* p = data_ + pos_;
         pos_ += n;
         if (n <= 8) { // the common case (addresses take 7 or 8 bytes): sign-extend the top byte
@@ -429,21 +433,28 @@ private:
             for (std::size_t i = n; i-- > 0;)
                 v = (v << 8) | p[i];
             const unsigned shift = static_cast<unsigned>(64 - 8 * n);
-            return static_cast<std::int64_t>(v << shift) >> shift;
+            return integer(static_cast<std::int64_t>(v << shift) >> shift);
         }
-        // Two's complement little-endian; more than 8 significant bytes does not fit in int64.
         bool negative = (p[n - 1] & 0x80) != 0;
         std::size_t used = n;
         while (used > 1 && p[used - 1] == (negative ? 0xff : 0x00) && ((p[used - 2] & 0x80) != 0) == negative)
             --used;
-        if (used > 8)
-            fail("integer of " + std::to_string(n) + " bytes does not fit in 64 bits");
-        std::uint64_t v = negative ? ~std::uint64_t {0} : 0;
-        for (std::size_t i = 0; i < used; ++i) {
-            v &= ~(std::uint64_t {0xff} << (8 * i));
-            v |= std::uint64_t {p[i]} << (8 * i);
+        const bool unsigned64 = !negative && used == 9 && p[8] == 0x00;
+        if (used <= 8 || unsigned64) {
+            std::uint64_t v = negative ? ~std::uint64_t {0} : 0;
+            for (std::size_t i = 0; i < std::min<std::size_t>(used, 8); ++i) {
+                v &= ~(std::uint64_t {0xff} << (8 * i));
+                v |= std::uint64_t {p[i]} << (8 * i);
+            }
+            return integer(static_cast<std::int64_t>(v));
         }
-        return static_cast<std::int64_t>(v);
+        double value = 0;
+        for (std::size_t i = n; i-- > 0;)
+            value = value * 256.0 + static_cast<double>(negative ? static_cast<unsigned char>(~p[i]) : p[i]);
+        PickleScalar sc;
+        sc.kind = PickleKind::Float;
+        sc.f = negative ? -(value + 1.0) : value;
+        return newScalar(sc);
     }
 
     PickleValue text(PickleKind k, std::size_t n)
@@ -512,12 +523,12 @@ private:
             return false;
         case 0x8a: { // LONG1
             auto n = declaredLength(1);
-            push(integer(longFromBytes(n)));
+            push(longValue(n));
             return false;
         }
         case 0x8b: { // LONG4
             auto n = declaredLength(4);
-            push(integer(longFromBytes(n)));
+            push(longValue(n));
             return false;
         }
         case 'G': { // BINFLOAT, big-endian

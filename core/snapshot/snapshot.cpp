@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <deque>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -37,7 +38,12 @@ std::int64_t intOr(const PickleValue& d, std::string_view key, std::int64_t fall
         return fallback;
     if (!v->isNumber())
         throw ShapeError("'" + std::string(key) + "' is a " + pickleKindName(v->kind()) + ", not a number");
-    return v->kind() == PickleKind::Float ? static_cast<std::int64_t>(v->asFloat()) : v->asInt();
+    if (v->kind() != PickleKind::Float)
+        return v->asInt();
+    // A float where an int belongs (or an integer wider than 64 bits, which the reader gives as a float):
+    // its value when it fits, else the fallback.
+    double f = v->asFloat();
+    return std::isfinite(f) && f > -9.2e18 && f < 9.2e18 ? static_cast<std::int64_t>(f) : fallback;
 }
 
 std::string strOr(const PickleValue& d, std::string_view key, std::string_view fallback = {})
