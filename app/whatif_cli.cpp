@@ -29,8 +29,14 @@ WhatIfTable computeWhatIfTable(const OpenedFile& file, const CliOptions& o, std:
         base.inputs = file.default_inputs;
     if (base.mode.empty())
         base.mode = file.default_mode;
-    auto [b1, b2] = recordedBatchesFor(base.mode);
-    auto w = WhatIf::record(*file.model, base, b1, b2, dtypes);
+    // Records at log-spaced batches while the machine can run them within a few seconds each, so that kernels
+    // that switch algorithm at larger batches are seen; beyond the largest record figures are extrapolated.
+    WhatIf::Plan plan;
+    plan.largest = std::max<std::int64_t>(64, std::min<std::int64_t>(1024, *std::max_element(batches.begin(), batches.end())));
+    plan.progress = [](std::int64_t batch, int done) {
+        std::cerr << "memledger: what-if record " << done << " at batch " << batch << "\n";
+    };
+    auto w = WhatIf::recordPlanned(*file.model, base, dtypes, plan);
     auto table = makeWhatIfTable(w, batches, dtypes, o.budget.value_or(0), file.model.get());
     if (notesOut) {
         *notesOut = w.notes();
@@ -58,9 +64,12 @@ int runWhatIf(const CliOptions& o)
         return kExitUsage;
     }
 
+    std::string records;
+    for (std::size_t i = 0; i < table.recorded_batches.size(); ++i)
+        records += (i == 0 ? "" : i + 1 == table.recorded_batches.size() ? " and " : ", ")
+            + std::to_string(table.recorded_batches[i]);
     std::cout << "What-if for " << name << " (" << (table.mode == "train" ? "a training step, " : "")
-              << "from runs at batch " << table.recorded_batch1 << " and " << table.recorded_batch2
-              << " on the CPU)\n\n";
+              << "from runs at batch " << records << " on the CPU)\n\n";
     std::cout << whatIfToText(table);
     std::sort(notes.begin(), notes.end());
     notes.erase(std::unique(notes.begin(), notes.end()), notes.end());

@@ -43,9 +43,12 @@ quint64 WhatIfWorker::record(std::shared_ptr<const OpenedFile> file, RunOptions 
         if (base.mode.empty())
             base.mode = file->default_mode;
         base.batch.reset();
-        auto [b1, b2] = recordedBatchesFor(base.mode);
+        // Log-spaced records (1, 2, 8, 32, ... while this machine runs them in seconds), so that kernels that switch
+        // at larger batches are seen; beyond the largest record the panel's figures are extrapolated.
+        WhatIf::Plan plan;
+        plan.largest = 256;
         auto w = std::make_shared<const WhatIf>(
-            WhatIf::record(*file->model, base, b1, b2, {"float32", "bfloat16", "float16"}));
+            WhatIf::recordPlanned(*file->model, base, {"float32", "bfloat16", "float16"}, plan));
         deliver(job, [this, job, w] { emit recorded(job, w); });
     });
 }

@@ -23,6 +23,7 @@ struct Prediction {
     std::array<std::int64_t, kLedgerCount> ledgers_at_peak {}; // weights, inputs, activations, temporaries
     std::int32_t peak_event = -1; // in the predicted trace
     bool reliable = true; // false: the two records did not align; measure() instead
+    bool extrapolated = false; // beyond the largest record: the last fit carried on
     std::vector<std::string> notes;
 
     // Set by WhatIf::measure() only.
@@ -35,8 +36,12 @@ struct WhatIfTable {
     std::vector<Prediction> predictions;
     std::int64_t budget_bytes = 0; // 0: no budget was given
     std::vector<std::pair<std::string, std::int64_t>> max_batch; // per dtype, with a budget
-    std::int64_t recorded_batch1 = 1; // the records the predictions come from
+    // Per dtype of max_batch: how the largest batch that fits is known: "measured" (a real run at that batch
+    // fits), "predicted" (within the records) or "extrapolated" (beyond the largest record).
+    std::vector<std::pair<std::string, std::string>> max_batch_method;
+    std::int64_t recorded_batch1 = 1; // the smallest and largest records the predictions come from
     std::int64_t recorded_batch2 = 2;
+    std::vector<std::int64_t> recorded_batches; // every record
     std::string mode = "inference"; // of the recorded runs: "train" predicts a training step
 
     // Peak total (measured where there is a measurement) and reserved within the budget.

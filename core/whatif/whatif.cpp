@@ -12,6 +12,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include <unistd.h>
+
 namespace memledger {
 
 namespace {
@@ -175,38 +177,103 @@ WhatIf WhatIf::record(
     if (b1 < 1 || b2 <= b1)
         throw std::invalid_argument(
             "what-if needs two batch sizes 1 <= b1 < b2, not " + std::to_string(b1) + " and " + std::to_string(b2));
-    std::vector<std::string> order {base.dtype};
+    return record(model, std::move(base), std::vector<std::int64_t> {b1, b2}, dtypes);
+}
+
+namespace {
+
+std::vector<std::string> dtypeOrder(const std::string& base, const std::vector<std::string>& dtypes)
+{
+    std::vector<std::string> order {base};
     for (const auto& d : dtypes) {
         if (!isSupportedDtype(d))
             throw std::invalid_argument("unknown dtype '" + d + "' (use float32, bfloat16 or float16)");
         if (std::find(order.begin(), order.end(), d) == order.end())
             order.push_back(d);
     }
+    return order;
+}
+
+std::int64_t machineMemoryBytes()
+{
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && size > 0 ? static_cast<std::int64_t>(pages) * size : std::int64_t {8} << 30;
+}
+
+} // namespace
+
+WhatIf WhatIf::record(
+    Model& model, RunOptions base, const std::vector<std::int64_t>& batches, const std::vector<std::string>& dtypes)
+{
+    if (batches.size() < 2 || batches.front() < 1 || !std::is_sorted(batches.begin(), batches.end())
+        || std::adjacent_find(batches.begin(), batches.end()) != batches.end())
+        throw std::invalid_argument("what-if needs at least two increasing batch sizes from 1");
     WhatIf w;
     w.model_ = std::make_shared<const ModelInfo>(model.info());
     w.modules_ = std::make_shared<const std::vector<LayerStats>>(model.modules());
     std::vector<std::pair<std::string, std::string>> cannotRun; // dtype, why
-    for (const auto& dtype : order) {
+    for (const auto& dtype : dtypeOrder(base.dtype, dtypes)) {
         RunOptions o = base;
         o.dtype = dtype;
-        RawRun r1, r2;
+        std::vector<RawRun> runs;
         try {
-            o.batch = b1;
-            r1 = model.run(o);
-            o.batch = b2;
-            r2 = model.run(o);
+            for (auto b : batches) {
+                o.batch = b;
+                runs.push_back(model.run(o));
+                if (base.inputs.empty()) // guessed once: the same guess for every batch and dtype
+                    o.inputs = base.inputs = runs.back().info.input_shapes;
+            }
         } catch (const RunError& e) {
             if (dtype == base.dtype)
                 throw;
             cannotRun.emplace_back(dtype, e.what());
             continue;
         }
-        if (base.inputs.empty()) // guessed once: the same guess for every dtype
-            base.inputs = r1.info.input_shapes;
-        w.fits_.push_back(makeFit(*w.model_, *w.modules_, std::move(r1), b1, std::move(r2), b2));
+        for (std::size_t k = 0; k + 1 < runs.size(); ++k) {
+            RawRun lower = runs[k], upper = runs[k + 1]; // each record serves the fit on either side
+            w.fits_.push_back(makeFit(*w.model_, *w.modules_, std::move(lower), batches[k], std::move(upper), batches[k + 1]));
+        }
     }
     w.addRescaledFits(cannotRun);
     return w;
+}
+
+WhatIf WhatIf::recordPlanned(Model& model, RunOptions base, const std::vector<std::string>& dtypes, const Plan& plan)
+{
+    auto [b1, b2] = recordedBatchesFor(base.mode.empty() ? "inference" : base.mode);
+    std::vector<std::int64_t> batches {b1, b2};
+    const std::int64_t memory
+        = plan.memory_budget > 0 ? plan.memory_budget : std::min(machineMemoryBytes() / 4, std::int64_t {4} << 30);
+    if (plan.progress)
+        plan.progress(b2, 2);
+    // Probe with the base dtype alone: the records so far say what the next one would cost.
+    RunOptions probe = base;
+    auto w = record(model, probe, batches, {base.dtype});
+    if (probe.inputs.empty())
+        probe.inputs = w.fits_.front()->info.input_shapes;
+    double seconds = 0;
+    for (const auto& f : w.fits_)
+        seconds = std::max(seconds, f->info.duration_ms / 1000.0);
+    while (batches.back() * 4 <= plan.largest) {
+        auto next = batches.back() * 4;
+        auto p = w.predict(next, base.dtype, false);
+        double nextSeconds = seconds * static_cast<double>(next) / static_cast<double>(batches.back());
+        if (p.predicted_peak_total_bytes > memory || nextSeconds * 2 > plan.seconds_budget)
+            break; // a warm-up and a recorded run each
+        batches.push_back(next);
+        seconds = nextSeconds;
+        if (plan.progress)
+            plan.progress(next, static_cast<int>(batches.size()));
+    }
+    probe.batch.reset();
+    auto all = record(model, probe, batches, dtypes);
+    all.notes_.push_back("recorded at batch " + [&] {
+        std::string list;
+        for (std::size_t i = 0; i < batches.size(); ++i)
+            list += (i == 0 ? "" : i + 1 == batches.size() ? " and " : ", ") + std::to_string(batches[i]);
+        return list;
+    }());
+    return all;
 }
 
 void WhatIf::addRescaledFits(const std::vector<std::pair<std::string, std::string>>& cannotRun)
@@ -219,13 +286,17 @@ void WhatIf::addRescaledFits(const std::vector<std::pair<std::string, std::strin
         for (const auto& [d, reason] : cannotRun)
             if (d == dtype)
                 why = "the CPU cannot run it (" + reason + ")";
-        const Fit* from = fits_.front().get();
+        std::string from = fits_.front()->dtype;
         for (const auto& f : fits_)
             if (f->rescaled_from.empty() && dtypeSize(f->dtype) == dtypeSize(dtype)) {
-                from = f.get();
+                from = f->dtype;
                 break;
             }
-        fits_.push_back(rescaleFit(*from, dtype, *model_, why));
+        std::vector<std::shared_ptr<const Fit>> rescaled;
+        for (const auto& f : fits_)
+            if (f->dtype == from)
+                rescaled.push_back(rescaleFit(*f, dtype, *model_, why));
+        fits_.insert(fits_.end(), rescaled.begin(), rescaled.end());
     }
 }
 
@@ -237,11 +308,41 @@ const WhatIf::Fit& WhatIf::fit(const std::string& dtype) const
     throw std::invalid_argument("what-if has no records for dtype '" + dtype + "'");
 }
 
+const WhatIf::Fit& WhatIf::fit(const std::string& dtype, std::int64_t batch) const
+{
+    const Fit* chosen = nullptr;
+    for (const auto& f : fits_) {
+        if (f->dtype != dtype)
+            continue;
+        if (!chosen || batch >= f->b1)
+            chosen = f.get(); // fits are in increasing batch order: the last that starts at or below batch
+        if (batch <= f->b2)
+            break;
+    }
+    if (!chosen)
+        throw std::invalid_argument("what-if has no records for dtype '" + dtype + "'");
+    return *chosen;
+}
+
 std::vector<std::string> WhatIf::dtypes() const
 {
     std::vector<std::string> out;
     for (const auto& f : fits_)
-        out.push_back(f->dtype);
+        if (std::find(out.begin(), out.end(), f->dtype) == out.end())
+            out.push_back(f->dtype);
+    return out;
+}
+
+std::vector<std::int64_t> WhatIf::recordedBatches() const
+{
+    std::vector<std::int64_t> out;
+    for (const auto& f : fits_) {
+        if (f->dtype != fits_.front()->dtype)
+            continue;
+        if (out.empty())
+            out.push_back(f->b1);
+        out.push_back(f->b2);
+    }
     return out;
 }
 
@@ -264,7 +365,8 @@ std::string WhatIf::mode() const
 
 std::int64_t WhatIf::batch2() const
 {
-    return fits_.empty() ? 0 : fits_.front()->b2;
+    auto batches = recordedBatches();
+    return batches.empty() ? 0 : batches.back();
 }
 
 std::vector<std::string> WhatIf::notes() const
@@ -284,7 +386,7 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
 {
     if (batch < 1)
         throw std::invalid_argument("batch must be at least 1, not " + std::to_string(batch));
-    const auto& f = fit(dtype);
+    const auto& f = fit(dtype, batch);
     Prediction p;
     p.batch = batch;
     p.dtype = dtype;
@@ -361,10 +463,15 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
         }
         p.predicted_reserved_bytes = replayCachingAllocator(replay).peak_reserved;
     }
+    p.extrapolated = batch > batch2();
     if (p.method == "predicted")
         p.notes.insert(p.notes.begin(),
             "predicted from the runs at batch " + std::to_string(f.b1) + " and " + std::to_string(f.b2)
-                + (f.rescaled_from.empty() ? "" : " in " + f.rescaled_from) + ", not measured");
+                + (f.rescaled_from.empty() ? "" : " in " + f.rescaled_from) + ", not measured"
+                + (p.extrapolated ? "; extrapolated " + percent(100.0 * static_cast<double>(batch)
+                                                                    / static_cast<double>(batch2()))
+                            + " of the largest record (batch " + std::to_string(batch2()) + ")"
+                                  : ""));
     return p;
 }
 
@@ -389,7 +496,7 @@ std::int64_t WhatIf::maxBatch(const std::string& dtype, std::int64_t budget, boo
 
 Trace WhatIf::predictedTrace(std::int64_t batch, const std::string& dtype) const
 {
-    const auto& f = fit(dtype);
+    const auto& f = fit(dtype, batch);
     Trace t = *f.trace;
     for (std::size_t i = 0; i < t.size(); ++i)
         if (f.sign[i])
@@ -399,7 +506,7 @@ Trace WhatIf::predictedTrace(std::int64_t batch, const std::string& dtype) const
 
 Report WhatIf::predictedReport(std::int64_t batch, const std::string& dtype) const
 {
-    const auto& f = fit(dtype);
+    const auto& f = fit(dtype, batch);
     RawRun raw;
     raw.trace = predictedTrace(batch, dtype);
     raw.ops = *f.ops;
@@ -433,7 +540,7 @@ Report WhatIf::predictedReport(std::int64_t batch, const std::string& dtype) con
 Prediction WhatIf::measure(Model& model, std::int64_t batch, const std::string& dtype) const
 {
     auto p = predict(batch, dtype);
-    const auto& f = fit(dtype);
+    const auto& f = fit(dtype, batch);
     RunOptions o;
     o.inputs = f.info.input_shapes;
     o.batch = batch;

@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <functional>
 #include <vector>
 
 namespace memledger {
@@ -29,6 +30,21 @@ public:
     // Throws RunError, Cancelled, std::invalid_argument (b1 >= b2 or b1 < 1).
     static WhatIf record(Model& model, RunOptions base, std::int64_t b1 = 1, std::int64_t b2 = 2,
         const std::vector<std::string>& dtypes = {"float32", "bfloat16", "float16"});
+    // The same at several batch sizes (at least two, increasing): a fit between each two neighbours, so that
+    // kernels that switch algorithm at larger batches are seen. A batch between two records is predicted from
+    // the fit around it; beyond the largest, from the last fit, marked extrapolated.
+    static WhatIf record(Model& model, RunOptions base, const std::vector<std::int64_t>& batches,
+        const std::vector<std::string>& dtypes = {"float32", "bfloat16", "float16"});
+    // Records at log-spaced batches: the first two of recordedBatchesFor(mode), then four times the last while
+    // the next record's predicted peak total stays within `memoryBudget` bytes and its predicted time within
+    // `secondsBudget`, up to `largest`. `progress` (may be empty) is told each record as it is made.
+    struct Plan {
+        std::int64_t largest = 256;
+        std::int64_t memory_budget = 0; // 0: a quarter of this machine's memory, at most 4 GiB
+        double seconds_budget = 20.0; // per record (a warm-up and a recorded run)
+        std::function<void(std::int64_t batch, int done)> progress;
+    };
+    static WhatIf recordPlanned(Model& model, RunOptions base, const std::vector<std::string>& dtypes, const Plan& plan);
 
     // The same from two runs already made (tests, or runs made elsewhere); one dtype, r1.info.dtype.
     // `model` and `modules` are what Model::info() and Model::modules() give; they may be empty.
@@ -50,8 +66,9 @@ public:
 
     std::vector<std::string> dtypes() const; // every dtype predict() accepts
     bool isRecorded(const std::string& dtype) const; // recorded, not rescaled
-    std::int64_t batch1() const;
-    std::int64_t batch2() const;
+    std::int64_t batch1() const; // the smallest record
+    std::int64_t batch2() const; // the largest record
+    std::vector<std::int64_t> recordedBatches() const; // of the first dtype, increasing
     std::string mode() const; // "inference" or "train": what the records ran
     std::vector<std::string> notes() const; // alignment, rescaled dtypes, ...
     std::size_t eventCount(const std::string& dtype) const; // events replayed per prediction
@@ -63,7 +80,8 @@ private:
     std::shared_ptr<const std::vector<LayerStats>> modules_;
     std::vector<std::shared_ptr<const Fit>> fits_;
     std::vector<std::string> notes_;
-    const Fit& fit(const std::string& dtype) const; // throws std::invalid_argument
+    const Fit& fit(const std::string& dtype) const; // the first fit of dtype; throws std::invalid_argument
+    const Fit& fit(const std::string& dtype, std::int64_t batch) const; // the fit whose records surround batch
     void addRescaledFits(const std::vector<std::pair<std::string, std::string>>& cannotRun);
 };
 

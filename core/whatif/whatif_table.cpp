@@ -1,5 +1,7 @@
 #include "whatif/whatif.h"
 
+#include "support/errors.h"
+
 #include <nlohmann/json.hpp>
 
 namespace memledger {
@@ -23,6 +25,7 @@ WhatIfTable makeWhatIfTable(const WhatIf& w, const std::vector<std::int64_t>& ba
     t.budget_bytes = budget;
     t.recorded_batch1 = w.batch1();
     t.recorded_batch2 = w.batch2();
+    t.recorded_batches = w.recordedBatches();
     t.mode = w.mode();
     for (const auto& dtype : dtypes) {
         for (auto batch : batches) {
@@ -32,8 +35,22 @@ WhatIfTable makeWhatIfTable(const WhatIf& w, const std::vector<std::int64_t>& ba
                 p = w.measure(*model, batch, dtype);
             t.predictions.push_back(std::move(p));
         }
-        if (budget > 0)
-            t.max_batch.emplace_back(dtype, w.maxBatch(dtype, budget));
+        if (budget > 0) {
+            auto n = w.maxBatch(dtype, budget);
+            t.max_batch.emplace_back(dtype, n);
+            // Confirmed by a real run where the machine can make it (within the records' reach, recorded
+            // dtype); otherwise the figure says how it is known.
+            std::string how = n >= 1 && w.predict(n, dtype, false).extrapolated ? "extrapolated" : "predicted";
+            if (model && n >= 1 && how == "predicted" && w.isRecorded(dtype)) {
+                try {
+                    auto m = w.measure(*model, n, dtype);
+                    if (m.measured_peak_total_bytes && *m.measured_peak_total_bytes <= budget)
+                        how = "measured";
+                } catch (const RunError&) {
+                }
+            }
+            t.max_batch_method.emplace_back(dtype, how);
+        }
     }
     return t;
 }
@@ -50,6 +67,7 @@ nlohmann::json predictionToJson(const Prediction& p)
         {"weight_bytes", p.weight_bytes},
         {"input_bytes", p.input_bytes},
         {"reliable", p.reliable},
+        {"extrapolated", p.extrapolated},
         {"notes", p.notes},
     };
     auto& ledgers = j["ledgers_at_peak"] = nlohmann::json::object();
@@ -67,7 +85,9 @@ nlohmann::json predictionToJson(const Prediction& p)
 nlohmann::json whatIfToJson(const WhatIfTable& t)
 {
     nlohmann::json j = {{"format", "memledger-whatif"}, {"version", 1},
-        {"recorded_batches", {t.recorded_batch1, t.recorded_batch2}}, {"mode", t.mode}};
+        {"recorded_batches", t.recorded_batches.empty() ? std::vector<std::int64_t> {t.recorded_batch1, t.recorded_batch2}
+                                                         : t.recorded_batches},
+        {"mode", t.mode}};
     auto& rows = j["predictions"] = nlohmann::json::array();
     for (const auto& p : t.predictions) {
         auto row = predictionToJson(p);
@@ -80,6 +100,9 @@ nlohmann::json whatIfToJson(const WhatIfTable& t)
         auto& mb = j["max_batch"] = nlohmann::json::object();
         for (const auto& [dtype, n] : t.max_batch)
             mb[dtype] = n;
+        auto& how = j["max_batch_method"] = nlohmann::json::object();
+        for (const auto& [dtype, method] : t.max_batch_method)
+            how[dtype] = method;
     }
     return j;
 }
@@ -88,9 +111,10 @@ WhatIfTable whatIfFromJson(const nlohmann::json& j)
 {
     WhatIfTable t;
     t.budget_bytes = j.value("budget_bytes", std::int64_t {0});
-    if (j.contains("recorded_batches") && j["recorded_batches"].size() == 2) {
-        t.recorded_batch1 = j["recorded_batches"][0].get<std::int64_t>();
-        t.recorded_batch2 = j["recorded_batches"][1].get<std::int64_t>();
+    if (j.contains("recorded_batches") && j["recorded_batches"].size() >= 2) {
+        t.recorded_batches = j["recorded_batches"].get<std::vector<std::int64_t>>();
+        t.recorded_batch1 = t.recorded_batches.front();
+        t.recorded_batch2 = t.recorded_batches.back();
     }
     t.mode = j.value("mode", "inference");
     for (const auto& row : j.at("predictions")) {
@@ -104,6 +128,7 @@ WhatIfTable whatIfFromJson(const nlohmann::json& j)
         p.weight_bytes = row.value("weight_bytes", std::int64_t {0});
         p.input_bytes = row.value("input_bytes", std::int64_t {0});
         p.reliable = row.value("reliable", true);
+        p.extrapolated = row.value("extrapolated", false);
         p.notes = row.value("notes", std::vector<std::string> {});
         if (row.contains("ledgers_at_peak"))
             for (int l = 0; l < kLedgerCount; ++l)
@@ -120,6 +145,9 @@ WhatIfTable whatIfFromJson(const nlohmann::json& j)
     if (j.contains("max_batch") && j["max_batch"].is_object())
         for (const auto& [dtype, n] : j["max_batch"].items())
             t.max_batch.emplace_back(dtype, n.get<std::int64_t>());
+    if (j.contains("max_batch_method") && j["max_batch_method"].is_object())
+        for (const auto& [dtype, m] : j["max_batch_method"].items())
+            t.max_batch_method.emplace_back(dtype, m.get<std::string>());
     return t;
 }
 
