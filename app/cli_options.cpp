@@ -51,6 +51,8 @@ std::string usageText()
            "  RUN     --mode inference|train (train: one training step: forward, loss, backward, optimizer)\n"
            "          --optimizer sgd|adam|adamw|none (train; sgd: momentum 0.9)  --loss auto|sum|cross_entropy\n"
            "          --threads N (libtorch's intra-op threads)\n"
+           "          --device cpu|cuda|cuda:N (a GPU needs a memledger built against a libtorch with CUDA)\n"
+           "          --cudnn-benchmark on|off (CUDA: cuDNN's autotuner; default off)\n"
            "  FILE    a TorchScript model (torch.jit.save), a memledger JSON report, or a CUDA memory snapshot\n"
            "          (torch.cuda.memory._dump_snapshot); no FILE: the built-in demo (RFBNet, 1x1x300x300);\n"
            "          demo:mnist-train.pt: seed 003's MNIST network, one SGD training step at batch 64\n\n"
@@ -129,6 +131,19 @@ CliOptions parseCli(const std::vector<std::string>& args)
                 throw std::invalid_argument("--loss '" + o.run.loss + "' is not auto, sum or cross_entropy");
         } else if (a == "--threads") {
             o.run.threads = static_cast<int>(parsePositive("--threads", value(a)));
+        } else if (a == "--device") {
+            o.run.device = value(a);
+            const auto& d = o.run.device;
+            bool cuda = d == "cuda"
+                || (d.rfind("cuda:", 0) == 0 && d.size() > 5
+                    && d.find_first_not_of("0123456789", 5) == std::string::npos);
+            if (d != "cpu" && !cuda)
+                throw std::invalid_argument("--device '" + d + "' is not cpu, cuda or cuda:N");
+        } else if (a == "--cudnn-benchmark") {
+            auto v = value(a);
+            if (v != "on" && v != "off")
+                throw std::invalid_argument("--cudnn-benchmark '" + v + "' is not on or off");
+            o.run.cudnn_benchmark = v == "on";
         } else if (a == "--json")
             o.json = value(a);
         else if (a == "--html")

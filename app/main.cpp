@@ -106,7 +106,7 @@ int main(int argc, char** argv)
         return kExitOk;
     }
     if (options.version) {
-        std::cout << "memledger " MEMLEDGER_VERSION "\n";
+        std::cout << "memledger " MEMLEDGER_VERSION " (" << torchBuildInfo() << ")\n";
         return kExitOk;
     }
     try {

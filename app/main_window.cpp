@@ -33,6 +33,7 @@
 #include <QLabel>
 #include <QMenuBar>
 #include <QMimeData>
+#include <QRegularExpression>
 #include <QSaveFile>
 #include <QScreen>
 #include <QScrollArea>
@@ -197,10 +198,12 @@ MainWindow::MainWindow(QWidget* parent)
     });
     connect(worker_, &RunWorker::finished, this, [this](quint64, std::shared_ptr<const Report> report) {
         runPanel_->setFinished(RunPanel::Outcome::Done);
-        runPanel_->setStatus(report->source == "model" ? tr("Ran in %1 ms, %2 events")
-                                                             .arg(report->run.duration_ms, 0, 'f', 0)
-                                                             .arg(report->trace ? report->trace->size() : 0)
-                                                       : QString());
+        runPanel_->setStatus(report->source == "model"
+                ? (report->run.mode == "train" ? tr("Ran a training step in %1 ms, %2 events")
+                                               : tr("Ran in %1 ms, %2 events"))
+                      .arg(report->run.duration_ms, 0, 'f', 0)
+                      .arg(report->trace ? report->trace->size() : 0)
+                : QString());
         clearError();
         if (report->source == "model" && !fileIsReport_)
             recordWhatIf(*report);
@@ -230,13 +233,17 @@ void MainWindow::buildMenus()
         if (!path.isEmpty())
             openFile(path);
     });
-    file->addAction(tr("Open the &demo model"), this, [this] { openDemo(); });
+    auto* demos = file->addMenu(tr("Open &demo"));
+    for (const auto& d : demoModels()) {
+        auto name = QString::fromUtf8(d.name);
+        auto* action = demos->addAction(QString::fromUtf8(d.title), this, [this, name] { openFile(name); });
+        action->setToolTip(name);
+    }
     recentMenu_ = file->addMenu(tr("Open &recent"));
     rebuildRecentMenu();
     file->addSeparator();
     auto ask = [this](const QString& title, const QString& suffix, const QString& filter) {
-        auto base = file_.isEmpty() ? QStringLiteral("rfbnet-demo") : QFileInfo(file_).completeBaseName();
-        return QFileDialog::getSaveFileName(this, title, base + suffix, filter);
+        return QFileDialog::getSaveFileName(this, title, saveBaseName() + suffix, filter);
     };
     auto report = [this](const QString& error) {
         if (error.isEmpty())
@@ -281,6 +288,9 @@ void MainWindow::openFile(const QString& path)
     RunRequest request;
     request.path = path;
     request.options.dtype = runPanel_->dtype();
+    // The mode stays "": the file says what it is for (a training demo records a training step).
+    request.options.optimizer = runPanel_->optimizer();
+    request.options.loss = runPanel_->loss();
     clearError();
     runPanel_->setRunning(true);
     runPanel_->setStatus(
@@ -300,6 +310,7 @@ void MainWindow::fileOpened(std::shared_ptr<const OpenedFile> file, const QStrin
     showReport(nullptr); // the previous file's report is not this one's
     setWindowTitle(QStringLiteral("%1 — memledger").arg(displayName()));
     runPanel_->setRunnable(opened_->kind == FileKind::Model);
+    runPanel_->setMode(opened_->default_mode);
     if (!opened_->default_inputs.empty())
         runPanel_->setInputs(shapesToText(opened_->default_inputs), tr("(demo input)"));
     else if (fileIsSnapshot_)
@@ -353,7 +364,25 @@ QString MainWindow::errorText() const
 
 QString MainWindow::displayName() const
 {
-    return file_.isEmpty() ? QString::fromUtf8(kDemoModelName) : QFileInfo(file_).fileName();
+    if (!file_.isEmpty())
+        return QFileInfo(file_).fileName();
+    // A built-in demo has no path, only its name ("demo:mnist-train.pt").
+    return opened_ && !opened_->name.empty() ? QString::fromStdString(opened_->name)
+                                             : QString::fromUtf8(kDemoModelName);
+}
+
+QString MainWindow::saveBaseName() const
+{
+    if (!file_.isEmpty())
+        return QFileInfo(file_).completeBaseName();
+    // "demo:mnist-train.pt" -> "mnist-train-demo": no colon, which some file systems refuse.
+    auto name = displayName();
+    if (name.startsWith(QStringLiteral("demo:")))
+        name = name.mid(5);
+    if (name.endsWith(QStringLiteral(".pt")))
+        name.chop(3);
+    name.replace(QRegularExpression(QStringLiteral("[^A-Za-z0-9._-]")), QStringLiteral("-"));
+    return (name.isEmpty() ? QStringLiteral("memledger") : name) + QStringLiteral("-demo");
 }
 
 void MainWindow::showReport(std::shared_ptr<const Report> report)
@@ -367,12 +396,23 @@ void MainWindow::showReport(std::shared_ptr<const Report> report)
         if (shapes != runPanel_->inputsText())
             runPanel_->setInputs(shapes, report_->run.input_guessed ? tr("(guess)") : QString());
     }
-    peakLabel_->setText(report_ ? tr("peak %1 (weights %2, inputs %3, run %4)")
-                                      .arg(QString::fromStdString(formatBytes(report_->peak_total_bytes)),
-                                          QString::fromStdString(formatBytes(report_->weight_bytes)),
-                                          QString::fromStdString(formatBytes(report_->input_bytes)),
-                                          QString::fromStdString(formatBytes(report_->peak_bytes)))
-                                : QString());
+    // The panel says what the shown report is: a training step read from JSON shows as one.
+    if (report_ && report_->source == "model") {
+        runPanel_->setMode(report_->run.mode);
+        if (!report_->run.optimizer.empty())
+            runPanel_->setOptimizer(report_->run.optimizer);
+    }
+    auto bytes = [](std::int64_t b) { return QString::fromStdString(formatBytes(b)); };
+    QString peak;
+    if (report_ && report_->optimizer_state_bytes > 0)
+        peak = tr("peak %1 (weights %2, optimizer state %3, inputs %4, run %5)")
+                   .arg(bytes(report_->peak_total_bytes), bytes(report_->weight_bytes),
+                       bytes(report_->optimizer_state_bytes), bytes(report_->input_bytes), bytes(report_->peak_bytes));
+    else if (report_)
+        peak = tr("peak %1 (weights %2, inputs %3, run %4)")
+                   .arg(bytes(report_->peak_total_bytes), bytes(report_->weight_bytes), bytes(report_->input_bytes),
+                       bytes(report_->peak_bytes));
+    peakLabel_->setText(peak);
     showSegments();
     updateActions();
     if (report_) // clearing the views when another file opens is not a report arriving
@@ -448,7 +488,8 @@ void MainWindow::setUpWhatIf()
                 whatIfPanel_->setDtype(QString::fromStdString(report_->run.dtype));
         }
         whatIfPanel_->setWhatIf(whatIf_);
-        statusBar()->showMessage(tr("What-if ready: recorded at batch 1 and 2"), 4000);
+        statusBar()->showMessage(
+            tr("What-if ready: recorded at batch %1 and %2").arg(whatIf_->batch1()).arg(whatIf_->batch2()), 4000);
         emit whatIfReady();
     });
     connect(whatIfWorker_, &WhatIfWorker::measured, this,
@@ -472,6 +513,14 @@ void MainWindow::recordWhatIf(const Report& report)
     RunOptions base;
     base.inputs = report.run.input_shapes;
     base.dtype = "float32";
+    // The what-if records the run the window shows: a training step is predicted as a training step.
+    base.mode = report.run.mode;
+    if (report.run.mode == "train") {
+        if (!report.run.optimizer.empty())
+            base.optimizer = report.run.optimizer;
+        if (!report.run.loss.empty())
+            base.loss = report.run.loss;
+    }
     whatIfWorker_->record(opened_, base);
 }
 

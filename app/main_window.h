@@ -33,9 +33,10 @@ public:
     explicit MainWindow(QWidget* parent = nullptr);
     ~MainWindow() override;
 
-    // A .pt model (run at once), a .json report (shown as is); "" is the built-in demo.
+    // A .pt model (run at once), a .json report (shown as is); "" is the RFBNet demo, "demo:NAME" a built-in one
+    // (demoModels()), run in the mode it is made for.
     void openFile(const QString& path);
-    void openDemo() { openFile(QString()); }
+    void openDemo() { openFile(QString()); } // the RFBNet demo; File > Open demo lists every built-in one
     void startRun();
     void cancelRun();
 
@@ -90,7 +91,8 @@ private:
     void addRecentFile(const QString& path);
     void rebuildRecentMenu();
     void updateActions();
-    QString displayName() const;
+    QString displayName() const; // the file's name, or the built-in demo's ("demo:mnist-train.pt")
+    QString saveBaseName() const; // what the Save dialogs propose: "resnet18", "mnist-train-demo"
 
     RunWorker* worker_;
     TimelinePlot* timeline_;

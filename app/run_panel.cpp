@@ -22,6 +22,10 @@ RunPanel::RunPanel(QWidget* parent)
     , inputsNote_(new QLabel(this))
     , batch_(new QSpinBox(this))
     , dtype_(new QComboBox(this))
+    , mode_(new QComboBox(this))
+    , optimizer_(new QComboBox(this))
+    , loss_(new QComboBox(this))
+    , training_(new QWidget(this))
     , run_(new QPushButton(tr("Run"), this))
     , cancel_(new QPushButton(tr("Cancel"), this))
     , progress_(new QProgressBar(this))
@@ -37,6 +41,22 @@ RunPanel::RunPanel(QWidget* parent)
     batch_->setSpecialValueText(tr("as in the input"));
     batch_->setToolTip(tr("Replaces dimension 0 of every input"));
     dtype_->addItems({QStringLiteral("float32"), QStringLiteral("bfloat16"), QStringLiteral("float16")});
+    mode_->addItem(tr("inference"), QStringLiteral("inference"));
+    mode_->addItem(tr("training step"), QStringLiteral("train"));
+    mode_->setToolTip(tr("Inference: eval mode, no grad. Training step: forward, loss, backward and the "
+                         "optimizer's step, with gradients and optimizer state"));
+    optimizer_->addItem(QStringLiteral("SGD"), QStringLiteral("sgd"));
+    optimizer_->addItem(QStringLiteral("Adam"), QStringLiteral("adam"));
+    optimizer_->addItem(QStringLiteral("AdamW"), QStringLiteral("adamw"));
+    optimizer_->addItem(tr("none"), QStringLiteral("none"));
+    optimizer_->setToolTip(tr("The optimizer whose step is recorded (SGD with momentum 0.9); its state is a "
+                              "ledger of its own"));
+    loss_->addItem(tr("auto"), QStringLiteral("auto"));
+    loss_->addItem(tr("sum"), QStringLiteral("sum"));
+    loss_->addItem(tr("cross-entropy"), QStringLiteral("cross_entropy"));
+    loss_->setToolTip(tr("The loss the backward starts from; auto: cross-entropy for a 2-D output, else the sum"));
+    for (auto* box : {optimizer_, loss_})
+        box->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
     cancel_->setEnabled(false);
     progress_->setTextVisible(true);
     progress_->setRange(0, 1);
@@ -52,13 +72,24 @@ RunPanel::RunPanel(QWidget* parent)
     auto* buttons = new QHBoxLayout;
     buttons->addWidget(run_);
     buttons->addWidget(cancel_);
-    auto* form = new QFormLayout(this);
-    form->addRow(tr("Inputs"), shapes);
-    form->addRow(tr("Batch"), batch_);
-    form->addRow(tr("Dtype"), dtype_);
-    form->addRow(buttons);
-    form->addRow(progress_);
-    form->addRow(status_);
+    // Optimizer and loss share a row: the dock keeps its width and a training step costs one line of height.
+    auto* training = new QHBoxLayout(training_);
+    training->setContentsMargins(0, 0, 0, 0);
+    training->addWidget(optimizer_, 1);
+    training->addWidget(new QLabel(tr("loss"), training_));
+    training->addWidget(loss_, 1);
+    form_ = new QFormLayout(this);
+    form_->addRow(tr("Inputs"), shapes);
+    form_->addRow(tr("Batch"), batch_);
+    form_->addRow(tr("Dtype"), dtype_);
+    form_->addRow(tr("Mode"), mode_);
+    form_->addRow(tr("Optimizer"), training_);
+    form_->addRow(buttons);
+    form_->addRow(progress_);
+    form_->addRow(status_);
+    form_->setRowVisible(training_, false);
+    connect(mode_, QOverload<int>::of(&QComboBox::currentIndexChanged), this,
+        [this] { form_->setRowVisible(training_, mode() == "train"); });
 
     connect(run_, &QPushButton::clicked, this, &RunPanel::runRequested);
     connect(inputs_, &QLineEdit::returnPressed, this, &RunPanel::runRequested);
@@ -87,6 +118,9 @@ RunOptions RunPanel::options() const
     if (batch_->value() > 0)
         o.batch = batch_->value();
     o.dtype = dtype();
+    o.mode = mode();
+    o.optimizer = optimizer();
+    o.loss = loss();
     return o;
 }
 
@@ -95,10 +129,51 @@ std::string RunPanel::dtype() const
     return dtype_->currentText().toStdString();
 }
 
+namespace {
+
+void selectData(QComboBox* box, const std::string& value)
+{
+    auto i = box->findData(QString::fromStdString(value));
+    if (i >= 0)
+        box->setCurrentIndex(i);
+}
+
+} // namespace
+
+void RunPanel::setMode(const std::string& mode)
+{
+    selectData(mode_, mode == "train" ? mode : std::string("inference"));
+}
+
+std::string RunPanel::mode() const
+{
+    return mode_->currentData().toString().toStdString();
+}
+
+void RunPanel::setOptimizer(const std::string& optimizer)
+{
+    selectData(optimizer_, optimizer);
+}
+
+std::string RunPanel::optimizer() const
+{
+    return optimizer_->currentData().toString().toStdString();
+}
+
+std::string RunPanel::loss() const
+{
+    return loss_->currentData().toString().toStdString();
+}
+
+bool RunPanel::trainingRowVisible() const
+{
+    return form_->isRowVisible(training_);
+}
+
 void RunPanel::setRunnable(bool runnable)
 {
     runnable_ = runnable;
-    for (QWidget* w : std::initializer_list<QWidget*> {inputs_, batch_, dtype_, run_})
+    for (QWidget* w : std::initializer_list<QWidget*> {inputs_, batch_, dtype_, mode_, optimizer_, loss_, run_})
         w->setEnabled(runnable);
 }
 

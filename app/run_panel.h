@@ -4,6 +4,7 @@
 #include <QWidget>
 
 class QComboBox;
+class QFormLayout;
 class QLabel;
 class QLineEdit;
 class QProgressBar;
@@ -12,7 +13,8 @@ class QSpinBox;
 
 namespace memledger {
 
-// Input shapes, batch and dtype of the next run, the Run and Cancel buttons and the run's progress.
+// Input shapes, batch, dtype and mode (inference or one training step, with its optimizer and loss) of the
+// next run, the Run and Cancel buttons and the run's progress.
 class RunPanel : public QWidget {
     Q_OBJECT
 public:
@@ -29,12 +31,22 @@ public:
     // Ends a run: the bar is full only when it is done; a failure or a cancel empties it and says so.
     void setFinished(Outcome outcome);
     std::string dtype() const; // the chosen precision
+    // "inference" or "train"; the optimizer and loss rows show only for a training step.
+    void setMode(const std::string& mode);
+    std::string mode() const;
+    void setOptimizer(const std::string& optimizer); // sgd | adam | adamw | none
+    std::string optimizer() const;
+    std::string loss() const; // auto | sum | cross_entropy
     void setProgress(int done, int total); // total 0: not known yet, the bar runs indeterminate
     void setStatus(const QString& text);
 
     QPushButton* runButton() const { return run_; }
     QPushButton* cancelButton() const { return cancel_; }
     QProgressBar* progressBar() const { return progress_; }
+    QComboBox* modeBox() const { return mode_; }
+    QComboBox* optimizerBox() const { return optimizer_; }
+    QComboBox* lossBox() const { return loss_; }
+    bool trainingRowVisible() const; // the optimizer and loss
 
 signals:
     void runRequested();
@@ -45,6 +57,11 @@ private:
     QLabel* inputsNote_;
     QSpinBox* batch_;
     QComboBox* dtype_;
+    QComboBox* mode_;
+    QComboBox* optimizer_;
+    QComboBox* loss_;
+    QWidget* training_; // optimizer and loss, in one row
+    QFormLayout* form_ = nullptr;
     QPushButton* run_;
     QPushButton* cancel_;
     QProgressBar* progress_;

@@ -1,9 +1,35 @@
 #!/usr/bin/env bash
-# Installs what is missing (Debian packages), configures and builds memledger into build/.
+# Installs what is missing, configures and builds memledger.
+#   default:              Debian's packages (libtorch 1.13, CPU) into build/
+#   MEMLEDGER_TORCH=pip:  PyTorch 2.x from pip (.venv-torch/, CUDA build) into build-torch2/, same sources
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./packaging/install-deps.sh
-if [ ! -f build/CMakeCache.txt ]; then
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-fi
-cmake --build build -j2
+case "${MEMLEDGER_TORCH:-}" in
+  "" | debian)
+    if [ ! -f build/CMakeCache.txt ]; then
+      cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+    fi
+    cmake --build build -j2
+    ;;
+  pip)
+    ./packaging/torch-venv.sh
+    if [ ! -f build-torch2/CMakeCache.txt ]; then
+      torch_dir=$(.venv-torch/bin/python -c 'import os, torch; print(os.path.dirname(torch.__file__))')
+      # Torch's CMake config finds CUDA itself (the machine's nvcc; a GPU is not needed to build). Its libraries
+      # are looked for in the wheel first (CMAKE_LIBRARY_PATH): Debian's libtorch must not be picked up.
+      cuda_args=()
+      if command -v nvcc >/dev/null; then
+        cuda_args+=("-DCMAKE_CUDA_COMPILER=$(command -v nvcc)")
+      fi
+      cmake -S . -B build-torch2 -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DCMAKE_PREFIX_PATH="$torch_dir/share/cmake" -DCMAKE_LIBRARY_PATH="$torch_dir/lib" \
+        -DMEMLEDGER_PYTHON="$PWD/.venv-torch/bin/python" "${cuda_args[@]}" >/dev/null
+    fi
+    cmake --build build-torch2 -j2
+    ;;
+  *)
+    echo "memledger: MEMLEDGER_TORCH='${MEMLEDGER_TORCH}' is not 'pip' (or unset: Debian's libtorch)" >&2
+    exit 2
+    ;;
+esac

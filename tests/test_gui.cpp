@@ -14,9 +14,12 @@
 #include <nlohmann/json.hpp>
 
 #include <QAbstractItemModelTester>
+#include <QComboBox>
 #include <QDockWidget>
 #include <QElapsedTimer>
 #include <QFile>
+#include <QMenu>
+#include <QMenuBar>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSignalSpy>
@@ -311,4 +314,39 @@ TEST(MainWindow, WhatIfPanelGetsItsRecordsAndTheSavedReportCarriesTheTable)
     auto back = readReportFile(path.toStdString());
     ASSERT_TRUE(back.whatif);
     EXPECT_EQ(back.whatif->predictions.size(), rows.size());
+}
+
+TEST(MainWindow, OpensTheMnistTrainingDemoFromTheMenuAndRunsATrainingStep)
+{
+    qtTestApp();
+    MainWindow w;
+    w.show();
+    QAction* mnist = nullptr;
+    for (auto* menu : w.menuBar()->findChildren<QMenu*>())
+        if (menu->title().remove('&') == "Open demo")
+            for (auto* a : menu->actions())
+                if (a->text().contains("MNIST training step"))
+                    mnist = a;
+    ASSERT_TRUE(mnist) << "File > Open demo lists no MNIST training step";
+    mnist->trigger();
+    ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
+    auto report = w.report();
+    ASSERT_TRUE(report);
+    EXPECT_EQ(report->run.mode, "train");
+    EXPECT_EQ(w.runPanel()->modeBox()->currentText(), "training step");
+    EXPECT_EQ(w.runPanel()->mode(), "train");
+    EXPECT_TRUE(w.runPanel()->trainingRowVisible());
+    EXPECT_TRUE(w.windowTitle().contains("demo:mnist-train.pt")) << w.windowTitle().toStdString();
+    EXPECT_EQ(w.runPanel()->options().mode, "train");
+    EXPECT_EQ(w.timeline()->phaseBandCount(), static_cast<int>(report->phases.size()));
+    EXPECT_FALSE(w.layerTree()->view()->isColumnHidden(LayerTreeModel::Gradients));
+
+    // Back to inference: the RFBNet demo opens in its own mode and the training rows go away.
+    w.openDemo();
+    ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
+    EXPECT_EQ(w.report()->run.mode, "inference");
+    EXPECT_EQ(w.runPanel()->modeBox()->currentText(), "inference");
+    EXPECT_FALSE(w.runPanel()->trainingRowVisible());
+    EXPECT_TRUE(w.layerTree()->view()->isColumnHidden(LayerTreeModel::Gradients));
+    EXPECT_EQ(w.timeline()->phaseBandCount(), 0);
 }

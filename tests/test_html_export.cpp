@@ -64,6 +64,25 @@ TEST(HtmlExport, SelfContainedPageRendersInChromiumWithoutErrors)
     EXPECT_GT(std::stoi(pixels.output), 100) << "per mille of non-white pixels";
 }
 
+// A training step: the built-in MNIST demo records one by default; its page names the phases, shades them on
+// the chart and lists gradients, and renders without a console error.
+TEST(HtmlExport, TrainingStepPageHasPhasesAndGradients)
+{
+    auto html = fixture("mnist-train-report.html");
+    auto r = runCommand(memledgerBinary() + " analyze demo:mnist-train.pt --html '" + html + "'");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto page = readAll(html);
+    for (const char* part : {"\"phases\":", "<table id=phases>", "forward", "loss", "backward", "optimizer",
+             "gradients", "optimizer state", "saved for backward", "train on cpu"})
+        EXPECT_NE(page.find(part), std::string::npos) << part;
+    if (runCommand("command -v chromium").exit_code != 0)
+        GTEST_SKIP() << "chromium is not installed (packaging/install-deps.sh installs it)";
+    auto dom = runCommand(chromium("--dump-dom file://" + html));
+    EXPECT_NE(dom.output.find("data-rendered=\"yes\""), std::string::npos) << "the chart script did not finish";
+    EXPECT_EQ(dom.output.find("Uncaught"), std::string::npos) << dom.output;
+    EXPECT_EQ(dom.output.find(":CONSOLE"), std::string::npos) << "console output: " << dom.output;
+}
+
 // The chart's axis: round 1-2-5 ticks in one unit, labelled as the window labels them; ledger colours as the
 // window's.
 TEST(HtmlExport, ChartHasRoundTicksAndTheWindowsColours)
@@ -113,8 +132,8 @@ TEST(PngExport, NeedsNoDisplayAndPrintsNoQtWarnings)
 {
     auto png = fixture("demo-cli.png");
     std::filesystem::remove(png);
-    auto r = runCommand("env -u XDG_RUNTIME_DIR -u DISPLAY -u QT_QPA_PLATFORM " + memledgerBinary()
-        + " analyze --png '" + png + "'");
+    auto r = runCommand(
+        "env -u XDG_RUNTIME_DIR -u DISPLAY -u QT_QPA_PLATFORM " + memledgerBinary() + " analyze --png '" + png + "'");
     if (r.output.find("no GUI") != std::string::npos)
         GTEST_SKIP() << "this build has no GUI: " << r.output;
     ASSERT_EQ(r.exit_code, 0) << r.output;

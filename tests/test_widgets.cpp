@@ -1,6 +1,9 @@
-// Widgets on their own: the byte ticker, the per-column reduction, the layer tree model, PNG rendering.
+// Widgets on their own: the byte ticker, the per-column reduction, the layer tree model, PNG rendering, and a
+// training step made by hand in each view.
 #include "byte_axis_ticker.h"
 #include "exports/ledger_palette.h"
+#include "exports/report_html.h"
+#include "exports/report_text.h"
 #include "layer_tree_model.h"
 #include "layer_tree_panel.h"
 #include "ledger_colors.h"
@@ -295,7 +298,11 @@ TEST(WhatIfPanel, ShowsThePredictionAtTheChosenBatchAndWhetherItFits)
     EXPECT_EQ(panel.batch(), 4);
     auto shown = [&](std::int64_t batch) {
         auto p = whatIf->predict(batch, "float32", false);
-        return formatBytes(p.predicted_peak_total_bytes) + (p.method == "measured" ? "  (measured)" : "  (predicted)");
+        // Beyond the largest record (batch 2 here) a figure is extrapolated and says so.
+        return formatBytes(p.predicted_peak_total_bytes)
+            + (p.method == "measured" ? "  (measured)"
+                    : p.extrapolated  ? "  (extrapolated)"
+                                      : "  (predicted)");
     };
     EXPECT_EQ(panel.peakTotalText().toStdString(), shown(4));
 
@@ -329,4 +336,245 @@ TEST(WhatIfPanel, ShowsThePredictionAtTheChosenBatchAndWhetherItFits)
     EXPECT_FALSE(panel.notesText().contains("bfloat16")) << panel.notesText().toStdString();
     panel.setDtype("bfloat16");
     EXPECT_TRUE(panel.notesText().contains("bfloat16")) << panel.notesText().toStdString();
+}
+
+namespace {
+
+// A training step made by hand: forward (activations saved for the backward, a temporary), loss, backward
+// (autograd nodes named in outer_op, attributed to their forward's module in `where`, gradients) and the
+// optimizer, with the phases that bound them.
+struct TrainStep {
+    Report report;
+    std::size_t gradientEvent = 0; // an alloc of head.conv's gradient, made by ConvolutionBackward0
+};
+
+TrainStep makeTrainStep()
+{
+    TrainStep step;
+    Report& r = step.report;
+    r = makeSyntheticReport(0);
+    r.run.mode = "train";
+    r.run.optimizer = "sgd";
+    r.run.loss = "cross_entropy";
+    r.run.threads = 2;
+    auto t = std::make_shared<Trace>();
+    std::uint32_t seq = 0;
+    auto alloc = [&](Ledger ledger, std::int64_t bytes, const char* where, const char* outer, const char* inner) {
+        auto a
+            = t->push(static_cast<std::int64_t>(t->size()) * 1000, bytes, 0x1000 + t->size() * 64, Action::Alloc, -1);
+        t->ledger[a] = ledger;
+        t->where[a] = t->strings.intern(where);
+        t->outer_op[a] = t->strings.intern(outer);
+        t->inner_op[a] = inner[0] ? t->strings.intern(inner) : 0;
+        t->op_seq[a] = ++seq;
+        return a;
+    };
+    auto release = [&](std::size_t a) {
+        auto f = t->push(static_cast<std::int64_t>(t->size()) * 1000, t->bytes[a], t->address[a], Action::Free, -1);
+        t->partner[f] = static_cast<std::int32_t>(a);
+        t->partner[a] = static_cast<std::int32_t>(f);
+        t->ledger[f] = t->ledger[a];
+        t->where[f] = t->where[a];
+        t->outer_op[f] = t->outer_op[a];
+        t->op_seq[f] = ++seq;
+    };
+    std::vector<std::size_t> bounds {0};
+    // forward
+    auto saved0 = alloc(Ledger::SavedActivations, 1 << 20, "features.0", "aten::conv2d", "aten::mkldnn_convolution");
+    auto scratch = alloc(Ledger::Temporaries, 256 << 10, "features.0", "aten::conv2d", "aten::mkldnn_convolution");
+    release(scratch);
+    auto saved1 = alloc(Ledger::SavedActivations, 512 << 10, "head.conv", "aten::conv2d", "");
+    bounds.push_back(t->size());
+    // loss
+    auto loss = alloc(Ledger::Activations, 4096, "", "aten::cross_entropy_loss", "");
+    bounds.push_back(t->size());
+    // backward
+    auto work = alloc(Ledger::Temporaries, 2 << 20, "head.conv", "ConvolutionBackward0", "aten::convolution_backward");
+    release(work);
+    step.gradientEvent
+        = alloc(Ledger::Gradients, 64 << 10, "head.conv", "ConvolutionBackward0", "aten::convolution_backward");
+    release(saved1);
+    alloc(Ledger::Gradients, 128 << 10, "features.0", "ConvolutionBackward0", "aten::convolution_backward");
+    release(saved0);
+    release(loss);
+    bounds.push_back(t->size());
+    // optimizer
+    auto update = alloc(Ledger::Temporaries, 64 << 10, "", "aten::add_", "");
+    release(update);
+    bounds.push_back(t->size());
+    const char* names[] = {"forward", "loss", "backward", "optimizer"};
+    for (std::size_t i = 0; i < 4; ++i) {
+        Phase p;
+        p.name = names[i];
+        p.first_event = static_cast<std::uint32_t>(bounds[i]);
+        p.end_event = static_cast<std::uint32_t>(bounds[i + 1]);
+        p.start_ns = static_cast<std::int64_t>(bounds[i]) * 1000;
+        p.end_ns = static_cast<std::int64_t>(bounds[i + 1]) * 1000;
+        p.peak_bytes = static_cast<std::int64_t>(i + 1) << 20;
+        r.phases.push_back(p);
+    }
+    r.trace = t;
+    r.gradient_bytes = 192 << 10;
+    r.optimizer_state_bytes = 192 << 10;
+    r.ledgers[static_cast<int>(Ledger::SavedActivations)] = {1536 << 10, 1536 << 10};
+    r.ledgers[static_cast<int>(Ledger::Gradients)] = {64 << 10, 192 << 10};
+    r.ledgers[static_cast<int>(Ledger::OptimizerState)] = {192 << 10, 192 << 10};
+    r.ledgers[static_cast<int>(Ledger::Temporaries)] = {0, (2 << 20) + (320 << 10)};
+    for (auto& l : r.layers) {
+        l.gradient_bytes = l.weight_bytes;
+        l.saved_activation_bytes = l.activation_bytes / 2;
+        l.backward_temporary_peak_bytes = 2 << 20;
+        l.backward_peak_bytes = 3 << 20;
+    }
+    return step;
+}
+
+QStringList legendNames(const QCustomPlot& plot)
+{
+    QStringList names;
+    for (int i = 0; i < plot.legend->itemCount(); ++i)
+        if (auto* item = qobject_cast<QCPPlottableLegendItem*>(plot.legend->item(i)))
+            names << item->plottable()->name();
+    return names;
+}
+
+} // namespace
+
+TEST(TrainStep, TimelineShadesThePhasesOnBothAxesAndStacksEveryLedger)
+{
+    qtTestApp();
+    auto step = makeTrainStep();
+    auto report = std::make_shared<const Report>(step.report);
+    TimelinePlot plot;
+    plot.resize(900, 320);
+    plot.setReport(report);
+    plot.replot(QCustomPlot::rpImmediateRefresh);
+    ASSERT_EQ(plot.phaseBandCount(), 4);
+    for (int i = 0; i < 4; ++i) {
+        const auto& phase = report->phases[static_cast<std::size_t>(i)];
+        EXPECT_EQ(plot.phaseBandName(i).toStdString(), phase.name);
+        if (i > 0)
+            EXPECT_DOUBLE_EQ(plot.phaseBandRange(i).lower, static_cast<double>(phase.start_ns) / 1e6);
+        if (i < 3)
+            EXPECT_DOUBLE_EQ(plot.phaseBandRange(i).upper, static_cast<double>(phase.end_ns) / 1e6);
+    }
+    EXPECT_TRUE(plot.phaseLabelVisible(2)); // the backward is wide enough for its name
+    // On the op axis a phase spans its events' keys.
+    plot.setAxis(TimelineAxis::OpSequence);
+    plot.replot(QCustomPlot::rpImmediateRefresh);
+    ASSERT_EQ(plot.phaseBandCount(), 4);
+    const auto& backward = report->phases[2];
+    EXPECT_DOUBLE_EQ(plot.phaseBandRange(2).lower, plot.series().keys[backward.first_event + 1]);
+    EXPECT_DOUBLE_EQ(plot.phaseBandRange(2).upper, plot.series().keys[backward.end_event + 1]);
+    EXPECT_DOUBLE_EQ(plot.phaseBandRange(1).upper, plot.phaseBandRange(2).lower);
+
+    // Every ledger that holds bytes is in the legend, as people read it; none that holds none.
+    auto names = legendNames(plot);
+    for (const char* name :
+        {"weights", "optimizer state", "inputs", "saved for backward", "activations", "gradients", "temporaries"})
+        EXPECT_TRUE(names.contains(name)) << name << " in " << names.join(", ").toStdString();
+    EXPECT_FALSE(names.contains("unattributed")) << names.join(", ").toStdString();
+    EXPECT_FALSE(names.contains("saved_activations"));
+
+    // Hovering a gradient names its module and, in the backward, the autograd node that made it.
+    auto e = step.gradientEvent;
+    const auto& s = plot.series();
+    auto band = static_cast<int>(Ledger::Gradients);
+    double y = (s.bottomOf(band, e + 1) + s.tops[static_cast<std::size_t>(band)][e + 1]) / 2;
+    QString path;
+    auto text = plot.describeAt(s.keys[e + 1], y, &path);
+    EXPECT_TRUE(text.contains("gradients")) << text.toStdString();
+    EXPECT_TRUE(text.contains("autograd node: ConvolutionBackward0")) << text.toStdString();
+    EXPECT_TRUE(text.contains("backward")) << text.toStdString();
+    EXPECT_EQ(path, "head.conv");
+
+    // Selecting a module shades its backward allocations too: they carry its path.
+    plot.highlightModule("head");
+    auto shade = moduleLiveSeries(*report->trace, "head", 0);
+    EXPECT_EQ(shade[e + 1] - shade[e], static_cast<double>(report->trace->bytes[e]));
+
+    // Inference has no phases.
+    plot.setReport(syntheticReport(300));
+    EXPECT_EQ(plot.phaseBandCount(), 0);
+    EXPECT_FALSE(legendNames(plot).contains("gradients"));
+}
+
+TEST(TrainStep, LayerTreeShowsTheTrainingColumnsOnlyInTrainMode)
+{
+    qtTestApp();
+    auto step = makeTrainStep();
+    auto report = std::make_shared<const Report>(step.report);
+    LayerTreePanel panel;
+    QAbstractItemModelTester tester(panel.model(), QAbstractItemModelTester::FailureReportingMode::Fatal);
+    panel.setReport(report);
+    for (int c : {LayerTreeModel::Gradients, LayerTreeModel::SavedForBackward, LayerTreeModel::BackwardTemporaries,
+             LayerTreeModel::BackwardPeakDelta})
+        EXPECT_FALSE(panel.view()->isColumnHidden(c)) << c;
+    auto conv = panel.model()->indexForPath("head.conv");
+    auto layer = report->layers[static_cast<std::size_t>(report->findLayer("head.conv"))];
+    EXPECT_EQ(conv.siblingAtColumn(LayerTreeModel::Gradients).data(LayerTreeModel::SortRole).toLongLong(),
+        layer.gradient_bytes);
+    EXPECT_EQ(conv.siblingAtColumn(LayerTreeModel::SavedForBackward).data(LayerTreeModel::SortRole).toLongLong(),
+        layer.saved_activation_bytes);
+    EXPECT_EQ(panel.model()->headerData(LayerTreeModel::SavedForBackward, Qt::Horizontal).toString().simplified(),
+        "Saved for backward");
+    panel.setReport(syntheticReport(100));
+    for (int c = LayerTreeModel::kFirstTrainingColumn; c < LayerTreeModel::ColumnCount; ++c)
+        EXPECT_TRUE(panel.view()->isColumnHidden(c)) << c;
+    EXPECT_FALSE(panel.view()->isColumnHidden(LayerTreeModel::PeakDelta));
+}
+
+TEST(TrainStep, SummaryListsTheLedgersThatHoldBytesWithGradientsAndOptimizerState)
+{
+    qtTestApp();
+    LedgerSummary summary;
+    summary.resize(300, 400);
+    summary.setReport(syntheticReport(100));
+    EXPECT_EQ(summary.rowNames(), QStringList({"weights", "inputs", "activations", "temporaries"}));
+    EXPECT_TRUE(summary.trainingText().isEmpty());
+    auto step = makeTrainStep();
+    summary.setReport(std::make_shared<const Report>(step.report));
+    EXPECT_EQ(summary.rowNames(),
+        QStringList(
+            {"weights", "optimizer state", "inputs", "saved for backward", "activations", "gradients", "temporaries"}));
+    auto text = summary.trainingText();
+    EXPECT_TRUE(text.contains("gradients 192.0 KiB")) << text.toStdString();
+    EXPECT_TRUE(text.contains("optimizer state 192.0 KiB")) << text.toStdString();
+    EXPECT_FALSE(summary.grab().isNull());
+}
+
+TEST(TrainStep, PngShowsThePhasesAndTheRunSettings)
+{
+    qtTestApp();
+    auto step = makeTrainStep();
+    auto settings = timelinePngSettings(step.report);
+    EXPECT_TRUE(settings.contains("training step (optimizer sgd, loss cross_entropy)")) << settings.toStdString();
+    QTemporaryDir dir;
+    auto path = dir.filePath("train.png");
+    ASSERT_EQ(renderTimelinePng(step.report, path, QSize(900, 360)), QString());
+    QImage image(path);
+    ASSERT_EQ(image.size(), QSize(900, 360));
+    EXPECT_GT(pixelsUnlike(image, image.pixel(0, 0)), 900 * 360 / 10);
+}
+
+TEST(TrainStep, TextAndHtmlReportsSayTheModeAndThePhases)
+{
+    auto step = makeTrainStep();
+    auto text = reportToText(step.report, 3);
+    for (const char* part : {"train on cpu (optimizer sgd, loss cross_entropy, 2 threads)", "Phases:", "backward",
+             "gradients", "saved_activations", "optimizer_state", "saved bwd"})
+        EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
+    auto html = reportToHtml(step.report);
+    for (const char* part : {"optimizer sgd", "loss cross_entropy", "<table id=phases>", "\"phases\":", "gradients",
+             "saved for backward", "backward peak delta"})
+        EXPECT_NE(html.find(part), std::string::npos) << part;
+    // An inference report lists its four ledgers and no training columns, as before.
+    auto inference = makeSyntheticReport(100);
+    auto plain = reportToText(inference, 3);
+    EXPECT_EQ(plain.find("saved_activations"), std::string::npos) << plain;
+    EXPECT_EQ(plain.find("Phases:"), std::string::npos);
+    EXPECT_NE(plain.find("  temporaries "), std::string::npos) << plain;
+    auto page = reportToHtml(inference);
+    EXPECT_EQ(page.find("<table id=phases>"), std::string::npos);
+    EXPECT_EQ(page.find("saved for backward"), std::string::npos);
 }

@@ -52,9 +52,22 @@ std::int64_t LayerTreeModel::bytes(int layer, int column) const
         return l.temporary_peak_bytes;
     case PeakDelta:
         return l.peak_bytes;
+    case Gradients:
+        return l.gradient_bytes;
+    case SavedForBackward:
+        return l.saved_activation_bytes;
+    case BackwardTemporaries:
+        return l.backward_temporary_peak_bytes;
+    case BackwardPeakDelta:
+        return l.backward_peak_bytes;
     default:
         return 0;
     }
+}
+
+bool LayerTreeModel::isTrainStep() const
+{
+    return report_ && report_->run.mode == "train";
 }
 
 QModelIndex LayerTreeModel::indexForLayer(int layer, int column) const
@@ -167,7 +180,14 @@ QVariant LayerTreeModel::data(const QModelIndex& index, int role) const
         case Temporaries:
             return ledgerColor(Ledger::Temporaries);
         case PeakDelta:
+        case BackwardPeakDelta:
             return ledgerColor(Ledger::Unattributed);
+        case Gradients:
+            return ledgerColor(Ledger::Gradients);
+        case SavedForBackward:
+            return ledgerColor(Ledger::SavedActivations);
+        case BackwardTemporaries:
+            return ledgerColor(Ledger::Temporaries);
         default:
             return {};
         }
@@ -184,6 +204,20 @@ QVariant LayerTreeModel::data(const QModelIndex& index, int role) const
 
 QVariant LayerTreeModel::headerData(int section, Qt::Orientation orientation, int role) const
 {
+    if (orientation == Qt::Horizontal && role == Qt::ToolTipRole) {
+        switch (section) {
+        case Gradients:
+            return tr("The .grad of the module's parameters after the step");
+        case SavedForBackward:
+            return tr("Activations of its forward still alive when the backward starts: what autograd saved");
+        case BackwardTemporaries:
+            return tr("The most temporary bytes alive at once in its backward nodes");
+        case BackwardPeakDelta:
+            return tr("The most live bytes during its backward nodes, minus the live bytes when the first began");
+        default:
+            return {};
+        }
+    }
     if (orientation != Qt::Horizontal || role != Qt::DisplayRole)
         return QAbstractItemModel::headerData(section, orientation, role);
     switch (section) {
@@ -197,10 +231,19 @@ QVariant LayerTreeModel::headerData(int section, Qt::Orientation orientation, in
         return tr("Weights");
     case Activations:
         return tr("Activations");
+    // A training step has eight byte columns: their names take two lines so that the columns stay narrow.
     case Temporaries:
-        return tr("Temporaries (peak)");
+        return isTrainStep() ? tr("Temporaries\n(peak)") : tr("Temporaries (peak)");
     case PeakDelta:
         return tr("Peak delta");
+    case Gradients:
+        return tr("Gradients");
+    case SavedForBackward:
+        return tr("Saved for\nbackward");
+    case BackwardTemporaries:
+        return tr("Backward\ntemporaries (peak)");
+    case BackwardPeakDelta:
+        return tr("Backward\npeak delta");
     default:
         return {};
     }

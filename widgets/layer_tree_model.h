@@ -9,11 +9,28 @@
 
 namespace memledger {
 
-// The module tree of a report (Report::layers, parents first) with a column per ledger.
+// The module tree of a report (Report::layers, parents first) with a column per ledger. The backward's
+// columns (Gradients to BackwardPeakDelta) hold figures in a training step only; the view hides them otherwise.
 class LayerTreeModel : public QAbstractItemModel {
     Q_OBJECT
 public:
-    enum Column { Name, Type, OutputShape, Weights, Activations, Temporaries, PeakDelta, ColumnCount };
+    enum Column {
+        Name,
+        Type,
+        OutputShape,
+        Weights,
+        Activations,
+        Temporaries,
+        PeakDelta,
+        Gradients,
+        SavedForBackward,
+        BackwardTemporaries,
+        BackwardPeakDelta,
+        ColumnCount
+    };
+    static constexpr int kFirstTrainingColumn = Gradients;
+    static bool isTrainingColumn(int column) { return column >= kFirstTrainingColumn && column < ColumnCount; }
+    bool isTrainStep() const; // the report is a training step: the training columns apply
     enum Role {
         SortRole = Qt::UserRole + 1, // raw bytes for the byte columns, text otherwise
         BarFractionRole, // value / the largest value of the column, for the inline bars

@@ -1,6 +1,7 @@
 #include "ledger_summary.h"
 
 #include "ledger_colors.h"
+#include "report/timeline_series.h"
 #include "snapshot/snapshot.h"
 #include "support/format.h"
 
@@ -35,26 +36,106 @@ QString loadTaxLine(const Report& r)
             bytesText(t.resident_bytes), QString::fromStdString(t.resident_dtype));
 }
 
+namespace {
+
+struct SummaryRow {
+    QString name;
+    std::int64_t bytes;
+    QColor colour;
+};
+
+// A ledger of a run has a row when it holds bytes at the peak or over the run; the four of an inference run
+// always do, as they always have.
+bool holdsBytes(const Report& r, Ledger l)
+{
+    const auto& f = r.ledgers[static_cast<std::size_t>(l)];
+    bool classic = l == Ledger::Weights || l == Ledger::Inputs || l == Ledger::Activations || l == Ledger::Temporaries;
+    return classic || f.at_peak > 0 || f.total > 0;
+}
+
+// A model run: its ledgers at the peak, in the timeline's stacking order. A snapshot: what its segments hold
+// at the end.
+std::vector<SummaryRow> summaryRows(const Report& r, QString* title)
+{
+    std::vector<SummaryRow> rows;
+    if (r.snapshot) {
+        auto reserved = r.snapshot->reservedBytes(), allocated = r.snapshot->allocatedBytes();
+        *title = QObject::tr("Reserved at the end: %1").arg(bytesText(reserved));
+        rows.push_back({QObject::tr("allocated"), allocated, ledgerColor(Ledger::Unattributed)});
+        rows.push_back({QObject::tr("reserved, not allocated"), reserved - allocated, fragmentationColor()});
+        return rows;
+    }
+    *title = QObject::tr("At the peak: %1").arg(bytesText(r.peak_total_bytes));
+    for (int band : TimelineSeries::kStackOrder) {
+        if (band >= kLedgerCount)
+            continue;
+        auto l = static_cast<Ledger>(band);
+        if (holdsBytes(r, l))
+            rows.push_back(
+                {QString::fromUtf8(ledgerLabel(l)), r.ledgers[static_cast<std::size_t>(band)].at_peak, ledgerColor(l)});
+    }
+    return rows;
+}
+
+} // namespace
+
 LedgerSummary::LedgerSummary(QWidget* parent)
     : QWidget(parent)
+    , training_(new QLabel(this))
     , loadTax_(new QLabel(this))
 {
-    loadTax_->setWordWrap(true);
-    loadTax_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    for (auto* label : {training_, loadTax_}) {
+        label->setWordWrap(true);
+        label->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    }
+    training_->hide();
     auto* layout = new QVBoxLayout(this);
-    layout->setContentsMargins(6, kBarTop + kBarHeight + 8 + kRowHeight * kLedgerCount + 6, 6, 6);
+    layout->setContentsMargins(6, rowsHeight(), 6, 6);
+    layout->addWidget(training_);
     layout->addWidget(loadTax_);
     layout->addStretch(1);
     setMinimumWidth(220);
 }
 
+int LedgerSummary::rowsHeight() const
+{
+    // Four rows before a report arrives: an inference run's, so the dock does not jump when one does.
+    QString title;
+    auto rows = report_ ? static_cast<int>(summaryRows(*report_, &title).size()) : 4;
+    return kBarTop + kBarHeight + 8 + kRowHeight * rows + 6;
+}
+
 void LedgerSummary::setReport(std::shared_ptr<const Report> report)
 {
     report_ = std::move(report);
+    layout()->setContentsMargins(6, rowsHeight(), 6, 6);
+    training_->setText(trainingText());
+    training_->setVisible(!training_->text().isEmpty());
     loadTax_->setText(report_ ? tr("Load tax: %1").arg(loadTaxLine(*report_)) : QString());
     loadTax_->setVisible(report_ && !loadTaxLine(*report_).isEmpty());
     keepLoadTaxVisible();
+    updateGeometry();
     update();
+}
+
+QString LedgerSummary::trainingText() const
+{
+    if (!report_ || report_->snapshot || report_->run.mode != "train")
+        return {};
+    auto optimizer = QString::fromStdString(report_->run.optimizer);
+    return tr("Training step: gradients %1 (every parameter's .grad after the step), optimizer state %2%3")
+        .arg(bytesText(report_->gradient_bytes), bytesText(report_->optimizer_state_bytes),
+            optimizer.isEmpty() ? QString() : QStringLiteral(" (%1)").arg(optimizer));
+}
+
+QStringList LedgerSummary::rowNames() const
+{
+    QStringList names;
+    QString title;
+    if (report_)
+        for (const auto& row : summaryRows(*report_, &title))
+            names << row.name;
+    return names;
 }
 
 void LedgerSummary::resizeEvent(QResizeEvent* event)
@@ -77,36 +158,8 @@ QString LedgerSummary::loadTaxText() const
 
 QSize LedgerSummary::sizeHint() const
 {
-    return {280, kBarTop + kBarHeight + 8 + kRowHeight * kLedgerCount + 40};
+    return {280, rowsHeight() + 34};
 }
-
-namespace {
-
-struct SummaryRow {
-    QString name;
-    std::int64_t bytes;
-    QColor colour;
-};
-
-// A model run: the four ledgers at the peak. A snapshot: what its segments hold at the end.
-std::vector<SummaryRow> summaryRows(const Report& r, QString* title)
-{
-    std::vector<SummaryRow> rows;
-    if (r.snapshot) {
-        auto reserved = r.snapshot->reservedBytes(), allocated = r.snapshot->allocatedBytes();
-        *title = QObject::tr("Reserved at the end: %1").arg(bytesText(reserved));
-        rows.push_back({QObject::tr("allocated"), allocated, ledgerColor(Ledger::Unattributed)});
-        rows.push_back({QObject::tr("reserved, not allocated"), reserved - allocated, fragmentationColor()});
-        return rows;
-    }
-    *title = QObject::tr("At the peak: %1").arg(bytesText(r.peak_total_bytes));
-    for (int i = 0; i < kLedgerCount; ++i)
-        rows.push_back({QString::fromUtf8(ledgerName(static_cast<Ledger>(i))),
-            r.ledgers[static_cast<std::size_t>(i)].at_peak, ledgerColor(static_cast<Ledger>(i))});
-    return rows;
-}
-
-} // namespace
 
 void LedgerSummary::paintEvent(QPaintEvent*)
 {

@@ -39,6 +39,9 @@ TimelinePlot::TimelinePlot(QWidget* parent)
     axisRect()->setRangeZoom(Qt::Horizontal);
     addLayer(QStringLiteral("cursor"), layer(QStringLiteral("main")), QCustomPlot::limAbove);
     layer(QStringLiteral("cursor"))->setMode(QCPLayer::lmBuffered);
+    // Phase bands lie behind the grid and the stack; their names above the stack.
+    addLayer(QStringLiteral("phases"), layer(QStringLiteral("grid")), QCustomPlot::limBelow);
+    addLayer(QStringLiteral("phaseLabels"), layer(QStringLiteral("main")), QCustomPlot::limAbove);
 
     // Top band first, so each lower band is drawn over the one above it and the legend reads top-down.
     for (int k = TimelineSeries::kBands - 1; k >= 0; --k) {
@@ -47,7 +50,7 @@ TimelinePlot::TimelinePlot(QWidget* parent)
         auto colour = b == TimelineSeries::kAliveBefore ? aliveBeforeColor()
             : b == TimelineSeries::kPendingFree         ? pendingFreeColor()
                                                         : ledgerColor(static_cast<Ledger>(b));
-        g->setName(QString::fromUtf8(ledgerName(static_cast<Ledger>(b))));
+        g->setName(b < kLedgerCount ? QString::fromUtf8(ledgerLabel(static_cast<Ledger>(b))) : QString());
         g->setPen(QPen(colour.darker(130), 1));
         g->setBrush(colour);
         g->setAdaptiveSampling(false); // reduceToView() already keeps a few points per pixel column
@@ -104,6 +107,7 @@ TimelinePlot::TimelinePlot(QWidget* parent)
     });
     // After the layout, before drawing: the axis rect's size is final, so the label can be kept inside it.
     connect(this, &QCustomPlot::afterLayout, this, &TimelinePlot::placePeakLabel);
+    connect(this, &QCustomPlot::afterLayout, this, &TimelinePlot::placePhaseLabels);
     applyPalette();
     setAxis(TimelineAxis::Milliseconds);
 }
@@ -140,6 +144,7 @@ void TimelinePlot::setReservedLine(std::vector<double> values, const QString& na
         reservedGraph_->addToLegend();
     else
         reservedGraph_->removeFromLegend();
+    fitLegend();
     autoValueRange_ = true;
     reduceToView();
     replot(rpQueuedReplot);
@@ -209,16 +214,16 @@ void TimelinePlot::rebuildSeries()
     for (int b = 0; b < TimelineSeries::kBands; ++b) {
         auto* g = bands_[static_cast<std::size_t>(b)];
         g->setVisible(series_.present[static_cast<std::size_t>(b)]);
-        if (report_)
-            g->setName(QString::fromUtf8(TimelineSeries::bandName(*report_, b)));
+        if (report_) // the ledgers as people read them ("saved for backward"); a snapshot's bands as they are
+            g->setName(QString::fromUtf8(
+                b < kLedgerCount ? ledgerLabel(static_cast<Ledger>(b)) : TimelineSeries::bandName(*report_, b)));
         if (g->visible())
             g->addToLegend();
         else
             g->removeFromLegend();
     }
     if (!highlighted_.isEmpty() && report_ && report_->trace) {
-        highlightSeries_ = moduleLiveSeries(*report_->trace, highlighted_.toStdString(),
-            static_cast<double>(report_->weight_bytes + report_->input_bytes));
+        highlightSeries_ = moduleLiveSeries(*report_->trace, highlighted_.toStdString(), residentBytes());
         highlightBlocks_ = StepBlocks::build(highlightSeries_);
     }
     emptyLabel_->setVisible(report_ && (!report_->trace || report_->trace->size() == 0));
@@ -230,7 +235,9 @@ void TimelinePlot::rebuildSeries()
         reservedGraph_->setVisible(false);
         reservedGraph_->removeFromLegend();
     }
+    fitLegend();
     updateOomMarkers();
+    updatePhaseBands();
     updatePeakMarker();
     updateMomentMarker();
     resetZoom();
@@ -363,11 +370,13 @@ void TimelinePlot::reduceToView()
     highlight_->setVisible(highlighting);
     if (highlighting) {
         plot(highlight_, highlightSeries_, highlightBlocks_);
-        highlight_->setFillBase(static_cast<double>(report_->weight_bytes + report_->input_bytes));
+        highlight_->setFillBase(residentBytes());
     }
     if (autoValueRange_) {
         double bottom = weightsHidden_ && weightsTop_ < top ? weightsTop_ : 0;
-        yAxis->setRange(bottom, top > bottom ? bottom + (top - bottom) * 1.12 : bottom + 1024);
+        // Phase names sit at the top of the plot: more headroom keeps the peak label below them.
+        double headroom = phaseRects_.empty() ? 1.12 : 1.25;
+        yAxis->setRange(bottom, top > bottom ? bottom + (top - bottom) * headroom : bottom + 1024);
     }
     reducing_ = false;
 }
@@ -388,14 +397,14 @@ void TimelinePlot::highlightModule(const QString& path)
     highlighted_ = path;
     highlightSeries_.clear();
     if (!path.isEmpty() && report_ && report_->trace)
-        highlightSeries_ = moduleLiveSeries(
-            *report_->trace, path.toStdString(), static_cast<double>(report_->weight_bytes + report_->input_bytes));
+        highlightSeries_ = moduleLiveSeries(*report_->trace, path.toStdString(), residentBytes());
     highlightBlocks_ = StepBlocks::build(highlightSeries_);
     highlight_->setName(path.isEmpty() ? tr("selected module") : path);
     if (path.isEmpty())
         highlight_->removeFromLegend();
     else
         highlight_->addToLegend();
+    fitLegend();
     reduceToView();
     replot(rpQueuedReplot);
 }
@@ -410,20 +419,33 @@ QString TimelinePlot::describeAt(double key, double bytes, QString* modulePath) 
         if (band < 0 && series_.present[static_cast<std::size_t>(b)]
             && bytes <= series_.tops[static_cast<std::size_t>(b)][p])
             band = b;
-    if (band < 0)
-        return {};
+    if (band < 0) { // above the stack: the phase of a training step, whose label may not fit its band
+        const Phase* phase = p > 0 ? phaseOfEvent(p - 1) : nullptr;
+        if (!phase)
+            return {};
+        return tr("<b>%1</b><br>%2 to %3 ms, peak %4")
+            .arg(QString::fromStdString(phase->name).toHtmlEscaped())
+            .arg(static_cast<double>(phase->start_ns) / 1e6, 0, 'f', 3)
+            .arg(static_cast<double>(phase->end_ns) / 1e6, 0, 'f', 3)
+            .arg(bytesText(static_cast<double>(phase->peak_bytes)));
+    }
     if (report_->snapshot)
         return describeSnapshotAt(band, p, bytes);
     double bottom = series_.bottomOf(band, p);
     auto ledger = static_cast<Ledger>(band);
     double constant = ledger == Ledger::Weights ? static_cast<double>(report_->weight_bytes)
         : ledger == Ledger::Inputs              ? static_cast<double>(report_->input_bytes)
+        : ledger == Ledger::OptimizerState      ? static_cast<double>(report_->optimizer_state_bytes)
                                                 : 0;
     if (bytes <= bottom + constant) {
         if (ledger == Ledger::Weights)
             return tr("<b>%1</b> weights<br>parameters and buffers of %2, resident as %3 for the whole run")
                 .arg(bytesText(constant), QString::fromStdString(report_->model.type).toHtmlEscaped(),
                     QString::fromStdString(report_->run.dtype));
+        if (ledger == Ledger::OptimizerState)
+            return tr("<b>%1</b> optimizer state<br>the state of %2 (momentum, moments), resident for the whole "
+                      "step like the weights")
+                .arg(bytesText(constant), QString::fromStdString(report_->run.optimizer).toHtmlEscaped());
         return tr("<b>%1</b> inputs<br>the model's input tensors, alive for the whole run").arg(bytesText(constant));
     }
     if (p == 0 || !report_->trace)
@@ -444,15 +466,27 @@ QString TimelinePlot::describeAt(double key, double bytes, QString* modulePath) 
         auto where = QString::fromStdString(t.strings.at(t.where[a]));
         if (modulePath)
             *modulePath = where.isEmpty() ? QStringLiteral("") : where; // the root: empty but not null
-        auto op = QString::fromStdString(t.strings.at(t.outer_op[a]));
-        if (t.inner_op[a] && t.inner_op[a] != t.outer_op[a])
-            op += QStringLiteral(" → ") + QString::fromStdString(t.strings.at(t.inner_op[a]));
+        auto outer = QString::fromStdString(t.strings.at(t.outer_op[a]));
+        auto inner = t.inner_op[a] && t.inner_op[a] != t.outer_op[a]
+            ? QString::fromStdString(t.strings.at(t.inner_op[a]))
+            : QString();
+        // In the backward the outer op is the autograd node ("ConvolutionBackward0"); the module is its forward's.
+        const Phase* phase = phaseOfEvent(a);
+        QString opLine;
+        if (phase && phase->name == "backward" && !outer.isEmpty())
+            opLine = tr("autograd node: %1").arg(outer.toHtmlEscaped())
+                + (inner.isEmpty() ? QString() : tr("<br>op: %1").arg(inner.toHtmlEscaped()));
+        else {
+            auto op = inner.isEmpty() ? outer : outer + QStringLiteral(" → ") + inner;
+            opLine = tr("op: %1").arg((op.isEmpty() ? tr("(outside any op)") : op).toHtmlEscaped());
+        }
+        if (phase)
+            opLine += tr("<br>phase: %1").arg(QString::fromStdString(phase->name).toHtmlEscaped());
         QString until
             = partner == kNoPartner ? tr("the end of the run") : keyText(t, static_cast<std::size_t>(partner));
-        return tr("<b>%1</b> %2<br>module: %3<br>op: %4<br>alive from %5<br>until %6")
-            .arg(bytesText(static_cast<double>(t.bytes[a])), QString::fromUtf8(ledgerName(ledger)),
-                (where.isEmpty() ? tr("(model)") : where).toHtmlEscaped(),
-                (op.isEmpty() ? tr("(outside any op)") : op).toHtmlEscaped(), keyText(t, a), until);
+        return tr("<b>%1</b> %2<br>module: %3<br>%4<br>alive from %5<br>until %6")
+            .arg(bytesText(static_cast<double>(t.bytes[a])), QString::fromUtf8(ledgerLabel(ledger)),
+                (where.isEmpty() ? tr("(model)") : where).toHtmlEscaped(), opLine, keyText(t, a), until);
     }
     return {};
 }
@@ -569,7 +603,151 @@ void TimelinePlot::changeEvent(QEvent* event)
 void TimelinePlot::resizeEvent(QResizeEvent* event)
 {
     QCustomPlot::resizeEvent(event);
+    fitLegend();
     reduceToView();
+}
+
+double TimelinePlot::residentBytes() const
+{
+    return report_ ? static_cast<double>(report_->weight_bytes + report_->optimizer_state_bytes + report_->input_bytes)
+                   : 0;
+}
+
+const Phase* TimelinePlot::phaseOfEvent(std::size_t event) const
+{
+    if (!report_)
+        return nullptr;
+    for (const auto& phase : report_->phases)
+        if (event >= phase.first_event && event < phase.end_event)
+            return &phase;
+    return nullptr;
+}
+
+void TimelinePlot::fitLegend()
+{
+    // As many columns as the width holds: a training step's eight entries wrap to a second row on a laptop
+    // instead of being cut.
+    std::vector<int> widths; // the grid's cells include empty ones after a wrap: count the items only
+    for (int i = 0; i < legend->itemCount(); ++i)
+        if (auto* item = legend->item(i))
+            widths.push_back(item->minimumOuterSizeHint().width());
+    const int count = static_cast<int>(widths.size());
+    if (count == 0)
+        return;
+    const int available = width() - legend->margins().left() - legend->margins().right() - 8;
+    int columns = count;
+    for (; columns > 1; --columns) {
+        int total = legend->columnSpacing() * (columns - 1);
+        for (int c = 0; c < columns; ++c) {
+            int widest = 0;
+            for (int i = c; i < count; i += columns)
+                widest = std::max(widest, widths[static_cast<std::size_t>(i)]);
+            total += widest;
+        }
+        if (total <= available)
+            break;
+    }
+    if (legend->wrap() != columns) {
+        legend->setWrap(columns);
+        legend->setFillOrder(QCPLegend::foColumnsFirst, true);
+    }
+}
+
+void TimelinePlot::updatePhaseBands()
+{
+    for (auto* item : phaseRects_)
+        removeItem(item);
+    for (auto* item : phaseLabels_)
+        removeItem(item);
+    for (auto* item : phaseDividers_)
+        removeItem(item);
+    phaseRects_.clear();
+    phaseLabels_.clear();
+    phaseDividers_.clear();
+    if (!report_ || report_->snapshot || report_->phases.empty() || series_.keys.empty())
+        return;
+    // On the op axis a phase spans its events' keys: from its first event to the first event after it.
+    const auto events = series_.keys.size() - 1;
+    auto eventKey = [&](std::uint32_t e) { return e < events ? series_.keys[e + 1] : series_.lastKey(); };
+    const auto& phases = report_->phases;
+    for (std::size_t i = 0; i < phases.size(); ++i) {
+        const auto& phase = phases[i];
+        double start = axis_ == TimelineAxis::Milliseconds ? static_cast<double>(phase.start_ns) / 1e6
+                                                           : eventKey(phase.first_event);
+        double end
+            = axis_ == TimelineAxis::Milliseconds ? static_cast<double>(phase.end_ns) / 1e6 : eventKey(phase.end_event);
+        if (i == 0)
+            start = std::min(start, series_.firstKey());
+        if (i + 1 == phases.size())
+            end = std::max(end, series_.lastKey());
+        auto* rect = new QCPItemRect(this);
+        rect->setLayer(QStringLiteral("phases"));
+        rect->setSelectable(false);
+        for (auto* corner : {rect->topLeft, rect->bottomRight}) {
+            corner->setTypeX(QCPItemPosition::ptPlotCoords);
+            corner->setTypeY(QCPItemPosition::ptAxisRectRatio);
+        }
+        rect->topLeft->setCoords(start, 0);
+        rect->bottomRight->setCoords(end, 1);
+        auto* label = new QCPItemText(this);
+        label->setLayer(QStringLiteral("phaseLabels"));
+        label->setSelectable(false);
+        label->position->setTypeX(QCPItemPosition::ptPlotCoords);
+        label->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
+        label->position->setCoords((start + end) / 2, 0);
+        label->setPositionAlignment(Qt::AlignTop | Qt::AlignHCenter);
+        label->setPadding(QMargins(2, 2, 2, 2));
+        label->setText(QString::fromStdString(phase.name));
+        phaseRects_.push_back(rect);
+        phaseLabels_.push_back(label);
+        if (i > 0) {
+            auto* divider = new QCPItemLine(this);
+            divider->setLayer(QStringLiteral("phases"));
+            divider->setSelectable(false);
+            for (auto* end : {divider->start, divider->end}) {
+                end->setTypeX(QCPItemPosition::ptPlotCoords);
+                end->setTypeY(QCPItemPosition::ptAxisRectRatio);
+            }
+            divider->start->setCoords(start, 0);
+            divider->end->setCoords(start, 1);
+            phaseDividers_.push_back(divider);
+        }
+    }
+    applyPalette();
+}
+
+void TimelinePlot::placePhaseLabels()
+{
+    // Each name centred on the visible part of its band; hidden where the band is too narrow to hold it (the
+    // loss, usually), where hovering the band still names it.
+    auto range = xAxis->range();
+    for (std::size_t i = 0; i < phaseLabels_.size(); ++i) {
+        auto* label = phaseLabels_[i];
+        double start = std::max(phaseRects_[i]->topLeft->coords().x(), range.lower);
+        double end = std::min(phaseRects_[i]->bottomRight->coords().x(), range.upper);
+        double pixels = xAxis->coordToPixel(end) - xAxis->coordToPixel(start);
+        double needed = QFontMetricsF(label->font()).horizontalAdvance(label->text()) + 8;
+        label->setVisible(end > start && pixels >= needed);
+        label->position->setCoords((start + end) / 2, 0);
+    }
+}
+
+QString TimelinePlot::phaseBandName(int i) const
+{
+    return i >= 0 && i < phaseBandCount() ? phaseLabels_[static_cast<std::size_t>(i)]->text() : QString();
+}
+
+QCPRange TimelinePlot::phaseBandRange(int i) const
+{
+    if (i < 0 || i >= phaseBandCount())
+        return {};
+    const auto* rect = phaseRects_[static_cast<std::size_t>(i)];
+    return QCPRange(rect->topLeft->coords().x(), rect->bottomRight->coords().x());
+}
+
+bool TimelinePlot::phaseLabelVisible(int i) const
+{
+    return i >= 0 && i < phaseBandCount() && phaseLabels_[static_cast<std::size_t>(i)]->visible();
 }
 
 void TimelinePlot::applyPalette()
@@ -603,6 +781,21 @@ void TimelinePlot::applyPalette()
     highlight_->setPen(QPen(shade.darker(140), 1));
     shade.setAlpha(150);
     highlight_->setBrush(QBrush(shade, Qt::Dense4Pattern));
+    // Phases: every other band a shade darker and a faint line where each begins; light on any theme.
+    auto divider = text;
+    divider.setAlpha(70);
+    for (auto* line : phaseDividers_)
+        line->setPen(QPen(divider, 1, Qt::DashLine));
+    for (std::size_t i = 0; i < phaseRects_.size(); ++i) {
+        auto band = text;
+        band.setAlpha(i % 2 ? 6 : 20);
+        phaseRects_[i]->setPen(Qt::NoPen);
+        phaseRects_[i]->setBrush(band);
+        auto name = text;
+        name.setAlpha(170);
+        phaseLabels_[i]->setColor(name);
+        phaseLabels_[i]->setFont(QFont(font().family(), std::max(7, font().pointSize() - 1)));
+    }
     replot(rpQueuedReplot);
 }
 

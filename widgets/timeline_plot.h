@@ -9,7 +9,8 @@ namespace memledger {
 
 class StepAreaGraph;
 
-// Live bytes over the run, stacked by ledger, with the peak marked. Wheel zooms, drag pans, shift+drag
+// Live bytes over the run, stacked by ledger, with the peak marked; a training step's phases (forward, loss,
+// backward, optimizer) as light bands behind the stack, named at the top. Wheel zooms, drag pans, shift+drag
 // zooms to a box, double-click resets. Hovering names the allocation under the cursor; a click selects
 // its module (moduleClicked) and, on a snapshot, the moment (momentClicked). The step series is built once
 // per report and reduced per pixel column whenever the visible range changes.
@@ -37,6 +38,11 @@ public:
     QRectF peakLabelRect() const;
     bool momentMarkerVisible() const;
     QString highlightedModule() const { return highlighted_; }
+    // The phase bands of a training step (none for inference): name and [start, end) on the current axis.
+    int phaseBandCount() const { return static_cast<int>(phaseRects_.size()); }
+    QString phaseBandName(int i) const;
+    QCPRange phaseBandRange(int i) const;
+    bool phaseLabelVisible(int i) const; // a label that does not fit its band's width hides
 
     // What the cursor at (key, bytes) points at, as rich text; empty when nothing is there.
     QString describeAt(double key, double bytes, QString* modulePath = nullptr) const;
@@ -76,6 +82,11 @@ private:
     void showHover(const QPoint& pos);
     void updateOomMarkers();
     QString describeSnapshotAt(int band, std::size_t p, double bytes) const;
+    void fitLegend();
+    void updatePhaseBands();
+    void placePhaseLabels();
+    const Phase* phaseOfEvent(std::size_t event) const;
+    double residentBytes() const; // weights, optimizer state and inputs: the stack's floor during the run
 
     std::shared_ptr<const Report> report_;
     TimelineAxis axis_ = TimelineAxis::Milliseconds;
@@ -85,6 +96,9 @@ private:
     QCPGraph* reservedGraph_ = nullptr;
     std::vector<QCPItemStraightLine*> oomLines_;
     std::vector<QCPItemText*> oomLabels_;
+    std::vector<QCPItemRect*> phaseRects_;
+    std::vector<QCPItemText*> phaseLabels_;
+    std::vector<QCPItemLine*> phaseDividers_; // where each phase after the first begins
     TimelineSeries series_;
     std::vector<double> highlightSeries_;
     StepBlocks highlightBlocks_;

@@ -38,7 +38,13 @@ QString timelinePngSettings(const Report& report)
         parts << QStringLiteral("inputs %1%2")
                      .arg(shapes.join(QLatin1Char(',')), run.input_guessed ? QStringLiteral(" (guess)") : QString());
     parts << QStringLiteral("batch %1").arg(run.batch) << QString::fromStdString(run.dtype)
-          << QString::fromStdString(run.device) << QString::fromStdString(run.mode);
+          << QString::fromStdString(run.device);
+    if (run.mode == "train")
+        parts << QStringLiteral("training step (optimizer %1, loss %2)")
+                     .arg(QString::fromStdString(run.optimizer.empty() ? "-" : run.optimizer),
+                         QString::fromStdString(run.loss.empty() ? "-" : run.loss));
+    else
+        parts << QString::fromStdString(run.mode);
     return parts.join(QStringLiteral(" · "));
 }
 

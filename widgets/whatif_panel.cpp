@@ -217,12 +217,19 @@ void WhatIfPanel::showPrediction(const Prediction& p, bool reservedKnown)
 {
     if (!whatIf_)
         return;
-    const QString tag = p.method == "measured" ? tr("measured") : tr("predicted");
+    // Beyond the largest record a figure is the last fit carried on: another style, and it says so.
+    const QString tag = p.method == "measured" ? tr("measured")
+        : p.extrapolated                       ? tr("extrapolated")
+                                               : tr("predicted");
     auto mark = [&](std::int64_t v) { return QString("%1  (%2)").arg(bytes(v), tag); };
     peak_->setText(mark(p.predicted_peak_bytes));
     total_->setText(mark(p.predicted_peak_total_bytes));
-    reserved_->setText(
-        reservedKnown ? QString("%1  (%2)").arg(bytes(p.predicted_reserved_bytes), tr("predicted")) : tr("…"));
+    reserved_->setText(reservedKnown ? mark(p.predicted_reserved_bytes) : tr("…"));
+    for (auto* l : {peak_, total_, reserved_}) {
+        auto f = l->font();
+        f.setItalic(p.extrapolated && p.method != "measured");
+        l->setFont(f);
+    }
     // The larger of the two figures decides: a GPU needs the peak total, and its caching allocator holds more.
     const bool reserveBinds = reservedKnown && p.predicted_reserved_bytes > p.predicted_peak_total_bytes;
     const std::int64_t binding = reserveBinds ? p.predicted_reserved_bytes : p.predicted_peak_total_bytes;
@@ -257,9 +264,16 @@ void WhatIfPanel::showPrediction(const Prediction& p, bool reservedKnown)
             notes << note;
     }
     notes_->setText(notes.join(QLatin1Char('\n')));
+    QStringList records;
+    for (auto r : whatIf_->recordedBatches())
+        records << QString::number(r);
     QString method = p.method == "measured"
         ? tr("Measured: the model ran at this batch and precision")
-        : tr("Predicted from the runs at batch %1 and %2").arg(whatIf_->batch1()).arg(whatIf_->batch2());
+        : p.extrapolated ? tr("Extrapolated beyond the largest record (batch %1) from the runs at batch %2: use Measure "
+                              "to check")
+                               .arg(whatIf_->batch2())
+                               .arg(records.join(QStringLiteral(", ")))
+                         : tr("Predicted from the runs at batch %1").arg(records.join(QStringLiteral(", ")));
     if (!p.reliable)
         method += tr(" — rough: the two runs did not line up; use Measure");
     method_->setText(method);

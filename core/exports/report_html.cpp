@@ -1,15 +1,16 @@
 #include "exports/report_html.h"
 
+#include "allocator/segment_history.h"
 #include "exports/ledger_palette.h"
 #include "report/build_report.h"
 #include "report/timeline_series.h"
-#include "allocator/segment_history.h"
-#include "support/format.h"
 #include "snapshot/snapshot.h"
+#include "support/format.h"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <sstream>
 
 namespace memledger {
@@ -67,13 +68,24 @@ nlohmann::json chartSeries(const Report& r)
         std::vector<double> y;
         for (auto p : chosen)
             y.push_back(s.tops[static_cast<std::size_t>(band)][p] - s.bottomOf(band, p));
-        const bool constantBase = !r.snapshot && (band == static_cast<int>(Ledger::Weights) || band == static_cast<int>(Ledger::Inputs));
+        // Resident during a model run: weights, optimizer state and inputs.
+        const bool constantBase = !r.snapshot
+            && (band == static_cast<int>(Ledger::Weights) || band == static_cast<int>(Ledger::OptimizerState)
+                || band == static_cast<int>(Ledger::Inputs));
+        const char* name
+            = band < kLedgerCount ? ledgerLabel(static_cast<Ledger>(band)) : TimelineSeries::bandName(r, band);
         if (constantBase)
-            base.push_back({{"name", TimelineSeries::bandName(r, band)}, {"colour", bandColour(band)},
-                {"bytes", y.empty() ? 0.0 : y.front()}});
+            base.push_back({{"name", name}, {"colour", bandColour(band)}, {"bytes", y.empty() ? 0.0 : y.front()}});
         else
-            series.push_back({{"name", TimelineSeries::bandName(r, band)}, {"colour", bandColour(band)}, {"y", y}});
+            series.push_back({{"name", name}, {"colour", bandColour(band)}, {"y", y}});
     }
+    // A training step's phases, drawn as the window draws them: light bands behind the stack, named at the top.
+    json phases = json::array();
+    if (!r.snapshot)
+        for (const auto& p : r.phases)
+            phases.push_back({{"name", p.name}, {"start_ms", static_cast<double>(p.start_ns) / 1e6},
+                {"end_ms", static_cast<double>(p.end_ns) / 1e6}});
+    out["phases"] = phases;
     out["series"] = series;
     out["base"] = base;
     // The reserve line the window draws: recorded segments of a snapshot, or the simulated GPU of a model run.
@@ -87,7 +99,7 @@ nlohmann::json chartSeries(const Report& r)
         out["reserved"] = {{"name", history.simulated ? "reserved (simulated GPU)" : "reserved"},
             {"colour", kReservedColourHex}, {"y", reserved}};
     }
-    top = std::max(top * 1.05, 1.0);
+    top = std::max(top * (phases.empty() ? 1.05 : 1.15), 1.0); // room for the phase names above the stack
     auto ticks = byteTicks(0, top, 5);
     out["y_max"] = std::max(top, ticks.values.empty() ? top : ticks.values.back());
     out["y_ticks"] = json::array();
@@ -110,12 +122,23 @@ nlohmann::json hoverAllocations(const Report& r)
         [&](std::size_t a, std::size_t b) { return t.bytes[a] > t.bytes[b]; });
     allocs.resize(keep);
     double endMs = t.size() ? static_cast<double>(t.time_ns.back()) / 1e6 : 0.0;
+    const Phase* backward = nullptr;
+    for (const auto& phase : r.phases)
+        if (phase.name == "backward")
+            backward = &phase;
     json out = json::array();
     for (auto i : allocs) {
         auto p = t.partner[i];
         double to = p == kNoPartner ? endMs : static_cast<double>(t.time_ns[static_cast<std::size_t>(p)]) / 1e6;
-        out.push_back({static_cast<double>(t.time_ns[i]) / 1e6, to, t.bytes[i], ledgerName(t.ledger[i]),
-            t.strings.at(t.where[i]), t.strings.at(t.inner_op[i] ? t.inner_op[i] : t.outer_op[i])});
+        // In the backward the outer op is the autograd node ("ConvolutionBackward0"): it comes first.
+        std::string op = t.strings.at(t.inner_op[i] ? t.inner_op[i] : t.outer_op[i]);
+        if (backward && i >= backward->first_event && i < backward->end_event && t.outer_op[i]) {
+            op = t.strings.at(t.outer_op[i]);
+            if (t.inner_op[i] && t.inner_op[i] != t.outer_op[i])
+                op += " > " + t.strings.at(t.inner_op[i]);
+        }
+        out.push_back({static_cast<double>(t.time_ns[i]) / 1e6, to, t.bytes[i], ledgerLabel(t.ledger[i]),
+            t.strings.at(t.where[i]), op});
     }
     return out;
 }
@@ -161,6 +184,11 @@ ctx.fillStyle='#fff';ctx.fillRect(0,0,W,H);ctx.font='11px sans-serif';ctx.fillSt
 DATA.chart.y_ticks.forEach(k=>{const y=Y(k.v);ctx.beginPath();ctx.moveTo(L,y);ctx.lineTo(W-R,y);ctx.stroke();ctx.fillText(k.label,4,y+4);});
 DATA.chart.x_ticks.forEach(t=>{if(t>end)return;const l=(+t.toPrecision(6))+' ms',w=ctx.measureText(l).width;
  ctx.fillText(l,Math.max(L-w/2,Math.min(X(t)-w/2,W-R-w)),H-10);});
+const ph=DATA.chart.phases||[];
+ph.forEach((p,i)=>{const a=X(Math.max(0,p.start_ms)),b=X(Math.min(end,p.end_ms));ctx.fillStyle=i%2?'rgba(0,0,0,0.025)':'rgba(0,0,0,0.08)';
+ ctx.fillRect(a,T,Math.max(0,b-a),H-T-B);if(i){ctx.strokeStyle='rgba(0,0,0,0.3)';ctx.setLineDash([4,3]);ctx.beginPath();
+ ctx.moveTo(a,T);ctx.lineTo(a,H-B);ctx.stroke();ctx.setLineDash([]);}});
+ctx.fillStyle='#444';
 let lower=new Array(n).fill(0);
 function band(vals,colour){ctx.fillStyle=colour;ctx.beginPath();ctx.moveTo(X(0),Y(lower[0]));
  for(let i=0;i<n;i++){ctx.lineTo(X(xs[i]),Y(i?lower[i-1]+vals[i-1]:lower[0]));ctx.lineTo(X(xs[i]),Y(lower[i]+vals[i]));}
@@ -169,12 +197,15 @@ function band(vals,colour){ctx.fillStyle=colour;ctx.beginPath();ctx.moveTo(X(0),
  ctx.closePath();ctx.fill();for(let i=0;i<n;i++)lower[i]+=vals[i];}
 if(n){base.forEach(b=>band(new Array(n).fill(b.bytes),b.colour));
 DATA.chart.series.forEach(se=>band(se.y,se.colour));}
-const rs=DATA.chart.reserved;if(rs&&n){ctx.strokeStyle=rs.colour;ctx.lineWidth=1.5;ctx.setLineDash([6,4]);ctx.beginPath();
+const rs=DATA.chart.reserved;const ry=rs&&n?Math.max(T+24,Y(rs.y[n-1])-4):-99;if(rs&&n){ctx.strokeStyle=rs.colour;ctx.lineWidth=1.5;ctx.setLineDash([6,4]);ctx.beginPath();
  ctx.moveTo(X(xs[0]),Y(rs.y[0]));for(let i=1;i<n;i++){ctx.lineTo(X(xs[i]),Y(rs.y[i-1]));ctx.lineTo(X(xs[i]),Y(rs.y[i]));}
  ctx.lineTo(X(end),Y(rs.y[n-1]));ctx.stroke();ctx.setLineDash([]);ctx.lineWidth=1;ctx.fillStyle=rs.colour;
- ctx.fillText(rs.name,W-R-ctx.measureText(rs.name).width-4,Math.max(T+24,Y(rs.y[n-1])-4));}
+ ctx.fillText(rs.name,W-R-ctx.measureText(rs.name).width-4,ry);}
+ctx.fillStyle='#555';ph.forEach(p=>{const a=X(Math.max(0,p.start_ms)),b=X(Math.min(end,p.end_ms)),w=ctx.measureText(p.name).width;
+ if(b-a>=w+8)ctx.fillText(p.name,(a+b-w)/2,T+12);});
 const pk=DATA.peak;ctx.strokeStyle='#000';ctx.setLineDash([4,3]);ctx.beginPath();ctx.moveTo(X(pk.ms),T);ctx.lineTo(X(pk.ms),H-B);ctx.stroke();
-ctx.setLineDash([]);ctx.fillStyle='#000';ctx.fillText('peak '+fmt(pk.bytes),Math.min(X(pk.ms)+4,W-120),T+12);
+ctx.setLineDash([]);ctx.fillStyle='#000';let py=T+(ph.length?28:12);if(ph.length&&Math.abs(py-ry)<14)py=ry+14;
+ctx.fillText('peak '+fmt(pk.bytes),Math.min(X(pk.ms)+4,W-120),py);
 c.addEventListener('mousemove',e=>{const r=c.getBoundingClientRect(),sx=(e.clientX-r.left)*W/r.width;
  if(sx<L||sx>W-R){tip.style.display='none';return;}const t=(sx-L)/(W-L-R)*end;
  const alive=DATA.allocs.filter(a=>a[0]<=t&&t<a[1]).sort((a,b)=>b[2]-a[2]).slice(0,4);
@@ -197,7 +228,12 @@ void layerRows(std::ostringstream& out, const Report& r, int i, std::int64_t lar
         << "</td><td class=l>" << htmlEscape(l.parent < 0 ? "" : l.type) << "</td><td class=l>" << htmlEscape(shapes)
         << "</td><td>" << formatBytes(l.weight_bytes) << "</td><td>" << formatBytes(l.activation_bytes) << "</td><td>"
         << formatBytes(l.temporary_peak_bytes) << "</td><td>" << formatBytes(l.peak_bytes)
-        << " <span class=inbar style=\"width:" << width << "px\"></span></td><td>" << l.calls << "</td></tr>\n";
+        << " <span class=inbar style=\"width:" << width << "px\"></span></td>";
+    if (r.run.mode == "train")
+        out << "<td>" << formatBytes(l.gradient_bytes) << "</td><td>" << formatBytes(l.saved_activation_bytes)
+            << "</td><td>" << formatBytes(l.backward_temporary_peak_bytes) << "</td><td>"
+            << formatBytes(l.backward_peak_bytes) << "</td>";
+    out << "<td>" << l.calls << "</td></tr>\n";
     for (int c : l.children)
         layerRows(out, r, c, largest);
 }
@@ -206,7 +242,8 @@ void layerRows(std::ostringstream& out, const Report& r, int i, std::int64_t lar
 void whatIfSection(std::ostringstream& out, const WhatIfTable& w)
 {
     out << "<h2>What if: other batch sizes and precisions</h2>\n<p>Predicted from runs at batch " << w.recorded_batch1
-        << " and " << w.recorded_batch2 << ".</p>\n<table id=whatif><tr><th>batch</th><th class=l>dtype</th>"
+        << " and " << w.recorded_batch2
+        << ".</p>\n<table id=whatif><tr><th>batch</th><th class=l>dtype</th>"
            "<th class=l>method</th><th>peak</th><th>peak total</th><th>reserved (simulated GPU)</th>";
     if (w.budget_bytes > 0)
         out << "<th class=l>fits " << formatBytes(w.budget_bytes) << "</th>";
@@ -270,6 +307,10 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
             out << (i ? ", " : "") << shapeToString(r.run.input_shapes[i]);
         out << (r.run.input_guessed ? " (guessed)" : "") << " &middot; batch " << r.run.batch << " &middot; "
             << htmlEscape(r.run.dtype) << " &middot; " << htmlEscape(r.run.mode) << " on " << htmlEscape(r.run.device);
+        if (r.run.mode == "train")
+            out << " &middot; optimizer " << htmlEscape(r.run.optimizer.empty() ? "-" : r.run.optimizer)
+                << " &middot; loss " << htmlEscape(r.run.loss.empty() ? "-" : r.run.loss) << " &middot; "
+                << r.run.threads << (r.run.threads == 1 ? " thread" : " threads");
         out << " &middot; file " << formatBytes(r.model.file_bytes);
     }
     out << " &middot; " << (r.trace ? r.trace->size() : 0) << " events</p>\n";
@@ -291,9 +332,19 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
         parts.push_back({"reserved, not allocated", reserved - allocated, "#c44e52", ""});
     } else {
         heading = "Ledgers at the peak: " + formatBytes(r.peak_total_bytes);
-        for (int l = 0; l < kLedgerCount; ++l)
-            parts.push_back({ledgerName(static_cast<Ledger>(l)), r.ledgers[l].at_peak, ledgerColourHex(static_cast<Ledger>(l)),
-                formatBytes(r.ledgers[l].total) + " allocated in all"});
+        // The timeline's stacking order; the four ledgers of an inference run always, the others when they hold
+        // bytes.
+        for (int band : TimelineSeries::kStackOrder) {
+            if (band >= kLedgerCount)
+                continue;
+            auto l = static_cast<Ledger>(band);
+            const auto& f = r.ledgers[static_cast<std::size_t>(band)];
+            bool classic
+                = l == Ledger::Weights || l == Ledger::Inputs || l == Ledger::Activations || l == Ledger::Temporaries;
+            if (classic || f.at_peak > 0 || f.total > 0)
+                parts.push_back(
+                    {ledgerLabel(l), f.at_peak, ledgerColourHex(l), formatBytes(f.total) + " allocated in all"});
+        }
     }
     out << "<h2>" << heading << "</h2>\n<div class=bar>";
     std::int64_t sum = 0;
@@ -314,6 +365,10 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
         out << "<p>Load tax: file " << formatBytes(r.load_tax.file_tensor_bytes) << " "
             << htmlEscape(r.load_tax.file_dtype) << ", resident " << formatBytes(r.load_tax.resident_bytes) << " as "
             << htmlEscape(r.load_tax.resident_dtype) << "</p>\n";
+    if (r.run.mode == "train" && r.source == "model")
+        out << "<p>Training step: gradients " << formatBytes(r.gradient_bytes)
+            << " <span class=muted>(every parameter's .grad after the step)</span> &middot; optimizer state "
+            << formatBytes(r.optimizer_state_bytes) << "</p>\n";
     if (r.simulated_reserved_peak_bytes > 0 && r.source == "model")
         out << "<p>On a GPU, PyTorch's caching allocator would reserve about "
             << formatBytes(r.simulated_reserved_peak_bytes) << " <span class=muted>(simulated)</span></p>\n";
@@ -322,6 +377,16 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
 
     out << "<h2>Timeline: live bytes" << (r.snapshot ? "" : " by ledger")
         << "</h2>\n<canvas id=chart width=1100 height=360></canvas><div id=tip></div>\n";
+    if (!r.snapshot && !r.phases.empty()) {
+        out << "<h2>Phases</h2>\n<table id=phases><tr><th>phase</th><th>duration (ms)</th><th>peak</th></tr>\n";
+        for (const auto& p : r.phases) {
+            char ms[32];
+            std::snprintf(ms, sizeof ms, "%.2f", static_cast<double>(p.end_ns - p.start_ns) / 1e6);
+            out << "<tr><td>" << htmlEscape(p.name) << "</td><td>" << ms << "</td><td>" << formatBytes(p.peak_bytes)
+                << "</td></tr>\n";
+        }
+        out << "</table>\n";
+    }
     if (r.whatif)
         whatIfSection(out, *r.whatif);
     out << extraSectionsHtml;
@@ -329,7 +394,7 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
         out << "<h2>Alive at the peak</h2>\n<table><tr><th>bytes</th><th>ledger</th><th>module</th><th>op</th></tr>\n";
         for (std::size_t i = 0; i < std::min<std::size_t>(r.alive_at_peak.size(), 15); ++i) {
             const auto& a = r.alive_at_peak[i];
-            out << "<tr><td>" << formatBytes(a.bytes) << "</td><td class=l>" << ledgerName(a.ledger)
+            out << "<tr><td>" << formatBytes(a.bytes) << "</td><td class=l>" << ledgerLabel(a.ledger)
                 << "</td><td class=l>" << htmlEscape(a.where.empty() ? "(root)" : a.where) << "</td><td class=l>"
                 << htmlEscape(a.op) << "</td></tr>\n";
         }
@@ -341,8 +406,11 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
             if (l.parent >= 0)
                 largest = std::max(largest, l.peak_bytes);
         out << "<h2>Layers</h2>\n<table id=layers><tr><th>module</th><th class=l>type</th><th class=l>output</th>"
-               "<th>weights</th><th>activations</th><th>temporaries (peak)</th><th>peak "
-               "delta</th><th>calls</th></tr>\n";
+               "<th>weights</th><th>activations</th><th>temporaries (peak)</th><th>peak delta</th>";
+        if (r.run.mode == "train")
+            out << "<th>gradients</th><th>saved for backward</th><th>backward temporaries (peak)</th>"
+                   "<th>backward peak delta</th>";
+        out << "<th>calls</th></tr>\n";
         layerRows(out, r, 0, std::max<std::int64_t>(largest, 1));
         out << "</table>\n";
     }
@@ -353,7 +421,7 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
         data["allocs"] = hoverAllocations(r);
     } else {
         data["chart"] = {{"x_ms", nlohmann::json::array()}, {"end_ms", 0}, {"series", nlohmann::json::array()},
-            {"base", nlohmann::json::array()}};
+            {"base", nlohmann::json::array()}, {"phases", nlohmann::json::array()}};
         data["allocs"] = nlohmann::json::array();
     }
     data["peak"] = {{"ms", static_cast<double>(r.peak_time_ns) / 1e6}, {"bytes", r.peak_total_bytes}};

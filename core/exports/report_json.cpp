@@ -155,6 +155,15 @@ json reportToJson(const Report& r, bool withEvents)
     if (r.simulated_reserved_peak_bytes > 0)
         j["simulated_gpu"] = {{"reserved_peak_bytes", r.simulated_reserved_peak_bytes},
             {"note", "simulated: the run replayed through a model of PyTorch's CUDA caching allocator"}};
+    if (r.gpu) {
+        json reserved = json::array();
+        for (const auto& [ns, bytes] : r.gpu->reserved_over_time)
+            reserved.push_back({ns, bytes});
+        j["gpu"] = {{"name", r.gpu->name}, {"total_memory_bytes", r.gpu->total_memory_bytes},
+            {"reserved_peak_bytes", r.gpu->reserved_peak_bytes}, {"library_bytes", r.gpu->library_bytes},
+            {"reserved_over_time", reserved}};
+        j["reserved_peak_bytes"] = r.gpu->reserved_peak_bytes;
+    }
     for (int l = 0; l < kLedgerCount; ++l)
         j["ledgers"][ledgerName(static_cast<Ledger>(l))]
             = {{"at_peak", r.ledgers[static_cast<std::size_t>(l)].at_peak}, {"total", r.ledgers[static_cast<std::size_t>(l)].total}};
@@ -237,6 +246,17 @@ Report reportFromJson(const json& j, const std::string& name)
         r.peak_event = j.value("peak_event", -1);
         if (j.contains("simulated_gpu"))
             r.simulated_reserved_peak_bytes = j["simulated_gpu"].value("reserved_peak_bytes", std::int64_t {0});
+        if (j.contains("gpu")) {
+            const auto& g = j["gpu"];
+            GpuRun gpu;
+            gpu.name = g.value("name", "");
+            gpu.total_memory_bytes = g.value("total_memory_bytes", std::int64_t {0});
+            gpu.reserved_peak_bytes = g.value("reserved_peak_bytes", std::int64_t {0});
+            gpu.library_bytes = g.value("library_bytes", std::int64_t {0});
+            for (const auto& p : g.value("reserved_over_time", json::array()))
+                gpu.reserved_over_time.emplace_back(p.at(0).get<std::int64_t>(), p.at(1).get<std::int64_t>());
+            r.gpu = std::move(gpu);
+        }
         for (int l = 0; l < kLedgerCount; ++l) {
             const auto* key = ledgerName(static_cast<Ledger>(l));
             if (!j.at("ledgers").contains(key))

@@ -1,7 +1,7 @@
 #include "exports/report_text.h"
 
-#include "support/format.h"
 #include "snapshot/snapshot.h"
+#include "support/format.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -51,6 +51,20 @@ void snapshotSummary(std::ostringstream& out, const Report& r)
             << formatBytes(o.device_free) << " free\n";
 }
 
+bool isTrainStep(const Report& r)
+{
+    return r.run.mode == "train";
+}
+
+// The ledgers a report lists: the four of an inference run always (its output stays as it was), the others
+// when they hold bytes.
+bool listsLedger(const Report& r, Ledger l)
+{
+    const auto& f = r.ledgers[static_cast<std::size_t>(l)];
+    bool classic = l == Ledger::Weights || l == Ledger::Inputs || l == Ledger::Activations || l == Ledger::Temporaries;
+    return classic || f.at_peak > 0 || f.total > 0;
+}
+
 void printRow(std::ostringstream& out, const Report& r, int index, int maxDepth)
 {
     const auto& l = r.layers[static_cast<std::size_t>(index)];
@@ -62,8 +76,13 @@ void printRow(std::ostringstream& out, const Report& r, int index, int maxDepth)
         shape += " +" + std::to_string(l.output_shapes.size() - 1);
     out << pad(name, 34) << ' ' << pad(l.parent < 0 ? "" : l.type, 18) << ' ' << pad(shape, 18) << ' '
         << pad(bytesOrDash(l.weight_bytes), 11, true) << ' ' << pad(bytesOrDash(l.activation_bytes), 11, true) << ' '
-        << pad(bytesOrDash(l.temporary_peak_bytes), 11, true) << ' ' << pad(bytesOrDash(l.peak_bytes), 11, true) << ' '
-        << pad(std::to_string(l.calls), 5, true) << '\n';
+        << pad(bytesOrDash(l.temporary_peak_bytes), 11, true) << ' ' << pad(bytesOrDash(l.peak_bytes), 11, true) << ' ';
+    if (isTrainStep(r))
+        out << pad(bytesOrDash(l.gradient_bytes), 11, true) << ' '
+            << pad(bytesOrDash(l.saved_activation_bytes), 11, true) << ' '
+            << pad(bytesOrDash(l.backward_temporary_peak_bytes), 11, true) << ' '
+            << pad(bytesOrDash(l.backward_peak_bytes), 11, true) << ' ';
+    out << pad(std::to_string(l.calls), 5, true) << '\n';
     for (int c : l.children)
         printRow(out, r, c, maxDepth);
 }
@@ -102,6 +121,10 @@ std::string reportToText(const Report& r, int maxDepth)
         out << (i ? ", " : "") << shapeToString(r.run.input_shapes[i]);
     out << (r.run.input_guessed ? " (guessed)" : "") << ", batch " << r.run.batch << ", " << r.run.dtype << ", "
         << r.run.mode << " on " << r.run.device;
+    if (isTrainStep(r))
+        out << " (optimizer " << (r.run.optimizer.empty() ? "-" : r.run.optimizer) << ", loss "
+            << (r.run.loss.empty() ? "-" : r.run.loss) << ", " << r.run.threads
+            << (r.run.threads == 1 ? " thread)" : " threads)");
     out << ", " << ms << " ms, " << (r.trace ? r.trace->size() : 0) << " events\n";
     if (!r.model.bytes_by_dtype.empty()) {
         out << "  tensors in the file:";
@@ -113,16 +136,42 @@ std::string reportToText(const Report& r, int maxDepth)
     if (!r.layers.empty()) {
         out << pad("module", 34) << ' ' << pad("type", 18) << ' ' << pad("output", 18) << ' '
             << pad("weights", 11, true) << ' ' << pad("activations", 11, true) << ' ' << pad("temp peak", 11, true)
-            << ' ' << pad("peak delta", 11, true) << ' ' << pad("calls", 5, true) << '\n';
+            << ' ' << pad("peak delta", 11, true) << ' ';
+        if (isTrainStep(r))
+            out << pad("gradients", 11, true) << ' ' << pad("saved bwd", 11, true) << ' ' << pad("bwd temp", 11, true)
+                << ' ' << pad("bwd peak", 11, true) << ' ';
+        out << pad("calls", 5, true) << '\n';
         printRow(out, r, 0, maxDepth);
         out << '\n';
     }
+    if (isTrainStep(r) && !r.phases.empty()) {
+        out << "Phases:\n";
+        for (const auto& p : r.phases) {
+            char duration[32];
+            std::snprintf(duration, sizeof duration, "%.2f ms", static_cast<double>(p.end_ns - p.start_ns) / 1e6);
+            out << "  " << pad(p.name, 10) << ' ' << pad(duration, 11, true) << "  peak " << formatBytes(p.peak_bytes)
+                << "\n";
+        }
+    }
+    // The names as the JSON spells them, in a column as wide as the longest one listed.
+    std::size_t nameWidth = 12;
+    for (int l = 0; l < kLedgerCount; ++l)
+        if (listsLedger(r, static_cast<Ledger>(l)))
+            nameWidth = std::max(nameWidth, std::string(ledgerName(static_cast<Ledger>(l))).size() + 1);
     out << "Ledgers at the peak (allocated over the run):\n";
     for (int l = 0; l < kLedgerCount; ++l)
-        out << "  " << pad(ledgerName(static_cast<Ledger>(l)), 12) << ' '
-            << pad(formatBytes(r.ledgers[l].at_peak), 11, true) << "  (" << formatBytes(r.ledgers[l].total) << ")\n";
+        if (listsLedger(r, static_cast<Ledger>(l)))
+            out << "  " << pad(ledgerName(static_cast<Ledger>(l)), nameWidth) << ' '
+                << pad(formatBytes(r.ledgers[l].at_peak), 11, true) << "  (" << formatBytes(r.ledgers[l].total)
+                << ")\n";
     out << "  peak during the run    " << formatBytes(r.peak_bytes) << "\n";
-    out << "  peak total             " << formatBytes(r.peak_total_bytes) << "  (weights + inputs + run peak)\n";
+    out << "  peak total             " << formatBytes(r.peak_total_bytes)
+        << (r.optimizer_state_bytes > 0 ? "  (weights + optimizer state + inputs + run peak)\n"
+                                        : "  (weights + inputs + run peak)\n");
+    if (isTrainStep(r))
+        out << "  gradients              " << formatBytes(r.gradient_bytes)
+            << "  (every parameter's .grad after the step)\n"
+            << "  optimizer state        " << formatBytes(r.optimizer_state_bytes) << "\n";
     if (r.simulated_reserved_peak_bytes > 0 && r.source == "model")
         out << "  reserved on a GPU      " << formatBytes(r.simulated_reserved_peak_bytes)
             << "  (simulated CUDA caching allocator, CUDA context not included)\n";
@@ -132,9 +181,12 @@ std::string reportToText(const Report& r, int maxDepth)
     if (!r.alive_at_peak.empty()) {
         out << "Alive at the peak, largest first:\n";
         std::size_t n = std::min<std::size_t>(r.alive_at_peak.size(), 10);
+        std::size_t ledgerWidth = 11; // "saved_activations" widens it
+        for (std::size_t i = 0; i < n; ++i)
+            ledgerWidth = std::max(ledgerWidth, std::string(ledgerName(r.alive_at_peak[i].ledger)).size());
         for (std::size_t i = 0; i < n; ++i) {
             const auto& a = r.alive_at_peak[i];
-            out << "  " << pad(formatBytes(a.bytes), 11, true) << "  " << pad(ledgerName(a.ledger), 11) << "  "
+            out << "  " << pad(formatBytes(a.bytes), 11, true) << "  " << pad(ledgerName(a.ledger), ledgerWidth) << "  "
                 << (a.where.empty() ? "(root)" : a.where) << "  " << a.op << "\n";
         }
         if (r.alive_at_peak.size() > n)
@@ -171,8 +223,9 @@ std::string whatIfToText(const WhatIfTable& table)
     for (const auto& p : table.predictions) {
         auto peak = p.measured_peak_bytes.value_or(p.predicted_peak_bytes);
         auto total = p.measured_peak_total_bytes.value_or(p.predicted_peak_total_bytes);
-        out << cell(std::to_string(p.batch), 8) << cell(p.dtype, 10) << cell(p.method, 11) << cell(formatBytes(peak), 12)
-            << cell(formatBytes(total), 12) << cell(formatBytes(p.predicted_reserved_bytes), 12);
+        out << cell(std::to_string(p.batch), 8) << cell(p.dtype, 10) << cell(p.method, 11)
+            << cell(formatBytes(peak), 12) << cell(formatBytes(total), 12)
+            << cell(formatBytes(p.predicted_reserved_bytes), 12);
         if (budget > 0)
             out << (table.fits(p) ? "yes" : "no");
         out << "\n";

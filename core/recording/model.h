@@ -26,6 +26,8 @@ struct RunOptions {
     int threads = 0; // intra-op threads; 0: libtorch's default
     bool record = true; // false: a plain run (no recorder), for benchmarks
     bool warm_up = true; // false: the caller has already run the model at this setting
+    std::string device = "cpu"; // cpu | cuda | cuda:N (a libtorch with CUDA and a GPU)
+    bool cudnn_benchmark = false; // CUDA: cuDNN's autotuner (at::globalContext().setBenchmarkCuDNN)
 };
 
 // One outermost ATen op of the run.
@@ -54,6 +56,9 @@ struct RawRun {
     std::vector<std::uint32_t> gradient_events; // allocs that ended as a parameter's .grad
     std::int64_t gradient_bytes = 0;
     std::int64_t optimizer_state_bytes = 0;
+    // A CUDA run: the device, the allocator's reserve over the run (from its own snapshot), and what the
+    // libraries kept on the device from the warm-up (cuBLAS workspaces and the like).
+    std::optional<GpuRun> gpu;
 };
 
 // A TorchScript model loaded on the CPU. libtorch stays behind the pointer.
@@ -81,6 +86,19 @@ private:
     explicit Model(std::unique_ptr<Impl> d);
     std::unique_ptr<Impl> d_;
 };
+
+// A device a run can use: "cpu", "cuda:0", ...
+struct DeviceInfo {
+    std::string id; // what --device takes
+    std::string name; // "CPU" or the GPU's name
+    std::int64_t total_memory_bytes = 0;
+};
+// The CPU, then every CUDA GPU that this libtorch sees (none in a CPU-only build).
+std::vector<DeviceInfo> availableDevices();
+// "libtorch 2.15.0, CUDA 13.0, cuDNN 9.26" or "libtorch 1.13.1, CPU only".
+std::string torchBuildInfo();
+// Whether this memledger's libtorch has CUDA compiled in.
+bool builtWithCuda();
 
 bool isSupportedDtype(const std::string& dtype);
 int dtypeSize(const std::string& dtype); // bytes per element, 0 if unknown

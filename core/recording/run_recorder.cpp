@@ -3,7 +3,9 @@
 #include "recording/model_impl.h"
 
 #include "support/errors.h"
+#include "recording/cuda_session.h"
 #include "recording/module_path.h"
+#include "recording/torch_compat.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
@@ -17,11 +19,6 @@
 #include <functional>
 #include <optional>
 #include <cstring>
-
-namespace c10 {
-// Exported by libc10 (c10/core/impl/alloc_cpu.h), whose header Debian does not ship.
-C10_API void free_cpu(void* data);
-} // namespace c10
 #include <unordered_map>
 #include <unordered_set>
 
@@ -51,6 +48,7 @@ struct RecordState {
     std::uint32_t root_module = 0; // string id of ""
     const std::atomic<bool>* cancel = nullptr;
     bool cancelled = false;
+    c10::Device device {c10::kCPU}; // the run's: allocations elsewhere are not recorded
     std::unordered_set<std::uint32_t> modules_seen;
     int module_count = 0;
     const std::function<void(int, int)>* progress = nullptr;
@@ -62,6 +60,73 @@ struct RecordState {
 };
 
 thread_local RecordState* tls_state = nullptr;
+
+class AllocationRecorder final : public c10::MemoryReportingInfoBase {
+public:
+    explicit AllocationRecorder(RecordState& s)
+        : s_(s)
+    {
+    }
+    bool memoryProfilingEnabled() const override { return true; }
+
+    // Called by the allocator on the allocating thread; the CUDA caching allocator holds its lock meanwhile:
+    // on a GPU nothing here throws, blocks or allocates device memory (a cancel is checked between ops).
+    void reportMemoryUsage(
+        void* ptr, int64_t size, compat::ReportedTotal, compat::ReportedTotal, c10::Device device) override
+    {
+        auto addr = reinterpret_cast<std::uint64_t>(ptr);
+        if (size > 0 && s_.cancel && s_.cancel->load(std::memory_order_relaxed) && device.is_cpu()) {
+            // Stop at this allocation: the block was never handed out, so give it back and unwind.
+            c10::free_cpu(ptr);
+            s_.cancelled = true;
+            throw Cancelled(); // the interpreter may wrap it: run() checks s_.cancelled
+        }
+        if (device.type() != s_.device.type() || s_.cancelled)
+            return;
+        auto& t = *s_.trace;
+        auto dev = static_cast<std::int8_t>(device.is_cpu() ? -1 : device.index());
+        auto i = t.push(s_.now(), size > 0 ? size : -size, addr, size > 0 ? Action::Alloc : Action::Free, dev);
+        t.op_seq[i] = static_cast<std::uint32_t>(s_.ops->empty() ? 0 : s_.ops->size() - 1);
+        if (!s_.stack.empty()) {
+            t.outer_op[i] = s_.stack.front();
+            // The op that made the block: the innermost one that is not a mere allocation helper.
+            auto inner = s_.stack.size() - 1;
+            auto isHelper = [this](std::uint32_t id) {
+                return std::find(s_.allocation_helpers.begin(), s_.allocation_helpers.end(), id)
+                    != s_.allocation_helpers.end();
+            };
+            while (inner > 0 && isHelper(s_.stack[inner]))
+                --inner;
+            t.inner_op[i] = s_.stack[inner];
+        }
+        t.where[i] = s_.current_module;
+        if (size > 0) {
+            s_.live[addr] = static_cast<std::int32_t>(i);
+        } else {
+            auto it = s_.live.find(addr);
+            if (it != s_.live.end()) {
+                t.partner[i] = it->second;
+                t.partner[static_cast<std::size_t>(it->second)] = static_cast<std::int32_t>(i);
+                s_.live.erase(it);
+            }
+        }
+    }
+
+    RecordState& state() { return s_; }
+
+private:
+    RecordState& s_;
+};
+
+// The run's state on this thread; on an autograd worker thread (a GPU's backward), the state of the recorder
+// that the engine carried over with the thread-local debug info.
+RecordState* currentState()
+{
+    if (tls_state)
+        return tls_state;
+    auto* recorder = dynamic_cast<AllocationRecorder*>(c10::ThreadLocalDebugInfo::get(compat::profilerStateKind()));
+    return recorder && !recorder->state().device.is_cpu() ? &recorder->state() : nullptr;
+}
 
 std::uint32_t moduleOfCurrentFrame(RecordState& s, const at::RecordFunction& fn)
 {
@@ -81,14 +146,23 @@ std::uint32_t moduleOfCurrentFrame(RecordState& s, const at::RecordFunction& fn)
 
 std::unique_ptr<at::ObserverContext> onOpStart(const at::RecordFunction& fn)
 {
-    auto* s = tls_state;
+    auto* s = currentState();
     if (!s)
         return nullptr;
+    if (!s->device.is_cpu() && s->cancel && s->cancel->load(std::memory_order_relaxed))
+        s->cancelled = true; // a GPU run stops recording here; run() throws Cancelled once the op returns
+    // An op's name lives in its schema for the whole run: it is looked up by pointer. An autograd node's name
+    // (and the engine's "autograd::engine::evaluate_function: ..." around it) is a temporary string whose memory
+    // the next one reuses: those are interned by content.
     const char* name = fn.name();
-    auto it = s->name_ids.find(name);
-    std::uint32_t id = it != s->name_ids.end()
-        ? it->second
-        : s->name_ids.emplace(name, s->trace->strings.intern(name)).first->second;
+    std::uint32_t id = 0;
+    if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION || std::strncmp(name, "autograd::", 10) == 0) {
+        id = s->trace->strings.intern(name);
+    } else {
+        auto it = s->name_ids.find(name);
+        id = it != s->name_ids.end() ? it->second
+                                     : s->name_ids.emplace(name, s->trace->strings.intern(name)).first->second;
+    }
     if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
         // An autograd node. Its sequence number is that of the forward op that made it.
         if (s->stack.empty()) { // not inside the engine's evaluate_function span: a call of its own
@@ -136,7 +210,7 @@ std::unique_ptr<at::ObserverContext> onOpStart(const at::RecordFunction& fn)
 
 void onOpEnd(const at::RecordFunction& fn, at::ObserverContext*)
 {
-    auto* s = tls_state;
+    auto* s = currentState();
     if (!s || s->stack.empty())
         return;
     s->stack.pop_back();
@@ -161,56 +235,6 @@ void onOpEnd(const at::RecordFunction& fn, at::ObserverContext*)
         call.output_bytes.push_back(static_cast<std::int64_t>(t.numel() * t.element_size()));
     }
 }
-
-class AllocationRecorder final : public c10::MemoryReportingInfoBase {
-public:
-    explicit AllocationRecorder(RecordState& s)
-        : s_(s)
-    {
-    }
-    bool memoryProfilingEnabled() const override { return true; }
-
-    void reportMemoryUsage(void* ptr, int64_t size, int64_t, int64_t, c10::Device device) override
-    {
-        auto addr = reinterpret_cast<std::uint64_t>(ptr);
-        if (size > 0 && s_.cancel && s_.cancel->load(std::memory_order_relaxed) && device.is_cpu()) {
-            // Stop at this allocation: the block was never handed out, so give it back and unwind.
-            c10::free_cpu(ptr);
-            s_.cancelled = true;
-            throw Cancelled(); // the interpreter may wrap it: run() checks s_.cancelled
-        }
-        auto& t = *s_.trace;
-        auto dev = static_cast<std::int8_t>(device.is_cpu() ? -1 : device.index());
-        auto i = t.push(s_.now(), size > 0 ? size : -size, addr, size > 0 ? Action::Alloc : Action::Free, dev);
-        t.op_seq[i] = static_cast<std::uint32_t>(s_.ops->empty() ? 0 : s_.ops->size() - 1);
-        if (!s_.stack.empty()) {
-            t.outer_op[i] = s_.stack.front();
-            // The op that made the block: the innermost one that is not a mere allocation helper.
-            auto inner = s_.stack.size() - 1;
-            auto isHelper = [this](std::uint32_t id) {
-                return std::find(s_.allocation_helpers.begin(), s_.allocation_helpers.end(), id)
-                    != s_.allocation_helpers.end();
-            };
-            while (inner > 0 && isHelper(s_.stack[inner]))
-                --inner;
-            t.inner_op[i] = s_.stack[inner];
-        }
-        t.where[i] = s_.current_module;
-        if (size > 0) {
-            s_.live[addr] = static_cast<std::int32_t>(i);
-        } else {
-            auto it = s_.live.find(addr);
-            if (it != s_.live.end()) {
-                t.partner[i] = it->second;
-                t.partner[static_cast<std::size_t>(it->second)] = static_cast<std::int32_t>(i);
-                s_.live.erase(it);
-            }
-        }
-    }
-
-private:
-    RecordState& s_;
-};
 
 // The TorchScript interpreter wraps the real error after a traceback: keep the model's own message.
 std::string firstLine(const std::string& s)
@@ -330,8 +354,14 @@ RawRun Model::run(const RunOptions& options)
         throw RunError("unknown optimizer '" + options.optimizer + "' (use sgd, adam, adamw or none)");
     if (train && !isSupportedLoss(options.loss))
         throw RunError("unknown loss '" + options.loss + "' (use auto, sum or cross_entropy)");
+    const c10::Device device = resolveDevice(options.device); // throws RunError: no CUDA, no GPU
+    const bool gpu = device.is_cuda();
     std::lock_guard<std::mutex> lock(d_->run_mutex); // the window's run and what-if records share one Model
+    std::optional<CudaRecording> cuda;
+    if (gpu)
+        cuda.emplace(device, options.cudnn_benchmark);
     RawRun raw;
+    raw.info.device = device.str();
     raw.info.dtype = options.dtype;
     raw.info.mode = mode;
     raw.info.input_shapes = options.inputs;
@@ -375,6 +405,10 @@ RawRun Model::run(const RunOptions& options)
         convertFloatingTensors(d_->module, scalar);
         d_->current_dtype = options.dtype;
     }
+    if (d_->current_device != device.str()) {
+        d_->module.to(device);
+        d_->current_device = device.str();
+    }
     for (const auto& p : d_->module.parameters(true))
         raw.parameter_bytes += static_cast<std::int64_t>(p.numel() * p.element_size());
     for (const auto& b : d_->module.buffers(true))
@@ -382,7 +416,7 @@ RawRun Model::run(const RunOptions& options)
 
     std::vector<c10::IValue> inputs;
     for (const auto& shape : raw.info.input_shapes) {
-        auto t = torch::randn(shape, torch::TensorOptions().dtype(scalar));
+        auto t = torch::randn(shape, torch::TensorOptions().dtype(scalar).device(device));
         raw.input_bytes += static_cast<std::int64_t>(t.numel() * t.element_size());
         inputs.emplace_back(std::move(t));
     }
@@ -427,6 +461,8 @@ RawRun Model::run(const RunOptions& options)
         loss = chooseLoss(d_->module.forward(inputs), options.loss);
         raw.info.loss = loss.name;
         targets = makeTargets(loss);
+        if (targets.defined() && gpu)
+            targets = targets.to(device);
         if (targets.defined())
             raw.input_bytes += static_cast<std::int64_t>(targets.numel() * targets.element_size());
         step(noMark);
@@ -448,6 +484,8 @@ RawRun Model::run(const RunOptions& options)
                 step(noMark);
             else
                 d_->module.forward(inputs);
+            if (gpu)
+                CudaRecording::synchronize(device);
             raw.info.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
         } catch (const std::exception& e) {
             throw rethrow(e);
@@ -469,6 +507,7 @@ RawRun Model::run(const RunOptions& options)
     state.trace = &raw.trace;
     state.ops = &raw.ops;
     state.cancel = options.cancel;
+    state.device = device;
     state.progress = &options.progress;
     state.module_count = static_cast<int>(d_->modules.size());
     state.root_module = raw.trace.strings.intern("");
@@ -503,6 +542,8 @@ RawRun Model::run(const RunOptions& options)
             raw.phases.back().end_ns = now;
             raw.phases.back().end_event = event;
         }
+        if (state.cancelled) // a GPU run checks for a cancel between ops, and stops at the next phase
+            throw Cancelled();
         if (phase) {
             Phase p;
             p.name = phase;
@@ -520,7 +561,14 @@ RawRun Model::run(const RunOptions& options)
                                                                  at::RecordScope::BACKWARD_FUNCTION}))};
         tls_state = &state;
         auto recorder = std::make_shared<AllocationRecorder>(state);
-        c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, recorder);
+        c10::DebugInfoGuard guard(compat::profilerStateKind(), recorder);
+        if (cuda) {
+            // What the allocator holds now beyond weights, optimizer state and inputs: what the libraries kept
+            // from the warm-up (and the 512-byte rounding of the resident tensors).
+            auto resident = raw.parameter_bytes + raw.buffer_bytes + raw.optimizer_state_bytes + raw.input_bytes;
+            raw.gpu.emplace();
+            raw.gpu->library_bytes = std::max<std::int64_t>(0, cuda->begin() - resident);
+        }
         state.start = Clock::now();
         started = state.start;
         if (train) {
@@ -530,6 +578,12 @@ RawRun Model::run(const RunOptions& options)
             auto out = d_->module.forward(inputs);
             out = c10::IValue(); // the output's free is part of the run
         }
+        if (cuda) {
+            cuda->end(*raw.gpu);
+            raw.gpu->allocator_pickle = std::make_shared<const std::string>(cuda->pickle());
+        }
+        if (state.cancelled)
+            throw Cancelled();
     } catch (const Cancelled&) {
         if (train)
             setGradientsToNone(params);

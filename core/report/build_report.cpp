@@ -187,6 +187,9 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
     r.ledgers[static_cast<int>(Ledger::Inputs)] = {r.input_bytes, r.input_bytes};
     r.ledgers[static_cast<int>(Ledger::OptimizerState)] = {r.optimizer_state_bytes, r.optimizer_state_bytes};
     r.peak_total_bytes = r.weight_bytes + r.optimizer_state_bytes + r.input_bytes + r.peak_bytes;
+    r.gpu = raw.gpu;
+    if (r.gpu)
+        r.peak_total_bytes += r.gpu->library_bytes;
     r.phases = raw.phases;
     for (auto& p : r.phases) {
         std::int64_t top = p.first_event == 0 || p.first_event > live.size() ? 0 : live[p.first_event - 1];

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,18 @@ struct Phase {
     std::uint32_t first_event = 0; // events [first_event, end_event) happened in it
     std::uint32_t end_event = 0;
     std::int64_t peak_bytes = 0; // the most bytes alive at once during it (allocated in the step)
+};
+
+// A run on a CUDA GPU: the device and what PyTorch's caching allocator really did (its own snapshot).
+struct GpuRun {
+    std::string name;
+    std::int64_t total_memory_bytes = 0;
+    std::int64_t reserved_peak_bytes = 0; // the allocator's reserve at its highest during the run
+    // Allocated on the device before the recorded run that is neither weights nor inputs: what the libraries
+    // kept from the warm-up (cuBLAS workspaces and the like). Part of peak_total_bytes.
+    std::int64_t library_bytes = 0;
+    std::vector<std::pair<std::int64_t, std::int64_t>> reserved_over_time; // (ns since the run began, bytes)
+    std::shared_ptr<const std::string> allocator_pickle; // the allocator's own snapshot (--snapshot writes it)
 };
 
 struct LedgerFigure {
@@ -119,6 +132,7 @@ struct Report {
     // What the same run would reserve on a GPU through PyTorch's caching allocator (simulated; 0 if not known).
     std::int64_t simulated_reserved_peak_bytes = 0;
     std::shared_ptr<const SimulatedGpu> simulated_gpu; // the replay behind it, made with the report
+    std::optional<GpuRun> gpu; // a run on a CUDA GPU
     std::array<LedgerFigure, kLedgerCount> ledgers {};
     std::vector<LayerStats> layers; // layers[0] is the root; parents come before children
     std::vector<PeakItem> alive_at_peak; // largest first

@@ -390,6 +390,8 @@ std::string encodeSnapshot(const Trace& trace, const AllocatorSettings& settings
 
 std::string encodeSnapshot(const Report& report)
 {
+    if (report.gpu && report.gpu->allocator_pickle) // a run on a GPU: the allocator's own snapshot
+        return *report.gpu->allocator_pickle;
     static const Trace kEmpty;
     const Trace& t = report.trace ? *report.trace : kEmpty;
     if (!report.snapshot)

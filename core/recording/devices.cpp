@@ -1,0 +1,108 @@
+// Which devices a run can use and what this memledger's libtorch was built with.
+#include "recording/cuda_session.h"
+#include "recording/torch_compat.h"
+
+#include "support/errors.h"
+
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <torch/cuda.h>
+
+#include <unistd.h>
+
+namespace memledger {
+
+bool builtWithCuda()
+{
+#ifdef MEMLEDGER_HAS_CUDA
+    return true;
+#else
+    return false;
+#endif
+}
+
+std::string torchBuildInfo()
+{
+    std::string text = "libtorch " TORCH_VERSION;
+#ifdef MEMLEDGER_HAS_CUDA
+    auto dotted = [](long v, long major, long minor) {
+        return std::to_string(v / major) + "." + std::to_string((v % major) / minor);
+    };
+    try {
+        const auto& hooks = at::detail::getCUDAHooks();
+        text += ", CUDA " + dotted(hooks.versionCUDART(), 1000, 10); // 13000: 13.0
+        long cudnn = hooks.versionCuDNN(); // 91000: 9.10
+        text += cudnn > 0 ? ", cuDNN " + dotted(cudnn, 10000, 100) : ", no cuDNN";
+    } catch (const std::exception&) {
+        text += ", CUDA";
+    }
+#else
+    text += ", CPU only";
+#endif
+    return text;
+}
+
+std::vector<DeviceInfo> availableDevices()
+{
+    DeviceInfo cpu;
+    cpu.id = "cpu";
+    cpu.name = "CPU";
+    long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGESIZE);
+    cpu.total_memory_bytes = pages > 0 && pageSize > 0 ? static_cast<std::int64_t>(pages) * pageSize : 0;
+    std::vector<DeviceInfo> devices {cpu};
+    for (auto& d : cudaDevices())
+        devices.push_back(std::move(d));
+    return devices;
+}
+
+c10::Device resolveDevice(const std::string& device)
+{
+    if (device.empty() || device == "cpu")
+        return c10::Device(c10::kCPU);
+    if (device.rfind("cuda", 0) != 0)
+        throw RunError("unknown device '" + device + "' (use cpu, cuda or cuda:N)");
+    int index = 0;
+    if (device != "cuda") {
+        std::size_t used = 0;
+        std::string number = device.size() > 5 && device[4] == ':' ? device.substr(5) : std::string();
+        try {
+            index = std::stoi(number, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (number.empty() || used != number.size() || index < 0)
+            throw RunError("unknown device '" + device + "' (use cpu, cuda or cuda:N)");
+    }
+    if (!builtWithCuda())
+        throw RunError("--device " + device + ": this memledger was built without CUDA (" + torchBuildInfo()
+            + "); build it against a libtorch with CUDA (MEMLEDGER_TORCH=pip ./packaging/test.sh)");
+    auto count = static_cast<int>(torch::cuda::device_count());
+    if (count == 0)
+        throw RunError("--device " + device + ": no CUDA GPU was found (" + torchBuildInfo()
+            + "; check nvidia-smi and CUDA_VISIBLE_DEVICES)");
+    if (index >= count)
+        throw RunError("--device " + device + ": there is no GPU " + std::to_string(index) + " (this machine has "
+            + std::to_string(count) + (count == 1 ? " GPU)" : " GPUs)"));
+    return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
+#ifndef MEMLEDGER_HAS_CUDA
+std::vector<DeviceInfo> cudaDevices()
+{
+    return {};
+}
+
+CudaRecording::CudaRecording(c10::Device device, bool)
+    : device_(device)
+{
+    throw RunError("this memledger was built without CUDA (" + torchBuildInfo() + ")");
+}
+CudaRecording::~CudaRecording() = default;
+std::int64_t CudaRecording::begin()
+{
+    return 0;
+}
+void CudaRecording::end(GpuRun&) { }
+void CudaRecording::synchronize(c10::Device) { }
+#endif
+
+} // namespace memledger

@@ -1,0 +1,40 @@
+#pragma once
+// Private to core/recording: every difference between the libtorches memledger builds against (Debian's
+// 1.13, CPU only; PyTorch 2.x from pip, with CUDA) lives here and nowhere else.
+#include <torch/version.h>
+
+#include <c10/core/Device.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#define MEMLEDGER_TORCH_AT_LEAST(major, minor)                                                                         \
+    (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+#if MEMLEDGER_TORCH_AT_LEAST(2, 0)
+#include <c10/core/impl/alloc_cpu.h>
+#else
+namespace c10 {
+// Exported by libc10 (c10/core/impl/alloc_cpu.h), whose header Debian's 1.13 does not ship.
+C10_API void free_cpu(void* data);
+} // namespace c10
+#endif
+
+namespace memledger::compat {
+
+// c10::MemoryReportingInfoBase::reportMemoryUsage's running totals: int64_t in 1.13, size_t in 2.x.
+#if MEMLEDGER_TORCH_AT_LEAST(2, 0)
+using ReportedTotal = std::size_t;
+#else
+using ReportedTotal = std::int64_t;
+#endif
+
+// The slot the allocation reporter is installed in: an enum in 1.13, a class with static constants in
+// recent 2.x (not usable in a constant expression); the name is the same.
+inline c10::DebugInfoKind profilerStateKind()
+{
+    return c10::DebugInfoKind::PROFILER_STATE;
+}
+
+} // namespace memledger::compat

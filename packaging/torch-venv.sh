@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# MEMLEDGER_TORCH=pip: PyTorch 2.x from pip in .venv-torch/ at the repository root (git-ignored, reused when
+# present). The wheel carries libtorch's headers, CMake config and CUDA libraries; torchvision and pillow make
+# the test fixtures. Prints nothing; the venv's python is .venv-torch/bin/python.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=.venv-torch
+if [ ! -x "$venv/bin/python" ]; then
+  if ! /usr/bin/python3 -c 'import ensurepip' 2>/dev/null; then
+    sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    echo "memledger: installing python3-venv" >&2
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+  fi
+  echo "memledger: creating $venv" >&2
+  /usr/bin/python3 -m venv "$venv"
+fi
+if ! "$venv/bin/python" -c 'import torch, torchvision, PIL' 2>/dev/null; then
+  echo "memledger: installing torch, torchvision and pillow into $venv (a few GB)" >&2
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  "$venv/bin/python" -m pip install -q torch torchvision pillow
+fi
