@@ -489,7 +489,13 @@ void MainWindow::setUpWhatIf()
         }
         whatIfPanel_->setWhatIf(whatIf_);
         statusBar()->showMessage(
-            tr("What-if ready: recorded at batch %1 and %2").arg(whatIf_->batch1()).arg(whatIf_->batch2()), 4000);
+            tr("What-if ready: recorded at batch %1").arg([this] {
+                QStringList batches;
+                for (auto b : whatIf_->recordedBatches())
+                    batches << QString::number(b);
+                return batches.join(QStringLiteral(", "));
+            }()),
+            4000);
         emit whatIfReady();
     });
     connect(whatIfWorker_, &WhatIfWorker::measured, this,

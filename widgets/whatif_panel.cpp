@@ -224,7 +224,10 @@ void WhatIfPanel::showPrediction(const Prediction& p, bool reservedKnown)
     auto mark = [&](std::int64_t v) { return QString("%1  (%2)").arg(bytes(v), tag); };
     peak_->setText(mark(p.predicted_peak_bytes));
     total_->setText(mark(p.predicted_peak_total_bytes));
-    reserved_->setText(reservedKnown ? mark(p.predicted_reserved_bytes) : tr("…"));
+    // The reserve is always the caching-allocator model's, at a recorded batch too.
+    reserved_->setText(reservedKnown ? QString("%1  (%2)").arg(bytes(p.predicted_reserved_bytes),
+                                           p.extrapolated ? tr("extrapolated") : tr("simulated"))
+                                     : tr("…"));
     for (auto* l : {peak_, total_, reserved_}) {
         auto f = l->font();
         f.setItalic(p.extrapolated && p.method != "measured");
