@@ -1,6 +1,7 @@
 #include "allocator/gpu_replay.h"
 
 #include "recording/model.h"
+#include "support/dtype.h"
 
 #include <cmath>
 
@@ -14,22 +15,6 @@ std::int64_t ResidentSet::bytes() const
     return total;
 }
 
-namespace {
-
-bool floatingDtype(const std::string& dtype)
-{
-    return dtype == "float32" || dtype == "float16" || dtype == "bfloat16" || dtype == "float64";
-}
-
-std::int64_t elements(const Shape& s)
-{
-    std::int64_t n = 1;
-    for (auto d : s)
-        n *= d;
-    return n;
-}
-
-} // namespace
 
 ResidentSet residentBlocks(const ModelInfo& model, const std::string& dtype, std::int64_t weightBytes,
     std::int64_t optimizerStateBytes, const std::vector<Shape>& inputs, int inputWidth, std::int64_t inputBytes)
@@ -39,12 +24,12 @@ ResidentSet residentBlocks(const ModelInfo& model, const std::string& dtype, std
     std::int64_t weights = 0, parameters = 0;
     std::vector<std::int64_t> parameterBlocks;
     for (const auto& t : model.tensors) {
-        auto bytes = floatingDtype(t.dtype) && width > 0 ? elements(t.shape) * width : t.bytes;
+        auto bytes = isFloatingDtype(t.dtype) && width > 0 ? numelOf(t.shape) * width : t.bytes;
         if (bytes <= 0)
             continue;
         set.blocks.push_back(bytes);
         weights += bytes;
-        if (!t.is_buffer && floatingDtype(t.dtype)) {
+        if (!t.is_buffer && isFloatingDtype(t.dtype)) {
             parameters += bytes;
             parameterBlocks.push_back(bytes);
         }
@@ -65,7 +50,7 @@ ResidentSet residentBlocks(const ModelInfo& model, const std::string& dtype, std
     }
     std::int64_t placedInputs = 0;
     for (const auto& shape : inputs) {
-        auto bytes = elements(shape) * inputWidth;
+        auto bytes = numelOf(shape) * inputWidth;
         if (bytes > 0) {
             set.blocks.push_back(bytes);
             placedInputs += bytes;
@@ -78,7 +63,7 @@ ResidentSet residentBlocks(const ModelInfo& model, const std::string& dtype, std
 
 ResidentSet residentBlocksOf(const Report& r)
 {
-    const bool floating = floatingDtype(r.run.dtype);
+    const bool floating = isFloatingDtype(r.run.dtype);
     return residentBlocks(r.model, r.run.dtype, r.weight_bytes, r.optimizer_state_bytes, r.run.input_shapes,
         floating ? dtypeSize(r.run.dtype) : 4, r.input_bytes);
 }

@@ -1,4 +1,5 @@
 #include "report/build_report.h"
+#include "support/dtype.h"
 
 #include "allocator/gpu_replay.h"
 
@@ -43,10 +44,6 @@ std::vector<std::int64_t> liveBytesAfterEachEvent(const Trace& t)
 
 namespace {
 
-bool isFloating(const std::string& dtype)
-{
-    return dtype == "float32" || dtype == "float16" || dtype == "bfloat16" || dtype == "float64";
-}
 
 // Allocations that are freed before the outermost op that made them returns are temporaries;
 // the rest are activations. A free takes the ledger of its allocation.
@@ -149,10 +146,7 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
     r.model.parameter_bytes = raw.parameter_bytes;
     r.model.buffer_bytes = raw.buffer_bytes;
     for (const auto& ti : model.tensors) {
-        std::int64_t numel = 1;
-        for (auto d : ti.shape)
-            numel *= d;
-        std::int64_t bytes = isFloating(ti.dtype) ? numel * dtypeSize(raw.info.dtype) : ti.bytes;
+        std::int64_t bytes = isFloatingDtype(ti.dtype) ? numelOf(ti.shape) * dtypeSize(raw.info.dtype) : ti.bytes;
         auto dot = ti.name.rfind('.');
         auto it = byPath.find(dot == std::string::npos ? "" : ti.name.substr(0, dot));
         for (int m = it == byPath.end() ? 0 : it->second; m >= 0; m = r.layers[static_cast<std::size_t>(m)].parent)
@@ -165,7 +159,7 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
     r.load_tax.file_tensor_bytes = model.parameter_bytes + model.buffer_bytes;
     std::int64_t most = -1;
     for (const auto& [dtype, bytes] : model.bytes_by_dtype)
-        if (isFloating(dtype) && bytes > most) {
+        if (isFloatingDtype(dtype) && bytes > most) {
             most = bytes;
             r.load_tax.file_dtype = dtype;
         }

@@ -4,6 +4,7 @@
 #include "report/build_report.h"
 #include "allocator/caching_allocator.h"
 #include "support/errors.h"
+#include "support/dtype.h"
 #include "support/format.h"
 #include "whatif/alignment.h"
 #include "whatif/fit.h"
@@ -18,18 +19,7 @@ namespace memledger {
 
 namespace {
 
-bool isFloating(const std::string& dtype)
-{
-    return dtype == "float32" || dtype == "float16" || dtype == "bfloat16" || dtype == "float64";
-}
 
-std::int64_t numel(const Shape& s)
-{
-    std::int64_t n = 1;
-    for (auto d : s)
-        n *= d;
-    return n;
-}
 
 // Parameters and buffers at `dtype`: floating tensors take its width, integer ones stay as stored.
 bool weightsFromTensors(const ModelInfo& model, const std::string& dtype, std::int64_t& params, std::int64_t& buffers)
@@ -38,7 +28,7 @@ bool weightsFromTensors(const ModelInfo& model, const std::string& dtype, std::i
         return false;
     params = buffers = 0;
     for (const auto& t : model.tensors) {
-        auto bytes = isFloating(t.dtype) ? numel(t.shape) * dtypeSize(dtype) : t.bytes;
+        auto bytes = isFloatingDtype(t.dtype) ? numelOf(t.shape) * dtypeSize(dtype) : t.bytes;
         (t.is_buffer ? buffers : params) += bytes;
     }
     return true;
@@ -146,7 +136,7 @@ std::int64_t WhatIf::Fit::inputBytes(std::int64_t batch) const
     for (auto shape : info.input_shapes) {
         if (!shape.empty())
             shape[0] = batch;
-        total += numel(shape) * input_width;
+        total += numelOf(shape) * input_width;
     }
     return total + target_bytes_per_sample * batch;
 }
@@ -254,8 +244,8 @@ WhatIf WhatIf::recordPlanned(Model& model, RunOptions base, const std::vector<st
     double seconds = 0;
     for (const auto& f : w.fits_)
         seconds = std::max(seconds, f->info.duration_ms / 1000.0);
-    while (batches.back() * 4 <= plan.largest) {
-        auto next = batches.back() * 4;
+    while (batches.back() < plan.largest) {
+        auto next = std::min(batches.back() * 4, plan.largest);
         auto p = w.predict(next, base.dtype, false);
         double nextSeconds = seconds * static_cast<double>(next) / static_cast<double>(batches.back());
         if (p.predicted_peak_total_bytes > memory || nextSeconds * 2 > plan.seconds_budget)

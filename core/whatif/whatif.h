@@ -35,9 +35,9 @@ public:
     // the fit around it; beyond the largest, from the last fit, marked extrapolated.
     static WhatIf record(Model& model, RunOptions base, const std::vector<std::int64_t>& batches,
         const std::vector<std::string>& dtypes = {"float32", "bfloat16", "float16"});
-    // Records at log-spaced batches: the first two of recordedBatchesFor(mode), then four times the last while
-    // the next record's predicted peak total stays within `memoryBudget` bytes and its predicted time within
-    // `secondsBudget`, up to `largest`. `progress` (may be empty) is told each record as it is made.
+    // Records at log-spaced batches: the first two of recordedBatchesFor(mode), then four times the last (and
+    // `largest` itself last) while the next record's predicted peak total stays within `memory_budget` bytes and
+    // its predicted time within `seconds_budget`. `progress` (may be empty) is told each record as it is made.
     struct Plan {
         std::int64_t largest = 256;
         std::int64_t memory_budget = 0; // 0: a quarter of this machine's memory, at most 4 GiB

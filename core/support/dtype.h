@@ -1,0 +1,13 @@
+#pragma once
+// Element types as PyTorch names them, and tensor sizes: one rule for every place that scales a tensor to a
+// run's precision (ledgers, GPU replay, what-if).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace memledger {
+
+bool isFloatingDtype(const std::string& dtype); // float32, float16, bfloat16, float64
+std::int64_t numelOf(const std::vector<std::int64_t>& shape); // 1 for a scalar
+
+} // namespace memledger
