@@ -22,6 +22,7 @@ RunPanel::RunPanel(QWidget* parent)
     , inputsNote_(new QLabel(this))
     , batch_(new QSpinBox(this))
     , dtype_(new QComboBox(this))
+    , device_(new QComboBox(this))
     , mode_(new QComboBox(this))
     , optimizer_(new QComboBox(this))
     , loss_(new QComboBox(this))
@@ -41,6 +42,17 @@ RunPanel::RunPanel(QWidget* parent)
     batch_->setSpecialValueText(tr("as in the input"));
     batch_->setToolTip(tr("Replaces dimension 0 of every input"));
     dtype_->addItems({QStringLiteral("float32"), QStringLiteral("bfloat16"), QStringLiteral("float16")});
+    // The CPU, then every CUDA GPU this libtorch sees, with its name and memory (only the CPU without one).
+    for (const auto& d : availableDevices()) {
+        auto label = d.id == "cpu" ? tr("CPU")
+                                   : QStringLiteral("%1: %2, %3")
+                                         .arg(QString::fromStdString(d.id), QString::fromStdString(d.name),
+                                             QString::fromStdString(formatBytes(d.total_memory_bytes)));
+        device_->addItem(label, QString::fromStdString(d.id));
+    }
+    device_->setToolTip(builtWithCuda() ? tr("Where the model runs: the CPU or a CUDA GPU")
+                                        : tr("This memledger was built without CUDA (%1): it runs on the CPU")
+                                              .arg(QString::fromStdString(torchBuildInfo())));
     mode_->addItem(tr("inference"), QStringLiteral("inference"));
     mode_->addItem(tr("training step"), QStringLiteral("train"));
     mode_->setToolTip(tr("Inference: eval mode, no grad. Training step: forward, loss, backward and the "
@@ -82,6 +94,7 @@ RunPanel::RunPanel(QWidget* parent)
     form_->addRow(tr("Inputs"), shapes);
     form_->addRow(tr("Batch"), batch_);
     form_->addRow(tr("Dtype"), dtype_);
+    form_->addRow(tr("Device"), device_);
     form_->addRow(tr("Mode"), mode_);
     form_->addRow(tr("Optimizer"), training_);
     form_->addRow(buttons);
@@ -118,6 +131,7 @@ RunOptions RunPanel::options() const
     if (batch_->value() > 0)
         o.batch = batch_->value();
     o.dtype = dtype();
+    o.device = device_->currentData().toString().toStdString();
     o.mode = mode();
     o.optimizer = optimizer();
     o.loss = loss();
@@ -173,7 +187,7 @@ bool RunPanel::trainingRowVisible() const
 void RunPanel::setRunnable(bool runnable)
 {
     runnable_ = runnable;
-    for (QWidget* w : std::initializer_list<QWidget*> {inputs_, batch_, dtype_, mode_, optimizer_, loss_, run_})
+    for (QWidget* w : std::initializer_list<QWidget*> {inputs_, batch_, dtype_, device_, mode_, optimizer_, loss_, run_})
         w->setEnabled(runnable);
 }
 

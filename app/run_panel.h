@@ -46,6 +46,7 @@ public:
     QComboBox* modeBox() const { return mode_; }
     QComboBox* optimizerBox() const { return optimizer_; }
     QComboBox* lossBox() const { return loss_; }
+    QComboBox* deviceBox() const { return device_; }
     bool trainingRowVisible() const; // the optimizer and loss
 
 signals:
@@ -57,6 +58,7 @@ private:
     QLabel* inputsNote_;
     QSpinBox* batch_;
     QComboBox* dtype_;
+    QComboBox* device_; // availableDevices()
     QComboBox* mode_;
     QComboBox* optimizer_;
     QComboBox* loss_;

@@ -350,3 +350,18 @@ TEST(MainWindow, OpensTheMnistTrainingDemoFromTheMenuAndRunsATrainingStep)
     EXPECT_TRUE(w.layerTree()->view()->isColumnHidden(LayerTreeModel::Gradients));
     EXPECT_EQ(w.timeline()->phaseBandCount(), 0);
 }
+
+// The Run panel's Device choice lists the CPU, then every CUDA GPU this libtorch sees (here, without a GPU or
+// in the Debian build, the CPU alone); the run takes the chosen one.
+TEST(Window, DeviceChoiceListsWhatThisMachineHas)
+{
+    qtTestApp();
+    MainWindow w;
+    auto* box = w.runPanel()->deviceBox();
+    const auto devices = availableDevices();
+    ASSERT_EQ(box->count(), static_cast<int>(devices.size()));
+    EXPECT_EQ(box->itemData(0).toString(), QStringLiteral("cpu"));
+    for (int i = 1; i < box->count(); ++i)
+        EXPECT_TRUE(box->itemText(i).contains(QString::fromStdString(devices[static_cast<std::size_t>(i)].name)));
+    EXPECT_EQ(w.runPanel()->options().device, "cpu");
+}
