@@ -6,6 +6,11 @@
 #include "support/errors.h"
 #include "support/format.h"
 #include "whatif/whatif.h"
+#include "allocator/gpu_replay.h"
+#include "exports/report_json.h"
+#include "snapshot/snapshot.h"
+#include "snapshot/snapshot_writer.h"
+#include "support/atomic_file.h"
 #include "synthetic_run.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 
 using namespace memledger;
@@ -299,6 +305,19 @@ TEST(WhatIfModel, ReserveAtTheRecordedBatchIsTheReports)
         auto p = w.predict(2, "float32");
         EXPECT_EQ(p.predicted_reserved_bytes, report.simulated_reserved_peak_bytes) << c.file;
         EXPECT_EQ(p.predicted_peak_total_bytes, report.peak_total_bytes) << c.file;
+        // The snapshot writer and a reopened JSON report replay the same resident set and run.
+        auto dir = std::filesystem::temp_directory_path();
+        auto pickle = (dir / ("memledger-replay-" + std::string(c.file) + ".pickle")).string();
+        writeSnapshotFile(pickle, report);
+        auto written = readSnapshotFile(pickle);
+        ASSERT_FALSE(report.simulated_gpu->replay.reserved_after.empty());
+        EXPECT_EQ(written.reservedBytes(), report.simulated_gpu->replay.reserved_after.back()) << c.file;
+        auto json = (dir / ("memledger-replay-" + std::string(c.file) + ".json")).string();
+        writeFileAtomically(json, reportToJson(report).dump());
+        auto reopened = readReportFile(json);
+        EXPECT_EQ(simulatedGpuOf(reopened)->peak_reserved, report.simulated_reserved_peak_bytes) << c.file;
+        std::filesystem::remove(pickle);
+        std::filesystem::remove(json);
     }
 }
 

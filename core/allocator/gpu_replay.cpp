@@ -75,23 +75,36 @@ void pushResidentBlocks(Trace& out, const ResidentSet& set, std::int8_t device)
         out.push(0, b, fake += std::uint64_t {1} << 36, Action::Alloc, device);
 }
 
-SimulatedGpu simulateGpu(const Report& r, const AllocatorSettings& settings)
+Trace withResidentSet(const Report& r, std::size_t* preloaded)
 {
-    SimulatedGpu out;
-    if (!r.trace)
-        return out;
-    const Trace& t = *r.trace;
+    static const Trace kEmpty;
+    const Trace& t = r.trace ? *r.trace : kEmpty;
     Trace sim;
     auto resident = residentBlocksOf(r);
     sim.reserve(t.size() + resident.blocks.size());
     std::int8_t dev = t.size() ? t.device.front() : -1;
     pushResidentBlocks(sim, resident, dev);
-    out.preloaded = sim.size();
+    const auto first = static_cast<std::int32_t>(sim.size());
+    if (preloaded)
+        *preloaded = sim.size();
     for (std::size_t i = 0; i < t.size(); ++i) {
         auto k = sim.push(t.time_ns[i], t.bytes[i], t.address[i], t.action[i], t.device[i]);
-        sim.partner[k]
-            = t.partner[i] == kNoPartner ? kNoPartner : t.partner[i] + static_cast<std::int32_t>(out.preloaded);
+        sim.partner[k] = t.partner[i] == kNoPartner ? kNoPartner : t.partner[i] + first;
+        sim.ledger[k] = t.ledger[i];
+        sim.outer_op[k] = sim.strings.intern(t.strings.at(t.outer_op[i]));
+        sim.inner_op[k] = sim.strings.intern(t.strings.at(t.inner_op[i]));
+        sim.where[k] = sim.strings.intern(t.strings.at(t.where[i]));
+        sim.op_seq[k] = t.op_seq[i];
     }
+    return sim;
+}
+
+SimulatedGpu simulateGpu(const Report& r, const AllocatorSettings& settings)
+{
+    SimulatedGpu out;
+    if (!r.trace)
+        return out;
+    Trace sim = withResidentSet(r, &out.preloaded);
     out.replay = replayCachingAllocator(sim, settings);
     out.peak_reserved = out.replay.peak_reserved;
     if (out.preloaded && out.replay.reserved_after.size() >= out.preloaded)

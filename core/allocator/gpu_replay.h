@@ -35,6 +35,10 @@ ResidentSet residentBlocksOf(const Report& r);
 // Appends the blocks as allocations at time 0 on `device`, at addresses no run uses.
 void pushResidentBlocks(Trace& out, const ResidentSet& set, std::int8_t device);
 
+// The report's run after its resident set: what a GPU would see, for the replay and the snapshot writer.
+// `preloaded` (may be null) is told how many of the events are resident blocks.
+Trace withResidentSet(const Report& r, std::size_t* preloaded = nullptr);
+
 // Empty replay when the report has no trace.
 SimulatedGpu simulateGpu(const Report& r, const AllocatorSettings& settings = {});
 // The report's own replay (made off the GUI thread with the report), or a new one when it has none.

@@ -1,5 +1,6 @@
 #pragma once
 #include "report/report.h"
+#include "support/dtype.h"
 
 #include <atomic>
 #include <cstdint>
@@ -100,7 +101,5 @@ std::string torchBuildInfo();
 // Whether this memledger's libtorch has CUDA compiled in.
 bool builtWithCuda();
 
-bool isSupportedDtype(const std::string& dtype);
-int dtypeSize(const std::string& dtype); // bytes per element, 0 if unknown
 
 } // namespace memledger

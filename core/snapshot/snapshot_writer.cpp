@@ -1,4 +1,5 @@
 #include "snapshot/snapshot_writer.h"
+#include "allocator/gpu_replay.h"
 
 #include "support/atomic_file.h"
 #include "snapshot/snapshot.h"
@@ -394,8 +395,8 @@ std::string encodeSnapshot(const Report& report)
         return *report.gpu->allocator_pickle;
     static const Trace kEmpty;
     const Trace& t = report.trace ? *report.trace : kEmpty;
-    if (!report.snapshot)
-        return encodeSnapshot(t);
+    if (!report.snapshot) // a model run: after the resident set, as the report's simulated GPU replays it
+        return report.trace ? encodeSnapshot(withResidentSet(report)) : encodeSnapshot(t);
     const Snapshot& s = *report.snapshot;
     std::vector<OutSegment> segments;
     for (const auto& g : s.segments) {

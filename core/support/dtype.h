@@ -7,6 +7,8 @@
 
 namespace memledger {
 
+bool isSupportedDtype(const std::string& dtype); // a precision a run takes: float32, bfloat16, float16
+int dtypeSize(const std::string& dtype); // bytes per element, 0 if unknown
 bool isFloatingDtype(const std::string& dtype); // float32, float16, bfloat16, float64
 std::int64_t numelOf(const std::vector<std::int64_t>& shape); // 1 for a scalar
 
