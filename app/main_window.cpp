@@ -478,15 +478,34 @@ void MainWindow::setUpWhatIf()
     whatIfPanel_ = new WhatIfPanel;
     whatIfWorker_ = new WhatIfWorker(this);
     setWhatIfPanel(whatIfPanel_);
+    // The first two records make the panel usable while the larger ones are made; the status bar says which.
+    connect(whatIfWorker_, &WhatIfWorker::firstRecords, this, [this](quint64, std::shared_ptr<const WhatIf> w) {
+        whatIf_ = std::move(w);
+        if (report_)
+            whatIfPanel_->setBatch(report_->run.batch);
+        whatIfPanel_->setWhatIf(whatIf_);
+        whatIfPartial_ = true;
+    });
+    connect(whatIfWorker_, &WhatIfWorker::recording, this, [this](quint64, qint64 batch, int done) {
+        if (done > 2)
+            statusBar()->showMessage(
+                tr("What-if: recording batch %1 (record %2); figures beyond batch %3 are extrapolated meanwhile")
+                    .arg(batch)
+                    .arg(done)
+                    .arg(whatIf_ ? whatIf_->batch2() : 0),
+                15000);
+    });
     connect(whatIfWorker_, &WhatIfWorker::recorded, this, [this](quint64, std::shared_ptr<const WhatIf> w) {
         whatIf_ = std::move(w);
-        // Start where the run the window shows is: its batch and, when predictable, its precision.
-        if (report_) {
+        // Start where the run the window shows is: its batch and, when predictable, its precision (unless the
+        // panel was already in use on the first records).
+        if (report_ && !whatIfPartial_) {
             whatIfPanel_->setBatch(report_->run.batch);
             auto dtypes = whatIf_->dtypes();
             if (std::find(dtypes.begin(), dtypes.end(), report_->run.dtype) != dtypes.end())
                 whatIfPanel_->setDtype(QString::fromStdString(report_->run.dtype));
         }
+        whatIfPartial_ = false;
         whatIfPanel_->setWhatIf(whatIf_);
         statusBar()->showMessage(
             tr("What-if ready: recorded at batch %1").arg([this] {
@@ -515,6 +534,7 @@ void MainWindow::setUpWhatIf()
 void MainWindow::recordWhatIf(const Report& report)
 {
     whatIf_.reset();
+    whatIfPartial_ = false;
     whatIfPanel_->setWhatIf(nullptr);
     RunOptions base;
     base.inputs = report.run.input_shapes;

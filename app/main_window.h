@@ -108,7 +108,8 @@ private:
     QMenu* recentMenu_ = nullptr;
     QList<QAction*> needReport_;
     std::shared_ptr<const Report> report_;
-    std::shared_ptr<const OpenedFile> opened_; // the file shown, opened once; its model serves runs and what-if
+    std::shared_ptr<const OpenedFile> opened_;
+    bool whatIfPartial_ = false; // the panel shows the first records while larger ones are made // the file shown, opened once; its model serves runs and what-if
     QString file_;
     bool fileIsReport_ = false;
     bool fileIsSnapshot_ = false;

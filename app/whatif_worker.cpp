@@ -47,6 +47,13 @@ quint64 WhatIfWorker::record(std::shared_ptr<const OpenedFile> file, RunOptions 
         // at larger batches are seen; beyond the largest record the panel's figures are extrapolated.
         WhatIf::Plan plan;
         plan.largest = 256;
+        plan.first_records = [this, job](const WhatIf& first) {
+            auto w = std::make_shared<const WhatIf>(first);
+            deliver(job, [this, job, w] { emit firstRecords(job, w); });
+        };
+        plan.progress = [this, job](std::int64_t batch, int done) {
+            deliver(job, [this, job, batch, done] { emit recording(job, batch, done); });
+        };
         auto w = std::make_shared<const WhatIf>(
             WhatIf::recordPlanned(*file->model, base, {"float32", "bfloat16", "float16"}, plan));
         deliver(job, [this, job, w] { emit recorded(job, w); });

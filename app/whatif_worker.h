@@ -30,6 +30,10 @@ public:
 
 signals:
     void recorded(quint64 job, std::shared_ptr<const memledger::WhatIf> whatIf);
+    // While the records are made: the what-if of the first two (usable up to the second record's batch), and
+    // each larger record as it starts.
+    void firstRecords(quint64 job, std::shared_ptr<const memledger::WhatIf> whatIf);
+    void recording(quint64 job, qint64 batch, int done);
     void measured(quint64 job, const memledger::Prediction& prediction);
     void failed(quint64 job, const QString& message);
 

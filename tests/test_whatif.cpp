@@ -346,3 +346,20 @@ TEST(WhatIfModel, TrainingStepIsPredictedWithinOnePercent)
     auto report = analyzeModel(model, at);
     EXPECT_EQ(w.predict(b2, "float32").predicted_reserved_bytes, report.simulated_reserved_peak_bytes);
 }
+
+// The planned records tell a view the first two as soon as they are made, and each larger one as it starts.
+TEST(WhatIfModel, PlannedRecordsReportTheFirstTwoThenEachLargerOne)
+{
+    auto model = Model::open(memledger::test::fixture("small_inplace.pt"));
+    RunOptions base;
+    base.inputs = parseShapes("1x3x32x32");
+    WhatIf::Plan plan;
+    plan.largest = 32;
+    std::vector<std::int64_t> first, started;
+    plan.first_records = [&](const WhatIf& w) { first = w.recordedBatches(); };
+    plan.progress = [&](std::int64_t batch, int) { started.push_back(batch); };
+    auto w = WhatIf::recordPlanned(model, base, {"float32"}, plan);
+    EXPECT_EQ(first, (std::vector<std::int64_t> {1, 2}));
+    EXPECT_EQ(started, (std::vector<std::int64_t> {2, 8, 32}));
+    EXPECT_EQ(w.recordedBatches(), (std::vector<std::int64_t> {1, 2, 8, 32}));
+}

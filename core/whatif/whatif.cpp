@@ -239,6 +239,8 @@ WhatIf WhatIf::recordPlanned(Model& model, RunOptions base, const std::vector<st
     // Probe with the base dtype alone: the records so far say what the next one would cost.
     RunOptions probe = base;
     auto w = record(model, probe, batches, {base.dtype});
+    if (plan.first_records)
+        plan.first_records(w);
     if (probe.inputs.empty())
         probe.inputs = w.fits_.front()->info.input_shapes;
     double seconds = 0;

@@ -43,6 +43,9 @@ public:
         std::int64_t memory_budget = 0; // 0: a quarter of this machine's memory, at most 4 GiB
         double seconds_budget = 20.0; // per record (a warm-up and a recorded run)
         std::function<void(std::int64_t batch, int done)> progress;
+        // Told the what-if of the first two records (the base dtype, the others rescaled) before the larger
+        // ones are made, so that a view can use it meanwhile.
+        std::function<void(const WhatIf& firstRecords)> first_records;
     };
     static WhatIf recordPlanned(Model& model, RunOptions base, const std::vector<std::string>& dtypes, const Plan& plan);
 
