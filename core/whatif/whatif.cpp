@@ -230,41 +230,74 @@ WhatIf WhatIf::record(
 
 WhatIf WhatIf::recordPlanned(Model& model, RunOptions base, const std::vector<std::string>& dtypes, const Plan& plan)
 {
-    auto [b1, b2] = recordedBatchesFor(base.mode.empty() ? "inference" : base.mode);
-    std::vector<std::int64_t> batches {b1, b2};
+    const auto [b1, b2] = recordedBatchesFor(base.mode.empty() ? "inference" : base.mode);
     const std::int64_t memory
         = plan.memory_budget > 0 ? plan.memory_budget : std::min(machineMemoryBytes() / 4, std::int64_t {4} << 30);
-    if (plan.progress)
-        plan.progress(b2, 2);
-    // Probe with the base dtype alone: the records so far say what the next one would cost.
-    RunOptions probe = base;
-    auto w = record(model, probe, batches, {base.dtype});
-    if (plan.first_records)
-        plan.first_records(w);
-    if (probe.inputs.empty())
-        probe.inputs = w.fits_.front()->info.input_shapes;
-    double seconds = 0;
-    for (const auto& f : w.fits_)
-        seconds = std::max(seconds, f->info.duration_ms / 1000.0);
-    while (batches.back() < plan.largest) {
-        auto next = std::min(batches.back() * 4, plan.largest);
-        auto p = w.predict(next, base.dtype, false);
-        double nextSeconds = seconds * static_cast<double>(next) / static_cast<double>(batches.back());
-        if (p.predicted_peak_total_bytes > memory || nextSeconds * 2 > plan.seconds_budget)
-            break; // a warm-up and a recorded run each
-        batches.push_back(next);
-        seconds = nextSeconds;
+    WhatIf all;
+    all.model_ = std::make_shared<const ModelInfo>(model.info());
+    all.modules_ = std::make_shared<const std::vector<LayerStats>>(model.modules());
+    std::vector<std::pair<std::string, std::string>> cannotRun; // dtype, why
+    // Each precision on its own plan: a precision the CPU runs slowly (float16 convolutions) stops earlier.
+    for (const auto& dtype : dtypeOrder(base.dtype, dtypes)) {
+        RunOptions o = base;
+        o.dtype = dtype;
+        std::vector<std::int64_t> batches {b1, b2};
+        std::vector<RawRun> runs;
         if (plan.progress)
-            plan.progress(next, static_cast<int>(batches.size()));
-    }
-    probe.batch.reset();
-    auto all = record(model, probe, batches, dtypes);
-    all.notes_.push_back("recorded at batch " + [&] {
+            plan.progress(b2, 2);
+        try {
+            for (auto b : batches) {
+                o.batch = b;
+                runs.push_back(model.run(o));
+                if (base.inputs.empty()) // guessed once: the same guess for every batch and dtype
+                    o.inputs = base.inputs = runs.back().info.input_shapes;
+            }
+        } catch (const RunError& e) {
+            if (dtype == base.dtype)
+                throw;
+            cannotRun.emplace_back(dtype, e.what());
+            continue;
+        }
+        auto fitOf = [&](std::size_t k) {
+            RawRun lower = runs[k], upper = runs[k + 1];
+            return makeFit(*all.model_, *all.modules_, std::move(lower), batches[k], std::move(upper), batches[k + 1]);
+        };
+        std::vector<std::shared_ptr<const Fit>> fits {fitOf(0)};
+        if (dtype == base.dtype && plan.first_records) {
+            WhatIf first = all;
+            first.fits_ = fits;
+            first.addRescaledFits({});
+            plan.first_records(first);
+        }
+        while (batches.back() < plan.largest) {
+            auto next = std::min(batches.back() * 4, plan.largest);
+            WhatIf last = all;
+            last.fits_ = {fits.back()};
+            auto p = last.predict(next, dtype, false);
+            // The records so far say what the next one costs: a warm-up and a recorded run.
+            double seconds = runs.back().info.duration_ms / 1000.0 * static_cast<double>(next)
+                / static_cast<double>(batches.back());
+            if (p.predicted_peak_total_bytes > memory || seconds * 2 > plan.seconds_budget)
+                break;
+            if (plan.progress)
+                plan.progress(next, static_cast<int>(batches.size()) + 1);
+            o.batch = next;
+            try {
+                runs.push_back(model.run(o));
+            } catch (const RunError&) {
+                break; // the larger run fails (memory): the records so far stand
+            }
+            batches.push_back(next);
+            fits.push_back(fitOf(runs.size() - 2));
+            runs[runs.size() - 3] = RawRun {}; // only the last record is needed for the next fit
+        }
+        all.fits_.insert(all.fits_.end(), fits.begin(), fits.end());
         std::string list;
         for (std::size_t i = 0; i < batches.size(); ++i)
             list += (i == 0 ? "" : i + 1 == batches.size() ? " and " : ", ") + std::to_string(batches[i]);
-        return list;
-    }());
+        all.notes_.push_back(dtype + ": recorded at batch " + list);
+    }
+    all.addRescaledFits(cannotRun);
     return all;
 }
 
@@ -327,9 +360,14 @@ std::vector<std::string> WhatIf::dtypes() const
 
 std::vector<std::int64_t> WhatIf::recordedBatches() const
 {
+    return fits_.empty() ? std::vector<std::int64_t> {} : recordedBatches(fits_.front()->dtype);
+}
+
+std::vector<std::int64_t> WhatIf::recordedBatches(const std::string& dtype) const
+{
     std::vector<std::int64_t> out;
     for (const auto& f : fits_) {
-        if (f->dtype != fits_.front()->dtype)
+        if (f->dtype != dtype)
             continue;
         if (out.empty())
             out.push_back(f->b1);
@@ -455,14 +493,18 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
         }
         p.predicted_reserved_bytes = replayCachingAllocator(replay).peak_reserved;
     }
-    p.extrapolated = batch > batch2();
+    std::int64_t largest = 0; // this precision's largest record
+    for (const auto& g : fits_)
+        if (g->dtype == dtype)
+            largest = std::max(largest, g->b2);
+    p.extrapolated = batch > largest;
     if (p.method == "predicted")
         p.notes.insert(p.notes.begin(),
             "predicted from the runs at batch " + std::to_string(f.b1) + " and " + std::to_string(f.b2)
                 + (f.rescaled_from.empty() ? "" : " in " + f.rescaled_from) + ", not measured"
                 + (p.extrapolated ? "; extrapolated " + percent(100.0 * static_cast<double>(batch)
-                                                                    / static_cast<double>(batch2()))
-                            + " of the largest record (batch " + std::to_string(batch2()) + ")"
+                                                                    / static_cast<double>(largest))
+                            + " of the largest record (batch " + std::to_string(largest) + ")"
                                   : ""));
     return p;
 }

@@ -72,6 +72,7 @@ public:
     std::int64_t batch1() const; // the smallest record
     std::int64_t batch2() const; // the largest record
     std::vector<std::int64_t> recordedBatches() const; // of the first dtype, increasing
+    std::vector<std::int64_t> recordedBatches(const std::string& dtype) const; // a precision's own records
     std::string mode() const; // "inference" or "train": what the records ran
     std::vector<std::string> notes() const; // alignment, rescaled dtypes, ...
     std::size_t eventCount(const std::string& dtype) const; // events replayed per prediction
