@@ -46,7 +46,8 @@ quint64 WhatIfWorker::record(std::shared_ptr<const OpenedFile> file, RunOptions 
         // Log-spaced records (1, 2, 8, 32, ... while this machine runs them in seconds), so that kernels that switch
         // at larger batches are seen; beyond the largest record the panel's figures are extrapolated.
         WhatIf::Plan plan;
-        plan.largest = 256;
+        plan.largest = 128;
+        plan.seconds_budget = 8; // the panel is usable on the first records meanwhile
         plan.first_records = [this, job](const WhatIf& first) {
             auto w = std::make_shared<const WhatIf>(first);
             deliver(job, [this, job, w] { emit firstRecords(job, w); });
