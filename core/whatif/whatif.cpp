@@ -190,6 +190,28 @@ std::int64_t machineMemoryBytes()
     return pages > 0 && size > 0 ? static_cast<std::int64_t>(pages) * size : std::int64_t {8} << 30;
 }
 
+// Runs `o` (one precision) at each batch into `runs`. The inputs guessed by the first run are kept in `base` for
+// every later batch and precision. A precision other than the base one that cannot run is put in `cannotRun`
+// (false); the base one's failure is thrown.
+bool recordRuns(Model& model, RunOptions& base, RunOptions& o, const std::vector<std::int64_t>& batches,
+    std::vector<RawRun>& runs, std::vector<std::pair<std::string, std::string>>& cannotRun)
+{
+    try {
+        for (auto b : batches) {
+            o.batch = b;
+            runs.push_back(model.run(o));
+            if (base.inputs.empty()) // guessed once: the same guess for every batch and dtype
+                o.inputs = base.inputs = runs.back().info.input_shapes;
+        }
+    } catch (const RunError& e) {
+        if (o.dtype == base.dtype)
+            throw;
+        cannotRun.emplace_back(o.dtype, e.what());
+        return false;
+    }
+    return true;
+}
+
 } // namespace
 
 WhatIf WhatIf::record(
@@ -206,19 +228,8 @@ WhatIf WhatIf::record(
         RunOptions o = base;
         o.dtype = dtype;
         std::vector<RawRun> runs;
-        try {
-            for (auto b : batches) {
-                o.batch = b;
-                runs.push_back(model.run(o));
-                if (base.inputs.empty()) // guessed once: the same guess for every batch and dtype
-                    o.inputs = base.inputs = runs.back().info.input_shapes;
-            }
-        } catch (const RunError& e) {
-            if (dtype == base.dtype)
-                throw;
-            cannotRun.emplace_back(dtype, e.what());
+        if (!recordRuns(model, base, o, batches, runs, cannotRun))
             continue;
-        }
         for (std::size_t k = 0; k + 1 < runs.size(); ++k) {
             RawRun lower = runs[k], upper = runs[k + 1]; // each record serves the fit on either side
             w.fits_.push_back(makeFit(*w.model_, *w.modules_, std::move(lower), batches[k], std::move(upper), batches[k + 1]));
@@ -245,19 +256,8 @@ WhatIf WhatIf::recordPlanned(Model& model, RunOptions base, const std::vector<st
         std::vector<RawRun> runs;
         if (plan.progress)
             plan.progress(b2, 2);
-        try {
-            for (auto b : batches) {
-                o.batch = b;
-                runs.push_back(model.run(o));
-                if (base.inputs.empty()) // guessed once: the same guess for every batch and dtype
-                    o.inputs = base.inputs = runs.back().info.input_shapes;
-            }
-        } catch (const RunError& e) {
-            if (dtype == base.dtype)
-                throw;
-            cannotRun.emplace_back(dtype, e.what());
+        if (!recordRuns(model, base, o, batches, runs, cannotRun))
             continue;
-        }
         auto fitOf = [&](std::size_t k) {
             RawRun lower = runs[k], upper = runs[k + 1];
             return makeFit(*all.model_, *all.modules_, std::move(lower), batches[k], std::move(upper), batches[k + 1]);
