@@ -6,6 +6,7 @@ import subprocess
 import sys
 import tempfile
 
+FIXTURE_SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
 PEAK_TOLERANCE = 0.01
 RESERVED_TOLERANCE = 0.02
 
@@ -17,20 +18,8 @@ torch._C._jit_set_graph_executor_optimize(False)  # as memledger runs it
 m = torch.jit.load(path, map_location="cpu").float().to(dev)
 inputs = [torch.randn([int(d) for d in s.split("x")], device=dev) for s in shapes.split(",")]
 
-def first_tensor(out):
-    if isinstance(out, torch.Tensor):
-        return out
-    if isinstance(out, (list, tuple)):
-        for o in out:
-            t = first_tensor(o)
-            if t is not None:
-                return t
-    if isinstance(out, dict):
-        for o in out.values():
-            t = first_tensor(o)
-            if t is not None:
-                return t
-    return None
+sys.path.insert(0, sys.argv[4])  # tests/fixtures: the loss takes the first tensor as the truths' script does
+from make_fixtures import first_tensor
 
 if mode == "train":
     m.train()
@@ -97,7 +86,7 @@ def main(memledger, fixtures):
             continue
         with open(out) as f:
             j = json.load(f)
-        ref = subprocess.run([sys.executable, "-c", REFERENCE, path, shapes, mode], capture_output=True, text=True)
+        ref = subprocess.run([sys.executable, "-c", REFERENCE, path, shapes, mode, FIXTURE_SCRIPTS], capture_output=True, text=True)
         if ref.returncode != 0:
             print("%-24s %-9s the PyTorch reference failed: %s" % (name, mode, ref.stderr.strip().splitlines()[-1:]))
             failed += 1
