@@ -31,10 +31,20 @@ json eventsToJson(const Trace& t)
         actions.push_back(static_cast<int>(t.action[i]));
         ledgers.push_back(static_cast<int>(t.ledger[i]));
     }
-    return json {{"count", t.size()}, {"strings", strings},
+    // Call stacks: each frame [file, line, name] (string ids) once, each stack (frame ids, innermost first) once.
+    json frames = json::array(), stacks = json::array();
+    for (std::size_t f = 0; f < t.stacks.frameCount(); ++f) {
+        const auto& fr = t.stacks.frame(static_cast<std::uint32_t>(f));
+        frames.push_back({fr.file, fr.line, fr.name});
+    }
+    for (std::size_t s = 1; s < t.stacks.stackCount(); ++s)
+        stacks.push_back(std::vector<std::uint32_t>(
+            t.stacks.begin(static_cast<std::uint32_t>(s)), t.stacks.end(static_cast<std::uint32_t>(s))));
+    return json {{"count", t.size()}, {"strings", strings}, {"frames", frames}, {"stacks", stacks},
+        {"stack", t.stack},
         {"columns",
             {"time_ns", "bytes", "address", "action", "device", "ledger", "op_seq", "outer_op", "inner_op", "where",
-                "partner"}},
+                "partner", "stack"}},
         {"action_names",
             {"alloc", "free", "free_requested", "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom",
                 "snapshot"}},
@@ -66,6 +76,24 @@ Trace eventsFromJson(const json& e)
     readColumn(e, "inner_op", t.inner_op, n);
     readColumn(e, "where", t.where, n);
     readColumn(e, "partner", t.partner, n);
+    // Call stacks (reports written before they were kept have none).
+    for (const auto& f : e.value("frames", json::array())) {
+        auto file = f.at(0).get<std::uint32_t>(), name = f.at(2).get<std::uint32_t>();
+        if (file >= t.strings.size() || name >= t.strings.size())
+            throw std::runtime_error("a call-stack frame names a missing string");
+        t.stacks.internFrame(file, f.at(1).get<std::int64_t>(), name);
+    }
+    for (const auto& st : e.value("stacks", json::array())) {
+        auto ids = st.get<std::vector<std::uint32_t>>();
+        for (auto id : ids)
+            if (id >= t.stacks.frameCount())
+                throw std::runtime_error("a call stack names a missing frame");
+        t.stacks.internStack(ids);
+    }
+    if (e.contains("stack"))
+        readColumn(e, "stack", t.stack, n);
+    else
+        t.stack.assign(n, 0);
     std::vector<int> actions, ledgers;
     readColumn(e, "action", actions, n);
     readColumn(e, "ledger", ledgers, n);
@@ -89,6 +117,8 @@ Trace eventsFromJson(const json& e)
         for (auto id : {t.outer_op[i], t.inner_op[i], t.where[i]})
             if (id >= t.strings.size())
                 throw std::runtime_error("event " + std::to_string(i) + " names a missing string");
+        if (t.stack[i] >= t.stacks.stackCount())
+            throw std::runtime_error("event " + std::to_string(i) + " names a missing call stack");
     }
     return t;
 }

@@ -85,6 +85,7 @@ void Trace::reserve(std::size_t n)
     inner_op.reserve(n);
     where.reserve(n);
     partner.reserve(n);
+    stack.reserve(n);
     adviseHugePages(time_ns.data(), time_ns.capacity() * sizeof(std::int64_t));
     adviseHugePages(bytes.data(), bytes.capacity() * sizeof(std::int64_t));
     adviseHugePages(address.data(), address.capacity() * sizeof(std::uint64_t));
@@ -93,6 +94,7 @@ void Trace::reserve(std::size_t n)
     adviseHugePages(inner_op.data(), inner_op.capacity() * sizeof(std::uint32_t));
     adviseHugePages(where.data(), where.capacity() * sizeof(std::uint32_t));
     adviseHugePages(partner.data(), partner.capacity() * sizeof(std::int32_t));
+    adviseHugePages(stack.data(), stack.capacity() * sizeof(std::uint32_t));
 }
 
 std::size_t Trace::push(std::int64_t t, std::int64_t size, std::uint64_t addr, Action a, std::int8_t dev)
@@ -108,6 +110,7 @@ std::size_t Trace::push(std::int64_t t, std::int64_t size, std::uint64_t addr, A
     inner_op.push_back(0);
     where.push_back(0);
     partner.push_back(kNoPartner);
+    stack.push_back(0);
     return time_ns.size() - 1;
 }
 
@@ -124,6 +127,7 @@ void Trace::clearEvents()
     inner_op.clear();
     where.clear();
     partner.clear();
+    stack.clear();
 }
 
 void Trace::shrinkToFit()
@@ -139,6 +143,7 @@ void Trace::shrinkToFit()
     inner_op.shrink_to_fit();
     where.shrink_to_fit();
     partner.shrink_to_fit();
+    stack.shrink_to_fit();
 }
 
 double Trace::bytesPerEvent() const
@@ -147,7 +152,8 @@ double Trace::bytesPerEvent() const
         return 0.0;
     std::size_t n = time_ns.capacity() * sizeof(std::int64_t) + bytes.capacity() * sizeof(std::int64_t)
         + address.capacity() * sizeof(std::uint64_t) + action.capacity() + device.capacity() + ledger.capacity()
-        + (op_seq.capacity() + outer_op.capacity() + inner_op.capacity() + where.capacity()) * sizeof(std::uint32_t)
+        + (op_seq.capacity() + outer_op.capacity() + inner_op.capacity() + where.capacity() + stack.capacity())
+            * sizeof(std::uint32_t)
         + partner.capacity() * sizeof(std::int32_t);
     return static_cast<double>(n) / static_cast<double>(size());
 }

@@ -1,4 +1,5 @@
 #pragma once
+#include "report/call_stacks.h"
 #include "support/string_table.h"
 
 #include <cstdint>
@@ -58,6 +59,8 @@ struct Trace {
     std::vector<std::uint32_t> inner_op;
     std::vector<std::uint32_t> where; // module path, or the top stack frame of a snapshot
     std::vector<std::int32_t> partner; // alloc <-> its free; kNoPartner if outside the trace
+    std::vector<std::uint32_t> stack; // the event's call stack in `stacks`; 0: none (model runs)
+    CallStacks stacks; // frames' strings are in `strings`
 
     std::size_t size() const { return time_ns.size(); }
     void reserve(std::size_t n);
@@ -65,8 +68,8 @@ struct Trace {
     std::size_t push(std::int64_t t, std::int64_t size, std::uint64_t addr, Action a, std::int8_t dev);
     // Memory of the event columns divided by the number of events (what grows with the trace).
     double bytesPerEvent() const;
-    // Memory that does not grow with the events: the interned strings.
-    std::size_t fixedBytes() const { return strings.memoryBytes(); }
+    // Memory that does not grow with the events: the interned strings and call stacks.
+    std::size_t fixedBytes() const { return strings.memoryBytes() + stacks.memoryBytes(); }
     void shrinkToFit();
 };
 

@@ -152,71 +152,85 @@ bool actionOf(std::string_view s, Action& a)
     return false;
 }
 
-// Interns the allocation site of a stack (snapshot/frames.h), caching per frames list and per frame dict (the pickle
-// shares identical frames through its memo, so most lookups are one hash probe).
-class WhereInterner {
+// Interns a trace entry's call stack (each frame once, each stack once, in the trace's CallStacks) and its
+// allocation site (snapshot/frames.h), caching per frames list and per frame dict (the pickle shares identical
+// frames through its memo, so most lookups are one hash probe).
+class StackInterner {
 public:
-    explicit WhereInterner(StringTable& t)
-        : strings_(t)
+    struct Ids {
+        std::uint32_t where = 0;
+        std::uint32_t stack = 0;
+    };
+    explicit StackInterner(Trace& t)
+        : strings_(t.strings)
+        , stacks_(t.stacks)
     {
     }
 
-    std::uint32_t whereOf(const PickleValue* frames)
+    Ids idsOf(const PickleValue* frames)
     {
         if (!frames || !frames->isSequence() || frames->items().empty())
-            return 0;
+            return {};
         const void* id = frames->identity();
         auto& slot = recent_[(reinterpret_cast<std::uintptr_t>(id) >> 4) % kRecent];
         if (slot.first == id && id)
             return slot.second;
-        if (auto it = byList_.find(id); it != byList_.end()) {
+        if (auto it = byList_.find(id); it != byList_.end() && id) {
             slot = {id, it->second};
             return it->second;
         }
         views_.clear();
-        scratch_.clear();
-        for (const auto& f : frames->items()) {
-            const Info& info = frameInfo(f);
-            views_.push_back({info.file, info.line, info.name});
+        frameIds_.clear();
+        for (const auto& f : frames->items())
+            frameIds_.push_back(frameInfo(f).frame);
+        // Views only once every string is interned (interning may move the table's strings).
+        for (auto fid : frameIds_) {
+            const auto& fr = stacks_.frame(fid);
+            views_.push_back({strings_.at(fr.file), fr.line, strings_.at(fr.name)});
         }
         auto site = allocationSite(views_);
-        std::uint32_t where = site.empty() ? 0 : strings_.intern(site);
-        byList_.emplace(id, where);
-        slot = {id, where};
-        return where;
+        Ids ids{site.empty() ? 0u : strings_.intern(site), stacks_.internStack(frameIds_)};
+        if (id) {
+            byList_.emplace(id, ids);
+            slot = {id, ids};
+        }
+        return ids;
     }
 
 private:
     struct Info {
-        std::string file;
+        std::uint32_t file = 0, name = 0, frame = 0;
         std::int64_t line = 0;
-        std::string name;
     };
     const Info& frameInfo(const PickleValue& f)
     {
         auto key = f.identity();
-        if (auto it = byFrame_.find(key); it != byFrame_.end() && key)
-            return it->second;
+        if (key)
+            if (auto it = byFrame_.find(key); it != byFrame_.end())
+                return it->second;
         Info info;
         if (f.isDict()) {
-            info.file = strOr(f, "filename");
+            info.file = strings_.intern(strOr(f, "filename"));
             info.line = intOr(f, "line", 0);
-            info.name = strOr(f, "name");
+            info.name = strings_.intern(strOr(f, "name"));
         }
-        if (!key) { // not shared through the memo: kept until the next stack
-            scratch_.push_back(std::move(info));
-            return scratch_.back();
+        info.frame = stacks_.internFrame(info.file, info.line, info.name);
+        if (!key) { // not shared through the memo
+            scratch_ = info;
+            return scratch_;
         }
-        return byFrame_[key] = std::move(info);
+        return byFrame_[key] = info;
     }
 
     StringTable& strings_;
+    CallStacks& stacks_;
     static constexpr std::size_t kRecent = 512; // frames lists shared through the memo: a direct-mapped cache
-    std::pair<const void*, std::uint32_t> recent_[kRecent] = {};
-    std::unordered_map<const void*, std::uint32_t> byList_;
+    std::pair<const void*, Ids> recent_[kRecent] = {};
+    std::unordered_map<const void*, Ids> byList_;
     std::unordered_map<const void*, Info> byFrame_;
-    std::deque<Info> scratch_;
+    Info scratch_;
     std::vector<FrameView> views_;
+    std::vector<std::uint32_t> frameIds_;
 };
 
 // The fields of one trace entry, found in one pass over its dict. Keys are memoized strings in real files,
@@ -321,7 +335,7 @@ void decodeTraces(const PickleValue& traces, Snapshot& s)
 
     EntryKeys keys;
     EntryFields f;
-    WhereInterner where(trace->strings);
+    StackInterner stackIds(*trace);
     NodeRecycler nodes; // hash nodes: allocs and frees churn them
     std::pmr::unordered_map<std::uint64_t, std::int32_t> openAlloc(&nodes); // (device, addr) -> alloc event
     openAlloc.reserve(4096);
@@ -383,7 +397,9 @@ void decodeTraces(const PickleValue& traces, Snapshot& s)
         std::uint64_t addr
             = a == Action::Oom ? 0 : static_cast<std::uint64_t>(numberOr(f.v[EntryFields::Addr], "addr", 0));
         auto i = trace->push(timeUs, size, addr, a, static_cast<std::int8_t>(device));
-        trace->where[i] = where.whereOf(f.v[EntryFields::Frames]);
+        auto ids = stackIds.idsOf(f.v[EntryFields::Frames]);
+        trace->where[i] = ids.where;
+        trace->stack[i] = ids.stack;
         s.trace_stream.push_back(static_cast<std::uint64_t>(numberOr(f.v[EntryFields::Stream], "stream", 0)));
         std::uint64_t key = (static_cast<std::uint64_t>(device & 0xff) << 56) ^ addr;
         if (a == Action::Alloc) {
