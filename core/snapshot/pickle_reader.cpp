@@ -32,6 +32,8 @@ const char* pickleKindName(PickleKind k)
         return "tuple";
     case PickleKind::Dict:
         return "dict";
+    case PickleKind::Reduced:
+        return "reduced value";
     }
     return "?";
 }
@@ -146,9 +148,12 @@ void* allocatePickleChunk(std::size_t bytes)
 // C++ stack, and every declared length is checked against the bytes left before anything is allocated.
 class PickleParser {
 public:
-    PickleParser(std::shared_ptr<const void> owner, const char* data, std::size_t size, const PickleLimits& limits)
+    PickleParser(std::shared_ptr<const void> owner, const char* data, std::size_t size, const PickleLimits& limits,
+        const PickleReadHooks& hooks = {})
         : limits_(limits)
+        , hooks_(hooks)
     {
+        limits_.max_depth = std::min<std::uint32_t>(limits_.max_depth, 65535); // PickleContainer::depth
         doc_.bytes_ = std::move(owner);
         doc_.containers_ = std::make_unique<PickleChunks<PickleContainer>>();
         doc_.scalars_ = std::make_unique<PickleChunks<PickleScalar>>();
@@ -167,8 +172,14 @@ public:
         // address space up front spares the copies of a growing arena (pages are only touched when used).
         growArena(size_ / 2 + 16);
         memo_.reserve(std::min<std::size_t>(size_ / 8 + 16, std::size_t {1} << 24));
+        const bool hooked = hooks_.progress || hooks_.cancel;
+        std::size_t nextReport = hooked ? kReportEvery : SIZE_MAX;
         for (;;) {
             op_start_ = pos_;
+            if (pos_ >= nextReport) {
+                report();
+                nextReport = pos_ + kReportEvery;
+            }
             if (pos_ >= size_)
                 fail(pos_ == 0 ? "empty file, not a pickle" : "truncated: the data ends before the STOP opcode");
             unsigned char op = data_[pos_++];
@@ -178,7 +189,7 @@ public:
                 std::size_t idx = data_[pos_++];
                 if (idx < memo_.size() && memo_[idx].bits_ != PickleValue::kUnset
                     && stack_.size() < limits_.max_stack) {
-                    stack_.push_back(memo_[idx]);
+                    pushShared(memo_[idx]);
                     continue;
                 }
                 --pos_;
@@ -197,7 +208,7 @@ public:
                 std::size_t idx = static_cast<std::size_t>(readLE(4));
                 if (idx < memo_.size() && memo_[idx].bits_ != PickleValue::kUnset
                     && stack_.size() < limits_.max_stack) {
-                    stack_.push_back(memo_[idx]);
+                    pushShared(memo_[idx]);
                     continue;
                 }
                 pos_ -= 4;
@@ -205,6 +216,8 @@ public:
             if (dispatch(op))
                 break;
         }
+        if (hooked)
+            report();
         if (stack_.empty())
             fail("STOP with nothing on the stack");
         doc_.root_ = stack_.back();
@@ -222,7 +235,61 @@ public:
     }
 
 private:
+    static constexpr std::size_t kReportEvery = std::size_t {4} << 20;
+
     [[noreturn]] void fail(const std::string& reason) const { throw PickleError(op_start_, reason); }
+
+    void report()
+    {
+        if (hooks_.cancel && hooks_.cancel->load(std::memory_order_relaxed))
+            throw PickleCancelled();
+        if (hooks_.progress)
+            hooks_.progress(pos_, size_);
+    }
+
+    // A second reference to a container: it can no longer be reused when reduced.
+    void pushShared(const PickleValue& v)
+    {
+        if (v.isContainerKind())
+            v.container()->flags |= PickleContainer::kShared;
+        stack_.push_back(v);
+    }
+
+    // Offers each container among `items` (about to be put into a container) to the reducer. A reduced
+    // container's memo slot takes the reduced value; when nothing else refers to it (one memo slot at most,
+    // never pushed twice, never put anywhere else) it is released: its items' room at the arena's end is
+    // given back, and the next new container reuses it.
+    void reduceItems(PickleValue* items, std::size_t n)
+    {
+        for (std::size_t i = 0; i < n; ++i) {
+            PickleValue& v = items[i];
+            if (!v.isContainerKind())
+                continue;
+            PickleContainer* c = v.container();
+            PickleValue out;
+            if (!hooks_.reducer->reduce(c->kind, PickleItems(arena_ + c->offset, c->size), out)) {
+                c->flags |= PickleContainer::kConsumed;
+                continue;
+            }
+            // Later references through the memo get the reduced value (the same for the reducer).
+            if (c->memo != 0 && c->memo != UINT32_MAX && memo_[c->memo - 1].bits_ == v.bits_)
+                memo_[c->memo - 1] = out;
+            if (!(c->flags & (PickleContainer::kShared | PickleContainer::kConsumed)) && c->memo != UINT32_MAX)
+                released_.push_back(c);
+            if (c->flags & PickleContainer::kShared)
+                for (std::size_t j = i + 1; j < n; ++j) // the same container again in this batch
+                    if (items[j].bits_ == v.bits_)
+                        items[j] = out;
+            v = out;
+        }
+        for (std::size_t i = released_.size(); i-- > 0;) {
+            PickleContainer* c = released_[i];
+            if (c->capacity > 0 && c->offset + c->capacity == arenaSize_)
+                arenaSize_ = c->offset;
+            freeContainers_.push_back(c);
+        }
+        released_.clear();
+    }
 
     static std::string hex(unsigned char op)
     {
@@ -297,7 +364,12 @@ private:
     }
     PickleValue newContainer(PickleKind k)
     {
-        auto& c = doc_.containers_->emplace_back();
+        PickleContainer* reused = nullptr;
+        if (!freeContainers_.empty()) {
+            reused = freeContainers_.back();
+            freeContainers_.pop_back();
+        }
+        auto& c = reused ? *reused : doc_.containers_->emplace_back();
         c = PickleContainer {};
         c.kind = k;
         return bits(reinterpret_cast<std::uint64_t>(&c));
@@ -327,21 +399,23 @@ private:
     // Appends n values to a container's slice of the arena. A fresh container takes exactly n slots at the end;
     // a container that grows again either extends in place (it is last) or moves to the end with twice the
     // room, so long lists built in batches of 1000 stay linear.
-    void append(PickleContainer& c, const PickleValue* src, std::size_t n)
+    void append(PickleContainer& c, PickleValue* src, std::size_t n)
     {
         if (n == 0)
             return;
+        if (hooks_.reducer)
+            reduceItems(src, n);
         std::uint32_t depth = c.depth;
         for (std::size_t i = 0; i < n; ++i) {
             const PickleValue& v = src[i];
             if (v.isContainerKind()) {
-                auto d = v.container()->depth + 1;
+                std::uint32_t d = v.container()->depth + 1u;
                 if (d > limits_.max_depth)
                     fail("nesting deeper than " + std::to_string(limits_.max_depth) + " levels");
                 depth = std::max(depth, d);
             }
         }
-        c.depth = depth;
+        c.depth = static_cast<std::uint16_t>(depth);
         if (static_cast<std::uint64_t>(c.size) + n > UINT32_MAX)
             fail("a container with more than 4 billion items");
         if (c.size + n > c.capacity) {
@@ -409,13 +483,20 @@ private:
             fail("memo index " + std::to_string(idx) + " is out of range");
         if (idx >= memo_.size())
             memo_.resize(static_cast<std::size_t>(idx) + 1, bits(PickleValue::kUnset));
-        memo_[idx] = stack_.back();
+        const PickleValue& v = stack_.back();
+        if (v.isContainerKind()) {
+            auto& m = v.container()->memo;
+            m = m == 0 && idx < UINT32_MAX - 1 ? static_cast<std::uint32_t>(idx + 1) : UINT32_MAX;
+        }
+        memo_[idx] = v;
     }
     void memoGet(std::uint64_t idx)
     {
         if (idx >= memo_.size() || memo_[idx].bits_ == PickleValue::kUnset)
             fail("memo index " + std::to_string(idx) + " was never stored");
-        push(memo_[idx]);
+        if (stack_.size() >= limits_.max_stack)
+            failStackFull();
+        pushShared(memo_[idx]);
     }
 
     // LONG1 / LONG4: two's complement, little-endian. Up to 64 bits signed is an int; an unsigned 64-bit value
@@ -590,9 +671,13 @@ private:
         case '1':
             stack_.resize(popMark());
             return false; // POP_MARK
-        case '2':
-            push(top());
+        case '2': {
+            auto v = top();
+            if (stack_.size() >= limits_.max_stack)
+                failStackFull();
+            pushShared(v);
             return false; // DUP
+        }
         case 0x85: { // TUPLE1
             if (stack_.size() < markFloor() + 1)
                 fail("stack underflow");
@@ -719,7 +804,10 @@ private:
     }
 
     PickleLimits limits_;
+    PickleReadHooks hooks_;
     PickleDocument doc_;
+    std::vector<PickleContainer*> freeContainers_; // reduced and released, to be reused
+    std::vector<PickleContainer*> released_;
     const unsigned char* data_ = nullptr;
     std::size_t size_ = 0;
     std::size_t pos_ = 0;
@@ -747,6 +835,12 @@ PickleDocument readPickle(
     std::shared_ptr<const void> owner, const char* data, std::size_t size, const PickleLimits& limits)
 {
     return PickleParser(std::move(owner), data, size, limits).run();
+}
+
+PickleDocument readPickle(std::shared_ptr<const void> owner, const char* data, std::size_t size,
+    const PickleReadHooks& hooks, const PickleLimits& limits)
+{
+    return PickleParser(std::move(owner), data, size, limits, hooks).run();
 }
 
 } // namespace memledger

@@ -2,10 +2,12 @@
 // A Python pickle reader for data only (protocols 2 to 5): None, bool, int, float, str, bytes, list, tuple
 // and dict. It never runs code: opcodes that name a global or call something are refused.
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <new>
 #include <stdexcept>
@@ -33,7 +35,8 @@ private:
     std::string reason_;
 };
 
-enum class PickleKind : std::uint8_t { None, Bool, Int, Float, Str, Bytes, List, Tuple, Dict };
+// Reduced: a container that the reader's PickleReducer replaced by an id of its own once it was complete.
+enum class PickleKind : std::uint8_t { None, Bool, Int, Float, Str, Bytes, List, Tuple, Dict, Reduced };
 const char* pickleKindName(PickleKind k);
 
 struct PickleContainer;
@@ -100,9 +103,23 @@ public:
     // Identity of the container (for caches); nullptr for scalars.
     const void* identity() const { return tag() == kTagContainer ? container() : nullptr; }
 
+    // What a PickleReducer made of a container: a type of its choosing (0 to 31) and a 32-bit id.
+    static PickleValue reduced(unsigned type, std::uint32_t id)
+    {
+        PickleValue v;
+        v.bits_ = (std::uint64_t {id} << 8) | (std::uint64_t {type & 31} << 3) | kTagReduced;
+        return v;
+    }
+    // Items of a list or tuple, entries times two of a dict (readable while parsing, unlike items()); 0 else.
+    std::size_t containerSize() const;
+    bool isReduced() const { return tag() == kTagReduced; }
+    unsigned reducedType() const { return static_cast<unsigned>((bits_ >> 3) & 31); }
+    std::uint32_t reducedId() const { return static_cast<std::uint32_t>(bits_ >> 8); }
+
 private:
     friend class PickleParser;
-    static constexpr std::uint64_t kTagContainer = 0, kTagInt = 1, kTagScalar = 2, kTagSpecial = 3;
+    static constexpr std::uint64_t kTagContainer = 0, kTagInt = 1, kTagScalar = 2, kTagSpecial = 3,
+                                   kTagReduced = 4;
     static constexpr std::uint64_t kUnset = 0; // a memo slot never stored
     static constexpr std::uint64_t kNone = (0 << 3) | kTagSpecial, kFalse = (1 << 3) | kTagSpecial,
                                    kTrue = (2 << 3) | kTagSpecial;
@@ -147,8 +164,12 @@ struct alignas(8) PickleContainer {
     };
     std::uint32_t size = 0;
     std::uint32_t capacity = 0;
-    std::uint32_t depth = 1; // levels of nesting below and including this one, as built
+    std::uint32_t memo = 0; // while parsing: 1 + the memo slot that holds it; 0 none; UINT32_MAX several
+    std::uint16_t depth = 1; // levels of nesting below and including this one, as built
     PickleKind kind = PickleKind::List;
+    std::uint8_t flags = 0; // while parsing: kShared, kConsumed
+    static constexpr std::uint8_t kShared = 1; // pushed again from the memo or by DUP
+    static constexpr std::uint8_t kConsumed = 2; // put into a container without being reduced
 };
 
 inline const PickleValue* PickleItems::end() const
@@ -167,6 +188,10 @@ inline PickleItems PickleValue::entries() const
 {
     return items();
 }
+inline std::size_t PickleValue::containerSize() const
+{
+    return isContainerKind() ? container()->size : 0;
+}
 inline std::size_t PickleValue::dictSize() const
 {
     return kind() == PickleKind::Dict ? items().size() / 2 : 0;
@@ -180,6 +205,8 @@ inline PickleKind PickleValue::kind() const
         return PickleKind::Int;
     case kTagScalar:
         return scalar()->kind;
+    case kTagReduced:
+        return PickleKind::Reduced;
     default:
         return bits_ == kNone ? PickleKind::None : PickleKind::Bool;
     }
@@ -265,8 +292,40 @@ private:
 };
 
 struct PickleLimits {
-    std::uint32_t max_depth = 1000; // nesting of containers and of MARKs
+    std::uint32_t max_depth = 1000; // nesting of containers and of MARKs (at most 65535)
     std::size_t max_stack = 1u << 20; // values waiting on the stack
+};
+
+// Lets the reader's user turn containers into compact values of its own while the pickle is read, so that a
+// large file never exists as a whole tree: a CUDA snapshot's million trace entries, each with its list of
+// frames, become rows and interned stacks as they are read.
+class PickleReducer {
+public:
+    virtual ~PickleReducer() = default;
+    // Called for every list, tuple and dict when it is put into another container (it is complete then in
+    // what Python's pickler writes). `items` are its elements (a dict's keys and values alternating);
+    // containers among them that were not reduced must not be read (their items are not in place yet).
+    // Return true and set `out` (PickleValue::reduced) to put `out` in its place. When nothing else refers
+    // to the container, its memo slot takes `out` too and the container's memory is reused.
+    virtual bool reduce(PickleKind kind, PickleItems items, PickleValue& out) = 0;
+};
+
+// What a read may do besides building the tree.
+struct PickleReadHooks {
+    PickleReducer* reducer = nullptr;
+    // Called about every 4 MB read and at the end with (bytes read, bytes in all); from the reading thread.
+    std::function<void(std::size_t, std::size_t)> progress;
+    // Checked with each progress step; when set, the read stops with PickleCancelled.
+    const std::atomic<bool>* cancel = nullptr;
+};
+
+// The read was stopped through PickleReadHooks::cancel.
+class PickleCancelled : public std::runtime_error {
+public:
+    PickleCancelled()
+        : std::runtime_error("cancelled")
+    {
+    }
 };
 
 // Throws PickleError (with the byte offset) on anything that is not a well-formed data-only pickle.
@@ -274,5 +333,7 @@ PickleDocument readPickle(std::string bytes, const PickleLimits& limits = {});
 // The same over bytes held by `owner` (a mapped file, say), which the document keeps alive.
 PickleDocument readPickle(
     std::shared_ptr<const void> owner, const char* data, std::size_t size, const PickleLimits& limits = {});
+PickleDocument readPickle(std::shared_ptr<const void> owner, const char* data, std::size_t size,
+    const PickleReadHooks& hooks, const PickleLimits& limits = {});
 
 } // namespace memledger

@@ -72,17 +72,6 @@ SnapshotFrame frameOf(const PickleValue& f)
     return out;
 }
 
-std::vector<SnapshotFrame> framesOf(const PickleValue* frames)
-{
-    std::vector<SnapshotFrame> out;
-    if (!frames || !frames->isSequence())
-        return out;
-    out.reserve(frames->items().size());
-    for (const auto& f : frames->items())
-        out.push_back(frameOf(f));
-    return out;
-}
-
 BlockState stateOf(std::string_view s)
 {
     if (s == "active_allocated")
@@ -94,7 +83,506 @@ BlockState stateOf(std::string_view s)
     return BlockState::Other;
 }
 
-SnapshotSegment segmentOf(const PickleValue& s, bool& legacy)
+// The inverse of actionName(): the trace spells actions as memledger names them.
+bool actionOf(std::string_view s, Action& a)
+{
+    for (int i = 0; i <= static_cast<int>(Action::Snapshot); ++i)
+        if (s == actionName(static_cast<Action>(i))) {
+            a = static_cast<Action>(i);
+            return true;
+        }
+    return false;
+}
+
+// Types of the values SnapshotReducer makes of containers while the pickle is read (PickleValue::reducedType).
+enum ReducedType : unsigned { kFrameValue = 1, kStackValue = 2, kRowValue = 3, kSkippedValue = 4 };
+
+// A trace's call stacks, interned: each frame once, each stack once (report/call_stacks.h), and each stack's
+// allocation site (snapshot/frames.h) worked out once.
+class StackTables {
+public:
+    explicit StackTables(Trace& t)
+        : strings_(t.strings)
+        , stacks_(t.stacks)
+    {
+    }
+
+    std::uint32_t frame(std::string_view file, std::int64_t line, std::string_view name)
+    {
+        return stacks_.internFrame(strings_.intern(file), line, strings_.intern(name));
+    }
+    std::uint32_t stack(const std::vector<std::uint32_t>& frames) { return stacks_.internStack(frames); }
+    std::uint32_t where(std::uint32_t stack)
+    {
+        if (stack == 0)
+            return 0;
+        if (stack >= where_.size())
+            where_.resize(std::max<std::size_t>(stack + 1, where_.size() * 2), kUnknown);
+        if (where_[stack] == kUnknown) {
+            views_.clear();
+            for (const auto* f = stacks_.begin(stack); f != stacks_.end(stack); ++f) {
+                const auto& fr = stacks_.frame(*f);
+                views_.push_back({strings_.at(fr.file), fr.line, strings_.at(fr.name)});
+            }
+            auto site = allocationSite(views_);
+            where_[stack] = site.empty() ? 0u : strings_.intern(site);
+        }
+        return where_[stack];
+    }
+
+    // A frames value as the finished tree holds it: a stack the reducer made, or a list of frames it did not
+    // take (an odd item among them: it reads as an empty frame).
+    std::uint32_t stackOfTree(const PickleValue* frames)
+    {
+        if (!frames)
+            return 0;
+        if (frames->isReduced())
+            return frames->reducedType() == kStackValue ? frames->reducedId() : 0;
+        if (!frames->isSequence() || frames->items().empty())
+            return 0;
+        std::vector<std::uint32_t> ids;
+        ids.reserve(frames->items().size());
+        for (const auto& f : frames->items())
+            ids.push_back(frameOfTree(f));
+        return stack(ids);
+    }
+    std::uint32_t frameOfTree(const PickleValue& f)
+    {
+        if (f.isReduced())
+            return f.reducedType() == kFrameValue ? f.reducedId() : frame({}, 0, {});
+        if (!f.isDict())
+            return frame({}, 0, {});
+        return frame(strOr(f, "filename"), intOr(f, "line", 0), strOr(f, "name"));
+    }
+
+    std::vector<std::uint32_t> frameIds(std::uint32_t stack) const
+    {
+        return {stacks_.begin(stack), stacks_.end(stack)};
+    }
+    SnapshotFrame snapshotFrame(std::uint32_t id) const
+    {
+        const auto& fr = stacks_.frame(id);
+        return {strings_.at(fr.file), fr.line, strings_.at(fr.name)};
+    }
+
+private:
+    static constexpr std::uint32_t kUnknown = UINT32_MAX;
+    StringTable& strings_;
+    CallStacks& stacks_;
+    std::vector<std::uint32_t> where_;
+    std::vector<FrameView> views_;
+};
+
+// Frames of a block or segment: a reduced stack, or a list of frames (reduced or not).
+std::vector<SnapshotFrame> framesOf(const PickleValue* frames, StackTables& tables)
+{
+    std::vector<SnapshotFrame> out;
+    if (!frames)
+        return out;
+    if (frames->isReduced()) {
+        if (frames->reducedType() == kStackValue)
+            for (auto id : tables.frameIds(frames->reducedId()))
+                out.push_back(tables.snapshotFrame(id));
+        return out;
+    }
+    if (!frames->isSequence())
+        return out;
+    out.reserve(frames->items().size());
+    for (const auto& f : frames->items()) {
+        if (f.isReduced())
+            out.push_back(f.reducedType() == kFrameValue ? tables.snapshotFrame(f.reducedId()) : SnapshotFrame {});
+        else
+            out.push_back(frameOf(f));
+    }
+    return out;
+}
+
+// A trace entry's row waits in the trace's columns with its device still to be told when the entry has no
+// `device` field: the index of the list it is in.
+constexpr std::int8_t kDeviceOfList = -128;
+constexpr std::int64_t kNoDevice = INT64_MIN;
+
+// Slots of the keys the decoder reads in trace entries and frames.
+enum KeySlot : int { kAction, kAddr, kSize, kStream, kTime, kFrames, kDevice, kDeviceFree, kName, kFilename, kLine,
+    kSlotCount, kOtherKey = kSlotCount };
+
+// Knows keys by where their bytes are: keys are memoized strings in what Python writes, so after the first
+// comparison a key is one pointer probe.
+class KeySlots {
+public:
+    int slotOf(std::string_view text)
+    {
+        auto& e = cache_[(reinterpret_cast<std::uintptr_t>(text.data()) >> 3) % kCache];
+        if (e.ptr == text.data() && e.len == text.size() && e.ptr)
+            return e.slot;
+        static const std::pair<std::string_view, int> kNames[] = {
+            {"action", kAction},
+            {"addr", kAddr},
+            {"size", kSize},
+            {"stream", kStream},
+            {"time_us", kTime},
+            {"frames", kFrames},
+            {"device", kDevice},
+            {"device_free", kDeviceFree},
+            {"name", kName},
+            {"filename", kFilename},
+            {"line", kLine},
+        };
+        int slot = kOtherKey;
+        for (const auto& [name, sl] : kNames)
+            if (text == name)
+                slot = sl;
+        e = {text.data(), text.size(), slot};
+        return slot;
+    }
+
+private:
+    static constexpr std::size_t kCache = 256;
+    struct Entry {
+        const char* ptr = nullptr;
+        std::size_t len = 0;
+        int slot = kOtherKey;
+    };
+    Entry cache_[kCache];
+};
+
+// The inverse of actionName(), remembered by where the action's bytes are (memoized strings).
+class ActionNames {
+public:
+    bool find(std::string_view name, Action& a)
+    {
+        auto& c = cache_[(reinterpret_cast<std::uintptr_t>(name.data()) >> 2) % 64];
+        if (c.ptr == name.data() && c.len == name.size() && c.ptr) {
+            a = c.action;
+            return c.known;
+        }
+        bool known = actionOf(name, a);
+        c = {name.data(), name.size(), a, known};
+        return known;
+    }
+
+private:
+    struct Cached {
+        const char* ptr = nullptr;
+        std::size_t len = 0;
+        Action action = Action::Alloc;
+        bool known = false;
+    };
+    Cached cache_[64];
+};
+
+std::int64_t numberOr(const PickleValue* v, const char* what, std::int64_t fallback)
+{
+    if (!v || v->isNone())
+        return fallback;
+    if (v->kind() == PickleKind::Float)
+        return static_cast<std::int64_t>(v->asFloat());
+    if (!v->isInt())
+        throw ShapeError(
+            std::string("'") + what + "' of a trace entry is a " + pickleKindName(v->kind()) + ", not a number");
+    return v->asInt();
+}
+
+// Where trace entries become rows of the trace (time_ns holding time_us until all are read).
+struct TraceRows {
+    Trace& trace;
+    std::vector<std::uint64_t>& streams;
+    std::size_t untimed = 0; // rows without a time_us
+
+    std::uint32_t push(std::int64_t timeUs, bool timed, std::int64_t size, std::uint64_t addr, Action a,
+        std::int8_t device, std::uint64_t stream, std::uint32_t stack, std::uint32_t where)
+    {
+        auto i = trace.push(timed ? timeUs : 0, std::max<std::int64_t>(0, size), addr, a, device);
+        trace.where[i] = where;
+        trace.stack[i] = stack;
+        streams.push_back(stream);
+        untimed += !timed;
+        return static_cast<std::uint32_t>(i);
+    }
+};
+
+// Reads the snapshot while the pickle is read: a frame dict becomes an interned frame, a list of them an
+// interned stack, a trace entry a row of the trace, so that a million entries never exist as a tree. What it
+// does not take (odd types, an oom entry, a float time) stays in the tree for decodeTraces, which reads it
+// the same way and gives the errors.
+class SnapshotReducer : public PickleReducer {
+public:
+    SnapshotReducer(StackTables& tables, TraceRows& rows)
+        : tables_(tables)
+        , rows_(rows)
+    {
+    }
+
+    bool reduce(PickleKind kind, PickleItems items, PickleValue& out) override
+    {
+        if (kind == PickleKind::Dict)
+            return reduceDict(items, out);
+        if (items.empty())
+            return false;
+        ids_.clear();
+        for (const auto& v : items) {
+            if (!v.isReduced() || v.reducedType() != kFrameValue)
+                return false;
+            ids_.push_back(v.reducedId());
+        }
+        out = PickleValue::reduced(kStackValue, tables_.stack(ids_));
+        return true;
+    }
+
+private:
+    static bool intField(const PickleValue* v, std::int64_t& out)
+    {
+        if (!v || v->isNone())
+            return true; // the default stays
+        if (!v->isInt())
+            return false;
+        out = v->asInt();
+        return true;
+    }
+    static std::string_view text(const PickleValue* v)
+    {
+        if (!v || !(v->isStr() || v->kind() == PickleKind::Bytes))
+            return {};
+        return v->asStr();
+    }
+
+    bool reduceDict(PickleItems items, PickleValue& out)
+    {
+        if (items.empty())
+            return false;
+        const PickleValue* f[kSlotCount] = {};
+        bool other = false;
+        for (std::size_t i = 0; i + 1 < items.size(); i += 2) {
+            const PickleValue& k = items[i];
+            if (!k.isStr())
+                return false;
+            int slot = keys_.slotOf(k.asStr());
+            if (slot == kOtherKey)
+                other = true;
+            else
+                f[slot] = &items[i + 1];
+        }
+        if (f[kAction])
+            return reduceEntry(f, out);
+        if (other || !(f[kName] || f[kFilename] || f[kLine]))
+            return false;
+        for (int s = kAction; s < kName; ++s)
+            if (f[s])
+                return false;
+        std::int64_t line = 0;
+        if (!intField(f[kLine], line))
+            return false;
+        out = PickleValue::reduced(kFrameValue, tables_.frame(text(f[kFilename]), line, text(f[kName])));
+        return true;
+    }
+
+    bool reduceEntry(const PickleValue* const* f, PickleValue& out)
+    {
+        if (!f[kAction]->isStr())
+            return false;
+        Action a = Action::Alloc;
+        if (!actions_.find(f[kAction]->asStr(), a)) {
+            out = PickleValue::reduced(kSkippedValue, 0);
+            return true;
+        }
+        if (a == Action::Oom || rows_.trace.size() >= UINT32_MAX - 1)
+            return false;
+        std::int64_t time = 0, size = 0, addr = 0, stream = 0, device = kNoDevice;
+        const bool timed = f[kTime] && !f[kTime]->isNone();
+        if (!intField(f[kTime], time) || !intField(f[kSize], size) || !intField(f[kAddr], addr)
+            || !intField(f[kStream], stream) || !intField(f[kDevice], device))
+            return false;
+        if (device == kNoDevice)
+            device = kDeviceOfList;
+        else if (device < -1 || device > 127)
+            return false;
+        std::uint32_t stack = 0;
+        if (const PickleValue* fr = f[kFrames]) {
+            if (fr->isReduced())
+                stack = fr->reducedType() == kStackValue ? fr->reducedId() : 0;
+            else if (fr->isSequence() && fr->containerSize() > 0)
+                return false; // frames it could not read: the tree's reading says what they are
+        }
+        auto row = rows_.push(time, timed, size, static_cast<std::uint64_t>(addr), a, static_cast<std::int8_t>(device),
+            static_cast<std::uint64_t>(stream), stack, tables_.where(stack));
+        out = PickleValue::reduced(kRowValue, row);
+        return true;
+    }
+
+    StackTables& tables_;
+    TraceRows& rows_;
+    KeySlots keys_;
+    ActionNames actions_;
+    std::vector<std::uint32_t> ids_;
+};
+
+// Makes the snapshot's trace of its device_traces lists: rows the reducer made and entries left in the tree,
+// in list order; lists of several devices merged on one clock.
+void decodeTraces(const PickleValue& traces, Snapshot& s, std::shared_ptr<Trace> trace, TraceRows& rows,
+    StackTables& tables)
+{
+    std::uint32_t devIndex = 0;
+    std::size_t nonEmpty = 0;
+    for (const auto& dev : traces.items()) {
+        if (!dev.isSequence())
+            throw ShapeError("device_traces[" + std::to_string(devIndex) + "] is not a list");
+        nonEmpty += !dev.items().empty();
+        ++devIndex;
+    }
+    std::set<int> devices(s.devices.begin(), s.devices.end());
+    for (std::uint32_t d = 0; d < devIndex; ++d)
+        devices.insert(static_cast<int>(d)); // one list per device, even an empty one
+
+    // The rows in list order, with the list each is in. Entries the reducer left become rows here.
+    struct Ref {
+        std::uint32_t row;
+        std::uint32_t list;
+    };
+    std::vector<Ref> order;
+    std::vector<std::pair<std::uint32_t, std::int64_t>> oomFree; // row, device_free
+    KeySlots keys;
+    ActionNames actions;
+    bool inOrder = true;
+    std::uint32_t d = 0;
+    for (const auto& dev : traces.items()) {
+        for (const auto& e : dev.items()) {
+            std::uint32_t row;
+            if (e.isReduced() && e.reducedType() == kRowValue) {
+                row = e.reducedId();
+            } else if (e.isReduced() && (e.reducedType() == kSkippedValue || e.reducedType() == kFrameValue)) {
+                ++s.skipped_entries;
+                continue;
+            } else {
+                if (!e.isDict())
+                    throw ShapeError("a trace entry is not a dict");
+                const PickleValue* f[kSlotCount] = {};
+                const auto items = e.entries();
+                for (std::size_t i = 0; i + 1 < items.size(); i += 2)
+                    if (items[i].isStr())
+                        if (int slot = keys.slotOf(items[i].asStr()); slot != kOtherKey)
+                            f[slot] = &items[i + 1];
+                Action a = Action::Alloc;
+                if (!f[kAction] || !f[kAction]->isStr() || !actions.find(f[kAction]->asStr(), a)) {
+                    ++s.skipped_entries;
+                    continue;
+                }
+                const PickleValue* t = f[kTime];
+                const bool timed = t && t->isNumber();
+                std::int64_t timeUs = timed ? numberOr(t, "time_us", 0) : 0;
+                auto device = numberOr(f[kDevice], "device", kNoDevice);
+                if (device == kNoDevice)
+                    device = kDeviceOfList;
+                else if (device < -1 || device > 127)
+                    throw ShapeError("a trace entry names device " + std::to_string(device));
+                std::int64_t size = numberOr(f[kSize], "size", 0);
+                std::uint64_t addr
+                    = a == Action::Oom ? 0 : static_cast<std::uint64_t>(numberOr(f[kAddr], "addr", 0));
+                auto stream = static_cast<std::uint64_t>(numberOr(f[kStream], "stream", 0));
+                auto stack = tables.stackOfTree(f[kFrames]);
+                row = rows.push(timeUs, timed, size, addr, a, static_cast<std::int8_t>(device), stream, stack,
+                    tables.where(stack));
+                if (a == Action::Oom)
+                    oomFree.push_back({row, numberOr(f[kDeviceFree], "device_free", 0)});
+            }
+            inOrder = inOrder && row == order.size();
+            order.push_back({row, d});
+        }
+        ++d;
+    }
+    inOrder = inOrder && order.size() == trace->size();
+
+    // Devices are recorded in separate ring buffers: merge them on one clock (list order without times).
+    const bool timed = rows.untimed == 0;
+    if (nonEmpty > 1 && timed) {
+        std::stable_sort(order.begin(), order.end(),
+            [&](const Ref& a, const Ref& b) { return trace->time_ns[a.row] < trace->time_ns[b.row]; });
+        inOrder = false;
+    }
+    if (inOrder) {
+        for (const auto& r : order)
+            if (trace->device[r.row] == kDeviceOfList)
+                trace->device[r.row] = static_cast<std::int8_t>(r.list);
+    } else {
+        // Rows in another order, twice, or not at all (entries outside device_traces): gather them.
+        auto t = std::make_shared<Trace>();
+        t->strings = trace->strings;
+        t->stacks = trace->stacks;
+        t->reserve(order.size());
+        std::vector<std::uint64_t> streams;
+        streams.reserve(order.size());
+        std::vector<std::int32_t> newIndex(trace->size(), -1);
+        for (const auto& r : order) {
+            auto dev = trace->device[r.row];
+            auto i = t->push(trace->time_ns[r.row], trace->bytes[r.row], trace->address[r.row],
+                trace->action[r.row], dev == kDeviceOfList ? static_cast<std::int8_t>(r.list) : dev);
+            t->where[i] = trace->where[r.row];
+            t->stack[i] = trace->stack[r.row];
+            streams.push_back(s.trace_stream[r.row]);
+            newIndex[r.row] = static_cast<std::int32_t>(i);
+        }
+        for (auto& [row, free] : oomFree)
+            row = newIndex[row] < 0 ? UINT32_MAX : static_cast<std::uint32_t>(newIndex[row]);
+        *trace = std::move(*t);
+        s.trace_stream = std::move(streams);
+    }
+
+    // One pass in time order: devices, alloc/free partners, out-of-memory events, times from the start.
+    std::size_t nextOom = 0;
+    std::sort(oomFree.begin(), oomFree.end());
+    NodeRecycler nodes; // hash nodes: allocs and frees churn them
+    std::pmr::unordered_map<std::uint64_t, std::int32_t> openAlloc(&nodes); // (device, addr) -> alloc event
+    openAlloc.reserve(4096);
+    std::int64_t lastDevice = -2;
+    std::int64_t minTime = INT64_MAX;
+    const std::size_t n = trace->size();
+    for (std::size_t i = 0; i < n; ++i) {
+        const Action a = trace->action[i];
+        const std::int64_t device = trace->device[i];
+        if (device != lastDevice) {
+            devices.insert(static_cast<int>(device));
+            lastDevice = device;
+        }
+        minTime = std::min(minTime, trace->time_ns[i]);
+        const std::uint64_t addr = trace->address[i];
+        const std::uint64_t key = (static_cast<std::uint64_t>(device & 0xff) << 56) ^ addr;
+        if (a == Action::Alloc) {
+            openAlloc[key] = static_cast<std::int32_t>(i);
+        } else if (a == Action::Free) {
+            auto it = openAlloc.find(key);
+            if (it != openAlloc.end()) {
+                trace->partner[i] = it->second;
+                trace->partner[static_cast<std::size_t>(it->second)] = static_cast<std::int32_t>(i);
+                openAlloc.erase(it);
+            } // else: allocated before the trace began
+        } else if (a == Action::Oom) {
+            while (nextOom < oomFree.size() && oomFree[nextOom].first < i)
+                ++nextOom;
+            SnapshotOom oom;
+            oom.device = static_cast<int>(device);
+            oom.bytes_requested = trace->bytes[i];
+            oom.device_free = nextOom < oomFree.size() && oomFree[nextOom].first == i ? oomFree[nextOom].second : 0;
+            oom.time_ns = static_cast<std::int64_t>(i); // made a time below
+            oom.where = trace->strings.at(trace->where[i]);
+            s.ooms.push_back(std::move(oom));
+        }
+    }
+
+    s.trace_has_time = timed && n > 0;
+    s.trace_start_us = s.trace_has_time ? minTime : 0;
+    for (std::size_t i = 0; i < n; ++i)
+        trace->time_ns[i]
+            = s.trace_has_time ? (trace->time_ns[i] - minTime) * 1000 : static_cast<std::int64_t>(i) * 1000;
+    for (auto& oom : s.ooms)
+        oom.time_ns = trace->time_ns[static_cast<std::size_t>(oom.time_ns)];
+    s.devices.assign(devices.begin(), devices.end());
+    if (trace->time_ns.capacity() > n + n / 4 + 1024) {
+        trace->shrinkToFit();
+        s.trace_stream.shrink_to_fit();
+    }
+    s.trace = std::move(trace);
+}
+
+SnapshotSegment segmentOf(const PickleValue& s, bool& legacy, StackTables& tables)
 {
     if (!s.isDict())
         throw ShapeError(std::string("a segment is a ") + pickleKindName(s.kind()) + ", not a dict");
@@ -127,344 +615,18 @@ SnapshotSegment segmentOf(const PickleValue& s, bool& legacy)
                 legacy = true;
                 if (!h->items().empty()) {
                     const auto& last = h->items().back();
-                    blk.frames = framesOf(last.get("frames"));
+                    blk.frames = framesOf(last.get("frames"), tables);
                     if (!b.get("address"))
                         blk.address = static_cast<std::uint64_t>(intOr(last, "addr", static_cast<std::int64_t>(at)));
                 }
             } else {
-                blk.frames = framesOf(b.get("frames"));
+                blk.frames = framesOf(b.get("frames"), tables);
             }
             at = blk.address + static_cast<std::uint64_t>(std::max<std::int64_t>(blk.size, 0));
             seg.blocks.push_back(std::move(blk));
         }
     }
     return seg;
-}
-
-// The inverse of actionName(): the trace spells actions as memledger names them.
-bool actionOf(std::string_view s, Action& a)
-{
-    for (int i = 0; i <= static_cast<int>(Action::Snapshot); ++i)
-        if (s == actionName(static_cast<Action>(i))) {
-            a = static_cast<Action>(i);
-            return true;
-        }
-    return false;
-}
-
-// Interns a trace entry's call stack (each frame once, each stack once, in the trace's CallStacks) and its
-// allocation site (snapshot/frames.h), caching per frames list and per frame dict (the pickle shares identical
-// frames through its memo, so most lookups are one hash probe).
-class StackInterner {
-public:
-    struct Ids {
-        std::uint32_t where = 0;
-        std::uint32_t stack = 0;
-    };
-    explicit StackInterner(Trace& t)
-        : strings_(t.strings)
-        , stacks_(t.stacks)
-    {
-    }
-
-    Ids idsOf(const PickleValue* frames)
-    {
-        if (!frames || !frames->isSequence() || frames->items().empty())
-            return {};
-        const void* id = frames->identity();
-        auto& slot = recent_[(reinterpret_cast<std::uintptr_t>(id) >> 4) % kRecent];
-        if (slot.first == id && id)
-            return slot.second;
-        if (auto it = byList_.find(id); it != byList_.end() && id) {
-            slot = {id, it->second};
-            return it->second;
-        }
-        views_.clear();
-        frameIds_.clear();
-        for (const auto& f : frames->items())
-            frameIds_.push_back(frameInfo(f).frame);
-        // Views only once every string is interned (interning may move the table's strings).
-        for (auto fid : frameIds_) {
-            const auto& fr = stacks_.frame(fid);
-            views_.push_back({strings_.at(fr.file), fr.line, strings_.at(fr.name)});
-        }
-        auto site = allocationSite(views_);
-        Ids ids{site.empty() ? 0u : strings_.intern(site), stacks_.internStack(frameIds_)};
-        if (id) {
-            byList_.emplace(id, ids);
-            slot = {id, ids};
-        }
-        return ids;
-    }
-
-private:
-    struct Info {
-        std::uint32_t file = 0, name = 0, frame = 0;
-        std::int64_t line = 0;
-    };
-    const Info& frameInfo(const PickleValue& f)
-    {
-        auto key = f.identity();
-        if (key)
-            if (auto it = byFrame_.find(key); it != byFrame_.end())
-                return it->second;
-        Info info;
-        if (f.isDict()) {
-            info.file = strings_.intern(strOr(f, "filename"));
-            info.line = intOr(f, "line", 0);
-            info.name = strings_.intern(strOr(f, "name"));
-        }
-        info.frame = stacks_.internFrame(info.file, info.line, info.name);
-        if (!key) { // not shared through the memo
-            scratch_ = info;
-            return scratch_;
-        }
-        return byFrame_[key] = info;
-    }
-
-    StringTable& strings_;
-    CallStacks& stacks_;
-    static constexpr std::size_t kRecent = 512; // frames lists shared through the memo: a direct-mapped cache
-    std::pair<const void*, Ids> recent_[kRecent] = {};
-    std::unordered_map<const void*, Ids> byList_;
-    std::unordered_map<const void*, Info> byFrame_;
-    Info scratch_;
-    std::vector<FrameView> views_;
-    std::vector<std::uint32_t> frameIds_;
-};
-
-// The fields of one trace entry, found in one pass over its dict. Keys are memoized strings in real files,
-// so a key is recognised by its pointer after the first string comparison.
-struct EntryFields {
-    enum Slot { Action, Addr, Size, Stream, Time, Frames, Device, DeviceFree, Count };
-    const PickleValue* v[Count] = {};
-};
-
-class EntryKeys {
-public:
-    void read(const PickleValue& e, EntryFields& f)
-    {
-        f = EntryFields {};
-        const auto items = e.entries();
-        for (std::size_t i = 0; i + 1 < items.size(); i += 2) {
-            // Entries list their keys in the same order: check the key seen at this position last time first.
-            std::size_t pos = i / 2;
-            const PickleValue& k = items[i];
-            int slot;
-            if (pos < kByPos && k.isStr() && byPos_[pos].ptr == k.asStr().data() && byPos_[pos].ptr) {
-                slot = byPos_[pos].slot;
-            } else {
-                slot = slotOf(k);
-                if (pos < kByPos && k.isStr())
-                    byPos_[pos] = {k.asStr().data(), k.asStr().size(), slot};
-            }
-            if (slot >= 0)
-                f.v[slot] = &items[i + 1];
-        }
-    }
-
-private:
-    int slotOf(const PickleValue& k)
-    {
-        if (!k.isStr())
-            return -1;
-        auto text = k.asStr();
-        for (std::size_t i = 0; i < n_; ++i)
-            if (cache_[i].ptr == text.data() && cache_[i].len == text.size())
-                return cache_[i].slot;
-        static const std::pair<std::string_view, int> kNames[] = {
-            {"action", EntryFields::Action},
-            {"addr", EntryFields::Addr},
-            {"size", EntryFields::Size},
-            {"stream", EntryFields::Stream},
-            {"time_us", EntryFields::Time},
-            {"frames", EntryFields::Frames},
-            {"device", EntryFields::Device},
-            {"device_free", EntryFields::DeviceFree},
-        };
-        int slot = -1;
-        for (const auto& [name, sl] : kNames)
-            if (text == name)
-                slot = sl;
-        if (n_ < kCache)
-            cache_[n_++] = {text.data(), text.size(), slot};
-        return slot;
-    }
-    static constexpr std::size_t kCache = 32;
-    static constexpr std::size_t kByPos = 16;
-    struct Entry {
-        const char* ptr;
-        std::size_t len;
-        int slot;
-    };
-    Entry cache_[kCache] = {};
-    Entry byPos_[kByPos] = {};
-    std::size_t n_ = 0;
-};
-
-std::int64_t numberOr(const PickleValue* v, const char* what, std::int64_t fallback)
-{
-    if (!v || v->isNone())
-        return fallback;
-    if (v->kind() == PickleKind::Float)
-        return static_cast<std::int64_t>(v->asFloat());
-    if (!v->isInt())
-        throw ShapeError(
-            std::string("'") + what + "' of a trace entry is a " + pickleKindName(v->kind()) + ", not a number");
-    return v->asInt();
-}
-
-void decodeTraces(const PickleValue& traces, Snapshot& s)
-{
-    auto trace = std::make_shared<Trace>();
-    std::size_t total = 0, nonEmpty = 0;
-    std::uint32_t devIndex = 0;
-    for (const auto& dev : traces.items()) {
-        if (!dev.isSequence())
-            throw ShapeError("device_traces[" + std::to_string(devIndex) + "] is not a list");
-        total += dev.items().size();
-        nonEmpty += !dev.items().empty();
-        ++devIndex;
-    }
-    std::set<int> devices(s.devices.begin(), s.devices.end());
-    for (std::uint32_t d = 0; d < devIndex; ++d)
-        devices.insert(static_cast<int>(d)); // one list per device, even an empty one
-    trace->reserve(total);
-    s.trace_stream.reserve(total);
-    adviseHugePages(s.trace_stream.data(), s.trace_stream.capacity() * sizeof(std::uint64_t));
-
-    EntryKeys keys;
-    EntryFields f;
-    StackInterner stackIds(*trace);
-    NodeRecycler nodes; // hash nodes: allocs and frees churn them
-    std::pmr::unordered_map<std::uint64_t, std::int32_t> openAlloc(&nodes); // (device, addr) -> alloc event
-    openAlloc.reserve(4096);
-    std::int64_t lastDevice = -2;
-    bool allTimed = true;
-    std::int64_t minTime = INT64_MAX;
-    struct CachedAction {
-        const char* ptr = nullptr;
-        std::size_t len = 0;
-        Action action = Action::Alloc;
-        bool known = false;
-    };
-    CachedAction actionCache[64];
-    // time_ns first holds time_us; made relative to the first entry once all are read.
-    auto process = [&](const PickleValue& e, std::uint32_t listIndex) {
-        if (!e.isDict())
-            throw ShapeError("a trace entry is not a dict");
-        keys.read(e, f);
-        const PickleValue* act = f.v[EntryFields::Action];
-        Action a = Action::Alloc;
-        if (!act || !act->isStr()) {
-            ++s.skipped_entries;
-            return;
-        }
-        // Action names are memoized strings: remember them by where their bytes are.
-        auto name = act->asStr();
-        auto& cached = actionCache[(reinterpret_cast<std::uintptr_t>(name.data()) >> 2) % 64];
-        if (cached.ptr == name.data() && cached.len == name.size() && cached.ptr) {
-            if (!cached.known) {
-                ++s.skipped_entries;
-                return;
-            }
-            a = cached.action;
-        } else {
-            bool known = actionOf(name, a);
-            cached = {name.data(), name.size(), a, known};
-            if (!known) {
-                ++s.skipped_entries;
-                return;
-            }
-        }
-        const PickleValue* t = f.v[EntryFields::Time];
-        std::int64_t timeUs = 0;
-        if (t && t->isNumber()) {
-            timeUs = numberOr(t, "time_us", 0);
-            minTime = std::min(minTime, timeUs);
-        } else {
-            allTimed = false;
-        }
-        // Device: the entry's own field when present, else the index of its list.
-        auto device = numberOr(f.v[EntryFields::Device], "device", listIndex);
-        if (device < -1 || device > 127)
-            throw ShapeError("a trace entry names device " + std::to_string(device));
-        if (device != lastDevice) {
-            devices.insert(static_cast<int>(device));
-            lastDevice = device;
-        }
-        std::int64_t size = std::max<std::int64_t>(0, numberOr(f.v[EntryFields::Size], "size", 0));
-        std::uint64_t addr
-            = a == Action::Oom ? 0 : static_cast<std::uint64_t>(numberOr(f.v[EntryFields::Addr], "addr", 0));
-        auto i = trace->push(timeUs, size, addr, a, static_cast<std::int8_t>(device));
-        auto ids = stackIds.idsOf(f.v[EntryFields::Frames]);
-        trace->where[i] = ids.where;
-        trace->stack[i] = ids.stack;
-        s.trace_stream.push_back(static_cast<std::uint64_t>(numberOr(f.v[EntryFields::Stream], "stream", 0)));
-        std::uint64_t key = (static_cast<std::uint64_t>(device & 0xff) << 56) ^ addr;
-        if (a == Action::Alloc) {
-            openAlloc[key] = static_cast<std::int32_t>(i);
-        } else if (a == Action::Free) {
-            auto it = openAlloc.find(key);
-            if (it != openAlloc.end()) {
-                trace->partner[i] = it->second;
-                trace->partner[static_cast<std::size_t>(it->second)] = static_cast<std::int32_t>(i);
-                openAlloc.erase(it);
-            } // else: allocated before the trace began
-        } else if (a == Action::Oom) {
-            SnapshotOom oom;
-            oom.device = static_cast<int>(device);
-            oom.bytes_requested = size;
-            oom.device_free = numberOr(f.v[EntryFields::DeviceFree], "device_free", 0);
-            oom.time_ns = static_cast<std::int64_t>(i); // made a time below
-            oom.where = trace->strings.at(trace->where[i]);
-            s.ooms.push_back(std::move(oom));
-        }
-    };
-
-    if (nonEmpty <= 1) {
-        std::uint32_t d = 0;
-        for (const auto& dev : traces.items()) {
-            for (const auto& e : dev.items())
-                process(e, d);
-            ++d;
-        }
-    } else {
-        // Devices are recorded in separate ring buffers: merge them on one clock (list order without times).
-        struct Raw {
-            std::int64_t time;
-            std::uint32_t list;
-            const PickleValue* entry;
-        };
-        std::vector<Raw> raw;
-        raw.reserve(total);
-        bool timed = true;
-        std::uint32_t d = 0;
-        for (const auto& dev : traces.items()) {
-            for (const auto& e : dev.items()) {
-                if (!e.isDict())
-                    throw ShapeError("a trace entry is not a dict");
-                const PickleValue* t = e.get("time_us");
-                timed = timed && t && t->isNumber();
-                raw.push_back({timed ? numberOr(t, "time_us", 0) : 0, d, &e});
-            }
-            ++d;
-        }
-        if (timed)
-            std::stable_sort(raw.begin(), raw.end(), [](const Raw& a, const Raw& b) { return a.time < b.time; });
-        for (const auto& r : raw)
-            process(*r.entry, r.list);
-    }
-
-    s.trace_has_time = allTimed && trace->size() > 0;
-    s.trace_start_us = s.trace_has_time ? minTime : 0;
-    for (std::size_t i = 0; i < trace->size(); ++i)
-        trace->time_ns[i]
-            = s.trace_has_time ? (trace->time_ns[i] - minTime) * 1000 : static_cast<std::int64_t>(i) * 1000;
-    for (auto& oom : s.ooms)
-        oom.time_ns = trace->time_ns[static_cast<std::size_t>(oom.time_ns)];
-    s.devices.assign(devices.begin(), devices.end());
-    s.trace = std::move(trace);
 }
 
 void decodeSettings(const PickleValue& v, SnapshotSettings& out)
@@ -493,9 +655,10 @@ void decodeSettings(const PickleValue& v, SnapshotSettings& out)
     }
 }
 
-Snapshot decodeTree(const PickleValue& root)
+// `trace`, `rows` and `tables` hold what the reducer made of the pickle while it was read.
+Snapshot decodeTree(const PickleValue& root, Snapshot&& s, std::shared_ptr<Trace> trace, TraceRows& rows,
+    StackTables& tables)
 {
-    Snapshot s;
     bool legacy = false;
     const PickleValue* segments = nullptr;
     if (root.isSequence()) {
@@ -511,7 +674,7 @@ Snapshot decodeTree(const PickleValue& root)
     std::set<int> devices;
     s.segments.reserve(segments->items().size());
     for (const auto& seg : segments->items()) {
-        s.segments.push_back(segmentOf(seg, legacy));
+        s.segments.push_back(segmentOf(seg, legacy, tables));
         devices.insert(s.segments.back().device);
     }
     s.devices.assign(devices.begin(), devices.end());
@@ -521,14 +684,16 @@ Snapshot decodeTree(const PickleValue& root)
         if (const PickleValue* t = root.get("device_traces")) {
             if (!t->isSequence())
                 throw ShapeError("'device_traces' is not a list");
-            decodeTraces(*t, s);
+            decodeTraces(*t, s, trace, rows, tables);
         }
         if (const PickleValue* st = root.get("allocator_settings"))
             decodeSettings(*st, s.settings);
     }
-    if (!s.trace)
+    if (!s.trace) {
         s.trace = std::make_shared<Trace>();
-    return s;
+        s.trace_stream.clear();
+    }
+    return std::move(s);
 }
 
 } // namespace
@@ -591,17 +756,36 @@ bool looksLikePickleFile(const std::string& path)
 
 namespace {
 
-Snapshot decodeView(std::shared_ptr<const void> owner, const char* data, std::size_t size, const std::string& name)
+Snapshot decodeView(std::shared_ptr<const void> owner, const char* data, std::size_t size, const std::string& name,
+    const SnapshotReadOptions& options)
 {
     if (size == 0)
         throw FileError(name, "empty file, not a PyTorch memory snapshot");
     if (static_cast<unsigned char>(data[0]) != 0x80)
         throw FileError(name, "not a PyTorch memory snapshot: no pickle PROTO opcode (0x80) at byte 0");
     try {
-        PickleDocument doc = readPickle(std::move(owner), data, size);
+        // The trace is made while the pickle is read (SnapshotReducer); the tree keeps the rest.
+        Snapshot s;
+        auto trace = std::make_shared<Trace>();
+        const std::size_t expected = size / 96 + 1024; // PyTorch's files take about 100 bytes an entry
+        trace->reserve(expected);
+        s.trace_stream.reserve(expected);
+        adviseHugePages(s.trace_stream.data(), s.trace_stream.capacity() * sizeof(std::uint64_t));
+        TraceRows rows {*trace, s.trace_stream};
+        StackTables tables(*trace);
+        SnapshotReducer reducer(tables, rows);
+        PickleReadHooks hooks;
+        hooks.reducer = &reducer;
+        hooks.progress = options.progress;
+        hooks.cancel = options.cancel;
+        PickleDocument doc = readPickle(std::move(owner), data, size, hooks);
         if (doc.protocol() < 2)
             throw FileError(name, "pickle protocol " + std::to_string(doc.protocol()) + " is not supported (2 to 5)");
-        return decodeTree(doc.root());
+        return decodeTree(doc.root(), std::move(s), trace, rows, tables);
+    } catch (const PickleCancelled&) {
+        throw Cancelled();
+    } catch (const Cancelled&) {
+        throw;
     } catch (const PickleError& e) {
         throw FileError(name, "damaged or unsafe pickle: " + std::string(e.what()));
     } catch (const ShapeError& e) {
@@ -619,16 +803,16 @@ Snapshot decodeView(std::shared_ptr<const void> owner, const char* data, std::si
 
 } // namespace
 
-Snapshot decodeSnapshot(std::string bytes, const std::string& name)
+Snapshot decodeSnapshot(std::string bytes, const std::string& name, const SnapshotReadOptions& options)
 {
     auto owned = std::make_shared<const std::string>(std::move(bytes));
-    return decodeView(owned, owned->data(), owned->size(), name);
+    return decodeView(owned, owned->data(), owned->size(), name, options);
 }
 
-Snapshot readSnapshotFile(const std::string& path)
+Snapshot readSnapshotFile(const std::string& path, const SnapshotReadOptions& options)
 {
     // Read into memory rather than mapped: another program truncating the file meanwhile cannot crash us.
-    return decodeSnapshot(readWholeFile(path), path); // names the problem (missing, a directory, empty)
+    return decodeSnapshot(readWholeFile(path), path, options); // names the problem (missing, a directory, empty)
 }
 
 const char* blockStateName(BlockState s)

@@ -4,7 +4,9 @@
 #include "report/report.h"
 #include "report/trace.h"
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -95,9 +97,16 @@ struct Snapshot {
 // True when the file starts like a pickle (PROTO opcode, byte 0x80). Does not throw.
 bool looksLikePickleFile(const std::string& path);
 
+// What a caller may watch or stop while a snapshot is read.
+struct SnapshotReadOptions {
+    // (bytes decoded, bytes in all), about every 4 MB, from the reading thread.
+    std::function<void(std::size_t, std::size_t)> progress;
+    const std::atomic<bool>* cancel = nullptr; // when set, the read stops with Cancelled (support/errors.h)
+};
+
 // Decodes a snapshot; throws FileError naming `name`, the reason and, for a damaged pickle, the byte offset.
-Snapshot decodeSnapshot(std::string bytes, const std::string& name);
-Snapshot readSnapshotFile(const std::string& path);
+Snapshot decodeSnapshot(std::string bytes, const std::string& name, const SnapshotReadOptions& options = {});
+Snapshot readSnapshotFile(const std::string& path, const SnapshotReadOptions& options = {});
 
 // Replays the snapshot's trace through the caching-allocator model, pre-loading the blocks that were alive
 // before the trace began, and compares the segments it asks for with the recorded ones.
@@ -112,7 +121,8 @@ Report reportFromSnapshot(const Snapshot& s, const std::string& path, bool check
 // Bytes alive when the trace began: what the segments hold at the end minus what the trace did.
 std::int64_t aliveBeforeTrace(const Snapshot& s);
 // Open, decode, (check) and report.
-Report readSnapshotReport(const std::string& path, bool checkAllocator = true);
+Report readSnapshotReport(
+    const std::string& path, bool checkAllocator = true, const SnapshotReadOptions& options = {});
 // The same report with its snapshot's allocator check made.
 Report addAllocatorCheck(const Report& r);
 

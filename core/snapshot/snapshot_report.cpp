@@ -328,9 +328,9 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAlloc
     return r;
 }
 
-Report readSnapshotReport(const std::string& path, bool checkAllocator)
+Report readSnapshotReport(const std::string& path, bool checkAllocator, const SnapshotReadOptions& options)
 {
-    return reportFromSnapshot(readSnapshotFile(path), path, checkAllocator);
+    return reportFromSnapshot(readSnapshotFile(path, options), path, checkAllocator);
 }
 
 } // namespace memledger
