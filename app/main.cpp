@@ -9,6 +9,7 @@
 #include "timeline_png.h"
 
 #include <QApplication>
+#include <QTabWidget>
 #include <QTimer>
 
 #include <unistd.h>
@@ -46,6 +47,11 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
             // MEMLEDGER_SELECT=PATH selects a module first, to show its allocations shaded.
             if (qEnvironmentVariableIsSet("MEMLEDGER_SELECT"))
                 window.layerTree()->selectModule(qEnvironmentVariable("MEMLEDGER_SELECT"));
+            // MEMLEDGER_TAB=NAME shows that tab ("Call tree", "Flame graph", ...).
+            if (qEnvironmentVariableIsSet("MEMLEDGER_TAB"))
+                for (int i = 0; i < window.tabs()->count(); ++i)
+                    if (window.tabs()->tabText(i) == qEnvironmentVariable("MEMLEDGER_TAB"))
+                        window.tabs()->setCurrentIndex(i);
             QTimer::singleShot(500, &window, [&window, shot] {
                 auto error = window.exportWindowPng(shot);
                 if (!error.isEmpty())

@@ -7,6 +7,9 @@
 #include "run_panel.h"
 #include "run_worker.h"
 #include "segment_map_view.h"
+#include "call_tree_view.h"
+#include "flame_graph.h"
+#include "stack_pane.h"
 #include "segment_timeline.h"
 #include "snapshot/snapshot.h"
 #include "support/format.h"
@@ -156,6 +159,15 @@ MainWindow::MainWindow(QWidget* parent)
     tabs_->setDocumentMode(true);
     tabs_->addTab(tree_, tr("Layers"));
     tabs_->addTab(segments, tr("Segments"));
+    // A snapshot's call stacks: the call tree and the flame graph of the bytes alive at the chosen moment.
+    callTree_ = new CallTreeView;
+    flame_ = new FlameGraph;
+    auto* flameScroll = new QScrollArea;
+    flameScroll->setWidget(flame_);
+    flameScroll->setWidgetResizable(true);
+    flameScroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    tabs_->addTab(callTree_, tr("Call tree"));
+    tabs_->addTab(flameScroll, tr("Flame graph"));
     splitter->addWidget(tabs_);
     splitter->setStretchFactor(0, 3);
     splitter->setStretchFactor(1, 2);
@@ -174,6 +186,13 @@ MainWindow::MainWindow(QWidget* parent)
     whatIfDock_->setVisible(false); // until setWhatIfPanel()
     keepDockWidth(runPanel_);
     keepDockWidth(summary_);
+    stackPane_ = new StackPane;
+    stackDock_ = new QDockWidget(tr("Call stack"), this);
+    stackDock_->setObjectName(QStringLiteral("stackDock"));
+    stackDock_->setWidget(stackPane_);
+    addDockWidget(Qt::RightDockWidgetArea, stackDock_);
+    stackDock_->setVisible(false); // snapshots with call stacks only
+    keepDockWidth(stackPane_);
 
     statusBar()->addPermanentWidget(peakLabel_);
 
@@ -185,6 +204,12 @@ MainWindow::MainWindow(QWidget* parent)
     connect(timeline_, &TimelinePlot::moduleClicked, tree_, &LayerTreePanel::selectModule);
     connect(timeline_, &TimelinePlot::momentClicked, segmentMap_, &SegmentMapView::setMoment);
     connect(segmentMap_, &SegmentMapView::momentChanged, timeline_, &TimelinePlot::setMomentMarker);
+    connect(timeline_, &TimelinePlot::momentClicked, flame_,
+        [this](std::size_t events) { flame_->setMoment(static_cast<std::int64_t>(events)); });
+    connect(timeline_, &TimelinePlot::allocationClicked, stackPane_, &StackPane::showAllocation);
+    connect(callTree_, &CallTreeView::nodeSelected, stackPane_, &StackPane::showFrames);
+    connect(flame_, &FlameGraph::nodeClicked, stackPane_, &StackPane::showFrames);
+    connect(callTree_, &CallTreeView::framesChanged, flame_, &FlameGraph::setFrames);
     connect(runPanel_, &RunPanel::runRequested, this, &MainWindow::startRun);
     connect(runPanel_, &RunPanel::cancelRequested, this, &MainWindow::cancelRun);
     connect(worker_, &RunWorker::progress, this,
@@ -414,6 +439,7 @@ void MainWindow::showReport(std::shared_ptr<const Report> report)
                        bytes(report_->peak_bytes));
     peakLabel_->setText(peak);
     showSegments();
+    showCallStacks();
     updateActions();
     if (report_) // clearing the views when another file opens is not a report arriving
         emit reportChanged(report_);
@@ -444,8 +470,22 @@ void MainWindow::showSegments()
     deviceAction_->setVisible(snapshot && report_->snapshot->devices.size() > 1);
 }
 
+void MainWindow::showCallStacks()
+{
+    callTree_->setReport(report_);
+    flame_->setReport(report_);
+    stackPane_->setReport(report_);
+    const bool stacks = callTree_->hasStacks(); // model runs have module paths instead
+    for (int i = 0; i < tabs_->count(); ++i)
+        if (tabs_->widget(i) == callTree_ || tabs_->widget(i) == flame_->parentWidget()->parentWidget())
+            tabs_->setTabVisible(i, stacks);
+    stackDock_->setVisible(stacks);
+}
+
 void MainWindow::setDevice(int device)
 {
+    callTree_->setDevice(device);
+    flame_->setDevice(device);
     timeline_->setDevice(device);
     segmentTimeline_->setDevice(device);
     segmentMap_->setDevice(device);

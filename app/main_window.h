@@ -15,7 +15,10 @@ class QTabWidget;
 
 namespace memledger {
 
+class CallTreeView;
+class FlameGraph;
 class LayerTreePanel;
+class StackPane;
 class LedgerSummary;
 class RunPanel;
 class RunWorker;
@@ -53,6 +56,11 @@ public:
     SegmentTimeline* segmentTimeline() const { return segmentTimeline_; }
     SegmentMapView* segmentMap() const { return segmentMap_; }
     QTabWidget* tabs() const { return tabs_; }
+    // A snapshot's call stacks: the call tree and flame graph tabs, the stack dock (hidden without stacks).
+    CallTreeView* callTree() const { return callTree_; }
+    FlameGraph* flameGraph() const { return flame_; }
+    StackPane* stackPane() const { return stackPane_; }
+    QDockWidget* stackDock() const { return stackDock_; }
     QComboBox* deviceSelector() const { return deviceBox_; }
     bool fileIsSnapshot() const { return fileIsSnapshot_; }
     void setDevice(int device); // TimelineSeries::kAllDevices: all
@@ -84,6 +92,7 @@ private:
     void showReport(std::shared_ptr<const Report> report);
     void fileOpened(std::shared_ptr<const OpenedFile> file, const QString& path);
     void showSegments();
+    void showCallStacks();
     void setUpWhatIf();
     void recordWhatIf(const Report& report);
     void showError(const QString& message);
@@ -118,6 +127,10 @@ private:
     QTabWidget* tabs_ = nullptr;
     QComboBox* deviceBox_ = nullptr;
     QAction* deviceAction_ = nullptr;
+    CallTreeView* callTree_ = nullptr;
+    FlameGraph* flame_ = nullptr;
+    StackPane* stackPane_ = nullptr;
+    QDockWidget* stackDock_ = nullptr;
 };
 
 } // namespace memledger

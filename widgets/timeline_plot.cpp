@@ -3,6 +3,7 @@
 #include "byte_axis_ticker.h"
 #include "ledger_colors.h"
 #include "snapshot/snapshot.h"
+#include "stack_pane.h"
 #include "step_area_graph.h"
 #include "support/format.h"
 
@@ -523,6 +524,10 @@ QString TimelinePlot::describeSnapshotAt(int band, std::size_t p, double bytes) 
         auto where = QString::fromStdString(t.strings.at(t.where[i]));
         QString until
             = partner == kNoPartner ? tr("the end of the trace") : keyText(t, static_cast<std::size_t>(partner));
+        hoveredEvent_ = static_cast<std::int64_t>(i);
+        auto stack = i < t.stack.size() ? stackTooltipHtml(t, t.stack[i]) : QString();
+        if (!stack.isEmpty())
+            stack = tr("<br><br>call stack, innermost first:<br>") + stack;
         return tr("<b>%1</b> %2 on cuda:%3<br>where: %4<br>address: 0x%5<br>allocated at %6<br>%7%8")
             .arg(bytesText(static_cast<double>(t.bytes[i])), pendingBand ? tr("pending free") : tr("allocated"),
                 QString::number(static_cast<int>(t.device[i])),
@@ -530,7 +535,8 @@ QString TimelinePlot::describeSnapshotAt(int band, std::size_t p, double bytes) 
                 keyText(t, i),
                 pending ? tr("free requested at %1<br>").arg(keyText(t, static_cast<std::size_t>(requested)))
                         : QString(),
-                tr("freed at %1").arg(until));
+                tr("freed at %1").arg(until))
+            + stack;
     }
     return {};
 }
@@ -546,6 +552,7 @@ void TimelinePlot::showHover(const QPoint& pos)
         cursorLine_->point2->setCoords(key, 1);
     }
     layer(QStringLiteral("cursor"))->replot();
+    hoveredEvent_ = -1;
     auto text = inside ? describeAt(key, bytes) : QString();
     if (text.isEmpty())
         QToolTip::hideText();
@@ -575,7 +582,10 @@ void TimelinePlot::mouseReleaseEvent(QMouseEvent* event)
     if (report_ && report_->snapshot && !series_.keys.empty() && axisRect()->rect().contains(event->pos()))
         emit momentClicked(series_.pointAt(xAxis->pixelToCoord(event->pos().x())));
     QString path;
+    hoveredEvent_ = -1;
     describeAt(xAxis->pixelToCoord(event->pos().x()), yAxis->pixelToCoord(event->pos().y()), &path);
+    if (hoveredEvent_ >= 0)
+        emit allocationClicked(hoveredEvent_);
     if (!path.isNull())
         emit moduleClicked(path);
 }

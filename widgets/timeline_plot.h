@@ -62,6 +62,8 @@ signals:
     void moduleClicked(const QString& path);
     // A click on a snapshot's timeline: the moment it points at, as the number of trace events before it.
     void momentClicked(std::size_t events);
+    // A click on one of a snapshot's allocations: its alloc event (its stack: widgets/stack_pane.h).
+    void allocationClicked(std::int64_t event);
 
 protected:
     void mousePressEvent(QMouseEvent* event) override;
@@ -117,6 +119,7 @@ private:
     double weightsTop_ = 0; // the lowest top of the weights band (0 when it has none)
     bool reducing_ = false;
     QPoint pressPos_;
+    mutable std::int64_t hoveredEvent_ = -1; // the snapshot allocation describeAt() last named
 };
 
 } // namespace memledger

@@ -64,6 +64,8 @@ std::string frameText(const FrameView& f)
 {
     if (f.line == 0 && f.name.empty())
         return std::string(f.filename);
+    if (f.line == 0 && (f.filename.empty() || f.filename == "??"))
+        return std::string(f.name);
     std::string out(f.filename);
     out += ':';
     out += std::to_string(f.line);
@@ -108,6 +110,13 @@ std::string atenOpOfFrame(std::string_view name)
         return false;
     });
     return "aten::" + op;
+}
+
+bool isAllocatorFrame(std::string_view name)
+{
+    return contains(name, "torch::unwind::") || contains(name, "CapturedTraceback")
+        || contains(name, "gather_with_cpp") || contains(name, "CUDACachingAllocator")
+        || contains(name, "CachingHostAllocator");
 }
 
 std::string allocationSite(const std::vector<FrameView>& frames)

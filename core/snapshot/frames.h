@@ -26,12 +26,17 @@ enum class FrameKind {
 };
 FrameKind classifyFrame(std::string_view filename);
 
-// "file:line name"; a frame with neither line nor name (a model run's module path) is just its file name.
+// "file:line name"; a frame with neither line nor name (a model run's module path) is just its file name, a
+// C++ frame with neither file nor line ("??", 0) just its name.
 std::string frameText(const FrameView& f);
 std::string frameText(const SnapshotFrame& f);
 
 // "at::_ops::mul_Tensor::call(...)" -> "aten::mul"; "" when the frame is not an ATen operator's entry.
 std::string atenOpOfFrame(std::string_view name);
+
+// The allocator's and the unwinder's own frames (torch::unwind, CapturedTraceback, gather_with_cpp, the CUDA
+// caching allocator): the innermost frames of every C++ stack, the same for every allocation.
+bool isAllocatorFrame(std::string_view name);
 
 // What names an allocation: the first frame of user code; for a stack with none (backward, optimizer, C++
 // only), the ATen op the stack passes through, past the allocator's and unwinder's frames; otherwise the

@@ -1,0 +1,235 @@
+// Call trees (report/call_tree.h) against sums known by hand and against a real snapshot's tree computed
+// from the pickle by Python (tests/fixtures/call_tree_truth.py).
+#include "report/call_tree.h"
+#include "snapshot/snapshot.h"
+
+#include "run_command.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <map>
+
+using namespace memledger;
+
+namespace {
+
+// A trace of 10 events on two devices, frames as PyTorch writes them (innermost first).
+struct HandTrace {
+    Trace t;
+    std::uint32_t a = 0, b = 0, c = 0;
+    std::uint32_t frame(const char* file, std::int64_t line, const char* name)
+    {
+        return t.stacks.internFrame(t.strings.intern(file), line, t.strings.intern(name));
+    }
+    void event(Action act, std::int64_t size, std::uint64_t addr, std::uint32_t stack, std::int8_t dev = 0,
+        std::int32_t partner = kNoPartner)
+    {
+        auto i = t.push(static_cast<std::int64_t>(t.size()) * 1000, size, addr, act, dev);
+        t.stack[i] = stack;
+        if (partner != kNoPartner) {
+            t.partner[i] = partner;
+            t.partner[static_cast<std::size_t>(partner)] = static_cast<std::int32_t>(i);
+        }
+    }
+    HandTrace()
+    {
+        auto unwind = frame("??", 0, "torch::unwind::unwind()");
+        auto malloc = frame("CUDACachingAllocator.cpp", 0,
+            "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long)");
+        auto mul = frame("??", 0, "at::_ops::mul_Tensor::call(at::Tensor const&, at::Tensor const&)");
+        auto mm = frame("??", 0, "at::_ops::mm::call(at::Tensor const&, at::Tensor const&)");
+        auto engine = frame("engine.cpp", 0, "torch::autograd::Engine::thread_main()");
+        auto fwd10 = frame("/home/u/model.py", 10, "forward");
+        auto fwd12 = frame("/home/u/model.py", 12, "forward");
+        auto mod = frame("/home/u/train.py", 5, "<module>");
+        a = t.stacks.internStack({unwind, malloc, mul, fwd10, mod});
+        b = t.stacks.internStack({fwd12, mod});
+        c = t.stacks.internStack({unwind, malloc, mm, engine});
+        event(Action::Alloc, 100, 0x1000, a); // 0
+        event(Action::Alloc, 50, 0x2000, b); // 1
+        event(Action::Alloc, 30, 0x3000, a); // 2
+        event(Action::FreeRequested, 100, 0x1000, a); // 3
+        event(Action::Free, 100, 0x1000, a, 0, 0); // 4
+        event(Action::Alloc, 200, 0x4000, c); // 5: the peak, 280 bytes alive
+        event(Action::Free, 70, 0x9000, 0); // 6: allocated before the trace
+        event(Action::Free, 200, 0x4000, c, 0, 5); // 7
+        event(Action::Alloc, 20, 0x5000, b, 1); // 8: device 1
+        event(Action::Alloc, 10, 0x6000, 0); // 9: no stack
+    }
+};
+
+const CallTreeNode* find(const CallTree& tree, const std::vector<std::string>& path)
+{
+    std::int32_t at = 0;
+    for (const auto& text : path) {
+        std::int32_t next = -1;
+        for (auto c : tree.nodes[static_cast<std::size_t>(at)].children)
+            if (tree.text(c) == text)
+                next = c;
+        if (next < 0)
+            return nullptr;
+        at = next;
+    }
+    return &tree.nodes[static_cast<std::size_t>(at)];
+}
+
+void expectNode(const CallTree& tree, const std::vector<std::string>& path, std::int64_t allocated,
+    std::int64_t count, std::int64_t largest, std::int64_t alive)
+{
+    const CallTreeNode* n = find(tree, path);
+    ASSERT_NE(n, nullptr) << (path.empty() ? "root" : path.back());
+    EXPECT_EQ(n->allocated, allocated) << path.back();
+    EXPECT_EQ(n->count, count) << path.back();
+    EXPECT_EQ(n->largest, largest) << path.back();
+    EXPECT_EQ(n->alive, alive) << path.back();
+}
+
+const std::string kMod = "/home/u/train.py:5 <module>";
+const std::string kFwd10 = "/home/u/model.py:10 forward";
+const std::string kFwd12 = "/home/u/model.py:12 forward";
+const std::string kMul = "at::_ops::mul_Tensor::call(at::Tensor const&, at::Tensor const&)";
+const std::string kEngine = "engine.cpp:0 torch::autograd::Engine::thread_main()";
+const std::string kMm = "at::_ops::mm::call(at::Tensor const&, at::Tensor const&)";
+
+} // namespace
+
+TEST(CallTree, TopDownSumsOfAHandWrittenTrace)
+{
+    HandTrace h;
+    CallTree tree = buildCallTree(h.t, {});
+    EXPECT_TRUE(tree.has_stacks);
+    EXPECT_EQ(tree.moment, 5);
+    const auto& root = tree.nodes[0];
+    EXPECT_EQ(root.allocated, 410);
+    EXPECT_EQ(root.count, 6);
+    EXPECT_EQ(root.largest, 200);
+    EXPECT_EQ(root.alive, 280);
+    ASSERT_EQ(root.children.size(), 3u); // train.py, the backward's engine, no stack
+    expectNode(tree, {kMod}, 200, 4, 100, 80);
+    expectNode(tree, {kMod, kFwd10}, 130, 2, 100, 30);
+    expectNode(tree, {kMod, kFwd10, kMul}, 130, 2, 100, 30); // the leaf: the allocator's frames are dropped
+    EXPECT_TRUE(tree.nodes[static_cast<std::size_t>(find(tree, {kMod, kFwd10, kMul}) - tree.nodes.data())]
+                    .children.empty());
+    expectNode(tree, {kMod, kFwd12}, 70, 2, 50, 50);
+    expectNode(tree, {kEngine, kMm}, 200, 1, 200, 200);
+    expectNode(tree, {"(no stack)"}, 10, 1, 10, 0);
+    // Children come largest first; on a tie, most alive first (the engine's 200 bytes are all alive).
+    EXPECT_EQ(tree.text(root.children[0]), kEngine);
+    EXPECT_EQ(tree.text(root.children[1]), kMod);
+    EXPECT_EQ(tree.path(find(tree, {kMod, kFwd12}) - tree.nodes.data()), (std::vector<std::string> {kMod, kFwd12}));
+}
+
+TEST(CallTree, BottomUpStartsAtTheAllocatingFrame)
+{
+    HandTrace h;
+    CallTreeOptions o;
+    o.bottom_up = true;
+    CallTree tree = buildCallTree(h.t, o);
+    EXPECT_EQ(tree.nodes[0].children.size(), 4u);
+    expectNode(tree, {kMul}, 130, 2, 100, 30);
+    expectNode(tree, {kMul, kFwd10, kMod}, 130, 2, 100, 30);
+    expectNode(tree, {kFwd12, kMod}, 70, 2, 50, 50);
+    expectNode(tree, {kMm, kEngine}, 200, 1, 200, 200);
+
+    o.frames = CallTreeFrames::PythonAndOps; // C++ frames other than ATen ops are gone
+    tree = buildCallTree(h.t, o);
+    expectNode(tree, {"aten::mul", kFwd10, kMod}, 130, 2, 100, 30);
+    expectNode(tree, {"aten::mm"}, 200, 1, 200, 200);
+    EXPECT_TRUE(find(tree, {"aten::mm"})->children.empty());
+}
+
+TEST(CallTree, RangesDevicesAndMoments)
+{
+    HandTrace h;
+    CallTreeOptions o;
+    o.last = 5; // events 0-4: the peak is after event 2, 180 bytes
+    CallTree tree = buildCallTree(h.t, o);
+    EXPECT_EQ(tree.moment, 2);
+    expectNode(tree, {}, 180, 3, 100, 180);
+
+    o = {};
+    o.first = 6; // the range only frees: it starts at its peak, with everything of event 5 alive
+    tree = buildCallTree(h.t, o);
+    EXPECT_EQ(tree.moment, 5);
+    expectNode(tree, {}, 30, 2, 20, 280);
+
+    o = {};
+    o.device = 1;
+    tree = buildCallTree(h.t, o);
+    EXPECT_EQ(tree.moment, 8);
+    expectNode(tree, {}, 20, 1, 20, 20);
+    expectNode(tree, {kMod, kFwd12}, 20, 1, 20, 20);
+
+    o = {};
+    o.moment = 7; // event 5's block is freed at 7
+    tree = buildCallTree(h.t, o);
+    expectNode(tree, {}, 410, 6, 200, 80);
+    expectNode(tree, {kEngine}, 200, 1, 200, 0);
+    o.moment = -1;
+    EXPECT_EQ(buildCallTree(h.t, o).nodes[0].alive, 0);
+
+    auto totals = stackTotals(h.t, CallTreeOptions {});
+    std::map<std::uint32_t, std::int64_t> alive;
+    for (const auto& s : totals.stacks)
+        alive[s.stack] = s.alive;
+    EXPECT_EQ(alive[h.a], 30);
+    EXPECT_EQ(alive[h.b], 50);
+    EXPECT_EQ(alive[h.c], 200);
+}
+
+TEST(CallTree, ATraceWithoutStacks)
+{
+    Trace t;
+    t.push(0, 64, 0x10, Action::Alloc, -1);
+    CallTree tree = buildCallTree(t, {});
+    EXPECT_FALSE(tree.has_stacks);
+    expectNode(tree, {"(no stack)"}, 64, 1, 64, 64);
+    EXPECT_TRUE(buildCallTree(Trace {}, {}).nodes[0].children.empty());
+}
+
+namespace {
+
+void compareWithPython(const std::string& file)
+{
+    auto path = std::string(MEMLEDGER_SNAPSHOTS) + "/" + file;
+    if (!std::filesystem::exists(path))
+        GTEST_SKIP() << path << " is absent: real-snapshot checks skipped";
+    auto run = test::runCommand(std::string("/usr/bin/python3 ") + MEMLEDGER_SOURCE_DIR
+        + "/tests/fixtures/call_tree_truth.py " + path + " 2>/dev/null");
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    auto truth = nlohmann::json::parse(run.output);
+    Snapshot s = readSnapshotFile(path);
+    const Trace& t = *s.trace;
+    for (bool bottomUp : {false, true}) {
+        CallTreeOptions o;
+        o.bottom_up = bottomUp;
+        CallTree tree = buildCallTree(t, o);
+        EXPECT_EQ(tree.moment, truth["moment"].get<std::int64_t>());
+        EXPECT_EQ(tree.nodes[0].alive, truth["alive"].get<std::int64_t>());
+        const auto& want = truth[bottomUp ? "bottom_up" : "top_down"];
+        ASSERT_EQ(tree.nodes.size() - 1, want.size()) << (bottomUp ? "bottom-up" : "top-down");
+        std::size_t checked = 0;
+        for (std::size_t n = 1; n < tree.nodes.size(); ++n) {
+            std::string key;
+            for (const auto& p : tree.path(static_cast<std::int32_t>(n)))
+                key += (key.empty() ? "" : "\n") + p;
+            ASSERT_TRUE(want.contains(key)) << key;
+            const auto& w = want[key];
+            const auto& node = tree.nodes[n];
+            EXPECT_EQ(node.allocated, w[0].get<std::int64_t>()) << key;
+            EXPECT_EQ(node.count, w[1].get<std::int64_t>()) << key;
+            EXPECT_EQ(node.largest, w[2].get<std::int64_t>()) << key;
+            EXPECT_EQ(node.alive, w[3].get<std::int64_t>()) << key;
+            ++checked;
+        }
+        EXPECT_GT(checked, 100u);
+    }
+}
+
+} // namespace
+
+TEST(CallTree, ManySegmentsSnapshotAsPythonSumsIt) { compareWithPython("many-segments.pickle"); }
+
+TEST(CallTree, SmallAllocFreeSnapshotAsPythonSumsIt) { compareWithPython("small-alloc-free.pickle"); }
