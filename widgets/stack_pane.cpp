@@ -76,7 +76,8 @@ QString stackTooltipHtml(const Trace& t, std::uint32_t stack, int maxFrames)
     }
     auto rest = static_cast<int>(e - b) - shown;
     if (rest > 0)
-        out += QObject::tr("… %n more frame(s)", nullptr, rest) + QStringLiteral("<br>");
+        out += (rest == 1 ? QObject::tr("… 1 more frame") : QObject::tr("… %1 more frames").arg(rest))
+            + QStringLiteral("<br>");
     if (out.endsWith(QStringLiteral("<br>")))
         out.chop(4);
     return out;
