@@ -5,6 +5,7 @@
 #include "flame_graph.h"
 #include "main_window.h"
 #include "qt_test_app.h"
+#include "segment_map_view.h"
 #include "stack_pane.h"
 #include "synthetic_report.h"
 #include "timeline_plot.h"
@@ -250,6 +251,16 @@ TEST(SnapshotWindow, CallStackViewsShowARealSnapshot)
     QTest::mouseClick(plot, Qt::LeftButton, {}, at);
     ASSERT_EQ(clicked.size(), 1);
     EXPECT_GT(w.stackPane()->frameCount(), 40); // the whole stack (80-odd frames)
+
+    // The segment map's hover lists a block's stack too.
+    auto* map = w.segmentMap();
+    bool listed = false;
+    for (int b = 0; b < map->barCount() && !listed; ++b) {
+        auto bar = map->barRect(b);
+        for (int x = bar.left() + 1; x < bar.right() && !listed; x += 2)
+            listed = map->describeAt(QPoint(x, bar.center().y())).contains(QStringLiteral("call stack"));
+    }
+    EXPECT_TRUE(listed);
 }
 
 TEST(ModelWindow, NoCallStackViewsForAModelRun)
