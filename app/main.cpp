@@ -6,6 +6,7 @@
 #ifdef MEMLEDGER_HAS_GUI
 #include "layer_tree_panel.h"
 #include "main_window.h"
+#include "stack_pane.h"
 #include "timeline_png.h"
 
 #include <QApplication>
@@ -47,6 +48,9 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
             // MEMLEDGER_SELECT=PATH selects a module first, to show its allocations shaded.
             if (qEnvironmentVariableIsSet("MEMLEDGER_SELECT"))
                 window.layerTree()->selectModule(qEnvironmentVariable("MEMLEDGER_SELECT"));
+            // MEMLEDGER_STACK_EVENT=N shows the call stack of trace event N in the Call stack dock.
+            if (qEnvironmentVariableIsSet("MEMLEDGER_STACK_EVENT"))
+                window.stackPane()->showAllocation(qEnvironmentVariable("MEMLEDGER_STACK_EVENT").toLongLong());
             // MEMLEDGER_TAB=NAME shows that tab ("Call tree", "Flame graph", ...).
             if (qEnvironmentVariableIsSet("MEMLEDGER_TAB"))
                 for (int i = 0; i < window.tabs()->count(); ++i)

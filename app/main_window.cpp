@@ -191,6 +191,7 @@ MainWindow::MainWindow(QWidget* parent)
     stackDock_->setObjectName(QStringLiteral("stackDock"));
     stackDock_->setWidget(stackPane_);
     addDockWidget(Qt::RightDockWidgetArea, stackDock_);
+    tabifyDockWidget(whatIfDock_, stackDock_); // a snapshot has no what-if: the stack gets the room
     stackDock_->setVisible(false); // snapshots with call stacks only
     keepDockWidth(stackPane_);
 
@@ -480,6 +481,8 @@ void MainWindow::showCallStacks()
         if (tabs_->widget(i) == callTree_ || tabs_->widget(i) == flame_->parentWidget()->parentWidget())
             tabs_->setTabVisible(i, stacks);
     stackDock_->setVisible(stacks);
+    if (stacks)
+        stackDock_->raise();
 }
 
 void MainWindow::setDevice(int device)

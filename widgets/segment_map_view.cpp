@@ -1,6 +1,7 @@
 #include "segment_map_view.h"
 
 #include "ledger_colors.h"
+#include "stack_pane.h"
 #include "support/format.h"
 #include "allocator/gpu_replay.h"
 #include "snapshot/frames.h"
@@ -400,9 +401,16 @@ QString SegmentMapView::describeAt(const QPoint& pos) const
     if (!best)
         return segment;
     auto frame = QString::fromStdString(allocationSite(best->frames));
-    return tr("<b>%1</b> %2<br>address %3, requested %4<br>%5<hr>%6")
+    std::vector<FrameView> views;
+    for (const auto& f : best->frames)
+        views.push_back({f.filename, f.line, f.name});
+    auto stack = stackTooltipHtml(views);
+    if (!stack.isEmpty())
+        stack = tr("<br><br>call stack, innermost first:<br>") + stack;
+    return tr("<b>%1</b> %2<br>address %3, requested %4<br>%5%6<hr>%7")
         .arg(bytesText(best->size), QString::fromUtf8(blockStateName(best->state)), hex(best->address),
-            bytesText(best->requested_size), frame.isEmpty() ? tr("(no stack)") : frame.toHtmlEscaped(), segment);
+            bytesText(best->requested_size), frame.isEmpty() ? tr("(no stack)") : frame.toHtmlEscaped(), stack,
+            segment);
 }
 
 bool SegmentMapView::viewportEvent(QEvent* event)

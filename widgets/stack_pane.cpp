@@ -57,26 +57,35 @@ QString stackTooltipHtml(const Trace& t, std::uint32_t stack, int maxFrames)
 {
     if (stack == 0 || stack >= t.stacks.stackCount())
         return {};
-    const std::uint32_t* b = t.stacks.begin(stack);
-    const std::uint32_t* e = t.stacks.end(stack);
-    while (b != e && isAllocatorFrame(t.strings.at(t.stacks.frame(*b).name)))
+    std::vector<FrameView> frames;
+    frames.reserve(t.stacks.depth(stack));
+    for (auto f = t.stacks.begin(stack); f != t.stacks.end(stack); ++f) {
+        const auto& fr = t.stacks.frame(*f);
+        frames.push_back({t.strings.at(fr.file), fr.line, t.strings.at(fr.name)});
+    }
+    return stackTooltipHtml(frames, maxFrames);
+}
+
+QString stackTooltipHtml(const std::vector<FrameView>& frames, int maxFrames)
+{
+    auto b = frames.begin();
+    while (b != frames.end() && isAllocatorFrame(b->name))
         ++b;
     QString out;
     int shown = 0;
-    for (const std::uint32_t* f = b; f != e && shown < maxFrames; ++f, ++shown) {
-        const auto& fr = t.stacks.frame(*f);
-        FrameView v {t.strings.at(fr.file), fr.line, t.strings.at(fr.name)};
-        auto text = shortFrameText(QString::fromStdString(frameText(v)));
+    for (auto f = b; f != frames.end() && shown < maxFrames; ++f, ++shown) {
+        auto text = shortFrameText(QString::fromStdString(frameText(*f)));
         if (text.size() > 110)
             text = text.left(109) + QChar(0x2026);
         text = text.toHtmlEscaped();
-        out += (classifyFrame(v.filename) == FrameKind::User ? QStringLiteral("<b>%1</b>") : QStringLiteral("%1"))
+        out += (classifyFrame(f->filename) == FrameKind::User ? QStringLiteral("<b>%1</b>") : QStringLiteral("%1"))
                    .arg(text)
             + QStringLiteral("<br>");
     }
-    auto rest = static_cast<int>(e - b) - shown;
+    auto rest = static_cast<int>(frames.end() - b) - shown;
     if (rest > 0)
-        out += QObject::tr("… %n more frame(s)", nullptr, rest) + QStringLiteral("<br>");
+        out += (rest == 1 ? QObject::tr("… 1 more frame") : QObject::tr("… %1 more frames").arg(rest))
+            + QStringLiteral("<br>");
     if (out.endsWith(QStringLiteral("<br>")))
         out.chop(4);
     return out;

@@ -4,6 +4,7 @@
 // frames dimmed (snapshot/frames.h says which is which).
 #include "report/call_tree.h"
 #include "report/report.h"
+#include "snapshot/frames.h"
 
 #include <QWidget>
 
@@ -21,6 +22,7 @@ QString shortFrameText(const QString& text);
 // A stack as a tooltip's rich text: at most `maxFrames` frames (the allocator's and unwinder's left out),
 // then "… N more frames"; "" for the empty stack.
 QString stackTooltipHtml(const Trace& trace, std::uint32_t stack, int maxFrames = 12);
+QString stackTooltipHtml(const std::vector<FrameView>& frames, int maxFrames = 12);
 
 class StackPane : public QWidget {
     Q_OBJECT
