@@ -6,6 +6,7 @@
 #ifdef MEMLEDGER_HAS_GUI
 #include "layer_tree_panel.h"
 #include "main_window.h"
+#include "timeline_plot.h"
 #include "timeline_png.h"
 
 #include <QApplication>
@@ -46,6 +47,9 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
             // MEMLEDGER_SELECT=PATH selects a module first, to show its allocations shaded.
             if (qEnvironmentVariableIsSet("MEMLEDGER_SELECT"))
                 window.layerTree()->selectModule(qEnvironmentVariable("MEMLEDGER_SELECT"));
+            // MEMLEDGER_RANGE=FIRST:END selects the events [FIRST, END) on the timeline first.
+            if (auto range = qEnvironmentVariable("MEMLEDGER_RANGE").split(QLatin1Char(':')); range.size() == 2)
+                window.timeline()->setRange(range[0].toUInt(), range[1].toUInt());
             QTimer::singleShot(500, &window, [&window, shot] {
                 auto error = window.exportWindowPng(shot);
                 if (!error.isEmpty())
