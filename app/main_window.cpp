@@ -486,7 +486,7 @@ void MainWindow::showRange(std::uint32_t first, std::uint32_t end)
     else
         for (auto l : {Ledger::Activations, Ledger::SavedActivations, Ledger::Temporaries, Ledger::Gradients})
             allocated += r.ledgers[static_cast<std::size_t>(l)].total;
-    rangeLabel_->setText(tr("Range %1: %2 allocated in it, peak %3")
+    rangeLabel_->setText(tr("Range %1: %2 allocated, peak %3")
                              .arg(timeline_->rangeText(), QString::fromStdString(formatBytes(allocated)),
                                  QString::fromStdString(formatBytes(r.peak_total_bytes))));
     rangeLabel_->setVisible(true);

@@ -283,6 +283,7 @@ TEST(RangeReport, ATraceWithoutTimestampsIsLaidOutInOrder)
     EXPECT_DOUBLE_EQ(series.lastKey(), static_cast<double>(truth["entries"].get<std::size_t>() - 1));
     auto html = reportToHtml(r);
     EXPECT_NE(html.find("\"x_unit\":\"\""), std::string::npos);
+    EXPECT_NE(html.find("\"x_label\":\"event (in order"), std::string::npos);
     EXPECT_NE(html.find("the trace has no timestamps"), std::string::npos);
     EXPECT_EQ(r.run.duration_ms, 0.0);
 

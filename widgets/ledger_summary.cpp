@@ -123,7 +123,7 @@ std::vector<SummarySection> snapshotSections(const Report& r, int device)
     SummarySection end;
     end.title = QObject::tr("At the end%1: %2 reserved").arg(where, bytesText(reserved));
     end.rows.push_back({QObject::tr("allocated"), allocated, ledgerColor(Ledger::Unattributed)});
-    end.rows.push_back({QObject::tr("reserved, not allocated (fragmentation)"), reserved - allocated, fragmentationColor()});
+    end.rows.push_back({QObject::tr("not allocated (fragmentation)"), reserved - allocated, fragmentationColor()});
     if (!traced)
         end.caption = QObject::tr("the snapshot has no trace: this is all it shows");
     out.push_back(std::move(end));

@@ -286,6 +286,7 @@ void TimelinePlot::showEndStateOnly()
     const bool endOnly = showsEndStateOnly();
     if (!endStateRect_) {
         endStateRect_ = new QCPItemRect(this);
+        endStateRect_->setLayer(QStringLiteral("phases")); // behind the grid and the text over it
         endStateRect_->setSelectable(false);
     }
     endStateRect_->setVisible(endOnly);
@@ -342,7 +343,7 @@ bool TimelinePlot::momentMarkerVisible() const
 
 void TimelinePlot::updatePeakMarker()
 {
-    bool show = report_ && series_.peak_value > 0;
+    bool show = report_ && series_.peak_value > 0 && !showsEndStateOnly();
     peakTracer_->setVisible(show);
     peakLabel_->setVisible(show);
     if (!show)

@@ -188,7 +188,6 @@ ctx.fillStyle='#fff';ctx.fillRect(0,0,W,H);ctx.font='11px sans-serif';ctx.fillSt
 DATA.chart.y_ticks.forEach(k=>{const y=Y(k.v);ctx.beginPath();ctx.moveTo(L,y);ctx.lineTo(W-R,y);ctx.stroke();ctx.fillText(k.label,4,y+4);});
 DATA.chart.x_ticks.forEach(t=>{if(t>end)return;const l=(+t.toPrecision(6))+(DATA.chart.x_unit??' ms'),w=ctx.measureText(l).width;
  ctx.fillText(l,Math.max(L-w/2,Math.min(X(t)-w/2,W-R-w)),H-10);});
-if(DATA.chart.x_unit==='')ctx.fillText(DATA.chart.x_label,L+4,H-B-6);
 const ph=DATA.chart.phases||[];
 ph.forEach((p,i)=>{const a=X(Math.max(0,p.start_ms)),b=X(Math.min(end,p.end_ms));ctx.fillStyle=i%2?'rgba(0,0,0,0.025)':'rgba(0,0,0,0.08)';
  ctx.fillRect(a,T,Math.max(0,b-a),H-T-B);if(i){ctx.strokeStyle='rgba(0,0,0,0.3)';ctx.setLineDash([4,3]);ctx.beginPath();
@@ -208,6 +207,7 @@ const rs=DATA.chart.reserved;const ry=rs&&n?Math.max(T+24,Y(rs.y[n-1])-4):-99;if
  ctx.fillText(rs.name,W-R-ctx.measureText(rs.name).width-4,ry);}
 ctx.fillStyle='#555';ph.forEach(p=>{const a=X(Math.max(0,p.start_ms)),b=X(Math.min(end,p.end_ms)),w=ctx.measureText(p.name).width;
  if(b-a>=w+8)ctx.fillText(p.name,(a+b-w)/2,T+12);});
+if(DATA.chart.x_unit==='')ctx.fillText(DATA.chart.x_label,W-R-ctx.measureText(DATA.chart.x_label).width,H-B-6);
 const pk=DATA.peak;ctx.strokeStyle='#000';ctx.setLineDash([4,3]);ctx.beginPath();ctx.moveTo(X(pk.ms),T);ctx.lineTo(X(pk.ms),H-B);ctx.stroke();
 ctx.setLineDash([]);ctx.fillStyle='#000';let py=T+(ph.length?28:12);if(ph.length&&Math.abs(py-ry)<14)py=ry+14;
 ctx.fillText('peak '+fmt(pk.bytes),Math.min(X(pk.ms)+4,W-120),py);

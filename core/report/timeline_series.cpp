@@ -111,7 +111,10 @@ std::string timelineAxisLabel(const Report& r, TimelineAxis axis)
 {
     if (axis == TimelineAxis::OpSequence)
         return "op sequence";
-    return timelineHasTime(r) ? "time (ms)" : "event (in order; the trace has no timestamps)";
+    if (timelineHasTime(r))
+        return "time (ms)";
+    return r.trace && r.trace->size() > 0 ? "event (in order; the trace has no timestamps)"
+                                          : "the state at the end (the snapshot has no trace)";
 }
 
 const char* TimelineSeries::bandName(const Report& r, int band)
