@@ -7,6 +7,7 @@
 #include "layer_tree_panel.h"
 #include "main_window.h"
 #include "stack_pane.h"
+#include "timeline_plot.h"
 #include "timeline_png.h"
 
 #include <QApplication>
@@ -56,6 +57,9 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
                 for (int i = 0; i < window.tabs()->count(); ++i)
                     if (window.tabs()->tabText(i) == qEnvironmentVariable("MEMLEDGER_TAB"))
                         window.tabs()->setCurrentIndex(i);
+            // MEMLEDGER_RANGE=FIRST:END selects the events [FIRST, END) on the timeline first.
+            if (auto range = qEnvironmentVariable("MEMLEDGER_RANGE").split(QLatin1Char(':')); range.size() == 2)
+                window.timeline()->setRange(range[0].toUInt(), range[1].toUInt());
             QTimer::singleShot(500, &window, [&window, shot] {
                 auto error = window.exportWindowPng(shot);
                 if (!error.isEmpty())

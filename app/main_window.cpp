@@ -4,6 +4,7 @@
 #include "exports/report_json.h"
 #include "layer_tree_panel.h"
 #include "ledger_summary.h"
+#include "report/report_range.h"
 #include "run_panel.h"
 #include "run_worker.h"
 #include "segment_map_view.h"
@@ -128,10 +129,11 @@ MainWindow::MainWindow(QWidget* parent)
     hideWeights->setToolTip(tr("Start the y axis at the top of the weights, so that activations and temporaries "
                                "get the plot's height"));
     connect(hideWeights, &QAction::toggled, timeline_, &TimelinePlot::setWeightsHidden);
+    setUpRange(timelineBar);
     timelineBar->addSeparator();
     // On a narrow window the toolbar moves the hint into its extension menu; the tooltip says it in full.
-    auto* hint = new QLabel(tr("wheel: zoom · drag: pan · shift+drag: zoom to box · double-click: reset · "
-                               "click: select module and moment"));
+    auto* hint = new QLabel(tr("wheel: zoom · drag: pan · shift+drag: zoom to box · ctrl+drag: select range · "
+                               "double-click: reset · click: select module and moment"));
     hint->setEnabled(false);
     hint->setToolTip(hint->text());
     timelineBar->addWidget(hint);
@@ -485,10 +487,64 @@ void MainWindow::showCallStacks()
         stackDock_->raise();
 }
 
+void MainWindow::setUpRange(QToolBar* bar)
+{
+    bar->addSeparator();
+    auto* select = bar->addAction(tr("Select range"));
+    select->setCheckable(true);
+    select->setToolTip(tr("Drag on the timeline to choose a range (or ctrl+drag at any time): the tree and the "
+                          "peak panel then count what was allocated in it and its own peak"));
+    connect(select, &QAction::toggled, timeline_, &TimelinePlot::setRangeMode);
+    clearRangeAction_ = bar->addAction(tr("Clear range"));
+    clearRangeAction_->setShortcut(QKeySequence(Qt::Key_Escape));
+    clearRangeAction_->setToolTip(tr("Back to the whole run (Esc)"));
+    clearRangeAction_->setEnabled(false);
+    connect(clearRangeAction_, &QAction::triggered, timeline_, &TimelinePlot::clearRange);
+    rangeLabel_ = new QLabel;
+    rangeLabel_->setVisible(false);
+    statusBar()->addPermanentWidget(rangeLabel_);
+    connect(timeline_, &TimelinePlot::rangeChanged, this, &MainWindow::showRange);
+}
+
+void MainWindow::showRange(std::uint32_t first, std::uint32_t end)
+{
+    clearRangeAction_->setEnabled(end > first);
+    if (!report_ || end <= first) {
+        rangeReport_.reset();
+        tree_->setReport(report_);
+        summary_->setReport(report_);
+        callTree_->setRange(0, CallTreeOptions::kEnd);
+        rangeLabel_->clear();
+        rangeLabel_->setVisible(false);
+        return;
+    }
+    rangeReport_ = std::make_shared<const Report>(reportForRange(*report_, first, end));
+    tree_->setReport(rangeReport_);
+    summary_->setReport(rangeReport_);
+    callTree_->setRange(first, end);
+    const auto& r = *rangeReport_;
+    std::int64_t allocated = 0;
+    if (r.snapshot)
+        allocated = r.layers.empty() ? 0 : r.layers[0].activation_bytes;
+    else
+        for (auto l : {Ledger::Activations, Ledger::SavedActivations, Ledger::Temporaries, Ledger::Gradients})
+            allocated += r.ledgers[static_cast<std::size_t>(l)].total;
+    rangeLabel_->setText(tr("Range %1: %2 allocated, peak %3")
+                             .arg(timeline_->rangeText(), QString::fromStdString(formatBytes(allocated)),
+                                 QString::fromStdString(formatBytes(r.peak_total_bytes))));
+    rangeLabel_->setVisible(true);
+}
+
+QString MainWindow::rangeStatusText() const
+{
+    return rangeLabel_ && !rangeLabel_->isHidden() ? rangeLabel_->text() : QString();
+}
+
 void MainWindow::setDevice(int device)
 {
     callTree_->setDevice(device);
     flame_->setDevice(device);
+    summary_->setDevice(device);
     timeline_->setDevice(device);
     segmentTimeline_->setDevice(device);
     segmentMap_->setDevice(device);

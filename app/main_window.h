@@ -12,6 +12,7 @@ class QLabel;
 class QComboBox;
 class QMenu;
 class QTabWidget;
+class QToolBar;
 
 namespace memledger {
 
@@ -64,6 +65,9 @@ public:
     QComboBox* deviceSelector() const { return deviceBox_; }
     bool fileIsSnapshot() const { return fileIsSnapshot_; }
     void setDevice(int device); // TimelineSeries::kAllDevices: all
+    // The report of the range chosen on the timeline (tree and peak panel show it); nullptr without a range.
+    const std::shared_ptr<const Report>& rangeReport() const { return rangeReport_; }
+    QString rangeStatusText() const;
     // Where the what-if panel goes; the window shows it beside the run panel.
     void setWhatIfPanel(QWidget* panel);
     QDockWidget* whatIfDock() const { return whatIfDock_; }
@@ -89,6 +93,8 @@ protected:
 
 private:
     void buildMenus();
+    void setUpRange(QToolBar* bar);
+    void showRange(std::uint32_t first, std::uint32_t end);
     void showReport(std::shared_ptr<const Report> report);
     void fileOpened(std::shared_ptr<const OpenedFile> file, const QString& path);
     void showSegments();
@@ -131,6 +137,9 @@ private:
     FlameGraph* flame_ = nullptr;
     StackPane* stackPane_ = nullptr;
     QDockWidget* stackDock_ = nullptr;
+    std::shared_ptr<const Report> rangeReport_;
+    QAction* clearRangeAction_ = nullptr;
+    QLabel* rangeLabel_ = nullptr;
 };
 
 } // namespace memledger

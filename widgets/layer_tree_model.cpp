@@ -43,6 +43,19 @@ void LayerTreeModel::setReport(std::shared_ptr<const Report> report)
 std::int64_t LayerTreeModel::bytes(int layer, int column) const
 {
     const auto& l = report_->layers[static_cast<std::size_t>(layer)];
+    if (isSnapshot())
+        switch (column) {
+        case AtPeak:
+            return l.peak_bytes;
+        case AllocatedTotal:
+            return l.activation_bytes;
+        case BlockCount:
+            return l.calls;
+        case LargestBlock:
+            return l.largest_block_bytes;
+        default:
+            return 0;
+        }
     switch (column) {
     case Weights:
         return l.weight_bytes;
@@ -68,6 +81,18 @@ std::int64_t LayerTreeModel::bytes(int layer, int column) const
 bool LayerTreeModel::isTrainStep() const
 {
     return report_ && report_->run.mode == "train";
+}
+
+bool LayerTreeModel::isSnapshot() const
+{
+    return report_ && report_->source == "snapshot";
+}
+
+bool LayerTreeModel::columnApplies(int column) const
+{
+    if (isSnapshot())
+        return column == Name || column == Type || (column >= Weights && column < kFirstTrainingColumn);
+    return column < ColumnCount && (!isTrainingColumn(column) || isTrainStep());
 }
 
 QModelIndex LayerTreeModel::indexForLayer(int layer, int column) const
@@ -155,6 +180,8 @@ QVariant LayerTreeModel::data(const QModelIndex& index, int role) const
             return shapes.join(QStringLiteral(", "));
         }
         default:
+            if (column == BlockCount && isSnapshot())
+                return QString::number(bytes(layer, column));
             return QString::fromStdString(formatBytes(bytes(layer, column)));
         }
     case Qt::ToolTipRole:
@@ -172,6 +199,10 @@ QVariant LayerTreeModel::data(const QModelIndex& index, int role) const
             / static_cast<double>(largest_[static_cast<std::size_t>(column)]);
     }
     case BarColorRole:
+        if (isSnapshot())
+            return column == AllocatedTotal ? ledgerColor(Ledger::Unattributed).lighter(130)
+                : column == BlockCount      ? QColor(Qt::gray)
+                                            : ledgerColor(Ledger::Unattributed);
         switch (column) {
         case Weights:
             return ledgerColor(Ledger::Weights);
@@ -204,6 +235,38 @@ QVariant LayerTreeModel::data(const QModelIndex& index, int role) const
 
 QVariant LayerTreeModel::headerData(int section, Qt::Orientation orientation, int role) const
 {
+    if (orientation == Qt::Horizontal && role == Qt::ToolTipRole && isSnapshot()) {
+        switch (section) {
+        case AtPeak:
+            return tr("Bytes its blocks hold at the peak (the highest point of the timeline, or of the range)");
+        case AllocatedTotal:
+            return tr("Bytes it allocated in the trace (or the range); without a trace, the blocks at the end");
+        case BlockCount:
+            return tr("How many blocks it allocated");
+        case LargestBlock:
+            return tr("Its largest block");
+        default:
+            return {};
+        }
+    }
+    if (orientation == Qt::Horizontal && role == Qt::DisplayRole && isSnapshot()) {
+        switch (section) {
+        case Name:
+            return tr("Where (file, frame)");
+        case Type:
+            return tr("Type");
+        case AtPeak:
+            return tr("At the peak");
+        case AllocatedTotal:
+            return tr("Allocated in total");
+        case BlockCount:
+            return tr("Count");
+        case LargestBlock:
+            return tr("Largest block");
+        default:
+            return {};
+        }
+    }
     if (orientation == Qt::Horizontal && role == Qt::ToolTipRole) {
         switch (section) {
         case Gradients:

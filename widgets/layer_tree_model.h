@@ -28,9 +28,18 @@ public:
         BackwardPeakDelta,
         ColumnCount
     };
+    // A snapshot's tree of stack frames has figures of its own, in the byte columns' places: the bytes alive at
+    // the peak, allocated in total, the number of blocks and the largest block (no output shape, weights or
+    // temporaries there).
+    static constexpr int AtPeak = Weights;
+    static constexpr int AllocatedTotal = Activations;
+    static constexpr int BlockCount = Temporaries;
+    static constexpr int LargestBlock = PeakDelta;
     static constexpr int kFirstTrainingColumn = Gradients;
     static bool isTrainingColumn(int column) { return column >= kFirstTrainingColumn && column < ColumnCount; }
     bool isTrainStep() const; // the report is a training step: the training columns apply
+    bool isSnapshot() const; // the report is a CUDA snapshot's: the snapshot's columns apply
+    bool columnApplies(int column) const; // the view hides the others
     enum Role {
         SortRole = Qt::UserRole + 1, // raw bytes for the byte columns, text otherwise
         BarFractionRole, // value / the largest value of the column, for the inline bars

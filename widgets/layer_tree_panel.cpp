@@ -71,9 +71,8 @@ LayerTreePanel::LayerTreePanel(QWidget* parent)
 void LayerTreePanel::setReport(std::shared_ptr<const Report> report)
 {
     model_->setReport(std::move(report));
-    const bool train = model_->isTrainStep();
-    for (int c = LayerTreeModel::kFirstTrainingColumn; c < LayerTreeModel::ColumnCount; ++c)
-        view_->setColumnHidden(c, !train);
+    for (int c = 0; c < LayerTreeModel::ColumnCount; ++c)
+        view_->setColumnHidden(c, !model_->columnApplies(c));
     view_->expandToDepth(1);
     fitColumns();
 }

@@ -9,6 +9,7 @@
 #include <QPainter>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <vector>
 
 namespace memledger {
@@ -36,13 +37,23 @@ QString loadTaxLine(const Report& r)
             bytesText(t.resident_bytes), QString::fromStdString(t.resident_dtype));
 }
 
-namespace {
-
-struct SummaryRow {
+struct LedgerSummary::Row {
     QString name;
     std::int64_t bytes;
     QColor colour;
 };
+
+// A titled bar with its rows; `caption` (may be empty) is a line of small print under the rows.
+struct LedgerSummary::Section {
+    QString title;
+    std::vector<Row> rows;
+    QString caption;
+};
+
+namespace {
+
+using SummaryRow = LedgerSummary::Row;
+using SummarySection = LedgerSummary::Section;
 
 // A ledger of a run has a row when it holds bytes at the peak or over the run; the four of an inference run
 // always do, as they always have.
@@ -53,31 +64,104 @@ bool holdsBytes(const Report& r, Ledger l)
     return classic || f.at_peak > 0 || f.total > 0;
 }
 
-// A model run: its ledgers at the peak, in the timeline's stacking order. A snapshot: what its segments hold
-// at the end.
-std::vector<SummaryRow> summaryRows(const Report& r, QString* title)
+QString keyText(const Report& r, std::size_t event)
 {
-    std::vector<SummaryRow> rows;
-    if (r.snapshot) {
-        auto reserved = r.snapshot->reservedBytes(), allocated = r.snapshot->allocatedBytes();
-        *title = QObject::tr("Reserved at the end: %1").arg(bytesText(reserved));
-        rows.push_back({QObject::tr("allocated"), allocated, ledgerColor(Ledger::Unattributed)});
-        rows.push_back({QObject::tr("reserved, not allocated"), reserved - allocated, fragmentationColor()});
-        return rows;
+    if (!r.trace || event >= r.trace->size())
+        return {};
+    if (!timelineHasTime(r))
+        return QObject::tr("event %1").arg(event);
+    return QObject::tr("%1 ms (event %2)")
+        .arg(static_cast<double>(r.trace->time_ns[event]) / 1e6, 0, 'f', 3)
+        .arg(event);
+}
+
+// A snapshot, on `device`: the peak moment as the timeline draws it (the highest point of its stack inside the
+// report's range) and, apart, the state at the end as the segments hold it.
+std::vector<SummarySection> snapshotSections(const Report& r, int device)
+{
+    const auto& snap = *r.snapshot;
+    std::vector<SummarySection> out;
+    auto onDevice = [&](int d) { return device == TimelineSeries::kAllDevices || d == device; };
+    const QString where = device == TimelineSeries::kAllDevices || snap.devices.size() < 2
+        ? QString()
+        : QStringLiteral(" (cuda:%1)").arg(device);
+    const bool traced = r.trace && std::any_of(r.trace->action.begin(), r.trace->action.end(),
+        [](Action a) { return a == Action::Alloc || a == Action::Free; });
+    if (traced) {
+        auto series = TimelineSeries::build(r, TimelineAxis::Milliseconds, device);
+        const auto& total = series.tops[static_cast<std::size_t>(TimelineSeries::kPendingFree)];
+        std::size_t from = 0, to = total.size(); // points of the range: its start and after each of its events
+        if (r.range_end > 0) {
+            from = r.range_first;
+            to = std::min<std::size_t>(total.size(), std::size_t {r.range_end} + 1);
+        }
+        std::size_t p = from;
+        for (std::size_t q = from; q < to; ++q)
+            if (total[q] > total[p])
+                p = q;
+        auto top = [&](int band) { return static_cast<std::int64_t>(series.tops[static_cast<std::size_t>(band)][p]); };
+        const auto before = top(TimelineSeries::kAliveBefore);
+        const auto allocated = top(static_cast<int>(Ledger::Unattributed));
+        SummarySection peak;
+        peak.title = QObject::tr("At the peak%1: %2").arg(where, bytesText(top(TimelineSeries::kPendingFree)));
+        if (before > 0)
+            peak.rows.push_back({QObject::tr("alive before the trace"), before, aliveBeforeColor()});
+        peak.rows.push_back({QObject::tr("allocated in the trace"), allocated - before, ledgerColor(Ledger::Unattributed)});
+        if (top(TimelineSeries::kPendingFree) > allocated)
+            peak.rows.push_back({QObject::tr("pending free"), top(TimelineSeries::kPendingFree) - allocated, pendingFreeColor()});
+        peak.caption = p == 0 ? QObject::tr("when the trace begins") : QObject::tr("at %1").arg(keyText(r, p - 1));
+        out.push_back(std::move(peak));
     }
-    *title = QObject::tr("At the peak: %1").arg(bytesText(r.peak_total_bytes));
+    std::int64_t reserved = 0, allocated = 0;
+    for (const auto& seg : snap.segments)
+        if (onDevice(seg.device)) {
+            reserved += seg.total_size;
+            for (const auto& b : seg.blocks)
+                if (b.state == BlockState::ActiveAllocated)
+                    allocated += b.size;
+        }
+    SummarySection end;
+    end.title = QObject::tr("At the end%1: %2 reserved").arg(where, bytesText(reserved));
+    end.rows.push_back({QObject::tr("allocated"), allocated, ledgerColor(Ledger::Unattributed)});
+    end.rows.push_back({QObject::tr("not allocated (fragmentation)"), reserved - allocated, fragmentationColor()});
+    if (!traced)
+        end.caption = QObject::tr("the snapshot has no trace: this is all it shows");
+    out.push_back(std::move(end));
+    return out;
+}
+
+// A model run: its ledgers at the peak, in the timeline's stacking order. A snapshot: the peak and the end.
+std::vector<SummarySection> summarySections(const Report& r, int device)
+{
+    if (r.snapshot)
+        return snapshotSections(r, device);
+    SummarySection s;
+    s.title = QObject::tr("At the peak: %1").arg(bytesText(r.peak_total_bytes));
     for (int band : TimelineSeries::kStackOrder) {
         if (band >= kLedgerCount)
             continue;
         auto l = static_cast<Ledger>(band);
         if (holdsBytes(r, l))
-            rows.push_back(
+            s.rows.push_back(
                 {QString::fromUtf8(ledgerLabel(l)), r.ledgers[static_cast<std::size_t>(band)].at_peak, ledgerColor(l)});
     }
-    return rows;
+    if (r.range_end > 0 && r.peak_event >= 0)
+        s.caption = QObject::tr("peak of the range, at %1").arg(keyText(r, static_cast<std::size_t>(r.peak_event)));
+    return {std::move(s)};
+}
+
+constexpr int kCaptionHeight = 16;
+constexpr int kSectionGap = 10;
+
+int sectionHeight(const SummarySection& s, bool first)
+{
+    return (first ? kBarTop : kBarTop - 4 + kSectionGap) + kBarHeight + 8 + kRowHeight * static_cast<int>(s.rows.size())
+        + (s.caption.isEmpty() ? 0 : kCaptionHeight);
 }
 
 } // namespace
+
+LedgerSummary::~LedgerSummary() = default;
 
 LedgerSummary::LedgerSummary(QWidget* parent)
     : QWidget(parent)
@@ -100,14 +184,24 @@ LedgerSummary::LedgerSummary(QWidget* parent)
 int LedgerSummary::rowsHeight() const
 {
     // Four rows before a report arrives: an inference run's, so the dock does not jump when one does.
-    QString title;
-    auto rows = report_ ? static_cast<int>(summaryRows(*report_, &title).size()) : 4;
-    return kBarTop + kBarHeight + 8 + kRowHeight * rows + 6;
+    if (!report_)
+        return kBarTop + kBarHeight + 8 + kRowHeight * 4 + 6;
+    int height = 6;
+    bool first = true;
+    for (const auto& s : sections_) {
+        height += sectionHeight(s, first);
+        first = false;
+    }
+    return height;
 }
 
 void LedgerSummary::setReport(std::shared_ptr<const Report> report)
 {
+    // A range of the same snapshot keeps the device; another file starts on all devices, as the timeline does.
+    if (!report || !report_ || report->snapshot != report_->snapshot)
+        device_ = TimelineSeries::kAllDevices;
     report_ = std::move(report);
+    sections_ = report_ ? summarySections(*report_, device_) : std::vector<Section> {};
     layout()->setContentsMargins(6, rowsHeight(), 6, 6);
     training_->setText(trainingText());
     training_->setVisible(!training_->text().isEmpty());
@@ -131,10 +225,10 @@ QString LedgerSummary::trainingText() const
 QStringList LedgerSummary::rowNames() const
 {
     QStringList names;
-    QString title;
     if (report_)
-        for (const auto& row : summaryRows(*report_, &title))
-            names << row.name;
+        for (const auto& s : sections_)
+            for (const auto& row : s.rows)
+                names << row.name;
     return names;
 }
 
@@ -170,39 +264,82 @@ void LedgerSummary::paintEvent(QPaintEvent*)
         p.drawText(rect().adjusted(6, 6, -6, -6), Qt::AlignLeft | Qt::AlignTop, tr("No report yet"));
         return;
     }
-    QString title;
-    auto rows = summaryRows(*report_, &title);
-    std::int64_t total = 0;
-    for (const auto& row : rows)
-        total += row.bytes;
-    auto titleFont = font();
-    titleFont.setBold(true);
-    p.setFont(titleFont);
-    p.drawText(QRect(6, 4, width() - 12, kBarTop - 6), Qt::AlignLeft | Qt::AlignVCenter, title);
-    p.setFont(font());
-
-    QRect bar(6, kBarTop, width() - 12, kBarHeight);
-    double x = bar.left();
-    for (const auto& row : rows) {
-        double w = total > 0 ? bar.width() * static_cast<double>(row.bytes) / static_cast<double>(total) : 0;
-        p.fillRect(QRectF(x, bar.top(), w, bar.height()), row.colour);
-        x += w;
-    }
-    p.setPen(palette().color(QPalette::Mid));
-    p.drawRect(bar.adjusted(0, 0, -1, -1));
-
-    int y = bar.bottom() + 8;
-    for (const auto& row : rows) {
-        p.fillRect(QRect(6, y + 4, 10, 10), row.colour);
+    int top = 0;
+    bool first = true;
+    for (const auto& section : sections_) {
+        if (!first)
+            top += kSectionGap - 4;
+        first = false;
+        std::int64_t total = 0;
+        for (const auto& row : section.rows)
+            total += std::max<std::int64_t>(0, row.bytes);
+        auto titleFont = font();
+        titleFont.setBold(true);
+        p.setFont(titleFont);
         p.setPen(text);
-        p.drawText(QRect(22, y, width() - 28, kRowHeight), Qt::AlignLeft | Qt::AlignVCenter, row.name);
-        QString figure = bytesText(row.bytes);
-        if (total > 0)
-            figure += QStringLiteral("  %1%").arg(
-                100.0 * static_cast<double>(row.bytes) / static_cast<double>(total), 0, 'f', 0);
-        p.drawText(QRect(22, y, width() - 28, kRowHeight), Qt::AlignRight | Qt::AlignVCenter, figure);
-        y += kRowHeight;
+        p.drawText(QRect(6, top + 4, width() - 12, kBarTop - 6), Qt::AlignLeft | Qt::AlignVCenter, section.title);
+        p.setFont(font());
+
+        QRect bar(6, top + kBarTop, width() - 12, kBarHeight);
+        double x = bar.left();
+        for (const auto& row : section.rows) {
+            double w = total > 0 ? bar.width() * static_cast<double>(std::max<std::int64_t>(0, row.bytes))
+                    / static_cast<double>(total)
+                                 : 0;
+            p.fillRect(QRectF(x, bar.top(), w, bar.height()), row.colour);
+            x += w;
+        }
+        p.setPen(palette().color(QPalette::Mid));
+        p.drawRect(bar.adjusted(0, 0, -1, -1));
+
+        int y = bar.bottom() + 8;
+        for (const auto& row : section.rows) {
+            p.fillRect(QRect(6, y + 4, 10, 10), row.colour);
+            p.setPen(text);
+            p.drawText(QRect(22, y, width() - 28, kRowHeight), Qt::AlignLeft | Qt::AlignVCenter, row.name);
+            QString figure = bytesText(row.bytes);
+            if (total > 0)
+                figure += QStringLiteral("  %1%").arg(
+                    100.0 * static_cast<double>(row.bytes) / static_cast<double>(total), 0, 'f', 0);
+            p.drawText(QRect(22, y, width() - 28, kRowHeight), Qt::AlignRight | Qt::AlignVCenter, figure);
+            y += kRowHeight;
+        }
+        if (!section.caption.isEmpty()) {
+            auto small = font();
+            small.setPointSizeF(std::max(7.0, font().pointSizeF() - 1));
+            p.setFont(small);
+            p.setPen(palette().color(QPalette::PlaceholderText));
+            p.drawText(QRect(22, y, width() - 28, kCaptionHeight), Qt::AlignLeft | Qt::AlignVCenter, section.caption);
+            p.setFont(font());
+            y += kCaptionHeight;
+        }
+        top = y - 4;
     }
+}
+
+QString LedgerSummary::summaryText() const
+{
+    QStringList lines;
+    if (report_)
+        for (const auto& s : sections_) {
+            lines << s.title;
+            for (const auto& row : s.rows)
+                lines << QStringLiteral("  %1: %2").arg(row.name, bytesText(row.bytes));
+            if (!s.caption.isEmpty())
+                lines << QStringLiteral("  ") + s.caption;
+        }
+    return lines.join(QLatin1Char('\n'));
+}
+
+void LedgerSummary::setDevice(int device)
+{
+    if (device == device_)
+        return;
+    device_ = device;
+    sections_ = report_ ? summarySections(*report_, device_) : std::vector<Section> {};
+    layout()->setContentsMargins(6, rowsHeight(), 6, 6);
+    updateGeometry();
+    update();
 }
 
 } // namespace memledger

@@ -90,6 +90,8 @@ void SegmentTimeline::rebuild()
     blocks_ = {StepBlocks::build(history_.fragmentation), StepBlocks::build(history_.reserved),
         StepBlocks::build(history_.active), StepBlocks::build(history_.allocated)};
     bool simulated = history_.simulated;
+    if (report_) // a trace without timestamps is laid out in order
+        plot_->xAxis->setLabel(QString::fromStdString(timelineAxisLabel(*report_, TimelineAxis::Milliseconds)));
     reserved_->setName(simulated ? tr("reserved (simulated)") : tr("reserved"));
     fragmentation_->setName(
         simulated ? tr("fragmentation (simulated reserved − allocated)") : tr("fragmentation (reserved − allocated)"));

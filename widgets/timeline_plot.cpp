@@ -91,6 +91,25 @@ TimelinePlot::TimelinePlot(QWidget* parent)
     cursorLine_->setVisible(false);
     momentLine_ = new QCPItemStraightLine(this);
     momentLine_->setVisible(false);
+    addLayer(QStringLiteral("range"), layer(QStringLiteral("main")), QCustomPlot::limAbove);
+    rangeRect_ = new QCPItemRect(this);
+    rangeRect_->setLayer(QStringLiteral("range"));
+    rangeRect_->setSelectable(false);
+    for (auto* corner : {rangeRect_->topLeft, rangeRect_->bottomRight}) {
+        corner->setTypeX(QCPItemPosition::ptPlotCoords);
+        corner->setTypeY(QCPItemPosition::ptAxisRectRatio);
+    }
+    rangeRect_->setVisible(false);
+    rangeLabel_ = new QCPItemText(this);
+    rangeLabel_->setLayer(QStringLiteral("range"));
+    rangeLabel_->setSelectable(false);
+    rangeLabel_->position->setTypeX(QCPItemPosition::ptPlotCoords);
+    rangeLabel_->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
+    rangeLabel_->setPositionAlignment(Qt::AlignBottom | Qt::AlignHCenter);
+    rangeLabel_->setPadding(QMargins(3, 1, 3, 1));
+    rangeLabel_->setClipToAxisRect(true);
+    rangeLabel_->setVisible(false);
+    setFocusPolicy(Qt::ClickFocus); // Esc clears the range
 
     yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new ByteAxisTicker));
     yAxis->setLabel(tr("live bytes"));
@@ -123,7 +142,12 @@ void TimelinePlot::setReport(std::shared_ptr<const Report> report)
     reservedGraph_->setVisible(false);
     reservedGraph_->removeFromLegend();
     device_ = TimelineSeries::kAllDevices;
+    const bool hadRange = hasRange();
+    rangeFirst_ = rangeEnd_ = 0;
+    rangeDragging_ = false;
     rebuildSeries();
+    if (hadRange)
+        emit rangeChanged(0, 0);
 }
 
 void TimelinePlot::setDevice(int device)
@@ -228,6 +252,10 @@ void TimelinePlot::rebuildSeries()
         highlightBlocks_ = StepBlocks::build(highlightSeries_);
     }
     emptyLabel_->setVisible(report_ && (!report_->trace || report_->trace->size() == 0));
+    if (report_)
+        xAxis->setLabel(QString::fromStdString(timelineAxisLabel(*report_, axis_)));
+    showEndStateOnly();
+    updateRangeShade();
     const auto& weights = series_.tops[static_cast<std::size_t>(Ledger::Weights)];
     weightsTop_ = series_.present[static_cast<std::size_t>(Ledger::Weights)] && !weights.empty()
         ? *std::min_element(weights.begin(), weights.end())
@@ -242,6 +270,52 @@ void TimelinePlot::rebuildSeries()
     updatePeakMarker();
     updateMomentMarker();
     resetZoom();
+}
+
+bool TimelinePlot::showsEndStateOnly() const
+{
+    if (!report_ || !report_->snapshot)
+        return false;
+    const auto& a = report_->trace ? report_->trace->action : std::vector<Action> {};
+    return std::none_of(a.begin(), a.end(), [](Action x) { return x == Action::Alloc || x == Action::Free; });
+}
+
+void TimelinePlot::showEndStateOnly()
+{
+    // A snapshot without allocations in its trace (a bare segment list, a legacy file): its segments' blocks
+    // are all it shows, drawn as the state at the end across the plot.
+    const bool endOnly = showsEndStateOnly();
+    if (!endStateRect_) {
+        endStateRect_ = new QCPItemRect(this);
+        endStateRect_->setLayer(QStringLiteral("phases")); // behind the grid and the text over it
+        endStateRect_->setSelectable(false);
+    }
+    endStateRect_->setVisible(endOnly);
+    xAxis->setTickLabels(!endOnly);
+    if (!endOnly) {
+        emptyLabel_->setText(tr("No allocation events in this report"));
+        emptyLabel_->setBrush(Qt::NoBrush);
+        return;
+    }
+    const auto& before = series_.tops[TimelineSeries::kAliveBefore];
+    const double bytes = before.empty() ? 0 : before.back();
+    std::int64_t blocks = 0;
+    for (const auto& seg : report_->snapshot->segments)
+        if (device_ == TimelineSeries::kAllDevices || seg.device == device_)
+            for (const auto& b : seg.blocks)
+                blocks += b.state == BlockState::ActiveAllocated ? 1 : 0;
+    endStateRect_->topLeft->setCoords(0, bytes);
+    endStateRect_->bottomRight->setCoords(1, 0);
+    endStateRect_->setBrush(aliveBeforeColor());
+    endStateRect_->setPen(QPen(aliveBeforeColor().darker(130), 1));
+    bands_[TimelineSeries::kAliveBefore]->setName(tr("allocated at the end"));
+    xAxis->setLabel(tr("the state at the end (the snapshot has no trace)"));
+    emptyLabel_->setText(tr("The snapshot has no trace: its segments hold %1 in %2 blocks at the end")
+                             .arg(bytesText(bytes))
+                             .arg(blocks));
+    emptyLabel_->setBrush(palette().color(QPalette::Base));
+    emptyLabel_->setPadding(QMargins(6, 3, 6, 3));
+    emptyLabel_->setVisible(true);
 }
 
 void TimelinePlot::setMomentMarker(std::size_t events)
@@ -270,7 +344,7 @@ bool TimelinePlot::momentMarkerVisible() const
 
 void TimelinePlot::updatePeakMarker()
 {
-    bool show = report_ && series_.peak_value > 0;
+    bool show = report_ && series_.peak_value > 0 && !showsEndStateOnly();
     peakTracer_->setVisible(show);
     peakLabel_->setVisible(show);
     if (!show)
@@ -563,12 +637,27 @@ void TimelinePlot::showHover(const QPoint& pos)
 void TimelinePlot::mousePressEvent(QMouseEvent* event)
 {
     pressPos_ = event->pos();
+    if (event->button() == Qt::LeftButton && (rangeMode_ || (event->modifiers() & Qt::ControlModifier))
+        && report_ && series_.keys.size() > 1 && axisRect()->rect().contains(event->pos())) {
+        rangeDragging_ = true;
+        rangeAnchor_ = xAxis->pixelToCoord(event->pos().x());
+        return; // no pan while a range is drawn
+    }
     setSelectionRectMode(event->modifiers() & Qt::ShiftModifier ? QCP::srmZoom : QCP::srmNone);
     QCustomPlot::mousePressEvent(event);
 }
 
 void TimelinePlot::mouseMoveEvent(QMouseEvent* event)
 {
+    if (rangeDragging_) {
+        double key = xAxis->pixelToCoord(event->pos().x());
+        rangeRect_->topLeft->setCoords(std::min(key, rangeAnchor_), 0);
+        rangeRect_->bottomRight->setCoords(std::max(key, rangeAnchor_), 1);
+        rangeRect_->setVisible(true);
+        rangeLabel_->setVisible(false);
+        replot(rpQueuedReplot);
+        return;
+    }
     QCustomPlot::mouseMoveEvent(event);
     if (event->buttons() == Qt::NoButton)
         showHover(event->pos());
@@ -576,6 +665,16 @@ void TimelinePlot::mouseMoveEvent(QMouseEvent* event)
 
 void TimelinePlot::mouseReleaseEvent(QMouseEvent* event)
 {
+    if (rangeDragging_) {
+        rangeDragging_ = false;
+        if (event->button() == Qt::LeftButton && (event->pos() - pressPos_).manhattanLength() > 3) {
+            double key = xAxis->pixelToCoord(event->pos().x());
+            auto [first, end] = eventsBetween(std::min(key, rangeAnchor_), std::max(key, rangeAnchor_));
+            setRange(first, end);
+        } else
+            updateRangeShade(); // a click: the range stays as it was
+        return;
+    }
     QCustomPlot::mouseReleaseEvent(event);
     if (event->button() != Qt::LeftButton || (event->pos() - pressPos_).manhattanLength() > 3)
         return;
@@ -594,6 +693,88 @@ void TimelinePlot::mouseDoubleClickEvent(QMouseEvent* event)
 {
     QCustomPlot::mouseDoubleClickEvent(event);
     resetZoom();
+}
+
+void TimelinePlot::keyPressEvent(QKeyEvent* event)
+{
+    if (event->key() == Qt::Key_Escape && hasRange()) {
+        clearRange();
+        event->accept();
+        return;
+    }
+    QCustomPlot::keyPressEvent(event);
+}
+
+void TimelinePlot::setRangeMode(bool on)
+{
+    rangeMode_ = on;
+    setCursor(on ? Qt::IBeamCursor : Qt::ArrowCursor);
+}
+
+void TimelinePlot::setRange(std::uint32_t first, std::uint32_t end)
+{
+    const auto events = static_cast<std::uint32_t>(series_.keys.empty() ? 0 : series_.keys.size() - 1);
+    end = std::min(end, events);
+    if (first >= end)
+        first = end = 0;
+    const bool changed = first != rangeFirst_ || end != rangeEnd_;
+    rangeFirst_ = first;
+    rangeEnd_ = end;
+    updateRangeShade();
+    if (changed)
+        emit rangeChanged(first, end);
+}
+
+void TimelinePlot::clearRange()
+{
+    setRange(0, 0);
+}
+
+std::pair<std::uint32_t, std::uint32_t> TimelinePlot::eventsBetween(double a, double b) const
+{
+    const auto& k = series_.keys; // k[0]: the start; k[i + 1]: event i
+    if (k.size() < 2 || b < a)
+        return {0, 0};
+    auto first = std::lower_bound(k.begin() + 1, k.end(), a) - (k.begin() + 1);
+    auto end = std::upper_bound(k.begin() + 1, k.end(), b) - (k.begin() + 1);
+    return {static_cast<std::uint32_t>(first), static_cast<std::uint32_t>(std::max(first, end))};
+}
+
+QCPRange TimelinePlot::rangeShade() const
+{
+    if (!hasRange() || !rangeRect_->visible())
+        return {};
+    return QCPRange(rangeRect_->topLeft->coords().x(), rangeRect_->bottomRight->coords().x());
+}
+
+QString TimelinePlot::rangeText() const
+{
+    if (!hasRange() || !report_ || !report_->trace)
+        return {};
+    const auto& t = *report_->trace;
+    auto last = rangeEnd_ - 1;
+    QString events = tr("events %1 – %2").arg(rangeFirst_).arg(last);
+    if (!timelineHasTime(*report_))
+        return events;
+    return tr("%1 – %2 ms (%3)")
+        .arg(static_cast<double>(t.time_ns[rangeFirst_]) / 1e6, 0, 'f', 3)
+        .arg(static_cast<double>(t.time_ns[last]) / 1e6, 0, 'f', 3)
+        .arg(events);
+}
+
+void TimelinePlot::updateRangeShade()
+{
+    const bool show = hasRange() && series_.keys.size() > rangeEnd_;
+    rangeRect_->setVisible(show);
+    rangeLabel_->setVisible(show);
+    if (show) {
+        double a = series_.keys[rangeFirst_ + 1], b = series_.keys[rangeEnd_];
+        rangeRect_->topLeft->setCoords(a, 0);
+        rangeRect_->bottomRight->setCoords(b, 1);
+        rangeLabel_->position->setCoords((a + b) / 2, 1);
+        rangeLabel_->setText(tr("range · Esc clears"));
+    }
+    replot(rpQueuedReplot);
 }
 
 void TimelinePlot::leaveEvent(QEvent* event)
@@ -787,6 +968,12 @@ void TimelinePlot::applyPalette()
     emptyLabel_->setColor(text);
     cursorLine_->setPen(QPen(pal.color(QPalette::Highlight), 1, Qt::DashLine));
     momentLine_->setPen(QPen(pal.color(QPalette::Highlight), 2));
+    auto rangeFill = pal.color(QPalette::Highlight);
+    rangeFill.setAlpha(45);
+    rangeRect_->setBrush(rangeFill);
+    rangeRect_->setPen(QPen(pal.color(QPalette::Highlight), 1));
+    rangeLabel_->setColor(pal.color(QPalette::HighlightedText));
+    rangeLabel_->setBrush(pal.color(QPalette::Highlight));
     auto shade = pal.color(QPalette::Highlight);
     highlight_->setPen(QPen(shade.darker(140), 1));
     shade.setAlpha(150);

@@ -38,11 +38,29 @@ public:
     QRectF peakLabelRect() const;
     bool momentMarkerVisible() const;
     QString highlightedModule() const { return highlighted_; }
+    // A snapshot without allocations in its trace: the plot shows its segments' blocks as the state at the end.
+    bool showsEndStateOnly() const;
+    QString emptyText() const { return emptyLabel_->visible() ? emptyLabel_->text() : QString(); }
     // The phase bands of a training step (none for inference): name and [start, end) on the current axis.
     int phaseBandCount() const { return static_cast<int>(phaseRects_.size()); }
     QString phaseBandName(int i) const;
     QCPRange phaseBandRange(int i) const;
     bool phaseLabelVisible(int i) const; // a label that does not fit its band's width hides
+
+    // A range of the trace's events, chosen on the timeline: ctrl+drag, or a plain drag while the range mode
+    // is on, selects it; it is shaded until cleared (clearRange(), Esc). Events [rangeFirst, rangeEnd).
+    void setRangeMode(bool on);
+    bool rangeMode() const { return rangeMode_; }
+    bool hasRange() const { return rangeEnd_ > rangeFirst_; }
+    std::uint32_t rangeFirst() const { return rangeFirst_; }
+    std::uint32_t rangeEnd() const { return rangeEnd_; }
+    void setRange(std::uint32_t first, std::uint32_t end); // emits rangeChanged; first >= end clears
+    // The events whose keys lie in [a, b] on the current axis, as [first, end).
+    std::pair<std::uint32_t, std::uint32_t> eventsBetween(double a, double b) const;
+    // "12.345 – 67.890 ms (events 100 – 1999)", or "events 100 – 1999" without timestamps; "" without a range.
+    QString rangeText() const;
+    // Where the range's shading is, on the current axis (empty when there is none).
+    QCPRange rangeShade() const;
 
     // What the cursor at (key, bytes) points at, as rich text; empty when nothing is there.
     QString describeAt(double key, double bytes, QString* modulePath = nullptr) const;
@@ -57,8 +75,12 @@ public slots:
     // The y axis starts at the top of the weights instead of zero, so that a model whose weights dwarf its
     // activations still shows the run.
     void setWeightsHidden(bool hidden);
+    void clearRange();
 
 signals:
+    // The range chosen on the timeline changed: events [first, end); first == end == 0 when it was cleared
+    // (also when a new report arrives).
+    void rangeChanged(std::uint32_t first, std::uint32_t end);
     void moduleClicked(const QString& path);
     // A click on a snapshot's timeline: the moment it points at, as the number of trace events before it.
     void momentClicked(std::size_t events);
@@ -71,6 +93,7 @@ protected:
     void mouseReleaseEvent(QMouseEvent* event) override;
     void mouseDoubleClickEvent(QMouseEvent* event) override;
     void leaveEvent(QEvent* event) override;
+    void keyPressEvent(QKeyEvent* event) override;
     void changeEvent(QEvent* event) override;
     void resizeEvent(QResizeEvent* event) override;
 
@@ -120,6 +143,17 @@ private:
     bool reducing_ = false;
     QPoint pressPos_;
     mutable std::int64_t hoveredEvent_ = -1; // the snapshot allocation describeAt() last named
+    // The range (events) and its shading; a drag that selects one shades from its anchor as it goes.
+    void updateRangeShade();
+    void showEndStateOnly();
+    QCPItemRect* endStateRect_ = nullptr;
+    bool rangeMode_ = false;
+    bool rangeDragging_ = false;
+    double rangeAnchor_ = 0;
+    std::uint32_t rangeFirst_ = 0;
+    std::uint32_t rangeEnd_ = 0;
+    QCPItemRect* rangeRect_ = nullptr;
+    QCPItemText* rangeLabel_ = nullptr;
 };
 
 } // namespace memledger

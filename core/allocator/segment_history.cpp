@@ -162,11 +162,10 @@ SegmentHistory SegmentHistory::build(const Report& r, TimelineAxis axis, int dev
         const Trace& t = r.trace ? *r.trace : empty;
         auto onDevice = [&](int d) { return device == TimelineSeries::kAllDevices || d == device; };
         bool recorded = false;
-        std::int64_t net = 0;
         for (std::size_t i = 0; i < t.size(); ++i)
             if (isSegmentEvent(t.action[i]) && onDevice(t.device[i])) {
                 recorded = true;
-                net += segmentDelta(t, i);
+                break;
             }
         std::int64_t end = 0;
         for (const auto& g : s.segments)
@@ -175,12 +174,14 @@ SegmentHistory SegmentHistory::build(const Report& r, TimelineAxis axis, int dev
         h.reserved.assign(points, static_cast<double>(end));
         const auto& after = s.allocator_check.replay.reserved_after;
         if (recorded || t.size() == 0) {
-            std::int64_t reserved = std::max<std::int64_t>(0, end - net);
-            h.reserved[0] = static_cast<double>(reserved);
-            for (std::size_t i = 0; i < t.size(); ++i) {
+            // Walked back from the end, so that the chart ends where the segments are (a device the trace
+            // maps memory on but the segment list leaves out ends at 0, not at what the trace mapped).
+            std::int64_t reserved = end;
+            h.reserved[t.size()] = static_cast<double>(reserved);
+            for (std::size_t i = t.size(); i-- > 0;) {
                 if (onDevice(t.device[i]))
-                    reserved += segmentDelta(t, i);
-                h.reserved[i + 1] = static_cast<double>(reserved);
+                    reserved = std::max<std::int64_t>(0, reserved - segmentDelta(t, i));
+                h.reserved[i] = static_cast<double>(reserved);
             }
         } else if (after.size() == t.size()) {
             h.simulated = true;
@@ -189,6 +190,12 @@ SegmentHistory SegmentHistory::build(const Report& r, TimelineAxis axis, int dev
                 h.reserved[i + 1] = static_cast<double>(after[i]);
         }
         h.cause = snapshotCause(s, device);
+        // A simulated reserve that ends elsewhere than the segments says so, so that the sentence and the chart
+        // (which draws the simulation) do not seem to disagree.
+        if (h.simulated && static_cast<std::int64_t>(h.reserved.back()) != end)
+            h.cause += " The reserve over time is simulated (the trace records no segment events): it ends at "
+                + formatBytes(static_cast<std::int64_t>(h.reserved.back())) + ", where the segments hold "
+                + formatBytes(end) + ".";
     } else {
         h.simulated = true;
         h.reserved = simulatedReservedBytes(r, &h.cause);

@@ -106,6 +106,8 @@ nlohmann::json chartSeries(const Report& r)
     for (std::size_t i = 0; i < ticks.values.size(); ++i)
         out["y_ticks"].push_back({{"v", ticks.values[i]}, {"label", ticks.labels[i]}});
     out["x_ticks"] = niceTicks(0, hi, 6);
+    out["x_unit"] = timelineHasTime(r) ? " ms" : ""; // no timestamps: the keys are the events' order
+    out["x_label"] = timelineAxisLabel(r, TimelineAxis::Milliseconds);
     return out;
 }
 
@@ -121,7 +123,9 @@ nlohmann::json hoverAllocations(const Report& r)
     std::partial_sort(allocs.begin(), allocs.begin() + static_cast<std::ptrdiff_t>(keep), allocs.end(),
         [&](std::size_t a, std::size_t b) { return t.bytes[a] > t.bytes[b]; });
     allocs.resize(keep);
-    double endMs = t.size() ? static_cast<double>(t.time_ns.back()) / 1e6 : 0.0;
+    // Without timestamps (a snapshot) the chart's keys are the events' order: time_ns is 1000 per event.
+    const double msToKey = timelineHasTime(r) ? 1.0 : 1000.0;
+    double endMs = t.size() ? static_cast<double>(t.time_ns.back()) / 1e6 * msToKey : 0.0;
     const Phase* backward = nullptr;
     for (const auto& phase : r.phases)
         if (phase.name == "backward")
@@ -129,7 +133,7 @@ nlohmann::json hoverAllocations(const Report& r)
     json out = json::array();
     for (auto i : allocs) {
         auto p = t.partner[i];
-        double to = p == kNoPartner ? endMs : static_cast<double>(t.time_ns[static_cast<std::size_t>(p)]) / 1e6;
+        double to = p == kNoPartner ? endMs : static_cast<double>(t.time_ns[static_cast<std::size_t>(p)]) / 1e6 * msToKey;
         // In the backward the outer op is the autograd node ("ConvolutionBackward0"): it comes first.
         std::string op = t.strings.at(t.inner_op[i] ? t.inner_op[i] : t.outer_op[i]);
         if (backward && i >= backward->first_event && i < backward->end_event && t.outer_op[i]) {
@@ -137,7 +141,7 @@ nlohmann::json hoverAllocations(const Report& r)
             if (t.inner_op[i] && t.inner_op[i] != t.outer_op[i])
                 op += " > " + t.strings.at(t.inner_op[i]);
         }
-        out.push_back({static_cast<double>(t.time_ns[i]) / 1e6, to, t.bytes[i], ledgerLabel(t.ledger[i]),
+        out.push_back({static_cast<double>(t.time_ns[i]) / 1e6 * msToKey, to, t.bytes[i], ledgerLabel(t.ledger[i]),
             t.strings.at(t.where[i]), op});
     }
     return out;
@@ -182,7 +186,7 @@ function fmt(b){const u=['B','KiB','MiB','GiB','TiB'];let i=0,s=b<0?'-':'';b=Mat
 const X=t=>L+(W-L-R)*t/end,Y=v=>H-B-(H-T-B)*v/top;
 ctx.fillStyle='#fff';ctx.fillRect(0,0,W,H);ctx.font='11px sans-serif';ctx.fillStyle='#444';ctx.strokeStyle='#eee';
 DATA.chart.y_ticks.forEach(k=>{const y=Y(k.v);ctx.beginPath();ctx.moveTo(L,y);ctx.lineTo(W-R,y);ctx.stroke();ctx.fillText(k.label,4,y+4);});
-DATA.chart.x_ticks.forEach(t=>{if(t>end)return;const l=(+t.toPrecision(6))+' ms',w=ctx.measureText(l).width;
+DATA.chart.x_ticks.forEach(t=>{if(t>end)return;const l=(+t.toPrecision(6))+(DATA.chart.x_unit??' ms'),w=ctx.measureText(l).width;
  ctx.fillText(l,Math.max(L-w/2,Math.min(X(t)-w/2,W-R-w)),H-10);});
 const ph=DATA.chart.phases||[];
 ph.forEach((p,i)=>{const a=X(Math.max(0,p.start_ms)),b=X(Math.min(end,p.end_ms));ctx.fillStyle=i%2?'rgba(0,0,0,0.025)':'rgba(0,0,0,0.08)';
@@ -203,13 +207,14 @@ const rs=DATA.chart.reserved;const ry=rs&&n?Math.max(T+24,Y(rs.y[n-1])-4):-99;if
  ctx.fillText(rs.name,W-R-ctx.measureText(rs.name).width-4,ry);}
 ctx.fillStyle='#555';ph.forEach(p=>{const a=X(Math.max(0,p.start_ms)),b=X(Math.min(end,p.end_ms)),w=ctx.measureText(p.name).width;
  if(b-a>=w+8)ctx.fillText(p.name,(a+b-w)/2,T+12);});
+if(DATA.chart.x_unit==='')ctx.fillText(DATA.chart.x_label,W-R-ctx.measureText(DATA.chart.x_label).width,H-B-6);
 const pk=DATA.peak;ctx.strokeStyle='#000';ctx.setLineDash([4,3]);ctx.beginPath();ctx.moveTo(X(pk.ms),T);ctx.lineTo(X(pk.ms),H-B);ctx.stroke();
 ctx.setLineDash([]);ctx.fillStyle='#000';let py=T+(ph.length?28:12);if(ph.length&&Math.abs(py-ry)<14)py=ry+14;
 ctx.fillText('peak '+fmt(pk.bytes),Math.min(X(pk.ms)+4,W-120),py);
 c.addEventListener('mousemove',e=>{const r=c.getBoundingClientRect(),sx=(e.clientX-r.left)*W/r.width;
  if(sx<L||sx>W-R){tip.style.display='none';return;}const t=(sx-L)/(W-L-R)*end;
  const alive=DATA.allocs.filter(a=>a[0]<=t&&t<a[1]).sort((a,b)=>b[2]-a[2]).slice(0,4);
- let s=t.toFixed(3)+' ms';alive.forEach(a=>{s+='\n'+fmt(a[2])+'  '+a[3]+'  '+(a[4]||'(root)')+'  '+a[5]+'  alive '+a[0].toFixed(2)+'-'+a[1].toFixed(2)+' ms';});
+ const u=DATA.chart.x_unit??' ms',d=u?3:0;let s=(u?'':'event ')+t.toFixed(d)+u;alive.forEach(a=>{s+='\n'+fmt(a[2])+'  '+a[3]+'  '+(a[4]||'(root)')+'  '+a[5]+'  alive '+(u?'':'events ')+a[0].toFixed(u?2:0)+'-'+a[1].toFixed(u?2:0)+u;});
  tip.textContent=s;tip.style.display='block';tip.style.left=(e.pageX+12)+'px';tip.style.top=(e.pageY+12)+'px';});
 c.addEventListener('mouseleave',()=>tip.style.display='none');
 document.body.setAttribute('data-rendered','yes');
@@ -424,7 +429,7 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
             {"base", nlohmann::json::array()}, {"phases", nlohmann::json::array()}};
         data["allocs"] = nlohmann::json::array();
     }
-    data["peak"] = {{"ms", static_cast<double>(r.peak_time_ns) / 1e6}, {"bytes", r.peak_total_bytes}};
+    data["peak"] = {{"ms", static_cast<double>(r.peak_time_ns) / 1e6 * (timelineHasTime(r) ? 1.0 : 1000.0)}, {"bytes", r.peak_total_bytes}};
     out << "<script>const DATA=" << scriptSafe(data.dump()) << ";\n" << kScript << "</script>\n</body></html>\n";
     return out.str();
 }

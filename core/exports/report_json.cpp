@@ -210,6 +210,8 @@ json reportToJson(const Report& r, bool withEvents)
             lj["backward_temporary_peak_bytes"] = l.backward_temporary_peak_bytes;
             lj["backward_peak_bytes"] = l.backward_peak_bytes;
         }
+        if (l.largest_block_bytes > 0)
+            layers.back()["largest_block_bytes"] = l.largest_block_bytes;
     }
     j["layers"] = layers;
     json alive = json::array();
@@ -311,6 +313,7 @@ Report reportFromJson(const json& j, const std::string& name)
             l.saved_activation_bytes = lj.value("saved_activation_bytes", std::int64_t {0});
             l.backward_temporary_peak_bytes = lj.value("backward_temporary_peak_bytes", std::int64_t {0});
             l.backward_peak_bytes = lj.value("backward_peak_bytes", std::int64_t {0});
+            l.largest_block_bytes = lj.value("largest_block_bytes", std::int64_t {0});
             auto self = static_cast<int>(r.layers.size());
             if (l.parent >= self)
                 throw std::runtime_error("layer " + l.path + " comes before its parent");

@@ -98,6 +98,168 @@ struct OpenCall {
 
 } // namespace
 
+void summarizeRunEvents(Report& r, const Trace& t, const std::vector<OpCall>& ops,
+    const std::vector<std::int64_t>& live, std::uint32_t first, std::uint32_t end)
+{
+    end = std::min<std::uint32_t>(end, static_cast<std::uint32_t>(t.size()));
+    first = std::min(first, end);
+    r.range_first = first;
+    r.range_end = end;
+    const bool train = r.run.mode == "train";
+    auto phaseNamed = [&r](const char* name) -> const Phase* {
+        for (const auto& p : r.phases)
+            if (p.name == name)
+                return &p;
+        return nullptr;
+    };
+    const Phase* forward = phaseNamed("forward");
+    auto inPhase = [](const Phase* p, std::size_t i) { return p && i >= p->first_event && i < p->end_event; };
+    // Forward figures of a module count what its forward made: in a training step, the forward phase only.
+    auto inForward = [&](std::size_t i) { return !train || inPhase(forward, i); };
+    for (int l = 0; l < kLedgerCount; ++l)
+        r.ledgers[static_cast<std::size_t>(l)] = {};
+    r.alive_at_peak.clear();
+    for (auto& l : r.layers) {
+        l.activation_bytes = l.temporary_peak_bytes = l.peak_bytes = l.calls = 0;
+        l.gradient_bytes = l.saved_activation_bytes = l.backward_temporary_peak_bytes = l.backward_peak_bytes = 0;
+        l.output_shapes.clear();
+    }
+
+    // Peak and ledgers: the peak is the most live bytes at a moment of the range (from where it begins).
+    r.peak_bytes = first > 0 ? live[first - 1] : 0;
+    r.peak_event = static_cast<std::int32_t>(first) - 1;
+    r.peak_time_ns = first > 0 ? t.time_ns[first - 1] : 0;
+    for (std::size_t i = first; i < end; ++i) {
+        if (t.action[i] == Action::Alloc)
+            r.ledgers[static_cast<int>(t.ledger[i])].total += t.bytes[i];
+        if (live[i] > r.peak_bytes) {
+            r.peak_bytes = live[i];
+            r.peak_event = static_cast<std::int32_t>(i);
+            r.peak_time_ns = t.time_ns[i];
+        }
+    }
+    r.ledgers[static_cast<int>(Ledger::Weights)] = {r.weight_bytes, r.weight_bytes};
+    r.ledgers[static_cast<int>(Ledger::Inputs)] = {r.input_bytes, r.input_bytes};
+    r.ledgers[static_cast<int>(Ledger::OptimizerState)] = {r.optimizer_state_bytes, r.optimizer_state_bytes};
+    r.peak_total_bytes = r.weight_bytes + r.optimizer_state_bytes + r.input_bytes + r.peak_bytes;
+    if (r.gpu)
+        r.peak_total_bytes += r.gpu->library_bytes;
+    if (r.peak_event >= 0) {
+        auto pe = static_cast<std::size_t>(r.peak_event);
+        for (std::size_t i = 0; i <= pe; ++i) {
+            if (t.action[i] != Action::Alloc)
+                continue;
+            auto p = t.partner[i];
+            if (p != kNoPartner && static_cast<std::size_t>(p) <= pe)
+                continue;
+            r.ledgers[static_cast<int>(t.ledger[i])].at_peak += t.bytes[i];
+            PeakItem item;
+            item.bytes = t.bytes[i];
+            item.ledger = t.ledger[i];
+            item.where = t.strings.at(t.where[i]);
+            item.op = t.strings.at(t.inner_op[i] ? t.inner_op[i] : t.outer_op[i]);
+            item.event = static_cast<std::int32_t>(i);
+            r.alive_at_peak.push_back(std::move(item));
+        }
+        std::stable_sort(r.alive_at_peak.begin(), r.alive_at_peak.end(),
+            [](const PeakItem& a, const PeakItem& b) { return a.bytes > b.bytes; });
+    }
+
+    // Per module: activations its forward made (saved ones too), and in a training step what was saved for
+    // the backward and the gradients of its parameters (each summed into its parents).
+    auto layerOf = layerOfString(t, r.layers);
+    auto addUp = [&](std::size_t i, std::int64_t LayerStats::*field) {
+        for (int m = layerOf[t.where[i]]; m >= 0; m = r.layers[static_cast<std::size_t>(m)].parent)
+            r.layers[static_cast<std::size_t>(m)].*field += t.bytes[i];
+    };
+    for (std::size_t i = first; i < end; ++i) {
+        if (t.action[i] != Action::Alloc)
+            continue;
+        if ((t.ledger[i] == Ledger::Activations || t.ledger[i] == Ledger::SavedActivations) && inForward(i))
+            addUp(i, &LayerStats::activation_bytes);
+        if (t.ledger[i] == Ledger::SavedActivations)
+            addUp(i, &LayerStats::saved_activation_bytes);
+        if (t.ledger[i] == Ledger::Gradients)
+            addUp(i, &LayerStats::gradient_bytes);
+    }
+
+    // The ops wholly inside the range.
+    auto opInRange = [&](const OpCall& op) { return op.first_event >= first && op.end_event <= end; };
+    // Temporary peak of each op: temporaries never outlive their op, so each op starts from zero.
+    std::vector<std::int64_t> opTempPeak(ops.size(), 0);
+    for (std::size_t k = 0; k < ops.size(); ++k) {
+        if (!opInRange(ops[k]))
+            continue;
+        std::int64_t now = 0, peak = 0;
+        for (auto i = ops[k].first_event; i < ops[k].end_event; ++i) {
+            if (t.ledger[i] != Ledger::Temporaries)
+                continue;
+            now += t.action[i] == Action::Alloc ? t.bytes[i] : -t.bytes[i];
+            peak = std::max(peak, now);
+        }
+        opTempPeak[k] = peak;
+    }
+
+    // Calls: runs of consecutive ops inside a module's subtree; forward ops and backward nodes apart.
+    std::vector<std::set<std::string>> shapes(r.layers.size());
+    auto isForwardOp = [&](const OpCall& op) {
+        return opInRange(op) && !op.backward
+            && (!train || (forward && op.start_ns >= forward->start_ns && op.start_ns < forward->end_ns));
+    };
+    auto eachCall = [&](auto belongs, auto onCall) {
+        std::vector<OpenCall> open(r.layers.size());
+        auto closeCall = [&](std::size_t m) {
+            auto& c = open[m];
+            if (c.first_op < 0)
+                return;
+            const auto& firstOp = ops[static_cast<std::size_t>(c.first_op)];
+            const auto& last = ops[static_cast<std::size_t>(c.last_op)];
+            std::int64_t entry = firstOp.first_event == 0 ? 0 : live[firstOp.first_event - 1];
+            std::int64_t top = entry;
+            for (auto i = firstOp.first_event; i < last.end_event; ++i)
+                top = std::max(top, live[i]);
+            std::int64_t tempPeak = 0;
+            for (auto k = c.first_op; k <= c.last_op; ++k)
+                tempPeak = std::max(tempPeak, opTempPeak[static_cast<std::size_t>(k)]);
+            onCall(m, top - entry, tempPeak, last);
+            c.first_op = -1;
+        };
+        for (std::size_t k = 0; k < ops.size(); ++k) {
+            if (!belongs(ops[k]))
+                continue;
+            for (int m = layerOf[ops[k].module]; m >= 0; m = r.layers[static_cast<std::size_t>(m)].parent) {
+                auto& c = open[static_cast<std::size_t>(m)];
+                if (c.last_op != static_cast<std::int64_t>(k) - 1)
+                    closeCall(static_cast<std::size_t>(m));
+                if (c.first_op < 0)
+                    c.first_op = static_cast<std::int64_t>(k);
+                c.last_op = static_cast<std::int64_t>(k);
+            }
+        }
+        for (std::size_t m = 0; m < r.layers.size(); ++m)
+            closeCall(m);
+    };
+    eachCall(isForwardOp, [&](std::size_t m, std::int64_t delta, std::int64_t tempPeak, const OpCall& last) {
+        auto& layer = r.layers[m];
+        layer.calls += 1;
+        layer.peak_bytes = std::max(layer.peak_bytes, delta);
+        layer.temporary_peak_bytes = std::max(layer.temporary_peak_bytes, tempPeak);
+        for (const auto& s : last.outputs)
+            shapes[m].insert(shapeToString(s));
+    });
+    if (train)
+        eachCall([&](const OpCall& op) { return opInRange(op) && op.backward; },
+            [&](std::size_t m, std::int64_t delta, std::int64_t tempPeak, const OpCall&) {
+                auto& layer = r.layers[m];
+                layer.backward_peak_bytes = std::max(layer.backward_peak_bytes, delta);
+                layer.backward_temporary_peak_bytes = std::max(layer.backward_temporary_peak_bytes, tempPeak);
+            });
+    for (std::size_t m = 0; m < r.layers.size(); ++m)
+        r.layers[m].output_shapes.assign(shapes[m].begin(), shapes[m].end());
+    if (!r.layers.empty())
+        r.layers[0].peak_bytes = r.peak_bytes;
+}
+
 Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& modules, RawRun raw)
 {
     Report r;
@@ -116,8 +278,6 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
     const Phase* forward = phaseNamed("forward");
     const Phase* backward = phaseNamed("backward");
     auto inPhase = [](const Phase* p, std::size_t i) { return p && i >= p->first_event && i < p->end_event; };
-    // Forward figures of a module count what its forward made: in a training step, the forward phase only.
-    auto inForward = [&](std::size_t i) { return !train || inPhase(forward, i); };
     if (train) {
         // Allocations that end as a parameter's .grad are gradients; forward activations still alive when the
         // backward starts and freed by it were saved for it.
@@ -166,145 +326,23 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
     r.load_tax.resident_bytes = r.weight_bytes;
     r.load_tax.resident_dtype = raw.info.dtype;
 
-    // Peak and ledgers.
-    auto live = liveBytesAfterEachEvent(t);
-    for (std::size_t i = 0; i < t.size(); ++i) {
-        if (t.action[i] == Action::Alloc)
-            r.ledgers[static_cast<int>(t.ledger[i])].total += t.bytes[i];
-        if (live[i] > r.peak_bytes) {
-            r.peak_bytes = live[i];
-            r.peak_event = static_cast<std::int32_t>(i);
-            r.peak_time_ns = t.time_ns[i];
-        }
-    }
-    r.ledgers[static_cast<int>(Ledger::Weights)] = {r.weight_bytes, r.weight_bytes};
-    r.ledgers[static_cast<int>(Ledger::Inputs)] = {r.input_bytes, r.input_bytes};
-    r.ledgers[static_cast<int>(Ledger::OptimizerState)] = {r.optimizer_state_bytes, r.optimizer_state_bytes};
-    r.peak_total_bytes = r.weight_bytes + r.optimizer_state_bytes + r.input_bytes + r.peak_bytes;
     r.gpu = raw.gpu;
-    if (r.gpu)
-        r.peak_total_bytes += r.gpu->library_bytes;
     r.phases = raw.phases;
+    auto live = liveBytesAfterEachEvent(t);
     for (auto& p : r.phases) {
         std::int64_t top = p.first_event == 0 || p.first_event > live.size() ? 0 : live[p.first_event - 1];
         for (auto i = p.first_event; i < p.end_event && i < live.size(); ++i)
             top = std::max(top, live[i]);
         p.peak_bytes = top;
     }
-    if (r.peak_event >= 0) {
-        auto pe = static_cast<std::size_t>(r.peak_event);
-        for (std::size_t i = 0; i <= pe; ++i) {
-            if (t.action[i] != Action::Alloc)
-                continue;
-            auto p = t.partner[i];
-            if (p != kNoPartner && static_cast<std::size_t>(p) <= pe)
-                continue;
-            r.ledgers[static_cast<int>(t.ledger[i])].at_peak += t.bytes[i];
-            PeakItem item;
-            item.bytes = t.bytes[i];
-            item.ledger = t.ledger[i];
-            item.where = t.strings.at(t.where[i]);
-            item.op = t.strings.at(t.inner_op[i] ? t.inner_op[i] : t.outer_op[i]);
-            item.event = static_cast<std::int32_t>(i);
-            r.alive_at_peak.push_back(std::move(item));
-        }
-        std::stable_sort(r.alive_at_peak.begin(), r.alive_at_peak.end(),
-            [](const PeakItem& a, const PeakItem& b) { return a.bytes > b.bytes; });
-    }
-
-    // Per module: activations its forward made (saved ones too), and in a training step what was saved for
-    // the backward and the gradients of its parameters (each summed into its parents).
-    auto layerOf = layerOfString(t, r.layers);
-    auto addUp = [&](std::size_t i, std::int64_t LayerStats::*field) {
-        for (int m = layerOf[t.where[i]]; m >= 0; m = r.layers[static_cast<std::size_t>(m)].parent)
-            r.layers[static_cast<std::size_t>(m)].*field += t.bytes[i];
-    };
-    for (std::size_t i = 0; i < t.size(); ++i) {
-        if (t.action[i] != Action::Alloc)
-            continue;
-        if ((t.ledger[i] == Ledger::Activations || t.ledger[i] == Ledger::SavedActivations) && inForward(i))
-            addUp(i, &LayerStats::activation_bytes);
-        if (t.ledger[i] == Ledger::SavedActivations)
-            addUp(i, &LayerStats::saved_activation_bytes);
-        if (t.ledger[i] == Ledger::Gradients)
-            addUp(i, &LayerStats::gradient_bytes);
-    }
-
-    // Temporary peak of each op: temporaries never outlive their op, so each op starts from zero.
-    std::vector<std::int64_t> opTempPeak(raw.ops.size(), 0);
-    for (std::size_t k = 0; k < raw.ops.size(); ++k) {
-        std::int64_t now = 0, peak = 0;
-        for (auto i = raw.ops[k].first_event; i < raw.ops[k].end_event; ++i) {
-            if (t.ledger[i] != Ledger::Temporaries)
-                continue;
-            now += t.action[i] == Action::Alloc ? t.bytes[i] : -t.bytes[i];
-            peak = std::max(peak, now);
-        }
-        opTempPeak[k] = peak;
-    }
-
-    // Calls: runs of consecutive ops inside a module's subtree; forward ops and backward nodes apart.
-    std::vector<std::set<std::string>> shapes(r.layers.size());
-    auto isForwardOp = [&](const OpCall& op) {
-        return !op.backward && (!train || (forward && op.start_ns >= forward->start_ns && op.start_ns < forward->end_ns));
-    };
-    auto eachCall = [&](auto belongs, auto onCall) {
-        std::vector<OpenCall> open(r.layers.size());
-        auto closeCall = [&](std::size_t m) {
-            auto& c = open[m];
-            if (c.first_op < 0)
-                return;
-            const auto& first = raw.ops[static_cast<std::size_t>(c.first_op)];
-            const auto& last = raw.ops[static_cast<std::size_t>(c.last_op)];
-            std::int64_t entry = first.first_event == 0 ? 0 : live[first.first_event - 1];
-            std::int64_t top = entry;
-            for (auto i = first.first_event; i < last.end_event; ++i)
-                top = std::max(top, live[i]);
-            std::int64_t tempPeak = 0;
-            for (auto k = c.first_op; k <= c.last_op; ++k)
-                tempPeak = std::max(tempPeak, opTempPeak[static_cast<std::size_t>(k)]);
-            onCall(m, top - entry, tempPeak, last);
-            c.first_op = -1;
-        };
-        for (std::size_t k = 0; k < raw.ops.size(); ++k) {
-            if (!belongs(raw.ops[k]))
-                continue;
-            for (int m = layerOf[raw.ops[k].module]; m >= 0; m = r.layers[static_cast<std::size_t>(m)].parent) {
-                auto& c = open[static_cast<std::size_t>(m)];
-                if (c.last_op != static_cast<std::int64_t>(k) - 1)
-                    closeCall(static_cast<std::size_t>(m));
-                if (c.first_op < 0)
-                    c.first_op = static_cast<std::int64_t>(k);
-                c.last_op = static_cast<std::int64_t>(k);
-            }
-        }
-        for (std::size_t m = 0; m < r.layers.size(); ++m)
-            closeCall(m);
-    };
-    eachCall(isForwardOp, [&](std::size_t m, std::int64_t delta, std::int64_t tempPeak, const OpCall& last) {
-        auto& layer = r.layers[m];
-        layer.calls += 1;
-        layer.peak_bytes = std::max(layer.peak_bytes, delta);
-        layer.temporary_peak_bytes = std::max(layer.temporary_peak_bytes, tempPeak);
-        for (const auto& s : last.outputs)
-            shapes[m].insert(shapeToString(s));
-    });
-    if (train)
-        eachCall([](const OpCall& op) { return op.backward; },
-            [&](std::size_t m, std::int64_t delta, std::int64_t tempPeak, const OpCall&) {
-                auto& layer = r.layers[m];
-                layer.backward_peak_bytes = std::max(layer.backward_peak_bytes, delta);
-                layer.backward_temporary_peak_bytes = std::max(layer.backward_temporary_peak_bytes, tempPeak);
-            });
-    for (std::size_t m = 0; m < r.layers.size(); ++m)
-        r.layers[m].output_shapes.assign(shapes[m].begin(), shapes[m].end());
-    if (!r.layers.empty())
-        r.layers[0].peak_bytes = r.peak_bytes;
+    summarizeRunEvents(r, t, raw.ops, live, 0, static_cast<std::uint32_t>(t.size()));
+    r.range_end = 0; // the whole run
 
     if (raw.info.input_guessed)
         r.notes.push_back("input shape " + shapeToString(raw.info.input_shapes.front())
             + " is a guess from the first layer's weight; give the real one with --input");
     r.trace = std::make_shared<const Trace>(std::move(t));
+    r.ops = std::make_shared<const std::vector<OpCall>>(std::move(raw.ops));
     r.simulated_gpu = std::make_shared<const SimulatedGpu>(simulateGpu(r));
     r.simulated_reserved_peak_bytes = r.simulated_gpu->peak_reserved;
     return r;

@@ -8,6 +8,13 @@ namespace memledger {
 // `modules` is the model's module tree (Model::modules()).
 Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& modules, RawRun raw);
 
+// The figures of a report that come from events [first, end) of its classified trace: ledger totals and the
+// module figures count what the range allocated (and the ops wholly inside it); the peak is the most live
+// bytes at a moment of the range, and the ledgers at the peak and alive_at_peak are everything alive then.
+// `live`: liveBytesAfterEachEvent(t). buildReport calls it for the whole run, reportForRange for a range.
+void summarizeRunEvents(Report& r, const Trace& t, const std::vector<OpCall>& ops,
+    const std::vector<std::int64_t>& live, std::uint32_t first, std::uint32_t end);
+
 // Live bytes after each event, counting only allocations made inside the trace.
 std::vector<std::int64_t> liveBytesAfterEachEvent(const Trace& trace);
 

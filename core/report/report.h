@@ -15,6 +15,7 @@ namespace memledger {
 struct SimulatedGpu;
 
 struct Snapshot; // memledger/snapshot.h
+struct OpCall; // recording/model.h
 
 using Shape = std::vector<std::int64_t>;
 std::string shapeToString(const Shape& s); // "1x3x224x224"
@@ -47,6 +48,9 @@ struct LayerStats {
     std::int64_t saved_activation_bytes = 0;
     std::int64_t backward_temporary_peak_bytes = 0;
     std::int64_t backward_peak_bytes = 0;
+    // A snapshot's frame: its largest block (the other byte figures of a frame: peak_bytes is what it holds at
+    // the peak, activation_bytes what it allocated in total, calls how many blocks).
+    std::int64_t largest_block_bytes = 0;
 };
 
 // A part of a training step: "forward", "loss", "backward" or "optimizer".
@@ -137,6 +141,11 @@ struct Report {
     std::vector<LayerStats> layers; // layers[0] is the root; parents come before children
     std::vector<PeakItem> alive_at_peak; // largest first
     std::shared_ptr<const Trace> trace;
+    // The ops of a recorded run (not kept in JSON): what reportForRange needs to redo the module figures.
+    std::shared_ptr<const std::vector<OpCall>> ops;
+    // reportForRange: the events [first, end) the figures are for; both 0 for the whole run.
+    std::uint32_t range_first = 0;
+    std::uint32_t range_end = 0;
     std::shared_ptr<const Snapshot> snapshot; // set when the report was read from a CUDA memory snapshot
     std::vector<std::string> notes; // what the user should know (guessed input, ...)
     std::shared_ptr<const WhatIfTable> whatif; // the what-if table, when one was made

@@ -102,6 +102,21 @@ void buildSnapshotBands(const Report& r, const Trace& t, int device, TimelineSer
 
 } // namespace
 
+bool timelineHasTime(const Report& r)
+{
+    return !r.snapshot || r.snapshot->trace_has_time;
+}
+
+std::string timelineAxisLabel(const Report& r, TimelineAxis axis)
+{
+    if (axis == TimelineAxis::OpSequence)
+        return "op sequence";
+    if (timelineHasTime(r))
+        return "time (ms)";
+    return r.trace && r.trace->size() > 0 ? "event (in order; the trace has no timestamps)"
+                                          : "the state at the end (the snapshot has no trace)";
+}
+
 const char* TimelineSeries::bandName(const Report& r, int band)
 {
     if (band == kAliveBefore)
@@ -130,6 +145,9 @@ TimelineSeries TimelineSeries::build(const Report& r, TimelineAxis axis, int dev
     const Trace empty;
     const Trace& t = r.trace ? *r.trace : empty;
     auto eventKeys = timelineKeys(t, axis);
+    if (axis == TimelineAxis::Milliseconds && !timelineHasTime(r))
+        for (std::size_t i = 0; i < eventKeys.size(); ++i)
+            eventKeys[i] = static_cast<double>(i);
     std::size_t points = t.size() + 1;
     s.keys.reserve(points);
     s.keys.push_back(eventKeys.empty() ? 0.0 : std::min(0.0, eventKeys.front()));

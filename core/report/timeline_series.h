@@ -54,6 +54,11 @@ struct TimelineSeries {
     double lastKey() const { return keys.empty() ? 0 : keys.back(); }
 };
 
+// False for a snapshot whose trace has no timestamps: its "time" keys are then the events' order (0, 1, 2...).
+bool timelineHasTime(const Report& report);
+// The x axis' name: "time (ms)", "op sequence", or "event (in order; the trace has no timestamps)".
+std::string timelineAxisLabel(const Report& report, TimelineAxis axis);
+
 // Per event: where the event falls on the x axis for `axis`.
 std::vector<double> timelineKeys(const Trace& trace, TimelineAxis axis);
 

@@ -118,6 +118,13 @@ SnapshotAllocatorCheck checkAllocatorModel(const Snapshot& s);
 // drawn first; reportToJson makes the check itself when it is missing.
 Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAllocator = true);
 Report reportFromSnapshot(const Snapshot& s, const std::string& path, bool checkAllocator = true);
+// The figures of a snapshot's report that come from events [first, end) of its trace (reportFromSnapshot:
+// all of them; reportForRange: a range): the peak inside the range and what is alive then, and the tree of top
+// user frames with, per frame, the bytes alive at the peak (peak_bytes), allocated in the range in total
+// (activation_bytes), the count (calls) and the largest block. A trace without allocations: the blocks the
+// segments hold at the end, grouped by their frames.
+void summarizeSnapshotEvents(
+    Report& r, const Snapshot& s, const std::string& path, std::uint32_t first, std::uint32_t end);
 // Bytes alive when the trace began: what the segments hold at the end minus what the trace did.
 std::int64_t aliveBeforeTrace(const Snapshot& s);
 // Open, decode, (check) and report.

@@ -1,6 +1,7 @@
 #include "support/atomic_file.h"
 #include "support/format.h"
 #include "snapshot/snapshot.h"
+#include "snapshot/frames.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -195,6 +196,169 @@ std::int64_t aliveBeforeTrace(const Snapshot& s)
     return std::max<std::int64_t>(0, s.allocatedBytes() - net);
 }
 
+void summarizeSnapshotEvents(Report& r, const Snapshot& s, const std::string& path, std::uint32_t first, std::uint32_t end)
+{
+    const Trace empty;
+    const Trace& t = s.trace ? *s.trace : empty;
+    end = std::min<std::uint32_t>(end, static_cast<std::uint32_t>(t.size()));
+    first = std::min(first, end);
+    r.range_first = first;
+    r.range_end = end;
+    r.alive_at_peak.clear();
+    r.layers.clear();
+
+    // The peak: the most live bytes at a moment of the range, counting the blocks alive before the trace.
+    const std::int64_t start = aliveBeforeTrace(s);
+    std::int64_t live = start;
+    auto step = [&](std::size_t i) {
+        if (t.action[i] == Action::Alloc)
+            live += t.bytes[i];
+        else if (t.action[i] == Action::Free)
+            live -= t.bytes[i];
+        else
+            return false;
+        return true;
+    };
+    for (std::size_t i = 0; i < first; ++i)
+        step(i);
+    r.peak_bytes = live;
+    r.peak_event = static_cast<std::int32_t>(first) - 1;
+    r.peak_time_ns = first > 0 ? t.time_ns[first - 1] : 0;
+    for (std::size_t i = first; i < end; ++i)
+        if (step(i) && live > r.peak_bytes) {
+            r.peak_bytes = live;
+            r.peak_event = static_cast<std::int32_t>(i);
+            r.peak_time_ns = t.time_ns[i];
+        }
+    r.peak_bytes = std::max<std::int64_t>(r.peak_bytes, 0);
+    r.peak_total_bytes = r.peak_bytes;
+
+    // Per top user frame: what the range allocated (total, count, largest block) and what is alive at the
+    // peak. Without allocations in the trace (a bare segment list, a legacy file), the blocks the segments
+    // hold at the end are the state shown, grouped by their own frames.
+    struct Figures {
+        std::int64_t at_peak = 0, total = 0, count = 0, largest = 0;
+    };
+    std::map<std::string, Figures> byWhere;
+    std::vector<PeakItem> alive;
+    const bool traced = std::any_of(t.action.begin(), t.action.end(), [](Action a) { return a == Action::Alloc; });
+    std::int64_t tracedAtPeak = 0;
+    if (traced) {
+        for (std::size_t i = 0; i < t.size(); ++i) {
+            if (t.action[i] != Action::Alloc)
+                continue;
+            const std::string& where = t.strings.at(t.where[i]);
+            auto idx = static_cast<std::int32_t>(i);
+            if (i >= first && i < end) {
+                auto& f = byWhere[where];
+                f.total += t.bytes[i];
+                f.count += 1;
+                f.largest = std::max(f.largest, t.bytes[i]);
+            }
+            if (r.peak_event >= 0 && idx <= r.peak_event
+                && (t.partner[i] == kNoPartner || t.partner[i] > r.peak_event)) {
+                byWhere[where].at_peak += t.bytes[i];
+                tracedAtPeak += t.bytes[i];
+                PeakItem p;
+                p.bytes = t.bytes[i];
+                p.ledger = Ledger::Unattributed;
+                p.where = where;
+                p.event = idx;
+                alive.push_back(std::move(p));
+            }
+        }
+    } else {
+        for (const auto& seg : s.segments)
+            for (const auto& b : seg.blocks) {
+                if (b.state != BlockState::ActiveAllocated)
+                    continue;
+                auto where = allocationSite(b.frames);
+                auto& f = byWhere[where];
+                f.at_peak += b.size;
+                f.total += b.size;
+                f.count += 1;
+                f.largest = std::max(f.largest, b.size);
+                tracedAtPeak += b.size;
+                PeakItem p;
+                p.bytes = b.size;
+                p.ledger = Ledger::Unattributed;
+                p.where = where;
+                alive.push_back(std::move(p));
+            }
+        r.peak_bytes = r.peak_total_bytes = std::max(r.peak_bytes, tracedAtPeak);
+    }
+    std::stable_sort(
+        alive.begin(), alive.end(), [](const PeakItem& a, const PeakItem& b) { return a.bytes > b.bytes; });
+    if (alive.size() > 50)
+        alive.resize(50);
+    r.alive_at_peak = std::move(alive);
+
+    LayerStats root;
+    root.name = baseName(path);
+    root.type = "snapshot";
+    r.layers.push_back(root);
+    std::map<std::string, int> fileNode;
+    std::vector<std::pair<std::int64_t, const std::string*>> order;
+    for (const auto& [w, f] : byWhere)
+        order.push_back({std::max(f.total, f.at_peak), &w});
+    std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    auto addTo = [](LayerStats& node, const LayerStats& l) {
+        node.activation_bytes += l.activation_bytes;
+        node.peak_bytes += l.peak_bytes;
+        node.calls += l.calls;
+        node.largest_block_bytes = std::max(node.largest_block_bytes, l.largest_block_bytes);
+    };
+    // Blocks alive at the peak that the trace did not allocate: it is a ring buffer.
+    if (traced && r.peak_bytes > tracedAtPeak) {
+        LayerStats before;
+        before.path = "(alive before the trace)";
+        before.name = before.path;
+        before.type = "before the trace";
+        before.parent = 0;
+        before.depth = 1;
+        before.peak_bytes = r.peak_bytes - tracedAtPeak;
+        r.layers[0].children.push_back(static_cast<int>(r.layers.size()));
+        addTo(r.layers[0], before);
+        r.layers.push_back(std::move(before));
+    }
+    for (const auto& [size, w] : order) {
+        const std::string& where = *w;
+        const Figures& f = byWhere[where];
+        std::string file = where.empty() ? "(no stack)" : fileOfWhere(where);
+        auto it = fileNode.find(file);
+        if (it == fileNode.end()) {
+            LayerStats fl;
+            fl.path = file;
+            fl.name = baseName(file);
+            fl.type = "file";
+            fl.parent = 0;
+            fl.depth = 1;
+            int id = static_cast<int>(r.layers.size());
+            r.layers[0].children.push_back(id);
+            r.layers.push_back(fl);
+            it = fileNode.emplace(file, id).first;
+        }
+        LayerStats l;
+        l.path = where.empty() ? "(no stack):" : where;
+        l.name = where.empty() ? "(no stack)" : where.substr(std::min(where.size(), file.size() + 1));
+        l.type = "frame";
+        l.parent = it->second;
+        l.depth = 2;
+        l.activation_bytes = f.total;
+        l.peak_bytes = f.at_peak;
+        l.calls = f.count;
+        l.largest_block_bytes = f.largest;
+        auto& parent = r.layers[static_cast<std::size_t>(it->second)];
+        addTo(parent, l);
+        int id = static_cast<int>(r.layers.size());
+        parent.children.push_back(id);
+        r.layers.push_back(std::move(l));
+    }
+    for (auto c : fileNode)
+        addTo(r.layers[0], r.layers[static_cast<std::size_t>(c.second)]);
+    r.layers[0].peak_bytes = r.peak_bytes;
+}
+
 Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAllocator)
 {
     if (checkAllocator && !s.allocator_check.done)
@@ -214,100 +378,12 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAlloc
     r.run.device = devs.empty() ? "cuda" : devs;
 
     const Trace& t = *s.trace;
-    if (t.size() > 1)
+    if (t.size() > 1 && s.trace_has_time)
         r.run.duration_ms = static_cast<double>(t.time_ns.back() - t.time_ns.front()) / 1e6;
 
+    summarizeSnapshotEvents(r, s, path, 0, static_cast<std::uint32_t>(t.size()));
+    r.range_end = 0; // the whole trace
     const std::int64_t start = aliveBeforeTrace(s);
-    std::int64_t live = start;
-    r.peak_bytes = start;
-    r.peak_event = -1;
-    for (std::size_t i = 0; i < t.size(); ++i) {
-        if (t.action[i] == Action::Alloc)
-            live += t.bytes[i];
-        else if (t.action[i] == Action::Free)
-            live -= t.bytes[i];
-        else
-            continue;
-        if (live > r.peak_bytes) {
-            r.peak_bytes = live;
-            r.peak_event = static_cast<std::int32_t>(i);
-            r.peak_time_ns = t.time_ns[i];
-        }
-    }
-    r.peak_total_bytes = r.peak_bytes;
-
-    // Allocations of the trace alive at the peak, by top user frame.
-    std::map<std::uint32_t, std::int64_t> atPeakByWhere, totalByWhere, callsByWhere;
-    std::vector<PeakItem> alive;
-    for (std::size_t i = 0; i < t.size(); ++i) {
-        if (t.action[i] != Action::Alloc)
-            continue;
-        totalByWhere[t.where[i]] += t.bytes[i];
-        ++callsByWhere[t.where[i]];
-        auto idx = static_cast<std::int32_t>(i);
-        if (r.peak_event >= 0 && idx <= r.peak_event && (t.partner[i] == kNoPartner || t.partner[i] > r.peak_event)) {
-            atPeakByWhere[t.where[i]] += t.bytes[i];
-            PeakItem p;
-            p.bytes = t.bytes[i];
-            p.ledger = Ledger::Unattributed;
-            p.where = t.strings.at(t.where[i]);
-            p.event = idx;
-            alive.push_back(std::move(p));
-        }
-    }
-    std::stable_sort(
-        alive.begin(), alive.end(), [](const PeakItem& a, const PeakItem& b) { return a.bytes > b.bytes; });
-    if (alive.size() > 50)
-        alive.resize(50);
-    r.alive_at_peak = std::move(alive);
-
-    LayerStats root;
-    root.name = baseName(path);
-    root.type = "snapshot";
-    root.peak_bytes = r.peak_bytes;
-    r.layers.push_back(root);
-    std::map<std::string, int> fileNode;
-    std::vector<std::pair<std::int64_t, std::uint32_t>> order;
-    for (const auto& [w, total] : totalByWhere)
-        order.push_back({total, w});
-    std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-    for (const auto& [total, w] : order) {
-        const std::string& where = t.strings.at(w);
-        std::string file = where.empty() ? "(no stack)" : fileOfWhere(where);
-        auto it = fileNode.find(file);
-        if (it == fileNode.end()) {
-            LayerStats f;
-            f.path = file;
-            f.name = baseName(file);
-            f.type = "file";
-            f.parent = 0;
-            f.depth = 1;
-            int id = static_cast<int>(r.layers.size());
-            r.layers[0].children.push_back(id);
-            r.layers.push_back(f);
-            it = fileNode.emplace(file, id).first;
-        }
-        LayerStats l;
-        l.path = where.empty() ? "(no stack):" : where;
-        l.name = where.empty() ? "(no stack)" : where.substr(std::min(where.size(), file.size() + 1));
-        l.type = "frame";
-        l.parent = it->second;
-        l.depth = 2;
-        l.activation_bytes = total;
-        l.peak_bytes = atPeakByWhere[w];
-        l.calls = callsByWhere[w];
-        auto& parent = r.layers[static_cast<std::size_t>(it->second)];
-        parent.activation_bytes += l.activation_bytes;
-        parent.peak_bytes += l.peak_bytes;
-        parent.calls += l.calls;
-        int id = static_cast<int>(r.layers.size());
-        parent.children.push_back(id);
-        r.layers.push_back(std::move(l));
-    }
-    for (auto c : r.layers[0].children) {
-        r.layers[0].activation_bytes += r.layers[static_cast<std::size_t>(c)].activation_bytes;
-        r.layers[0].calls += r.layers[static_cast<std::size_t>(c)].calls;
-    }
 
     r.notes.push_back("CUDA memory snapshot (" + s.layout + "): " + std::to_string(s.segments.size()) + " segments, "
         + formatBytes(s.reservedBytes()) + " reserved, " + formatBytes(s.allocatedBytes()) + " allocated, "
@@ -316,7 +392,7 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAlloc
     if (start > 0 && t.size() > 0)
         r.notes.push_back(formatBytes(start) + " were allocated before the trace began (the trace is a ring buffer)");
     if (!s.trace_has_time && t.size() > 0)
-        r.notes.push_back("the trace has no timestamps: events are spaced 1 us apart in order");
+        r.notes.push_back("the trace has no timestamps: the timeline's axis is the events' order");
     for (const auto& o : s.ooms)
         r.notes.push_back("out of memory on cuda:" + std::to_string(o.device) + ": " + formatBytes(o.bytes_requested)
             + " requested, " + formatBytes(o.device_free) + " free on the device"
