@@ -160,6 +160,15 @@ const Truths& truths()
         t.truth = json::parse(in);
         return t;
     }();
+    // The models and files the tests write go when the test program ends.
+    static struct RemoveAtExit {
+        fs::path dir;
+        ~RemoveAtExit()
+        {
+            std::error_code ec;
+            fs::remove_all(dir, ec);
+        }
+    } cleanup {t.dir};
     return t;
 }
 

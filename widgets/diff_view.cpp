@@ -144,6 +144,7 @@ DiffView::DiffView(QWidget* parent)
     setUpTable(totals_);
     setUpTable(entries_);
     entries_->setSortingEnabled(true);
+    entries_->setTextElideMode(Qt::ElideMiddle); // a long stack frame keeps its file's start and its line
 
     auto* top = new QWidget;
     auto* topLayout = new QVBoxLayout(top);

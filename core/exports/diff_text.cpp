@@ -91,7 +91,7 @@ std::string diffToText(const ReportDiff& d, std::size_t maxRows)
     const std::size_t keyWidth = modules ? 34 : 56;
     out << pad(modules ? "module" : "site (top stack frame)", keyWidth) << ' ' << pad("change", 11, true);
     for (const auto& c : d.columns)
-        out << ' ' << pad(c.label, c.bytes ? 11 : 7, true);
+        out << ' ' << pad(c.label, c.bytes ? 11 : std::max<std::size_t>(7, c.label.size()), true);
     out << "\n";
     std::size_t shown = 0;
     for (const auto& e : d.entries) {
@@ -103,11 +103,15 @@ std::string diffToText(const ReportDiff& d, std::size_t maxRows)
         std::string key = e.label;
         if (!e.in_a || !e.in_b)
             key += e.in_b ? " (added)" : " (removed)";
+        // A long stack frame keeps its end (file name, line and function): "~" stands for what is left out.
+        if (!modules && key.size() > keyWidth)
+            key = "~" + key.substr(key.size() - (keyWidth - 1));
         out << pad(key, keyWidth) << ' ' << pad(formatByteDelta(e.change), 11, true);
         for (std::size_t c = 0; c < d.columns.size(); ++c) {
             auto delta = e.figures[c].delta();
             out << ' '
-                << (d.columns[c].bytes ? pad(formatByteDelta(delta), 11, true) : pad(countDelta(delta), 7, true));
+                << (d.columns[c].bytes ? pad(formatByteDelta(delta), 11, true)
+                                       : pad(countDelta(delta), std::max<std::size_t>(7, d.columns[c].label.size()), true));
         }
         out << "\n";
     }
