@@ -115,6 +115,7 @@ for name, cls in (("net", Net), ("fixed", Fixed)):
         x = torch.randn(1, 3, 32, 32).to(getattr(torch, dtype))
         entry[dtype] = {"modules": module_bytes(m), "input_bytes": x.numel() * x.element_size(),
                         "peak_bytes": profiler_peak(m, x)}
+    entry["parameter_bytes"] = sum(p.numel() * p.element_size() for p in torch.jit.load(path).parameters())
     truth[name] = entry
 json.dump(truth, open(os.path.join(out, "truth.json"), "w"), indent=1)
 )PY";
@@ -372,6 +373,32 @@ TEST(Diff, TwoSnapshotsAgreeWithPythonsPickle)
     EXPECT_EQ(same.changedEntries(), 0u);
     for (const auto& t : same.totals)
         EXPECT_EQ(t.figure.delta(), 0) << t.name;
+}
+
+TEST(Diff, TrainingStepsWithSgdAndAdamDifferByOneMomentPerParameter)
+{
+    NEED_TRUTHS();
+    auto file = openFile(modelPath("net"));
+    RunOptions o;
+    o.inputs = {{4, 3, 32, 32}};
+    o.mode = "train";
+    o.optimizer = "sgd";
+    auto a = analyzeOpened(file, o);
+    o.optimizer = "adam";
+    auto b = analyzeOpened(file, o);
+    auto d = diffReports(a, b);
+    // SGD keeps one momentum tensor per parameter, Adam two moments (exp_avg, exp_avg_sq): one more.
+    const auto params = truths().truth["net"]["parameter_bytes"].get<std::int64_t>();
+    EXPECT_EQ(d.total("optimizer_state_bytes")->figure.delta(), params);
+    ASSERT_NE(d.ledger(Ledger::OptimizerState), nullptr);
+    EXPECT_EQ(d.ledger(Ledger::OptimizerState)->at_peak.delta(), params);
+    EXPECT_EQ(d.total("gradient_bytes")->figure.delta(), 0);
+    EXPECT_EQ(d.total("weight_bytes")->figure.delta(), 0);
+    // A training step adds the saved and gradient columns.
+    bool saved = false;
+    for (const auto& c : d.columns)
+        saved = saved || c.name == "saved_activation_bytes";
+    EXPECT_TRUE(saved);
 }
 
 TEST(DiffCli, DtypeForBOnlyWritesJsonAndHtml)
