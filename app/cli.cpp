@@ -1,5 +1,6 @@
 #include "cli.h"
 #include "whatif_cli.h"
+#include "diff_cli.h"
 
 #include "demo_model.h"
 #include "exports/report_html.h"
@@ -97,6 +98,8 @@ int runCli(const CliOptions& o)
 {
     if (o.command == "whatif")
         return runWhatIf(o);
+    if (o.command == "diff")
+        return runDiff(o);
     return runAnalyze(o);
 }
 

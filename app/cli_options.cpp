@@ -1,4 +1,5 @@
 #include "cli_options.h"
+#include "diff_cli.h"
 
 #include "support/format.h"
 
@@ -45,6 +46,9 @@ std::string usageText()
            "16GiB]]\n"
            "  memledger whatif MODEL.pt [--input SHAPE] --batch 1,8,32 --dtype float32,bfloat16 [RUN] [--budget 16GiB]\n"
            "                    [--json FILE]\n"
+           "  memledger diff A B [RUN] [--b-input SHAPE] [--b-batch N] [--b-dtype T] [--b-mode M] [--b-...]\n"
+           "                    [--json FILE] [--html FILE] [--rows N]   compare two models' runs, reports or snapshots\n"
+           "                    (RUN options apply to both; --b-... to B only: diff m.pt m.pt --b-dtype bfloat16)\n"
            "  memledger --help | --version\n\n"
            "  SHAPE   input shapes, comma-separated: 1x3x224x224 or 1x128x512,1x128\n"
            "  T       float32 | bfloat16 | float16 (weights and inputs are converted before the run)\n"
@@ -61,6 +65,8 @@ std::string usageText()
 
 CliOptions parseCli(const std::vector<std::string>& args)
 {
+    if (!args.empty() && args.front() == "diff")
+        return parseDiffCli(std::vector<std::string>(args.begin() + 1, args.end()));
     CliOptions o;
     std::size_t i = 0;
     if (i < args.size() && (args[i] == "analyze" || args[i] == "whatif")) {

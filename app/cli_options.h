@@ -8,7 +8,7 @@
 namespace memledger {
 
 struct CliOptions {
-    std::string command = "analyze"; // analyze | whatif | gui
+    std::string command = "analyze"; // analyze | whatif | diff | gui
     std::string model; // empty: the built-in demo
     RunOptions run;
     std::vector<std::int64_t> batches; // whatif
@@ -19,6 +19,11 @@ struct CliOptions {
     int depth = 64;
     bool help = false, version = false;
     bool tensors = false; // analyze --tensors: list every parameter and buffer
+    // diff (app/diff_cli.h): `model` is A, `model_b` B, run with `run_b` (the shared options and the --b- ones).
+    std::string model_b;
+    RunOptions run_b;
+    std::vector<std::string> diff_b_flags; // the --b- options given
+    std::size_t diff_rows = 40; // --rows: entries the text lists
 };
 
 // Throws std::invalid_argument with a message for the user on a usage error.

@@ -67,8 +67,17 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
                 QCoreApplication::exit(error.isEmpty() ? 0 : 1);
             });
         };
+        // MEMLEDGER_COMPARE=FILE compares the first report with FILE (File > Compare with...) and waits for it.
+        if (qEnvironmentVariableIsSet("MEMLEDGER_COMPARE")) {
+            auto other = qEnvironmentVariable("MEMLEDGER_COMPARE");
+            QObject::connect(
+                &window, &memledger::MainWindow::reportChanged, &window, [&window, other] { window.compareWith(other); },
+                Qt::SingleShotConnection);
+            QObject::connect(&window, &memledger::MainWindow::comparisonShown, &window, save);
+            QObject::connect(&window, &memledger::MainWindow::comparisonFailed, &window, save);
+        }
         // MEMLEDGER_SCREENSHOT_WHATIF=1 waits for the what-if panel's records instead.
-        if (qEnvironmentVariableIsSet("MEMLEDGER_SCREENSHOT_WHATIF"))
+        else if (qEnvironmentVariableIsSet("MEMLEDGER_SCREENSHOT_WHATIF"))
             QObject::connect(&window, &memledger::MainWindow::whatIfReady, &window, save);
         else
             QObject::connect(&window, &memledger::MainWindow::reportChanged, &window, save);

@@ -1,6 +1,8 @@
 #include "main_window.h"
 
 #include "demo_model.h"
+#include "diff_view.h"
+#include "report/report_diff.h"
 #include "exports/report_json.h"
 #include "layer_tree_panel.h"
 #include "ledger_summary.h"
@@ -43,6 +45,7 @@
 #include <QScrollArea>
 #include <QSettings>
 #include <QSplitter>
+#include <QStackedWidget>
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QToolBar>
@@ -201,6 +204,7 @@ MainWindow::MainWindow(QWidget* parent)
 
     buildMenus();
     setUpWhatIf();
+    setUpComparison();
     resizeDocks({runDock, summaryDock, whatIfDock_}, {kDockWidth, kDockWidth, kDockWidth}, Qt::Horizontal);
 
     connect(tree_, &LayerTreePanel::moduleSelected, timeline_, &TimelinePlot::highlightModule);
@@ -305,6 +309,14 @@ void MainWindow::buildMenus()
     html->setEnabled(false);
     html->setToolTip(tr("This build has no HTML report writer"));
 #endif
+    file->addSeparator();
+    needReport_ << file->addAction(tr("&Compare with…"), this, [this] {
+        auto path = QFileDialog::getOpenFileName(this,
+            tr("Compare with (B): a model, a report or a CUDA memory snapshot; the file shown is A"), QString(),
+            tr("Models, reports and CUDA snapshots (*.pt *.pth *.json *.pickle *.pkl);;All files (*)"));
+        if (!path.isEmpty())
+            compareWith(path);
+    });
     file->addSeparator();
     file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
 }
@@ -711,6 +723,84 @@ QString MainWindow::exportHtml(const QString& path) const
 #else
     return tr("%1: this build has no HTML report writer").arg(path);
 #endif
+}
+
+void MainWindow::setUpComparison()
+{
+    compareWorker_ = new RunWorker(this);
+    diffView_ = new DiffView;
+    connect(diffView_, &DiffView::closeRequested, this, &MainWindow::closeComparison);
+    connect(compareWorker_, &RunWorker::finished, this, [this](quint64, std::shared_ptr<const Report> b) {
+        if (!report_)
+            return;
+        auto diff = std::make_shared<const ReportDiff>(diffReports(
+            *report_, *b, displayName().toStdString(), QFileInfo(compareFile_).fileName().toStdString()));
+        diffView_->setDiff(diff);
+        if (!centralStack_) {
+            centralStack_ = new QStackedWidget;
+            centralStack_->addWidget(takeCentralWidget());
+            centralStack_->addWidget(diffView_);
+            setCentralWidget(centralStack_);
+        }
+        centralStack_->setCurrentWidget(diffView_);
+        // The comparison takes the window's width: the docks describe A alone and come back when it closes.
+        for (auto* dock : findChildren<QDockWidget*>())
+            if (dock->isVisible() && !dockedForComparison_.contains(dock)) {
+                dockedForComparison_ << dock;
+                dock->hide();
+            }
+        statusBar()->showMessage(tr("Comparing %1 (A) with %2 (B)").arg(displayName(), QFileInfo(compareFile_).fileName()),
+            6000);
+        emit comparisonShown();
+    });
+    connect(compareWorker_, &RunWorker::failed, this, [this](quint64, const QString& message) {
+        auto text = tr("Compare with: %1").arg(message);
+        showError(text);
+        emit comparisonFailed(text);
+    });
+    // Another file or run shown is another A: the comparison no longer describes it.
+    connect(this, &MainWindow::reportChanged, this, [this] { closeComparison(); });
+}
+
+void MainWindow::compareWith(const QString& path)
+{
+    if (!report_) {
+        showError(tr("Compare with %1: open or run a file first, it will be A").arg(path));
+        return;
+    }
+    RunRequest request;
+    request.path = path;
+    const bool sameFile = !file_.isEmpty() && QFileInfo(path) == QFileInfo(file_);
+    if (sameFile && opened_ && opened_->model)
+        request.file = opened_; // the model opened once, run again at the panel's settings
+    try {
+        request.options = runPanel_->options();
+    } catch (const std::exception& e) {
+        showError(tr("Input shapes: %1").arg(QString::fromStdString(e.what())));
+        return;
+    }
+    // Another model takes the panel's shapes only when they were given, not guessed for A.
+    if (!sameFile && (report_->run.input_guessed || !opened_ || opened_->kind != FileKind::Model))
+        request.options.inputs.clear();
+    compareFile_ = path;
+    clearError();
+    statusBar()->showMessage(tr("Compare with %1: opening and running it as B…").arg(QFileInfo(path).fileName()));
+    compareWorker_->start(std::move(request));
+}
+
+void MainWindow::closeComparison()
+{
+    compareWorker_->cancel();
+    if (centralStack_)
+        centralStack_->setCurrentIndex(0);
+    for (auto* dock : dockedForComparison_)
+        dock->show();
+    dockedForComparison_.clear();
+}
+
+bool MainWindow::isComparing() const
+{
+    return centralStack_ && centralStack_->currentWidget() == diffView_;
 }
 
 void MainWindow::addRecentFile(const QString& path)

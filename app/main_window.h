@@ -13,10 +13,12 @@ class QComboBox;
 class QMenu;
 class QTabWidget;
 class QToolBar;
+class QStackedWidget;
 
 namespace memledger {
 
 class CallTreeView;
+class DiffView;
 class FlameGraph;
 class LayerTreePanel;
 class StackPane;
@@ -81,10 +83,19 @@ public:
     QString exportWindowPng(const QString& path);
     QString exportHtml(const QString& path) const;
 
+    // File > Compare with...: the report shown is A; `path` (a model, run with the run panel's settings, a
+    // report or a snapshot) is B. The comparison view replaces the timeline and tables until it is closed.
+    void compareWith(const QString& path);
+    void closeComparison();
+    bool isComparing() const;
+    DiffView* diffView() const { return diffView_; }
+
 signals:
     void reportChanged(std::shared_ptr<const memledger::Report> report); // a report is shown; never nullptr
     void runFailed(const QString& message);
     void whatIfReady(); // the what-if panel has its records
+    void comparisonShown(); // compareWith() has its B and shows the comparison
+    void comparisonFailed(const QString& message);
 
 protected:
     void dragEnterEvent(QDragEnterEvent* event) override;
@@ -100,6 +111,7 @@ private:
     void showSegments();
     void showCallStacks();
     void setUpWhatIf();
+    void setUpComparison();
     void recordWhatIf(const Report& report);
     void showError(const QString& message);
     void clearError();
@@ -140,6 +152,12 @@ private:
     std::shared_ptr<const Report> rangeReport_;
     QAction* clearRangeAction_ = nullptr;
     QLabel* rangeLabel_ = nullptr;
+    // File > Compare with...: B runs on its own worker; the view stacks over the central widget.
+    RunWorker* compareWorker_ = nullptr;
+    DiffView* diffView_ = nullptr;
+    QStackedWidget* centralStack_ = nullptr;
+    QString compareFile_;
+    QList<QDockWidget*> dockedForComparison_; // the docks the comparison hid, shown again when it closes
 };
 
 } // namespace memledger
