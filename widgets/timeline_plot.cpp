@@ -20,11 +20,17 @@ QString bytesText(double bytes)
     return QString::fromStdString(formatBytes(static_cast<std::int64_t>(bytes)));
 }
 
-QString keyText(const Trace& t, std::size_t event)
+// When an event happened, as the axis measures it: "12.345 ms (op 7)" for a model run, "12.345 ms" for a
+// snapshot, "event 1234" for a trace without timestamps.
+QString keyText(const Report& r, std::size_t event)
 {
-    return QStringLiteral("%1 ms (op %2)")
-        .arg(static_cast<double>(t.time_ns[event]) / 1e6, 0, 'f', 3)
-        .arg(t.op_seq[event]);
+    const auto& t = *r.trace;
+    if (!timelineHasTime(r))
+        return QObject::tr("event %1").arg(event);
+    auto ms = static_cast<double>(t.time_ns[event]) / 1e6;
+    if (r.snapshot)
+        return QObject::tr("%1 ms").arg(ms, 0, 'f', 3);
+    return QObject::tr("%1 ms (op %2)").arg(ms, 0, 'f', 3).arg(t.op_seq[event]);
 }
 
 } // namespace
@@ -558,10 +564,10 @@ QString TimelinePlot::describeAt(double key, double bytes, QString* modulePath) 
         if (phase)
             opLine += tr("<br>phase: %1").arg(QString::fromStdString(phase->name).toHtmlEscaped());
         QString until
-            = partner == kNoPartner ? tr("the end of the run") : keyText(t, static_cast<std::size_t>(partner));
+            = partner == kNoPartner ? tr("the end of the run") : keyText(*report_, static_cast<std::size_t>(partner));
         return tr("<b>%1</b> %2<br>module: %3<br>%4<br>alive from %5<br>until %6")
             .arg(bytesText(static_cast<double>(t.bytes[a])), QString::fromUtf8(ledgerLabel(ledger)),
-                (where.isEmpty() ? tr("(model)") : where).toHtmlEscaped(), opLine, keyText(t, a), until);
+                (where.isEmpty() ? tr("(model)") : where).toHtmlEscaped(), opLine, keyText(*report_, a), until);
     }
     return {};
 }
@@ -597,7 +603,7 @@ QString TimelinePlot::describeSnapshotAt(int band, std::size_t p, double bytes) 
             continue;
         auto where = QString::fromStdString(t.strings.at(t.where[i]));
         QString until
-            = partner == kNoPartner ? tr("the end of the trace") : keyText(t, static_cast<std::size_t>(partner));
+            = partner == kNoPartner ? tr("the end of the trace") : keyText(*report_, static_cast<std::size_t>(partner));
         hoveredEvent_ = static_cast<std::int64_t>(i);
         auto stack = i < t.stack.size() ? stackTooltipHtml(t, t.stack[i]) : QString();
         if (!stack.isEmpty())
@@ -606,8 +612,8 @@ QString TimelinePlot::describeSnapshotAt(int band, std::size_t p, double bytes) 
             .arg(bytesText(static_cast<double>(t.bytes[i])), pendingBand ? tr("pending free") : tr("allocated"),
                 QString::number(static_cast<int>(t.device[i])),
                 (where.isEmpty() ? tr("(no stack)") : where).toHtmlEscaped(), QString::number(t.address[i], 16),
-                keyText(t, i),
-                pending ? tr("free requested at %1<br>").arg(keyText(t, static_cast<std::size_t>(requested)))
+                keyText(*report_, i),
+                pending ? tr("free requested at %1<br>").arg(keyText(*report_, static_cast<std::size_t>(requested)))
                         : QString(),
                 tr("freed at %1").arg(until))
             + stack;
