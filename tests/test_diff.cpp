@@ -565,10 +565,12 @@ TEST(DiffWindow, CompareWithShowsTheComparisonAndClosesBack)
     QCoreApplication::processEvents();
     EXPECT_TRUE(w.diffView()->isVisible());
     EXPECT_FALSE(w.timeline()->isVisible());
+    EXPECT_FALSE(w.runPanel()->isVisible()); // the side panels make room, and come back with A
     w.diffView()->closeButton()->click();
     QCoreApplication::processEvents();
     EXPECT_FALSE(w.isComparing());
     EXPECT_TRUE(w.timeline()->isVisible());
+    EXPECT_TRUE(w.runPanel()->isVisible());
     EXPECT_FALSE(w.diffView()->isVisible());
 
     // A file that cannot be read: a message naming it, and the window stays as it was.
