@@ -22,7 +22,8 @@ Trace makeTrace(std::size_t events)
     std::vector<std::uint32_t> frames;
     for (int i = 0; i < 400; ++i) {
         auto file = t.strings.intern(i % 3 ? "/home/user/project/model_" + std::to_string(i % 17) + ".py" : "??");
-        auto name = t.strings.intern(i % 3 ? "forward_" + std::to_string(i) : "at::_ops::op" + std::to_string(i) + "::call()");
+        auto name = t.strings.intern(
+            i % 3 ? "forward_" + std::to_string(i) : "at::_ops::op" + std::to_string(i) + "::call()");
         frames.push_back(t.stacks.internFrame(file, i % 3 ? 10 + i : 0, name));
     }
     std::uint32_t seed = 1;
@@ -39,7 +40,8 @@ Trace makeTrace(std::size_t events)
     std::uint64_t addr = 0x1000;
     while (t.size() < events) {
         if (live.size() < 32 || (live.size() < 2048 && rnd() % 2 == 0)) {
-            auto i = t.push(static_cast<std::int64_t>(t.size()), 512 * (1 + rnd() % 64), addr += 0x100000, Action::Alloc, 0);
+            auto i = t.push(
+                static_cast<std::int64_t>(t.size()), 512 * (1 + rnd() % 64), addr += 0x100000, Action::Alloc, 0);
             t.stack[i] = stacks[rnd() % stacks.size()];
             live.push_back(i);
         } else {
@@ -114,7 +116,7 @@ int main(int argc, char** argv)
     double naive = best([&] { naiveNodes = naiveTree(t); });
     std::printf("events %zu, distinct stacks %zu, tree nodes %zu (per-event tree %zu)\n", t.size(),
         t.stacks.stackCount() - 1, treeNodes, naiveNodes);
-    std::printf("buildCallTree %.1f ms, per-event expansion %.1f ms: %.1fx faster\n", ours * 1e3, naive * 1e3,
-        naive / ours);
+    std::printf(
+        "buildCallTree %.1f ms, per-event expansion %.1f ms: %.1fx faster\n", ours * 1e3, naive * 1e3, naive / ours);
     return 0;
 }

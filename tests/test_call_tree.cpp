@@ -33,8 +33,8 @@ const CallTreeNode* find(const CallTree& tree, const std::vector<std::string>& p
     return &tree.nodes[static_cast<std::size_t>(at)];
 }
 
-void expectNode(const CallTree& tree, const std::vector<std::string>& path, std::int64_t allocated,
-    std::int64_t count, std::int64_t largest, std::int64_t alive)
+void expectNode(const CallTree& tree, const std::vector<std::string>& path, std::int64_t allocated, std::int64_t count,
+    std::int64_t largest, std::int64_t alive)
 {
     const CallTreeNode* n = find(tree, path);
     ASSERT_NE(n, nullptr) << (path.empty() ? "root" : path.back());
@@ -68,8 +68,8 @@ TEST(CallTree, TopDownSumsOfAHandWrittenTrace)
     expectNode(tree, {kMod}, 200, 4, 100, 80);
     expectNode(tree, {kMod, kFwd10}, 130, 2, 100, 30);
     expectNode(tree, {kMod, kFwd10, kMul}, 130, 2, 100, 30); // the leaf: the allocator's frames are dropped
-    EXPECT_TRUE(tree.nodes[static_cast<std::size_t>(find(tree, {kMod, kFwd10, kMul}) - tree.nodes.data())]
-                    .children.empty());
+    EXPECT_TRUE(
+        tree.nodes[static_cast<std::size_t>(find(tree, {kMod, kFwd10, kMul}) - tree.nodes.data())].children.empty());
     expectNode(tree, {kMod, kFwd12}, 70, 2, 50, 50);
     expectNode(tree, {kEngine, kMm}, 200, 1, 200, 200);
     expectNode(tree, {"(no stack)"}, 10, 1, 10, 0);
@@ -188,6 +188,12 @@ void compareWithPython(const std::string& file)
 
 } // namespace
 
-TEST(CallTree, ManySegmentsSnapshotAsPythonSumsIt) { compareWithPython("many-segments.pickle"); }
+TEST(CallTree, ManySegmentsSnapshotAsPythonSumsIt)
+{
+    compareWithPython("many-segments.pickle");
+}
 
-TEST(CallTree, SmallAllocFreeSnapshotAsPythonSumsIt) { compareWithPython("small-alloc-free.pickle"); }
+TEST(CallTree, SmallAllocFreeSnapshotAsPythonSumsIt)
+{
+    compareWithPython("small-alloc-free.pickle");
+}

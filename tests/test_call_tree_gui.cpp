@@ -247,7 +247,8 @@ TEST(SnapshotWindow, CallStackViewsShowARealSnapshot)
     EXPECT_TRUE(text.contains(QStringLiteral("call stack"))) << text.toStdString();
     EXPECT_TRUE(text.contains(QStringLiteral("more frames"))) << text.toStdString();
     QSignalSpy clicked(plot, &TimelinePlot::allocationClicked);
-    QPoint at(static_cast<int>(plot->xAxis->coordToPixel(s.peak_key)), static_cast<int>(plot->yAxis->coordToPixel(y)) - 1);
+    QPoint at(
+        static_cast<int>(plot->xAxis->coordToPixel(s.peak_key)), static_cast<int>(plot->yAxis->coordToPixel(y)) - 1);
     QTest::mouseClick(plot, Qt::LeftButton, {}, at);
     ASSERT_EQ(clicked.size(), 1);
     EXPECT_GT(w.stackPane()->frameCount(), 40); // the whole stack (80-odd frames)

@@ -156,10 +156,11 @@ QString FlameGraph::headline() const
     if (!tree_ || !tree_->has_stacks)
         return tr("No call stacks: a model run records module paths (see the Layers tab)");
     const auto& t = *report_->trace;
-    QString when = tree_->moment < 0 ? tr("the start of the trace")
-                                     : tr("%1 ms (after event %2)")
-                                           .arg(static_cast<double>(t.time_ns[static_cast<std::size_t>(tree_->moment)]) / 1e6, 0, 'f', 3)
-                                           .arg(tree_->moment);
+    QString when = tree_->moment < 0
+        ? tr("the start of the trace")
+        : tr("%1 ms (after event %2)")
+              .arg(static_cast<double>(t.time_ns[static_cast<std::size_t>(tree_->moment)]) / 1e6, 0, 'f', 3)
+              .arg(tree_->moment);
     QString which = options_.moment == CallTreeOptions::kRangePeak ? tr("the peak, ") : QString();
     return tr("%1 alive at %2%3 by call stack · click a frame to zoom, the top row to zoom out · click the "
               "timeline to pick a moment")
@@ -172,7 +173,8 @@ void FlameGraph::paintEvent(QPaintEvent*)
     p.fillRect(rect(), palette().color(QPalette::Base));
     p.setPen(palette().color(QPalette::Text));
     QRect head(4, 0, width() - 8, kHeadline);
-    p.drawText(head, Qt::AlignLeft | Qt::AlignVCenter, p.fontMetrics().elidedText(headline(), Qt::ElideRight, head.width()));
+    p.drawText(
+        head, Qt::AlignLeft | Qt::AlignVCenter, p.fontMetrics().elidedText(headline(), Qt::ElideRight, head.width()));
     if (!tree_)
         return;
     const Trace* t = report_ ? report_->trace.get() : nullptr;

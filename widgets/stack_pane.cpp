@@ -128,8 +128,10 @@ void StackPane::showAllocation(std::int64_t event)
         i = static_cast<std::size_t>(t->partner[i]); // a free: show its allocation
     auto partner = t->partner[i];
     QString when = t->action[i] == Action::Alloc
-        ? tr("allocated at %1, %2").arg(msText(*t, i),
-            partner == kNoPartner ? tr("alive at the end") : tr("freed at %1").arg(msText(*t, static_cast<std::size_t>(partner))))
+        ? tr("allocated at %1, %2")
+              .arg(msText(*t, i),
+                  partner == kNoPartner ? tr("alive at the end")
+                                        : tr("freed at %1").arg(msText(*t, static_cast<std::size_t>(partner))))
         : tr("%1 at %2").arg(QString::fromLatin1(actionName(t->action[i])), msText(*t, i));
     title_->setText(tr("<b>%1</b> on cuda:%2, %3").arg(bytesText(t->bytes[i]), QString::number(t->device[i]), when));
     std::uint32_t stack = i < t->stack.size() ? t->stack[i] : 0;

@@ -84,7 +84,8 @@ private:
         const auto& fr = t_.stacks.frame(frame);
         FrameView v {t_.strings.at(fr.file), fr.line, t_.strings.at(fr.name)};
         slot = static_cast<std::uint32_t>(labels_.size());
-        labels_.push_back({frameText(v), static_cast<std::int64_t>(frame), classifyFrame(v.filename) == FrameKind::User});
+        labels_.push_back(
+            {frameText(v), static_cast<std::int64_t>(frame), classifyFrame(v.filename) == FrameKind::User});
         return slot;
     }
     std::uint32_t special(const std::string& text)
@@ -135,9 +136,9 @@ StackTotalsResult stackTotals(const Trace& t, const CallTreeOptions& o)
     StackTotalsResult r;
     const std::size_t last = std::min(o.last, t.size());
     const std::size_t first = std::min(o.first, last);
-    r.moment = o.moment == CallTreeOptions::kRangePeak ? peakMoment(t, first, last, o.device)
-                                                       : std::clamp<std::int64_t>(o.moment, -1,
-                                                           static_cast<std::int64_t>(t.size()) - 1);
+    r.moment = o.moment == CallTreeOptions::kRangePeak
+        ? peakMoment(t, first, last, o.device)
+        : std::clamp<std::int64_t>(o.moment, -1, static_cast<std::int64_t>(t.size()) - 1);
     std::vector<StackTotals> by(t.stacks.stackCount());
     const bool hasStacks = t.stack.size() == t.size();
     auto stackOf = [&](std::size_t i) { return hasStacks ? t.stack[i] : 0u; };

@@ -77,7 +77,10 @@ struct CallTree {
     std::int64_t moment = -1; // as StackTotalsResult::moment
     bool bottom_up = false;
     bool has_stacks = false; // some allocation has a stack (false for model runs)
-    const std::string& text(std::int32_t node) const { return labels[nodes[static_cast<std::size_t>(node)].label].text; }
+    const std::string& text(std::int32_t node) const
+    {
+        return labels[nodes[static_cast<std::size_t>(node)].label].text;
+    }
     // The labels from the root's child down to `node`.
     std::vector<std::string> path(std::int32_t node) const;
 };
