@@ -3,6 +3,7 @@
 #include "report/timeline_series.h"
 #include "session/open_file.h"
 
+#include <QElapsedTimer>
 #include <QMainWindow>
 
 #include <memory>
@@ -135,6 +136,7 @@ private:
     QMenu* recentMenu_ = nullptr;
     QList<QAction*> needReport_;
     std::shared_ptr<const Report> report_;
+    QElapsedTimer openClock_; // since a file was chosen (MEMLEDGER_TIMING=1 prints when its timeline is drawn)
     std::shared_ptr<const OpenedFile> opened_;
     bool whatIfPartial_ = false; // the panel shows the first records while larger ones are made // the file shown, opened once; its model serves runs and what-if
     QString file_;

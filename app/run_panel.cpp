@@ -233,6 +233,15 @@ void RunPanel::setProgress(int done, int total)
     progress_->setFormat(tr("%1 of %2 modules").arg(done).arg(total));
 }
 
+void RunPanel::setReadProgress(qint64 done, qint64 total)
+{
+    if (total <= 0)
+        return;
+    progress_->setRange(0, 1000);
+    progress_->setValue(static_cast<int>(std::min<qint64>(done, total) * 1000 / total));
+    progress_->setFormat(tr("Reading %1 of %2 MB").arg(done / 1000000).arg((total + 999999) / 1000000));
+}
+
 void RunPanel::setStatus(const QString& text)
 {
     status_->setText(text);

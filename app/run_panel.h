@@ -42,6 +42,8 @@ public:
 
     QPushButton* runButton() const { return run_; }
     QPushButton* cancelButton() const { return cancel_; }
+    // A file's reading: "Reading 40 of 111 MB".
+    void setReadProgress(qint64 done, qint64 total);
     QProgressBar* progressBar() const { return progress_; }
     QComboBox* modeBox() const { return mode_; }
     QComboBox* optimizerBox() const { return optimizer_; }

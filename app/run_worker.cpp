@@ -47,7 +47,14 @@ quint64 RunWorker::start(RunRequest request)
               try {
                   auto file = request.file;
                   if (!file) {
-                      file = std::make_shared<const OpenedFile>(openFileOrDemo(request.path.toStdString()));
+                      SnapshotReadOptions read; // a snapshot's reading reports its bytes and stops on Cancel
+                      read.cancel = cancelFlag;
+                      read.progress = [this, job](std::size_t done, std::size_t total) {
+                          deliver(job, [this, job, done, total] {
+                              emit reading(job, static_cast<qint64>(done), static_cast<qint64>(total));
+                          });
+                      };
+                      file = std::make_shared<const OpenedFile>(openFileOrDemo(request.path.toStdString(), read));
                       deliver(job, [this, job, file] { emit opened(job, file); });
                   }
                   if (file->model && options.inputs.empty() && file->default_inputs.empty()) {

@@ -42,6 +42,7 @@ signals:
     // The inputs the model will be run with, when they are a guess from its first layer.
     void inputsGuessed(quint64 job, const QString& shapes, const QString& how);
     void progress(quint64 job, int done, int total); // total 0: not known yet
+    void reading(quint64 job, qint64 done, qint64 total); // bytes of a snapshot read so far
     void finished(quint64 job, std::shared_ptr<const memledger::Report> report);
     void failed(quint64 job, const QString& message);
     void cancelled(quint64 job);

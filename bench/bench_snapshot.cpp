@@ -63,7 +63,7 @@ struct Result {
     std::string file;
     double mb = 0;
     std::size_t entries = 0, frames = 0, stacks = 0;
-    double ours = 0, python = 0, peakPerEntry = 0, keptPerEntry = 0;
+    double ours = 0, python = 0, peakPerEntry = 0, keptPerEntry = 0, report = 0, check = 0;
 };
 
 Result measure(const std::string& file)
@@ -87,6 +87,14 @@ Result measure(const std::string& file)
         r.keptPerEntry = t.bytesPerEvent()
             + static_cast<double>(s.trace_stream.capacity() * sizeof(std::uint64_t) + t.fixedBytes()) / n;
         r.peakPerEntry = peakKnown && peak > before ? static_cast<double>(peak - before) / n : -1;
+        if (run == 0) { // what the window does next: the report its timeline shows, the allocator check
+            auto t1 = std::chrono::steady_clock::now();
+            Report rep = reportFromSnapshot(std::move(s), file, false);
+            auto t2 = std::chrono::steady_clock::now();
+            rep = addAllocatorCheck(rep);
+            r.report = seconds(t2 - t1);
+            r.check = seconds(std::chrono::steady_clock::now() - t2);
+        }
     }
     r.ours = best;
     // Python: the same file with pickle.load, and the interpreter alone, interleaved.
@@ -117,10 +125,10 @@ int main(int argc, char** argv)
             files.push_back(a);
     }
     if (files.empty()) {
-        // PyTorch's sharing; a list per site shared by all its entries (issue 12's "trace repeated"); three
-        // frames of its own per captured traceback (many more distinct frames).
+        // PyTorch's sharing, stacks about 30 deep; the same with stacks about 80 deep (12 more levels of a
+        // training framework); a list per site shared by all its entries (issue 12's "trace repeated").
         const std::pair<const char*, const char*> kinds[] = {
-            {"pytorch", ""}, {"shared-lists", "--share-lists"}, {"distinct-frames", "--unique-frames 3"}};
+            {"pytorch", ""}, {"deep-stacks", "--nesting 12"}, {"shared-lists", "--share-lists"}};
         auto dir = fs::temp_directory_path();
         for (const auto& [name, flags] : kinds) {
             auto path = (dir / ("memledger-bench-" + std::string(name) + "-" + std::to_string(entries) + ".pickle"))
@@ -150,9 +158,9 @@ int main(int argc, char** argv)
             return 2;
         }
         const double ratio = r.python > 0 ? r.python / r.ours : 0;
-        std::printf("%-44s %8.1f %9zu %7zu %7zu %8.3fs %8.3fs %5.1fx %10.0f %10.0f\n",
+        std::printf("%-44s %8.1f %9zu %7zu %7zu %8.3fs %8.3fs %5.1fx %10.0f %10.0f   (report %.3fs, check %.3fs)\n",
             fs::path(r.file).filename().string().c_str(), r.mb, r.entries, r.frames, r.stacks, r.ours, r.python,
-            ratio, r.peakPerEntry, r.keptPerEntry);
+            ratio, r.peakPerEntry, r.keptPerEntry, r.report, r.check);
         ok = ok && (r.python <= 0 || ratio >= 5.0) && r.keptPerEntry <= 100.0;
     }
     std::printf("memledger: read + decode in this process; pickle: python3 pickle.load minus python3 start-up.\n"

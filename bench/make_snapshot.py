@@ -18,12 +18,14 @@ allocation site has its own stack, innermost first: the caching allocator's C++ 
 the Python binding, then Python user and torch frames interleaved with CPython's evaluation frames (depth
 about 20 to 40, as `_record_memory_history(stacks="all")` records them).
 
+--nesting K puts K more levels of a training framework's loops (a Python frame, CPython's frames) at the outer
+end of every stack: deeper stacks, as real traces often have (60 to 100 frames), and larger files.
 --unique-frames K gives every captured traceback K frames of its own (new frame dicts with their own line
 numbers), for files with many more distinct frames. --share-lists gives every allocation site one frames list
 shared by all its entries (a recorded trace repeated, as the benchmark of issue 12 did): smaller files, but
 not what PyTorch writes.
 
-Usage: make_snapshot.py OUT.pickle [--entries N] [--unique-frames K] [--share-lists] [--seed S]
+Usage: make_snapshot.py OUT.pickle [--entries N] [--nesting K] [--unique-frames K] [--share-lists] [--seed S]
 Standard library only (run with /usr/bin/python3).
 """
 import argparse
@@ -110,6 +112,18 @@ def module_call(line_call_impl=1747, line_wrapped=1736):
     return eval_frames() + [(m, line_call_impl, "_call_impl")] + eval_frames() + [(m, line_wrapped, "_wrapped_call_impl")]
 
 
+NESTING = 0
+
+
+def framework_frames():
+    """Loops of a training framework around train_step, innermost first (--nesting)."""
+    out = []
+    for i in range(NESTING):
+        out += [(SITE + "/trainer/loops/loop_%d.py" % i, 120 + 7 * i, "run")] + eval_frames()
+        out += [(PY + "/Objects/call.c", 431, "_PyObject_Call_Prepend")]
+    return out
+
+
 def python_tail(phase, layer, block):
     """Python frames from the op's call site out to the script's entry, innermost first."""
     tail = []
@@ -128,7 +142,8 @@ def python_tail(phase, layer, block):
         tail += [(SITE + "/torch/optim/adam.py", 223, "step")] + eval_frames()
         tail += [(SITE + "/torch/optim/optimizer.py", 487, "wrapper")] + eval_frames()
         tail += [(USER + "/train.py", 63, "train_step")]
-    tail += eval_frames() + [(USER + "/train.py", 90, "main"), (USER + "/train.py", 101, "<module>")]
+    tail += eval_frames() + framework_frames()
+    tail += [(USER + "/train.py", 90, "main"), (USER + "/train.py", 101, "<module>")]
     return tail
 
 
@@ -217,7 +232,8 @@ def build(args):
     t = Trace(args, frames)
     n = len(sites) // 3
     forward, backward, optimizer = sites[:n], sites[n:2 * n], sites[2 * n:]
-    optimizer_state = [t.alloc(s) for s in optimizer]  # Adam's moments: alive throughout
+    for s in optimizer:  # Adam's moments: alive throughout
+        t.alloc(s)
     while len(t.entries) < args.entries:
         saved = [(s, t.alloc(s)) for s in forward]
         grads = []
@@ -237,21 +253,23 @@ def build(args):
             live[e["addr"]] = e
         elif e["action"] == "free_completed":
             live.pop(e["addr"], None)
+    # The segments at the end: every segment the trace made (none is released), holding what is still alive.
     segments = []
-    for addr in optimizer_state[:4]:
+    made = {e["addr"]: e["size"] for e in t.entries if e["action"] == "segment_alloc"}
+    for addr, seg in sorted(made.items()):
         e = live.get(addr)
-        if e is None:
-            continue
-        seg = ((e["size"] + (2 << 20) - 1) // (2 << 20)) * (2 << 20)
-        blocks = [{"address": addr, "size": e["size"], "requested_size": e["size"], "state": "active_allocated",
-                   "frames": e["frames"]}]
-        if seg > e["size"]:
-            blocks.append({"address": addr + e["size"], "size": seg - e["size"], "requested_size": 0,
-                           "state": "inactive", "frames": []})
-        segments.append({"device": 0, "address": addr, "total_size": seg, "allocated_size": e["size"],
-                         "active_size": e["size"], "requested_size": e["size"], "stream": 0,
+        used = e["size"] if e else 0
+        blocks = []
+        if e:
+            blocks.append({"address": addr, "size": used, "requested_size": used, "state": "active_allocated",
+                           "frames": e["frames"]})
+        if seg > used:
+            blocks.append({"address": addr + used, "size": seg - used, "requested_size": 0, "state": "inactive",
+                           "frames": []})
+        segments.append({"device": 0, "address": addr, "total_size": seg, "allocated_size": used,
+                         "active_size": used, "requested_size": used, "stream": 0,
                          "segment_type": "large", "segment_pool_id": (0, 0), "is_expandable": False,
-                         "frames": e["frames"], "blocks": blocks})
+                         "frames": e["frames"] if e else [], "blocks": blocks})
     settings = {"PYTORCH_CUDA_ALLOC_CONF": "", "max_split_size": -1, "garbage_collection_threshold": 0.0,
                 "expandable_segments": False, "pinned_num_register_threads": 1,
                 "release_lock_on_cudamalloc": False, "pinned_use_cuda_host_register": False,
@@ -264,10 +282,13 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out")
     p.add_argument("--entries", type=int, default=1_000_000)
+    p.add_argument("--nesting", type=int, default=0)
     p.add_argument("--unique-frames", type=int, default=0)
     p.add_argument("--share-lists", action="store_true")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()
+    global NESTING
+    NESTING = args.nesting
     snap = build(args)
     with open(args.out, "wb") as f:
         pickle.dump(snap, f)  # as torch.cuda.memory._dump_snapshot does

@@ -48,11 +48,11 @@ bool isDemoName(const std::string& path)
     return path.rfind("demo:", 0) == 0;
 }
 
-OpenedFile openFileOrDemo(const std::string& path)
+OpenedFile openFileOrDemo(const std::string& path, const SnapshotReadOptions& read)
 {
     const std::string name = path.empty() ? kDemoModelName : path;
     if (!isDemoName(name))
-        return openFile(path);
+        return openFile(path, read);
     for (const auto& d : demoModels())
         if (name == d.name) {
             auto f = openModelBytes(demoModelBytes(name), name, d.inputs);

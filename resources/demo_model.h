@@ -26,6 +26,6 @@ inline std::vector<std::vector<std::int64_t>> demoModelInput()
 }
 bool isDemoName(const std::string& path); // "demo:..." names a built-in demo
 // openFile(path); the RFBNet demo when `path` is empty; a built-in demo for its "demo:" name.
-OpenedFile openFileOrDemo(const std::string& path);
+OpenedFile openFileOrDemo(const std::string& path, const SnapshotReadOptions& read = {});
 
 } // namespace memledger

@@ -4,7 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <limits>
+#include <unistd.h>
 
 using namespace memledger;
 
@@ -196,4 +201,75 @@ TEST(PickleReader, SnapshotDecoderNamesTheFileReasonAndOffset)
             EXPECT_NE(std::string(e.what()).find(b.expect), std::string::npos) << b.what << ": " << e.what();
         }
     }
+}
+
+namespace {
+
+// Python's own pickle of `expr` (protocol 4), written by /usr/bin/python3.
+std::string pythonPickle(const std::string& expr)
+{
+    auto path = std::string("/tmp/memledger-test-reducer-") + std::to_string(::getpid()) + ".pickle";
+    std::string cmd = "/usr/bin/python3 -c \"import pickle, sys\nx = {'k': 7}\nopen(sys.argv[1], 'wb').write("
+                      "pickle.dumps(" + expr + ", 4))\" " + path;
+    if (std::system(cmd.c_str()) != 0)
+        return {};
+    std::ifstream in(path, std::ios::binary);
+    std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::remove(path.c_str());
+    return s;
+}
+
+// Replaces dicts that have a "k" key by reduced(3, k + 100); counts its calls.
+struct KReducer : PickleReducer {
+    int calls = 0;
+    bool reduce(PickleKind kind, PickleItems items, PickleValue& out) override
+    {
+        ++calls;
+        if (kind != PickleKind::Dict || items.size() != 2 || !items[0].isStr() || items[0].asStr() != "k")
+            return false;
+        out = PickleValue::reduced(3, static_cast<std::uint32_t>(items[1].asInt() + 100));
+        return true;
+    }
+};
+
+} // namespace
+
+// A reducer sees each container as it is put into another one, and its value takes the container's place
+// everywhere the pickle refers to it, also through the memo (one dict shared four times); what it declines
+// stays as Python reads it.
+TEST(PickleReader, AReducerReplacesContainersWhereverTheyAreShared)
+{
+    auto p = pythonPickle("{'a': [x, x, [x]], 'b': x, 'c': [1, [2, 3]], 'd': ()}");
+    ASSERT_FALSE(p.empty());
+    KReducer r;
+    PickleReadHooks hooks;
+    hooks.reducer = &r;
+    auto owned = std::make_shared<const std::string>(p);
+    PickleDocument doc = readPickle(owned, owned->data(), owned->size(), hooks);
+    const PickleValue& root = doc.root();
+    ASSERT_TRUE(root.isDict());
+    const auto& a = root.get("a")->items();
+    ASSERT_EQ(a.size(), 3u);
+    for (const PickleValue* v : {&a[0], &a[1], &a[2].items()[0], root.get("b")}) {
+        ASSERT_TRUE(v->isReduced());
+        EXPECT_EQ(v->kind(), PickleKind::Reduced);
+        EXPECT_EQ(v->reducedType(), 3u);
+        EXPECT_EQ(v->reducedId(), 107u);
+    }
+    const auto& c = root.get("c")->items();
+    ASSERT_EQ(c.size(), 2u);
+    EXPECT_EQ(c[0].asInt(), 1);
+    ASSERT_EQ(c[1].items().size(), 2u);
+    EXPECT_EQ(c[1].items()[1].asInt(), 3);
+    EXPECT_EQ(root.get("d")->kind(), PickleKind::Tuple);
+    EXPECT_GT(r.calls, 0);
+
+    // Declining everything gives the tree of a plain read.
+    struct None : PickleReducer {
+        bool reduce(PickleKind, PickleItems, PickleValue&) override { return false; }
+    } none;
+    hooks.reducer = &none;
+    PickleDocument same = readPickle(owned, owned->data(), owned->size(), hooks);
+    EXPECT_EQ(same.root().get("b")->get("k")->asInt(), 7);
+    EXPECT_EQ(same.root().get("a")->items()[2].items()[0].get("k")->asInt(), 7);
 }

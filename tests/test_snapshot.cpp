@@ -6,7 +6,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -283,4 +287,111 @@ TEST(Snapshot, PyTorchMemoryVizReadsOurSnapshot)
                              "    print('ok', f, len(segs), st['total_size'] if st else '')\n";
     std::string cmd = "/usr/bin/python3 " + script + " " + fromSnapshot + " " + fromTrace;
     EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
+namespace {
+
+// Runs a command; false when it did not exit 0.
+bool run(const std::string& cmd)
+{
+    return std::system(cmd.c_str()) == 0;
+}
+
+} // namespace
+
+// Files in PyTorch's layout written by Python's pickle (bench/make_snapshot.py: frames shared through the memo
+// as PyTorch's are; lists shared per site; frames of their own per traceback): every entry reads with the
+// action, address, size and frames that Python's pickle.load gives it, each distinct frame and each distinct
+// stack is interned once, and the allocation site is the first user frame.
+TEST(Snapshot, PyTorchLayoutReadsAsPythonReadsIt)
+{
+    namespace fs = std::filesystem;
+    auto dir = fs::temp_directory_path() / ("memledger-test-layout-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const std::string script = std::string(MEMLEDGER_SOURCE_DIR) + "/bench/make_snapshot.py";
+    const char* variants[] = {"--nesting 2", "--share-lists", "--unique-frames 2"};
+    int v = 0;
+    for (const char* flags : variants) {
+        SCOPED_TRACE(flags);
+        auto pickle = (dir / ("s" + std::to_string(v) + ".pickle")).string();
+        auto json = (dir / ("s" + std::to_string(v) + ".json")).string();
+        ++v;
+        ASSERT_TRUE(run("/usr/bin/python3 " + script + " " + pickle + " --entries 2500 " + flags + " 2>/dev/null"));
+        // Python's own reading: each entry's action, addr, size and frames; the distinct frames and stacks.
+        ASSERT_TRUE(run("/usr/bin/python3 -c \"import json, pickle, sys\n"
+                        "d = pickle.load(open(sys.argv[1], 'rb'))\n"
+                        "tr = [e for t in d['device_traces'] for e in t]\n"
+                        "fr = lambda e: [[f['filename'], f['line'], f['name']] for f in e['frames']]\n"
+                        "out = {'entries': [[e['action'], e['addr'], e['size'], fr(e)] for e in tr],\n"
+                        "  'frames': len({(f['filename'], f['line'], f['name']) for e in tr for f in e['frames']}),\n"
+                        "  'stacks': len({tuple(map(tuple, fr(e))) for e in tr if e['frames']})}\n"
+                        "json.dump(out, open(sys.argv[2], 'w'))\" "
+            + pickle + " " + json));
+        nlohmann::json truth;
+        std::ifstream(json) >> truth;
+        Snapshot s = readSnapshotFile(pickle);
+        const Trace& t = *s.trace;
+        const auto& entries = truth["entries"];
+        ASSERT_EQ(t.size(), entries.size());
+        EXPECT_EQ(t.stacks.frameCount(), truth["frames"].get<std::size_t>());
+        EXPECT_EQ(t.stacks.stackCount() - 1, truth["stacks"].get<std::size_t>()); // stack 0: the empty one
+        for (std::size_t i = 0; i < t.size(); ++i) {
+            const auto& e = entries[i];
+            ASSERT_EQ(actionName(t.action[i]), e[0].get<std::string>()) << "entry " << i;
+            ASSERT_EQ(t.address[i], e[1].get<std::uint64_t>()) << "entry " << i;
+            ASSERT_EQ(t.bytes[i], e[2].get<std::int64_t>()) << "entry " << i;
+            const auto& frames = e[3];
+            ASSERT_EQ(t.stacks.depth(t.stack[i]), frames.size()) << "entry " << i;
+            std::size_t k = 0;
+            for (const auto* f = t.stacks.begin(t.stack[i]); f != t.stacks.end(t.stack[i]); ++f, ++k) {
+                const auto& fr = t.stacks.frame(*f);
+                ASSERT_EQ(t.strings.at(fr.file), frames[k][0].get<std::string>()) << "entry " << i << " frame " << k;
+                ASSERT_EQ(fr.line, frames[k][1].get<std::int64_t>()) << "entry " << i << " frame " << k;
+                ASSERT_EQ(t.strings.at(fr.name), frames[k][2].get<std::string>()) << "entry " << i << " frame " << k;
+            }
+        }
+        // An allocation's site: its innermost frame of the user's own code (bench/make_snapshot.py puts the
+        // user's files in /home/user/train), "file:line name".
+        for (std::size_t i = 0; i < t.size(); ++i) {
+            if (t.action[i] != Action::Alloc)
+                continue;
+            for (const auto& f : entries[i][3])
+                if (f[0].get<std::string>().rfind("/home/user/train/", 0) == 0) {
+                    ASSERT_EQ(t.strings.at(t.where[i]),
+                        f[0].get<std::string>() + ":" + std::to_string(f[1].get<int>()) + " " + f[2].get<std::string>())
+                        << "entry " << i;
+                    break;
+                }
+        }
+    }
+    fs::remove_all(dir);
+}
+
+// Reading stops when asked to, with Cancelled, and reports its progress in bytes up to the whole file.
+TEST(Snapshot, ReadingReportsProgressAndStopsOnCancel)
+{
+    namespace fs = std::filesystem;
+    auto pickle = (fs::temp_directory_path() / ("memledger-test-cancel-" + std::to_string(::getpid()) + ".pickle"))
+                      .string();
+    ASSERT_TRUE(run("/usr/bin/python3 " + std::string(MEMLEDGER_SOURCE_DIR) + "/bench/make_snapshot.py " + pickle
+        + " --entries 100000 2>/dev/null"));
+    const auto size = fs::file_size(pickle);
+    ASSERT_GT(size, std::uintmax_t {8} << 20); // more than two progress steps
+    std::vector<std::size_t> seen;
+    SnapshotReadOptions read;
+    read.progress = [&](std::size_t done, std::size_t total) {
+        EXPECT_EQ(total, size);
+        seen.push_back(done);
+    };
+    Snapshot s = readSnapshotFile(pickle, read);
+    EXPECT_EQ(s.trace->size(), 100000u);
+    ASSERT_GE(seen.size(), 2u);
+    EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end()));
+    EXPECT_EQ(seen.back(), size);
+
+    std::atomic<bool> cancel {false};
+    read.cancel = &cancel;
+    read.progress = [&](std::size_t, std::size_t) { cancel = true; }; // Cancel pressed during the first step
+    EXPECT_THROW(readSnapshotFile(pickle, read), Cancelled);
+    fs::remove(pickle);
 }

@@ -26,6 +26,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstdlib>
 
 using namespace memledger;
 
@@ -280,4 +281,41 @@ TEST(SnapshotWindowModel, AModelRunShowsTheSimulatedGpuReserve)
         map->noteText().contains(QStringLiteral("simulated GPU segments at the end of the run"), Qt::CaseInsensitive))
         << map->noteText().toStdString();
     EXPECT_LE(map->bytesIn(BlockState::ActiveAllocated), map->barBytes());
+}
+
+// A large snapshot in PyTorch's layout (bench/make_snapshot.py): the Run panel shows how much of it is read,
+// Cancel stops the reading and shows nothing of it, and the file opens afterwards as a whole.
+TEST(SnapshotWindowReading, ShowsProgressAndCancelStopsIt)
+{
+    qtTestApp();
+    QTemporaryDir dir;
+    ASSERT_TRUE(dir.isValid());
+    const auto path = dir.filePath(QStringLiteral("large.pickle"));
+    const std::string cmd = "/usr/bin/python3 " MEMLEDGER_SOURCE_DIR "/bench/make_snapshot.py " + path.toStdString()
+        + " --entries 400000 --nesting 12 2>/dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    MainWindow w;
+    w.show();
+    QSignalSpy shown(&w, &MainWindow::reportChanged);
+    w.openFile(path);
+    auto* bar = w.runPanel()->progressBar();
+    QElapsedTimer clock;
+    clock.start();
+    while (!bar->format().startsWith(QStringLiteral("Reading")) && shown.isEmpty() && clock.elapsed() < kTimeoutMs)
+        QTest::qWait(5);
+    ASSERT_TRUE(shown.isEmpty()) << "read before its progress was seen";
+    ASSERT_TRUE(bar->format().startsWith(QStringLiteral("Reading"))) << bar->format().toStdString();
+    EXPECT_TRUE(bar->format().endsWith(QStringLiteral(" MB"))) << bar->format().toStdString();
+    ASSERT_TRUE(w.runPanel()->cancelButton()->isEnabled());
+    QTest::mouseClick(w.runPanel()->cancelButton(), Qt::LeftButton);
+    EXPECT_FALSE(w.isRunning());
+    QTest::qWait(1500);
+    EXPECT_TRUE(shown.isEmpty());
+    EXPECT_FALSE(w.report());
+    EXPECT_TRUE(w.errorText().isEmpty()) << w.errorText().toStdString();
+
+    w.openFile(path);
+    ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
+    ASSERT_TRUE(w.report() && w.report()->trace);
+    EXPECT_EQ(w.report()->trace->size(), 400000u);
 }

@@ -67,7 +67,7 @@ std::vector<Shape> OpenedFile::inputsFor(const RunOptions& options, std::string*
     return model ? model->guessInputs(how) : std::vector<Shape> {};
 }
 
-OpenedFile openFile(const std::string& path)
+OpenedFile openFile(const std::string& path, const SnapshotReadOptions& read)
 {
     OpenedFile f;
     f.kind = detectFileKind(path);
@@ -81,7 +81,7 @@ OpenedFile openFile(const std::string& path)
         f.report = std::make_shared<const Report>(readReportFile(path));
         break;
     case FileKind::Snapshot:
-        f.report = std::make_shared<const Report>(readSnapshotReport(path));
+        f.report = std::make_shared<const Report>(readSnapshotReport(path, true, read));
         break;
     }
     return f;

@@ -3,6 +3,7 @@
 // the model opened once and shared by every run and what-if record made of it.
 #include "recording/model.h"
 #include "report/report.h"
+#include "snapshot/snapshot.h"
 
 #include <memory>
 #include <string>
@@ -38,8 +39,9 @@ struct OpenedFile {
     std::vector<Shape> inputsFor(const RunOptions& options, std::string* how = nullptr) const;
 };
 
-// Throws FileError naming the file and the reason.
-OpenedFile openFile(const std::string& path);
+// Throws FileError naming the file and the reason; Cancelled when `read.cancel` stops a snapshot's reading
+// (`read.progress` reports it).
+OpenedFile openFile(const std::string& path, const SnapshotReadOptions& read = {});
 OpenedFile openModelBytes(const std::string& bytes, const std::string& name, std::vector<Shape> inputs);
 
 // Runs an opened model (inputs from OpenedFile::inputsFor when none are given) and builds its report; for a
