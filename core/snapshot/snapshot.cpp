@@ -275,8 +275,10 @@ std::int64_t numberOr(const PickleValue* v, const char* what, std::int64_t fallb
 {
     if (!v || v->isNone())
         return fallback;
-    if (v->kind() == PickleKind::Float)
-        return static_cast<std::int64_t>(v->asFloat());
+    if (v->kind() == PickleKind::Float) {
+        double f = v->asFloat();
+        return std::isfinite(f) && f > -9.2e18 && f < 9.2e18 ? static_cast<std::int64_t>(f) : fallback;
+    }
     if (!v->isInt())
         throw ShapeError(
             std::string("'") + what + "' of a trace entry is a " + pickleKindName(v->kind()) + ", not a number");
@@ -570,8 +572,10 @@ void decodeTraces(const PickleValue& traces, Snapshot& s, std::shared_ptr<Trace>
     s.trace_has_time = timed && n > 0;
     s.trace_start_us = s.trace_has_time ? minTime : 0;
     for (std::size_t i = 0; i < n; ++i)
-        trace->time_ns[i]
-            = s.trace_has_time ? (trace->time_ns[i] - minTime) * 1000 : static_cast<std::int64_t>(i) * 1000;
+        trace->time_ns[i] = s.trace_has_time // wrapping, never undefined, for a damaged file's times
+            ? static_cast<std::int64_t>(
+                (static_cast<std::uint64_t>(trace->time_ns[i]) - static_cast<std::uint64_t>(minTime)) * 1000u)
+            : static_cast<std::int64_t>(i) * 1000;
     for (auto& oom : s.ooms)
         oom.time_ns = trace->time_ns[static_cast<std::size_t>(oom.time_ns)];
     s.devices.assign(devices.begin(), devices.end());
