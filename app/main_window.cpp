@@ -476,6 +476,7 @@ void MainWindow::showReport(std::shared_ptr<const Report> report)
             if (report_ != shown)
                 return; // another report came meanwhile
             showSegments();
+            showCallStacks();
             emit reportChanged(report_);
         });
         return;
