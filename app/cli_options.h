@@ -19,6 +19,9 @@ struct CliOptions {
     int depth = 64;
     bool help = false, version = false;
     bool tensors = false; // analyze --tensors: list every parameter and buffer
+    // whatif --mode train --checkpoint PATH,PATH | auto: torch.utils.checkpoint around those modules.
+    std::vector<std::string> checkpoint;
+    std::string checkpoint_impl = "reentrant"; // --checkpoint-impl reentrant|non-reentrant
 };
 
 // Throws std::invalid_argument with a message for the user on a usage error.
