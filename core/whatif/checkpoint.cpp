@@ -138,6 +138,12 @@ public:
         int layer = r_.findLayer(path);
         if (layer >= 0)
             s.forward_ns = r_.layers[static_cast<std::size_t>(layer)].forward_ns;
+        if (auto op = inPlaceOnInput(s); !op.empty()) {
+            *why = path + ": its " + op + " changes its input in place; the reentrant checkpoint's backward refuses "
+                          "that (\"a leaf Variable that requires grad is being used in an in-place operation\") and "
+                          "the non-reentrant one would apply it twice; not checkpointed";
+            return std::nullopt;
+        }
         if (impl_ == CheckpointImpl::Reentrant && !takesTensorFromRun(s)) {
             *why = path + ": its input does not require grad, so a reentrant checkpoint would leave its parameters "
                           "without gradients (PyTorch warns \"None of the inputs have requires_grad=True\"); not "
@@ -160,6 +166,19 @@ public:
     bool madeIn(const Segment& s, std::int64_t i) const
     {
         return i >= s.fwdBegin && i < s.fwdEnd && inSubtree(strings_[t_.where[i]], s.path);
+    }
+
+    // The first in-place op (aten::relu_, aten::hardtanh_, ...) of the segment on a tensor from before it.
+    std::string inPlaceOnInput(const Segment& s) const
+    {
+        for (const auto& u : r_.forward_uses) {
+            if (u.op < s.opFirst || u.op > s.opLast || !inSubtree(strings_[u.module], s.path) || u.event >= s.fwdBegin)
+                continue;
+            const auto& name = strings_[u.op_name];
+            if (!name.empty() && name.back() == '_' && name.find("::_") == std::string::npos)
+                return name;
+        }
+        return {};
     }
 
     // Whether the segment's ops take an allocation made before it in this run (a tensor that requires grad
@@ -242,8 +261,13 @@ private:
             if (t_.action[static_cast<std::size_t>(i)] != Action::Alloc || !madeIn(s, i))
                 continue;
             std::int64_t j = t_.partner[static_cast<std::size_t>(i)];
-            if (j != kNoPartner && inForward(j))
-                continue; // freed in the forward: the same in the recomputation
+            if (j != kNoPartner && j < s.fwdEnd)
+                continue; // freed within the segment's forward: the same in the recomputation
+            if (j != kNoPartner && inForward(j)) {
+                // An output nobody saved: reentrant, the recomputed one is held to the end of the backward.
+                recomputeFreeAt[static_cast<std::size_t>(i - s.fwdBegin)] = reentrant ? be : afterRecompute;
+                continue;
+            }
             const bool freedBySegment = j != kNoPartner && inBackward(j) && j >= bs && j < be
                 && inSubtree(strings_[t_.where[static_cast<std::size_t>(j)]], s.path);
             bool usedOutside = false, keptOutside = false;
