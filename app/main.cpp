@@ -6,6 +6,7 @@
 #ifdef MEMLEDGER_HAS_GUI
 #include "layer_tree_panel.h"
 #include "main_window.h"
+#include "layer_tree_model.h"
 #include "timeline_png.h"
 
 #include <QApplication>
@@ -46,6 +47,10 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
             // MEMLEDGER_SELECT=PATH selects a module first, to show its allocations shaded.
             if (qEnvironmentVariableIsSet("MEMLEDGER_SELECT"))
                 window.layerTree()->selectModule(qEnvironmentVariable("MEMLEDGER_SELECT"));
+            // MEMLEDGER_CHECKPOINT=PATH,PATH ticks those modules' checkpoint boxes (a training step).
+            if (qEnvironmentVariableIsSet("MEMLEDGER_CHECKPOINT"))
+                window.layerTree()->model()->setCheckpointed(
+                    qEnvironmentVariable("MEMLEDGER_CHECKPOINT").split(QLatin1Char(','), Qt::SkipEmptyParts));
             QTimer::singleShot(500, &window, [&window, shot] {
                 auto error = window.exportWindowPng(shot);
                 if (!error.isEmpty())

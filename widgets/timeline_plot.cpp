@@ -64,6 +64,12 @@ TimelinePlot::TimelinePlot(QWidget* parent)
     reservedGraph_->setAdaptiveSampling(false);
     reservedGraph_->setVisible(false);
     reservedGraph_->removeFromLegend();
+    predictedGraph_ = new QCPGraph(xAxis, yAxis);
+    predictedGraph_->setLineStyle(QCPGraph::lsStepLeft);
+    predictedGraph_->setPen(QPen(QColor(0xb0, 0x00, 0x20), 2.0));
+    predictedGraph_->setAdaptiveSampling(false);
+    predictedGraph_->setVisible(false);
+    predictedGraph_->removeFromLegend();
     highlight_ = new StepAreaGraph(xAxis, yAxis); // filled down to weights + inputs, not to zero
     highlight_->setName(tr("selected module"));
     highlight_->setAdaptiveSampling(false);
@@ -121,8 +127,40 @@ void TimelinePlot::setReport(std::shared_ptr<const Report> report)
     reserved_.clear();
     reservedGraph_->setVisible(false);
     reservedGraph_->removeFromLegend();
+    predicted_.reset();
+    predictedGraph_->setVisible(false);
+    predictedGraph_->removeFromLegend();
     device_ = TimelineSeries::kAllDevices;
     rebuildSeries();
+}
+
+void TimelinePlot::setPredictedReport(std::shared_ptr<const Report> predicted, const QString& name)
+{
+    predicted_ = std::move(predicted);
+    predictedGraph_->setName(name);
+    rebuildPredicted();
+    fitLegend();
+    autoValueRange_ = true;
+    reduceToView();
+    replot(rpQueuedReplot);
+}
+
+// The predicted step's stacked total, built by the same series code as the recorded one.
+void TimelinePlot::rebuildPredicted()
+{
+    predictedSeries_ = predicted_ ? TimelineSeries::build(*predicted_, axis_) : TimelineSeries {};
+    predictedTotal_.assign(predictedSeries_.keys.size(), 0.0);
+    for (int b = 0; b < TimelineSeries::kBands; ++b)
+        if (predictedSeries_.present[static_cast<std::size_t>(b)])
+            for (std::size_t p = 0; p < predictedTotal_.size(); ++p)
+                predictedTotal_[p] = std::max(predictedTotal_[p], predictedSeries_.tops[static_cast<std::size_t>(b)][p]);
+    predictedBlocks_ = StepBlocks::build(predictedTotal_);
+    bool show = predicted_ && !predictedTotal_.empty();
+    predictedGraph_->setVisible(show);
+    if (show)
+        predictedGraph_->addToLegend();
+    else
+        predictedGraph_->removeFromLegend();
 }
 
 void TimelinePlot::setDevice(int device)
@@ -235,6 +273,8 @@ void TimelinePlot::rebuildSeries()
         reservedGraph_->setVisible(false);
         reservedGraph_->removeFromLegend();
     }
+    if (predicted_)
+        rebuildPredicted(); // on the new axis
     fitLegend();
     updateOomMarkers();
     updatePhaseBands();
@@ -366,6 +406,13 @@ void TimelinePlot::reduceToView()
                 series_.blocks[static_cast<std::size_t>(b)]);
     if (reservedGraph_->visible())
         plot(reservedGraph_, reserved_, reservedBlocks_);
+    if (predictedGraph_->visible()) {
+        auto r = reduceSteps(predictedSeries_.keys, predictedTotal_, range.lower, range.upper, columns, &predictedBlocks_);
+        predictedGraph_->setData(
+            QVector<double>(r.keys.begin(), r.keys.end()), QVector<double>(r.values.begin(), r.values.end()), true);
+        for (double v : r.values)
+            top = std::max(top, v);
+    }
     bool highlighting = !highlighted_.isEmpty() && highlightSeries_.size() == series_.keys.size();
     highlight_->setVisible(highlighting);
     if (highlighting) {

@@ -553,7 +553,7 @@ std::optional<CheckpointImpl> checkpointImplFromName(const std::string& name)
 std::vector<std::string> checkpointableModules(const Report& r)
 {
     std::vector<std::string> out;
-    if (r.run.mode != "train" || !r.trace)
+    if (r.run.mode != "train" || !r.trace || r.forward_uses.empty())
         return out;
     const Phase* forward = nullptr;
     for (const auto& p : r.phases)
