@@ -4,6 +4,7 @@
 // model without any checkpoint.
 #include "fixture_paths.h"
 #include "recording/model.h"
+#include "exports/report_json.h"
 #include "report/build_report.h"
 #include "run_command.h"
 #include "support/format.h"
@@ -126,6 +127,19 @@ TEST(Checkpoint, Seed003Conv2IsWorse)
     EXPECT_EQ(p.predicted_peak_total_bytes - p.predicted_peak_bytes, r.peak_total_bytes - r.peak_bytes);
 }
 
+// A saved report keeps what the prediction needs: reopened, it predicts the same step.
+TEST(Checkpoint, SavedReportPredictsTheSame)
+{
+    const auto& r = recorded("ckpt_nested");
+    auto again = reportFromJson(nlohmann::json::parse(reportToJson(r).dump()), "saved.json");
+    for (auto impl : {CheckpointImpl::Reentrant, CheckpointImpl::NonReentrant}) {
+        auto a = predictCheckpoint(r, {"body.inner"}, impl, false);
+        auto b = predictCheckpoint(again, {"body.inner"}, impl, false);
+        EXPECT_EQ(a.predicted_peak_bytes, b.predicted_peak_bytes);
+        EXPECT_DOUBLE_EQ(a.recompute_ms, b.recompute_ms);
+    }
+}
+
 TEST(Checkpoint, RefusesWhatItCannotPredict)
 {
     const auto& r = recorded("ckpt_mnist");
@@ -134,6 +148,10 @@ TEST(Checkpoint, RefusesWhatItCannotPredict)
     Report inference = r;
     inference.run.mode = "inference";
     EXPECT_THROW(predictCheckpoint(inference, {"conv2"}), std::invalid_argument);
+    Report old = r; // saved before memledger kept the forward's tensor uses
+    old.forward_uses.clear();
+    EXPECT_THROW(predictCheckpoint(old, {"conv2"}), std::invalid_argument);
+    EXPECT_TRUE(checkpointableModules(old).empty());
 }
 
 // The auto plan on MobileNetV2: it fits the budget by its own prediction, and PyTorch, running that very plan,

@@ -149,19 +149,29 @@ std::uint32_t moduleOfCurrentFrame(RecordState& s, const at::RecordFunction& fn)
 void recordUses(RecordState& s, const at::RecordFunction& fn, std::uint32_t name)
 {
     auto op = static_cast<std::uint32_t>(s.ops->size() - 1);
-    auto use = [&](const at::Tensor& t) {
+    // An in-place op (aten::relu_, aten::add_) changes its first argument.
+    const char* text = fn.name();
+    auto length = std::strlen(text);
+    const bool inPlace = length > 1 && text[length - 1] == '_' && !std::strstr(text, "::_");
+    auto use = [&](const at::Tensor& t, bool first) {
         if (!t.defined() || !t.has_storage())
             return;
         auto it = s.live.find(reinterpret_cast<std::uint64_t>(t.storage().data()));
         if (it != s.live.end())
-            s.uses->push_back({static_cast<std::uint32_t>(it->second), op, name, s.current_module});
+            s.uses->push_back({static_cast<std::uint32_t>(it->second), op, name, s.current_module, inPlace && first});
     };
-    for (const auto& in : fn.inputs()) {
+    // The interpreter may hand over more of its stack than the op's arguments: those are the last ones.
+    const auto& inputs = fn.inputs();
+    std::size_t self = 0;
+    if (auto schema = fn.operator_schema(); schema && schema->arguments().size() <= inputs.size())
+        self = inputs.size() - schema->arguments().size();
+    for (std::size_t k = self; k < inputs.size(); ++k) {
+        const auto& in = inputs[k];
         if (in.isTensor())
-            use(in.toTensor());
+            use(in.toTensor(), k == self);
         else if (in.isTensorList())
             for (const auto& t : in.toTensorList())
-                use(t);
+                use(t, false);
     }
 }
 

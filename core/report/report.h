@@ -57,6 +57,7 @@ struct TensorUse {
     std::uint32_t op = 0; // the op (Trace::op_seq)
     std::uint32_t op_name = 0; // string id in the trace
     std::uint32_t module = 0; // string id of the op's module path
+    bool modified = false; // the op changed it in place (the first argument of an in-place op such as relu_)
 };
 
 // A part of a training step: "forward", "loss", "backward" or "optimizer".

@@ -174,9 +174,8 @@ public:
         for (const auto& u : r_.forward_uses) {
             if (u.op < s.opFirst || u.op > s.opLast || !inSubtree(strings_[u.module], s.path) || u.event >= s.fwdBegin)
                 continue;
-            const auto& name = strings_[u.op_name];
-            if (!name.empty() && name.back() == '_' && name.find("::_") == std::string::npos)
-                return name;
+            if (u.modified)
+                return strings_[u.op_name];
         }
         return {};
     }
