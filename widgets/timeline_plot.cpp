@@ -140,9 +140,7 @@ void TimelinePlot::setPredictedReport(std::shared_ptr<const Report> predicted, c
     predictedGraph_->setName(name);
     rebuildPredicted();
     fitLegend();
-    autoValueRange_ = true;
-    reduceToView();
-    replot(rpQueuedReplot);
+    resetZoom(); // the predicted step may run longer than the recorded one
 }
 
 // The predicted step's stacked total, built by the same series code as the recorded one.
@@ -353,6 +351,8 @@ void TimelinePlot::clampKeyRange()
 {
     // No panning before the first event or after the last: there is nothing there, not even negative time.
     double lo = series_.firstKey(), hi = series_.lastKey();
+    if (predicted_ && !predictedSeries_.keys.empty()) // a predicted step runs longer (its recomputation)
+        hi = std::max(hi, predictedSeries_.lastKey());
     if (hi <= lo)
         return;
     auto range = xAxis->range();
@@ -377,6 +377,8 @@ void TimelinePlot::setWeightsHidden(bool hidden)
 void TimelinePlot::resetZoom()
 {
     double lo = series_.firstKey(), hi = series_.lastKey();
+    if (predicted_ && !predictedSeries_.keys.empty())
+        hi = std::max(hi, predictedSeries_.lastKey());
     if (hi <= lo)
         hi = lo + 1;
     autoValueRange_ = true;
