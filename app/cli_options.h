@@ -24,6 +24,9 @@ struct CliOptions {
     RunOptions run_b;
     std::vector<std::string> diff_b_flags; // the --b- options given
     std::size_t diff_rows = 40; // --rows: entries the text lists
+    // whatif --mode train --checkpoint PATH,PATH | auto: torch.utils.checkpoint around those modules.
+    std::vector<std::string> checkpoint;
+    std::string checkpoint_impl = "reentrant"; // --checkpoint-impl reentrant|non-reentrant
 };
 
 // Throws std::invalid_argument with a message for the user on a usage error.

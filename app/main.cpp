@@ -8,6 +8,7 @@
 #include "main_window.h"
 #include "stack_pane.h"
 #include "timeline_plot.h"
+#include "layer_tree_model.h"
 #include "timeline_png.h"
 
 #include <QApplication>
@@ -60,6 +61,10 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
             // MEMLEDGER_RANGE=FIRST:END selects the events [FIRST, END) on the timeline first.
             if (auto range = qEnvironmentVariable("MEMLEDGER_RANGE").split(QLatin1Char(':')); range.size() == 2)
                 window.timeline()->setRange(range[0].toUInt(), range[1].toUInt());
+            // MEMLEDGER_CHECKPOINT=PATH,PATH ticks those modules' checkpoint boxes (a training step).
+            if (qEnvironmentVariableIsSet("MEMLEDGER_CHECKPOINT"))
+                window.layerTree()->model()->setCheckpointed(
+                    qEnvironmentVariable("MEMLEDGER_CHECKPOINT").split(QLatin1Char(','), Qt::SkipEmptyParts));
             QTimer::singleShot(500, &window, [&window, shot] {
                 auto error = window.exportWindowPng(shot);
                 if (!error.isEmpty())

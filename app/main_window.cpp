@@ -5,6 +5,7 @@
 #include "report/report_diff.h"
 #include "exports/report_json.h"
 #include "layer_tree_panel.h"
+#include "checkpoint_bar.h"
 #include "ledger_summary.h"
 #include "report/report_range.h"
 #include "run_panel.h"
@@ -210,6 +211,11 @@ MainWindow::MainWindow(QWidget* parent)
     resizeDocks({runDock, summaryDock, whatIfDock_}, {kDockWidth, kDockWidth, kDockWidth}, Qt::Horizontal);
 
     connect(tree_, &LayerTreePanel::moduleSelected, timeline_, &TimelinePlot::highlightModule);
+    // The checkpointing what-if: ticks in the tree draw the predicted step over the recorded one at once.
+    connect(tree_->checkpointBar(), &CheckpointBar::predicted, timeline_,
+        [this](std::shared_ptr<const Report> predicted, const QString& name) {
+            timeline_->setPredictedReport(std::move(predicted), name);
+        });
     connect(timeline_, &TimelinePlot::moduleClicked, tree_, &LayerTreePanel::selectModule);
     connect(timeline_, &TimelinePlot::momentClicked, segmentMap_, &SegmentMapView::setMoment);
     connect(segmentMap_, &SegmentMapView::momentChanged, timeline_, &TimelinePlot::setMomentMarker);

@@ -1,5 +1,7 @@
 #include "layer_tree_model.h"
 
+#include "whatif/checkpoint.h"
+
 #include "ledger_colors.h"
 #include "support/format.h"
 
@@ -37,7 +39,69 @@ void LayerTreeModel::setReport(std::shared_ptr<const Report> report)
                     = std::max(largest_[static_cast<std::size_t>(c)], bytes(static_cast<int>(i), c));
         }
     }
+    checked_.assign(report_ ? report_->layers.size() : 0, 0);
+    checkpointable_.assign(checked_.size(), 0);
+    if (report_)
+        for (const auto& path : checkpointableModules(*report_)) {
+            int layer = report_->findLayer(path);
+            if (layer >= 0)
+                checkpointable_[static_cast<std::size_t>(layer)] = 1;
+        }
     endResetModel();
+}
+
+bool LayerTreeModel::isCheckpointable(int layer) const
+{
+    return layer >= 0 && static_cast<std::size_t>(layer) < checkpointable_.size()
+        && checkpointable_[static_cast<std::size_t>(layer)];
+}
+
+Qt::ItemFlags LayerTreeModel::flags(const QModelIndex& index) const
+{
+    auto f = QAbstractItemModel::flags(index);
+    if (index.column() == Name && isCheckpointable(layerOf(index)))
+        f |= Qt::ItemIsUserCheckable;
+    return f;
+}
+
+bool LayerTreeModel::setData(const QModelIndex& index, const QVariant& value, int role)
+{
+    int layer = layerOf(index);
+    if (role != Qt::CheckStateRole || index.column() != Name || !isCheckpointable(layer))
+        return false;
+    checked_[static_cast<std::size_t>(layer)] = value.toInt() == Qt::Checked ? 1 : 0;
+    emit dataChanged(index, index, {Qt::CheckStateRole});
+    emit checkpointsChanged(checkpointed());
+    return true;
+}
+
+QStringList LayerTreeModel::checkpointed() const
+{
+    QStringList out;
+    for (std::size_t i = 0; i < checked_.size(); ++i)
+        if (checked_[i])
+            out << QString::fromStdString(report_->layers[i].path);
+    return out;
+}
+
+void LayerTreeModel::setCheckpointed(const QStringList& paths)
+{
+    if (!report_)
+        return;
+    std::fill(checked_.begin(), checked_.end(), 0);
+    for (const auto& p : paths) {
+        int layer = report_->findLayer(p.toStdString());
+        if (isCheckpointable(layer))
+            checked_[static_cast<std::size_t>(layer)] = 1;
+    }
+    if (!checked_.empty())
+        emit dataChanged(index(0, Name), index(rowCount() - 1, Name), {Qt::CheckStateRole});
+    // dataChanged above covers the top rows; a reset of the check state reaches every row through the view.
+    for (std::size_t i = 0; i < checked_.size(); ++i) {
+        auto idx = indexForLayer(static_cast<int>(i));
+        emit dataChanged(idx, idx, {Qt::CheckStateRole});
+    }
+    emit checkpointsChanged(checkpointed());
 }
 
 std::int64_t LayerTreeModel::bytes(int layer, int column) const
@@ -166,6 +230,11 @@ QVariant LayerTreeModel::data(const QModelIndex& index, int role) const
     const auto& l = report_->layers[static_cast<std::size_t>(layer)];
     int column = index.column();
     bool isBytes = column >= Weights;
+    if (role == Qt::CheckStateRole) {
+        if (column != Name || !isCheckpointable(layer))
+            return {};
+        return checked_[static_cast<std::size_t>(layer)] ? Qt::Checked : Qt::Unchecked;
+    }
     switch (role) {
     case Qt::DisplayRole:
         switch (column) {

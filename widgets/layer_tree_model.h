@@ -3,6 +3,7 @@
 
 #include <QAbstractItemModel>
 #include <QColor>
+#include <QStringList>
 
 #include <array>
 #include <memory>
@@ -64,6 +65,16 @@ public:
     int columnCount(const QModelIndex& parent = {}) const override;
     QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
     QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
+    Qt::ItemFlags flags(const QModelIndex& index) const override;
+    bool setData(const QModelIndex& index, const QVariant& value, int role = Qt::EditRole) override;
+
+    // A training step: a checkpoint check box per module (Name column) that a checkpoint can go around.
+    QStringList checkpointed() const; // module paths ticked, in layer order
+    void setCheckpointed(const QStringList& paths);
+    bool isCheckpointable(int layer) const;
+
+signals:
+    void checkpointsChanged(const QStringList& paths);
 
 private:
     std::int64_t bytes(int layer, int column) const;
@@ -73,6 +84,8 @@ private:
     std::vector<std::vector<int>> children_;
     std::vector<int> row_; // row of each layer under its parent
     std::array<std::int64_t, ColumnCount> largest_ {};
+    std::vector<char> checkpointable_; // per layer
+    std::vector<char> checked_; // per layer
 };
 
 } // namespace memledger

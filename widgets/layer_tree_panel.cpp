@@ -1,6 +1,7 @@
 #include "layer_tree_panel.h"
 
 #include "bar_delegate.h"
+#include "checkpoint_bar.h"
 #include "layer_tree_model.h"
 
 #include <QHeaderView>
@@ -23,6 +24,7 @@ LayerTreePanel::LayerTreePanel(QWidget* parent)
     , proxy_(new QSortFilterProxyModel(this))
     , view_(new QTreeView(this))
     , filter_(new QLineEdit(this))
+    , checkpoints_(new CheckpointBar(model_, this))
 {
     proxy_->setSourceModel(model_);
     proxy_->setSortRole(LayerTreeModel::SortRole);
@@ -65,12 +67,14 @@ LayerTreePanel::LayerTreePanel(QWidget* parent)
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addWidget(filter_);
+    layout->addWidget(checkpoints_);
     layout->addWidget(view_);
 }
 
 void LayerTreePanel::setReport(std::shared_ptr<const Report> report)
 {
-    model_->setReport(std::move(report));
+    model_->setReport(report);
+    checkpoints_->setReport(std::move(report));
     for (int c = 0; c < LayerTreeModel::ColumnCount; ++c)
         view_->setColumnHidden(c, !model_->columnApplies(c));
     view_->expandToDepth(1);

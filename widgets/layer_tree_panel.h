@@ -12,6 +12,7 @@ class QTreeView;
 namespace memledger {
 
 class LayerTreeModel;
+class CheckpointBar;
 
 // The layer tree with a filter box; sorting and recursive filtering go through a QSortFilterProxyModel.
 class LayerTreePanel : public QWidget {
@@ -24,6 +25,7 @@ public:
     QSortFilterProxyModel* proxy() const { return proxy_; }
     QTreeView* view() const { return view_; }
     QLineEdit* filterEdit() const { return filter_; }
+    CheckpointBar* checkpointBar() const { return checkpoints_; } // a training step's checkpointing what-if
 
 public slots:
     // Selects the module of `path` (or its nearest enclosing module) and scrolls to it.
@@ -39,6 +41,7 @@ private:
     QSortFilterProxyModel* proxy_;
     QTreeView* view_;
     QLineEdit* filter_;
+    CheckpointBar* checkpoints_;
 };
 
 } // namespace memledger

@@ -71,6 +71,12 @@ TimelinePlot::TimelinePlot(QWidget* parent)
     reservedGraph_->setAdaptiveSampling(false);
     reservedGraph_->setVisible(false);
     reservedGraph_->removeFromLegend();
+    predictedGraph_ = new QCPGraph(xAxis, yAxis);
+    predictedGraph_->setLineStyle(QCPGraph::lsStepLeft);
+    predictedGraph_->setPen(QPen(QColor(0xb0, 0x00, 0x20), 2.0));
+    predictedGraph_->setAdaptiveSampling(false);
+    predictedGraph_->setVisible(false);
+    predictedGraph_->removeFromLegend();
     highlight_ = new StepAreaGraph(xAxis, yAxis); // filled down to weights + inputs, not to zero
     highlight_->setName(tr("selected module"));
     highlight_->setAdaptiveSampling(false);
@@ -147,6 +153,9 @@ void TimelinePlot::setReport(std::shared_ptr<const Report> report)
     reserved_.clear();
     reservedGraph_->setVisible(false);
     reservedGraph_->removeFromLegend();
+    predicted_.reset();
+    predictedGraph_->setVisible(false);
+    predictedGraph_->removeFromLegend();
     device_ = TimelineSeries::kAllDevices;
     const bool hadRange = hasRange();
     rangeFirst_ = rangeEnd_ = 0;
@@ -154,6 +163,33 @@ void TimelinePlot::setReport(std::shared_ptr<const Report> report)
     rebuildSeries();
     if (hadRange)
         emit rangeChanged(0, 0);
+}
+
+void TimelinePlot::setPredictedReport(std::shared_ptr<const Report> predicted, const QString& name)
+{
+    predicted_ = std::move(predicted);
+    predictedGraph_->setName(name);
+    rebuildPredicted();
+    fitLegend();
+    resetZoom(); // the predicted step may run longer than the recorded one
+}
+
+// The predicted step's stacked total, built by the same series code as the recorded one.
+void TimelinePlot::rebuildPredicted()
+{
+    predictedSeries_ = predicted_ ? TimelineSeries::build(*predicted_, axis_) : TimelineSeries {};
+    predictedTotal_.assign(predictedSeries_.keys.size(), 0.0);
+    for (int b = 0; b < TimelineSeries::kBands; ++b)
+        if (predictedSeries_.present[static_cast<std::size_t>(b)])
+            for (std::size_t p = 0; p < predictedTotal_.size(); ++p)
+                predictedTotal_[p] = std::max(predictedTotal_[p], predictedSeries_.tops[static_cast<std::size_t>(b)][p]);
+    predictedBlocks_ = StepBlocks::build(predictedTotal_);
+    bool show = predicted_ && !predictedTotal_.empty();
+    predictedGraph_->setVisible(show);
+    if (show)
+        predictedGraph_->addToLegend();
+    else
+        predictedGraph_->removeFromLegend();
 }
 
 void TimelinePlot::setDevice(int device)
@@ -270,6 +306,8 @@ void TimelinePlot::rebuildSeries()
         reservedGraph_->setVisible(false);
         reservedGraph_->removeFromLegend();
     }
+    if (predicted_)
+        rebuildPredicted(); // on the new axis
     fitLegend();
     updateOomMarkers();
     updatePhaseBands();
@@ -394,6 +432,8 @@ void TimelinePlot::clampKeyRange()
 {
     // No panning before the first event or after the last: there is nothing there, not even negative time.
     double lo = series_.firstKey(), hi = series_.lastKey();
+    if (predicted_ && !predictedSeries_.keys.empty()) // a predicted step runs longer (its recomputation)
+        hi = std::max(hi, predictedSeries_.lastKey());
     if (hi <= lo)
         return;
     auto range = xAxis->range();
@@ -418,6 +458,8 @@ void TimelinePlot::setWeightsHidden(bool hidden)
 void TimelinePlot::resetZoom()
 {
     double lo = series_.firstKey(), hi = series_.lastKey();
+    if (predicted_ && !predictedSeries_.keys.empty())
+        hi = std::max(hi, predictedSeries_.lastKey());
     if (hi <= lo)
         hi = lo + 1;
     autoValueRange_ = true;
@@ -447,6 +489,13 @@ void TimelinePlot::reduceToView()
                 series_.blocks[static_cast<std::size_t>(b)]);
     if (reservedGraph_->visible())
         plot(reservedGraph_, reserved_, reservedBlocks_);
+    if (predictedGraph_->visible()) {
+        auto r = reduceSteps(predictedSeries_.keys, predictedTotal_, range.lower, range.upper, columns, &predictedBlocks_);
+        predictedGraph_->setData(
+            QVector<double>(r.keys.begin(), r.keys.end()), QVector<double>(r.values.begin(), r.values.end()), true);
+        for (double v : r.values)
+            top = std::max(top, v);
+    }
     bool highlighting = !highlighted_.isEmpty() && highlightSeries_.size() == series_.keys.size();
     highlight_->setVisible(highlighting);
     if (highlighting) {

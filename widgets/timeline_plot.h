@@ -29,6 +29,10 @@ public:
     // A line of reserved bytes per point of the series (empty: none), e.g. "reserved (simulated GPU)".
     void setReservedLine(std::vector<double> values, const QString& name);
     bool hasReservedLine() const { return !reserved_.empty(); }
+    // A predicted step drawn as a line over the recorded one (the checkpointing what-if); nullptr removes it.
+    void setPredictedReport(std::shared_ptr<const Report> predicted, const QString& name);
+    bool hasPredictedLine() const { return predicted_ != nullptr; }
+    double predictedPeak() const { return predictedSeries_.peak_value; }
     // Out-of-memory events of a snapshot, as vertical lines with a label.
     int oomMarkerCount() const { return static_cast<int>(oomLines_.size()); }
     QString oomMarkerText(int i) const;
@@ -127,6 +131,12 @@ private:
     TimelineSeries series_;
     std::vector<double> highlightSeries_;
     StepBlocks highlightBlocks_;
+    std::shared_ptr<const Report> predicted_;
+    TimelineSeries predictedSeries_;
+    std::vector<double> predictedTotal_;
+    StepBlocks predictedBlocks_;
+    QCPGraph* predictedGraph_ = nullptr;
+    void rebuildPredicted();
     QString highlighted_;
     std::array<StepAreaGraph*, TimelineSeries::kBands> bands_ {};
     StepAreaGraph* highlight_ = nullptr;

@@ -173,6 +173,18 @@ json reportToJson(const Report& r, bool withEvents)
             phases.push_back({{"name", p.name}, {"start_ns", p.start_ns}, {"end_ns", p.end_ns},
                 {"first_event", p.first_event}, {"end_event", p.end_event}, {"peak_bytes", p.peak_bytes}});
         j["phases"] = phases;
+        // The forward's tensor inputs, column by column (event: the allocation; op: Trace::op_seq; op_name and
+        // module: string ids of events.strings): the checkpointing what-if of a reopened report needs them.
+        json uses = {{"event", json::array()}, {"op", json::array()}, {"op_name", json::array()}, {"module", json::array()},
+            {"modified", json::array()}};
+        for (const auto& u : r.forward_uses) {
+            uses["event"].push_back(u.event);
+            uses["op"].push_back(u.op);
+            uses["op_name"].push_back(u.op_name);
+            uses["module"].push_back(u.module);
+            uses["modified"].push_back(u.modified ? 1 : 0);
+        }
+        j["forward_uses"] = uses;
     }
     j["load_tax"] = {{"file_tensor_bytes", r.load_tax.file_tensor_bytes}, {"file_dtype", r.load_tax.file_dtype},
         {"resident_bytes", r.load_tax.resident_bytes}, {"resident_dtype", r.load_tax.resident_dtype}};
@@ -209,6 +221,7 @@ json reportToJson(const Report& r, bool withEvents)
             lj["saved_activation_bytes"] = l.saved_activation_bytes;
             lj["backward_temporary_peak_bytes"] = l.backward_temporary_peak_bytes;
             lj["backward_peak_bytes"] = l.backward_peak_bytes;
+            lj["forward_ns"] = l.forward_ns;
         }
         if (l.largest_block_bytes > 0)
             layers.back()["largest_block_bytes"] = l.largest_block_bytes;
@@ -314,6 +327,7 @@ Report reportFromJson(const json& j, const std::string& name)
             l.backward_temporary_peak_bytes = lj.value("backward_temporary_peak_bytes", std::int64_t {0});
             l.backward_peak_bytes = lj.value("backward_peak_bytes", std::int64_t {0});
             l.largest_block_bytes = lj.value("largest_block_bytes", std::int64_t {0});
+            l.forward_ns = lj.value("forward_ns", std::int64_t {0});
             auto self = static_cast<int>(r.layers.size());
             if (l.parent >= self)
                 throw std::runtime_error("layer " + l.path + " comes before its parent");
@@ -335,6 +349,23 @@ Report reportFromJson(const json& j, const std::string& name)
         if (j.contains("whatif") && j["whatif"].is_object())
             r.whatif = std::make_shared<const WhatIfTable>(whatIfFromJson(j["whatif"]));
         r.trace = std::make_shared<const Trace>(j.contains("events") ? eventsFromJson(j["events"]) : Trace {});
+        if (j.contains("forward_uses")) {
+            const auto& u = j["forward_uses"];
+            auto event = u.at("event").get<std::vector<std::uint32_t>>();
+            auto op = u.at("op").get<std::vector<std::uint32_t>>();
+            auto name = u.at("op_name").get<std::vector<std::uint32_t>>();
+            auto module = u.at("module").get<std::vector<std::uint32_t>>();
+            auto modified = u.value("modified", std::vector<int>(event.size(), 0));
+            if (op.size() != event.size() || name.size() != event.size() || module.size() != event.size()
+                || modified.size() != event.size())
+                throw std::runtime_error("forward_uses columns have different lengths");
+            for (std::size_t k = 0; k < event.size(); ++k) {
+                if (event[k] >= r.trace->size() || name[k] >= r.trace->strings.size()
+                    || module[k] >= r.trace->strings.size())
+                    throw std::runtime_error("forward_uses names a missing event or string");
+                r.forward_uses.push_back({event[k], op[k], name[k], module[k], modified[k] != 0});
+            }
+        }
         return r;
     } catch (const FileError&) {
         throw;

@@ -52,6 +52,7 @@ struct RecordState {
     std::unordered_set<std::uint32_t> modules_seen;
     int module_count = 0;
     const std::function<void(int, int)>* progress = nullptr;
+    std::vector<TensorUse>* uses = nullptr; // a training step: the forward's tensor inputs
 
     std::int64_t now() const
     {
@@ -144,6 +145,36 @@ std::uint32_t moduleOfCurrentFrame(RecordState& s, const at::RecordFunction& fn)
     return s.trace->strings.intern(s.resolver->resolve(torch::jit::currentModuleHierarchy(), op, hint));
 }
 
+// The allocations (by storage) that an outermost forward op takes as inputs, lists of tensors included.
+void recordUses(RecordState& s, const at::RecordFunction& fn, std::uint32_t name)
+{
+    auto op = static_cast<std::uint32_t>(s.ops->size() - 1);
+    // An in-place op (aten::relu_, aten::add_) changes its first argument.
+    const char* text = fn.name();
+    auto length = std::strlen(text);
+    const bool inPlace = length > 1 && text[length - 1] == '_' && !std::strstr(text, "::_");
+    auto use = [&](const at::Tensor& t, bool first) {
+        if (!t.defined() || !t.has_storage())
+            return;
+        auto it = s.live.find(reinterpret_cast<std::uint64_t>(t.storage().data()));
+        if (it != s.live.end())
+            s.uses->push_back({static_cast<std::uint32_t>(it->second), op, name, s.current_module, inPlace && first});
+    };
+    // The interpreter may hand over more of its stack than the op's arguments: those are the last ones.
+    const auto& inputs = fn.inputs();
+    std::size_t self = 0;
+    if (auto schema = fn.operator_schema(); schema && schema->arguments().size() <= inputs.size())
+        self = inputs.size() - schema->arguments().size();
+    for (std::size_t k = self; k < inputs.size(); ++k) {
+        const auto& in = inputs[k];
+        if (in.isTensor())
+            use(in.toTensor(), k == self);
+        else if (in.isTensorList())
+            for (const auto& t : in.toTensorList())
+                use(t, false);
+    }
+}
+
 std::unique_ptr<at::ObserverContext> onOpStart(const at::RecordFunction& fn)
 {
     auto* s = currentState();
@@ -201,6 +232,8 @@ std::unique_ptr<at::ObserverContext> onOpStart(const at::RecordFunction& fn)
         s->ops->push_back(std::move(call));
         if (s->progress && *s->progress && s->modules_seen.insert(s->current_module).second)
             (*s->progress)(static_cast<int>(s->modules_seen.size()), s->module_count);
+        if (s->uses && !s->in_backward)
+            recordUses(*s, fn, id);
     }
     if (!s->in_backward && fn.seqNr() >= 0)
         s->module_of_sequence[fn.seqNr()] = s->current_module;
@@ -510,6 +543,8 @@ RawRun Model::run(const RunOptions& options)
     state.device = device;
     state.progress = &options.progress;
     state.module_count = static_cast<int>(d_->modules.size());
+    if (train)
+        state.uses = &raw.forward_uses;
     state.root_module = raw.trace.strings.intern("");
     for (const char* helper : {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
              "aten::new_empty_strided", "aten::resize_", "aten::_empty_affine_quantized"})

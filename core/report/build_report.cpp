@@ -96,35 +96,13 @@ struct OpenCall {
     std::int64_t last_op = -2;
 };
 
-} // namespace
-
-void summarizeRunEvents(Report& r, const Trace& t, const std::vector<OpCall>& ops,
-    const std::vector<std::int64_t>& live, std::uint32_t first, std::uint32_t end)
+// Peak, ledgers and what is alive at the peak, for the events [first, end) (the peak from where they begin).
+void summarizePeak(Report& r, const Trace& t, const std::vector<std::int64_t>& live, std::uint32_t first,
+    std::uint32_t end)
 {
-    end = std::min<std::uint32_t>(end, static_cast<std::uint32_t>(t.size()));
-    first = std::min(first, end);
-    r.range_first = first;
-    r.range_end = end;
-    const bool train = r.run.mode == "train";
-    auto phaseNamed = [&r](const char* name) -> const Phase* {
-        for (const auto& p : r.phases)
-            if (p.name == name)
-                return &p;
-        return nullptr;
-    };
-    const Phase* forward = phaseNamed("forward");
-    auto inPhase = [](const Phase* p, std::size_t i) { return p && i >= p->first_event && i < p->end_event; };
-    // Forward figures of a module count what its forward made: in a training step, the forward phase only.
-    auto inForward = [&](std::size_t i) { return !train || inPhase(forward, i); };
     for (int l = 0; l < kLedgerCount; ++l)
         r.ledgers[static_cast<std::size_t>(l)] = {};
     r.alive_at_peak.clear();
-    for (auto& l : r.layers) {
-        l.activation_bytes = l.temporary_peak_bytes = l.peak_bytes = l.calls = 0;
-        l.gradient_bytes = l.saved_activation_bytes = l.backward_temporary_peak_bytes = l.backward_peak_bytes = 0;
-        l.output_shapes.clear();
-    }
-
     // Peak and ledgers: the peak is the most live bytes at a moment of the range (from where it begins).
     r.peak_bytes = first > 0 ? live[first - 1] : 0;
     r.peak_event = static_cast<std::int32_t>(first) - 1;
@@ -164,6 +142,36 @@ void summarizeRunEvents(Report& r, const Trace& t, const std::vector<OpCall>& op
         std::stable_sort(r.alive_at_peak.begin(), r.alive_at_peak.end(),
             [](const PeakItem& a, const PeakItem& b) { return a.bytes > b.bytes; });
     }
+}
+
+} // namespace
+
+void summarizeRunEvents(Report& r, const Trace& t, const std::vector<OpCall>& ops,
+    const std::vector<std::int64_t>& live, std::uint32_t first, std::uint32_t end)
+{
+    end = std::min<std::uint32_t>(end, static_cast<std::uint32_t>(t.size()));
+    first = std::min(first, end);
+    r.range_first = first;
+    r.range_end = end;
+    const bool train = r.run.mode == "train";
+    auto phaseNamed = [&r](const char* name) -> const Phase* {
+        for (const auto& p : r.phases)
+            if (p.name == name)
+                return &p;
+        return nullptr;
+    };
+    const Phase* forward = phaseNamed("forward");
+    auto inPhase = [](const Phase* p, std::size_t i) { return p && i >= p->first_event && i < p->end_event; };
+    // Forward figures of a module count what its forward made: in a training step, the forward phase only.
+    auto inForward = [&](std::size_t i) { return !train || inPhase(forward, i); };
+    for (auto& l : r.layers) {
+        l.activation_bytes = l.temporary_peak_bytes = l.peak_bytes = l.calls = 0;
+        l.gradient_bytes = l.saved_activation_bytes = l.backward_temporary_peak_bytes = l.backward_peak_bytes = 0;
+        l.output_shapes.clear();
+        l.forward_ns = 0;
+    }
+
+    summarizePeak(r, t, live, first, end);
 
     // Per module: activations its forward made (saved ones too), and in a training step what was saved for
     // the backward and the gradients of its parameters (each summed into its parents).
@@ -256,8 +264,26 @@ void summarizeRunEvents(Report& r, const Trace& t, const std::vector<OpCall>& op
             });
     for (std::size_t m = 0; m < r.layers.size(); ++m)
         r.layers[m].output_shapes.assign(shapes[m].begin(), shapes[m].end());
+    // Forward time per module: what a checkpoint around it recomputes.
+    for (const auto& op : ops)
+        if (isForwardOp(op) && op.module < layerOf.size())
+            for (int m = layerOf[op.module]; m >= 0; m = r.layers[static_cast<std::size_t>(m)].parent)
+                r.layers[static_cast<std::size_t>(m)].forward_ns += op.end_ns - op.start_ns;
     if (!r.layers.empty())
         r.layers[0].peak_bytes = r.peak_bytes;
+}
+
+std::vector<std::int64_t> setPeakFromTrace(Report& r, const Trace& t)
+{
+    auto live = liveBytesAfterEachEvent(t);
+    for (auto& p : r.phases) {
+        std::int64_t top = p.first_event == 0 || p.first_event > live.size() ? 0 : live[p.first_event - 1];
+        for (auto i = p.first_event; i < p.end_event && i < live.size(); ++i)
+            top = std::max(top, live[i]);
+        p.peak_bytes = top;
+    }
+    summarizePeak(r, t, live, 0, static_cast<std::uint32_t>(t.size()));
+    return live;
 }
 
 Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& modules, RawRun raw)
@@ -328,14 +354,9 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
 
     r.gpu = raw.gpu;
     r.phases = raw.phases;
-    auto live = liveBytesAfterEachEvent(t);
-    for (auto& p : r.phases) {
-        std::int64_t top = p.first_event == 0 || p.first_event > live.size() ? 0 : live[p.first_event - 1];
-        for (auto i = p.first_event; i < p.end_event && i < live.size(); ++i)
-            top = std::max(top, live[i]);
-        p.peak_bytes = top;
-    }
+    auto live = setPeakFromTrace(r, t);
     summarizeRunEvents(r, t, raw.ops, live, 0, static_cast<std::uint32_t>(t.size()));
+    r.forward_uses = std::move(raw.forward_uses);
     r.range_end = 0; // the whole run
 
     if (raw.info.input_guessed)

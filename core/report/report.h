@@ -51,6 +51,17 @@ struct LayerStats {
     // A snapshot's frame: its largest block (the other byte figures of a frame: peak_bytes is what it holds at
     // the peak, activation_bytes what it allocated in total, calls how many blocks).
     std::int64_t largest_block_bytes = 0;
+    std::int64_t forward_ns = 0; // time of its forward ops (what a checkpoint recomputes)
+};
+
+// A training step: a forward (or loss) op that took an allocation of the run as an input (its storage, so a
+// view's use counts). The checkpointing what-if finds from them when a tensor nobody saved would be freed.
+struct TensorUse {
+    std::uint32_t event = 0; // the allocation
+    std::uint32_t op = 0; // the op (Trace::op_seq)
+    std::uint32_t op_name = 0; // string id in the trace
+    std::uint32_t module = 0; // string id of the op's module path
+    bool modified = false; // the op changed it in place (the first argument of an in-place op such as relu_)
 };
 
 // A part of a training step: "forward", "loss", "backward" or "optimizer".
@@ -149,6 +160,7 @@ struct Report {
     std::shared_ptr<const Snapshot> snapshot; // set when the report was read from a CUDA memory snapshot
     std::vector<std::string> notes; // what the user should know (guessed input, ...)
     std::shared_ptr<const WhatIfTable> whatif; // the what-if table, when one was made
+    std::vector<TensorUse> forward_uses; // train: in op order
 
     int findLayer(const std::string& path) const;
 };
