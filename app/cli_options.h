@@ -19,6 +19,8 @@ struct CliOptions {
     int depth = 64;
     bool help = false, version = false;
     bool tensors = false; // analyze --tensors: list every parameter and buffer
+    bool remedies = false; // analyze --remedies: "What would help"
+    std::vector<std::int64_t> tile; // analyze --tile HxW: the tiling remedy's tile
 };
 
 // Throws std::invalid_argument with a message for the user on a usage error.

@@ -1,5 +1,6 @@
 #include "exports/report_json.h"
 #include "whatif/whatif.h"
+#include "whatif/remedies.h"
 
 #include "support/atomic_file.h"
 #include "support/errors.h"
@@ -54,6 +55,20 @@ json eventsToJson(const Trace& t)
         {"partner", t.partner}};
 }
 
+// Trace::reads as [op, alloc event, op, alloc event, ...]; absent when the trace does not know them.
+void readsToJson(const Trace& t, json& e)
+{
+    if (!t.reads_recorded)
+        return;
+    std::vector<std::uint32_t> flat;
+    flat.reserve(t.reads.size() * 2);
+    for (const auto& [op, event] : t.reads) {
+        flat.push_back(op);
+        flat.push_back(event);
+    }
+    e["reads"] = flat;
+}
+
 template <typename T> void readColumn(const json& e, const char* key, std::vector<T>& out, std::size_t n)
 {
     out = e.at(key).get<std::vector<T>>();
@@ -89,6 +104,17 @@ Trace eventsFromJson(const json& e)
             if (id >= t.stacks.frameCount())
                 throw std::runtime_error("a call stack names a missing frame");
         t.stacks.internStack(ids);
+    }
+    if (e.contains("reads")) {
+        auto flat = e["reads"].get<std::vector<std::uint32_t>>();
+        if (flat.size() % 2 != 0)
+            throw std::runtime_error("events 'reads' has an odd length");
+        for (std::size_t i = 0; i < flat.size(); i += 2) {
+            if (flat[i + 1] >= n)
+                throw std::runtime_error("a read names a missing event");
+            t.reads.emplace_back(flat[i], flat[i + 1]);
+        }
+        t.reads_recorded = true;
     }
     if (e.contains("stack"))
         readColumn(e, "stack", t.stack, n);
@@ -222,8 +248,14 @@ json reportToJson(const Report& r, bool withEvents)
         j["whatif"] = whatIfToJson(*r.whatif);
     if (r.snapshot)
         snapshotToJson(*r.snapshot, j);
-    if (withEvents && r.trace)
+    if (r.buffer_reads_recorded)
+        j["unread_buffers"] = r.unread_buffers;
+    if (r.remedies)
+        j["remedies"] = remediesToJson(*r.remedies);
+    if (withEvents && r.trace) {
         j["events"] = eventsToJson(*r.trace);
+        readsToJson(*r.trace, j["events"]);
+    }
     return j;
 }
 
@@ -332,6 +364,12 @@ Report reportFromJson(const json& j, const std::string& name)
         if (j.contains("whatif") && j["whatif"].is_object())
             r.whatif = std::make_shared<const WhatIfTable>(whatIfFromJson(j["whatif"]));
         r.trace = std::make_shared<const Trace>(j.contains("events") ? eventsFromJson(j["events"]) : Trace {});
+        if (j.contains("unread_buffers")) {
+            r.unread_buffers = j["unread_buffers"].get<std::vector<std::string>>();
+            r.buffer_reads_recorded = true;
+        }
+        if (j.contains("remedies") && j["remedies"].is_array())
+            r.remedies = std::make_shared<const std::vector<Remedy>>(remediesFromJson(j["remedies"]));
         return r;
     } catch (const FileError&) {
         throw;

@@ -60,6 +60,9 @@ struct RawRun {
     // A CUDA run: the device, the allocator's reserve over the run (from its own snapshot), and what the
     // libraries kept on the device from the warm-up (cuBLAS workspaces and the like).
     std::optional<GpuRun> gpu;
+    // Buffers (qualified names) that no op of the recorded forward took as an input (inference only).
+    std::vector<std::string> unread_buffers;
+    bool buffer_reads_recorded = false;
 };
 
 // A TorchScript model loaded on the CPU. libtorch stays behind the pointer.

@@ -43,6 +43,8 @@ struct RecordState {
     std::unordered_map<const void*, std::uint32_t> name_ids;
     ModulePathResolver* resolver = nullptr;
     std::unordered_map<const void*, std::string> param_owner; // parameter data -> its module's path
+    std::unordered_map<const void*, std::size_t> buffer_index; // buffer data -> index in buffer_read
+    std::vector<bool> buffer_read; // inference: whether an op took the buffer as an input
     std::unordered_map<std::uint64_t, std::int32_t> live; // address -> its alloc event
     std::uint32_t current_module = 0;
     std::uint32_t root_module = 0; // string id of ""
@@ -144,6 +146,57 @@ std::uint32_t moduleOfCurrentFrame(RecordState& s, const at::RecordFunction& fn)
     return s.trace->strings.intern(s.resolver->resolve(torch::jit::currentModuleHierarchy(), op, hint));
 }
 
+// The blocks an outermost forward op takes as inputs: run allocations go to Trace::reads, buffers are marked read.
+void noteInputs(RecordState& s, const at::RecordFunction& fn)
+{
+    auto op = static_cast<std::uint32_t>(s.ops->size() - 1);
+    auto note = [&](const at::Tensor& t) {
+        if (!t.defined() || !t.has_storage())
+            return;
+        const void* data = t.storage().data();
+        auto live = s.live.find(reinterpret_cast<std::uint64_t>(data));
+        if (live != s.live.end()) {
+            std::pair<std::uint32_t, std::uint32_t> read {op, static_cast<std::uint32_t>(live->second)};
+            if (s.trace->reads.empty() || s.trace->reads.back() != read)
+                s.trace->reads.push_back(read);
+            return;
+        }
+        auto b = s.buffer_index.find(data);
+        if (b != s.buffer_index.end())
+            s.buffer_read[b->second] = true;
+    };
+    for (const auto& in : fn.inputs()) {
+        if (in.isTensor())
+            note(in.toTensor());
+        else if (in.isTensorList())
+            for (const auto& t : in.toTensorVector())
+                note(t);
+    }
+}
+
+// The model's output is read by its caller: recorded as reads by Trace::kCallerOp, so that no rule
+// takes the output's blocks for unread.
+void noteOutputs(RecordState& s, const c10::IValue& v)
+{
+    if (v.isTensor()) {
+        const auto& t = v.toTensor();
+        if (!t.defined() || !t.has_storage())
+            return;
+        auto live = s.live.find(reinterpret_cast<std::uint64_t>(t.storage().data()));
+        if (live != s.live.end())
+            s.trace->reads.emplace_back(Trace::kCallerOp, static_cast<std::uint32_t>(live->second));
+    } else if (v.isTuple()) {
+        for (const auto& e : v.toTupleRef().elements())
+            noteOutputs(s, e);
+    } else if (v.isList()) {
+        for (const auto& e : v.toListRef())
+            noteOutputs(s, e);
+    } else if (v.isGenericDict()) {
+        for (const auto& e : v.toGenericDict())
+            noteOutputs(s, e.value());
+    }
+}
+
 std::unique_ptr<at::ObserverContext> onOpStart(const at::RecordFunction& fn)
 {
     auto* s = currentState();
@@ -199,6 +252,8 @@ std::unique_ptr<at::ObserverContext> onOpStart(const at::RecordFunction& fn)
         call.first_event = static_cast<std::uint32_t>(s->trace->size());
         s->current_module = call.module;
         s->ops->push_back(std::move(call));
+        if (!s->in_backward)
+            noteInputs(*s, fn);
         if (s->progress && *s->progress && s->modules_seen.insert(s->current_module).second)
             (*s->progress)(static_cast<int>(s->modules_seen.size()), s->module_count);
     }
@@ -524,6 +579,14 @@ RawRun Model::run(const RunOptions& options)
         auto dot = p.name.rfind('.');
         state.param_owner[p.value.data_ptr()] = dot == std::string::npos ? "" : p.name.substr(0, dot);
     }
+    std::vector<std::string> bufferNames;
+    if (!train)
+        for (const auto& b : d_->module.named_buffers(true))
+            if (b.value.defined() && b.value.has_storage()
+                && state.buffer_index.emplace(b.value.storage().data(), bufferNames.size()).second)
+                bufferNames.push_back(b.name);
+    state.buffer_read.assign(bufferNames.size(), false);
+    raw.trace.reads_recorded = true;
     raw.trace.reserve(4096);
     // Callbacks and state stay installed for the recorded run only, however it ends.
     struct RecordingScope {
@@ -576,6 +639,7 @@ RawRun Model::run(const RunOptions& options)
             mark(nullptr);
         } else {
             auto out = d_->module.forward(inputs);
+            noteOutputs(state, out);
             out = c10::IValue(); // the output's free is part of the run
         }
         if (cuda) {
@@ -599,6 +663,12 @@ RawRun Model::run(const RunOptions& options)
     raw.info.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
     if (train)
         finishTrainingStep(raw, state, params);
+    if (!train) {
+        raw.buffer_reads_recorded = true;
+        for (std::size_t i = 0; i < bufferNames.size(); ++i)
+            if (!state.buffer_read[i])
+                raw.unread_buffers.push_back(bufferNames[i]);
+    }
     if (options.progress)
         options.progress(state.module_count, state.module_count);
     return raw;

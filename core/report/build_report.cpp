@@ -182,6 +182,8 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
     r.ledgers[static_cast<int>(Ledger::OptimizerState)] = {r.optimizer_state_bytes, r.optimizer_state_bytes};
     r.peak_total_bytes = r.weight_bytes + r.optimizer_state_bytes + r.input_bytes + r.peak_bytes;
     r.gpu = raw.gpu;
+    r.unread_buffers = raw.unread_buffers;
+    r.buffer_reads_recorded = raw.buffer_reads_recorded;
     if (r.gpu)
         r.peak_total_bytes += r.gpu->library_bytes;
     r.phases = raw.phases;

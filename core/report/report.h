@@ -1,4 +1,5 @@
 #pragma once
+#include "report/remedy.h"
 #include "report/trace.h"
 #include "report/whatif_table.h"
 
@@ -140,6 +141,10 @@ struct Report {
     std::shared_ptr<const Snapshot> snapshot; // set when the report was read from a CUDA memory snapshot
     std::vector<std::string> notes; // what the user should know (guessed input, ...)
     std::shared_ptr<const WhatIfTable> whatif; // the what-if table, when one was made
+    // Inference runs: buffers that no op of the recorded run took as an input (RawRun::unread_buffers).
+    std::vector<std::string> unread_buffers;
+    bool buffer_reads_recorded = false;
+    std::shared_ptr<const std::vector<Remedy>> remedies; // "What would help", when computed (analyze --remedies)
 
     int findLayer(const std::string& path) const;
 };
