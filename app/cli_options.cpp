@@ -47,6 +47,8 @@ std::string usageText()
            "                    [--remedies [--budget 16GiB] [--tile 512x512]]\n"
            "  memledger whatif MODEL.pt [--input SHAPE] --batch 1,8,32 --dtype float32,bfloat16 [RUN] [--budget 16GiB]\n"
            "                    [--json FILE]\n"
+           "  memledger whatif MODEL.pt --mode train --checkpoint PATH[,PATH...]|auto [--budget SIZE]\n"
+           "                    [--checkpoint-impl reentrant|non-reentrant] [RUN] [--json FILE]\n"
            "  memledger --help | --version\n\n"
            "  SHAPE   input shapes, comma-separated: 1x3x224x224 or 1x128x512,1x128\n"
            "  T       float32 | bfloat16 | float16 (weights and inputs are converted before the run)\n"
@@ -160,6 +162,15 @@ CliOptions parseCli(const std::vector<std::string>& args)
             if (v != "on" && v != "off")
                 throw std::invalid_argument("--cudnn-benchmark '" + v + "' is not on or off");
             o.run.cudnn_benchmark = v == "on";
+        } else if (a == "--checkpoint") {
+            o.checkpoint = splitComma(value(a));
+            if (o.checkpoint.empty())
+                throw std::invalid_argument("--checkpoint needs module paths like layer1,layer2 (or auto)");
+        } else if (a == "--checkpoint-impl") {
+            o.checkpoint_impl = value(a);
+            if (o.checkpoint_impl != "reentrant" && o.checkpoint_impl != "non-reentrant")
+                throw std::invalid_argument("--checkpoint-impl '" + o.checkpoint_impl
+                    + "' is not reentrant or non-reentrant");
         } else if (a == "--json")
             o.json = value(a);
         else if (a == "--html")
@@ -177,6 +188,12 @@ CliOptions parseCli(const std::vector<std::string>& args)
         else
             throw std::invalid_argument("only one file can be given, not also '" + a + "'");
     }
+    if (!o.checkpoint.empty() && o.command != "whatif")
+        throw std::invalid_argument("--checkpoint is for 'memledger whatif MODEL --mode train --checkpoint ...'");
+    if (!o.checkpoint.empty() && o.run.mode == "inference")
+        throw std::invalid_argument("--checkpoint predicts a training step: use --mode train");
+    if (o.checkpoint.size() == 1 && o.checkpoint[0] == "auto" && !o.budget)
+        throw std::invalid_argument("--checkpoint auto needs --budget SIZE (the peak total to fit)");
     return o;
 }
 

@@ -21,6 +21,9 @@ struct CliOptions {
     bool tensors = false; // analyze --tensors: list every parameter and buffer
     bool remedies = false; // analyze --remedies: "What would help"
     std::vector<std::int64_t> tile; // analyze --tile HxW: the tiling remedy's tile
+    // whatif --mode train --checkpoint PATH,PATH | auto: torch.utils.checkpoint around those modules.
+    std::vector<std::string> checkpoint;
+    std::string checkpoint_impl = "reentrant"; // --checkpoint-impl reentrant|non-reentrant
 };
 
 // Throws std::invalid_argument with a message for the user on a usage error.

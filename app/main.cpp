@@ -54,7 +54,12 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
             });
         };
         // MEMLEDGER_SCREENSHOT_WHATIF=1 waits for the what-if panel's records instead.
-        if (qEnvironmentVariableIsSet("MEMLEDGER_SCREENSHOT_WHATIF"))
+        if (qEnvironmentVariableIsSet("MEMLEDGER_SCREENSHOT_REMEDIES")) // the "What would help" tab, complete
+            QObject::connect(&window, &memledger::MainWindow::remediesReady, &window, [save](bool withWhatIf) {
+                if (withWhatIf)
+                    save();
+            });
+        else if (qEnvironmentVariableIsSet("MEMLEDGER_SCREENSHOT_WHATIF"))
             QObject::connect(&window, &memledger::MainWindow::whatIfReady, &window, save);
         else
             QObject::connect(&window, &memledger::MainWindow::reportChanged, &window, save);

@@ -17,6 +17,8 @@ namespace memledger {
 
 class LayerTreePanel;
 class LedgerSummary;
+class RemediesPanel;
+class RemediesWorker;
 class RunPanel;
 class RunWorker;
 class SegmentMapView;
@@ -60,6 +62,7 @@ public:
     void setWhatIfPanel(QWidget* panel);
     QDockWidget* whatIfDock() const { return whatIfDock_; }
     WhatIfPanel* whatIfPanel() const { return whatIfPanel_; }
+    RemediesPanel* remediesPanel() const { return remediesPanel_; } // the "What would help" tab
     // The report as saved and exported: with the what-if table when the model has been recorded for it.
     Report reportForExport() const;
 
@@ -73,6 +76,7 @@ signals:
     void reportChanged(std::shared_ptr<const memledger::Report> report); // a report is shown; never nullptr
     void runFailed(const QString& message);
     void whatIfReady(); // the what-if panel has its records
+    void remediesReady(bool withWhatIf); // the "What would help" tab shows its remedies
 
 protected:
     void dragEnterEvent(QDragEnterEvent* event) override;
@@ -86,6 +90,8 @@ private:
     void showSegments();
     void setUpWhatIf();
     void recordWhatIf(const Report& report);
+    void setUpRemedies(); // main_window_remedies.cpp
+    void computeRemedies(); // for report_ (with whatIf_ when recorded)
     void showError(const QString& message);
     void clearError();
     void addRecentFile(const QString& path);
@@ -118,6 +124,10 @@ private:
     QTabWidget* tabs_ = nullptr;
     QComboBox* deviceBox_ = nullptr;
     QAction* deviceAction_ = nullptr;
+    RemediesPanel* remediesPanel_ = nullptr;
+    RemediesWorker* remediesWorker_ = nullptr;
+    std::vector<std::int64_t> remediesTile_;
+    bool remediesWithWhatIf_ = false;
 };
 
 } // namespace memledger

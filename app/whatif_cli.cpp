@@ -6,6 +6,7 @@
 #include "support/errors.h"
 #include "support/format.h"
 #include "whatif/whatif.h"
+#include "whatif/checkpoint.h"
 #include "exports/report_text.h"
 
 #include <nlohmann/json.hpp>
@@ -46,8 +47,82 @@ WhatIfTable computeWhatIfTable(const OpenedFile& file, const CliOptions& o, std:
     return table;
 }
 
+int runCheckpointWhatIf(const CliOptions& o)
+{
+    const std::string name = o.model.empty() ? kDemoModelName : o.model;
+    auto impl = checkpointImplFromName(o.checkpoint_impl).value_or(CheckpointImpl::Reentrant);
+    const bool automatic = o.checkpoint.size() == 1 && o.checkpoint[0] == "auto";
+    nlohmann::json out;
+    try {
+        auto file = openFileOrDemo(o.model);
+        Report recorded;
+        if (file.model) {
+            RunOptions run = o.run;
+            run.mode = "train";
+            recorded = analyzeOpened(file, run);
+        } else if (file.report) {
+            recorded = *file.report;
+        }
+        CheckpointPrediction p;
+        std::optional<CheckpointPlan> plan;
+        if (automatic) {
+            plan = planCheckpoints(recorded, *o.budget, impl);
+            p = plan->prediction;
+        } else {
+            p = predictCheckpoint(recorded, o.checkpoint, impl);
+        }
+        std::cout << "Checkpointing what-if for " << name << " (one training step recorded at batch "
+                  << recorded.run.batch << " without checkpoints, peak " << formatBytes(recorded.peak_bytes)
+                  << ", peak total " << formatBytes(recorded.peak_total_bytes) << ")\n\n";
+        if (plan)
+            std::cout << "Auto plan for a budget of " << formatBytes(plan->budget_bytes) << " (peak total): "
+                      << (plan->fits ? "fits" : "does NOT fit") << ", " << plan->evaluated << " plans tried\n";
+        std::cout << checkpointToText(p);
+        if (!p.notes.empty()) {
+            std::cout << "\nNotes:\n";
+            for (const auto& n : p.notes)
+                std::cout << "  - " << n << "\n";
+        }
+        out["format"] = "memledger-checkpoint";
+        out["version"] = 1;
+        out["model"] = name;
+        out["batch"] = recorded.run.batch;
+        out["recorded_peak_bytes"] = recorded.peak_bytes;
+        out["recorded_peak_total_bytes"] = recorded.peak_total_bytes;
+        out["recorded_reserved_bytes"] = recorded.simulated_reserved_peak_bytes;
+        auto row = checkpointToJson(p);
+        if (plan) {
+            out["budget_bytes"] = plan->budget_bytes;
+            row["fits"] = plan->fits;
+            row["plan"] = "auto";
+        }
+        out["predictions"] = nlohmann::json::array({row});
+    } catch (const FileError& e) {
+        std::cerr << "memledger: " << e.what() << "\n";
+        return kExitBadFile;
+    } catch (const RunError& e) {
+        std::cerr << "memledger: " << name << ": " << e.what() << "\n";
+        return kExitRunFailed;
+    } catch (const std::invalid_argument& e) {
+        std::cerr << "memledger: " << name << ": " << e.what() << "\n";
+        return kExitUsage;
+    }
+    if (!o.json.empty()) {
+        try {
+            writeFileAtomically(o.json, out.dump(2) + "\n");
+            std::cout << "Wrote " << o.json << "\n";
+        } catch (const std::exception& e) {
+            std::cerr << "memledger: " << e.what() << "\n";
+            return kExitRunFailed;
+        }
+    }
+    return kExitOk;
+}
+
 int runWhatIf(const CliOptions& o)
 {
+    if (!o.checkpoint.empty())
+        return runCheckpointWhatIf(o);
     const std::string name = o.model.empty() ? kDemoModelName : o.model;
     WhatIfTable table;
     std::vector<std::string> notes;

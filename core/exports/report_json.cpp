@@ -55,18 +55,37 @@ json eventsToJson(const Trace& t)
         {"partner", t.partner}};
 }
 
-// Trace::reads as [op, alloc event, op, alloc event, ...]; absent when the trace does not know them.
-void readsToJson(const Trace& t, json& e)
+// The forward's tensor uses as [event, op, op_name, module, ...] (string ids of the events' strings) and the
+// blocks of the model's output; absent in reports saved before they were recorded.
+void usesToJson(const Report& r, json& e)
 {
-    if (!t.reads_recorded)
+    if (!r.forward_uses_recorded)
         return;
     std::vector<std::uint32_t> flat;
-    flat.reserve(t.reads.size() * 2);
-    for (const auto& [op, event] : t.reads) {
-        flat.push_back(op);
-        flat.push_back(event);
+    flat.reserve(r.forward_uses.size() * 4);
+    for (const auto& u : r.forward_uses)
+        flat.insert(flat.end(), {u.event, u.op, u.op_name, u.module});
+    e["forward_uses"] = flat;
+    e["output_events"] = r.output_events;
+}
+
+void usesFromJson(const json& e, const Trace& t, Report& r)
+{
+    if (!e.contains("forward_uses"))
+        return;
+    auto flat = e["forward_uses"].get<std::vector<std::uint32_t>>();
+    if (flat.size() % 4 != 0)
+        throw std::runtime_error("events 'forward_uses' has a length that is not a multiple of 4");
+    for (std::size_t i = 0; i < flat.size(); i += 4) {
+        if (flat[i] >= t.size() || flat[i + 2] >= t.strings.size() || flat[i + 3] >= t.strings.size())
+            throw std::runtime_error("a forward use names a missing event or string");
+        r.forward_uses.push_back({flat[i], flat[i + 1], flat[i + 2], flat[i + 3]});
     }
-    e["reads"] = flat;
+    r.output_events = e.value("output_events", std::vector<std::uint32_t> {});
+    for (auto ev : r.output_events)
+        if (ev >= t.size())
+            throw std::runtime_error("an output names a missing event");
+    r.forward_uses_recorded = true;
 }
 
 template <typename T> void readColumn(const json& e, const char* key, std::vector<T>& out, std::size_t n)
@@ -104,17 +123,6 @@ Trace eventsFromJson(const json& e)
             if (id >= t.stacks.frameCount())
                 throw std::runtime_error("a call stack names a missing frame");
         t.stacks.internStack(ids);
-    }
-    if (e.contains("reads")) {
-        auto flat = e["reads"].get<std::vector<std::uint32_t>>();
-        if (flat.size() % 2 != 0)
-            throw std::runtime_error("events 'reads' has an odd length");
-        for (std::size_t i = 0; i < flat.size(); i += 2) {
-            if (flat[i + 1] >= n)
-                throw std::runtime_error("a read names a missing event");
-            t.reads.emplace_back(flat[i], flat[i + 1]);
-        }
-        t.reads_recorded = true;
     }
     if (e.contains("stack"))
         readColumn(e, "stack", t.stack, n);
@@ -254,7 +262,7 @@ json reportToJson(const Report& r, bool withEvents)
         j["remedies"] = remediesToJson(*r.remedies);
     if (withEvents && r.trace) {
         j["events"] = eventsToJson(*r.trace);
-        readsToJson(*r.trace, j["events"]);
+        usesToJson(r, j["events"]);
     }
     return j;
 }
@@ -364,6 +372,8 @@ Report reportFromJson(const json& j, const std::string& name)
         if (j.contains("whatif") && j["whatif"].is_object())
             r.whatif = std::make_shared<const WhatIfTable>(whatIfFromJson(j["whatif"]));
         r.trace = std::make_shared<const Trace>(j.contains("events") ? eventsFromJson(j["events"]) : Trace {});
+        if (j.contains("events"))
+            usesFromJson(j["events"], *r.trace, r);
         if (j.contains("unread_buffers")) {
             r.unread_buffers = j["unread_buffers"].get<std::vector<std::string>>();
             r.buffer_reads_recorded = true;

@@ -57,6 +57,8 @@ struct RawRun {
     std::vector<std::uint32_t> gradient_events; // allocs that ended as a parameter's .grad
     std::int64_t gradient_bytes = 0;
     std::int64_t optimizer_state_bytes = 0;
+    std::vector<TensorUse> forward_uses; // forward and loss ops' tensor inputs
+    std::vector<std::uint32_t> output_events; // inference: the blocks of the model's output (its caller reads them)
     // A CUDA run: the device, the allocator's reserve over the run (from its own snapshot), and what the
     // libraries kept on the device from the warm-up (cuBLAS workspaces and the like).
     std::optional<GpuRun> gpu;

@@ -54,6 +54,7 @@ struct RecordState {
     std::unordered_set<std::uint32_t> modules_seen;
     int module_count = 0;
     const std::function<void(int, int)>* progress = nullptr;
+    std::vector<TensorUse>* uses = nullptr; // a training step: the forward's tensor inputs
 
     std::int64_t now() const
     {
@@ -146,19 +147,40 @@ std::uint32_t moduleOfCurrentFrame(RecordState& s, const at::RecordFunction& fn)
     return s.trace->strings.intern(s.resolver->resolve(torch::jit::currentModuleHierarchy(), op, hint));
 }
 
-// The blocks an outermost forward op takes as inputs: run allocations go to Trace::reads, buffers are marked read.
-void noteInputs(RecordState& s, const at::RecordFunction& fn)
+// The model's output is read by its caller: its blocks, so that no rule takes them for unread.
+void noteOutputs(RecordState& s, const c10::IValue& v, std::vector<std::uint32_t>& out)
+{
+    if (v.isTensor()) {
+        const auto& t = v.toTensor();
+        if (!t.defined() || !t.has_storage())
+            return;
+        auto live = s.live.find(reinterpret_cast<std::uint64_t>(t.storage().data()));
+        if (live != s.live.end())
+            out.push_back(static_cast<std::uint32_t>(live->second));
+    } else if (v.isTuple()) {
+        for (const auto& e : v.toTupleRef().elements())
+            noteOutputs(s, e, out);
+    } else if (v.isList()) {
+        for (const auto& e : v.toListRef())
+            noteOutputs(s, e, out);
+    } else if (v.isGenericDict()) {
+        for (const auto& e : v.toGenericDict())
+            noteOutputs(s, e.value(), out);
+    }
+}
+
+// The allocations (by storage) that an outermost forward op takes as inputs, lists of tensors included; a
+// buffer it takes is marked read (inference).
+void recordUses(RecordState& s, const at::RecordFunction& fn, std::uint32_t name)
 {
     auto op = static_cast<std::uint32_t>(s.ops->size() - 1);
-    auto note = [&](const at::Tensor& t) {
+    auto use = [&](const at::Tensor& t) {
         if (!t.defined() || !t.has_storage())
             return;
         const void* data = t.storage().data();
-        auto live = s.live.find(reinterpret_cast<std::uint64_t>(data));
-        if (live != s.live.end()) {
-            std::pair<std::uint32_t, std::uint32_t> read {op, static_cast<std::uint32_t>(live->second)};
-            if (s.trace->reads.empty() || s.trace->reads.back() != read)
-                s.trace->reads.push_back(read);
+        auto it = s.live.find(reinterpret_cast<std::uint64_t>(data));
+        if (it != s.live.end()) {
+            s.uses->push_back({static_cast<std::uint32_t>(it->second), op, name, s.current_module});
             return;
         }
         auto b = s.buffer_index.find(data);
@@ -167,33 +189,10 @@ void noteInputs(RecordState& s, const at::RecordFunction& fn)
     };
     for (const auto& in : fn.inputs()) {
         if (in.isTensor())
-            note(in.toTensor());
+            use(in.toTensor());
         else if (in.isTensorList())
-            for (const auto& t : in.toTensorVector())
-                note(t);
-    }
-}
-
-// The model's output is read by its caller: recorded as reads by Trace::kCallerOp, so that no rule
-// takes the output's blocks for unread.
-void noteOutputs(RecordState& s, const c10::IValue& v)
-{
-    if (v.isTensor()) {
-        const auto& t = v.toTensor();
-        if (!t.defined() || !t.has_storage())
-            return;
-        auto live = s.live.find(reinterpret_cast<std::uint64_t>(t.storage().data()));
-        if (live != s.live.end())
-            s.trace->reads.emplace_back(Trace::kCallerOp, static_cast<std::uint32_t>(live->second));
-    } else if (v.isTuple()) {
-        for (const auto& e : v.toTupleRef().elements())
-            noteOutputs(s, e);
-    } else if (v.isList()) {
-        for (const auto& e : v.toListRef())
-            noteOutputs(s, e);
-    } else if (v.isGenericDict()) {
-        for (const auto& e : v.toGenericDict())
-            noteOutputs(s, e.value());
+            for (const auto& t : in.toTensorList())
+                use(t);
     }
 }
 
@@ -252,10 +251,10 @@ std::unique_ptr<at::ObserverContext> onOpStart(const at::RecordFunction& fn)
         call.first_event = static_cast<std::uint32_t>(s->trace->size());
         s->current_module = call.module;
         s->ops->push_back(std::move(call));
-        if (!s->in_backward)
-            noteInputs(*s, fn);
         if (s->progress && *s->progress && s->modules_seen.insert(s->current_module).second)
             (*s->progress)(static_cast<int>(s->modules_seen.size()), s->module_count);
+        if (s->uses && !s->in_backward)
+            recordUses(*s, fn, id);
     }
     if (!s->in_backward && fn.seqNr() >= 0)
         s->module_of_sequence[fn.seqNr()] = s->current_module;
@@ -565,6 +564,7 @@ RawRun Model::run(const RunOptions& options)
     state.device = device;
     state.progress = &options.progress;
     state.module_count = static_cast<int>(d_->modules.size());
+    state.uses = &raw.forward_uses;
     state.root_module = raw.trace.strings.intern("");
     for (const char* helper : {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
              "aten::new_empty_strided", "aten::resize_", "aten::_empty_affine_quantized"})
@@ -586,7 +586,6 @@ RawRun Model::run(const RunOptions& options)
                 && state.buffer_index.emplace(b.value.storage().data(), bufferNames.size()).second)
                 bufferNames.push_back(b.name);
     state.buffer_read.assign(bufferNames.size(), false);
-    raw.trace.reads_recorded = true;
     raw.trace.reserve(4096);
     // Callbacks and state stay installed for the recorded run only, however it ends.
     struct RecordingScope {
@@ -639,7 +638,7 @@ RawRun Model::run(const RunOptions& options)
             mark(nullptr);
         } else {
             auto out = d_->module.forward(inputs);
-            noteOutputs(state, out);
+            noteOutputs(state, out, raw.output_events);
             out = c10::IValue(); // the output's free is part of the run
         }
         if (cuda) {

@@ -98,6 +98,59 @@ struct OpenCall {
 
 } // namespace
 
+std::vector<std::int64_t> setPeakFromTrace(Report& r, const Trace& t)
+{
+    r.peak_bytes = 0;
+    r.peak_event = -1;
+    r.peak_time_ns = 0;
+    r.alive_at_peak.clear();
+    for (auto& l : r.ledgers)
+        l = {};
+    auto live = liveBytesAfterEachEvent(t);
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        if (t.action[i] == Action::Alloc)
+            r.ledgers[static_cast<int>(t.ledger[i])].total += t.bytes[i];
+        if (live[i] > r.peak_bytes) {
+            r.peak_bytes = live[i];
+            r.peak_event = static_cast<std::int32_t>(i);
+            r.peak_time_ns = t.time_ns[i];
+        }
+    }
+    r.ledgers[static_cast<int>(Ledger::Weights)] = {r.weight_bytes, r.weight_bytes};
+    r.ledgers[static_cast<int>(Ledger::Inputs)] = {r.input_bytes, r.input_bytes};
+    r.ledgers[static_cast<int>(Ledger::OptimizerState)] = {r.optimizer_state_bytes, r.optimizer_state_bytes};
+    r.peak_total_bytes = r.weight_bytes + r.optimizer_state_bytes + r.input_bytes + r.peak_bytes;
+    if (r.gpu)
+        r.peak_total_bytes += r.gpu->library_bytes;
+    for (auto& p : r.phases) {
+        std::int64_t top = p.first_event == 0 || p.first_event > live.size() ? 0 : live[p.first_event - 1];
+        for (auto i = p.first_event; i < p.end_event && i < live.size(); ++i)
+            top = std::max(top, live[i]);
+        p.peak_bytes = top;
+    }
+    if (r.peak_event >= 0) {
+        auto pe = static_cast<std::size_t>(r.peak_event);
+        for (std::size_t i = 0; i <= pe; ++i) {
+            if (t.action[i] != Action::Alloc)
+                continue;
+            auto p = t.partner[i];
+            if (p != kNoPartner && static_cast<std::size_t>(p) <= pe)
+                continue;
+            r.ledgers[static_cast<int>(t.ledger[i])].at_peak += t.bytes[i];
+            PeakItem item;
+            item.bytes = t.bytes[i];
+            item.ledger = t.ledger[i];
+            item.where = t.strings.at(t.where[i]);
+            item.op = t.strings.at(t.inner_op[i] ? t.inner_op[i] : t.outer_op[i]);
+            item.event = static_cast<std::int32_t>(i);
+            r.alive_at_peak.push_back(std::move(item));
+        }
+        std::stable_sort(r.alive_at_peak.begin(), r.alive_at_peak.end(),
+            [](const PeakItem& a, const PeakItem& b) { return a.bytes > b.bytes; });
+    }
+    return live;
+}
+
 Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& modules, RawRun raw)
 {
     Report r;
@@ -167,52 +220,11 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
     r.load_tax.resident_dtype = raw.info.dtype;
 
     // Peak and ledgers.
-    auto live = liveBytesAfterEachEvent(t);
-    for (std::size_t i = 0; i < t.size(); ++i) {
-        if (t.action[i] == Action::Alloc)
-            r.ledgers[static_cast<int>(t.ledger[i])].total += t.bytes[i];
-        if (live[i] > r.peak_bytes) {
-            r.peak_bytes = live[i];
-            r.peak_event = static_cast<std::int32_t>(i);
-            r.peak_time_ns = t.time_ns[i];
-        }
-    }
-    r.ledgers[static_cast<int>(Ledger::Weights)] = {r.weight_bytes, r.weight_bytes};
-    r.ledgers[static_cast<int>(Ledger::Inputs)] = {r.input_bytes, r.input_bytes};
-    r.ledgers[static_cast<int>(Ledger::OptimizerState)] = {r.optimizer_state_bytes, r.optimizer_state_bytes};
-    r.peak_total_bytes = r.weight_bytes + r.optimizer_state_bytes + r.input_bytes + r.peak_bytes;
     r.gpu = raw.gpu;
     r.unread_buffers = raw.unread_buffers;
     r.buffer_reads_recorded = raw.buffer_reads_recorded;
-    if (r.gpu)
-        r.peak_total_bytes += r.gpu->library_bytes;
     r.phases = raw.phases;
-    for (auto& p : r.phases) {
-        std::int64_t top = p.first_event == 0 || p.first_event > live.size() ? 0 : live[p.first_event - 1];
-        for (auto i = p.first_event; i < p.end_event && i < live.size(); ++i)
-            top = std::max(top, live[i]);
-        p.peak_bytes = top;
-    }
-    if (r.peak_event >= 0) {
-        auto pe = static_cast<std::size_t>(r.peak_event);
-        for (std::size_t i = 0; i <= pe; ++i) {
-            if (t.action[i] != Action::Alloc)
-                continue;
-            auto p = t.partner[i];
-            if (p != kNoPartner && static_cast<std::size_t>(p) <= pe)
-                continue;
-            r.ledgers[static_cast<int>(t.ledger[i])].at_peak += t.bytes[i];
-            PeakItem item;
-            item.bytes = t.bytes[i];
-            item.ledger = t.ledger[i];
-            item.where = t.strings.at(t.where[i]);
-            item.op = t.strings.at(t.inner_op[i] ? t.inner_op[i] : t.outer_op[i]);
-            item.event = static_cast<std::int32_t>(i);
-            r.alive_at_peak.push_back(std::move(item));
-        }
-        std::stable_sort(r.alive_at_peak.begin(), r.alive_at_peak.end(),
-            [](const PeakItem& a, const PeakItem& b) { return a.bytes > b.bytes; });
-    }
+    auto live = setPeakFromTrace(r, t);
 
     // Per module: activations its forward made (saved ones too), and in a training step what was saved for
     // the backward and the gradients of its parameters (each summed into its parents).
@@ -300,6 +312,13 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
             });
     for (std::size_t m = 0; m < r.layers.size(); ++m)
         r.layers[m].output_shapes.assign(shapes[m].begin(), shapes[m].end());
+    for (const auto& op : raw.ops)
+        if (isForwardOp(op) && op.module < layerOf.size())
+            for (int m = layerOf[op.module]; m >= 0; m = r.layers[static_cast<std::size_t>(m)].parent)
+                r.layers[static_cast<std::size_t>(m)].forward_ns += op.end_ns - op.start_ns;
+    r.forward_uses = std::move(raw.forward_uses);
+    r.forward_uses_recorded = true;
+    r.output_events = std::move(raw.output_events);
     if (!r.layers.empty())
         r.layers[0].peak_bytes = r.peak_bytes;
 

@@ -48,6 +48,16 @@ struct LayerStats {
     std::int64_t saved_activation_bytes = 0;
     std::int64_t backward_temporary_peak_bytes = 0;
     std::int64_t backward_peak_bytes = 0;
+    std::int64_t forward_ns = 0; // time of its forward ops (what a checkpoint recomputes)
+};
+
+// A training step: a forward (or loss) op that took an allocation of the run as an input (its storage, so a
+// view's use counts). The checkpointing what-if finds from them when a tensor nobody saved would be freed.
+struct TensorUse {
+    std::uint32_t event = 0; // the allocation
+    std::uint32_t op = 0; // the op (Trace::op_seq)
+    std::uint32_t op_name = 0; // string id in the trace
+    std::uint32_t module = 0; // string id of the op's module path
 };
 
 // A part of a training step: "forward", "loss", "backward" or "optimizer".
@@ -145,6 +155,9 @@ struct Report {
     std::vector<std::string> unread_buffers;
     bool buffer_reads_recorded = false;
     std::shared_ptr<const std::vector<Remedy>> remedies; // "What would help", when computed (analyze --remedies)
+    std::vector<TensorUse> forward_uses; // in op order (inference and the forward of a training step)
+    bool forward_uses_recorded = false; // false: a report saved before they were recorded
+    std::vector<std::uint32_t> output_events; // inference: the Alloc events of the model's output
 
     int findLayer(const std::string& path) const;
 };

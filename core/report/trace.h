@@ -61,13 +61,6 @@ struct Trace {
     std::vector<std::int32_t> partner; // alloc <-> its free; kNoPartner if outside the trace
     std::vector<std::uint32_t> stack; // the event's call stack in `stacks`; 0: none (model runs)
     CallStacks stacks; // frames' strings are in `strings`
-    // Which block each outermost op of a model run took as an input: (op_seq, the block's Alloc event), in op
-    // order. Only blocks the run allocated (weights and inputs are not in the trace); a view names its block.
-    // reads_recorded is false for traces that do not know (snapshots, reports saved before it was recorded).
-    // The model's caller reads its outputs: those reads name op kCallerOp.
-    std::vector<std::pair<std::uint32_t, std::uint32_t>> reads;
-    bool reads_recorded = false;
-    static constexpr std::uint32_t kCallerOp = 0xFFFFFFFFu;
 
     std::size_t size() const { return time_ns.size(); }
     void reserve(std::size_t n);

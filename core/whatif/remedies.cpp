@@ -32,12 +32,14 @@ struct OpIndex {
         std::vector<std::uint32_t> reads; // alloc events of the blocks it took as inputs, in order
     };
     std::vector<Op> ops;
-    std::vector<std::uint32_t> last_reader; // per event: the last op that read the block (0 none; op + 1)
+    static constexpr std::uint32_t kCaller = 0xFFFFFFFFu; // the model's caller, which reads its output
+    std::vector<std::uint32_t> last_reader; // per event: the last op that read the block (0 none; op + 1; kCaller)
     std::vector<std::uint32_t> reader_count; // per event: how many reads of the block
     std::int64_t output_bytes = 0; // blocks the caller reads: the model's output
 
-    explicit OpIndex(const Trace& t)
+    explicit OpIndex(const Report& r)
     {
+        const Trace& t = *r.trace;
         std::uint32_t most = 0;
         for (std::size_t i = 0; i < t.size(); ++i)
             most = std::max(most, t.op_seq[i]);
@@ -52,19 +54,21 @@ struct OpIndex {
         }
         last_reader.assign(t.size(), 0);
         reader_count.assign(t.size(), 0);
-        for (const auto& [op, event] : t.reads) {
+        for (const auto& u : r.forward_uses) {
+            if (u.event >= t.size())
+                continue;
+            if (u.op < ops.size())
+                ops[u.op].reads.push_back(u.event);
+            if (last_reader[u.event] != kCaller)
+                last_reader[u.event] = std::max(last_reader[u.event], u.op + 1);
+            ++reader_count[u.event];
+        }
+        for (auto event : r.output_events) {
             if (event >= t.size())
                 continue;
-            if (op == Trace::kCallerOp) {
-                if (last_reader[event] != Trace::kCallerOp)
-                    output_bytes += t.bytes[event];
-                last_reader[event] = Trace::kCallerOp;
-            } else {
-                if (op < ops.size())
-                    ops[op].reads.push_back(event);
-                if (last_reader[event] != Trace::kCallerOp)
-                    last_reader[event] = std::max(last_reader[event], op + 1);
-            }
+            if (last_reader[event] != kCaller)
+                output_bytes += t.bytes[event];
+            last_reader[event] = kCaller;
             ++reader_count[event];
         }
     }
@@ -180,10 +184,10 @@ std::vector<Shape> tiledInputs(const Report& r, const std::vector<std::int64_t>&
 std::vector<InplaceCandidate> inplaceCandidates(const Report& r)
 {
     std::vector<InplaceCandidate> out;
-    if (!inference(r) || !r.trace || !r.trace->reads_recorded)
+    if (!inference(r) || !r.trace || !r.forward_uses_recorded)
         return out;
     const Trace& t = *r.trace;
-    OpIndex index(t);
+    OpIndex index(r);
     std::set<std::size_t> replaced; // outputs that in place no longer exist: a chain stops at its first op
     for (std::uint32_t k = 0; k < index.ops.size(); ++k) {
         const auto name = index.name(t, k);
@@ -217,10 +221,10 @@ std::vector<InplaceCandidate> inplaceCandidates(const Report& r)
 std::vector<BatchNormFold> batchNormFolds(const Report& r)
 {
     std::vector<BatchNormFold> out;
-    if (!inference(r) || !r.trace || !r.trace->reads_recorded)
+    if (!inference(r) || !r.trace || !r.forward_uses_recorded)
         return out;
     const Trace& t = *r.trace;
-    OpIndex index(t);
+    OpIndex index(r);
     auto layerOf = [&r](const std::string& path) -> const LayerStats* {
         int i = r.findLayer(path);
         return i < 0 ? nullptr : &r.layers[static_cast<std::size_t>(i)];
@@ -428,8 +432,8 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
                 + (train ? ", accumulating the gradients (loss divided by the number of micro-batches)"
                          : ", concatenating their outputs");
             // Inference keeps the outputs of the other micro-batches until they are concatenated.
-            if (!train && r.trace && r.trace->reads_recorded && batch > 0)
-                m.extra_bytes = OpIndex(*r.trace).output_bytes / batch * (batch - micro);
+            if (!train && r.trace && r.forward_uses_recorded && batch > 0)
+                m.extra_bytes = OpIndex(r).output_bytes / batch * (batch - micro);
             m.peak_total_after = p.predicted_peak_total_bytes + m.extra_bytes;
             m.reserve_after = p.predicted_reserved_bytes + m.extra_bytes;
             m.batch = micro;
@@ -469,7 +473,7 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
         auto folds = batchNormFolds(r);
         if (!folds.empty()) {
             const Trace& t = *r.trace;
-            OpIndex index(t);
+            OpIndex index(r);
             std::vector<char> drop(t.size(), 0);
             std::vector<std::pair<std::size_t, std::size_t>> refree;
             auto tensors = r.model.tensors;

@@ -1,0 +1,773 @@
+#include "whatif/checkpoint.h"
+
+#include "allocator/gpu_replay.h"
+#include "report/build_report.h"
+#include "support/format.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <unordered_map>
+
+namespace memledger {
+
+namespace {
+
+// torch.get_rng_state() on the CPU: the Mersenne Twister's state as a ByteTensor.
+constexpr std::int64_t kCpuRngStateBytes = 5056;
+
+bool startsWith(const std::string& s, const std::string& prefix)
+{
+    return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
+}
+
+bool inSubtree(const std::string& where, const std::string& path)
+{
+    return where == path || (startsWith(where, path) && where.size() > path.size() && where[path.size()] == '.');
+}
+
+// Whether the autograd node of a forward op keeps that op's tensor inputs (so that a tensor it took lives until
+// its backward runs). Ops that keep only their result (relu, sigmoid, softmax) or nothing (add, cat, views)
+// are not listed; in-place activations keep their result, which is their input's storage.
+bool keepsInputs(const std::string& op)
+{
+    static const char* const kKeep[] = {"conv", "linear", "addmm", "aten::mm", "bmm", "matmul", "einsum",
+        "max_pool", "avg_pool", "adaptive_", "batch_norm", "layer_norm", "group_norm", "instance_norm", "aten::mul",
+        "aten::div", "gelu", "silu", "hardswish", "hardsigmoid", "hardtanh", "leaky_relu", "prelu", "softplus",
+        "aten::pow", "embedding", "mish", "elu", "upsample_bicubic", "grid_sampler", "aten::index", "gather"};
+    for (const char* k : kKeep)
+        if (op.find(k) != std::string::npos)
+            return true;
+    // An in-place activation (relu_, sigmoid_, tanh_) keeps its result: the storage it was given.
+    static const char* const kInplaceResult[] = {"aten::relu_", "aten::sigmoid_", "aten::tanh_", "aten::relu6_"};
+    for (const char* k : kInplaceResult)
+        if (op == k)
+            return true;
+    return false;
+}
+
+enum Rank : int {
+    kFreeMoved = 0, // frees moved to "before event p"
+    kRngSaved = 1, // the segment's RNG state at its forward's start
+    kRecompute = 2, // the recomputation of a segment's forward
+    kOriginal = 3,
+};
+
+struct Placed {
+    std::int64_t pos = 0; // before original event `pos`
+    int rank = kOriginal;
+    std::int64_t seq = 0; // order within a rank
+    std::int64_t src = -1; // original event copied; -1 for a synthetic RNG-state event
+    Action action = Action::Alloc;
+    std::int64_t bytes = 0;
+    std::int64_t partner = -1; // index into the placed list
+    std::int64_t time_ns = 0;
+    std::uint32_t where = 0; // for synthetic events
+    bool synthetic = false;
+};
+
+struct Segment {
+    std::string path;
+    std::uint32_t fwdBegin = 0, fwdEnd = 0; // forward events [fwdBegin, fwdEnd): the segment's ops
+    std::uint32_t opFirst = 0, opLast = 0;
+    std::int64_t bwdBegin = -1, bwdEnd = -1; // its backward nodes' events [bwdBegin, bwdEnd)
+    std::int64_t forward_ns = 0;
+};
+
+class Transformer {
+public:
+    Transformer(const Report& r, CheckpointImpl impl)
+        : r_(r)
+        , t_(*r.trace)
+        , impl_(impl)
+    {
+        for (const auto& p : r.phases) {
+            if (p.name == "forward")
+                forward_ = &p;
+            else if (p.name == "backward")
+                backward_ = &p;
+        }
+        if (!forward_ || !backward_)
+            throw std::invalid_argument("the report's training step has no forward or backward phase");
+        usesOf_.resize(t_.size());
+        for (std::size_t k = 0; k < r.forward_uses.size(); ++k)
+            if (r.forward_uses[k].event < t_.size())
+                usesOf_[r.forward_uses[k].event].push_back(static_cast<std::uint32_t>(k));
+        strings_.reserve(t_.strings.size());
+        for (std::size_t s = 0; s < t_.strings.size(); ++s)
+            strings_.push_back(t_.strings.at(static_cast<std::uint32_t>(s)));
+    }
+
+    bool inForward(std::int64_t i) const { return i >= forward_->first_event && i < forward_->end_event; }
+    bool inBackward(std::int64_t i) const { return i >= backward_->first_event && i < backward_->end_event; }
+
+    // The segment of a module; empty optional with `why` when it cannot be one.
+    std::optional<Segment> segmentOf(const std::string& path, std::string* why) const
+    {
+        Segment s;
+        s.path = path;
+        bool any = false;
+        for (auto i = forward_->first_event; i < forward_->end_event && i < t_.size(); ++i) {
+            if (!inSubtree(strings_[t_.where[i]], path))
+                continue;
+            if (!any) {
+                s.opFirst = t_.op_seq[i];
+                any = true;
+            }
+            s.opLast = t_.op_seq[i];
+        }
+        if (!any) {
+            *why = path + ": its forward allocates nothing, there is nothing to checkpoint";
+            return std::nullopt;
+        }
+        s.fwdBegin = static_cast<std::uint32_t>(firstEventOfOp(s.opFirst));
+        s.fwdEnd = static_cast<std::uint32_t>(firstEventOfOp(s.opLast + 1));
+        s.fwdEnd = std::min<std::uint32_t>(s.fwdEnd, forward_->end_event);
+        for (auto i = backward_->first_event; i < backward_->end_event && i < t_.size(); ++i) {
+            if (!inSubtree(strings_[t_.where[i]], path))
+                continue;
+            if (s.bwdBegin < 0)
+                s.bwdBegin = i;
+            s.bwdEnd = static_cast<std::int64_t>(i) + 1;
+        }
+        int layer = r_.findLayer(path);
+        if (layer >= 0)
+            s.forward_ns = r_.layers[static_cast<std::size_t>(layer)].forward_ns;
+        if (impl_ == CheckpointImpl::Reentrant && !takesTensorFromRun(s)) {
+            *why = path + ": its input does not require grad, so a reentrant checkpoint would leave its parameters "
+                          "without gradients (PyTorch warns \"None of the inputs have requires_grad=True\"); not "
+                          "checkpointed (the non-reentrant implementation handles it)";
+            return std::nullopt;
+        }
+        if (s.bwdBegin < 0) {
+            *why = path + ": no backward node of it allocates anything, there is nothing to recompute for";
+            return std::nullopt;
+        }
+        return s;
+    }
+
+    // The first event at or after the start of op `op` (events are in op order).
+    std::int64_t firstEventOfOp(std::uint32_t op) const
+    {
+        return std::lower_bound(t_.op_seq.begin(), t_.op_seq.end(), op) - t_.op_seq.begin();
+    }
+
+    bool madeIn(const Segment& s, std::int64_t i) const
+    {
+        return i >= s.fwdBegin && i < s.fwdEnd && inSubtree(strings_[t_.where[i]], s.path);
+    }
+
+    // Whether the segment's ops take an allocation made before it in this run (a tensor that requires grad
+    // unless nothing before it has parameters, which this does not tell apart).
+    bool takesTensorFromRun(const Segment& s) const
+    {
+        for (const auto& u : r_.forward_uses)
+            if (u.op >= s.opFirst && u.op <= s.opLast && inSubtree(strings_[u.module], s.path)
+                && u.event < s.fwdBegin)
+                return true;
+        return false;
+    }
+
+    Report run(const std::vector<Segment>& segments)
+    {
+        const auto n = static_cast<std::int64_t>(t_.size());
+        placed_.clear();
+        placed_.reserve(t_.size() + t_.size() / 4);
+        for (std::int64_t i = 0; i < n; ++i) {
+            Placed p;
+            p.pos = i;
+            p.src = i;
+            p.action = t_.action[static_cast<std::size_t>(i)];
+            p.bytes = t_.bytes[static_cast<std::size_t>(i)];
+            p.partner = t_.partner[static_cast<std::size_t>(i)];
+            p.time_ns = t_.time_ns[static_cast<std::size_t>(i)];
+            placed_.push_back(p);
+        }
+        auto moveFree = [&](std::int64_t alloc, std::int64_t pos, std::int64_t seq) {
+            auto f = placed_[static_cast<std::size_t>(alloc)].partner;
+            if (f < 0)
+                return;
+            auto& p = placed_[static_cast<std::size_t>(f)];
+            p.pos = pos;
+            p.rank = kFreeMoved;
+            p.seq = seq;
+        };
+        // Where an original free ends up: the latest of the moves asked for each segment (a tensor can be
+        // the output of one segment and the input of the next).
+        std::vector<std::int64_t> freeAt(static_cast<std::size_t>(n), -1);
+        auto wantFreeAt = [&](std::int64_t alloc, std::int64_t pos) {
+            auto& f = freeAt[static_cast<std::size_t>(alloc)];
+            f = f < 0 ? pos : std::max(f, pos);
+        };
+        std::int64_t seq = 0;
+        for (const auto& s : segments) {
+            transformSegment(s, wantFreeAt, seq);
+        }
+        for (std::int64_t i = 0; i < n; ++i)
+            if (freeAt[static_cast<std::size_t>(i)] >= 0)
+                moveFree(i, freeAt[static_cast<std::size_t>(i)], i);
+        return build();
+    }
+
+private:
+    // The backward's last event of the nodes of `module` (exactly that path) before `before`, plus one: when an
+    // op of that module releases what it saved.
+    std::int64_t releaseOf(std::uint32_t module, std::int64_t before) const
+    {
+        for (auto i = before - 1; i >= backward_->first_event; --i)
+            if (t_.where[static_cast<std::size_t>(i)] == module)
+                return i + 1;
+        return before;
+    }
+
+    template <typename WantFree>
+    void transformSegment(const Segment& s, WantFree& wantFreeAt, std::int64_t& seq)
+    {
+        const bool reentrant = impl_ == CheckpointImpl::Reentrant;
+        const auto bs = s.bwdBegin, be = s.bwdEnd;
+        // The RNG state saved when the segment's forward starts: until the graph is freed (reentrant: it is
+        // the autograd node's), or until the segment's backward ends (non-reentrant: the unpack hook's).
+        auto rngEnd = reentrant ? static_cast<std::int64_t>(backward_->end_event) : be;
+        addSynthetic(s.fwdBegin, kRngSaved, seq++, rngEnd, kFreeMoved, seq++, s.path);
+
+        // The segment's own allocations that outlive its forward.
+        std::vector<std::int64_t> recomputeFreeAt(static_cast<std::size_t>(s.fwdEnd - s.fwdBegin), -1);
+        const std::int64_t afterRecompute = -2; // non-reentrant: when the unpack hook returns
+        for (std::int64_t i = s.fwdBegin; i < s.fwdEnd; ++i) {
+            if (t_.action[static_cast<std::size_t>(i)] != Action::Alloc || !madeIn(s, i))
+                continue;
+            std::int64_t j = t_.partner[static_cast<std::size_t>(i)];
+            if (j != kNoPartner && inForward(j))
+                continue; // freed in the forward: the same in the recomputation
+            const bool freedBySegment = j != kNoPartner && inBackward(j) && j >= bs && j < be
+                && inSubtree(strings_[t_.where[static_cast<std::size_t>(j)]], s.path);
+            bool usedOutside = false, keptOutside = false;
+            std::int64_t lastOp = t_.op_seq[static_cast<std::size_t>(i)];
+            std::int64_t outsideRelease = -1;
+            for (auto k : usesOf_[static_cast<std::size_t>(i)]) {
+                const auto& u = r_.forward_uses[k];
+                lastOp = std::max<std::int64_t>(lastOp, u.op);
+                if (inSubtree(strings_[u.module], s.path))
+                    continue;
+                usedOutside = true;
+                if (keepsInputs(strings_[u.op_name])) {
+                    keptOutside = true;
+                    outsideRelease = std::max(outsideRelease, releaseOf(u.module, bs));
+                }
+            }
+            // The original: freed when its last holder lets go.
+            if (freedBySegment) {
+                if (keptOutside)
+                    wantFreeAt(i, outsideRelease);
+                else
+                    wantFreeAt(i, firstEventOfOp(static_cast<std::uint32_t>(lastOp + 1)));
+            }
+            // Its recomputation.
+            std::int64_t again;
+            if (reentrant)
+                again = (freedBySegment && !usedOutside) ? j : be; // the recomputed output is held to the end
+            else
+                again = freedBySegment ? j : afterRecompute; // what the segment's nodes saved, else dropped
+            recomputeFreeAt[static_cast<std::size_t>(i - s.fwdBegin)] = again;
+        }
+        // Tensors from before the segment that it takes (its input): saved by the checkpoint until its backward
+        // ends. Reentrant: the incoming gradient too.
+        for (const auto& u : r_.forward_uses) {
+            if (u.op < s.opFirst || u.op > s.opLast || !inSubtree(strings_[u.module], s.path) || u.event >= s.fwdBegin)
+                continue;
+            std::int64_t j = t_.partner[u.event];
+            if (j != kNoPartner && j < be)
+                wantFreeAt(u.event, be);
+        }
+        if (reentrant) {
+            for (std::int64_t j = bs; j < be; ++j) {
+                if (t_.action[static_cast<std::size_t>(j)] != Action::Free
+                    || !inSubtree(strings_[t_.where[static_cast<std::size_t>(j)]], s.path))
+                    continue;
+                auto a = t_.partner[static_cast<std::size_t>(j)];
+                if (a != kNoPartner && a >= backward_->first_event && a < bs)
+                    wantFreeAt(a, be);
+            }
+        }
+
+        // The recomputation, before the segment's first backward event: a forked RNG state around the forward's
+        // events again.
+        auto timeAt = t_.time_ns[static_cast<std::size_t>(std::min<std::int64_t>(bs, t_.size() - 1))];
+        auto fwdStart = t_.time_ns[s.fwdBegin];
+        auto fork = addPlaced(bs, kRecompute, seq++, Action::Alloc, kCpuRngStateBytes, timeAt, s.path);
+        std::vector<std::int64_t> copyOf(static_cast<std::size_t>(s.fwdEnd - s.fwdBegin), -1);
+        std::vector<std::int64_t> dropped;
+        for (std::int64_t i = s.fwdBegin; i < s.fwdEnd; ++i) {
+            auto a = t_.action[static_cast<std::size_t>(i)];
+            auto time = timeAt + (t_.time_ns[static_cast<std::size_t>(i)] - fwdStart);
+            if (a == Action::Alloc && madeIn(s, i)) {
+                auto c = copyEvent(i, bs, kRecompute, seq++, time);
+                copyOf[static_cast<std::size_t>(i - s.fwdBegin)] = c;
+                auto again = recomputeFreeAt[static_cast<std::size_t>(i - s.fwdBegin)];
+                if (again == afterRecompute)
+                    dropped.push_back(c);
+                else if (again >= 0) // freed by the node that used it, or when the segment's backward ends
+                    linkPair(c, copyEvent(t_.partner[static_cast<std::size_t>(i)], again, kFreeMoved, seq++, 0));
+            } else if (a == Action::Free) {
+                auto al = t_.partner[static_cast<std::size_t>(i)];
+                if (al != kNoPartner && al >= s.fwdBegin && madeIn(s, al) && copyOf[static_cast<std::size_t>(al - s.fwdBegin)] >= 0) {
+                    auto f = copyEvent(i, bs, kRecompute, seq++, time);
+                    linkPair(copyOf[static_cast<std::size_t>(al - s.fwdBegin)], f);
+                }
+            }
+        }
+        auto endTime = timeAt + (t_.time_ns[static_cast<std::size_t>(s.fwdEnd - 1)] - fwdStart);
+        auto forkFree = addPlaced(bs, kRecompute, seq++, Action::Free, kCpuRngStateBytes, endTime, s.path);
+        linkPair(fork, forkFree);
+        for (auto c : dropped) {
+            auto f = addPlaced(bs, kRecompute, seq++, Action::Free, placed_[static_cast<std::size_t>(c)].bytes, endTime, s.path);
+            placed_[static_cast<std::size_t>(f)].src = placed_[static_cast<std::size_t>(c)].src;
+            linkPair(c, f);
+        }
+        shifts_.emplace_back(bs, s.forward_ns);
+    }
+
+    std::int64_t addPlaced(std::int64_t pos, int rank, std::int64_t seq, Action a, std::int64_t bytes,
+        std::int64_t time, const std::string& where)
+    {
+        Placed p;
+        p.pos = pos;
+        p.rank = rank;
+        p.seq = seq;
+        p.action = a;
+        p.bytes = bytes;
+        p.time_ns = time;
+        p.synthetic = true;
+        p.where = whereId(where);
+        placed_.push_back(p);
+        return static_cast<std::int64_t>(placed_.size()) - 1;
+    }
+
+    void addSynthetic(std::int64_t pos, int rank, std::int64_t seq, std::int64_t freePos, int freeRank,
+        std::int64_t freeSeq, const std::string& where)
+    {
+        auto time = t_.time_ns[static_cast<std::size_t>(std::min<std::int64_t>(pos, t_.size() - 1))];
+        auto a = addPlaced(pos, rank, seq, Action::Alloc, kCpuRngStateBytes, time, where);
+        auto f = addPlaced(freePos, freeRank, freeSeq, Action::Free, kCpuRngStateBytes, 0, where);
+        linkPair(a, f);
+    }
+
+    std::int64_t copyEvent(std::int64_t src, std::int64_t pos, int rank, std::int64_t seq, std::int64_t time)
+    {
+        Placed p;
+        p.pos = pos;
+        p.rank = rank;
+        p.seq = seq;
+        p.src = src;
+        p.action = t_.action[static_cast<std::size_t>(src)];
+        p.bytes = t_.bytes[static_cast<std::size_t>(src)];
+        p.time_ns = time;
+        placed_.push_back(p);
+        return static_cast<std::int64_t>(placed_.size()) - 1;
+    }
+
+    void linkPair(std::int64_t a, std::int64_t f)
+    {
+        placed_[static_cast<std::size_t>(a)].partner = f;
+        placed_[static_cast<std::size_t>(f)].partner = a;
+    }
+
+    // Synthetic events name their segment; the strings are interned into the new trace in build().
+    std::uint32_t whereId(const std::string& s)
+    {
+        auto it = std::find(synthWhere_.begin(), synthWhere_.end(), s);
+        if (it != synthWhere_.end())
+            return static_cast<std::uint32_t>(it - synthWhere_.begin());
+        synthWhere_.push_back(s);
+        return static_cast<std::uint32_t>(synthWhere_.size() - 1);
+    }
+
+    Report build()
+    {
+        std::vector<std::size_t> order(placed_.size());
+        for (std::size_t k = 0; k < order.size(); ++k)
+            order[k] = k;
+        std::stable_sort(order.begin(), order.end(), [this](std::size_t a, std::size_t b) {
+            const auto& x = placed_[a];
+            const auto& y = placed_[b];
+            if (x.pos != y.pos)
+                return x.pos < y.pos;
+            if (x.rank != y.rank)
+                return x.rank < y.rank;
+            return x.seq < y.seq;
+        });
+        std::vector<std::int64_t> newIndex(placed_.size());
+        for (std::size_t k = 0; k < order.size(); ++k)
+            newIndex[order[k]] = static_cast<std::int64_t>(k);
+        std::sort(shifts_.begin(), shifts_.end());
+
+        Trace out;
+        out.strings = t_.strings;
+        out.stacks = t_.stacks;
+        std::vector<std::uint32_t> synthIds;
+        for (const auto& s : synthWhere_)
+            synthIds.push_back(out.strings.intern(s));
+        const auto rng = out.strings.intern("aten::get_rng_state");
+        out.reserve(order.size());
+        std::size_t shift = 0;
+        std::int64_t shiftNs = 0;
+        std::int64_t lastTime = 0;
+        for (std::size_t k = 0; k < order.size(); ++k) {
+            const auto& p = placed_[order[k]];
+            while (shift < shifts_.size() && shifts_[shift].first <= p.pos && (p.rank == kOriginal || shifts_[shift].first < p.pos)) {
+                shiftNs += shifts_[shift].second;
+                ++shift;
+            }
+            std::int64_t time = p.time_ns;
+            if (p.rank == kOriginal)
+                time += shiftNs;
+            else if (p.rank == kRecompute)
+                time += shiftNs;
+            else if (p.pos < static_cast<std::int64_t>(t_.size()))
+                time = t_.time_ns[static_cast<std::size_t>(std::max<std::int64_t>(p.pos - 1, 0))] + shiftNs;
+            else
+                time = lastTime;
+            time = std::max(time, lastTime);
+            lastTime = time;
+            auto i = out.push(time, p.bytes, 0, p.action, -1);
+            if (p.src >= 0) {
+                auto s = static_cast<std::size_t>(p.src);
+                out.address[i] = t_.address[s];
+                out.device[i] = t_.device[s];
+                out.ledger[i] = t_.ledger[s];
+                out.op_seq[i] = t_.op_seq[std::min(s, t_.size() - 1)];
+                out.outer_op[i] = t_.outer_op[s];
+                out.inner_op[i] = t_.inner_op[s];
+                out.where[i] = t_.where[s];
+                out.stack[i] = t_.stack[s];
+            } else {
+                out.ledger[i] = Ledger::SavedActivations;
+                out.outer_op[i] = rng;
+                out.inner_op[i] = rng;
+                out.where[i] = synthIds[p.where];
+                auto at = static_cast<std::size_t>(std::clamp<std::int64_t>(p.pos - 1, 0, t_.size() - 1));
+                out.op_seq[i] = t_.op_seq[at];
+            }
+            out.partner[i] = p.partner < 0 ? kNoPartner : static_cast<std::int32_t>(newIndex[static_cast<std::size_t>(p.partner)]);
+        }
+        // Ledgers of a free follow their allocation; a recomputed allocation's ledger is that of the original.
+        for (std::size_t i = 0; i < out.size(); ++i)
+            if (out.action[i] == Action::Free && out.partner[i] != kNoPartner)
+                out.ledger[i] = out.ledger[static_cast<std::size_t>(out.partner[i])];
+
+        Report pr = r_;
+        pr.simulated_gpu.reset();
+        pr.simulated_reserved_peak_bytes = 0;
+        pr.whatif.reset();
+        for (auto& ph : pr.phases) {
+            ph.first_event = static_cast<std::uint32_t>(mapPos(ph.first_event, newIndex));
+            ph.end_event = static_cast<std::uint32_t>(mapPos(ph.end_event, newIndex));
+        }
+        pr.trace = std::make_shared<const Trace>(std::move(out));
+        setPeakFromTrace(pr, *pr.trace);
+        return pr;
+    }
+
+    // The new index of original event `pos` (the end of the trace for pos == size).
+    std::int64_t mapPos(std::int64_t pos, const std::vector<std::int64_t>& newIndex) const
+    {
+        if (pos >= static_cast<std::int64_t>(t_.size()))
+            return static_cast<std::int64_t>(newIndex.size());
+        // Events placed before original `pos` come first: the phase begins with the earliest of them.
+        std::int64_t best = newIndex[static_cast<std::size_t>(pos)];
+        for (std::size_t k = t_.size(); k < placed_.size(); ++k)
+            if (placed_[k].pos == pos)
+                best = std::min(best, newIndex[k]);
+        return best;
+    }
+
+    const Report& r_;
+    const Trace& t_;
+    CheckpointImpl impl_;
+    const Phase* forward_ = nullptr;
+    const Phase* backward_ = nullptr;
+    std::vector<std::vector<std::uint32_t>> usesOf_;
+    std::vector<std::string> strings_;
+    std::vector<Placed> placed_;
+    std::vector<std::pair<std::int64_t, std::int64_t>> shifts_; // (position, ns of recomputation inserted there)
+    std::vector<std::string> synthWhere_;
+};
+
+void checkReport(const Report& r)
+{
+    if (r.run.mode != "train")
+        throw std::invalid_argument("checkpointing is a what-if of a training step: record the model with --mode train");
+    if (!r.trace)
+        throw std::invalid_argument("the report has no trace to predict from");
+    if (r.forward_uses.empty())
+        throw std::invalid_argument(
+            "the report does not say which tensors the forward's ops took (saved by an older memledger); "
+            "record the model again");
+}
+
+} // namespace
+
+const char* checkpointImplName(CheckpointImpl impl)
+{
+    return impl == CheckpointImpl::Reentrant ? "reentrant" : "non-reentrant";
+}
+
+std::optional<CheckpointImpl> checkpointImplFromName(const std::string& name)
+{
+    if (name == "reentrant")
+        return CheckpointImpl::Reentrant;
+    if (name == "non-reentrant" || name == "nonreentrant" || name == "non_reentrant")
+        return CheckpointImpl::NonReentrant;
+    return std::nullopt;
+}
+
+std::vector<std::string> checkpointableModules(const Report& r)
+{
+    std::vector<std::string> out;
+    if (r.run.mode != "train" || !r.trace)
+        return out;
+    const Phase* forward = nullptr;
+    for (const auto& p : r.phases)
+        if (p.name == "forward")
+            forward = &p;
+    if (!forward)
+        return out;
+    std::set<std::uint32_t> seen;
+    for (auto i = forward->first_event; i < forward->end_event && i < r.trace->size(); ++i)
+        seen.insert(r.trace->where[i]);
+    std::set<std::string> paths;
+    for (auto id : seen) {
+        std::string p = r.trace->strings.at(id);
+        while (!p.empty()) {
+            paths.insert(p);
+            auto dot = p.rfind('.');
+            p = dot == std::string::npos ? std::string() : p.substr(0, dot);
+        }
+    }
+    for (const auto& l : r.layers)
+        if (!l.path.empty() && paths.count(l.path))
+            out.push_back(l.path);
+    return out;
+}
+
+CheckpointPrediction predictCheckpoint(
+    const Report& r, const std::vector<std::string>& paths, CheckpointImpl impl, bool withReserved)
+{
+    checkReport(r);
+    CheckpointPrediction p;
+    p.impl = impl;
+    p.recorded_peak_bytes = r.peak_bytes;
+    p.recorded_peak_total_bytes = r.peak_total_bytes;
+    std::vector<std::string> asked;
+    for (const auto& path : paths) {
+        if (path.empty())
+            throw std::invalid_argument("the root module cannot be checkpointed within its own step: name a module "
+                                        "inside it");
+        if (r.findLayer(path) < 0)
+            throw std::invalid_argument("no module '" + path + "' in the model (module paths as in the layer tree, "
+                                        "such as layer1.0.conv1)");
+        if (std::find(asked.begin(), asked.end(), path) == asked.end())
+            asked.push_back(path);
+    }
+    Transformer tr(r, impl);
+    std::vector<Segment> segments;
+    for (const auto& path : asked) {
+        bool inner = false;
+        for (const auto& other : asked)
+            if (other != path && inSubtree(path, other))
+                inner = true;
+        if (inner) {
+            p.notes.push_back(path + " is inside another checkpointed module: left out");
+            continue;
+        }
+        std::string why;
+        auto s = tr.segmentOf(path, &why);
+        if (!s) {
+            p.notes.push_back(why);
+            continue;
+        }
+        segments.push_back(*s);
+        p.checkpoint.push_back(path);
+        p.recompute_ms += static_cast<double>(s->forward_ns) / 1e6;
+    }
+    std::sort(segments.begin(), segments.end(), [](const Segment& a, const Segment& b) { return a.fwdBegin < b.fwdBegin; });
+    auto report = std::make_shared<Report>(tr.run(segments));
+    report->notes.push_back("predicted: checkpointing " + std::to_string(p.checkpoint.size()) + " module(s) ("
+        + checkpointImplName(impl) + ")");
+    if (withReserved) {
+        report->simulated_gpu = std::make_shared<const SimulatedGpu>(simulateGpu(*report));
+        report->simulated_reserved_peak_bytes = report->simulated_gpu->peak_reserved;
+        p.predicted_reserved_bytes = report->simulated_reserved_peak_bytes;
+    }
+    p.predicted_peak_bytes = report->peak_bytes;
+    p.predicted_peak_total_bytes = report->peak_total_bytes;
+    p.saving_bytes = p.recorded_peak_bytes - p.predicted_peak_bytes;
+    if (p.worse())
+        p.notes.push_back("this checkpoint makes the peak worse: " + formatBytes(p.predicted_peak_bytes) + " against "
+            + formatBytes(p.recorded_peak_bytes) + " without it (the recomputed forward is held during its "
+            "backward while little was saved)");
+    p.report = std::move(report);
+    return p;
+}
+
+CheckpointPlan planCheckpoints(const Report& r, std::int64_t budget, CheckpointImpl impl)
+{
+    checkReport(r);
+    CheckpointPlan plan;
+    plan.budget_bytes = budget;
+    auto candidates = checkpointableModules(r);
+    std::map<std::vector<std::string>, CheckpointPrediction> cache;
+    auto normal = [](std::vector<std::string> set) {
+        std::sort(set.begin(), set.end());
+        set.erase(std::unique(set.begin(), set.end()), set.end());
+        std::vector<std::string> out;
+        for (const auto& a : set) {
+            bool inner = false;
+            for (const auto& b : set)
+                if (a != b && inSubtree(a, b))
+                    inner = true;
+            if (!inner)
+                out.push_back(a);
+        }
+        return out;
+    };
+    auto eval = [&](const std::vector<std::string>& set) -> const CheckpointPrediction& {
+        auto it = cache.find(set);
+        if (it != cache.end())
+            return it->second;
+        ++plan.evaluated;
+        auto p = predictCheckpoint(r, set, impl, false);
+        p.report.reset(); // keep the cache small
+        return cache.emplace(set, std::move(p)).first->second;
+    };
+    // Modules that a checkpoint cannot go around (nothing recomputed, or left out) are not candidates.
+    {
+        std::vector<std::string> usable;
+        for (const auto& c : candidates) {
+            const auto& p = eval({c});
+            if (!p.checkpoint.empty())
+                usable.push_back(c);
+        }
+        candidates = usable;
+    }
+    auto fits = [&](const CheckpointPrediction& p) { return p.predicted_peak_total_bytes <= budget; };
+    auto better = [&](const CheckpointPrediction& a, const CheckpointPrediction& b) {
+        // a better than b: fitting first, then less recompute, then lower peak.
+        if (fits(a) != fits(b))
+            return fits(a);
+        if (fits(a))
+            return a.recompute_ms < b.recompute_ms
+                || (a.recompute_ms == b.recompute_ms && a.predicted_peak_bytes < b.predicted_peak_bytes);
+        return a.predicted_peak_total_bytes < b.predicted_peak_total_bytes;
+    };
+    std::vector<std::string> current;
+    CheckpointPrediction best = eval(current);
+    // Greedy: add the module that lowers the peak most per recompute time until the plan fits.
+    for (int round = 0; round < 64 && !fits(eval(current)); ++round) {
+        const auto& now = eval(current);
+        double bestScore = 0.0;
+        std::vector<std::string> next;
+        for (const auto& c : candidates) {
+            if (std::find(current.begin(), current.end(), c) != current.end())
+                continue;
+            auto set = current;
+            set.push_back(c);
+            set = normal(set);
+            if (set == current)
+                continue;
+            const auto& p = eval(set);
+            auto gain = static_cast<double>(now.predicted_peak_bytes - p.predicted_peak_bytes);
+            if (gain <= 0)
+                continue;
+            auto cost = std::max(1e-3, p.recompute_ms - now.recompute_ms);
+            auto score = fits(p) ? 1e30 / std::max(1e-3, p.recompute_ms) : gain / cost;
+            if (score > bestScore) {
+                bestScore = score;
+                next = set;
+            }
+        }
+        if (next.empty())
+            break;
+        current = next;
+    }
+    best = eval(current);
+    // Local improvement: drop a module, or swap one for another candidate, while the plan gets better.
+    for (bool improved = true; improved;) {
+        improved = false;
+        std::vector<std::vector<std::string>> moves;
+        for (std::size_t k = 0; k < current.size(); ++k) {
+            auto drop = current;
+            drop.erase(drop.begin() + static_cast<std::ptrdiff_t>(k));
+            moves.push_back(drop);
+            for (const auto& c : candidates) {
+                if (std::find(current.begin(), current.end(), c) != current.end())
+                    continue;
+                auto swap = drop;
+                swap.push_back(c);
+                moves.push_back(normal(swap));
+            }
+        }
+        for (const auto& m : moves) {
+            const auto& p = eval(m);
+            if (better(p, best)) {
+                best = p;
+                current = m;
+                improved = true;
+            }
+        }
+    }
+    plan.prediction = predictCheckpoint(r, current, impl, true);
+    plan.fits = fits(plan.prediction);
+    if (!plan.fits)
+        plan.prediction.notes.push_back("no set of checkpoints found brings the peak total within "
+            + formatBytes(budget) + "; this plan has the lowest peak found");
+    return plan;
+}
+
+nlohmann::json checkpointToJson(const CheckpointPrediction& p)
+{
+    nlohmann::json j;
+    j["checkpoint"] = p.checkpoint;
+    j["implementation"] = checkpointImplName(p.impl);
+    j["predicted_peak_bytes"] = p.predicted_peak_bytes;
+    j["predicted_peak_total_bytes"] = p.predicted_peak_total_bytes;
+    j["predicted_reserved_bytes"] = p.predicted_reserved_bytes;
+    j["recompute_ms"] = p.recompute_ms;
+    j["recorded_peak_bytes"] = p.recorded_peak_bytes;
+    j["recorded_peak_total_bytes"] = p.recorded_peak_total_bytes;
+    j["saving_bytes"] = p.saving_bytes;
+    j["worse"] = p.worse();
+    j["notes"] = p.notes;
+    return j;
+}
+
+std::string checkpointToText(const CheckpointPrediction& p)
+{
+    std::ostringstream o;
+    std::string names;
+    for (std::size_t i = 0; i < p.checkpoint.size(); ++i)
+        names += (i ? ", " : "") + p.checkpoint[i];
+    o << "Checkpointing " << (names.empty() ? std::string("nothing") : names) << " (" << checkpointImplName(p.impl)
+      << "):\n";
+    o << "  predicted peak        " << formatBytes(p.predicted_peak_bytes) << "  (recorded without: "
+      << formatBytes(p.recorded_peak_bytes) << ")\n";
+    if (p.saving_bytes >= 0)
+        o << "  saving                " << formatBytes(p.saving_bytes) << "\n";
+    else
+        o << "  WORSE by              " << formatBytes(-p.saving_bytes)
+          << "  the checkpoint makes the peak higher, not lower\n";
+    o << "  predicted peak total  " << formatBytes(p.predicted_peak_total_bytes) << "\n";
+    if (p.predicted_reserved_bytes > 0)
+        o << "  reserved on a GPU     " << formatBytes(p.predicted_reserved_bytes) << "  (simulated)\n";
+    char ms[32];
+    std::snprintf(ms, sizeof ms, "%.2f ms", p.recompute_ms);
+    o << "  recompute             " << ms << "  (the recorded forward time of the checkpointed modules)\n";
+    return o.str();
+}
+
+} // namespace memledger
