@@ -2,6 +2,7 @@
 // own numbers for it (tests/fixtures/remedies_models.py: the variants are made with PyTorch itself, e.g. the
 // folded model by torch.nn.utils.fusion.fuse_conv_bn_eval, and give the same output as the original).
 #include "allocator/caching_allocator.h"
+#include "exports/report_html.h"
 #include "exports/report_json.h"
 #include "fixture_paths.h"
 #include "report/build_report.h"
@@ -262,6 +263,10 @@ TEST(Remedies, RemediesAreRankedAndKeptInTheJsonReport)
         EXPECT_EQ((*back.remedies)[i].peak_total_after, remedies[i].peak_total_after);
         EXPECT_EQ((*back.remedies)[i].details, remedies[i].details);
     }
+    // The HTML report has the section, each remedy's title and its concrete change.
+    auto html = reportToHtml(report);
+    EXPECT_NE(html.find("<h2>What would help</h2>"), std::string::npos);
+    EXPECT_NE(html.find("bn1 into conv1"), std::string::npos);
     // A reopened report keeps what the rules need: the same remedies come from it.
     auto again = computeRemedies(back);
     ASSERT_EQ(again.size(), remedies.size());

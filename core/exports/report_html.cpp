@@ -291,7 +291,7 @@ void remediesSection(std::ostringstream& out, const std::vector<Remedy>& remedie
             << htmlEscape(m.method);
         if (m.measured_peak_total && m.kind != "tiling")
             out << ": " << formatBytes(*m.measured_peak_total) << " measured";
-        out << "</td><td class=l>" << htmlEscape(m.change);
+        out << "</td><td class=l style=\"white-space:normal;min-width:320px;max-width:560px\">" << htmlEscape(m.change);
         if (!m.details.empty()) {
             out << "<ul>";
             for (std::size_t i = 0; i < m.details.size() && i < 20; ++i)

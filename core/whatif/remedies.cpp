@@ -6,12 +6,14 @@
 #include "support/dtype.h"
 #include "support/errors.h"
 #include "support/format.h"
+#include "whatif/checkpoint.h"
 #include "whatif/whatif.h"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <set>
@@ -421,7 +423,8 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
                 out.push_back(std::move(m));
             }
         }
-        const std::int64_t micro = options.budget > 0 ? fitting : 1;
+        // Without a budget: micro-batches of the smallest batch the what-if records (2 for a training step).
+        const std::int64_t micro = options.budget > 0 ? fitting : recordedBatchesFor(r.run.mode).first;
         if (micro >= 1 && batch > micro) {
             auto p = w->predict(micro, r.run.dtype, true);
             const bool train = r.run.mode == "train";
@@ -556,6 +559,39 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
             m.measure_how = "variant";
             if (removed > 0)
                 out.push_back(std::move(m));
+        }
+    }
+
+    // A training step: a checkpoint plan (core/whatif/checkpoint.h), within the budget when one is given, else
+    // the plan with the lowest peak.
+    if (model && r.run.mode == "train" && r.forward_uses_recorded) {
+        try {
+            auto plan = planCheckpoints(r, options.budget > 0 ? options.budget : 1);
+            const auto& p = plan.prediction;
+            if (!p.checkpoint.empty() && p.saving_bytes > 0) {
+                auto m = base("checkpoint", "Checkpoint " + std::to_string(p.checkpoint.size()) + " module"
+                        + (p.checkpoint.size() == 1 ? "" : "s"));
+                std::string list;
+                for (const auto& path : p.checkpoint)
+                    list += (list.empty() ? "" : ", ") + path;
+                m.change = "wrap " + list + " in torch.utils.checkpoint.checkpoint (" + checkpointImplName(p.impl)
+                    + "): their activations are recomputed in the backward instead of kept";
+                m.peak_total_after = p.predicted_peak_total_bytes;
+                m.reserve_after = p.predicted_reserved_bytes > 0 ? p.predicted_reserved_bytes : m.reserve_before;
+                char ms[64];
+                std::snprintf(ms, sizeof ms, "%.1f", p.recompute_ms);
+                m.details.push_back(std::string("recomputes about ") + ms + " ms of forward");
+                if (options.budget > 0)
+                    m.details.push_back(plan.fits ? "fits within " + formatBytes(options.budget)
+                                                  : "no plan found fits within " + formatBytes(options.budget)
+                                                      + ": the lowest peak found");
+                for (const auto& n : p.notes)
+                    m.details.push_back(n);
+                m.measure_how = ""; // TorchScript cannot script torch.utils.checkpoint: no run here checks it
+                out.push_back(std::move(m));
+            }
+        } catch (const std::invalid_argument&) {
+            // a step the checkpoint model cannot take (no forward uses): no row
         }
     }
 
