@@ -54,7 +54,7 @@ struct RecordState {
     std::unordered_set<std::uint32_t> modules_seen;
     int module_count = 0;
     const std::function<void(int, int)>* progress = nullptr;
-    std::vector<TensorUse>* uses = nullptr; // a training step: the forward's tensor inputs
+    std::vector<TensorUse>* uses = nullptr; // the forward's tensor inputs (inference and training)
 
     std::int64_t now() const
     {

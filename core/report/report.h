@@ -51,8 +51,9 @@ struct LayerStats {
     std::int64_t forward_ns = 0; // time of its forward ops (what a checkpoint recomputes)
 };
 
-// A training step: a forward (or loss) op that took an allocation of the run as an input (its storage, so a
-// view's use counts). The checkpointing what-if finds from them when a tensor nobody saved would be freed.
+// A forward (or loss) op that took an allocation of the run as an input (its storage, so a view's use counts),
+// in inference and in a training step. The checkpointing what-if finds from them when a tensor nobody saved
+// would be freed; the remedies which activations could go in place or fold (core/whatif/remedies.h).
 struct TensorUse {
     std::uint32_t event = 0; // the allocation
     std::uint32_t op = 0; // the op (Trace::op_seq)
