@@ -10,6 +10,7 @@
 #include "snapshot/snapshot_writer.h"
 #include "support/atomic_file.h"
 #include "support/errors.h"
+#include "whatif/remedies.h"
 
 #include <nlohmann/json.hpp>
 
@@ -51,6 +52,21 @@ int runAnalyze(const CliOptions& o)
             return kExitRunFailed;
         }
     }
+    if (o.remedies) {
+        try {
+            auto remedies = file.model
+                ? remediesForModel(*file.model, report, o.budget.value_or(0), o.tile,
+                      [](const std::string& step) { std::cerr << "memledger: " << step << "\n"; })
+                : computeRemedies(report);
+            report.remedies = std::make_shared<const std::vector<Remedy>>(std::move(remedies));
+        } catch (const std::invalid_argument& e) {
+            std::cerr << "memledger: " << e.what() << "\n";
+            return kExitUsage;
+        } catch (const std::exception& e) {
+            std::cerr << "memledger: what would help: " << e.what() << "\n";
+            return kExitRunFailed;
+        }
+    }
     std::cout << reportToText(report, o.depth);
     if (o.tensors)
         std::cout << "\n" << tensorsToText(report);
@@ -59,6 +75,9 @@ int runAnalyze(const CliOptions& o)
                   << report.whatif->recorded_batch2 << "):\n";
         std::cout << whatIfToText(*report.whatif);
     }
+    if (report.remedies)
+        std::cout << "\nWhat would help (ranked by the saving on the peak total, then on the reserve):\n"
+                  << remediesToText(*report.remedies);
     try {
         if (!o.json.empty()) {
             writeFileAtomically(o.json, reportToJson(report).dump() + "\n");

@@ -3,6 +3,7 @@
 
 #include "support/format.h"
 
+#include <algorithm>
 #include <sstream>
 #include <stdexcept>
 
@@ -44,6 +45,7 @@ std::string usageText()
            "  memledger analyze [FILE] [--input SHAPE] [--batch N] [--dtype T] [RUN] [--json FILE] [--html FILE]\n"
            "                    [--png FILE] [--snapshot FILE] [--depth N] [--tensors] [--whatif 8,32,64 [--budget "
            "16GiB]]\n"
+           "                    [--remedies [--budget 16GiB] [--tile 512x512]]\n"
            "  memledger whatif MODEL.pt [--input SHAPE] --batch 1,8,32 --dtype float32,bfloat16 [RUN] [--budget 16GiB]\n"
            "                    [--json FILE]\n"
            "  memledger diff A B [RUN] [--b-input SHAPE] [--b-batch N] [--b-dtype T] [--b-mode M] [--b-...]\n"
@@ -90,6 +92,20 @@ CliOptions parseCli(const std::vector<std::string>& args)
             o.version = true;
         else if (a == "--tensors")
             o.tensors = true;
+        else if (a == "--remedies")
+            o.remedies = true;
+        else if (a == "--tile") {
+            const auto v = value(a);
+            std::vector<std::vector<std::int64_t>> shapes;
+            try {
+                shapes = parseShapes(v);
+            } catch (const std::exception&) {
+            }
+            if (shapes.size() != 1 || shapes[0].empty()
+                || std::any_of(shapes[0].begin(), shapes[0].end(), [](std::int64_t d) { return d <= 0; }))
+                throw std::invalid_argument("--tile '" + v + "' is not a tile shape like 512x512");
+            o.tile = shapes[0];
+        }
         else if (a == "--input")
             o.run.inputs = parseShapes(value(a));
         else if (a == "--batch") {

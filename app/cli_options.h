@@ -24,6 +24,8 @@ struct CliOptions {
     RunOptions run_b;
     std::vector<std::string> diff_b_flags; // the --b- options given
     std::size_t diff_rows = 40; // --rows: entries the text lists
+    bool remedies = false; // analyze --remedies: "What would help"
+    std::vector<std::int64_t> tile; // analyze --tile HxW: the tiling remedy's tile
     // whatif --mode train --checkpoint PATH,PATH | auto: torch.utils.checkpoint around those modules.
     std::vector<std::string> checkpoint;
     std::string checkpoint_impl = "reentrant"; // --checkpoint-impl reentrant|non-reentrant

@@ -81,7 +81,13 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
             QObject::connect(&window, &memledger::MainWindow::comparisonShown, &window, save);
             QObject::connect(&window, &memledger::MainWindow::comparisonFailed, &window, save);
         }
-        // MEMLEDGER_SCREENSHOT_WHATIF=1 waits for the what-if panel's records instead.
+        // MEMLEDGER_SCREENSHOT_REMEDIES=1 waits for the complete "What would help" tab instead,
+        // MEMLEDGER_SCREENSHOT_WHATIF=1 for the what-if panel's records.
+        else if (qEnvironmentVariableIsSet("MEMLEDGER_SCREENSHOT_REMEDIES"))
+            QObject::connect(&window, &memledger::MainWindow::remediesReady, &window, [save](bool withWhatIf) {
+                if (withWhatIf)
+                    save();
+            });
         else if (qEnvironmentVariableIsSet("MEMLEDGER_SCREENSHOT_WHATIF"))
             QObject::connect(&window, &memledger::MainWindow::whatIfReady, &window, save);
         else

@@ -21,6 +21,7 @@
 #include "timeline_png.h"
 #include "whatif_panel.h"
 #include "whatif_worker.h"
+#include "remedies_worker.h"
 
 #if __has_include("exports/report_html.h")
 #include "exports/report_html.h"
@@ -208,6 +209,7 @@ MainWindow::MainWindow(QWidget* parent)
     buildMenus();
     setUpWhatIf();
     setUpComparison();
+    setUpRemedies();
     resizeDocks({runDock, summaryDock, whatIfDock_}, {kDockWidth, kDockWidth, kDockWidth}, Qt::Horizontal);
 
     connect(tree_, &LayerTreePanel::moduleSelected, timeline_, &TimelinePlot::highlightModule);
@@ -698,13 +700,16 @@ void MainWindow::recordWhatIf(const Report& report)
 Report MainWindow::reportForExport() const
 {
     Report r = *report_;
-    if (!whatIf_ || r.source != "model")
+    if (!whatIf_ || r.source != "model") {
+        addShownRemedies(r, remediesPanel_);
         return r;
+    }
     std::vector<std::int64_t> batches {1, 8, 32, 64, 128, whatIfPanel_->batch()};
     std::sort(batches.begin(), batches.end());
     batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
     r.whatif = std::make_shared<const WhatIfTable>(
         makeWhatIfTable(*whatIf_, batches, whatIf_->dtypes(), whatIfPanel_->budget()));
+    addShownRemedies(r, remediesPanel_);
     return r;
 }
 

@@ -24,6 +24,8 @@ class FlameGraph;
 class LayerTreePanel;
 class StackPane;
 class LedgerSummary;
+class RemediesPanel;
+class RemediesWorker;
 class RunPanel;
 class RunWorker;
 class SegmentMapView;
@@ -75,6 +77,7 @@ public:
     void setWhatIfPanel(QWidget* panel);
     QDockWidget* whatIfDock() const { return whatIfDock_; }
     WhatIfPanel* whatIfPanel() const { return whatIfPanel_; }
+    RemediesPanel* remediesPanel() const { return remediesPanel_; } // the "What would help" tab
     // The report as saved and exported: with the what-if table when the model has been recorded for it.
     Report reportForExport() const;
 
@@ -97,6 +100,7 @@ signals:
     void whatIfReady(); // the what-if panel has its records
     void comparisonShown(); // compareWith() has its B and shows the comparison
     void comparisonFailed(const QString& message);
+    void remediesReady(bool withWhatIf); // the "What would help" tab shows its remedies
 
 protected:
     void dragEnterEvent(QDragEnterEvent* event) override;
@@ -114,6 +118,8 @@ private:
     void setUpWhatIf();
     void setUpComparison();
     void recordWhatIf(const Report& report);
+    void setUpRemedies(); // main_window_remedies.cpp
+    void computeRemedies(); // for report_ (with whatIf_ when recorded)
     void showError(const QString& message);
     void clearError();
     void addRecentFile(const QString& path);
@@ -160,6 +166,10 @@ private:
     QStackedWidget* centralStack_ = nullptr;
     QString compareFile_;
     QList<QDockWidget*> dockedForComparison_; // the docks the comparison hid, shown again when it closes
+    RemediesPanel* remediesPanel_ = nullptr;
+    RemediesWorker* remediesWorker_ = nullptr;
+    std::vector<std::int64_t> remediesTile_;
+    bool remediesWithWhatIf_ = false;
 };
 
 } // namespace memledger

@@ -272,6 +272,46 @@ void whatIfSection(std::ostringstream& out, const WhatIfTable& w)
     }
 }
 
+// "What would help": the remedies, ranked, with their predicted (and measured) savings.
+void remediesSection(std::ostringstream& out, const std::vector<Remedy>& remedies)
+{
+    auto saving = [](std::int64_t before, std::int64_t after) {
+        if (before == after)
+            return std::string("no change");
+        return (before > after ? "&minus;" : "+") + formatBytes(before > after ? before - after : after - before);
+    };
+    out << "<h2>What would help</h2>\n";
+    if (remedies.empty()) {
+        out << "<p>Nothing found that would help without changing the result.</p>\n";
+        return;
+    }
+    out << "<table id=remedies><tr><th>#</th><th class=l>remedy</th><th>peak total</th><th>saving</th>"
+           "<th>reserve</th><th>saving</th><th class=l>figure</th><th class=l>what to change</th></tr>\n";
+    int n = 0;
+    for (const auto& m : remedies) {
+        out << "<tr><td>" << ++n << "</td><td class=l><b>" << htmlEscape(m.title) << "</b></td><td>"
+            << formatBytes(m.peak_total_after) << "</td><td>" << saving(m.peak_total_before, m.peak_total_after)
+            << "</td><td>" << (m.reserve_after > 0 ? formatBytes(m.reserve_after) : "-") << "</td><td>"
+            << (m.reserve_after > 0 ? saving(m.reserve_before, m.reserve_after) : "-") << "</td><td class=l>"
+            << htmlEscape(m.method);
+        if (m.measured_peak_total && m.kind != "tiling")
+            out << ": " << formatBytes(*m.measured_peak_total) << " measured";
+        out << "</td><td class=l style=\"white-space:normal;min-width:320px;max-width:560px\">" << htmlEscape(m.change);
+        if (!m.details.empty()) {
+            out << "<ul>";
+            for (std::size_t i = 0; i < m.details.size() && i < 20; ++i)
+                out << "<li>" << htmlEscape(m.details[i]) << "</li>";
+            if (m.details.size() > 20)
+                out << "<li>... and " << m.details.size() - 20 << " more</li>";
+            out << "</ul>";
+        }
+        out << "</td></tr>\n";
+    }
+    out << "</table>\n<p class=muted>Ranked by the saving on the peak total, then on the reserve (the reserve of a "
+           "CPU run is the simulated caching allocator's). Predicted figures come from the recorded run; measured "
+           "ones from a real run at the changed setting.</p>\n";
+}
+
 } // namespace
 
 std::string htmlEscape(const std::string& s)
@@ -394,6 +434,8 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
     }
     if (r.whatif)
         whatIfSection(out, *r.whatif);
+    if (r.remedies)
+        remediesSection(out, *r.remedies);
     out << extraSectionsHtml;
     if (!r.alive_at_peak.empty()) {
         out << "<h2>Alive at the peak</h2>\n<table><tr><th>bytes</th><th>ledger</th><th>module</th><th>op</th></tr>\n";

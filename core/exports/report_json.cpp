@@ -1,5 +1,6 @@
 #include "exports/report_json.h"
 #include "whatif/whatif.h"
+#include "whatif/remedies.h"
 
 #include "support/atomic_file.h"
 #include "support/errors.h"
@@ -52,6 +53,52 @@ json eventsToJson(const Trace& t)
         {"bytes", t.bytes}, {"address", t.address}, {"action", actions}, {"device", t.device}, {"ledger", ledgers},
         {"op_seq", t.op_seq}, {"outer_op", t.outer_op}, {"inner_op", t.inner_op}, {"where", t.where},
         {"partner", t.partner}};
+}
+
+// The forward's tensor uses, column by column (event: the allocation; op: Trace::op_seq; op_name and module:
+// string ids of the events' strings; modified: 1 when the op changed it in place), and the blocks of the model's
+// output. The checkpointing what-if and the remedies of a reopened report need them; absent in reports saved
+// before they were recorded.
+void usesToJson(const Report& r, json& e)
+{
+    if (!r.forward_uses_recorded)
+        return;
+    json uses = {{"event", json::array()}, {"op", json::array()}, {"op_name", json::array()}, {"module", json::array()},
+        {"modified", json::array()}};
+    for (const auto& u : r.forward_uses) {
+        uses["event"].push_back(u.event);
+        uses["op"].push_back(u.op);
+        uses["op_name"].push_back(u.op_name);
+        uses["module"].push_back(u.module);
+        uses["modified"].push_back(u.modified ? 1 : 0);
+    }
+    e["forward_uses"] = uses;
+    e["output_events"] = r.output_events;
+}
+
+void usesFromJson(const json& e, const Trace& t, Report& r)
+{
+    if (!e.contains("forward_uses"))
+        return;
+    const auto& u = e["forward_uses"];
+    auto event = u.at("event").get<std::vector<std::uint32_t>>();
+    auto op = u.at("op").get<std::vector<std::uint32_t>>();
+    auto name = u.at("op_name").get<std::vector<std::uint32_t>>();
+    auto module = u.at("module").get<std::vector<std::uint32_t>>();
+    auto modified = u.value("modified", std::vector<int>(event.size(), 0));
+    if (op.size() != event.size() || name.size() != event.size() || module.size() != event.size()
+        || modified.size() != event.size())
+        throw std::runtime_error("forward_uses columns have different lengths");
+    for (std::size_t k = 0; k < event.size(); ++k) {
+        if (event[k] >= t.size() || name[k] >= t.strings.size() || module[k] >= t.strings.size())
+            throw std::runtime_error("forward_uses names a missing event or string");
+        r.forward_uses.push_back({event[k], op[k], name[k], module[k], modified[k] != 0});
+    }
+    r.output_events = e.value("output_events", std::vector<std::uint32_t> {});
+    for (auto ev : r.output_events)
+        if (ev >= t.size())
+            throw std::runtime_error("an output names a missing event");
+    r.forward_uses_recorded = true;
 }
 
 template <typename T> void readColumn(const json& e, const char* key, std::vector<T>& out, std::size_t n)
@@ -173,18 +220,6 @@ json reportToJson(const Report& r, bool withEvents)
             phases.push_back({{"name", p.name}, {"start_ns", p.start_ns}, {"end_ns", p.end_ns},
                 {"first_event", p.first_event}, {"end_event", p.end_event}, {"peak_bytes", p.peak_bytes}});
         j["phases"] = phases;
-        // The forward's tensor inputs, column by column (event: the allocation; op: Trace::op_seq; op_name and
-        // module: string ids of events.strings): the checkpointing what-if of a reopened report needs them.
-        json uses = {{"event", json::array()}, {"op", json::array()}, {"op_name", json::array()}, {"module", json::array()},
-            {"modified", json::array()}};
-        for (const auto& u : r.forward_uses) {
-            uses["event"].push_back(u.event);
-            uses["op"].push_back(u.op);
-            uses["op_name"].push_back(u.op_name);
-            uses["module"].push_back(u.module);
-            uses["modified"].push_back(u.modified ? 1 : 0);
-        }
-        j["forward_uses"] = uses;
     }
     j["load_tax"] = {{"file_tensor_bytes", r.load_tax.file_tensor_bytes}, {"file_dtype", r.load_tax.file_dtype},
         {"resident_bytes", r.load_tax.resident_bytes}, {"resident_dtype", r.load_tax.resident_dtype}};
@@ -237,8 +272,14 @@ json reportToJson(const Report& r, bool withEvents)
         j["whatif"] = whatIfToJson(*r.whatif);
     if (r.snapshot)
         snapshotToJson(*r.snapshot, j);
-    if (withEvents && r.trace)
+    if (r.buffer_reads_recorded)
+        j["unread_buffers"] = r.unread_buffers;
+    if (r.remedies)
+        j["remedies"] = remediesToJson(*r.remedies);
+    if (withEvents && r.trace) {
         j["events"] = eventsToJson(*r.trace);
+        usesToJson(r, j["events"]);
+    }
     return j;
 }
 
@@ -349,23 +390,14 @@ Report reportFromJson(const json& j, const std::string& name)
         if (j.contains("whatif") && j["whatif"].is_object())
             r.whatif = std::make_shared<const WhatIfTable>(whatIfFromJson(j["whatif"]));
         r.trace = std::make_shared<const Trace>(j.contains("events") ? eventsFromJson(j["events"]) : Trace {});
-        if (j.contains("forward_uses")) {
-            const auto& u = j["forward_uses"];
-            auto event = u.at("event").get<std::vector<std::uint32_t>>();
-            auto op = u.at("op").get<std::vector<std::uint32_t>>();
-            auto name = u.at("op_name").get<std::vector<std::uint32_t>>();
-            auto module = u.at("module").get<std::vector<std::uint32_t>>();
-            auto modified = u.value("modified", std::vector<int>(event.size(), 0));
-            if (op.size() != event.size() || name.size() != event.size() || module.size() != event.size()
-                || modified.size() != event.size())
-                throw std::runtime_error("forward_uses columns have different lengths");
-            for (std::size_t k = 0; k < event.size(); ++k) {
-                if (event[k] >= r.trace->size() || name[k] >= r.trace->strings.size()
-                    || module[k] >= r.trace->strings.size())
-                    throw std::runtime_error("forward_uses names a missing event or string");
-                r.forward_uses.push_back({event[k], op[k], name[k], module[k], modified[k] != 0});
-            }
+        if (j.contains("events"))
+            usesFromJson(j["events"], *r.trace, r);
+        if (j.contains("unread_buffers")) {
+            r.unread_buffers = j["unread_buffers"].get<std::vector<std::string>>();
+            r.buffer_reads_recorded = true;
         }
+        if (j.contains("remedies") && j["remedies"].is_array())
+            r.remedies = std::make_shared<const std::vector<Remedy>>(remediesFromJson(j["remedies"]));
         return r;
     } catch (const FileError&) {
         throw;

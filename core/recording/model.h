@@ -58,9 +58,13 @@ struct RawRun {
     std::int64_t gradient_bytes = 0;
     std::int64_t optimizer_state_bytes = 0;
     std::vector<TensorUse> forward_uses; // forward and loss ops' tensor inputs
+    std::vector<std::uint32_t> output_events; // inference: the blocks of the model's output (its caller reads them)
     // A CUDA run: the device, the allocator's reserve over the run (from its own snapshot), and what the
     // libraries kept on the device from the warm-up (cuBLAS workspaces and the like).
     std::optional<GpuRun> gpu;
+    // Buffers (qualified names) that no op of the recorded forward took as an input (inference only).
+    std::vector<std::string> unread_buffers;
+    bool buffer_reads_recorded = false;
 };
 
 // A TorchScript model loaded on the CPU. libtorch stays behind the pointer.

@@ -43,6 +43,8 @@ struct RecordState {
     std::unordered_map<const void*, std::uint32_t> name_ids;
     ModulePathResolver* resolver = nullptr;
     std::unordered_map<const void*, std::string> param_owner; // parameter data -> its module's path
+    std::unordered_map<const void*, std::size_t> buffer_index; // buffer data -> index in buffer_read
+    std::vector<bool> buffer_read; // inference: whether an op took the buffer as an input
     std::unordered_map<std::uint64_t, std::int32_t> live; // address -> its alloc event
     std::uint32_t current_module = 0;
     std::uint32_t root_module = 0; // string id of ""
@@ -52,7 +54,7 @@ struct RecordState {
     std::unordered_set<std::uint32_t> modules_seen;
     int module_count = 0;
     const std::function<void(int, int)>* progress = nullptr;
-    std::vector<TensorUse>* uses = nullptr; // a training step: the forward's tensor inputs
+    std::vector<TensorUse>* uses = nullptr; // the forward's tensor inputs (inference and training)
 
     std::int64_t now() const
     {
@@ -145,7 +147,30 @@ std::uint32_t moduleOfCurrentFrame(RecordState& s, const at::RecordFunction& fn)
     return s.trace->strings.intern(s.resolver->resolve(torch::jit::currentModuleHierarchy(), op, hint));
 }
 
-// The allocations (by storage) that an outermost forward op takes as inputs, lists of tensors included.
+// The model's output is read by its caller: its blocks, so that no rule takes them for unread.
+void noteOutputs(RecordState& s, const c10::IValue& v, std::vector<std::uint32_t>& out)
+{
+    if (v.isTensor()) {
+        const auto& t = v.toTensor();
+        if (!t.defined() || !t.has_storage())
+            return;
+        auto live = s.live.find(reinterpret_cast<std::uint64_t>(t.storage().data()));
+        if (live != s.live.end())
+            out.push_back(static_cast<std::uint32_t>(live->second));
+    } else if (v.isTuple()) {
+        for (const auto& e : v.toTupleRef().elements())
+            noteOutputs(s, e, out);
+    } else if (v.isList()) {
+        for (const auto& e : v.toListRef())
+            noteOutputs(s, e, out);
+    } else if (v.isGenericDict()) {
+        for (const auto& e : v.toGenericDict())
+            noteOutputs(s, e.value(), out);
+    }
+}
+
+// The allocations (by storage) that an outermost forward op takes as inputs, lists of tensors included; a
+// buffer it takes is marked read (inference).
 void recordUses(RecordState& s, const at::RecordFunction& fn, std::uint32_t name)
 {
     auto op = static_cast<std::uint32_t>(s.ops->size() - 1);
@@ -156,9 +181,15 @@ void recordUses(RecordState& s, const at::RecordFunction& fn, std::uint32_t name
     auto use = [&](const at::Tensor& t, bool first) {
         if (!t.defined() || !t.has_storage())
             return;
-        auto it = s.live.find(reinterpret_cast<std::uint64_t>(t.storage().data()));
-        if (it != s.live.end())
+        const void* data = t.storage().data();
+        auto it = s.live.find(reinterpret_cast<std::uint64_t>(data));
+        if (it != s.live.end()) {
             s.uses->push_back({static_cast<std::uint32_t>(it->second), op, name, s.current_module, inPlace && first});
+            return;
+        }
+        auto b = s.buffer_index.find(data);
+        if (b != s.buffer_index.end())
+            s.buffer_read[b->second] = true;
     };
     // The interpreter may hand over more of its stack than the op's arguments: those are the last ones.
     const auto& inputs = fn.inputs();
@@ -543,8 +574,7 @@ RawRun Model::run(const RunOptions& options)
     state.device = device;
     state.progress = &options.progress;
     state.module_count = static_cast<int>(d_->modules.size());
-    if (train)
-        state.uses = &raw.forward_uses;
+    state.uses = &raw.forward_uses;
     state.root_module = raw.trace.strings.intern("");
     for (const char* helper : {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
              "aten::new_empty_strided", "aten::resize_", "aten::_empty_affine_quantized"})
@@ -559,6 +589,13 @@ RawRun Model::run(const RunOptions& options)
         auto dot = p.name.rfind('.');
         state.param_owner[p.value.data_ptr()] = dot == std::string::npos ? "" : p.name.substr(0, dot);
     }
+    std::vector<std::string> bufferNames;
+    if (!train)
+        for (const auto& b : d_->module.named_buffers(true))
+            if (b.value.defined() && b.value.has_storage()
+                && state.buffer_index.emplace(b.value.storage().data(), bufferNames.size()).second)
+                bufferNames.push_back(b.name);
+    state.buffer_read.assign(bufferNames.size(), false);
     raw.trace.reserve(4096);
     // Callbacks and state stay installed for the recorded run only, however it ends.
     struct RecordingScope {
@@ -611,6 +648,7 @@ RawRun Model::run(const RunOptions& options)
             mark(nullptr);
         } else {
             auto out = d_->module.forward(inputs);
+            noteOutputs(state, out, raw.output_events);
             out = c10::IValue(); // the output's free is part of the run
         }
         if (cuda) {
@@ -634,6 +672,12 @@ RawRun Model::run(const RunOptions& options)
     raw.info.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
     if (train)
         finishTrainingStep(raw, state, params);
+    if (!train) {
+        raw.buffer_reads_recorded = true;
+        for (std::size_t i = 0; i < bufferNames.size(); ++i)
+            if (!state.buffer_read[i])
+                raw.unread_buffers.push_back(bufferNames[i]);
+    }
     if (options.progress)
         options.progress(state.module_count, state.module_count);
     return raw;

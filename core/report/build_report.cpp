@@ -353,11 +353,15 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
     r.load_tax.resident_dtype = raw.info.dtype;
 
     r.gpu = raw.gpu;
+    r.unread_buffers = raw.unread_buffers;
+    r.buffer_reads_recorded = raw.buffer_reads_recorded;
     r.phases = raw.phases;
     auto live = setPeakFromTrace(r, t);
     summarizeRunEvents(r, t, raw.ops, live, 0, static_cast<std::uint32_t>(t.size()));
     r.forward_uses = std::move(raw.forward_uses);
     r.range_end = 0; // the whole run
+    r.forward_uses_recorded = true;
+    r.output_events = std::move(raw.output_events);
 
     if (raw.info.input_guessed)
         r.notes.push_back("input shape " + shapeToString(raw.info.input_shapes.front())

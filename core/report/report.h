@@ -1,4 +1,5 @@
 #pragma once
+#include "report/remedy.h"
 #include "report/trace.h"
 #include "report/whatif_table.h"
 
@@ -54,8 +55,9 @@ struct LayerStats {
     std::int64_t forward_ns = 0; // time of its forward ops (what a checkpoint recomputes)
 };
 
-// A training step: a forward (or loss) op that took an allocation of the run as an input (its storage, so a
-// view's use counts). The checkpointing what-if finds from them when a tensor nobody saved would be freed.
+// A forward (or loss) op that took an allocation of the run as an input (its storage, so a view's use counts),
+// in inference and in a training step. The checkpointing what-if finds from them when a tensor nobody saved
+// would be freed; the remedies which activations could go in place or fold (core/whatif/remedies.h).
 struct TensorUse {
     std::uint32_t event = 0; // the allocation
     std::uint32_t op = 0; // the op (Trace::op_seq)
@@ -160,7 +162,13 @@ struct Report {
     std::shared_ptr<const Snapshot> snapshot; // set when the report was read from a CUDA memory snapshot
     std::vector<std::string> notes; // what the user should know (guessed input, ...)
     std::shared_ptr<const WhatIfTable> whatif; // the what-if table, when one was made
-    std::vector<TensorUse> forward_uses; // train: in op order
+    // Inference runs: buffers that no op of the recorded run took as an input (RawRun::unread_buffers).
+    std::vector<std::string> unread_buffers;
+    bool buffer_reads_recorded = false;
+    std::shared_ptr<const std::vector<Remedy>> remedies; // "What would help", when computed (analyze --remedies)
+    std::vector<TensorUse> forward_uses; // in op order (inference and the forward of a training step)
+    bool forward_uses_recorded = false; // false: a report saved before they were recorded
+    std::vector<std::uint32_t> output_events; // inference: the Alloc events of the model's output
 
     int findLayer(const std::string& path) const;
 };

@@ -111,6 +111,8 @@ Snapshot readSnapshotFile(const std::string& path, const SnapshotReadOptions& op
 // Replays the snapshot's trace through the caching-allocator model, pre-loading the blocks that were alive
 // before the trace began, and compares the segments it asks for with the recorded ones.
 SnapshotAllocatorCheck checkAllocatorModel(const Snapshot& s);
+// The same replay under other allocator settings (what PYTORCH_CUDA_ALLOC_CONF would change).
+AllocatorReplay replaySnapshot(const Snapshot& s, const AllocatorSettings& settings);
 
 // Report for a snapshot: trace, peak of live bytes, a tree of top user stack frames (root: the file name),
 // the allocator check; everything the trace allocated is in Ledger::Unattributed.

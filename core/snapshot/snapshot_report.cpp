@@ -154,6 +154,17 @@ SnapshotAllocatorCheck checkAllocatorModel(const Snapshot& s)
     return c;
 }
 
+AllocatorReplay replaySnapshot(const Snapshot& s, const AllocatorSettings& settings)
+{
+    if (!s.trace || s.trace->size() == 0)
+        return {};
+    ReplayOptions options;
+    options.streams = &s.trace_stream;
+    options.initial = stateAtTraceStart(s, settings);
+    options.record_reserved_after = false;
+    return replayCachingAllocator(*s.trace, settings, options);
+}
+
 Report reportFromSnapshot(const Snapshot& s, const std::string& path, bool checkAllocator)
 {
     return reportFromSnapshot(Snapshot(s), path, checkAllocator);

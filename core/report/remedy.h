@@ -1,0 +1,45 @@
+#pragma once
+// A remedy of "What would help" as plain values: what the report carries, the exports write and a reopened
+// report reads. Computed by core/whatif/remedies.h.
+#include "report/trace.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace memledger {
+
+struct Remedy {
+    // lower_precision | largest_batch | micro_batching | checkpoint | inplace | fold_batchnorm | unread_buffers
+    // | tiling | cudnn_benchmark | allocator_settings
+    std::string kind;
+    std::string title; // "Run in bfloat16"
+    std::string change; // what to change, concretely
+    std::vector<std::string> details; // one line per place: "features.1 (aten::relu): ReLU(inplace=True)"
+    // The figures now and after the change. Reserve: a GPU's caching allocator (simulated for CPU runs);
+    // 0 when not known.
+    std::int64_t peak_total_before = 0;
+    std::int64_t peak_total_after = 0;
+    std::int64_t reserve_before = 0;
+    std::int64_t reserve_after = 0;
+    std::string method = "predicted"; // predicted | measured (the "after" figures come from a real run)
+    // How a real run can check it: "" (it cannot here), "run" (memledger runs the model at another setting),
+    // "variant" (a run of the edited model, which the user gives), "gpu" (a run on the GPU).
+    std::string measure_how;
+    // What the measuring run changes.
+    std::int64_t batch = 0; // largest_batch, micro_batching: the batch of the run
+    std::string dtype; // lower_precision
+    std::vector<std::int64_t> tile; // tiling: the input's last dimensions
+    std::string setting; // allocator_settings: "expandable_segments:True"
+    std::int64_t extra_bytes = 0; // micro_batching: the outputs of the other micro-batches, kept alive
+    // Filled by a measuring run.
+    std::optional<std::int64_t> measured_peak_total;
+    std::optional<std::int64_t> measured_reserve;
+    std::string measure_note;
+
+    std::int64_t peakSaving() const { return peak_total_before - peak_total_after; }
+    std::int64_t reserveSaving() const { return reserve_before - reserve_after; }
+};
+
+} // namespace memledger

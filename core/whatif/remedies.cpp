@@ -1,0 +1,823 @@
+#include "whatif/remedies.h"
+
+#include "allocator/gpu_replay.h"
+#include "report/build_report.h"
+#include "snapshot/snapshot.h"
+#include "support/dtype.h"
+#include "support/errors.h"
+#include "support/format.h"
+#include "whatif/checkpoint.h"
+#include "whatif/whatif.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+namespace memledger {
+
+namespace {
+
+constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
+
+// The outermost ops of a trace: the events inside each (outer_op set), its name, and the blocks it read.
+struct OpIndex {
+    struct Op {
+        std::size_t first = kNone; // events [first, end) happened inside the op
+        std::size_t end = 0;
+        std::vector<std::uint32_t> reads; // alloc events of the blocks it took as inputs, in order
+    };
+    std::vector<Op> ops;
+    static constexpr std::uint32_t kCaller = 0xFFFFFFFFu; // the model's caller, which reads its output
+    std::vector<std::uint32_t> last_reader; // per event: the last op that read the block (0 none; op + 1; kCaller)
+    std::vector<std::uint32_t> reader_count; // per event: how many reads of the block
+    std::int64_t output_bytes = 0; // blocks the caller reads: the model's output
+
+    explicit OpIndex(const Report& r)
+    {
+        const Trace& t = *r.trace;
+        std::uint32_t most = 0;
+        for (std::size_t i = 0; i < t.size(); ++i)
+            most = std::max(most, t.op_seq[i]);
+        ops.resize(static_cast<std::size_t>(most) + 1);
+        for (std::size_t i = 0; i < t.size(); ++i) {
+            if (t.outer_op[i] == 0)
+                continue;
+            auto& op = ops[t.op_seq[i]];
+            if (op.first == kNone)
+                op.first = i;
+            op.end = i + 1;
+        }
+        last_reader.assign(t.size(), 0);
+        reader_count.assign(t.size(), 0);
+        for (const auto& u : r.forward_uses) {
+            if (u.event >= t.size())
+                continue;
+            if (u.op < ops.size())
+                ops[u.op].reads.push_back(u.event);
+            if (last_reader[u.event] != kCaller)
+                last_reader[u.event] = std::max(last_reader[u.event], u.op + 1);
+            ++reader_count[u.event];
+        }
+        for (auto event : r.output_events) {
+            if (event >= t.size())
+                continue;
+            if (last_reader[event] != kCaller)
+                output_bytes += t.bytes[event];
+            last_reader[event] = kCaller;
+            ++reader_count[event];
+        }
+    }
+
+    std::string name(const Trace& t, std::uint32_t op) const
+    {
+        const auto& o = ops[op];
+        return o.first == kNone ? std::string() : t.strings.at(t.outer_op[o.first]);
+    }
+    // The op's allocations that outlive it.
+    std::vector<std::size_t> outputs(const Trace& t, std::uint32_t op) const
+    {
+        std::vector<std::size_t> out;
+        const auto& o = ops[op];
+        if (o.first == kNone)
+            return out;
+        for (std::size_t i = o.first; i < o.end; ++i)
+            if (t.action[i] == Action::Alloc && t.op_seq[i] == op
+                && (t.partner[i] == kNoPartner || static_cast<std::size_t>(t.partner[i]) >= o.end))
+                out.push_back(i);
+        return out;
+    }
+};
+
+const std::set<std::string>& unaryInplaceOps()
+{
+    static const std::set<std::string> ops {"aten::relu", "aten::hardtanh", "aten::relu6", "aten::sigmoid",
+        "aten::tanh", "aten::silu", "aten::hardswish", "aten::hardsigmoid", "aten::leaky_relu", "aten::elu"};
+    return ops;
+}
+
+const std::set<std::string>& binaryInplaceOps()
+{
+    static const std::set<std::string> ops {"aten::add", "aten::mul"};
+    return ops;
+}
+
+std::string inplaceHint(const std::string& op)
+{
+    static const std::map<std::string, std::string> hints {{"aten::relu", "ReLU(inplace=True) or torch.relu_"},
+        {"aten::hardtanh", "Hardtanh/ReLU6(inplace=True)"}, {"aten::relu6", "ReLU6(inplace=True)"},
+        {"aten::sigmoid", "torch.sigmoid_"}, {"aten::tanh", "torch.tanh_"}, {"aten::silu", "SiLU(inplace=True)"},
+        {"aten::hardswish", "Hardswish(inplace=True)"}, {"aten::hardsigmoid", "Hardsigmoid(inplace=True)"},
+        {"aten::leaky_relu", "LeakyReLU(inplace=True)"}, {"aten::elu", "ELU(inplace=True)"},
+        {"aten::add", "x += y"}, {"aten::mul", "x *= y"}};
+    auto it = hints.find(op);
+    return it == hints.end() ? op + "_" : it->second;
+}
+
+bool isConvType(const std::string& type)
+{
+    return type == "Conv1d" || type == "Conv2d" || type == "Conv3d";
+}
+
+bool isBatchNormType(const std::string& type)
+{
+    return type == "BatchNorm1d" || type == "BatchNorm2d" || type == "BatchNorm3d";
+}
+
+std::int64_t residentBytesOf(const TensorInfo& t, const std::string& dtype)
+{
+    return isFloatingDtype(t.dtype) && isFloatingDtype(dtype) ? numelOf(t.shape) * dtypeSize(dtype) : t.bytes;
+}
+
+std::int64_t reserveOf(const Report& r)
+{
+    if (r.simulated_reserved_peak_bytes > 0)
+        return r.simulated_reserved_peak_bytes;
+    if (!r.trace || r.trace->size() == 0)
+        return 0;
+    return simulatedGpuOf(r)->peak_reserved;
+}
+
+bool inference(const Report& r)
+{
+    return r.source == "model" && r.run.mode != "train";
+}
+
+std::string signedBytes(std::int64_t saving)
+{
+    if (saving == 0)
+        return "no change";
+    return saving >= 0 ? "-" + formatBytes(saving) : "+" + formatBytes(-saving);
+}
+
+RunOptions optionsOf(const Report& r)
+{
+    RunOptions o;
+    o.inputs = r.run.input_shapes;
+    o.dtype = r.run.dtype;
+    o.mode = r.run.mode;
+    o.optimizer = r.run.optimizer.empty() ? "sgd" : r.run.optimizer;
+    o.loss = r.run.loss.empty() ? "auto" : r.run.loss;
+    o.threads = r.run.threads;
+    o.device = r.run.device.empty() ? "cpu" : r.run.device;
+    return o;
+}
+
+std::vector<Shape> tiledInputs(const Report& r, const std::vector<std::int64_t>& tile)
+{
+    auto inputs = r.run.input_shapes;
+    for (auto& s : inputs) {
+        if (s.size() < tile.size() + 1)
+            throw std::invalid_argument("the tile " + shapeToString(tile) + " has more dimensions than the input "
+                + shapeToString(s) + " has beyond its batch");
+        std::copy(tile.begin(), tile.end(), s.end() - static_cast<std::ptrdiff_t>(tile.size()));
+    }
+    return inputs;
+}
+
+} // namespace
+
+std::vector<InplaceCandidate> inplaceCandidates(const Report& r)
+{
+    std::vector<InplaceCandidate> out;
+    if (!inference(r) || !r.trace || !r.forward_uses_recorded)
+        return out;
+    const Trace& t = *r.trace;
+    OpIndex index(r);
+    std::set<std::size_t> replaced; // outputs that in place no longer exist: a chain stops at its first op
+    for (std::uint32_t k = 0; k < index.ops.size(); ++k) {
+        const auto name = index.name(t, k);
+        const bool unary = unaryInplaceOps().count(name) > 0;
+        const bool binary = binaryInplaceOps().count(name) > 0;
+        if (!unary && !binary)
+            continue;
+        const auto& reads = index.ops[k].reads;
+        if ((unary && reads.size() != 1) || (binary && reads.size() != 2))
+            continue; // a binary op's first operand is known only when both are blocks of the run
+        const std::size_t in = reads[0];
+        if (t.action[in] != Action::Alloc || t.ledger[in] != Ledger::Activations || t.partner[in] == kNoPartner)
+            continue;
+        if (index.last_reader[in] != k + 1 || replaced.count(in))
+            continue; // read later (or by the caller), or itself gone in place
+        auto outs = index.outputs(t, k);
+        if (outs.size() != 1 || t.bytes[outs[0]] != t.bytes[in] || t.ledger[outs[0]] != Ledger::Activations)
+            continue;
+        InplaceCandidate c;
+        c.op = k;
+        c.input_alloc = static_cast<std::int32_t>(in);
+        c.output_alloc = static_cast<std::int32_t>(outs[0]);
+        c.op_name = name;
+        c.module = t.strings.at(t.where[outs[0]]);
+        replaced.insert(outs[0]);
+        out.push_back(std::move(c));
+    }
+    return out;
+}
+
+std::vector<BatchNormFold> batchNormFolds(const Report& r)
+{
+    std::vector<BatchNormFold> out;
+    if (!inference(r) || !r.trace || !r.forward_uses_recorded)
+        return out;
+    const Trace& t = *r.trace;
+    OpIndex index(r);
+    auto layerOf = [&r](const std::string& path) -> const LayerStats* {
+        int i = r.findLayer(path);
+        return i < 0 ? nullptr : &r.layers[static_cast<std::size_t>(i)];
+    };
+    for (std::uint32_t k = 0; k < index.ops.size(); ++k) {
+        if (index.name(t, k) != "aten::batch_norm")
+            continue;
+        const auto& reads = index.ops[k].reads;
+        if (reads.size() != 1)
+            continue;
+        const std::size_t x = reads[0];
+        if (t.action[x] != Action::Alloc || t.outer_op[x] == 0 || index.reader_count[x] != 1
+            || index.last_reader[x] != k + 1 || t.partner[x] == kNoPartner)
+            continue; // the convolution's output feeds something else too
+        const auto conv = t.op_seq[x];
+        const auto convName = index.name(t, conv);
+        if (convName != "aten::conv1d" && convName != "aten::conv2d" && convName != "aten::conv3d"
+            && convName != "aten::_convolution" && convName != "aten::convolution")
+            continue;
+        auto convOuts = index.outputs(t, conv);
+        auto bnOuts = index.outputs(t, k);
+        if (convOuts.size() != 1 || convOuts[0] != x || bnOuts.size() != 1 || t.bytes[bnOuts[0]] != t.bytes[x])
+            continue;
+        // Nothing inside the BatchNorm frees a block made before it but its input (the interpreter lets go of
+        // the input while the op runs when nothing else holds it).
+        bool clean = true;
+        for (std::size_t i = index.ops[k].first; i < index.ops[k].end; ++i)
+            if (t.action[i] == Action::Free && t.partner[i] != static_cast<std::int32_t>(x)
+                && (t.partner[i] == kNoPartner || static_cast<std::size_t>(t.partner[i]) < index.ops[k].first))
+                clean = false;
+        const auto convPath = t.strings.at(t.where[x]);
+        const auto bnPath = t.strings.at(t.where[bnOuts[0]]);
+        const auto* convLayer = layerOf(convPath);
+        const auto* bnLayer = layerOf(bnPath);
+        if (!clean || !convLayer || !bnLayer || !isConvType(convLayer->type) || !isBatchNormType(bnLayer->type)
+            || convLayer->calls != 1 || bnLayer->calls != 1)
+            continue;
+        BatchNormFold f;
+        f.conv = convPath;
+        f.batchnorm = bnPath;
+        f.conv_op = conv;
+        f.bn_op = k;
+        f.conv_output = static_cast<std::int32_t>(x);
+        f.bn_output = static_cast<std::int32_t>(bnOuts[0]);
+        out.push_back(std::move(f));
+    }
+    return out;
+}
+
+std::vector<AllocatorSuggestion> allocatorSuggestions(const Report& r)
+{
+    std::vector<AllocatorSuggestion> out;
+    if (!r.trace || r.trace->size() == 0)
+        return out;
+    AllocatorSettings base;
+    if (r.snapshot) {
+        base = r.snapshot->settings.toModel();
+        if (!r.snapshot->settings.present)
+            base.expandable_segments = std::any_of(r.snapshot->segments.begin(), r.snapshot->segments.end(),
+                [](const SnapshotSegment& g) { return g.is_expandable; });
+    }
+    auto reserveWith = [&r](const AllocatorSettings& s) {
+        return r.snapshot ? replaySnapshot(*r.snapshot, s).peak_reserved : simulateGpu(r, s).peak_reserved;
+    };
+    const std::int64_t before = reserveWith(base);
+    std::vector<std::pair<std::string, AllocatorSettings>> tries;
+    if (!base.expandable_segments) {
+        auto s = base;
+        s.expandable_segments = true;
+        tries.emplace_back("expandable_segments:True", s);
+        for (std::int64_t mb : {64, 128, 256, 512}) {
+            if (base.max_split_size <= mb * 1024 * 1024)
+                continue;
+            auto m = base;
+            m.max_split_size = mb * 1024 * 1024;
+            tries.emplace_back("max_split_size_mb:" + std::to_string(mb), m);
+        }
+    }
+    for (const auto& [name, s] : tries)
+        out.push_back({name, s, before, reserveWith(s)});
+    std::stable_sort(out.begin(), out.end(),
+        [](const AllocatorSuggestion& a, const AllocatorSuggestion& b) { return a.reserve_after < b.reserve_after; });
+    return out;
+}
+
+EditedRun predictEditedRun(const Report& r, const std::vector<char>& drop,
+    const std::vector<std::pair<std::size_t, std::size_t>>& refree, const std::vector<TensorInfo>& tensors,
+    std::int64_t weightBytes)
+{
+    const Trace& t = *r.trace;
+    std::vector<std::size_t> alloc(t.size(), kNone); // refree: the free's new block
+    for (const auto& [f, a] : refree)
+        alloc[f] = a;
+    Trace e;
+    e.strings = t.strings;
+    e.reserve(t.size());
+    std::vector<std::int32_t> newIndex(t.size(), -1);
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        if (drop[i])
+            continue;
+        const std::size_t src = alloc[i] == kNone ? i : alloc[i];
+        auto k = e.push(t.time_ns[i], t.bytes[src], t.address[src], t.action[i], t.device[i]);
+        newIndex[i] = static_cast<std::int32_t>(k);
+        e.ledger[k] = t.ledger[src];
+        e.op_seq[k] = t.op_seq[i];
+        e.outer_op[k] = t.outer_op[i];
+        e.inner_op[k] = t.inner_op[i];
+        e.where[k] = t.where[i];
+    }
+    std::vector<std::size_t> freeOf(t.size(), kNone); // alloc -> its free, after the refrees
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        if (drop[i] || t.action[i] == Action::Alloc)
+            continue;
+        std::size_t a = alloc[i] != kNone ? alloc[i]
+            : t.partner[i] == kNoPartner ? kNone
+                                         : static_cast<std::size_t>(t.partner[i]);
+        if (a != kNone && !drop[a]) {
+            e.partner[static_cast<std::size_t>(newIndex[i])] = newIndex[a];
+            freeOf[a] = i;
+        }
+    }
+    for (std::size_t a = 0; a < t.size(); ++a)
+        if (freeOf[a] != kNone)
+            e.partner[static_cast<std::size_t>(newIndex[a])] = newIndex[freeOf[a]];
+    EditedRun out;
+    std::int64_t peak = 0;
+    for (auto v : liveBytesAfterEachEvent(e))
+        peak = std::max(peak, v);
+    out.peak_total = r.peak_total_bytes - r.peak_bytes - r.weight_bytes + weightBytes + peak;
+    Report copy = r;
+    copy.model.tensors = tensors;
+    copy.weight_bytes = weightBytes;
+    copy.trace = std::make_shared<const Trace>(std::move(e));
+    copy.simulated_gpu.reset();
+    out.reserve = simulateGpu(copy).peak_reserved;
+    return out;
+}
+
+std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& options)
+{
+    std::vector<Remedy> out;
+    const std::int64_t reserveBefore = r.source == "model" ? reserveOf(r) : 0;
+    auto base = [&](const std::string& kind, const std::string& title) {
+        Remedy m;
+        m.kind = kind;
+        m.title = title;
+        m.peak_total_before = r.peak_total_bytes;
+        m.reserve_before = reserveBefore;
+        return m;
+    };
+    const bool model = r.source == "model" && r.trace;
+
+    // Lower precision, from the what-if records.
+    const WhatIf* w = options.whatif;
+    const bool whatifFits = w && model && w->mode() == (r.run.mode.empty() ? "inference" : r.run.mode);
+    if (whatifFits) {
+        for (const std::string d : {"bfloat16", "float16"}) {
+            if (d == r.run.dtype || dtypeSize(d) >= dtypeSize(r.run.dtype))
+                continue;
+            auto dts = w->dtypes();
+            if (std::find(dts.begin(), dts.end(), d) == dts.end())
+                continue;
+            auto p = w->predict(r.run.batch, d, true);
+            auto m = base("lower_precision", "Run in " + d);
+            m.change = "convert the weights and inputs to " + d + " (model.to(torch." + d
+                + ")); the results change within " + d + "'s rounding: check the accuracy";
+            m.peak_total_after = p.predicted_peak_total_bytes;
+            m.reserve_after = p.predicted_reserved_bytes;
+            m.dtype = d;
+            m.measure_how = w->isRecorded(d) ? "run" : "";
+            for (const auto& n : p.notes)
+                m.details.push_back(n);
+            if (!w->isRecorded(d))
+                m.details.push_back("rescaled by element width: this CPU cannot run " + d + " for this model");
+            out.push_back(std::move(m));
+        }
+        // The largest batch within the budget, and micro-batches.
+        const std::int64_t batch = r.run.batch;
+        std::int64_t fitting = 0;
+        if (options.budget > 0) {
+            fitting = w->maxBatch(r.run.dtype, options.budget, true);
+            if (fitting > 0) {
+                auto p = w->predict(fitting, r.run.dtype, true);
+                auto m = base("largest_batch", "Largest batch within " + formatBytes(options.budget) + ": "
+                    + std::to_string(fitting) + " (now " + std::to_string(batch) + ")");
+                m.change = "run at batch " + std::to_string(fitting)
+                    + ": the largest whose peak total and reserve stay within " + formatBytes(options.budget);
+                m.peak_total_after = p.predicted_peak_total_bytes;
+                m.reserve_after = p.predicted_reserved_bytes;
+                m.batch = fitting;
+                m.measure_how = "run";
+                if (p.extrapolated)
+                    m.details.push_back("beyond the largest what-if record: extrapolated");
+                out.push_back(std::move(m));
+            }
+        }
+        // Without a budget: micro-batches of the smallest batch the what-if records (2 for a training step).
+        const std::int64_t micro = options.budget > 0 ? fitting : recordedBatchesFor(r.run.mode).first;
+        if (micro >= 1 && batch > micro) {
+            auto p = w->predict(micro, r.run.dtype, true);
+            const bool train = r.run.mode == "train";
+            auto m = base("micro_batching", "Micro-batches of " + std::to_string(micro));
+            const auto count = (batch + micro - 1) / micro;
+            m.change = "run batch " + std::to_string(batch) + " as " + std::to_string(count) + " micro-batches of "
+                + std::to_string(micro)
+                + (train ? ", accumulating the gradients (loss divided by the number of micro-batches)"
+                         : ", concatenating their outputs");
+            // Inference keeps the outputs of the other micro-batches until they are concatenated.
+            if (!train && r.trace && r.forward_uses_recorded && batch > 0)
+                m.extra_bytes = OpIndex(r).output_bytes / batch * (batch - micro);
+            m.peak_total_after = p.predicted_peak_total_bytes + m.extra_bytes;
+            m.reserve_after = p.predicted_reserved_bytes + m.extra_bytes;
+            m.batch = micro;
+            m.measure_how = "run";
+            if (m.extra_bytes > 0)
+                m.details.push_back("includes " + formatBytes(m.extra_bytes)
+                    + " for the outputs of the other micro-batches, kept until they are concatenated");
+            out.push_back(std::move(m));
+        }
+    }
+
+    // In-place activations.
+    if (model) {
+        auto cands = inplaceCandidates(r);
+        if (!cands.empty()) {
+            const Trace& t = *r.trace;
+            std::vector<char> drop(t.size(), 0);
+            std::vector<std::pair<std::size_t, std::size_t>> refree;
+            auto m = base("inplace", "In-place activations (" + std::to_string(cands.size()) + ")");
+            for (const auto& c : cands) {
+                auto in = static_cast<std::size_t>(c.input_alloc), o = static_cast<std::size_t>(c.output_alloc);
+                drop[o] = 1;
+                drop[static_cast<std::size_t>(t.partner[in])] = 1;
+                if (t.partner[o] != kNoPartner)
+                    refree.emplace_back(static_cast<std::size_t>(t.partner[o]), in);
+                m.details.push_back((c.module.empty() ? std::string("(root)") : c.module) + " (" + c.op_name
+                    + "): " + inplaceHint(c.op_name) + ", saves a " + formatBytes(t.bytes[o]) + " block");
+            }
+            m.change = "let each op below write into its input, which nothing reads afterwards";
+            auto e = predictEditedRun(r, drop, refree, r.model.tensors, r.weight_bytes);
+            m.peak_total_after = e.peak_total;
+            m.reserve_after = e.reserve;
+            m.measure_how = "variant";
+            out.push_back(std::move(m));
+        }
+        // BatchNorm folded into the Conv before it.
+        auto folds = batchNormFolds(r);
+        if (!folds.empty()) {
+            const Trace& t = *r.trace;
+            OpIndex index(r);
+            std::vector<char> drop(t.size(), 0);
+            std::vector<std::pair<std::size_t, std::size_t>> refree;
+            auto tensors = r.model.tensors;
+            std::int64_t weights = r.weight_bytes;
+            auto m = base("fold_batchnorm", "Fold BatchNorm into the convolution (" + std::to_string(folds.size()) + ")");
+            for (const auto& f : folds) {
+                const auto& op = index.ops[f.bn_op];
+                auto x = static_cast<std::size_t>(f.conv_output), y = static_cast<std::size_t>(f.bn_output);
+                for (std::size_t i = op.first; i < op.end; ++i)
+                    if (i != y && t.action[i] == Action::Alloc && t.partner[i] != kNoPartner)
+                        drop[static_cast<std::size_t>(t.partner[i])] = 1;
+                for (std::size_t i = op.first; i < op.end; ++i)
+                    drop[i] = 1;
+                drop[static_cast<std::size_t>(t.partner[x])] = 1;
+                if (t.partner[y] != kNoPartner)
+                    refree.emplace_back(static_cast<std::size_t>(t.partner[y]), x);
+                std::int64_t removed = 0;
+                const TensorInfo* convWeight = nullptr;
+                bool convHasBias = false;
+                for (const auto& ti : tensors) {
+                    if (ti.name == f.conv + ".weight")
+                        convWeight = &ti;
+                    if (ti.name == f.conv + ".bias")
+                        convHasBias = true;
+                }
+                TensorInfo bias;
+                if (!convHasBias && convWeight && !convWeight->shape.empty()) {
+                    bias.name = f.conv + ".bias";
+                    bias.shape = {convWeight->shape[0]};
+                    bias.dtype = convWeight->dtype;
+                    bias.bytes = convWeight->shape[0] * dtypeSize(convWeight->dtype);
+                }
+                tensors.erase(std::remove_if(tensors.begin(), tensors.end(),
+                                  [&](const TensorInfo& ti) {
+                                      if (ti.name.rfind(f.batchnorm + ".", 0) != 0)
+                                          return false;
+                                      removed += residentBytesOf(ti, r.run.dtype);
+                                      return true;
+                                  }),
+                    tensors.end());
+                weights -= removed;
+                if (!bias.name.empty()) {
+                    weights += residentBytesOf(bias, r.run.dtype);
+                    tensors.push_back(bias);
+                }
+                m.details.push_back(f.batchnorm + " into " + f.conv + ": drops its output ("
+                    + formatBytes(t.bytes[y]) + ") and " + formatBytes(removed) + " of parameters and running statistics"
+                    + (bias.name.empty() ? "" : ", adds a bias to " + f.conv));
+            }
+            m.change = "fold each BatchNorm's scale and shift into the convolution before it "
+                       "(torch.nn.utils.fusion.fuse_conv_bn_eval) and replace it by nn.Identity(); "
+                       "the eval-mode result is the same";
+            auto e = predictEditedRun(r, drop, refree, tensors, weights);
+            m.peak_total_after = e.peak_total;
+            m.reserve_after = e.reserve;
+            m.measure_how = "variant";
+            out.push_back(std::move(m));
+        }
+        // Buffers no op read.
+        if (inference(r) && r.buffer_reads_recorded && !r.unread_buffers.empty()) {
+            std::set<std::string> unread(r.unread_buffers.begin(), r.unread_buffers.end());
+            auto tensors = r.model.tensors;
+            std::int64_t removed = 0;
+            auto m = base("unread_buffers", "Buffers the run never reads (" + std::to_string(unread.size()) + ")");
+            tensors.erase(std::remove_if(tensors.begin(), tensors.end(),
+                              [&](const TensorInfo& ti) {
+                                  if (!ti.is_buffer || !unread.count(ti.name))
+                                      return false;
+                                  auto b = residentBytesOf(ti, r.run.dtype);
+                                  removed += b;
+                                  m.details.push_back(ti.name + " " + shapeToString(ti.shape) + " (" + formatBytes(b) + ")");
+                                  return true;
+                              }),
+                tensors.end());
+            m.change = "delete these buffers (or set them to None) for inference: no op of this run took them, "
+                       "so the output at this input does not change; another input or training may still read them";
+            auto e = predictEditedRun(r, std::vector<char>(r.trace->size(), 0), {}, tensors, r.weight_bytes - removed);
+            m.peak_total_after = e.peak_total;
+            m.reserve_after = e.reserve;
+            m.measure_how = "variant";
+            if (removed > 0)
+                out.push_back(std::move(m));
+        }
+    }
+
+    // A training step: a checkpoint plan (core/whatif/checkpoint.h), within the budget when one is given, else
+    // the plan with the lowest peak.
+    if (model && r.run.mode == "train" && r.forward_uses_recorded) {
+        try {
+            auto plan = planCheckpoints(r, options.budget > 0 ? options.budget : 1);
+            const auto& p = plan.prediction;
+            if (!p.checkpoint.empty() && p.saving_bytes > 0) {
+                auto m = base("checkpoint", "Checkpoint " + std::to_string(p.checkpoint.size()) + " module"
+                        + (p.checkpoint.size() == 1 ? "" : "s"));
+                std::string list;
+                for (const auto& path : p.checkpoint)
+                    list += (list.empty() ? "" : ", ") + path;
+                m.change = "wrap " + list + " in torch.utils.checkpoint.checkpoint (" + checkpointImplName(p.impl)
+                    + "): their activations are recomputed in the backward instead of kept";
+                m.peak_total_after = p.predicted_peak_total_bytes;
+                m.reserve_after = p.predicted_reserved_bytes > 0 ? p.predicted_reserved_bytes : m.reserve_before;
+                char ms[64];
+                std::snprintf(ms, sizeof ms, "%.1f", p.recompute_ms);
+                m.details.push_back(std::string("recomputes about ") + ms + " ms of forward");
+                if (options.budget > 0)
+                    m.details.push_back(plan.fits ? "fits within " + formatBytes(options.budget)
+                                                  : "no plan found fits within " + formatBytes(options.budget)
+                                                      + ": the lowest peak found");
+                for (const auto& n : p.notes)
+                    m.details.push_back(n);
+                m.measure_how = ""; // TorchScript cannot script torch.utils.checkpoint: no run here checks it
+                out.push_back(std::move(m));
+            }
+        } catch (const std::invalid_argument&) {
+            // a step the checkpoint model cannot take (no forward uses): no row
+        }
+    }
+
+    // Tiling: a real run at the tile shape.
+    if (model && !options.tile.empty() && options.model) {
+        auto o = optionsOf(r);
+        o.inputs = tiledInputs(r, options.tile);
+        auto tiled = analyzeModel(*options.model, o);
+        auto m = base("tiling", "Tiles of " + shapeToString(options.tile));
+        std::int64_t tiles = 1;
+        const auto& full = r.run.input_shapes.front();
+        for (std::size_t d = 0; d < options.tile.size(); ++d) {
+            auto n = full[full.size() - options.tile.size() + d];
+            tiles *= (n + options.tile[d] - 1) / options.tile[d];
+        }
+        m.change = "run the input " + shapeToString(full) + " as " + std::to_string(tiles) + " tiles of "
+            + shapeToString(options.tile) + " (overlap them where the receptive field needs it) and stitch the outputs";
+        m.peak_total_after = tiled.peak_total_bytes;
+        m.reserve_after = tiled.gpu ? tiled.gpu->reserved_peak_bytes : tiled.simulated_reserved_peak_bytes;
+        m.method = "measured";
+        m.measured_peak_total = m.peak_total_after;
+        m.measured_reserve = m.reserve_after;
+        m.tile = options.tile;
+        m.measure_how = "run";
+        m.details.push_back("peak per tile, measured by a run at " + shapeToString(o.inputs.front()));
+        out.push_back(std::move(m));
+    }
+
+    // GPU runs: cuDNN's autotuner off.
+    if (model && r.gpu) {
+        auto m = base("cudnn_benchmark", "cudnn.benchmark off");
+        m.change = "torch.backends.cudnn.benchmark = False: the autotuner can pick kernels with large workspaces";
+        m.peak_total_after = m.peak_total_before;
+        m.reserve_after = m.reserve_before;
+        m.details.push_back("not predicted: Measure runs the model again with the autotuner off");
+        m.measure_how = "run";
+        out.push_back(std::move(m));
+    }
+
+    // Allocator settings, from the caching-allocator model.
+    auto suggestions = allocatorSuggestions(r);
+    if (!suggestions.empty()) {
+        const auto& best = suggestions.front();
+        const auto saving = best.reserve_before - best.reserve_after;
+        if (saving > std::max<std::int64_t>(std::int64_t {1} << 20, best.reserve_before / 200)) {
+            auto m = base("allocator_settings", "PYTORCH_CUDA_ALLOC_CONF=" + best.setting);
+            m.change = "set PYTORCH_CUDA_ALLOC_CONF=" + best.setting
+                + " before the process starts: the caching allocator keeps less reserved beyond what is allocated";
+            m.peak_total_after = m.peak_total_before;
+            m.reserve_before = best.reserve_before;
+            m.reserve_after = best.reserve_after;
+            m.setting = best.setting;
+            m.measure_how = "";
+            for (const auto& s : suggestions)
+                m.details.push_back(s.setting + ": reserve " + formatBytes(s.reserve_after) + " ("
+                    + signedBytes(s.reserve_before - s.reserve_after) + ")");
+            m.details.push_back("the allocator model's replay of this "
+                + std::string(r.snapshot ? "snapshot" : "run") + "; not measured on a GPU");
+            out.push_back(std::move(m));
+        }
+    }
+
+    std::stable_sort(out.begin(), out.end(), [](const Remedy& a, const Remedy& b) {
+        if (a.peakSaving() != b.peakSaving())
+            return a.peakSaving() > b.peakSaving();
+        return a.reserveSaving() > b.reserveSaving();
+    });
+    return out;
+}
+
+std::vector<Remedy> remediesForModel(Model& model, const Report& report, std::int64_t budget,
+    const std::vector<std::int64_t>& tile, const std::function<void(const std::string&)>& progress,
+    const std::atomic<bool>* cancel)
+{
+    RunOptions base = optionsOf(report);
+    base.cancel = cancel;
+    std::vector<std::string> dtypes {report.run.dtype};
+    for (const std::string d : {"bfloat16", "float16"})
+        if (d != report.run.dtype)
+            dtypes.push_back(d);
+    WhatIf::Plan plan;
+    plan.largest = std::max<std::int64_t>(64, report.run.batch);
+    plan.progress = [&progress](std::int64_t batch, int done) {
+        if (progress)
+            progress("what-if record " + std::to_string(done) + " at batch " + std::to_string(batch));
+    };
+    auto w = WhatIf::recordPlanned(model, base, dtypes, plan);
+    RemedyOptions options;
+    options.budget = budget;
+    options.tile = tile;
+    options.whatif = &w;
+    options.model = &model;
+    if (!tile.empty() && progress)
+        progress("tiling run at " + shapeToString(tile));
+    return computeRemedies(report, options);
+}
+
+Remedy measureRemedy(const Remedy& remedy, const Report& report, Model& model, Model* variant)
+{
+    Remedy m = remedy;
+    auto o = optionsOf(report);
+    Model* run = &model;
+    std::string how;
+    if (remedy.measure_how == "variant") {
+        if (!variant)
+            throw std::invalid_argument("measuring \"" + remedy.title + "\" needs the edited model");
+        run = variant;
+        how = "a run of the edited model at " + shapeToString(o.inputs.front()) + " in " + o.dtype;
+    } else if (remedy.measure_how == "run") {
+        if (remedy.kind == "lower_precision") {
+            o.dtype = remedy.dtype;
+        } else if (remedy.kind == "largest_batch" || remedy.kind == "micro_batching") {
+            o.batch = remedy.batch;
+        } else if (remedy.kind == "tiling") {
+            o.inputs = tiledInputs(report, remedy.tile);
+        } else if (remedy.kind == "cudnn_benchmark") {
+            if (!report.gpu)
+                throw std::invalid_argument("cudnn.benchmark is measured on a GPU run only");
+            o.cudnn_benchmark = false;
+        } else {
+            throw std::invalid_argument("\"" + remedy.title + "\" has no run to measure it");
+        }
+        how = "a run at batch " + std::to_string(o.batch.value_or(report.run.batch)) + " in " + o.dtype
+            + (remedy.kind == "tiling" ? " at " + shapeToString(o.inputs.front()) : std::string());
+    } else {
+        throw std::invalid_argument("\"" + remedy.title + "\" cannot be measured here"
+            + std::string(remedy.kind == "allocator_settings" ? " (it needs a GPU process started with the setting)" : ""));
+    }
+    auto measured = analyzeModel(*run, o);
+    m.measured_peak_total = measured.peak_total_bytes + m.extra_bytes;
+    m.measured_reserve
+        = (measured.gpu ? measured.gpu->reserved_peak_bytes : measured.simulated_reserved_peak_bytes) + m.extra_bytes;
+    m.method = "measured";
+    m.measure_note = "measured by " + how;
+    return m;
+}
+
+nlohmann::json remediesToJson(const std::vector<Remedy>& remedies)
+{
+    auto j = nlohmann::json::array();
+    for (const auto& m : remedies) {
+        nlohmann::json e {{"kind", m.kind}, {"title", m.title}, {"change", m.change}, {"details", m.details},
+            {"peak_total_before_bytes", m.peak_total_before}, {"peak_total_after_bytes", m.peak_total_after},
+            {"peak_total_saving_bytes", m.peakSaving()}, {"reserve_before_bytes", m.reserve_before},
+            {"reserve_after_bytes", m.reserve_after}, {"reserve_saving_bytes", m.reserveSaving()},
+            {"method", m.method}, {"measure", m.measure_how}};
+        if (m.batch)
+            e["batch"] = m.batch;
+        if (!m.dtype.empty())
+            e["dtype"] = m.dtype;
+        if (!m.tile.empty())
+            e["tile"] = m.tile;
+        if (!m.setting.empty())
+            e["setting"] = m.setting;
+        if (m.extra_bytes)
+            e["extra_bytes"] = m.extra_bytes;
+        if (m.measured_peak_total)
+            e["measured_peak_total_bytes"] = *m.measured_peak_total;
+        if (m.measured_reserve)
+            e["measured_reserve_bytes"] = *m.measured_reserve;
+        if (!m.measure_note.empty())
+            e["measure_note"] = m.measure_note;
+        j.push_back(std::move(e));
+    }
+    return j;
+}
+
+std::vector<Remedy> remediesFromJson(const nlohmann::json& j)
+{
+    std::vector<Remedy> out;
+    for (const auto& e : j) {
+        Remedy m;
+        m.kind = e.at("kind").get<std::string>();
+        m.title = e.at("title").get<std::string>();
+        m.change = e.value("change", "");
+        m.details = e.value("details", std::vector<std::string> {});
+        m.peak_total_before = e.at("peak_total_before_bytes").get<std::int64_t>();
+        m.peak_total_after = e.at("peak_total_after_bytes").get<std::int64_t>();
+        m.reserve_before = e.value("reserve_before_bytes", std::int64_t {0});
+        m.reserve_after = e.value("reserve_after_bytes", std::int64_t {0});
+        m.method = e.value("method", "predicted");
+        m.measure_how = e.value("measure", "");
+        m.batch = e.value("batch", std::int64_t {0});
+        m.dtype = e.value("dtype", "");
+        m.tile = e.value("tile", std::vector<std::int64_t> {});
+        m.setting = e.value("setting", "");
+        m.extra_bytes = e.value("extra_bytes", std::int64_t {0});
+        if (e.contains("measured_peak_total_bytes"))
+            m.measured_peak_total = e["measured_peak_total_bytes"].get<std::int64_t>();
+        if (e.contains("measured_reserve_bytes"))
+            m.measured_reserve = e["measured_reserve_bytes"].get<std::int64_t>();
+        m.measure_note = e.value("measure_note", "");
+        out.push_back(std::move(m));
+    }
+    return out;
+}
+
+std::string remediesToText(const std::vector<Remedy>& remedies)
+{
+    std::ostringstream s;
+    if (remedies.empty()) {
+        s << "  (nothing found that would help without changing the result)\n";
+        return s.str();
+    }
+    int n = 0;
+    for (const auto& m : remedies) {
+        s << "  " << ++n << ". " << m.title << "  [" << m.method << "]\n";
+        s << "     peak total " << formatBytes(m.peak_total_before) << " -> " << formatBytes(m.peak_total_after) << " ("
+          << signedBytes(m.peakSaving()) << ")";
+        if (m.reserve_before > 0 || m.reserve_after > 0)
+            s << ", reserve " << formatBytes(m.reserve_before) << " -> " << formatBytes(m.reserve_after) << " ("
+              << signedBytes(m.reserveSaving()) << ")";
+        s << "\n";
+        if (m.measured_peak_total && m.method == "measured" && m.kind != "tiling")
+            s << "     measured: peak total " << formatBytes(*m.measured_peak_total)
+              << (m.measured_reserve ? ", reserve " + formatBytes(*m.measured_reserve) : std::string()) << "\n";
+        s << "     " << m.change << "\n";
+        const std::size_t shown = 12;
+        for (std::size_t i = 0; i < m.details.size() && i < shown; ++i)
+            s << "       - " << m.details[i] << "\n";
+        if (m.details.size() > shown)
+            s << "       - ... and " << (m.details.size() - shown) << " more\n";
+        if (m.measure_how == "variant")
+            s << "     measurable: run the edited model (window: Measure)\n";
+    }
+    return s.str();
+}
+
+} // namespace memledger

@@ -1,0 +1,106 @@
+#pragma once
+// "What would help": remedies for a run's memory, ranked by what they save on the peak total (then on the
+// reserve), each with its predicted figures and, where a real run can check it, a way to measure it.
+//
+// memledger never suggests a change that alters the model's result (beyond the rounding of a lower
+// precision, which is said): an activation goes in place only where nothing reads its input afterwards;
+// BatchNorm folds into the convolution before it only where that convolution's output feeds nothing else; a
+// buffer is called unread only when no op of the recorded inference took it (BatchNorm's running statistics
+// are read in eval mode and are never suggested).
+#include "allocator/caching_allocator.h"
+#include "report/remedy.h"
+#include "report/report.h"
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+namespace memledger {
+
+class Model;
+class WhatIf;
+
+struct RemedyOptions {
+    std::int64_t budget = 0; // bytes; 0: no budget (largest batch left out; micro-batches of 1)
+    std::vector<std::int64_t> tile; // the input's last dimensions for the tiling run ({512, 512}); empty: none
+    const WhatIf* whatif = nullptr; // records of this model: lower precision, largest batch, micro-batching
+    Model* model = nullptr; // the model of the report: the tiling remedy is measured by a run at the tile shape
+};
+
+// The remedies for `report`, best first. Needs only the report for in-place, BatchNorm folding, unread buffers
+// and allocator settings; the others need options.whatif (or options.model for tiling) and are left out
+// without it. Throws RunError when the tiling run fails.
+std::vector<Remedy> computeRemedies(const Report& report, const RemedyOptions& options = {});
+
+// The remedies of a model's report with what they need: what-if records of the report's run (batch 1 upward,
+// its dtype and the lower precisions, planned as WhatIf::recordPlanned does) and, with a tile, the tiling run.
+// `progress` (may be empty) is told each record. Throws RunError, Cancelled.
+std::vector<Remedy> remediesForModel(Model& model, const Report& report, std::int64_t budget,
+    const std::vector<std::int64_t>& tile, const std::function<void(const std::string&)>& progress = {},
+    const std::atomic<bool>* cancel = nullptr);
+
+// Measures `remedy` by a real run and returns it with measured_peak_total, measured_reserve (the reserve
+// simulated from the measured run's trace, or the GPU's own on a GPU run) and method "measured".
+// measure_how "run": `model` (the report's model) at the remedy's setting; "variant": `variant`, the edited
+// model, run at the report's setting. Throws RunError (the run failed) or std::invalid_argument (it cannot be
+// measured: measure_how "", "gpu" without a GPU run, or no variant given).
+Remedy measureRemedy(const Remedy& remedy, const Report& report, Model& model, Model* variant = nullptr);
+
+// The rules behind the remedies, for tests and views.
+// An elementwise op (relu, hardtanh, sigmoid, tanh, silu, hardswish, hardsigmoid, leaky_relu, elu; add and
+// mul on their first operand) may write into its input's block when: the run is inference and its reads were
+// recorded; the input is a block the run allocated (an activation, not a model input or a weight); the op
+// allocates exactly one block that outlives it, of the input block's size; and no later op nor the model's
+// caller reads the input's block (any view of it counts as the block).
+struct InplaceCandidate {
+    std::uint32_t op = 0; // op_seq of the op
+    std::int32_t input_alloc = -1; // the Alloc event of its input's block
+    std::int32_t output_alloc = -1; // the Alloc event of the block it makes, which in place it would not
+    std::string op_name; // "aten::relu"
+    std::string module; // its module path
+};
+std::vector<InplaceCandidate> inplaceCandidates(const Report& r);
+
+// A BatchNorm (eval) that folds into the Conv before it: its only input is the convolution's output, which
+// nothing else reads; both modules are called once. Folding drops the BatchNorm's op (its output and
+// temporaries) and its parameters and running statistics, and gives the convolution a bias if it has none.
+struct BatchNormFold {
+    std::string conv; // module paths
+    std::string batchnorm;
+    std::uint32_t conv_op = 0;
+    std::uint32_t bn_op = 0;
+    std::int32_t conv_output = -1; // Alloc events
+    std::int32_t bn_output = -1;
+};
+std::vector<BatchNormFold> batchNormFolds(const Report& r);
+
+// Allocator settings tried on the report's replay (a snapshot's own replay for a snapshot):
+// expandable_segments:True and max_split_size_mb 64, 128, 256, 512; best (lowest reserve) first.
+struct AllocatorSuggestion {
+    std::string setting; // as PYTORCH_CUDA_ALLOC_CONF takes it
+    AllocatorSettings settings;
+    std::int64_t reserve_before = 0; // the replay with the run's settings
+    std::int64_t reserve_after = 0;
+};
+std::vector<AllocatorSuggestion> allocatorSuggestions(const Report& r);
+
+// The predicted figures of a run whose trace, weights and inputs are edited: the peak total (weights +
+// optimizer state + inputs + the edited trace's peak) and the simulated reserve.
+struct EditedRun {
+    std::int64_t peak_total = 0;
+    std::int64_t reserve = 0;
+};
+// `drop`: events left out; `refree`: (free event, alloc event): that free now frees the alloc's block;
+// `tensors`: the resident tensors after the change; `weightBytes`: their total.
+EditedRun predictEditedRun(const Report& r, const std::vector<char>& drop,
+    const std::vector<std::pair<std::size_t, std::size_t>>& refree, const std::vector<TensorInfo>& tensors,
+    std::int64_t weightBytes);
+
+nlohmann::json remediesToJson(const std::vector<Remedy>& remedies);
+std::vector<Remedy> remediesFromJson(const nlohmann::json& j); // throws nlohmann::json::exception
+std::string remediesToText(const std::vector<Remedy>& remedies);
+
+} // namespace memledger

@@ -1,0 +1,341 @@
+// "What would help": each remedy's prediction against a real run of the changed model, and against PyTorch's
+// own numbers for it (tests/fixtures/remedies_models.py: the variants are made with PyTorch itself, e.g. the
+// folded model by torch.nn.utils.fusion.fuse_conv_bn_eval, and give the same output as the original).
+#include "allocator/caching_allocator.h"
+#include "exports/report_html.h"
+#include "exports/report_json.h"
+#include "fixture_paths.h"
+#include "report/build_report.h"
+#include "snapshot/snapshot.h"
+#include "support/errors.h"
+#include "whatif/remedies.h"
+#include "whatif/whatif.h"
+#include "run_command.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+using namespace memledger;
+
+namespace {
+
+std::string remediesFixture(const std::string& name)
+{
+    return test::fixture("remedies/" + name);
+}
+
+const nlohmann::json& truth()
+{
+    static const nlohmann::json t = [] {
+        std::ifstream in(remediesFixture("truth.json"));
+        return nlohmann::json::parse(in);
+    }();
+    return t;
+}
+
+// PyTorch's peak total of a model at an input: parameters + buffers + input + the profiler's peak.
+std::int64_t truthPeakTotal(const std::string& model, const std::string& shape)
+{
+    const auto& t = truth().at(model);
+    return t.at("parameter_bytes").get<std::int64_t>() + t.at("buffer_bytes").get<std::int64_t>()
+        + t.at("input_bytes_" + shape).get<std::int64_t>() + t.at("peak_" + shape).get<std::int64_t>();
+}
+
+const Shape kFull {1, 3, 96, 96};
+
+Report analyze(Model& m, const Shape& input = kFull, const std::string& dtype = "float32")
+{
+    RunOptions o;
+    o.inputs = {input};
+    o.dtype = dtype;
+    return analyzeModel(m, o);
+}
+
+const Remedy* find(const std::vector<Remedy>& rs, const std::string& kind)
+{
+    for (const auto& r : rs)
+        if (r.kind == kind)
+            return &r;
+    return nullptr;
+}
+
+double errorPercent(std::int64_t predicted, std::int64_t truth)
+{
+    return 100.0 * std::abs(static_cast<double>(predicted - truth)) / static_cast<double>(truth);
+}
+
+} // namespace
+
+TEST(Remedies, InplaceActivationsPredictTheInplaceModel)
+{
+    auto model = Model::open(remediesFixture("relu.pt"));
+    auto report = analyze(model);
+    auto cands = inplaceCandidates(report);
+    std::set<std::string> modules;
+    for (const auto& c : cands)
+        modules.insert(c.module);
+    EXPECT_EQ(modules, (std::set<std::string> {"relu1", "relu2"}));
+    auto remedies = computeRemedies(report);
+    const auto* r = find(remedies, "inplace");
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(r->measure_how, "variant");
+    EXPECT_GT(r->peakSaving(), 0);
+    // PyTorch's profiler on the model scripted with ReLU(inplace=True).
+    EXPECT_EQ(r->peak_total_after, truthPeakTotal("inplace", "full"));
+    EXPECT_EQ(r->peak_total_before, truthPeakTotal("relu", "full"));
+    // memledger's own real run of that model: peak total and the reserve simulated from its trace.
+    auto variant = Model::open(remediesFixture("inplace.pt"));
+    auto measured = measureRemedy(*r, report, model, &variant);
+    EXPECT_EQ(measured.method, "measured");
+    EXPECT_EQ(*measured.measured_peak_total, r->peak_total_after);
+    EXPECT_LE(errorPercent(r->reserve_after, *measured.measured_reserve), 2.0);
+}
+
+TEST(Remedies, InplaceIsNeverSuggestedWhereTheInputIsReadAgain)
+{
+    auto model = Model::open(remediesFixture("relu_reused.pt"));
+    auto report = analyze(model, {1, 3, 32, 32});
+    for (const auto& c : inplaceCandidates(report))
+        EXPECT_NE(c.op_name, "aten::relu") << "relu(y) + y: y is read after the ReLU";
+    // The output, read by the caller, never goes in place either; and a training step gets no such rule.
+    RunOptions train;
+    train.inputs = {{2, 3, 32, 32}};
+    train.mode = "train";
+    train.loss = "sum";
+    auto trained = analyzeModel(model, train);
+    EXPECT_TRUE(inplaceCandidates(trained).empty());
+    EXPECT_TRUE(batchNormFolds(trained).empty());
+}
+
+TEST(Remedies, BatchNormFoldPredictsTheFoldedModel)
+{
+    auto model = Model::open(remediesFixture("base.pt"));
+    auto report = analyze(model);
+    auto folds = batchNormFolds(report);
+    ASSERT_EQ(folds.size(), 2u);
+    EXPECT_EQ(folds[0].conv, "conv1");
+    EXPECT_EQ(folds[0].batchnorm, "bn1");
+    EXPECT_EQ(folds[1].conv, "conv2");
+    EXPECT_EQ(folds[1].batchnorm, "bn2");
+    auto remedies = computeRemedies(report);
+    const auto* r = find(remedies, "fold_batchnorm");
+    ASSERT_NE(r, nullptr);
+    EXPECT_GT(r->peakSaving(), 0);
+    // The model folded by PyTorch (fuse_conv_bn_eval, BatchNorm replaced by Identity), profiled by PyTorch.
+    EXPECT_EQ(r->peak_total_before, truthPeakTotal("base", "full"));
+    EXPECT_EQ(r->peak_total_after, truthPeakTotal("folded", "full"));
+    auto variant = Model::open(remediesFixture("folded.pt"));
+    auto measured = measureRemedy(*r, report, model, &variant);
+    EXPECT_EQ(*measured.measured_peak_total, r->peak_total_after);
+    EXPECT_LE(errorPercent(r->reserve_after, *measured.measured_reserve), 2.0);
+}
+
+TEST(Remedies, UnreadBuffersAreTheOnesTheRunNeverTook)
+{
+    auto model = Model::open(remediesFixture("base.pt"));
+    auto report = analyze(model);
+    ASSERT_TRUE(report.buffer_reads_recorded);
+    std::set<std::string> unread(report.unread_buffers.begin(), report.unread_buffers.end());
+    // BatchNorm's running statistics are read in eval mode: never suggested.
+    EXPECT_EQ(unread, (std::set<std::string> {"lookup", "bn1.num_batches_tracked", "bn2.num_batches_tracked"}));
+    auto remedies = computeRemedies(report);
+    const auto* r = find(remedies, "unread_buffers");
+    ASSERT_NE(r, nullptr);
+    // PyTorch: the model with those buffers set to None (same output), profiled.
+    EXPECT_EQ(r->peak_total_after, truthPeakTotal("unread", "full"));
+    auto variant = Model::open(remediesFixture("unread.pt"));
+    auto measured = measureRemedy(*r, report, model, &variant);
+    EXPECT_EQ(*measured.measured_peak_total, r->peak_total_after);
+    EXPECT_LE(errorPercent(r->reserve_after, *measured.measured_reserve), 2.0);
+}
+
+class RemediesWithWhatIf : public ::testing::Test {
+protected:
+    static void SetUpTestSuite()
+    {
+        model_ = new Model(Model::open(remediesFixture("base.pt")));
+        RunOptions base;
+        base.inputs = {kFull};
+        whatif_ = new WhatIf(WhatIf::record(*model_, base, std::vector<std::int64_t> {1, 2, 8, 32},
+            std::vector<std::string> {"float32", "bfloat16"}));
+    }
+    static void TearDownTestSuite()
+    {
+        delete whatif_;
+        delete model_;
+    }
+    static Model* model_;
+    static WhatIf* whatif_;
+};
+Model* RemediesWithWhatIf::model_ = nullptr;
+WhatIf* RemediesWithWhatIf::whatif_ = nullptr;
+
+TEST_F(RemediesWithWhatIf, LowerPrecisionPredictsARealBfloat16Run)
+{
+    auto report = analyze(*model_);
+    RemedyOptions o;
+    o.whatif = whatif_;
+    auto remedies = computeRemedies(report, o);
+    const auto* r = find(remedies, "lower_precision");
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(r->dtype, "bfloat16");
+    EXPECT_GT(r->peakSaving(), 0);
+    // PyTorch's profiler on the model converted to bfloat16 by PyTorch.
+    EXPECT_LE(errorPercent(r->peak_total_after, truthPeakTotal("base_bfloat16", "full")), 1.0);
+    auto measured = measureRemedy(*r, report, *model_);
+    EXPECT_LE(errorPercent(r->peak_total_after, *measured.measured_peak_total), 1.0);
+    EXPECT_LE(errorPercent(r->reserve_after, *measured.measured_reserve), 2.0);
+}
+
+TEST_F(RemediesWithWhatIf, LargestBatchFitsAndTheNextDoesNot)
+{
+    auto report = analyze(*model_);
+    RemedyOptions o;
+    o.whatif = whatif_;
+    o.budget = std::int64_t {48} << 20;
+    auto remedies = computeRemedies(report, o);
+    const auto* r = find(remedies, "largest_batch");
+    ASSERT_NE(r, nullptr);
+    ASSERT_GT(r->batch, 1);
+    auto measured = measureRemedy(*r, report, *model_);
+    EXPECT_LE(errorPercent(r->peak_total_after, *measured.measured_peak_total), 1.0);
+    EXPECT_LE(*measured.measured_peak_total, o.budget);
+    EXPECT_LE(*measured.measured_reserve, o.budget);
+    // A real run one batch larger goes over the budget.
+    auto next = analyze(*model_, {r->batch + 1, 3, 96, 96});
+    EXPECT_TRUE(next.peak_total_bytes > o.budget || next.simulated_reserved_peak_bytes > o.budget);
+}
+
+TEST_F(RemediesWithWhatIf, MicroBatchesPredictARealRunAtTheMicroBatch)
+{
+    auto report = analyze(*model_, {4, 3, 96, 96});
+    EXPECT_EQ(report.peak_total_bytes, truthPeakTotal("base", "batch4"));
+    RemedyOptions o;
+    o.whatif = whatif_;
+    auto remedies = computeRemedies(report, o);
+    const auto* r = find(remedies, "micro_batching");
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(r->batch, 1);
+    // The outputs of the three other micro-batches (1x10 float32 each) stay until they are concatenated.
+    EXPECT_EQ(r->extra_bytes, 3 * 10 * 4);
+    EXPECT_LE(errorPercent(r->peak_total_after, truthPeakTotal("base", "full") + r->extra_bytes), 1.0);
+    auto measured = measureRemedy(*r, report, *model_);
+    EXPECT_LE(errorPercent(r->peak_total_after, *measured.measured_peak_total), 1.0);
+}
+
+TEST_F(RemediesWithWhatIf, TilingIsARealRunAtTheTileShape)
+{
+    auto report = analyze(*model_);
+    RemedyOptions o;
+    o.model = model_;
+    o.tile = {48, 48};
+    auto remedies = computeRemedies(report, o);
+    const auto* r = find(remedies, "tiling");
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(r->method, "measured");
+    EXPECT_EQ(r->peak_total_after, truthPeakTotal("base", "tile"));
+    EXPECT_EQ(r->peak_total_before, truthPeakTotal("base", "full"));
+    // A tile with more dimensions than the input has is refused with a reason.
+    o.tile = {1, 2, 3, 4};
+    EXPECT_THROW(computeRemedies(report, o), std::invalid_argument);
+}
+
+TEST(Remedies, RemediesAreRankedAndKeptInTheJsonReport)
+{
+    auto model = Model::open(remediesFixture("base.pt"));
+    auto report = analyze(model);
+    auto remedies = computeRemedies(report);
+    ASSERT_GE(remedies.size(), 2u);
+    for (std::size_t i = 1; i < remedies.size(); ++i)
+        EXPECT_GE(remedies[i - 1].peakSaving(), remedies[i].peakSaving());
+    report.remedies = std::make_shared<const std::vector<Remedy>>(remedies);
+    auto back = reportFromJson(reportToJson(report), "report.json");
+    ASSERT_TRUE(back.remedies);
+    ASSERT_EQ(back.remedies->size(), remedies.size());
+    for (std::size_t i = 0; i < remedies.size(); ++i) {
+        EXPECT_EQ((*back.remedies)[i].kind, remedies[i].kind);
+        EXPECT_EQ((*back.remedies)[i].peak_total_after, remedies[i].peak_total_after);
+        EXPECT_EQ((*back.remedies)[i].details, remedies[i].details);
+    }
+    // The HTML report has the section, each remedy's title and its concrete change.
+    auto html = reportToHtml(report);
+    EXPECT_NE(html.find("<h2>What would help</h2>"), std::string::npos);
+    EXPECT_NE(html.find("bn1 into conv1"), std::string::npos);
+    // A reopened report keeps what the rules need: the same remedies come from it.
+    auto again = computeRemedies(back);
+    ASSERT_EQ(again.size(), remedies.size());
+    for (std::size_t i = 0; i < again.size(); ++i)
+        EXPECT_EQ(again[i].peak_total_after, remedies[i].peak_total_after) << again[i].kind;
+}
+
+TEST(Remedies, CliWritesRemediesToTextAndJson)
+{
+    auto json = std::filesystem::temp_directory_path() / "memledger_remedies.json";
+    auto r = test::runCommand(test::memledgerBinary() + " analyze " + remediesFixture("base.pt")
+        + " --input 1x3x96x96 --remedies --budget 48MiB --tile 48x48 --json " + json.string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("What would help"), std::string::npos);
+    EXPECT_NE(r.output.find("Fold BatchNorm"), std::string::npos);
+    std::ifstream in(json);
+    auto j = nlohmann::json::parse(in);
+    std::set<std::string> kinds;
+    for (const auto& e : j.at("remedies"))
+        kinds.insert(e.at("kind").get<std::string>());
+    for (const char* k : {"fold_batchnorm", "unread_buffers", "lower_precision", "largest_batch", "tiling"})
+        EXPECT_TRUE(kinds.count(k)) << k;
+    auto bad = test::runCommand(test::memledgerBinary() + " analyze " + remediesFixture("base.pt") + " --remedies --tile 48x");
+    EXPECT_EQ(bad.exit_code, 2) << bad.output;
+    std::filesystem::remove(json);
+}
+
+namespace {
+
+std::string snapshotPath(const std::string& name)
+{
+    return std::string(MEMLEDGER_SNAPSHOTS) + "/" + name;
+}
+
+} // namespace
+
+// No GPU here: the allocator settings are checked against the caching-allocator model's own replay of real
+// snapshots, whose recorded segment sizes it reproduces (the snapshot tests check that), not on a GPU.
+TEST(RemediesAllocator, SuggestedSettingIsTheReplaysBest)
+{
+    for (const char* name : {"torch-2.1-era-format.pickle", "many-segments.pickle"}) {
+        SCOPED_TRACE(name);
+        if (!std::filesystem::exists(snapshotPath(name)))
+            GTEST_SKIP() << "the shared snapshots are not here: " << snapshotPath(name);
+        auto report = readSnapshotReport(snapshotPath(name));
+        ASSERT_TRUE(report.snapshot);
+        const auto& s = *report.snapshot;
+        ASSERT_TRUE(s.allocator_check.matched) << "the model does not reproduce this snapshot's segments";
+        auto suggestions = allocatorSuggestions(report);
+        ASSERT_FALSE(suggestions.empty());
+        auto recorded = replaySnapshot(s, s.settings.toModel());
+        for (const auto& g : suggestions) {
+            EXPECT_EQ(g.reserve_before, recorded.peak_reserved);
+            EXPECT_EQ(g.reserve_after, replaySnapshot(s, g.settings).peak_reserved) << g.setting;
+            // Never less than what is allocated at once.
+            EXPECT_GE(g.reserve_after, replaySnapshot(s, g.settings).peak_allocated) << g.setting;
+        }
+        for (std::size_t i = 1; i < suggestions.size(); ++i)
+            EXPECT_LE(suggestions[i - 1].reserve_after, suggestions[i].reserve_after);
+        auto remedies = computeRemedies(report);
+        const auto* r = find(remedies, "allocator_settings");
+        const auto saving = suggestions.front().reserve_before - suggestions.front().reserve_after;
+        if (saving > (std::int64_t {1} << 20) && saving > suggestions.front().reserve_before / 200) {
+            ASSERT_NE(r, nullptr);
+            EXPECT_EQ(r->setting, suggestions.front().setting);
+            EXPECT_EQ(r->reserveSaving(), saving);
+            EXPECT_EQ(r->measure_how, "");
+        } else {
+            EXPECT_EQ(r, nullptr) << "suggested a setting that saves nothing";
+        }
+    }
+}

@@ -1,0 +1,57 @@
+#pragma once
+// "What would help": the remedies of the shown run, ranked, with their predicted savings on the peak total and
+// the reserve, a Measure button where a real run can check a prediction (the window runs it off the GUI
+// thread and calls showMeasured), and the concrete change of the selected remedy. A tile shape asks the
+// window for a tiling run. The panel runs nothing itself.
+#include "report/remedy.h"
+
+#include <QWidget>
+
+#include <vector>
+
+class QLabel;
+class QLineEdit;
+class QPushButton;
+class QTableWidget;
+class QTextBrowser;
+
+namespace memledger {
+
+class RemediesPanel : public QWidget {
+    Q_OBJECT
+public:
+    explicit RemediesPanel(QWidget* parent = nullptr);
+
+    void setRemedies(const std::vector<Remedy>& remedies); // ranked, best first
+    void setStatus(const QString& text); // "Recording what-if runs ..."; "" hides it
+    void showMeasured(int row, const Remedy& measured);
+    void showMeasureFailed(int row, const QString& reason);
+
+    const std::vector<Remedy>& remedies() const { return remedies_; }
+    QTableWidget* table() const { return table_; }
+    QPushButton* measureButton(int row) const; // nullptr where the row cannot be measured here
+    QString detailsText() const; // the selected remedy's change and details
+    QString statusText() const;
+    void selectRow(int row);
+    void setTile(const QString& text); // "512x512", as typed
+
+    static constexpr int kMeasuredColumn = 5;
+
+signals:
+    void measureRequested(int row, const memledger::Remedy& remedy);
+    void tileRequested(const std::vector<std::int64_t>& tile);
+
+private:
+    void fillRow(int row);
+    void showDetails();
+
+    std::vector<Remedy> remedies_;
+    QLabel* status_ = nullptr;
+    QTableWidget* table_ = nullptr;
+    QTextBrowser* details_ = nullptr;
+    QLineEdit* tile_ = nullptr;
+    QPushButton* tileButton_ = nullptr;
+    QLabel* tileError_ = nullptr;
+};
+
+} // namespace memledger
