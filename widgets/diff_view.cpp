@@ -252,7 +252,7 @@ void DiffView::fillEntries()
     entries_->setHorizontalHeaderLabels(headers);
     std::vector<const DiffEntry*> changed;
     for (const auto& e : d.entries)
-        if (std::any_of(e.figures.begin(), e.figures.end(), [](const DiffFigure& f) { return f.delta() != 0; }))
+        if (e.changed())
             changed.push_back(&e);
     entries_->setRowCount(static_cast<int>(changed.size()));
     for (int r = 0; r < static_cast<int>(changed.size()); ++r) {

@@ -182,7 +182,7 @@ std::string diffToHtml(const ReportDiff& d, std::size_t maxRows)
     for (const auto& e : d.entries) {
         if (shown == maxRows)
             break;
-        if (std::none_of(e.figures.begin(), e.figures.end(), [](const DiffFigure& f) { return f.delta() != 0; }))
+        if (!e.changed())
             continue;
         ++shown;
         std::string status = e.in_a && e.in_b ? "" : e.in_b ? " <span class=\"grew\">(added)</span>" : " <span class=\"shrank\">(removed)</span>";

@@ -10,13 +10,6 @@ namespace memledger {
 
 namespace {
 
-std::string pad(std::string s, std::size_t width, bool right = false)
-{
-    if (s.size() > width)
-        s = s.substr(0, width - 1) + "~";
-    std::string fill(width - s.size(), ' ');
-    return right ? fill + s : s + fill;
-}
 
 std::string percent(const DiffFigure& f)
 {
@@ -48,7 +41,7 @@ std::string diffToText(const ReportDiff& d, std::size_t maxRows)
     out << "  A  " << d.a.name << "  (" << d.a.describe() << ")\n";
     out << "  B  " << d.b.name << "  (" << d.b.describe() << ")\n\n";
 
-    out << pad("", 24) << ' ' << pad("A", 12, true) << ' ' << pad("B", 12, true) << ' ' << pad("delta", 12, true)
+    out << padCell("", 24) << ' ' << padCell("A", 12, true) << ' ' << padCell("B", 12, true) << ' ' << padCell("delta", 12, true)
         << "\n";
     for (const auto& t : d.totals) {
         const auto& f = t.figure;
@@ -57,13 +50,13 @@ std::string diffToText(const ReportDiff& d, std::size_t maxRows)
         std::string label = t.label;
         if (t.name == "reserved_bytes" && d.a.reserved_kind == d.b.reserved_kind && d.a.reserved_kind == "simulated")
             label += " (sim.)";
-        out << pad(label, 24) << ' ' << pad(formatBytes(f.a), 12, true) << ' ' << pad(formatBytes(f.b), 12, true)
-            << ' ' << pad(formatByteDelta(f.delta()), 12, true) << "  " << percent(f) << "\n";
+        out << padCell(label, 24) << ' ' << padCell(formatBytes(f.a), 12, true) << ' ' << padCell(formatBytes(f.b), 12, true)
+            << ' ' << padCell(formatByteDelta(f.delta()), 12, true) << "  " << percent(f) << "\n";
     }
     out << "\nLedgers at the peak (allocated over the run):\n";
     for (const auto& l : d.ledgers) {
-        out << "  " << pad(ledgerLabel(l.ledger), 22) << ' ' << pad(formatBytes(l.at_peak.a), 12, true) << ' '
-            << pad(formatBytes(l.at_peak.b), 12, true) << ' ' << pad(formatByteDelta(l.at_peak.delta()), 12, true)
+        out << "  " << padCell(ledgerLabel(l.ledger), 22) << ' ' << padCell(formatBytes(l.at_peak.a), 12, true) << ' '
+            << padCell(formatBytes(l.at_peak.b), 12, true) << ' ' << padCell(formatByteDelta(l.at_peak.delta()), 12, true)
             << "  (" << formatBytes(l.total.a) << " -> " << formatBytes(l.total.b) << ", "
             << formatByteDelta(l.total.delta()) << ")\n";
     }
@@ -89,15 +82,15 @@ std::string diffToText(const ReportDiff& d, std::size_t maxRows)
         out << ", " << maxRows << " shown";
     out << "):\n";
     const std::size_t keyWidth = modules ? 34 : 56;
-    out << pad(modules ? "module" : "site (top stack frame)", keyWidth) << ' ' << pad("change", 11, true);
+    out << padCell(modules ? "module" : "site (top stack frame)", keyWidth) << ' ' << padCell("change", 11, true);
     for (const auto& c : d.columns)
-        out << ' ' << pad(c.label, c.bytes ? 11 : std::max<std::size_t>(7, c.label.size()), true);
+        out << ' ' << padCell(c.label, c.bytes ? 11 : std::max<std::size_t>(7, c.label.size()), true);
     out << "\n";
     std::size_t shown = 0;
     for (const auto& e : d.entries) {
         if (shown == maxRows)
             break;
-        if (std::none_of(e.figures.begin(), e.figures.end(), [](const DiffFigure& f) { return f.delta() != 0; }))
+        if (!e.changed())
             continue;
         ++shown;
         std::string key = e.label;
@@ -106,12 +99,12 @@ std::string diffToText(const ReportDiff& d, std::size_t maxRows)
         // A long stack frame keeps its end (file name, line and function): "~" stands for what is left out.
         if (!modules && key.size() > keyWidth)
             key = "~" + key.substr(key.size() - (keyWidth - 1));
-        out << pad(key, keyWidth) << ' ' << pad(formatByteDelta(e.change), 11, true);
+        out << padCell(key, keyWidth) << ' ' << padCell(formatByteDelta(e.change), 11, true);
         for (std::size_t c = 0; c < d.columns.size(); ++c) {
             auto delta = e.figures[c].delta();
             out << ' '
-                << (d.columns[c].bytes ? pad(formatByteDelta(delta), 11, true)
-                                       : pad(countDelta(delta), std::max<std::size_t>(7, d.columns[c].label.size()), true));
+                << (d.columns[c].bytes ? padCell(formatByteDelta(delta), 11, true)
+                                       : padCell(countDelta(delta), std::max<std::size_t>(7, d.columns[c].label.size()), true));
         }
         out << "\n";
     }

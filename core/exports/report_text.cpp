@@ -11,13 +11,6 @@ namespace memledger {
 
 namespace {
 
-std::string pad(std::string s, std::size_t width, bool right = false)
-{
-    if (s.size() > width)
-        s = s.substr(0, width - 1) + "~";
-    std::string fill(width - s.size(), ' ');
-    return right ? fill + s : s + fill;
-}
 
 std::string bytesOrDash(std::int64_t b)
 {
@@ -31,8 +24,8 @@ void printSnapshotRow(std::ostringstream& out, const Report& r, int index, int m
     if (l.depth > maxDepth)
         return;
     std::string name = std::string(static_cast<std::size_t>(l.depth) * 2, ' ') + l.name;
-    out << pad(name, 60) << ' ' << pad(bytesOrDash(l.activation_bytes), 11, true) << ' '
-        << pad(bytesOrDash(l.peak_bytes), 11, true) << ' ' << pad(std::to_string(l.calls), 7, true) << '\n';
+    out << padCell(name, 60) << ' ' << padCell(bytesOrDash(l.activation_bytes), 11, true) << ' '
+        << padCell(bytesOrDash(l.peak_bytes), 11, true) << ' ' << padCell(std::to_string(l.calls), 7, true) << '\n';
     for (int c : l.children)
         printSnapshotRow(out, r, c, maxDepth);
 }
@@ -74,15 +67,15 @@ void printRow(std::ostringstream& out, const Report& r, int index, int maxDepth)
     std::string shape = l.output_shapes.empty() ? "" : l.output_shapes.front();
     if (l.output_shapes.size() > 1)
         shape += " +" + std::to_string(l.output_shapes.size() - 1);
-    out << pad(name, 34) << ' ' << pad(l.parent < 0 ? "" : l.type, 18) << ' ' << pad(shape, 18) << ' '
-        << pad(bytesOrDash(l.weight_bytes), 11, true) << ' ' << pad(bytesOrDash(l.activation_bytes), 11, true) << ' '
-        << pad(bytesOrDash(l.temporary_peak_bytes), 11, true) << ' ' << pad(bytesOrDash(l.peak_bytes), 11, true) << ' ';
+    out << padCell(name, 34) << ' ' << padCell(l.parent < 0 ? "" : l.type, 18) << ' ' << padCell(shape, 18) << ' '
+        << padCell(bytesOrDash(l.weight_bytes), 11, true) << ' ' << padCell(bytesOrDash(l.activation_bytes), 11, true) << ' '
+        << padCell(bytesOrDash(l.temporary_peak_bytes), 11, true) << ' ' << padCell(bytesOrDash(l.peak_bytes), 11, true) << ' ';
     if (isTrainStep(r))
-        out << pad(bytesOrDash(l.gradient_bytes), 11, true) << ' '
-            << pad(bytesOrDash(l.saved_activation_bytes), 11, true) << ' '
-            << pad(bytesOrDash(l.backward_temporary_peak_bytes), 11, true) << ' '
-            << pad(bytesOrDash(l.backward_peak_bytes), 11, true) << ' ';
-    out << pad(std::to_string(l.calls), 5, true) << '\n';
+        out << padCell(bytesOrDash(l.gradient_bytes), 11, true) << ' '
+            << padCell(bytesOrDash(l.saved_activation_bytes), 11, true) << ' '
+            << padCell(bytesOrDash(l.backward_temporary_peak_bytes), 11, true) << ' '
+            << padCell(bytesOrDash(l.backward_peak_bytes), 11, true) << ' ';
+    out << padCell(std::to_string(l.calls), 5, true) << '\n';
     for (int c : l.children)
         printRow(out, r, c, maxDepth);
 }
@@ -100,8 +93,8 @@ std::string reportToText(const Report& r, int maxDepth)
             << formatBytes(r.model.file_bytes) << ", " << (r.trace ? r.trace->size() : 0) << " trace entries over "
             << ms << " ms\n\n";
         if (!r.layers.empty()) {
-            out << pad("where (top stack frame)", 60) << ' ' << pad("allocated", 11, true) << ' '
-                << pad("peak delta", 11, true) << ' ' << pad("allocs", 7, true) << '\n';
+            out << padCell("where (top stack frame)", 60) << ' ' << padCell("allocated", 11, true) << ' '
+                << padCell("peak delta", 11, true) << ' ' << padCell("allocs", 7, true) << '\n';
             printSnapshotRow(out, r, 0, maxDepth);
             out << '\n';
         }
@@ -109,7 +102,7 @@ std::string reportToText(const Report& r, int maxDepth)
         if (!r.alive_at_peak.empty()) {
             out << "Allocated in the trace and alive at the peak, largest first:\n";
             for (std::size_t i = 0; i < std::min<std::size_t>(r.alive_at_peak.size(), 10); ++i)
-                out << "  " << pad(formatBytes(r.alive_at_peak[i].bytes), 11, true) << "  " << r.alive_at_peak[i].where
+                out << "  " << padCell(formatBytes(r.alive_at_peak[i].bytes), 11, true) << "  " << r.alive_at_peak[i].where
                     << "\n";
         }
         for (const auto& note : r.notes)
@@ -134,13 +127,13 @@ std::string reportToText(const Report& r, int maxDepth)
     }
     out << "\n";
     if (!r.layers.empty()) {
-        out << pad("module", 34) << ' ' << pad("type", 18) << ' ' << pad("output", 18) << ' '
-            << pad("weights", 11, true) << ' ' << pad("activations", 11, true) << ' ' << pad("temp peak", 11, true)
-            << ' ' << pad("peak delta", 11, true) << ' ';
+        out << padCell("module", 34) << ' ' << padCell("type", 18) << ' ' << padCell("output", 18) << ' '
+            << padCell("weights", 11, true) << ' ' << padCell("activations", 11, true) << ' ' << padCell("temp peak", 11, true)
+            << ' ' << padCell("peak delta", 11, true) << ' ';
         if (isTrainStep(r))
-            out << pad("gradients", 11, true) << ' ' << pad("saved bwd", 11, true) << ' ' << pad("bwd temp", 11, true)
-                << ' ' << pad("bwd peak", 11, true) << ' ';
-        out << pad("calls", 5, true) << '\n';
+            out << padCell("gradients", 11, true) << ' ' << padCell("saved bwd", 11, true) << ' ' << padCell("bwd temp", 11, true)
+                << ' ' << padCell("bwd peak", 11, true) << ' ';
+        out << padCell("calls", 5, true) << '\n';
         printRow(out, r, 0, maxDepth);
         out << '\n';
     }
@@ -149,7 +142,7 @@ std::string reportToText(const Report& r, int maxDepth)
         for (const auto& p : r.phases) {
             char duration[32];
             std::snprintf(duration, sizeof duration, "%.2f ms", static_cast<double>(p.end_ns - p.start_ns) / 1e6);
-            out << "  " << pad(p.name, 10) << ' ' << pad(duration, 11, true) << "  peak " << formatBytes(p.peak_bytes)
+            out << "  " << padCell(p.name, 10) << ' ' << padCell(duration, 11, true) << "  peak " << formatBytes(p.peak_bytes)
                 << "\n";
         }
     }
@@ -161,8 +154,8 @@ std::string reportToText(const Report& r, int maxDepth)
     out << "Ledgers at the peak (allocated over the run):\n";
     for (int l = 0; l < kLedgerCount; ++l)
         if (listsLedger(r, static_cast<Ledger>(l)))
-            out << "  " << pad(ledgerName(static_cast<Ledger>(l)), nameWidth) << ' '
-                << pad(formatBytes(r.ledgers[l].at_peak), 11, true) << "  (" << formatBytes(r.ledgers[l].total)
+            out << "  " << padCell(ledgerName(static_cast<Ledger>(l)), nameWidth) << ' '
+                << padCell(formatBytes(r.ledgers[l].at_peak), 11, true) << "  (" << formatBytes(r.ledgers[l].total)
                 << ")\n";
     out << "  peak during the run    " << formatBytes(r.peak_bytes) << "\n";
     out << "  peak total             " << formatBytes(r.peak_total_bytes)
@@ -186,7 +179,7 @@ std::string reportToText(const Report& r, int maxDepth)
             ledgerWidth = std::max(ledgerWidth, std::string(ledgerName(r.alive_at_peak[i].ledger)).size());
         for (std::size_t i = 0; i < n; ++i) {
             const auto& a = r.alive_at_peak[i];
-            out << "  " << pad(formatBytes(a.bytes), 11, true) << "  " << pad(ledgerName(a.ledger), ledgerWidth) << "  "
+            out << "  " << padCell(formatBytes(a.bytes), 11, true) << "  " << padCell(ledgerName(a.ledger), ledgerWidth) << "  "
                 << (a.where.empty() ? "(root)" : a.where) << "  " << a.op << "\n";
         }
         if (r.alive_at_peak.size() > n)
@@ -200,11 +193,11 @@ std::string reportToText(const Report& r, int maxDepth)
 std::string tensorsToText(const Report& r)
 {
     std::ostringstream out;
-    out << pad("parameter or buffer", 48) << ' ' << pad("kind", 9) << ' ' << pad("shape", 20) << ' ' << pad("dtype", 9)
-        << ' ' << pad("bytes", 11, true) << '\n';
+    out << padCell("parameter or buffer", 48) << ' ' << padCell("kind", 9) << ' ' << padCell("shape", 20) << ' ' << padCell("dtype", 9)
+        << ' ' << padCell("bytes", 11, true) << '\n';
     for (const auto& t : r.model.tensors)
-        out << pad(t.name, 48) << ' ' << pad(t.is_buffer ? "buffer" : "parameter", 9) << ' '
-            << pad(shapeToString(t.shape), 20) << ' ' << pad(t.dtype, 9) << ' ' << pad(formatBytes(t.bytes), 11, true)
+        out << padCell(t.name, 48) << ' ' << padCell(t.is_buffer ? "buffer" : "parameter", 9) << ' '
+            << padCell(shapeToString(t.shape), 20) << ' ' << padCell(t.dtype, 9) << ' ' << padCell(formatBytes(t.bytes), 11, true)
             << '\n';
     for (const auto& [dtype, bytes] : r.model.bytes_by_dtype)
         out << "  total " << dtype << ": " << formatBytes(bytes) << '\n';

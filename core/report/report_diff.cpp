@@ -246,7 +246,7 @@ std::size_t ReportDiff::changedEntries() const
 {
     std::size_t n = 0;
     for (const auto& e : entries)
-        n += std::any_of(e.figures.begin(), e.figures.end(), [](const DiffFigure& f) { return f.delta() != 0; });
+        n += e.changed();
     return n;
 }
 
@@ -353,6 +353,11 @@ ReportDiff diffReports(const Report& a, const Report& b, const std::string& aNam
     d.series_a = seriesOf(a, d.axis);
     d.series_b = seriesOf(b, d.axis);
     return d;
+}
+
+bool DiffEntry::changed() const
+{
+    return std::any_of(figures.begin(), figures.end(), [](const DiffFigure& f) { return f.delta() != 0; });
 }
 
 } // namespace memledger

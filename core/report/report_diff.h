@@ -63,6 +63,7 @@ struct DiffEntry {
     std::int64_t change = 0;
     int change_column = -1; // the column of `change` (-1: nothing changed)
     const char* status() const { return in_a && in_b ? "both" : in_b ? "added" : "removed"; }
+    bool changed() const; // any figure's delta is not zero
 };
 
 // Total live bytes (every ledger stacked) per point, on the diff's axis.

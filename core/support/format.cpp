@@ -187,4 +187,12 @@ std::vector<double> niceTicks(double lo, double hi, int count)
     return out;
 }
 
+std::string padCell(std::string s, std::size_t width, bool right)
+{
+    if (s.size() > width)
+        s = s.substr(0, width - 1) + "~";
+    std::string fill(width - s.size(), ' ');
+    return right ? fill + s : s + fill;
+}
+
 } // namespace memledger

@@ -8,6 +8,8 @@ namespace memledger {
 
 // 1024-based: "512 B", "3.0 KiB", "2.69 MiB", "16.00 GiB".
 std::string formatBytes(std::int64_t bytes);
+// A table cell: `s` padded with spaces to `width` (on the left when `right`), cut with "~" when longer.
+std::string padCell(std::string s, std::size_t width, bool right = false);
 // "16GiB", "16 GB", "512MiB", "1024" (bytes). KiB, MiB, GiB, TiB (and K, M, G, T) are powers of 1024;
 // kB, MB, GB, TB are powers of 1000, as on a disk's label. nullopt if not a size.
 std::optional<std::int64_t> parseBytes(const std::string& text);
