@@ -136,7 +136,7 @@ for path in sys.argv[1:]:
 print(json.dumps(out))
 )PY";
 
-const char* kPython = "/usr/bin/python3";
+const char* kPython = MEMLEDGER_PYTHON; // the Python whose torch is this build's libtorch
 
 struct Truths {
     fs::path dir;
@@ -485,8 +485,8 @@ TEST(DiffCli, ErrorsNameTheFileAndExitAsTheReadmeSays)
     EXPECT_EQ(png.exit_code, 2) << png.output;
     EXPECT_NE(png.output.find("--png is for 'analyze'"), std::string::npos) << png.output;
 
-    // libtorch 1.13's CPU build has no float16 convolution: B's run fails, and the message says it is B.
-    auto half = runCommand(bin + "'" + model + "' '" + model + "' --input 1x3x32x32 --b-dtype float16");
+    // B's run fails (an input with 5 channels for a 3-channel convolution), and the message says it is B.
+    auto half = runCommand(bin + "'" + model + "' '" + model + "' --input 1x3x32x32 --b-input 1x5x32x32");
     EXPECT_EQ(half.exit_code, 4) << half.output;
     EXPECT_NE(half.output.find("B: " + model + ":"), std::string::npos) << half.output;
     EXPECT_EQ(half.output.find("terminate called"), std::string::npos) << half.output;

@@ -85,7 +85,8 @@ TEST(Remedies, InplaceActivationsPredictTheInplaceModel)
     const auto* r = find(remedies, "inplace");
     ASSERT_NE(r, nullptr);
     EXPECT_EQ(r->measure_how, "variant");
-    EXPECT_GT(r->peakSaving(), 0);
+    // The saving is PyTorch's (libtorch 1.13 saves a block here; 2.x's CPU kernels may already reuse it).
+    EXPECT_EQ(r->peakSaving(), truthPeakTotal("relu", "full") - truthPeakTotal("inplace", "full"));
     // PyTorch's profiler on the model scripted with ReLU(inplace=True).
     EXPECT_EQ(r->peak_total_after, truthPeakTotal("inplace", "full"));
     EXPECT_EQ(r->peak_total_before, truthPeakTotal("relu", "full"));
@@ -185,7 +186,8 @@ TEST_F(RemediesWithWhatIf, LowerPrecisionPredictsARealBfloat16Run)
     const auto* r = find(remedies, "lower_precision");
     ASSERT_NE(r, nullptr);
     EXPECT_EQ(r->dtype, "bfloat16");
-    EXPECT_GT(r->peakSaving(), 0);
+    // Whether bfloat16 saves (libtorch 1.13) or costs (2.x's CPU path keeps bfloat16 reorders) is PyTorch's.
+    EXPECT_EQ(r->peakSaving() > 0, truthPeakTotal("base", "full") > truthPeakTotal("base_bfloat16", "full"));
     // PyTorch's profiler on the model converted to bfloat16 by PyTorch.
     EXPECT_LE(errorPercent(r->peak_total_after, truthPeakTotal("base_bfloat16", "full")), 1.0);
     auto measured = measureRemedy(*r, report, *model_);
