@@ -92,7 +92,7 @@ void CheckpointBar::update()
         if (p.checkpoint.size() < list.size())
             text += tr(" — <b>%1 left out</b> (hover for why)").arg(list.size() - p.checkpoint.size());
         label_->setText(text);
-        emit predicted(p.report, tr("predicted with checkpoints (peak %1)").arg(bytes(p.predicted_peak_bytes)));
+        emit predicted(p.report, tr("predicted with checkpoints (peak total %1)").arg(bytes(p.predicted_peak_total_bytes)));
     } catch (const std::exception& e) {
         label_->setText(QString::fromStdString(e.what()).toHtmlEscaped());
         emit predicted(nullptr, {});
