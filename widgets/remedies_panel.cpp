@@ -25,11 +25,7 @@ QString bytes(std::int64_t b)
 // "1.52 MiB (−936 KiB)"
 QString afterAndSaving(std::int64_t before, std::int64_t after)
 {
-    if (before == after)
-        return QObject::tr("%1 (no change)").arg(bytes(after));
-    auto diff = before - after;
-    return QStringLiteral("%1 (%2%3)").arg(bytes(after), diff > 0 ? QStringLiteral("\u2212") : QStringLiteral("+"),
-        bytes(diff > 0 ? diff : -diff));
+    return QStringLiteral("%1 (%2)").arg(bytes(after), QString::fromStdString(formatByteChange(before, after, "\u2212")));
 }
 
 QString errorText(std::int64_t predicted, std::int64_t measured)

@@ -275,11 +275,7 @@ void whatIfSection(std::ostringstream& out, const WhatIfTable& w)
 // "What would help": the remedies, ranked, with their predicted (and measured) savings.
 void remediesSection(std::ostringstream& out, const std::vector<Remedy>& remedies)
 {
-    auto saving = [](std::int64_t before, std::int64_t after) {
-        if (before == after)
-            return std::string("no change");
-        return (before > after ? "&minus;" : "+") + formatBytes(before > after ? before - after : after - before);
-    };
+    auto saving = [](std::int64_t before, std::int64_t after) { return formatByteChange(before, after, "&minus;"); };
     out << "<h2>What would help</h2>\n";
     if (remedies.empty()) {
         out << "<p>Nothing found that would help without changing the result.</p>\n";

@@ -187,6 +187,13 @@ std::vector<double> niceTicks(double lo, double hi, int count)
     return out;
 }
 
+std::string formatByteChange(std::int64_t before, std::int64_t after, const char* minus)
+{
+    if (before == after)
+        return "no change";
+    return before > after ? minus + formatBytes(before - after) : "+" + formatBytes(after - before);
+}
+
 std::string padCell(std::string s, std::size_t width, bool right)
 {
     if (s.size() > width)

@@ -8,6 +8,9 @@ namespace memledger {
 
 // 1024-based: "512 B", "3.0 KiB", "2.69 MiB", "16.00 GiB".
 std::string formatBytes(std::int64_t bytes);
+// How `after` differs from `before`: "no change", "+1.50 MiB", or `minus` then the bytes ("-" in text, "&minus;"
+// in HTML, U+2212 on screen).
+std::string formatByteChange(std::int64_t before, std::int64_t after, const char* minus = "-");
 // A table cell: `s` padded with spaces to `width` (on the left when `right`), cut with "~" when longer.
 std::string padCell(std::string s, std::size_t width, bool right = false);
 // "16GiB", "16 GB", "512MiB", "1024" (bytes). KiB, MiB, GiB, TiB (and K, M, G, T) are powers of 1024;

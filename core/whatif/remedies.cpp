@@ -151,9 +151,7 @@ bool inference(const Report& r)
 
 std::string signedBytes(std::int64_t saving)
 {
-    if (saving == 0)
-        return "no change";
-    return saving >= 0 ? "-" + formatBytes(saving) : "+" + formatBytes(-saving);
+    return formatByteChange(saving, 0);
 }
 
 RunOptions optionsOf(const Report& r)
