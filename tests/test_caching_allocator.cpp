@@ -103,7 +103,9 @@ TEST(CachingAllocator, StreamsHaveSeparatePools)
     auto a = b.alloc(30 * MiB);
     b.free(a);
     b.alloc(30 * MiB);
-    std::vector<std::uint64_t> streams = {7, 7, 9};
+    StreamColumn streams;
+    for (std::uint64_t s : {7, 7, 9})
+        streams.push_back(s);
     ReplayOptions o;
     o.streams = &streams;
     auto r = replayCachingAllocator(b.t, {}, o);

@@ -67,7 +67,7 @@ struct PreloadedSegment : SegmentPlace {
 };
 
 struct ReplayOptions {
-    const std::vector<std::uint64_t>* streams = nullptr; // stream of each event; nullptr: all on stream 0
+    const StreamColumn* streams = nullptr; // stream of each event; nullptr: all on stream 0
     std::vector<PreloadedSegment> initial;
     // The address cudaMalloc returns is the driver's choice: take it from the recorded segment_alloc
     // events, in order, so that best-fit ties between equal blocks break as on the GPU.

@@ -38,27 +38,51 @@ std::uint32_t CallStacks::internStack(const std::uint32_t* frames, std::size_t c
 {
     if (count == 0)
         return 0;
-    std::uint64_t h = count;
-    for (std::size_t i = 0; i < count; ++i)
-        h = mix(h, frames[i]);
-    auto range = stackIndex_.equal_range(h);
-    for (auto it = range.first; it != range.second; ++it) {
-        auto s = it->second;
-        if (depth(s) == count && std::equal(frames, frames + count, begin(s)))
-            return s;
+    // A sum of products, position by position: no chain from one frame to the next, so deep stacks hash fast.
+    std::uint64_t sum = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+        std::uint64_t x = (frames[i] | (static_cast<std::uint64_t>(i) << 32)) * 0xff51afd7ed558ccdULL;
+        sum += (x ^ (x >> 29)) * 0xc4ceb9fe1a85ec53ULL;
+    }
+    const std::uint64_t h = mix(count, sum);
+    if (stackCount() * 2 >= stackIndex_.size())
+        growStackIndex();
+    const std::size_t mask = stackIndex_.size() - 1;
+    std::size_t i = static_cast<std::size_t>(h ^ (h >> 29)) & mask;
+    for (;; i = (i + 1) & mask) {
+        const StackSlot& slot = stackIndex_[i];
+        if (slot.stack == 0)
+            break;
+        if (slot.hash == h && depth(slot.stack) == count && std::equal(frames, frames + count, begin(slot.stack)))
+            return slot.stack;
     }
     auto id = static_cast<std::uint32_t>(stackCount());
     frameIds_.insert(frameIds_.end(), frames, frames + count);
     offsets_.push_back(static_cast<std::uint32_t>(frameIds_.size()));
-    stackIndex_.emplace(h, id);
+    stackIndex_[i] = {h, id};
     return id;
+}
+
+void CallStacks::growStackIndex()
+{
+    std::vector<StackSlot> old = std::move(stackIndex_);
+    stackIndex_.assign(std::max<std::size_t>(64, old.size() * 2), StackSlot {});
+    const std::size_t mask = stackIndex_.size() - 1;
+    for (const auto& slot : old) {
+        if (slot.stack == 0)
+            continue;
+        std::size_t i = static_cast<std::size_t>(slot.hash ^ (slot.hash >> 29)) & mask;
+        while (stackIndex_[i].stack != 0)
+            i = (i + 1) & mask;
+        stackIndex_[i] = slot;
+    }
 }
 
 std::size_t CallStacks::memoryBytes() const
 {
     return frames_.capacity() * sizeof(StackFrame) + frameIndex_.size() * (sizeof(FrameKey) + 32)
         + frameIds_.capacity() * sizeof(std::uint32_t) + offsets_.capacity() * sizeof(std::uint32_t)
-        + stackIndex_.size() * 40;
+        + stackIndex_.capacity() * sizeof(StackSlot);
 }
 
 } // namespace memledger

@@ -54,7 +54,14 @@ private:
     std::unordered_map<FrameKey, std::uint32_t, FrameHash> frameIndex_;
     std::vector<std::uint32_t> frameIds_; // every stack's frames, one after the other
     std::vector<std::uint32_t> offsets_; // stack s is frameIds_[offsets_[s], offsets_[s+1])
-    std::unordered_multimap<std::uint64_t, std::uint32_t> stackIndex_; // hash of the frame ids -> stack
+    // Open addressing on the hash of a stack's frame ids (a power of two slots, at most half full): looked up
+    // once per trace entry of a snapshot, so kept flat.
+    struct StackSlot {
+        std::uint64_t hash = 0;
+        std::uint32_t stack = 0; // 0: empty slot
+    };
+    std::vector<StackSlot> stackIndex_;
+    void growStackIndex();
 };
 
 } // namespace memledger

@@ -1,5 +1,7 @@
 #include "report/trace.h"
 
+#include <algorithm>
+
 #include "support/huge_pages.h"
 
 namespace memledger {
@@ -156,6 +158,17 @@ double Trace::bytesPerEvent() const
             * sizeof(std::uint32_t)
         + partner.capacity() * sizeof(std::int32_t);
     return static_cast<double>(n) / static_cast<double>(size());
+}
+
+std::size_t StreamColumn::indexOf(std::uint64_t stream)
+{
+    auto it = std::find(streams_.begin(), streams_.end(), stream);
+    if (it != streams_.end())
+        return static_cast<std::size_t>(it - streams_.begin());
+    if (streams_.size() == 65536) // a 65537th stream: not met in practice; it reads as the last one
+        return streams_.size() - 1;
+    streams_.push_back(stream);
+    return streams_.size() - 1;
 }
 
 } // namespace memledger

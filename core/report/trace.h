@@ -44,6 +44,38 @@ const char* actionName(Action a);
 
 constexpr std::int32_t kNoPartner = -1;
 
+// The CUDA stream of each event of a snapshot's trace. A program uses a handful of streams, so each event
+// holds 2 bytes, an index into the distinct streams, rather than the 8 of a stream's handle.
+class StreamColumn {
+public:
+    std::uint64_t operator[](std::size_t i) const { return streams_[index_[i]]; }
+    std::size_t size() const { return index_.size(); }
+    bool empty() const { return index_.empty(); }
+    void reserve(std::size_t n) { index_.reserve(n); }
+    void clear()
+    {
+        index_.clear();
+        streams_.clear();
+        last_ = 0;
+    }
+    void push_back(std::uint64_t stream)
+    {
+        if (last_ >= streams_.size() || streams_[last_] != stream)
+            last_ = indexOf(stream);
+        index_.push_back(static_cast<std::uint16_t>(last_));
+    }
+    std::size_t memoryBytes() const
+    {
+        return index_.capacity() * sizeof(std::uint16_t) + streams_.capacity() * sizeof(std::uint64_t);
+    }
+
+private:
+    std::size_t indexOf(std::uint64_t stream);
+    std::vector<std::uint16_t> index_;
+    std::vector<std::uint64_t> streams_; // distinct streams, first seen first (at most 65536: more share the last)
+    std::size_t last_ = 0;
+};
+
 // Allocation events of one run or snapshot, stored column by column so that a million of them stay
 // small (see bytesPerEvent()). Strings (op names, module paths, stack frames) are interned.
 struct Trace {

@@ -158,7 +158,18 @@ public:
         doc_.containers_ = std::make_unique<PickleChunks<PickleContainer>>();
         doc_.scalars_ = std::make_unique<PickleChunks<PickleScalar>>();
         data_ = reinterpret_cast<const unsigned char*>(data);
-        size_ = size;
+        avail_ = total_ = size;
+    }
+
+    // A streamed pickle: its bytes pass through a window that is refilled from `source`.
+    PickleParser(PickleSource& source, std::size_t size, const PickleLimits& limits, const PickleReadHooks& hooks)
+        : PickleParser(nullptr, nullptr, 0, limits, hooks)
+    {
+        source_ = &source;
+        total_ = size;
+        windowCapacity_ = kWindow;
+        window_.reset(new unsigned char[windowCapacity_]);
+        data_ = window_.get();
     }
 
     ~PickleParser() { releaseArena(arena_, arenaCapacity_ * sizeof(PickleValue)); }
@@ -170,29 +181,55 @@ public:
         stack_.reserve(256);
         // Every item costs at least one opcode byte, two on average in real files: reserving that much
         // address space up front spares the copies of a growing arena (pages are only touched when used).
-        growArena(size_ / 2 + 16);
-        memo_.reserve(std::min<std::size_t>(size_ / 8 + 16, std::size_t {1} << 24));
+        growArena(total_ / 2 + 16);
+        memo_.reserve(std::min<std::size_t>(total_ / 8 + 16, std::size_t {1} << 24));
         const bool hooked = hooks_.progress || hooks_.cancel;
         std::size_t nextReport = hooked ? kReportEvery : SIZE_MAX;
         for (;;) {
-            op_start_ = pos_;
-            if (pos_ >= nextReport) {
+            if (avail_ - pos_ < kSlack && source_) // every fixed-size opcode is then whole in the window
+                fill(kSlack);
+            op_start_ = base_ + pos_;
+            if (op_start_ >= nextReport) {
                 report();
-                nextReport = pos_ + kReportEvery;
+                nextReport = op_start_ + kReportEvery;
             }
-            if (pos_ >= size_)
-                fail(pos_ == 0 ? "empty file, not a pickle" : "truncated: the data ends before the STOP opcode");
+            if (pos_ >= avail_)
+                fail(op_start_ == 0 ? "empty file, not a pickle" : "truncated: the data ends before the STOP opcode");
             unsigned char op = data_[pos_++];
             // The opcodes that make up nearly all of a snapshot, handled here without a call.
-            const std::size_t left = size_ - pos_;
-            if (op == 'h' && left >= 1) { // BINGET
-                std::size_t idx = data_[pos_++];
-                if (idx < memo_.size() && memo_[idx].bits_ != PickleValue::kUnset
-                    && stack_.size() < limits_.max_stack) {
-                    pushShared(memo_[idx]);
+            const std::size_t left = avail_ - pos_;
+            if ((op | 2) == 'j' && left >= 4) {
+                // BINGET ('h') or LONG_BINGET ('j'), one path without a branch, and the gets that follow it (most
+                // of a snapshot: a frame of a stack is one) in a loop of their own. A get that is not plain goes
+                // to dispatch(), which gives its error.
+                std::size_t p = pos_; // past the op byte
+                bool first = true;
+                const std::size_t memoSize = memo_.size();
+                const PickleValue* memo = memo_.data();
+                std::size_t room = limits_.max_stack > stack_.size() ? limits_.max_stack - stack_.size() : 0;
+                for (;;) {
+                    const bool shortGet = op == 'h';
+                    const std::uint32_t raw = loadLE32(data_ + p);
+                    const std::size_t idx = shortGet ? (raw & 0xffu) : raw;
+                    if (idx >= memoSize || memo[idx].bits_ == PickleValue::kUnset || room == 0) {
+                        --p; // back to its op byte
+                        break;
+                    }
+                    p += shortGet ? 1 : 4;
+                    --room;
+                    pushShared(memo[idx]);
+                    first = false;
+                    if (avail_ - p < 5 || (data_[p] | 2) != 'j')
+                        break;
+                    op = data_[p++];
+                }
+                if (!first) {
+                    pos_ = p;
                     continue;
                 }
-                --pos_;
+            } else if (op == 0x94 && stack_.size() > markFloor()) { // MEMOIZE
+                memoPut(memo_.size());
+                continue;
             } else if (op == 'K' && left >= 1 && stack_.size() < limits_.max_stack) { // BININT1
                 stack_.push_back(bits((static_cast<std::uint64_t>(data_[pos_++]) << 3) | PickleValue::kTagInt));
                 continue;
@@ -204,14 +241,6 @@ public:
             } else if (op == '(' && marks_.size() < limits_.max_depth) { // MARK
                 marks_.push_back(stack_.size());
                 continue;
-            } else if (op == 'j' && left >= 4) { // LONG_BINGET
-                std::size_t idx = static_cast<std::size_t>(readLE(4));
-                if (idx < memo_.size() && memo_[idx].bits_ != PickleValue::kUnset
-                    && stack_.size() < limits_.max_stack) {
-                    pushShared(memo_[idx]);
-                    continue;
-                }
-                pos_ -= 4;
             }
             if (dispatch(op))
                 break;
@@ -236,6 +265,48 @@ public:
 
 private:
     static constexpr std::size_t kReportEvery = std::size_t {4} << 20;
+    static constexpr std::size_t kWindow = std::size_t {256} << 10; // a streamed pickle's buffer
+    static constexpr std::size_t kSlack = 16; // more than any fixed-size opcode takes
+
+    // Makes n bytes from pos_ readable (a streamed pickle: the rest of the window moves to its start and the
+    // source refills it, the window growing when n is larger); false when the data ends first.
+    bool fill(std::size_t n)
+    {
+        if (avail_ - pos_ >= n)
+            return true;
+        if (!source_)
+            return false;
+        const std::size_t keep = avail_ - pos_;
+        if (n > windowCapacity_) {
+            const std::size_t cap = std::max(n, windowCapacity_ * 2);
+            std::unique_ptr<unsigned char[]> w(new unsigned char[cap]);
+            std::memcpy(w.get(), data_ + pos_, keep);
+            window_ = std::move(w);
+            windowCapacity_ = cap;
+        } else if (keep > 0 && pos_ > 0) {
+            std::memmove(window_.get(), data_ + pos_, keep);
+        }
+        data_ = window_.get();
+        base_ += pos_;
+        pos_ = 0;
+        avail_ = keep;
+        while (avail_ < windowCapacity_ && base_ + avail_ < total_) {
+            const std::size_t want = std::min(windowCapacity_ - avail_, total_ - (base_ + avail_));
+            const std::size_t got = source_->read(reinterpret_cast<char*>(window_.get() + avail_), want);
+            if (got == 0) { // the data ended early: it is truncated from here
+                total_ = base_ + avail_;
+                break;
+            }
+            avail_ += std::min(got, want);
+        }
+        return avail_ - pos_ >= n;
+    }
+    std::size_t leftInData() const { return total_ - (base_ + pos_); }
+    static std::uint32_t loadLE32(const unsigned char* p)
+    {
+        return std::uint32_t {p[0]} | (std::uint32_t {p[1]} << 8) | (std::uint32_t {p[2]} << 16)
+            | (std::uint32_t {p[3]} << 24);
+    }
 
     [[noreturn]] void fail(const std::string& reason) const { throw PickleError(op_start_, reason); }
 
@@ -244,7 +315,7 @@ private:
         if (hooks_.cancel && hooks_.cancel->load(std::memory_order_relaxed))
             throw PickleCancelled();
         if (hooks_.progress)
-            hooks_.progress(pos_, size_);
+            hooks_.progress(base_ + pos_, total_);
     }
 
     // A second reference to a container: it can no longer be reused when reduced.
@@ -255,33 +326,33 @@ private:
         stack_.push_back(v);
     }
 
-    // Offers each container among `items` (about to be put into a container) to the reducer. A reduced
-    // container's memo slot takes the reduced value; when nothing else refers to it (one memo slot at most,
-    // never pushed twice, never put anywhere else) it is released: its items' room at the arena's end is
-    // given back, and the next new container reuses it.
-    void reduceItems(PickleValue* items, std::size_t n)
+    // Offers the container items[i] (about to be put into a container with the others of `items`) to the
+    // reducer; true when it took it. A reduced container's memo slot takes the reduced value; when nothing
+    // else refers to it (one memo slot at most, never pushed twice, never put anywhere else) it is released
+    // (releaseReduced): its items' room at the arena's end is given back, and the next new container reuses it.
+    bool reduceItem(PickleValue* items, std::size_t n, std::size_t i)
     {
-        for (std::size_t i = 0; i < n; ++i) {
-            PickleValue& v = items[i];
-            if (!v.isContainerKind())
-                continue;
-            PickleContainer* c = v.container();
-            PickleValue out;
-            if (!hooks_.reducer->reduce(c->kind, PickleItems(arena_ + c->offset, c->size), out)) {
-                c->flags |= PickleContainer::kConsumed;
-                continue;
-            }
-            // Later references through the memo get the reduced value (the same for the reducer).
-            if (c->memo != 0 && c->memo != UINT32_MAX && memo_[c->memo - 1].bits_ == v.bits_)
-                memo_[c->memo - 1] = out;
-            if (!(c->flags & (PickleContainer::kShared | PickleContainer::kConsumed)) && c->memo != UINT32_MAX)
-                released_.push_back(c);
-            if (c->flags & PickleContainer::kShared)
-                for (std::size_t j = i + 1; j < n; ++j) // the same container again in this batch
-                    if (items[j].bits_ == v.bits_)
-                        items[j] = out;
-            v = out;
+        PickleValue& v = items[i];
+        PickleContainer* c = v.container();
+        PickleValue out;
+        if (!hooks_.reducer->reduce(c->kind, PickleItems(arena_ + c->offset, c->size), out)) {
+            c->flags |= PickleContainer::kConsumed;
+            return false;
         }
+        // Later references through the memo get the reduced value (the same for the reducer).
+        if (c->memo != 0 && c->memo != UINT32_MAX && memo_[c->memo - 1].bits_ == v.bits_)
+            memo_[c->memo - 1] = out;
+        if (!(c->flags & (PickleContainer::kShared | PickleContainer::kConsumed)) && c->memo != UINT32_MAX)
+            released_.push_back(c);
+        if (c->flags & PickleContainer::kShared)
+            for (std::size_t j = i + 1; j < n; ++j) // the same container again in this batch
+                if (items[j].bits_ == v.bits_)
+                    items[j] = out;
+        v = out;
+        return true;
+    }
+    void releaseReduced()
+    {
         for (std::size_t i = released_.size(); i-- > 0;) {
             PickleContainer* c = released_[i];
             if (c->capacity > 0 && c->offset + c->capacity == arenaSize_)
@@ -297,10 +368,10 @@ private:
         return std::string("0x") + d[op >> 4] + d[op & 15];
     }
 
-    void need(std::uint64_t n) const
+    void need(std::uint64_t n)
     {
-        if (n > size_ - pos_)
-            fail("truncated: the opcode needs " + std::to_string(n) + " bytes, " + std::to_string(size_ - pos_)
+        if (n > avail_ - pos_ && (n > leftInData() || !fill(static_cast<std::size_t>(n))))
+            fail("truncated: the opcode needs " + std::to_string(n) + " bytes, " + std::to_string(leftInData())
                 + " are left");
     }
     std::uint64_t readLE(int n)
@@ -316,8 +387,8 @@ private:
     std::size_t declaredLength(int width)
     {
         std::uint64_t n = readLE(width);
-        if (n > size_ - pos_)
-            fail("declared length " + std::to_string(n) + " is larger than the " + std::to_string(size_ - pos_)
+        if (n > leftInData())
+            fail("declared length " + std::to_string(n) + " is larger than the " + std::to_string(leftInData())
                 + " bytes left");
         return static_cast<std::size_t>(n);
     }
@@ -403,18 +474,18 @@ private:
     {
         if (n == 0)
             return;
-        if (hooks_.reducer)
-            reduceItems(src, n);
         std::uint32_t depth = c.depth;
         for (std::size_t i = 0; i < n; ++i) {
             const PickleValue& v = src[i];
-            if (v.isContainerKind()) {
-                std::uint32_t d = v.container()->depth + 1u;
-                if (d > limits_.max_depth)
-                    fail("nesting deeper than " + std::to_string(limits_.max_depth) + " levels");
-                depth = std::max(depth, d);
-            }
+            if (!v.isContainerKind() || (hooks_.reducer && reduceItem(src, n, i)))
+                continue;
+            std::uint32_t d = v.container()->depth + 1u;
+            if (d > limits_.max_depth)
+                fail("nesting deeper than " + std::to_string(limits_.max_depth) + " levels");
+            depth = std::max(depth, d);
         }
+        if (!released_.empty())
+            releaseReduced();
         c.depth = static_cast<std::uint16_t>(depth);
         if (static_cast<std::uint64_t>(c.size) + n > UINT32_MAX)
             fail("a container with more than 4 billion items");
@@ -479,11 +550,13 @@ private:
     {
         if (stack_.size() <= markFloor())
             fail("memo put with an empty stack");
-        if (idx > size_) // a pickle cannot define more memo entries than it has bytes
+        if (idx > total_) // a pickle cannot define more memo entries than it has bytes
             fail("memo index " + std::to_string(idx) + " is out of range");
-        if (idx >= memo_.size())
-            memo_.resize(static_cast<std::size_t>(idx) + 1, bits(PickleValue::kUnset));
         const PickleValue& v = stack_.back();
+        if (idx == memo_.size()) // MEMOIZE, and what Python's pickler numbers the same way
+            memo_.push_back(bits(PickleValue::kUnset));
+        else if (idx > memo_.size())
+            memo_.resize(static_cast<std::size_t>(idx) + 1, bits(PickleValue::kUnset));
         if (v.isContainerKind()) {
             auto& m = v.container()->memo;
             m = m == 0 && idx < UINT32_MAX - 1 ? static_cast<std::uint32_t>(idx + 1) : UINT32_MAX;
@@ -507,6 +580,7 @@ private:
     {
         if (n == 0)
             return integer(0);
+        need(n);
         const unsigned char* p = data_ + pos_;
         pos_ += n;
         if (n <= 8) { // the common case (addresses take 7 or 8 bytes): sign-extend the top byte
@@ -543,9 +617,41 @@ private:
         PickleScalar sc;
         sc.kind = k;
         sc.size = n;
-        sc.chars = reinterpret_cast<const char*>(data_ + pos_);
-        pos_ += n;
+        if (!source_) { // the document owns all the bytes: point into them
+            sc.chars = reinterpret_cast<const char*>(data_ + pos_);
+            pos_ += n;
+        } else {
+            char* to = newText(n);
+            sc.chars = to;
+            while (n > 0) {
+                if (pos_ == avail_ && !fill(1))
+                    fail("truncated: the data ends inside a string");
+                const std::size_t k = std::min(n, avail_ - pos_);
+                std::memcpy(to, data_ + pos_, k);
+                to += k;
+                pos_ += k;
+                n -= k;
+            }
+        }
         return newScalar(sc);
+    }
+    // Room for a streamed string: blocks of 64 KB, a larger string a block of its own.
+    char* newText(std::size_t n)
+    {
+        constexpr std::size_t kBlock = std::size_t {64} << 10;
+        if (n > textLeft_) {
+            if (n >= kBlock / 4) {
+                doc_.texts_.emplace_back(new char[std::max<std::size_t>(n, 1)]);
+                return doc_.texts_.back().get();
+            }
+            doc_.texts_.emplace_back(new char[kBlock]);
+            textAt_ = doc_.texts_.back().get();
+            textLeft_ = kBlock;
+        }
+        char* p = textAt_;
+        textAt_ += n;
+        textLeft_ -= n;
+        return p;
     }
 
     bool dispatch(unsigned char op)
@@ -560,8 +666,8 @@ private:
         }
         case 0x95: { // FRAME: a length prefix we only check
             auto n = readLE(8);
-            if (n > size_ - pos_)
-                fail("frame of " + std::to_string(n) + " bytes is larger than the " + std::to_string(size_ - pos_)
+            if (n > leftInData())
+                fail("frame of " + std::to_string(n) + " bytes is larger than the " + std::to_string(leftInData())
                     + " bytes left");
             return false;
         }
@@ -808,9 +914,16 @@ private:
     PickleDocument doc_;
     std::vector<PickleContainer*> freeContainers_; // reduced and released, to be reused
     std::vector<PickleContainer*> released_;
-    const unsigned char* data_ = nullptr;
-    std::size_t size_ = 0;
-    std::size_t pos_ = 0;
+    const unsigned char* data_ = nullptr; // the window: all the bytes, or a streamed pickle's buffer
+    std::size_t avail_ = 0; // bytes in the window
+    std::size_t pos_ = 0; // in the window
+    std::size_t base_ = 0; // offset of the window's start in the data
+    std::size_t total_ = 0; // bytes in all (less when a streamed pickle ends early)
+    PickleSource* source_ = nullptr;
+    std::unique_ptr<unsigned char[]> window_;
+    std::size_t windowCapacity_ = 0;
+    char* textAt_ = nullptr;
+    std::size_t textLeft_ = 0;
     std::size_t op_start_ = 0;
     std::vector<PickleValue> stack_;
     std::vector<std::size_t> marks_;
@@ -841,6 +954,12 @@ PickleDocument readPickle(std::shared_ptr<const void> owner, const char* data, s
     const PickleReadHooks& hooks, const PickleLimits& limits)
 {
     return PickleParser(std::move(owner), data, size, limits, hooks).run();
+}
+
+PickleDocument readPickle(
+    PickleSource& source, std::size_t size, const PickleReadHooks& hooks, const PickleLimits& limits)
+{
+    return PickleParser(source, size, limits, hooks).run();
 }
 
 } // namespace memledger

@@ -100,6 +100,8 @@ public:
     std::size_t dictSize() const;
     // The value under a str key (the last one set), or nullptr; nullptr when this is not a dict.
     const PickleValue* get(std::string_view key) const;
+    // The same value: the same scalar record, container, small int or reduced value (not equal contents).
+    bool sameAs(const PickleValue& o) const { return bits_ == o.bits_; }
     // Identity of the container (for caches); nullptr for scalars.
     const void* identity() const { return tag() == kTagContainer ? container() : nullptr; }
 
@@ -284,6 +286,7 @@ public:
 private:
     friend class PickleParser;
     std::shared_ptr<const void> bytes_; // whatever holds the bytes: a string, a mapped file
+    std::vector<std::unique_ptr<char[]>> texts_; // copies of the strings of a streamed pickle
     std::unique_ptr<PickleChunks<PickleContainer>> containers_;
     std::unique_ptr<PickleChunks<PickleScalar>> scalars_;
     std::unique_ptr<PickleValue, PickleArenaFree> arena_; // never value-initialised: pages are touched as filled
@@ -328,6 +331,14 @@ public:
     }
 };
 
+// Where a streamed pickle's bytes come from: read() puts up to n bytes at dst and returns how many; 0 means
+// the data ended. It may throw (a read error), and the read stops with that exception.
+class PickleSource {
+public:
+    virtual ~PickleSource() = default;
+    virtual std::size_t read(char* dst, std::size_t n) = 0;
+};
+
 // Throws PickleError (with the byte offset) on anything that is not a well-formed data-only pickle.
 PickleDocument readPickle(std::string bytes, const PickleLimits& limits = {});
 // The same over bytes held by `owner` (a mapped file, say), which the document keeps alive.
@@ -335,5 +346,9 @@ PickleDocument readPickle(
     std::shared_ptr<const void> owner, const char* data, std::size_t size, const PickleLimits& limits = {});
 PickleDocument readPickle(std::shared_ptr<const void> owner, const char* data, std::size_t size,
     const PickleReadHooks& hooks, const PickleLimits& limits = {});
+// Reads the `size` bytes of `source` as they come, through a buffer of a few hundred KB, so that the pickle
+// is never held whole: strings are copied as they are read. Data that ends before `size` bytes is truncated.
+PickleDocument readPickle(
+    PickleSource& source, std::size_t size, const PickleReadHooks& hooks, const PickleLimits& limits = {});
 
 } // namespace memledger

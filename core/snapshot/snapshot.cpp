@@ -17,6 +17,7 @@
 #if defined(__linux__)
 #endif
 #include <fstream>
+#include <functional>
 #include <memory_resource>
 #include <numeric>
 #include <set>
@@ -208,42 +209,68 @@ enum KeySlot : int { kAction, kAddr, kSize, kStream, kTime, kFrames, kDevice, kD
 
 // Knows keys by where their bytes are: keys are memoized strings in what Python writes, so after the first
 // comparison a key is one pointer probe.
+// What a string read from the pickle means, remembered by where its bytes are: a memoized string (a dict key,
+// an action name) is the same bytes every time, so each is worked out once. Open addressing on the address,
+// never evicting; a string met when the table is half full is worked out each time.
+template <typename T> class TextMeaning {
+public:
+    template <typename F> T get(std::string_view text, F&& workOut)
+    {
+        const auto p = reinterpret_cast<std::uintptr_t>(text.data());
+        std::size_t i = static_cast<std::size_t>((p * 0x9e3779b97f4a7c15ULL) >> 58); // 64 slots
+        for (;; i = (i + 1) % kSlots) {
+            Entry& e = table_[i];
+            if (e.ptr == text.data() && e.len == text.size() && e.ptr)
+                return e.value;
+            if (!e.ptr)
+                break;
+        }
+        T value = workOut(text);
+        if (used_ < kSlots / 2 && text.data()) {
+            table_[i] = {text.data(), text.size(), value};
+            ++used_;
+        }
+        return value;
+    }
+
+private:
+    static constexpr std::size_t kSlots = 64;
+    struct Entry {
+        const char* ptr = nullptr;
+        std::size_t len = 0;
+        T value {};
+    };
+    Entry table_[kSlots];
+    std::size_t used_ = 0;
+};
+
 class KeySlots {
 public:
     int slotOf(std::string_view text)
     {
-        auto& e = cache_[(reinterpret_cast<std::uintptr_t>(text.data()) >> 3) % kCache];
-        if (e.ptr == text.data() && e.len == text.size() && e.ptr)
-            return e.slot;
-        static const std::pair<std::string_view, int> kNames[] = {
-            {"action", kAction},
-            {"addr", kAddr},
-            {"size", kSize},
-            {"stream", kStream},
-            {"time_us", kTime},
-            {"frames", kFrames},
-            {"device", kDevice},
-            {"device_free", kDeviceFree},
-            {"name", kName},
-            {"filename", kFilename},
-            {"line", kLine},
-        };
-        int slot = kOtherKey;
-        for (const auto& [name, sl] : kNames)
-            if (text == name)
-                slot = sl;
-        e = {text.data(), text.size(), slot};
-        return slot;
+        return meaning_.get(text, [](std::string_view t) {
+            static const std::pair<std::string_view, int> kNames[] = {
+                {"action", kAction},
+                {"addr", kAddr},
+                {"size", kSize},
+                {"stream", kStream},
+                {"time_us", kTime},
+                {"frames", kFrames},
+                {"device", kDevice},
+                {"device_free", kDeviceFree},
+                {"name", kName},
+                {"filename", kFilename},
+                {"line", kLine},
+            };
+            for (const auto& [name, slot] : kNames)
+                if (t == name)
+                    return slot;
+            return static_cast<int>(kOtherKey);
+        });
     }
 
 private:
-    static constexpr std::size_t kCache = 256;
-    struct Entry {
-        const char* ptr = nullptr;
-        std::size_t len = 0;
-        int slot = kOtherKey;
-    };
-    Entry cache_[kCache];
+    TextMeaning<int> meaning_;
 };
 
 // The inverse of actionName(), remembered by where the action's bytes are (memoized strings).
@@ -251,24 +278,18 @@ class ActionNames {
 public:
     bool find(std::string_view name, Action& a)
     {
-        auto& c = cache_[(reinterpret_cast<std::uintptr_t>(name.data()) >> 2) % 64];
-        if (c.ptr == name.data() && c.len == name.size() && c.ptr) {
-            a = c.action;
-            return c.known;
-        }
-        bool known = actionOf(name, a);
-        c = {name.data(), name.size(), a, known};
-        return known;
+        const int found = meaning_.get(name, [](std::string_view t) {
+            Action act = Action::Alloc;
+            return actionOf(t, act) ? static_cast<int>(act) : -1;
+        });
+        if (found < 0)
+            return false;
+        a = static_cast<Action>(found);
+        return true;
     }
 
 private:
-    struct Cached {
-        const char* ptr = nullptr;
-        std::size_t len = 0;
-        Action action = Action::Alloc;
-        bool known = false;
-    };
-    Cached cache_[64];
+    TextMeaning<int> meaning_;
 };
 
 std::int64_t numberOr(const PickleValue* v, const char* what, std::int64_t fallback)
@@ -288,7 +309,7 @@ std::int64_t numberOr(const PickleValue* v, const char* what, std::int64_t fallb
 // Where trace entries become rows of the trace (time_ns holding time_us until all are read).
 struct TraceRows {
     Trace& trace;
-    std::vector<std::uint64_t>& streams;
+    StreamColumn& streams;
     std::size_t untimed = 0; // rows without a time_us
 
     std::uint32_t push(std::int64_t timeUs, bool timed, std::int64_t size, std::uint64_t addr, Action a,
@@ -321,12 +342,16 @@ public:
             return reduceDict(items, out);
         if (items.empty())
             return false;
-        ids_.clear();
-        for (const auto& v : items) {
-            if (!v.isReduced() || v.reducedType() != kFrameValue)
-                return false;
-            ids_.push_back(v.reducedId());
+        // Frames lists are most of a snapshot: one pass without a branch per frame.
+        ids_.resize(items.size());
+        bool frames = true;
+        for (std::size_t i = 0; i < items.size(); ++i) {
+            const PickleValue& v = items[i];
+            frames &= v.isReduced() & (v.reducedType() == kFrameValue);
+            ids_[i] = v.reducedId();
         }
+        if (!frames)
+            return false;
         out = PickleValue::reduced(kStackValue, tables_.stack(ids_));
         return true;
     }
@@ -354,15 +379,32 @@ private:
             return false;
         const PickleValue* f[kSlotCount] = {};
         bool other = false;
-        for (std::size_t i = 0; i + 1 < items.size(); i += 2) {
-            const PickleValue& k = items[i];
-            if (!k.isStr())
-                return false;
-            int slot = keys_.slotOf(k.asStr());
-            if (slot == kOtherKey)
-                other = true;
-            else
-                f[slot] = &items[i + 1];
+        const std::size_t nKeys = items.size() / 2;
+        bool same = nKeys == layoutCount_;
+        for (std::size_t i = 0; same && i < nKeys; ++i)
+            same = items[2 * i].sameAs(layoutKeys_[i]);
+        if (same) { // the keys of the dict before: a trace entry after a trace entry
+            for (std::size_t i = 0; i < nKeys; ++i)
+                if (layoutSlots_[i] != kOtherKey)
+                    f[layoutSlots_[i]] = &items[2 * i + 1];
+            other = layoutOther_;
+        } else {
+            for (std::size_t i = 0; i + 1 < items.size(); i += 2) {
+                const PickleValue& k = items[i];
+                if (!k.isStr())
+                    return false;
+                int slot = keys_.slotOf(k.asStr());
+                if (slot == kOtherKey)
+                    other = true;
+                else
+                    f[slot] = &items[i + 1];
+                if (i / 2 < kLayoutKeys) {
+                    layoutKeys_[i / 2] = k;
+                    layoutSlots_[i / 2] = static_cast<std::int8_t>(slot);
+                }
+            }
+            layoutCount_ = nKeys <= kLayoutKeys ? nKeys : SIZE_MAX;
+            layoutOther_ = other;
         }
         if (f[kAction])
             return reduceEntry(f, out);
@@ -414,6 +456,13 @@ private:
     StackTables& tables_;
     TraceRows& rows_;
     KeySlots keys_;
+    // The keys of the last dict reduced and their slots: trace entries all have the same keys, the same
+    // memoized strings, so one comparison per key finds the slots again.
+    static constexpr std::size_t kLayoutKeys = 12;
+    PickleValue layoutKeys_[kLayoutKeys];
+    std::int8_t layoutSlots_[kLayoutKeys] = {};
+    std::size_t layoutCount_ = SIZE_MAX;
+    bool layoutOther_ = false;
     ActionNames actions_;
     std::vector<std::uint32_t> ids_;
 };
@@ -510,7 +559,7 @@ void decodeTraces(const PickleValue& traces, Snapshot& s, std::shared_ptr<Trace>
         t->strings = trace->strings;
         t->stacks = trace->stacks;
         t->reserve(order.size());
-        std::vector<std::uint64_t> streams;
+        StreamColumn streams;
         streams.reserve(order.size());
         std::vector<std::int32_t> newIndex(trace->size(), -1);
         for (const auto& r : order) {
@@ -579,10 +628,8 @@ void decodeTraces(const PickleValue& traces, Snapshot& s, std::shared_ptr<Trace>
     for (auto& oom : s.ooms)
         oom.time_ns = trace->time_ns[static_cast<std::size_t>(oom.time_ns)];
     s.devices.assign(devices.begin(), devices.end());
-    if (trace->time_ns.capacity() > n + n / 4 + 1024) {
-        trace->shrinkToFit();
-        s.trace_stream.shrink_to_fit();
-    }
+    // Never shrunk to fit: the columns were reserved for the most entries the file could hold, and the pages
+    // past the last entry were never touched, so they take no memory; copying them smaller would (twice).
     s.trace = std::move(trace);
 }
 
@@ -760,21 +807,24 @@ bool looksLikePickleFile(const std::string& path)
 
 namespace {
 
-Snapshot decodeView(std::shared_ptr<const void> owner, const char* data, std::size_t size, const std::string& name,
-    const SnapshotReadOptions& options)
+// Decodes a snapshot whose pickle `read` reads with the hooks it is given; `size` is the file's size and
+// `firstByte` its first byte (-1 when empty).
+Snapshot decodeWith(std::size_t size, int firstByte, const std::string& name, const SnapshotReadOptions& options,
+    const std::function<PickleDocument(const PickleReadHooks&)>& read)
 {
-    if (size == 0)
+    if (size == 0 || firstByte < 0)
         throw FileError(name, "empty file, not a PyTorch memory snapshot");
-    if (static_cast<unsigned char>(data[0]) != 0x80)
+    if (firstByte != 0x80)
         throw FileError(name, "not a PyTorch memory snapshot: no pickle PROTO opcode (0x80) at byte 0");
     try {
         // The trace is made while the pickle is read (SnapshotReducer); the tree keeps the rest.
         Snapshot s;
         auto trace = std::make_shared<Trace>();
-        const std::size_t expected = size / 96 + 1024; // PyTorch's files take about 100 bytes an entry
+        // Room for as many entries as the file can hold (an entry takes at least about 48 bytes of pickle), so
+        // that the columns never move while they fill: address space only, pages are used as rows arrive.
+        const std::size_t expected = size / 48 + 1024;
         trace->reserve(expected);
         s.trace_stream.reserve(expected);
-        adviseHugePages(s.trace_stream.data(), s.trace_stream.capacity() * sizeof(std::uint64_t));
         TraceRows rows {*trace, s.trace_stream};
         StackTables tables(*trace);
         SnapshotReducer reducer(tables, rows);
@@ -782,7 +832,7 @@ Snapshot decodeView(std::shared_ptr<const void> owner, const char* data, std::si
         hooks.reducer = &reducer;
         hooks.progress = options.progress;
         hooks.cancel = options.cancel;
-        PickleDocument doc = readPickle(std::move(owner), data, size, hooks);
+        PickleDocument doc = read(hooks);
         if (doc.protocol() < 2)
             throw FileError(name, "pickle protocol " + std::to_string(doc.protocol()) + " is not supported (2 to 5)");
         return decodeTree(doc.root(), std::move(s), trace, rows, tables);
@@ -805,18 +855,70 @@ Snapshot decodeView(std::shared_ptr<const void> owner, const char* data, std::si
     }
 }
 
+// A source whose first byte is read ahead (decodeWith checks it before the pickle is read).
+class PeekedSource : public PickleSource {
+public:
+    explicit PeekedSource(PickleSource& source)
+        : source_(source)
+    {
+        char c = 0;
+        if (source_.read(&c, 1) == 1) {
+            first_ = static_cast<unsigned char>(c);
+            pending_ = true;
+        }
+    }
+    int firstByte() const { return first_; }
+    std::size_t read(char* dst, std::size_t n) override
+    {
+        if (!pending_ || n == 0)
+            return source_.read(dst, n);
+        pending_ = false;
+        dst[0] = static_cast<char>(first_);
+        return 1 + (n > 1 ? source_.read(dst + 1, n - 1) : 0);
+    }
+
+private:
+    PickleSource& source_;
+    int first_ = -1;
+    bool pending_ = false;
+};
+
+class FileSource : public PickleSource {
+public:
+    explicit FileSource(FileReader& file)
+        : file_(file)
+    {
+    }
+    std::size_t read(char* dst, std::size_t n) override { return file_.read(dst, n); }
+
+private:
+    FileReader& file_;
+};
+
 } // namespace
 
 Snapshot decodeSnapshot(std::string bytes, const std::string& name, const SnapshotReadOptions& options)
 {
     auto owned = std::make_shared<const std::string>(std::move(bytes));
-    return decodeView(owned, owned->data(), owned->size(), name, options);
+    const int first = owned->empty() ? -1 : static_cast<unsigned char>((*owned)[0]);
+    return decodeWith(owned->size(), first, name, options,
+        [&](const PickleReadHooks& hooks) { return readPickle(owned, owned->data(), owned->size(), hooks); });
+}
+
+Snapshot decodeSnapshotStream(
+    PickleSource& source, std::size_t size, const std::string& name, const SnapshotReadOptions& options)
+{
+    PeekedSource peeked(source);
+    return decodeWith(size, peeked.firstByte(), name, options,
+        [&](const PickleReadHooks& hooks) { return readPickle(peeked, size, hooks); });
 }
 
 Snapshot readSnapshotFile(const std::string& path, const SnapshotReadOptions& options)
 {
-    // Read into memory rather than mapped: another program truncating the file meanwhile cannot crash us.
-    return decodeSnapshot(readWholeFile(path), path, options); // names the problem (missing, a directory, empty)
+    // Read in pieces as it is decoded: the file is never held whole (its strings are copied as they come).
+    FileReader file(path); // names the problem (missing, a directory, cannot be opened)
+    FileSource source(file);
+    return decodeSnapshotStream(source, file.size(), path, options);
 }
 
 const char* blockStateName(BlockState s)

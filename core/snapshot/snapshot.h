@@ -81,7 +81,7 @@ struct Snapshot {
     std::vector<int> devices;
     std::vector<SnapshotSegment> segments;
     std::shared_ptr<const Trace> trace; // every device_traces entry, merged in time order
-    std::vector<std::uint64_t> trace_stream; // stream of each trace event
+    StreamColumn trace_stream; // stream of each trace event
     bool trace_has_time = false; // older files have no time_us: time_ns is then the entry's index
     std::int64_t trace_start_us = 0;
     std::int64_t skipped_entries = 0; // actions memledger does not model (annotate, ...)
@@ -107,6 +107,11 @@ struct SnapshotReadOptions {
 // Decodes a snapshot; throws FileError naming `name`, the reason and, for a damaged pickle, the byte offset.
 Snapshot decodeSnapshot(std::string bytes, const std::string& name, const SnapshotReadOptions& options = {});
 Snapshot readSnapshotFile(const std::string& path, const SnapshotReadOptions& options = {});
+class PickleSource;
+// The same as decodeSnapshot over `size` bytes that `source` hands over as they are read (readSnapshotFile's
+// way: the bytes are never held whole).
+Snapshot decodeSnapshotStream(
+    PickleSource& source, std::size_t size, const std::string& name, const SnapshotReadOptions& options = {});
 
 // Replays the snapshot's trace through the caching-allocator model, pre-loading the blocks that were alive
 // before the trace began, and compares the segments it asks for with the recorded ones.

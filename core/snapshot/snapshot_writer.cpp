@@ -246,7 +246,7 @@ struct ModelSegmentAlloc {
 };
 
 std::string encode(const std::vector<OutSegment>& segments, const Trace& t, const std::vector<std::uint64_t>* addresses,
-    const std::vector<std::uint64_t>* streams, std::int64_t timeBaseUs, const AllocatorSettings& settings,
+    const StreamColumn* streams, std::int64_t timeBaseUs, const AllocatorSettings& settings,
     const std::vector<ModelSegmentAlloc>& segmentAllocs = {})
 {
     std::string out;

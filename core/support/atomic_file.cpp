@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace memledger {
@@ -32,30 +34,56 @@ void writeFileAtomically(const std::string& path, const std::string& contents)
     }
 }
 
-std::string readWholeFile(const std::string& path)
+FileReader::FileReader(const std::string& path)
+    : path_(path)
 {
     std::error_code ec;
     if (!std::filesystem::exists(path, ec))
         throw FileError(path, "no such file");
     if (std::filesystem::is_directory(path, ec))
         throw FileError(path, "is a directory");
-    std::FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f)
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0)
         throw FileError(path, std::string("cannot open for reading: ") + std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode))
+        size_ = static_cast<std::size_t>(st.st_size);
+#if defined(POSIX_FADV_SEQUENTIAL)
+    ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
+#endif
+}
+
+FileReader::~FileReader()
+{
+    if (fd_ >= 0)
+        ::close(fd_);
+}
+
+std::size_t FileReader::read(char* dst, std::size_t n)
+{
+    for (;;) {
+        const ssize_t got = ::read(fd_, dst, n);
+        if (got >= 0)
+            return static_cast<std::size_t>(got);
+        if (errno != EINTR)
+            throw FileError(path_, std::string("read error: ") + std::strerror(errno));
+    }
+}
+
+std::string readWholeFile(const std::string& path)
+{
+    FileReader f(path);
     std::string out;
-    auto size = std::filesystem::file_size(path, ec);
-    out.reserve(ec ? 0 : static_cast<std::size_t>(size));
+    out.reserve(f.size());
     adviseHugePages(out.data(), out.capacity());
-    out.resize(ec ? 0 : static_cast<std::size_t>(size));
-    std::size_t got = out.empty() ? 0 : std::fread(out.data(), 1, out.size(), f);
-    out.resize(got);
+    out.resize(f.size());
+    std::size_t got = 0;
+    for (std::size_t n; got < out.size() && (n = f.read(out.data() + got, out.size() - got)) > 0;)
+        got += n;
+    out.resize(got); // the file shrank meanwhile
     char buf[65536];
-    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) // the file grew meanwhile
+    for (std::size_t n; (n = f.read(buf, sizeof buf)) > 0;) // the file grew meanwhile
         out.append(buf, n);
-    bool failed = std::ferror(f) != 0;
-    std::fclose(f);
-    if (failed)
-        throw FileError(path, "read error");
     return out;
 }
 

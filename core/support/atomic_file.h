@@ -1,4 +1,5 @@
 #pragma once
+#include <cstddef>
 #include <string>
 
 namespace memledger {
@@ -7,5 +8,25 @@ namespace memledger {
 // Throws std::runtime_error naming the path and the reason.
 void writeFileAtomically(const std::string& path, const std::string& contents);
 std::string readWholeFile(const std::string& path); // throws FileError
+
+// A file opened for reading in pieces. The constructor names the problem (missing, a directory, cannot be
+// opened) in a FileError; size() is the size it had when opened; read() returns 0 at the end and throws a
+// FileError on a read error. Reading in pieces rather than mapping the file: another program truncating it
+// meanwhile makes the data end early, never a crash.
+class FileReader {
+public:
+    explicit FileReader(const std::string& path);
+    ~FileReader();
+    FileReader(const FileReader&) = delete;
+    FileReader& operator=(const FileReader&) = delete;
+    std::size_t size() const { return size_; }
+    std::size_t read(char* dst, std::size_t n);
+    const std::string& path() const { return path_; }
+
+private:
+    std::string path_;
+    int fd_ = -1;
+    std::size_t size_ = 0;
+};
 
 } // namespace memledger

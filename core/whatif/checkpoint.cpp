@@ -251,7 +251,8 @@ private:
         // The RNG state saved when the segment's forward starts: until the graph is freed (reentrant: it is
         // the autograd node's), or until the segment's backward ends (non-reentrant: the unpack hook's).
         auto rngEnd = reentrant ? static_cast<std::int64_t>(backward_->end_event) : be;
-        addSynthetic(s.fwdBegin, kRngSaved, seq++, rngEnd, kFreeMoved, seq++, s.path);
+        const std::int64_t rngSeq = seq++, rngFreeSeq = seq++; // in this order, not the arguments' unspecified one
+        addSynthetic(s.fwdBegin, kRngSaved, rngSeq, rngEnd, kFreeMoved, rngFreeSeq, s.path);
 
         // The segment's own allocations that outlive its forward.
         std::vector<std::int64_t> recomputeFreeAt(static_cast<std::size_t>(s.fwdEnd - s.fwdBegin), -1);
