@@ -18,6 +18,29 @@
 
 namespace memledger {
 
+int failureExit(const std::string& where, const std::string& run)
+{
+    auto say = [&](const std::string& subject, const char* message) {
+        std::cerr << "memledger: " << (where.empty() ? "" : where + ": ") << (subject.empty() ? "" : subject + ": ")
+                  << message << "\n";
+    };
+    try {
+        throw;
+    } catch (const FileError& e) {
+        say({}, e.what());
+        return kExitBadFile;
+    } catch (const std::invalid_argument& e) {
+        say(run, e.what());
+        return kExitUsage;
+    } catch (const RunError& e) {
+        say(run, e.what());
+        return kExitRunFailed;
+    } catch (const std::exception& e) {
+        say({}, e.what());
+        return kExitRunFailed;
+    }
+}
+
 namespace {
 
 PngRenderer& pngRenderer()
@@ -34,12 +57,8 @@ int runAnalyze(const CliOptions& o)
     try {
         file = openFileOrDemo(o.model);
         report = analyzeOpened(file, o.run);
-    } catch (const FileError& e) {
-        std::cerr << "memledger: " << e.what() << "\n";
-        return kExitBadFile;
-    } catch (const RunError& e) {
-        std::cerr << "memledger: " << name << ": " << e.what() << "\n";
-        return kExitRunFailed;
+    } catch (const std::exception&) {
+        return failureExit({}, name);
     }
     if (!o.whatif_batches.empty() && file.model) {
         try {
@@ -47,9 +66,8 @@ int runAnalyze(const CliOptions& o)
             w.batches = o.whatif_batches;
             w.dtypes = {"float32", "bfloat16", "float16"};
             report.whatif = std::make_shared<const WhatIfTable>(computeWhatIfTable(file, w));
-        } catch (const std::exception& e) {
-            std::cerr << "memledger: what-if: " << e.what() << "\n";
-            return kExitRunFailed;
+        } catch (const std::exception&) {
+            return failureExit("what-if", name);
         }
     }
     if (o.remedies) {
@@ -59,12 +77,8 @@ int runAnalyze(const CliOptions& o)
                       [](const std::string& step) { std::cerr << "memledger: " << step << "\n"; })
                 : computeRemedies(report);
             report.remedies = std::make_shared<const std::vector<Remedy>>(std::move(remedies));
-        } catch (const std::invalid_argument& e) {
-            std::cerr << "memledger: " << e.what() << "\n";
-            return kExitUsage;
-        } catch (const std::exception& e) {
-            std::cerr << "memledger: what would help: " << e.what() << "\n";
-            return kExitRunFailed;
+        } catch (const std::exception&) {
+            return failureExit("what would help", name);
         }
     }
     std::cout << reportToText(report, o.depth);
@@ -99,9 +113,8 @@ int runAnalyze(const CliOptions& o)
                 throw std::runtime_error(error);
             std::cout << "Wrote " << o.png << "\n";
         }
-    } catch (const std::exception& e) {
-        std::cerr << "memledger: " << e.what() << "\n";
-        return kExitRunFailed;
+    } catch (const std::exception&) {
+        return failureExit();
     }
     return kExitOk;
 }

@@ -132,9 +132,8 @@ int runDiff(const CliOptions& o)
                 sides[1].file = sides[0].file;
             else
                 sides[k].file = openFileOrDemo(names[k]);
-        } catch (const FileError& e) {
-            std::cerr << "memledger: " << (k == 0 ? "A" : "B") << ": " << e.what() << "\n";
-            return kExitBadFile;
+        } catch (const std::exception&) {
+            return failureExit(k == 0 ? "A" : "B");
         }
     }
     if (!sides[1].file.model && !o.diff_b_flags.empty())
@@ -144,12 +143,8 @@ int runDiff(const CliOptions& o)
         const char* which = k == 0 ? "A" : "B";
         try {
             sides[k].report = analyzeOpened(sides[k].file, *options[k]);
-        } catch (const RunError& e) {
-            std::cerr << "memledger: " << which << ": " << names[k] << ": " << e.what() << "\n";
-            return kExitRunFailed;
-        } catch (const FileError& e) {
-            std::cerr << "memledger: " << which << ": " << e.what() << "\n";
-            return kExitBadFile;
+        } catch (const std::exception&) {
+            return failureExit(which, names[k]);
         }
     }
     auto diff = diffReports(sides[0].report, sides[1].report, names[0], names[1]);
@@ -163,9 +158,8 @@ int runDiff(const CliOptions& o)
             writeFileAtomically(o.html, diffToHtml(diff));
             std::cout << "Wrote " << o.html << "\n";
         }
-    } catch (const std::exception& e) {
-        std::cerr << "memledger: " << e.what() << "\n";
-        return kExitRunFailed;
+    } catch (const std::exception&) {
+        return failureExit();
     }
     return kExitOk;
 }

@@ -97,23 +97,15 @@ int runCheckpointWhatIf(const CliOptions& o)
             row["plan"] = "auto";
         }
         out["predictions"] = nlohmann::json::array({row});
-    } catch (const FileError& e) {
-        std::cerr << "memledger: " << e.what() << "\n";
-        return kExitBadFile;
-    } catch (const RunError& e) {
-        std::cerr << "memledger: " << name << ": " << e.what() << "\n";
-        return kExitRunFailed;
-    } catch (const std::invalid_argument& e) {
-        std::cerr << "memledger: " << name << ": " << e.what() << "\n";
-        return kExitUsage;
+    } catch (const std::exception&) {
+        return failureExit({}, name);
     }
     if (!o.json.empty()) {
         try {
             writeFileAtomically(o.json, out.dump(2) + "\n");
             std::cout << "Wrote " << o.json << "\n";
-        } catch (const std::exception& e) {
-            std::cerr << "memledger: " << e.what() << "\n";
-            return kExitRunFailed;
+        } catch (const std::exception&) {
+            return failureExit();
         }
     }
     return kExitOk;
@@ -128,15 +120,8 @@ int runWhatIf(const CliOptions& o)
     std::vector<std::string> notes;
     try {
         table = computeWhatIfTable(openFileOrDemo(o.model), o, &notes);
-    } catch (const FileError& e) {
-        std::cerr << "memledger: " << e.what() << "\n";
-        return kExitBadFile;
-    } catch (const RunError& e) {
-        std::cerr << "memledger: " << name << ": " << e.what() << "\n";
-        return kExitRunFailed;
-    } catch (const std::invalid_argument& e) {
-        std::cerr << "memledger: " << e.what() << "\n";
-        return kExitUsage;
+    } catch (const std::exception&) {
+        return failureExit({}, name);
     }
 
     std::string records;
@@ -158,9 +143,8 @@ int runWhatIf(const CliOptions& o)
         try {
             writeFileAtomically(o.json, whatIfToJson(table).dump(2) + "\n");
             std::cout << "Wrote " << o.json << "\n";
-        } catch (const std::exception& e) {
-            std::cerr << "memledger: " << e.what() << "\n";
-            return kExitRunFailed;
+        } catch (const std::exception&) {
+            return failureExit();
         }
     }
     return kExitOk;

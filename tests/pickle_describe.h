@@ -8,10 +8,14 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <unordered_map>
 
 namespace memledger::testing {
 
-inline void describePickle(const PickleValue& v, std::string& out, int depth = 0)
+// A container met again (shared through the memo) is written as "@N", N its order of first meeting, so that
+// sharing shows and a pickle that shares a lot never blows up the text.
+inline void describePickle(
+    const PickleValue& v, std::string& out, std::unordered_map<const void*, std::size_t>& seen, int depth = 0)
 {
     if (depth > 200) {
         out += "...";
@@ -45,9 +49,13 @@ inline void describePickle(const PickleValue& v, std::string& out, int depth = 0
     default:
         break;
     }
+    if (auto [it, fresh] = seen.emplace(v.identity(), seen.size()); !fresh) {
+        out += "@" + std::to_string(it->second);
+        return;
+    }
     out += v.kind() == PickleKind::Dict ? "{" : v.kind() == PickleKind::Tuple ? "(" : "[";
     for (const auto& e : v.items()) {
-        describePickle(e, out, depth + 1);
+        describePickle(e, out, seen, depth + 1);
         out += ",";
     }
     out += "}";
@@ -90,7 +98,8 @@ inline std::string pickleOutcome(const std::string& bytes, PickleSource* source,
         PickleDocument doc = source ? readPickle(*source, bytes.size(), hooks)
                                     : readPickle(owned, owned->data(), owned->size(), hooks);
         std::string out = "p" + std::to_string(doc.protocol()) + " ";
-        describePickle(doc.root(), out);
+        std::unordered_map<const void*, std::size_t> seen;
+        describePickle(doc.root(), out, seen);
         return out;
     } catch (const PickleError& e) {
         return "error at " + std::to_string(e.offset()) + ": " + e.reason();

@@ -275,20 +275,20 @@ void whatIfSection(std::ostringstream& out, const WhatIfTable& w)
 // "What would help": the remedies, ranked, with their predicted (and measured) savings.
 void remediesSection(std::ostringstream& out, const std::vector<Remedy>& remedies)
 {
-    auto saving = [](std::int64_t before, std::int64_t after) { return formatByteChange(before, after, "&minus;"); };
+    auto change = [](std::int64_t before, std::int64_t after) { return formatByteChange(before, after, "&minus;"); };
     out << "<h2>What would help</h2>\n";
     if (remedies.empty()) {
         out << "<p>Nothing found that would help without changing the result.</p>\n";
         return;
     }
-    out << "<table id=remedies><tr><th>#</th><th class=l>remedy</th><th>peak total</th><th>saving</th>"
-           "<th>reserve</th><th>saving</th><th class=l>figure</th><th class=l>what to change</th></tr>\n";
+    out << "<table id=remedies><tr><th>#</th><th class=l>remedy</th><th>peak total</th><th>change</th>"
+           "<th>reserve</th><th>change</th><th class=l>figure</th><th class=l>what to change</th></tr>\n";
     int n = 0;
     for (const auto& m : remedies) {
         out << "<tr><td>" << ++n << "</td><td class=l><b>" << htmlEscape(m.title) << "</b></td><td>"
-            << formatBytes(m.peak_total_after) << "</td><td>" << saving(m.peak_total_before, m.peak_total_after)
+            << formatBytes(m.peak_total_after) << "</td><td>" << change(m.peak_total_before, m.peak_total_after)
             << "</td><td>" << (m.reserve_after > 0 ? formatBytes(m.reserve_after) : "-") << "</td><td>"
-            << (m.reserve_after > 0 ? saving(m.reserve_before, m.reserve_after) : "-") << "</td><td class=l>"
+            << (m.reserve_after > 0 ? change(m.reserve_before, m.reserve_after) : "-") << "</td><td class=l>"
             << htmlEscape(m.method);
         if (m.measured_peak_total && m.kind != "tiling")
             out << ": " << formatBytes(*m.measured_peak_total) << " measured";
