@@ -137,6 +137,55 @@ TEST(Remedies, BatchNormFoldPredictsTheFoldedModel)
     EXPECT_LE(errorPercent(r->reserve_after, *measured.measured_reserve), 2.0);
 }
 
+// The fold on Conv1d/BatchNorm1d and Conv3d/BatchNorm3d: the same rule, against PyTorch's folded models.
+class FoldInOtherDimensions : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(FoldInOtherDimensions, BatchNormFoldPredictsTheFoldedModel)
+{
+    const std::string base = std::string("base") + GetParam(), folded = std::string("folded") + GetParam();
+    Shape shape;
+    for (const auto& d : truth().at(base).at("shape_full"))
+        shape.push_back(d.get<std::int64_t>());
+    auto model = Model::open(remediesFixture(base + ".pt"));
+    auto report = analyze(model, shape);
+    auto folds = batchNormFolds(report);
+    ASSERT_EQ(folds.size(), 2u);
+    EXPECT_EQ(folds[0].conv, "conv1");
+    EXPECT_EQ(folds[0].batchnorm, "bn1");
+    EXPECT_EQ(folds[1].conv, "conv2");
+    EXPECT_EQ(folds[1].batchnorm, "bn2");
+    auto remedies = computeRemedies(report);
+    const auto* r = find(remedies, "fold_batchnorm");
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(r->peak_total_before, truthPeakTotal(base, "full"));
+    EXPECT_EQ(r->peak_total_after, truthPeakTotal(folded, "full"));
+    auto variant = Model::open(remediesFixture(folded + ".pt"));
+    auto measured = measureRemedy(*r, report, model, &variant);
+    EXPECT_EQ(*measured.measured_peak_total, r->peak_total_after);
+}
+
+INSTANTIATE_TEST_SUITE_P(Remedies, FoldInOtherDimensions, ::testing::Values("1d", "3d"));
+
+TEST(Remedies, InplaceAddAndMulPredictTheInplaceModel)
+{
+    // s = a + b; m = s * b, where nothing reads a or s afterwards: a += b; a *= b (PyTorch's own model).
+    auto model = Model::open(remediesFixture("addmul.pt"));
+    auto report = analyze(model);
+    std::set<std::string> ops;
+    for (const auto& c : inplaceCandidates(report))
+        ops.insert(c.op_name);
+    EXPECT_EQ(ops, (std::set<std::string> {"aten::add", "aten::mul"}));
+    auto remedies = computeRemedies(report);
+    const auto* r = find(remedies, "inplace");
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(r->peak_total_before, truthPeakTotal("addmul", "full"));
+    EXPECT_EQ(r->peak_total_after, truthPeakTotal("addmul_inplace", "full"));
+    auto variant = Model::open(remediesFixture("addmul_inplace.pt"));
+    auto measured = measureRemedy(*r, report, model, &variant);
+    EXPECT_EQ(measured.method, "measured");
+    EXPECT_EQ(*measured.measured_peak_total, r->peak_total_after);
+}
+
 TEST(Remedies, UnreadBuffersAreTheOnesTheRunNeverTook)
 {
     auto model = Model::open(remediesFixture("base.pt"));

@@ -188,7 +188,6 @@ std::vector<InplaceCandidate> inplaceCandidates(const Report& r)
         return out;
     const Trace& t = *r.trace;
     OpIndex index(r);
-    std::set<std::size_t> replaced; // outputs that in place no longer exist: a chain stops at its first op
     for (std::uint32_t k = 0; k < index.ops.size(); ++k) {
         const auto name = index.name(t, k);
         const bool unary = unaryInplaceOps().count(name) > 0;
@@ -201,8 +200,9 @@ std::vector<InplaceCandidate> inplaceCandidates(const Report& r)
         const std::size_t in = reads[0];
         if (t.action[in] != Action::Alloc || t.ledger[in] != Ledger::Activations || t.partner[in] == kNoPartner)
             continue;
-        if (index.last_reader[in] != k + 1 || replaced.count(in))
-            continue; // read later (or by the caller), or itself gone in place
+        if (index.last_reader[in] != k + 1)
+            continue; // read later (or by the caller); an input that is itself an in-place output is a chain
+                      // (a += b; a *= c), which the prediction follows to the first op's input
         auto outs = index.outputs(t, k);
         if (outs.size() != 1 || t.bytes[outs[0]] != t.bytes[in] || t.ledger[outs[0]] != Ledger::Activations)
             continue;
@@ -212,7 +212,6 @@ std::vector<InplaceCandidate> inplaceCandidates(const Report& r)
         c.output_alloc = static_cast<std::int32_t>(outs[0]);
         c.op_name = name;
         c.module = t.strings.at(t.where[outs[0]]);
-        replaced.insert(outs[0]);
         out.push_back(std::move(c));
     }
     return out;
@@ -454,12 +453,16 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
             std::vector<char> drop(t.size(), 0);
             std::vector<std::pair<std::size_t, std::size_t>> refree;
             auto m = base("inplace", "In-place activations (" + std::to_string(cands.size()) + ")");
+            std::map<std::size_t, std::size_t> root; // an in-place output -> the block it is written into
             for (const auto& c : cands) {
                 auto in = static_cast<std::size_t>(c.input_alloc), o = static_cast<std::size_t>(c.output_alloc);
+                auto r0 = root.find(in);
+                const std::size_t block = r0 == root.end() ? in : r0->second; // a chain writes into its first input
                 drop[o] = 1;
                 drop[static_cast<std::size_t>(t.partner[in])] = 1;
                 if (t.partner[o] != kNoPartner)
-                    refree.emplace_back(static_cast<std::size_t>(t.partner[o]), in);
+                    refree.emplace_back(static_cast<std::size_t>(t.partner[o]), block);
+                root[o] = block;
                 m.details.push_back((c.module.empty() ? std::string("(root)") : c.module) + " (" + c.op_name
                     + "): " + inplaceHint(c.op_name) + ", saves a " + formatBytes(t.bytes[o]) + " block");
             }
