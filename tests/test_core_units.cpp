@@ -67,6 +67,25 @@ TEST(ModulePath, ResolvesUnrolledModuleListsInCallOrder)
     EXPECT_EQ(r.resolve({"TOP(Net)::forward", "0(Conv2d)::forward"}, 9, "loc.0"), "loc.0");
 }
 
+TEST(ModulePath, FindsAModuleCalledThroughANestedAttribute)
+{
+    // Net.forward calls self.body.inner(x): TorchScript's frame names only "inner".
+    ModulePathResolver r({{"", "Net"}, {"body", "Body"}, {"body.inner", "Inner"}, {"body.inner.conv", "Conv2d"},
+        {"body.proj", "Conv2d"}, {"head", "Conv2d"}, {"head2", "Head"}, {"head2.proj", "Conv2d"}});
+    EXPECT_EQ(r.resolve({"TOP(Net)::forward", "inner(Inner)::forward", "conv(Conv2d)::forward"}, 0),
+        "body.inner.conv");
+    // Two modules of that name and type: the op's weight decides.
+    EXPECT_EQ(r.resolve({"TOP(Net)::forward", "proj(Conv2d)::forward"}, 1, "head2.proj"), "head2.proj");
+    EXPECT_EQ(r.resolve({"TOP(Net)::forward", "proj(Conv2d)::forward"}, 3, "body.proj"), "body.proj");
+    // `self.body.proj(y)` beside a top-level `self.proj`: the frame says "proj", the op's weight says which.
+    ModulePathResolver both({{"", "Net"}, {"body", "Body"}, {"body.proj", "Conv2d"}, {"proj", "Conv2d"}});
+    EXPECT_EQ(both.resolve({"TOP(Net)::forward", "proj(Conv2d)::forward"}, 0, "body.proj"), "body.proj");
+    EXPECT_EQ(both.resolve({"TOP(Net)::forward", "proj(Conv2d)::forward"}, 2, "proj"), "proj");
+    EXPECT_EQ(both.resolve({"TOP(Net)::forward", "proj(Conv2d)::forward"}, 4), "proj");
+    // Called the ordinary way, the frames name every level.
+    EXPECT_EQ(r.resolve({"TOP(Net)::forward", "body(Body)::forward", "proj(Conv2d)::forward"}, 5), "body.proj");
+}
+
 TEST(Cli, ParsesShapesAndRejectsNonsense)
 {
     auto o = parseCli({"analyze", "m.pt", "--input", "1x3x224x224,1x10", "--batch", "8", "--dtype", "bfloat16"});

@@ -83,7 +83,8 @@ TEST_P(ModelTruth, EveryAllocationHasOneLedgerAndTheReportRoundTrips)
 
 INSTANTIATE_TEST_SUITE_P(Models, ModelTruth,
     ::testing::Values(
-        "resnet18_scripted", "resnet18_traced", "mobilenet_v2", "small_inplace", "transformer_layer", "demo"));
+        "resnet18_scripted", "resnet18_traced", "mobilenet_v2", "small_inplace", "transformer_layer", "demo",
+        "nested_attribute"));
 
 TEST(LoadTax, Float16FileDoublesAsFloat32)
 {

@@ -84,6 +84,32 @@ std::vector<std::string> ModulePathResolver::candidates(
     }
     if (out.empty() && t != type_of_.end())
         out.push_back(direct);
+    if (out.empty())
+        out = nestedCandidates(parent, name, type);
+    return out;
+}
+
+std::vector<std::string> ModulePathResolver::nestedCandidates(
+    const std::string& parent, const std::string& name, const std::string& type) const
+{
+    // A module reached through a nested attribute (`self.body.inner(x)` in the parent's forward): the frame
+    // names only the last attribute. Any module below parent's children with that name and type.
+    std::vector<std::string> out;
+    std::vector<std::string> below {parent};
+    while (!below.empty()) {
+        auto p = below.back();
+        below.pop_back();
+        auto c = children_.find(p);
+        if (c == children_.end())
+            continue;
+        for (auto it = c->second.rbegin(); it != c->second.rend(); ++it)
+            below.push_back(*it);
+        for (const auto& child : c->second) {
+            auto dot = child.rfind('.');
+            if (p != parent && child.compare(dot + 1, std::string::npos, name) == 0 && type_of_.at(child) == type)
+                out.push_back(child);
+        }
+    }
     return out;
 }
 
@@ -98,6 +124,13 @@ std::string ModulePathResolver::resolve(
         if (found.empty()) {
             path = join(path, name); // unknown to the tree: keep what the frame says
             continue;
+        }
+        auto under = [&hint](const std::string& p) { return hint == p || hint.rfind(p + ".", 0) == 0; };
+        if (found.size() == 1 && !hint.empty() && !under(found.front())) {
+            // `self.body.proj(y)` beside a `self.proj`: the frame says "proj", the op's weight says which.
+            for (const auto& n : nestedCandidates(path, name, type))
+                if (under(n))
+                    found = {n};
         }
         if (found.size() == 1) {
             path = found.front();

@@ -32,6 +32,8 @@ private:
     };
     std::vector<std::string> candidates(
         const std::string& parent, const std::string& name, const std::string& type) const;
+    std::vector<std::string> nestedCandidates(
+        const std::string& parent, const std::string& name, const std::string& type) const;
     std::unordered_map<std::string, std::string> type_of_;
     std::map<std::string, std::vector<std::string>> children_;
     std::unordered_map<std::string, Ambiguity> ambiguous_;
