@@ -445,14 +445,14 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
         }
     }
 
-    // In-place activations.
+    // In place: activations, and a sum or product written into its first operand.
     if (model) {
         auto cands = inplaceCandidates(r);
         if (!cands.empty()) {
             const Trace& t = *r.trace;
             std::vector<char> drop(t.size(), 0);
             std::vector<std::pair<std::size_t, std::size_t>> refree;
-            auto m = base("inplace", "In-place activations (" + std::to_string(cands.size()) + ")");
+            auto m = base("inplace", "In-place ops (" + std::to_string(cands.size()) + ")");
             std::map<std::size_t, std::size_t> root; // an in-place output -> the block it is written into
             for (const auto& c : cands) {
                 auto in = static_cast<std::size_t>(c.input_alloc), o = static_cast<std::size_t>(c.output_alloc);
