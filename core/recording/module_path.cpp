@@ -55,33 +55,12 @@ ModulePathResolver::ModulePathResolver(std::vector<Module> modules)
 std::vector<std::string> ModulePathResolver::candidates(
     const std::string& parent, const std::string& name, const std::string& type) const
 {
-    std::vector<std::string> out;
     auto direct = join(parent, name);
     auto t = type_of_.find(direct);
     if (t != type_of_.end() && t->second == type)
         return {direct};
     // Look through containers below parent (a ModuleList holding ModuleLists too).
-    std::vector<std::string> todo {parent};
-    while (!todo.empty()) {
-        auto p = todo.back();
-        todo.pop_back();
-        auto c = children_.find(p);
-        if (c == children_.end())
-            continue;
-        for (auto it = c->second.rbegin(); it != c->second.rend(); ++it) {
-            const auto& child = *it;
-            const auto& ct = type_of_.at(child);
-            if (child != direct && isContainer(ct))
-                todo.push_back(child);
-        }
-        for (const auto& child : c->second) {
-            if (p == parent)
-                continue;
-            auto dot = child.rfind('.');
-            if (child.compare(dot + 1, std::string::npos, name) == 0 && type_of_.at(child) == type)
-                out.push_back(child);
-        }
-    }
+    auto out = below(parent, name, type, true);
     if (out.empty() && t != type_of_.end())
         out.push_back(direct);
     if (out.empty())
@@ -94,16 +73,24 @@ std::vector<std::string> ModulePathResolver::nestedCandidates(
 {
     // A module reached through a nested attribute (`self.body.inner(x)` in the parent's forward): the frame
     // names only the last attribute. Any module below parent's children with that name and type.
+    return below(parent, name, type, false);
+}
+
+std::vector<std::string> ModulePathResolver::below(
+    const std::string& parent, const std::string& name, const std::string& type, bool containersOnly) const
+{
     std::vector<std::string> out;
-    std::vector<std::string> below {parent};
-    while (!below.empty()) {
-        auto p = below.back();
-        below.pop_back();
+    const auto direct = join(parent, name);
+    std::vector<std::string> todo {parent};
+    while (!todo.empty()) {
+        auto p = todo.back();
+        todo.pop_back();
         auto c = children_.find(p);
         if (c == children_.end())
             continue;
         for (auto it = c->second.rbegin(); it != c->second.rend(); ++it)
-            below.push_back(*it);
+            if (!containersOnly || (*it != direct && isContainer(type_of_.at(*it))))
+                todo.push_back(*it);
         for (const auto& child : c->second) {
             auto dot = child.rfind('.');
             if (p != parent && child.compare(dot + 1, std::string::npos, name) == 0 && type_of_.at(child) == type)

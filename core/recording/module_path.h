@@ -34,6 +34,10 @@ private:
         const std::string& parent, const std::string& name, const std::string& type) const;
     std::vector<std::string> nestedCandidates(
         const std::string& parent, const std::string& name, const std::string& type) const;
+    // Modules named `name` of type `type` below parent's children (not its children themselves), in
+    // registration order; containersOnly: looking inside ModuleLists, ModuleDicts and Sequentials only.
+    std::vector<std::string> below(
+        const std::string& parent, const std::string& name, const std::string& type, bool containersOnly) const;
     std::unordered_map<std::string, std::string> type_of_;
     std::map<std::string, std::vector<std::string>> children_;
     std::unordered_map<std::string, Ambiguity> ambiguous_;
