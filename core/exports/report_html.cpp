@@ -165,7 +165,7 @@ body{font:14px system-ui,sans-serif;margin:24px;color:#222;background:#fff}
 h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:24px 0 8px}
 .muted{color:#666} table{border-collapse:collapse;font-size:13px}
 td,th{padding:2px 8px;text-align:right;border-bottom:1px solid #eee;white-space:nowrap}
-td:first-child,th:first-child,td.l{text-align:left}
+td:first-child,th:first-child,td.l,th.l{text-align:left}
 .bar{display:flex;height:28px;width:100%;max-width:900px;border:1px solid #ccc}
 .bar div{height:100%} .legend span{display:inline-block;margin-right:16px}
 .sw{display:inline-block;width:10px;height:10px;margin-right:4px}
