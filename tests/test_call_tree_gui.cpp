@@ -5,6 +5,7 @@
 #include "flame_graph.h"
 #include "main_window.h"
 #include "qt_test_app.h"
+#include "window_wait.h"
 #include "segment_map_view.h"
 #include "stack_pane.h"
 #include "synthetic_report.h"
@@ -16,7 +17,6 @@
 #include <QComboBox>
 #include <QDir>
 #include <QDockWidget>
-#include <QElapsedTimer>
 #include <QHeaderView>
 #include <QLineEdit>
 #include <QSignalSpy>
@@ -221,13 +221,8 @@ TEST(SnapshotWindow, CallStackViewsShowARealSnapshot)
         GTEST_SKIP() << "no snapshot at " << path.toStdString();
     MainWindow w;
     w.show();
-    QSignalSpy shown(&w, &MainWindow::reportChanged);
     w.openFile(path);
-    QElapsedTimer clock;
-    clock.start();
-    while (shown.isEmpty() && clock.elapsed() < 120000)
-        shown.wait(50);
-    ASSERT_FALSE(shown.isEmpty());
+    ASSERT_TRUE(waitForReport(w));
     auto* tabs = w.tabs();
     int tree = tabs->indexOf(w.callTree());
     ASSERT_GE(tree, 0);
@@ -269,13 +264,8 @@ TEST(ModelWindow, NoCallStackViewsForAModelRun)
     qtTestApp();
     MainWindow w;
     w.show();
-    QSignalSpy shown(&w, &MainWindow::reportChanged);
     w.openDemo();
-    QElapsedTimer clock;
-    clock.start();
-    while (shown.isEmpty() && clock.elapsed() < 300000)
-        shown.wait(50);
-    ASSERT_FALSE(shown.isEmpty());
+    ASSERT_TRUE(waitForReport(w, 300000));
     EXPECT_FALSE(w.tabs()->isTabVisible(w.tabs()->indexOf(w.callTree())));
     EXPECT_FALSE(w.stackDock()->isVisible());
 }

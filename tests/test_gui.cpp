@@ -4,6 +4,7 @@
 #include "ledger_summary.h"
 #include "main_window.h"
 #include "qt_test_app.h"
+#include "window_wait.h"
 #include "run_panel.h"
 #include "timeline_plot.h"
 #include "whatif_panel.h"
@@ -36,16 +37,6 @@ namespace {
 
 constexpr int kRunTimeoutMs = 120000;
 
-bool waitForReport(MainWindow& w)
-{
-    QSignalSpy shown(&w, &MainWindow::reportChanged);
-    QSignalSpy failed(&w, &MainWindow::runFailed);
-    QElapsedTimer clock;
-    clock.start();
-    while (shown.isEmpty() && failed.isEmpty() && clock.elapsed() < kRunTimeoutMs)
-        shown.wait(100);
-    return !shown.isEmpty();
-}
 
 int countRows(const QAbstractItemModel& m, const QModelIndex& parent = {})
 {

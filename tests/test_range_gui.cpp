@@ -6,6 +6,7 @@
 #include "ledger_summary.h"
 #include "main_window.h"
 #include "qt_test_app.h"
+#include "window_wait.h"
 #include "segment_timeline.h"
 #include "timeline_plot.h"
 
@@ -17,7 +18,6 @@
 #include "synthetic_report.h"
 
 #include <QDir>
-#include <QElapsedTimer>
 #include <QImage>
 #include <QTemporaryDir>
 #include <QSignalSpy>
@@ -32,8 +32,6 @@ using namespace memledger::test;
 
 namespace {
 
-constexpr int kTimeoutMs = 120000;
-
 QString snapshotPath(const char* name)
 {
     return QStringLiteral(MEMLEDGER_SNAPSHOTS "/") + QString::fromUtf8(name);
@@ -42,17 +40,6 @@ QString snapshotPath(const char* name)
 #define SKIP_WITHOUT_SNAPSHOTS()                                                                                   \
     if (!QDir(QStringLiteral(MEMLEDGER_SNAPSHOTS)).exists())                                                       \
     GTEST_SKIP() << "no snapshot folder at " << MEMLEDGER_SNAPSHOTS
-
-bool waitForReport(MainWindow& w)
-{
-    QSignalSpy shown(&w, &MainWindow::reportChanged);
-    QSignalSpy failed(&w, &MainWindow::runFailed);
-    QElapsedTimer clock;
-    clock.start();
-    while (shown.isEmpty() && failed.isEmpty() && clock.elapsed() < kTimeoutMs)
-        shown.wait(50);
-    return !shown.isEmpty();
-}
 
 nlohmann::json pythonTruths(const char* file)
 {
@@ -137,10 +124,7 @@ TEST(RangeWindow, ARangeRecomputesTheTreeAndThePeakPanel)
 {
     qtTestApp();
     MainWindow w;
-    w.resize(1400, 900);
-    w.show();
-    w.openFile(QStringLiteral("demo:mnist-train.pt"));
-    ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
+    ASSERT_TRUE(openAndWait(w, QStringLiteral("demo:mnist-train.pt"))) << w.errorText().toStdString();
     auto whole = w.report();
     const Trace& t = *whole->trace;
     const auto n = static_cast<std::uint32_t>(t.size());
@@ -195,10 +179,7 @@ TEST(SnapshotViews, TheTreeHasTheSnapshotsOwnColumns)
     SKIP_WITHOUT_SNAPSHOTS();
     qtTestApp();
     MainWindow w;
-    w.resize(1400, 900);
-    w.show();
-    w.openFile(snapshotPath("many-segments.pickle"));
-    ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
+    ASSERT_TRUE(openAndWait(w, snapshotPath("many-segments.pickle"))) << w.errorText().toStdString();
     auto* model = w.layerTree()->model();
     auto* view = w.layerTree()->view();
     QStringList shown;
@@ -236,10 +217,7 @@ TEST(SnapshotViews, ThePeakPanelFollowsTheDeviceAndTheChart)
     qtTestApp();
     auto truth = pythonTruths("oom-expandable-segments.pickle");
     MainWindow w;
-    w.resize(1400, 900);
-    w.show();
-    w.openFile(snapshotPath("oom-expandable-segments.pickle"));
-    ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
+    ASSERT_TRUE(openAndWait(w, snapshotPath("oom-expandable-segments.pickle"))) << w.errorText().toStdString();
     auto* summary = w.ledgerSummary();
     auto bytes = [](const nlohmann::json& v) { return QString::fromStdString(formatBytes(v.get<std::int64_t>())); };
     std::int64_t reserved = 0, allocated = 0;
@@ -286,10 +264,7 @@ TEST(SnapshotViews, NoTraceShowsTheEndStateAndNoTimestampsShowOrder)
     qtTestApp();
     auto truth = pythonTruths("bare-segment-list.pkl");
     MainWindow w;
-    w.resize(1400, 900);
-    w.show();
-    w.openFile(snapshotPath("bare-segment-list.pkl"));
-    ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
+    ASSERT_TRUE(openAndWait(w, snapshotPath("bare-segment-list.pkl"))) << w.errorText().toStdString();
     auto* plot = w.timeline();
     EXPECT_TRUE(plot->showsEndStateOnly());
     EXPECT_FALSE(plot->emptyText().contains(QStringLiteral("No allocation events")));

@@ -3,6 +3,7 @@
 #include "layer_tree_panel.h"
 #include "main_window.h"
 #include "qt_test_app.h"
+#include "window_wait.h"
 #include "run_panel.h"
 #include "segment_map_view.h"
 #include "segment_timeline.h"
@@ -40,17 +41,6 @@ QString snapshotDir()
     return env.isEmpty() ? QStringLiteral(MEMLEDGER_SNAPSHOTS) : env;
 }
 
-// Waits for the window to show a report (true) or fail (false).
-bool waitForReport(MainWindow& w)
-{
-    QSignalSpy shown(&w, &MainWindow::reportChanged);
-    QSignalSpy failed(&w, &MainWindow::runFailed);
-    QElapsedTimer clock;
-    clock.start();
-    while (shown.isEmpty() && failed.isEmpty() && clock.elapsed() < kTimeoutMs)
-        shown.wait(50);
-    return !shown.isEmpty();
-}
 
 #define SKIP_WITHOUT_SNAPSHOTS()                                                                                       \
     if (!QDir(snapshotDir()).exists())                                                                                 \
@@ -143,10 +133,7 @@ TEST(SnapshotWindowMoment, AClickOnTheTimelineMovesTheSegmentMap)
     SKIP_WITHOUT_SNAPSHOTS();
     qtTestApp();
     MainWindow w;
-    w.resize(1400, 900);
-    w.show();
-    w.openFile(snapshotDir() + QStringLiteral("/segment-alloc-and-free.pickle"));
-    ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
+    ASSERT_TRUE(openAndWait(w, snapshotDir() + QStringLiteral("/segment-alloc-and-free.pickle"))) << w.errorText().toStdString();
     const auto& s = *w.report()->snapshot;
     auto* map = w.segmentMap();
     auto* plot = w.timeline();
