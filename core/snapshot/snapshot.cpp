@@ -384,10 +384,12 @@ private:
         for (std::size_t i = 0; same && i < nKeys; ++i)
             same = items[2 * i].sameAs(layoutKeys_[i]);
         if (same) { // the keys of the dict before: a trace entry after a trace entry
-            for (std::size_t i = 0; i < nKeys; ++i)
+            for (std::size_t i = 0; i < nKeys; ++i) {
                 if (layoutSlots_[i] != kOtherKey)
                     f[layoutSlots_[i]] = &items[2 * i + 1];
-            other = layoutOther_;
+                else
+                    other = true;
+            }
         } else {
             for (std::size_t i = 0; i + 1 < items.size(); i += 2) {
                 const PickleValue& k = items[i];
@@ -404,7 +406,6 @@ private:
                 }
             }
             layoutCount_ = nKeys <= kLayoutKeys ? nKeys : SIZE_MAX;
-            layoutOther_ = other;
         }
         if (f[kAction])
             return reduceEntry(f, out);
@@ -461,8 +462,7 @@ private:
     static constexpr std::size_t kLayoutKeys = 12;
     PickleValue layoutKeys_[kLayoutKeys];
     std::int8_t layoutSlots_[kLayoutKeys] = {};
-    std::size_t layoutCount_ = SIZE_MAX;
-    bool layoutOther_ = false;
+    std::size_t layoutCount_ = SIZE_MAX; // each layout slot is right for its key, even after a refused dict
     ActionNames actions_;
     std::vector<std::uint32_t> ids_;
 };
