@@ -54,14 +54,17 @@ std::string usageText()
            "  memledger whatif MODEL.pt --mode train --checkpoint PATH[,PATH...]|auto [--budget SIZE]\n"
            "                    [--checkpoint-impl reentrant|non-reentrant] [RUN] [--json FILE]\n"
            "  memledger --help | --version\n\n"
-           "  SHAPE   input shapes, comma-separated: 1x3x224x224 or 1x128x512,1x128\n"
-           "  T       float32 | bfloat16 | float16 (weights and inputs are converted before the run)\n"
+           "  SHAPE   inputs, comma-separated, each a shape with an optional type and fill: 1x3x224x224 or\n"
+           "          2x512:int64,2x512:bool (token ids filled with 0, masks with false; =V fills V: 2x512:int64=7);\n"
+           "          types float32 (default), float16, bfloat16, int64, int32, bool\n"
+           "  T       float32 | bfloat16 | float16 (floating-point weights and inputs are converted before the run)\n"
            "  RUN     --mode inference|train (train: one training step: forward, loss, backward, optimizer)\n"
-           "          --optimizer sgd|adam|adamw|none (train; sgd: momentum 0.9)  --loss auto|sum|cross_entropy\n"
+           "          --optimizer sgd|adam|adamw|none (train; sgd: momentum 0.9)  --loss auto|sum|cross_entropy|next_token\n"
            "          --threads N (libtorch's intra-op threads)\n"
            "          --device cpu|cuda|cuda:N (a GPU needs a memledger built against a libtorch with CUDA)\n"
            "          --cudnn-benchmark on|off (CUDA: cuDNN's autotuner; default off)\n"
-           "  FILE    a TorchScript model (torch.jit.save), a memledger JSON report, or a CUDA memory snapshot\n"
+           "  FILE    a torch.export program (torch.export.save, .pt2), a TorchScript model (torch.jit.save), a\n"
+           "          memledger JSON report, or a CUDA memory snapshot\n"
            "          (torch.cuda.memory._dump_snapshot); no FILE: the built-in demo (RFBNet, 1x1x300x300);\n"
            "          demo:mnist-train.pt: seed 003's MNIST network, one SGD training step at batch 64\n\n"
            "Exit codes: 0 ok, 2 usage, 3 bad model file, 4 run failed.\n";
@@ -106,8 +109,11 @@ CliOptions parseCli(const std::vector<std::string>& args)
                 throw std::invalid_argument("--tile '" + v + "' is not a tile shape like 512x512");
             o.tile = shapes[0];
         }
-        else if (a == "--input")
-            o.run.inputs = parseShapes(value(a));
+        else if (a == "--input") {
+            auto parsed = parseInputs(value(a));
+            o.run.inputs = std::move(parsed.shapes);
+            o.run.input_types = std::move(parsed.types);
+        }
         else if (a == "--batch") {
             auto v = value(a);
             o.batches.clear();
@@ -151,8 +157,8 @@ CliOptions parseCli(const std::vector<std::string>& args)
                 throw std::invalid_argument("--optimizer '" + o.run.optimizer + "' is not sgd, adam, adamw or none");
         } else if (a == "--loss") {
             o.run.loss = value(a);
-            if (o.run.loss != "auto" && o.run.loss != "sum" && o.run.loss != "cross_entropy")
-                throw std::invalid_argument("--loss '" + o.run.loss + "' is not auto, sum or cross_entropy");
+            if (o.run.loss != "auto" && o.run.loss != "sum" && o.run.loss != "cross_entropy" && o.run.loss != "next_token")
+                throw std::invalid_argument("--loss '" + o.run.loss + "' is not auto, sum, cross_entropy or next_token");
         } else if (a == "--threads") {
             o.run.threads = static_cast<int>(parsePositive("--threads", value(a)));
         } else if (a == "--device") {

@@ -375,8 +375,10 @@ void MainWindow::fileOpened(std::shared_ptr<const OpenedFile> file, const QStrin
     setWindowTitle(QStringLiteral("%1 — memledger").arg(displayName()));
     runPanel_->setRunnable(opened_->kind == FileKind::Model);
     runPanel_->setMode(opened_->default_mode);
+    if (!opened_->default_optimizer.empty())
+        runPanel_->setOptimizer(opened_->default_optimizer);
     if (!opened_->default_inputs.empty())
-        runPanel_->setInputs(shapesToText(opened_->default_inputs), tr("(demo input)"));
+        runPanel_->setInputs(shapesToText(opened_->default_inputs, opened_->default_input_types), tr("(demo input)"));
     else if (fileIsSnapshot_)
         runPanel_->setInputs(QString(), tr("(CUDA memory snapshot)"));
     else if (fileIsReport_)
@@ -456,7 +458,7 @@ void MainWindow::showReport(std::shared_ptr<const Report> report)
     tree_->setReport(report_);
     summary_->setReport(report_);
     if (report_ && report_->source == "model" && !fileIsReport_ && !report_->run.input_shapes.empty()) {
-        auto shapes = shapesToText(report_->run.input_shapes);
+        auto shapes = shapesToText(report_->run.input_shapes, report_->run.input_types);
         if (shapes != runPanel_->inputsText())
             runPanel_->setInputs(shapes, report_->run.input_guessed ? tr("(guess)") : QString());
     }
@@ -685,6 +687,7 @@ void MainWindow::recordWhatIf(const Report& report)
     whatIfPanel_->setWhatIf(nullptr);
     RunOptions base;
     base.inputs = report.run.input_shapes;
+    base.input_types = report.run.input_types;
     base.dtype = "float32";
     // The what-if records the run the window shows: a training step is predicted as a training step.
     base.mode = report.run.mode;
@@ -819,8 +822,10 @@ void MainWindow::compareWith(const QString& path)
         return;
     }
     // Another model takes the panel's shapes only when they were given, not guessed for A.
-    if (!sameFile && (report_->run.input_guessed || !opened_ || opened_->kind != FileKind::Model))
+    if (!sameFile && (report_->run.input_guessed || !opened_ || opened_->kind != FileKind::Model)) {
         request.options.inputs.clear();
+        request.options.input_types.clear();
+    }
     compareFile_ = path;
     clearError();
     statusBar()->showMessage(tr("Compare with %1: opening and running it as B…").arg(QFileInfo(path).fileName()));

@@ -66,6 +66,7 @@ RunPanel::RunPanel(QWidget* parent)
     loss_->addItem(tr("auto"), QStringLiteral("auto"));
     loss_->addItem(tr("sum"), QStringLiteral("sum"));
     loss_->addItem(tr("cross-entropy"), QStringLiteral("cross_entropy"));
+    loss_->addItem(tr("next token (language model)"), QStringLiteral("next_token"));
     loss_->setToolTip(tr("The loss the backward starts from; auto: cross-entropy for a 2-D output, else the sum"));
     for (auto* box : {optimizer_, loss_})
         box->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
@@ -126,8 +127,11 @@ RunOptions RunPanel::options() const
 {
     RunOptions o;
     auto text = inputs_->text().trimmed();
-    if (!text.isEmpty())
-        o.inputs = parseShapes(text.toStdString());
+    if (!text.isEmpty()) {
+        auto parsed = parseInputs(text.toStdString());
+        o.inputs = std::move(parsed.shapes);
+        o.input_types = std::move(parsed.types);
+    }
     if (batch_->value() > 0)
         o.batch = batch_->value();
     o.dtype = dtype();

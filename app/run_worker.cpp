@@ -2,17 +2,15 @@
 
 #include "demo_model.h"
 #include "support/errors.h"
+#include "support/format.h"
 
 #include <QStringList>
 
 namespace memledger {
 
-QString shapesToText(const std::vector<Shape>& shapes)
+QString shapesToText(const std::vector<Shape>& shapes, const std::vector<InputType>& types)
 {
-    QStringList parts;
-    for (const auto& s : shapes)
-        parts << QString::fromStdString(shapeToString(s));
-    return parts.join(QLatin1Char(','));
+    return QString::fromStdString(inputsToString(shapes, types));
 }
 
 RunWorker::RunWorker(QObject* parent)
@@ -59,8 +57,9 @@ quint64 RunWorker::start(RunRequest request)
                   }
                   if (file->model && options.inputs.empty() && file->default_inputs.empty()) {
                       std::string how;
-                      auto guess = file->model->guessInputs(&how);
-                      auto text = shapesToText(guess);
+                      std::vector<InputType> types;
+                      auto guess = file->model->guessInputs(&how, &types);
+                      auto text = shapesToText(guess, types);
                       auto howText = QString::fromStdString(how);
                       deliver(job, [this, job, text, howText] { emit inputsGuessed(job, text, howText); });
                   }

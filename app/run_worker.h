@@ -54,6 +54,7 @@ private:
     bool running_ = false;
 };
 
-QString shapesToText(const std::vector<Shape>& shapes); // "1x3x224x224,1x10"
+// "1x3x224x224,1x10", "2x512:int64,2x512:bool"
+QString shapesToText(const std::vector<Shape>& shapes, const std::vector<InputType>& types = {});
 
 } // namespace memledger

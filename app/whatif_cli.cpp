@@ -26,10 +26,15 @@ WhatIfTable computeWhatIfTable(const OpenedFile& file, const CliOptions& o, std:
     RunOptions base = o.run;
     base.batch.reset();
     base.dtype = "float32";
-    if (base.inputs.empty())
+    if (base.inputs.empty()) {
         base.inputs = file.default_inputs;
-    if (base.mode.empty())
+        base.input_types = file.default_input_types;
+    }
+    if (base.mode.empty()) {
         base.mode = file.default_mode;
+        if (!file.default_optimizer.empty() && base.optimizer == "sgd")
+            base.optimizer = file.default_optimizer;
+    }
     // Records at log-spaced batches while the machine can run them within a few seconds each, so that kernels
     // that switch algorithm at larger batches are seen; beyond the largest record figures are extrapolated.
     WhatIf::Plan plan;

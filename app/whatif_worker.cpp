@@ -39,7 +39,7 @@ quint64 WhatIfWorker::record(std::shared_ptr<const OpenedFile> file, RunOptions 
         if (!file || !file->model)
             return;
         base.cancel = cancel;
-        base.inputs = file->inputsFor(base);
+        base.inputs = file->inputsFor(base, nullptr, &base.input_types);
         if (base.mode.empty())
             base.mode = file->default_mode;
         base.batch.reset();

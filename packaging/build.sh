@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # Installs what is missing, configures and builds memledger.
-#   default:              Debian's packages (libtorch 1.13, CPU) into build/
-#   MEMLEDGER_TORCH=pip:  PyTorch 2.x from pip (.venv-torch/, CUDA build) into build-torch2/, same sources
+#   default (or MEMLEDGER_TORCH=pip): PyTorch 2.x from pip (.venv-torch/, CUDA build) into build/
+#   MEMLEDGER_TORCH=debian:           Debian's packages (libtorch 1.13, CPU) into build-debian/, same sources
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./packaging/install-deps.sh
 case "${MEMLEDGER_TORCH:-}" in
-  "" | debian)
-    if [ ! -f build/CMakeCache.txt ]; then
-      cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  debian)
+    if [ ! -f build-debian/CMakeCache.txt ]; then
+      cmake -S . -B build-debian -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
     fi
-    cmake --build build -j2
+    cmake --build build-debian -j2
     ;;
-  pip)
+  "" | pip)
     ./packaging/torch-venv.sh
-    if [ ! -f build-torch2/CMakeCache.txt ]; then
+    if [ ! -f build/CMakeCache.txt ]; then
       torch_dir=$(.venv-torch/bin/python -c 'import os, torch; print(os.path.dirname(torch.__file__))')
       # Torch's CMake config finds CUDA itself (the machine's nvcc; a GPU is not needed to build). Its libraries
       # are looked for in the wheel first (CMAKE_LIBRARY_PATH): Debian's libtorch must not be picked up.
@@ -22,14 +22,14 @@ case "${MEMLEDGER_TORCH:-}" in
       if command -v nvcc >/dev/null; then
         cuda_args+=("-DCMAKE_CUDA_COMPILER=$(command -v nvcc)")
       fi
-      cmake -S . -B build-torch2 -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         -DCMAKE_PREFIX_PATH="$torch_dir/share/cmake" -DCMAKE_LIBRARY_PATH="$torch_dir/lib" \
         -DMEMLEDGER_PYTHON="$PWD/.venv-torch/bin/python" "${cuda_args[@]}" >/dev/null
     fi
-    cmake --build build-torch2 -j2
+    cmake --build build -j2
     ;;
   *)
-    echo "memledger: MEMLEDGER_TORCH='${MEMLEDGER_TORCH}' is not 'pip' (or unset: Debian's libtorch)" >&2
+    echo "memledger: MEMLEDGER_TORCH='${MEMLEDGER_TORCH}' is not 'pip' (or unset: PyTorch 2 from pip) or 'debian' (libtorch 1.13)" >&2
     exit 2
     ;;
 esac

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# MEMLEDGER_TORCH=pip: PyTorch 2.x from pip in .venv-torch/ at the repository root (git-ignored, reused when
+# PyTorch 2.x from pip (the default build; MEMLEDGER_TORCH=pip names it too) in .venv-torch/ at the repository root (git-ignored, reused when
 # present). The wheel carries libtorch's headers, CMake config and CUDA libraries; torchvision and pillow make
 # the test fixtures. Prints nothing; the venv's python is .venv-torch/bin/python.
 set -euo pipefail

@@ -16,12 +16,20 @@ asm(".section .rodata\n"
     ".incbin \"" MEMLEDGER_DEMO_MNIST "\"\n"
     ".global memledger_mnist_end\n"
     "memledger_mnist_end:\n"
+    ".balign 64\n"
+    ".global memledger_gpt_start\n"
+    "memledger_gpt_start:\n"
+    ".incbin \"" MEMLEDGER_DEMO_GPT "\"\n"
+    ".global memledger_gpt_end\n"
+    "memledger_gpt_end:\n"
     ".previous\n");
 
 extern "C" const char memledger_demo_start[];
 extern "C" const char memledger_demo_end[];
 extern "C" const char memledger_mnist_start[];
 extern "C" const char memledger_mnist_end[];
+extern "C" const char memledger_gpt_start[];
+extern "C" const char memledger_gpt_end[];
 
 namespace memledger {
 
@@ -30,6 +38,8 @@ const std::vector<DemoModel>& demoModels()
     static const std::vector<DemoModel> demos {
         {kDemoModelName, "RFBNet, inference (seed 000)", {{1, 1, 300, 300}}, "inference"},
         {"demo:mnist-train.pt", "MNIST training step (seed 003)", {{64, 1, 28, 28}}, "train"},
+        {"demo:gpt.pt2", "Small GPT, inference (torch.export, tied head)", {{4, 256}}, "inference", "int64"},
+        {"demo:gpt-train.pt2", "Small GPT, AdamW training step (torch.export)", {{8, 256}}, "train", "int64"},
     };
     return demos;
 }
@@ -40,6 +50,8 @@ std::string demoModelBytes(const std::string& name)
         return std::string(memledger_demo_start, memledger_demo_end);
     if (name == "demo:mnist-train.pt")
         return std::string(memledger_mnist_start, memledger_mnist_end);
+    if (name == "demo:gpt.pt2" || name == "demo:gpt-train.pt2")
+        return std::string(memledger_gpt_start, memledger_gpt_end);
     return {};
 }
 
@@ -55,11 +67,19 @@ OpenedFile openFileOrDemo(const std::string& path, const SnapshotReadOptions& re
         return openFile(path, read);
     for (const auto& d : demoModels())
         if (name == d.name) {
-            auto f = openModelBytes(demoModelBytes(name), name, d.inputs);
+            std::vector<InputType> types(d.inputs.size());
+            for (auto& t : types)
+                t.dtype = d.input_dtype;
+            auto f = openModelBytes(demoModelBytes(name), name, d.inputs, types);
             f.default_mode = d.mode;
+            if (std::string(d.name) == "demo:gpt-train.pt2")
+                f.default_optimizer = "adamw";
             return f;
         }
-    throw FileError(path, "no such built-in demo (there are demo:rfbnet.pt and demo:mnist-train.pt)");
+    std::string names;
+    for (const auto& d : demoModels())
+        names += (names.empty() ? "" : ", ") + std::string(d.name);
+    throw FileError(path, "no such built-in demo (there are " + names + ")");
 }
 
 } // namespace memledger

@@ -1,6 +1,7 @@
 #include "timeline_png.h"
 
 #include "allocator/segment_history.h"
+#include "support/format.h"
 #include "timeline_plot.h"
 
 #include <QFileInfo>
@@ -26,17 +27,11 @@ QString timelinePngTitle(const Report& report)
 QString timelinePngSettings(const Report& report)
 {
     const auto& run = report.run;
-    QStringList shapes;
-    for (const auto& shape : run.input_shapes) {
-        QStringList dims;
-        for (auto d : shape)
-            dims << QString::number(d);
-        shapes << dims.join(QLatin1Char('x'));
-    }
     QStringList parts;
-    if (!shapes.isEmpty())
+    if (!run.input_shapes.empty())
         parts << QStringLiteral("inputs %1%2")
-                     .arg(shapes.join(QLatin1Char(',')), run.input_guessed ? QStringLiteral(" (guess)") : QString());
+                     .arg(QString::fromStdString(inputsToString(run.input_shapes, run.input_types)),
+                         run.input_guessed ? QStringLiteral(" (guess)") : QString());
     parts << QStringLiteral("batch %1").arg(run.batch) << QString::fromStdString(run.dtype)
           << QString::fromStdString(run.device);
     if (run.mode == "train")

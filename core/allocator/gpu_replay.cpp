@@ -17,7 +17,8 @@ std::int64_t ResidentSet::bytes() const
 
 
 ResidentSet residentBlocks(const ModelInfo& model, const std::string& dtype, std::int64_t weightBytes,
-    std::int64_t optimizerStateBytes, const std::vector<Shape>& inputs, int inputWidth, std::int64_t inputBytes)
+    std::int64_t optimizerStateBytes, const std::vector<Shape>& inputs, const std::vector<InputType>& inputTypes,
+    std::int64_t inputBytes)
 {
     ResidentSet set;
     const auto width = dtypeSize(dtype);
@@ -49,8 +50,8 @@ ResidentSet residentBlocks(const ModelInfo& model, const std::string& dtype, std
             set.blocks.push_back(optimizerStateBytes - placed);
     }
     std::int64_t placedInputs = 0;
-    for (const auto& shape : inputs) {
-        auto bytes = numelOf(shape) * inputWidth;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+        auto bytes = numelOf(inputs[i]) * dtypeSize(inputTypeAt(inputTypes, i).runDtype(dtype));
         if (bytes > 0) {
             set.blocks.push_back(bytes);
             placedInputs += bytes;
@@ -63,9 +64,8 @@ ResidentSet residentBlocks(const ModelInfo& model, const std::string& dtype, std
 
 ResidentSet residentBlocksOf(const Report& r)
 {
-    const bool floating = isFloatingDtype(r.run.dtype);
     return residentBlocks(r.model, r.run.dtype, r.weight_bytes, r.optimizer_state_bytes, r.run.input_shapes,
-        floating ? dtypeSize(r.run.dtype) : 4, r.input_bytes);
+        r.run.input_types, r.input_bytes);
 }
 
 void pushResidentBlocks(Trace& out, const ResidentSet& set, std::int8_t device)

@@ -29,7 +29,8 @@ struct ResidentSet {
 // `weightBytes`: the resident total, for a model whose tensors are not listed (a reopened report); inputs
 // and targets: one block of `inputBytes` when `inputs` is empty.
 ResidentSet residentBlocks(const ModelInfo& model, const std::string& dtype, std::int64_t weightBytes,
-    std::int64_t optimizerStateBytes, const std::vector<Shape>& inputs, int inputWidth, std::int64_t inputBytes);
+    std::int64_t optimizerStateBytes, const std::vector<Shape>& inputs, const std::vector<InputType>& inputTypes,
+    std::int64_t inputBytes);
 // The resident set of a report's run.
 ResidentSet residentBlocksOf(const Report& r);
 // Appends the blocks as allocations at time 0 on `device`, at addresses no run uses.

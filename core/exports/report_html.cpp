@@ -345,7 +345,7 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
     } else {
         out << "input ";
         for (std::size_t i = 0; i < r.run.input_shapes.size(); ++i)
-            out << (i ? ", " : "") << shapeToString(r.run.input_shapes[i]);
+            out << (i ? ", " : "") << htmlEscape(inputToString(r.run.input_shapes[i], inputTypeAt(r.run.input_types, i)));
         out << (r.run.input_guessed ? " (guessed)" : "") << " &middot; batch " << r.run.batch << " &middot; "
             << htmlEscape(r.run.dtype) << " &middot; " << htmlEscape(r.run.mode) << " on " << htmlEscape(r.run.device);
         if (r.run.mode == "train")

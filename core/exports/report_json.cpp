@@ -1,3 +1,4 @@
+#include "support/format.h"
 #include "exports/report_json.h"
 #include "whatif/whatif.h"
 #include "whatif/remedies.h"
@@ -207,7 +208,10 @@ json reportToJson(const Report& r, bool withEvents)
     json shapes = json::array();
     for (const auto& s : r.run.input_shapes)
         shapes.push_back(s);
-    j["run"] = {{"input_shapes", shapes}, {"input_guessed", r.run.input_guessed}, {"batch", r.run.batch},
+    json inputs = json::array(); // "2x512:int64": shape and type, as --input takes them
+    for (std::size_t i = 0; i < r.run.input_shapes.size(); ++i)
+        inputs.push_back(inputToString(r.run.input_shapes[i], inputTypeAt(r.run.input_types, i)));
+    j["run"] = {{"input_shapes", shapes}, {"inputs", inputs}, {"input_guessed", r.run.input_guessed}, {"batch", r.run.batch},
         {"dtype", r.run.dtype}, {"mode", r.run.mode}, {"device", r.run.device}, {"threads", r.run.threads},
         {"duration_ms", r.run.duration_ms}};
     if (r.run.mode == "train") {
@@ -305,6 +309,13 @@ Report reportFromJson(const json& j, const std::string& name)
         const auto& run = j.at("run");
         for (const auto& s : run.at("input_shapes"))
             r.run.input_shapes.push_back(s.get<Shape>());
+        if (run.contains("inputs")) { // the types (reports written before them have float32 inputs)
+            for (const auto& text : run.at("inputs")) {
+                auto parsed = parseInputs(text.get<std::string>());
+                r.run.input_types.push_back(parsed.types.front());
+            }
+            r.run.input_types.resize(r.run.input_shapes.size());
+        }
         r.run.input_guessed = run.value("input_guessed", false);
         r.run.batch = run.at("batch").get<std::int64_t>();
         r.run.dtype = run.at("dtype").get<std::string>();

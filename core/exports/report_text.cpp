@@ -111,7 +111,7 @@ std::string reportToText(const Report& r, int maxDepth)
     }
     out << "  file " << formatBytes(r.model.file_bytes) << ", input ";
     for (std::size_t i = 0; i < r.run.input_shapes.size(); ++i)
-        out << (i ? ", " : "") << shapeToString(r.run.input_shapes[i]);
+        out << (i ? ", " : "") << inputToString(r.run.input_shapes[i], inputTypeAt(r.run.input_types, i));
     out << (r.run.input_guessed ? " (guessed)" : "") << ", batch " << r.run.batch << ", " << r.run.dtype << ", "
         << r.run.mode << " on " << r.run.device;
     if (isTrainStep(r))

@@ -74,7 +74,7 @@ c10::Device resolveDevice(const std::string& device)
     }
     if (!builtWithCuda())
         throw RunError("--device " + device + ": this memledger was built without CUDA (" + torchBuildInfo()
-            + "); build it against a libtorch with CUDA (MEMLEDGER_TORCH=pip ./packaging/test.sh)");
+            + "); build it against a libtorch with CUDA (the default build, ./packaging/build.sh)");
     auto count = static_cast<int>(torch::cuda::device_count());
     if (count == 0)
         throw RunError("--device " + device + ": no CUDA GPU was found (" + torchBuildInfo()

@@ -14,6 +14,7 @@ namespace memledger {
 
 struct RunOptions {
     std::vector<Shape> inputs; // empty: guess from the model
+    std::vector<InputType> input_types; // per input (float32 where shorter): --input 2x512:int64
     std::optional<std::int64_t> batch; // replaces dim 0 of every input
     std::string dtype = "float32"; // float32 | bfloat16 | float16
     // Called from the running thread: modules done, modules in the model.
@@ -79,8 +80,9 @@ public:
     const ModelInfo& info() const;
     // The module tree: paths, types, weight bytes as stored in the file.
     const std::vector<LayerStats>& modules() const;
-    // A guess at the input from the first Conv2d or Linear weight; empty if there is none.
-    std::vector<Shape> guessInputs(std::string* how = nullptr) const;
+    // A guess at the input from the first Embedding (1x128 token ids), Conv2d or Linear weight; empty if there is
+    // none. `types`, when given, gets the guessed input's type.
+    std::vector<Shape> guessInputs(std::string* how = nullptr, std::vector<InputType>* types = nullptr) const;
     // Inference: eval mode, no grad, one warm-up run, then the recorded run. Train: train mode, one warm-up
     // step, gradients set to None, then the recorded step. Throws RunError or Cancelled.
     // Thread-safe: runs of one Model from several threads take turns.

@@ -1,5 +1,6 @@
 #pragma once
 // Private to core: the libtorch side of Model. Included by model_loader.cpp and run_recorder.cpp only.
+#include "recording/exported_program.h"
 #include "recording/model.h"
 
 #include <torch/optim/optimizer.h>
@@ -10,29 +11,53 @@
 namespace memledger {
 
 struct Model::Impl {
-    torch::jit::Module module;
+    torch::jit::Module module; // a TorchScript model (torch.jit.save)
+    std::unique_ptr<ExportedProgram> program; // or a torch.export program (.pt2); then `module` is unused
     ModelInfo info;
     std::vector<LayerStats> modules;
     std::string current_dtype; // dtype the weights are converted to now; "" = as loaded
     std::string current_device = "cpu"; // where the weights are now
     mutable std::mutex run_mutex; // one run at a time: a run converts the weights and records thread-locally
+
+    // What both kinds of model do alike.
+    using Named = std::vector<std::pair<std::string, at::Tensor>>;
+    Named namedParameters(); // each tensor once (a tied weight under its first name)
+    Named namedBuffers();
+    struct Signature {
+        std::vector<std::string> names; // forward's inputs, `self` left out
+        std::size_t required = 0; // those without a default value
+    };
+    Signature signature();
+    // Runs forward; `onNode` (an exported program) is told each node's module path before it runs.
+    c10::IValue forward(const std::vector<c10::IValue>& inputs, const std::function<void(const std::string&)>& onNode = {});
+    void setTraining(bool train);
+    void convertFloating(c10::ScalarType scalar); // floating-point weights only, as nn.Module.to(dtype)
+    void moveTo(c10::Device device);
 };
 
 // Model::guessInputs for a caller that holds run_mutex already.
-std::vector<Shape> guessInputsLocked(Model::Impl& d, std::string* how);
+std::vector<Shape> guessInputsLocked(Model::Impl& d, std::string* how, std::vector<InputType>* types = nullptr);
 // A training step's pieces (training_step.cpp).
 bool isSupportedOptimizer(const std::string& name);
 bool isSupportedLoss(const std::string& name);
-std::vector<at::Tensor> trainableParameters(torch::jit::Module& module);
-std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const std::string& name, const std::vector<at::Tensor>& params);
-std::int64_t optimizerStateBytes(const torch::optim::Optimizer* optimizer); // its state tensors
+std::vector<at::Tensor> trainableParameters(Model::Impl& model);
+// The optimizer of a training step: SGD (momentum 0.9), Adam or AdamW with PyTorch's defaults, stepping as
+// PyTorch's per-parameter CPU loop does.
+class TrainOptimizer {
+public:
+    virtual ~TrainOptimizer() = default;
+    virtual void step() = 0;
+    virtual std::int64_t stateBytes() const = 0; // momentum buffers, exp_avg and exp_avg_sq
+};
+std::unique_ptr<TrainOptimizer> makeOptimizer(const std::string& name, const std::vector<at::Tensor>& params);
 void setGradientsToNone(const std::vector<at::Tensor>& params); // PyTorch 2's zero_grad()
 at::Tensor firstTensor(const c10::IValue& v);
 struct LossChoice {
-    std::string name; // "sum" | "cross_entropy"
+    std::string name; // "sum" | "cross_entropy" | "next_token"
     std::vector<std::int64_t> target_shape;
 };
-LossChoice chooseLoss(const c10::IValue& output, const std::string& requested); // throws RunError
+// `tokenInputs`: the model takes integer inputs (token ids). Throws RunError.
+LossChoice chooseLoss(const c10::IValue& output, const std::string& requested, bool tokenInputs);
 at::Tensor makeTargets(const LossChoice& loss); // class-0 targets for cross-entropy; undefined for sum
 at::Tensor lossOf(const c10::IValue& output, const LossChoice& loss, const at::Tensor& targets);
 

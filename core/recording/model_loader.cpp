@@ -2,10 +2,14 @@
 
 #include "support/errors.h"
 
+#include <caffe2/serialize/inline_container.h>
+#include <torch/version.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <unordered_set>
 
 namespace memledger {
 
@@ -19,6 +23,12 @@ c10::ScalarType scalarTypeFor(const std::string& dtype)
         return c10::kBFloat16;
     if (dtype == "float16")
         return c10::kHalf;
+    if (dtype == "int64")
+        return c10::kLong;
+    if (dtype == "int32")
+        return c10::kInt;
+    if (dtype == "bool")
+        return c10::kBool;
     throw RunError("unknown dtype '" + dtype + "' (use float32, bfloat16 or float16)");
 }
 
@@ -93,12 +103,21 @@ std::string explainLoadFailure(const std::string& head, const std::string& tail,
 void collect(Model::Impl& d)
 {
     auto& info = d.info;
-    info.type = typeName(d.module);
+    std::vector<std::pair<std::string, std::string>> tree; // path, type; parents first
+    if (d.program) {
+        info.type = d.program->rootType();
+        for (const auto& m : d.program->modules())
+            tree.emplace_back(m.path, m.path.empty() ? info.type : m.type);
+    } else {
+        info.type = typeName(d.module);
+        for (const auto& item : d.module.named_modules())
+            tree.emplace_back(item.name, typeName(item.value));
+    }
     std::map<std::string, int> index;
-    for (const auto& item : d.module.named_modules()) {
+    for (const auto& [path, type] : tree) {
         LayerStats row;
-        row.path = item.name;
-        row.type = typeName(item.value);
+        row.path = path;
+        row.type = type;
         auto dot = row.path.rfind('.');
         row.name = row.path.empty() ? row.type : (dot == std::string::npos ? row.path : row.path.substr(dot + 1));
         if (!row.path.empty()) {
@@ -126,24 +145,95 @@ void collect(Model::Impl& d)
             d.modules[m].weight_bytes += ti.bytes;
         info.tensors.push_back(std::move(ti));
     };
-    for (const auto& p : d.module.named_parameters(true))
-        addTensor(p.name, p.value, false);
-    for (const auto& b : d.module.named_buffers(true))
-        addTensor(b.name, b.value, true);
+    for (const auto& [name, t] : d.namedParameters())
+        addTensor(name, t, false);
+    for (const auto& [name, t] : d.namedBuffers())
+        addTensor(name, t, true);
+}
+
+bool isZip(const std::string& head)
+{
+    return head.size() >= 4 && head.compare(0, 4, std::string("PK\x03\x04", 4)) == 0;
+}
+
+// A zip archive that torch.export.save (or AOTInductor's packager) wrote: its program, or a FileError saying why
+// memledger cannot run it. Null when the archive is not one (a TorchScript archive, or not PyTorch's).
+std::unique_ptr<ExportedProgram> readExportedProgram(std::istream& in, const std::string& name)
+{
+    std::string kind;
+    std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
+    try {
+        reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(&in);
+        kind = exportedArchiveKind(*reader);
+    } catch (const std::exception&) {
+        return nullptr; // the TorchScript loader says what the file is
+    }
+    if (kind.empty())
+        return nullptr;
+    if (kind == "aotinductor")
+        throw FileError(name,
+            "an AOTInductor package (torch._inductor.aoti_compile_and_package): compiled kernels without the "
+            "graph or its modules, which memledger cannot record; open the program saved with torch.export.save "
+            "before compiling instead");
+    if (!canRunExportedPrograms())
+        throw FileError(name,
+            "a torch.export program (.pt2), which needs memledger's PyTorch 2 build; this one uses libtorch "
+            TORCH_VERSION " (./packaging/run.sh builds the PyTorch 2 one, the default)");
+    try {
+        return ExportedProgram::load(*reader);
+    } catch (const FileError&) {
+        throw;
+    } catch (const c10::Error& e) {
+        throw FileError(name, "a torch.export program that memledger cannot read: " + firstLine(e.what_without_backtrace()));
+    } catch (const std::exception& e) {
+        throw FileError(name, "a torch.export program that memledger cannot read: " + firstLine(e.what()));
+    }
+}
+
+// Why a TorchScript archive did not load, when a newer PyTorch than this build's wrote it (PyTorch 2 archives
+// carry .data/serialization_id and byteorder records, which 1.13 never wrote).
+std::string newerWriterNote(std::istream& in)
+{
+#if TORCH_VERSION_MAJOR < 2
+    try {
+        in.clear();
+        in.seekg(0);
+        caffe2::serialize::PyTorchStreamReader reader(&in);
+        if (reader.hasRecord(".data/serialization_id") || reader.hasRecord("byteorder"))
+            return "written by PyTorch 2, which this build's libtorch " TORCH_VERSION
+                   " cannot read; open it with memledger's PyTorch 2 build (./packaging/run.sh, the default)";
+    } catch (const std::exception&) {
+    }
+#else
+    (void)in;
+#endif
+    return {};
 }
 
 std::unique_ptr<Model::Impl> loadFrom(
     std::istream& in, const std::string& name, const std::string& head, const std::string& tail)
 {
     auto d = std::make_unique<Model::Impl>();
-    try {
-        d->module = torch::jit::load(in, torch::kCPU);
-    } catch (const c10::Error& e) {
-        throw FileError(name, explainLoadFailure(head, tail, firstLine(e.what_without_backtrace())));
-    } catch (const std::exception& e) {
-        throw FileError(name, explainLoadFailure(head, tail, firstLine(e.what())));
+    if (isZip(head)) {
+        d->program = readExportedProgram(in, name);
+        in.clear();
+        in.seekg(0);
     }
-    d->module.eval();
+    if (!d->program) {
+        std::string message;
+        try {
+            d->module = torch::jit::load(in, torch::kCPU);
+        } catch (const c10::Error& e) {
+            message = firstLine(e.what_without_backtrace());
+        } catch (const std::exception& e) {
+            message = firstLine(e.what());
+        }
+        if (!message.empty()) {
+            auto newer = newerWriterNote(in);
+            throw FileError(name, newer.empty() ? explainLoadFailure(head, tail, message) : newer + ": " + message);
+        }
+        d->module.eval();
+    }
     d->info.path = name;
     collect(*d);
     return d;
@@ -209,23 +299,52 @@ const std::vector<LayerStats>& Model::modules() const
     return d_->modules;
 }
 
-std::vector<Shape> Model::guessInputs(std::string* how) const
+std::vector<Shape> Model::guessInputs(std::string* how, std::vector<InputType>* types) const
 {
     std::lock_guard<std::mutex> lock(d_->run_mutex); // a run may be converting the weights meanwhile
-    return guessInputsLocked(*d_, how);
+    return guessInputsLocked(*d_, how, types);
 }
 
-std::vector<Shape> guessInputsLocked(Model::Impl& d, std::string* how)
+std::vector<Shape> guessInputsLocked(Model::Impl& d, std::string* how, std::vector<InputType>* types)
 {
-    for (const auto& p : d.module.named_parameters(true)) {
-        if (p.name.size() < 7 || p.name.compare(p.name.size() - 7, 7, ".weight") != 0)
+    if (d.program) { // the program knows its inputs: the example it was exported with
+        std::vector<Shape> shapes;
+        if (types)
+            types->clear();
+        for (const auto& in : d.program->inputs()) {
+            Shape s;
+            for (const auto& dim : in.dims)
+                s.push_back(dim.example);
+            shapes.push_back(s);
+            if (types) {
+                InputType t;
+                t.dtype = isInputDtype(in.dtype) ? in.dtype : "float32";
+                types->push_back(t);
+            }
+        }
+        if (how)
+            *how = "the sizes and types of the example the program was exported with";
+        return shapes;
+    }
+    if (types)
+        types->assign(1, InputType {});
+    for (const auto& [name, w] : d.namedParameters()) {
+        if (name.size() < 7 || name.compare(name.size() - 7, 7, ".weight") != 0)
             continue;
-        auto owner = p.name.substr(0, p.name.size() - 7);
+        auto owner = name.substr(0, name.size() - 7);
         std::string type;
         for (const auto& m : d.modules)
             if (m.path == owner)
                 type = m.type;
-        const auto& w = p.value;
+        if (type == "Embedding" && w.dim() == 2) {
+            // A language model: token ids, 0 being one in every vocabulary.
+            if (how)
+                *how = "guessed from " + owner + " (Embedding, " + std::to_string(w.size(0))
+                    + " tokens): 1x128 token ids";
+            if (types)
+                types->front().dtype = "int64";
+            return {{1, 128}};
+        }
         if (type == "Conv2d" && w.dim() == 4) {
             int side = 224;
             if (how)
@@ -245,6 +364,104 @@ std::vector<Shape> guessInputsLocked(Model::Impl& d, std::string* how)
         }
     }
     return {};
+}
+
+Model::Impl::Named Model::Impl::namedParameters()
+{
+    Named out;
+    if (program) {
+        for (const auto& t : program->parameters())
+            out.emplace_back(t.name, t.value);
+        return out;
+    }
+    // A weight shared by two modules (a tied LM head) is one tensor: counted, trained and converted once.
+    std::unordered_set<const void*> seen;
+    for (const auto& p : module.named_parameters(true))
+        if (!p.value.defined() || seen.insert(p.value.unsafeGetTensorImpl()).second)
+            out.emplace_back(p.name, p.value);
+    return out;
+}
+
+Model::Impl::Named Model::Impl::namedBuffers()
+{
+    Named out;
+    if (program) {
+        for (const auto& t : program->buffers())
+            out.emplace_back(t.name, t.value);
+        return out;
+    }
+    std::unordered_set<const void*> seen;
+    for (const auto& b : module.named_buffers(true))
+        if (!b.value.defined() || seen.insert(b.value.unsafeGetTensorImpl()).second)
+            out.emplace_back(b.name, b.value);
+    return out;
+}
+
+Model::Impl::Signature Model::Impl::signature()
+{
+    Signature s;
+    if (program) {
+        for (const auto& in : program->inputs())
+            s.names.push_back(in.name);
+        s.required = s.names.size();
+        return s;
+    }
+    const auto& args = module.get_method("forward").function().getSchema().arguments();
+    for (std::size_t i = 1; i < args.size(); ++i) {
+        s.names.push_back(args[i].name());
+        if (!args[i].default_value())
+            s.required = s.names.size();
+    }
+    return s;
+}
+
+c10::IValue Model::Impl::forward(const std::vector<c10::IValue>& inputs, const std::function<void(const std::string&)>& onNode)
+{
+    if (!program)
+        return module.forward(inputs);
+    std::vector<at::Tensor> tensors;
+    for (const auto& v : inputs)
+        tensors.push_back(v.toTensor());
+    program->checkInputs(tensors);
+    return program->run(tensors, onNode);
+}
+
+void Model::Impl::setTraining(bool train)
+{
+    if (!program)
+        module.train(train);
+    // An exported program runs as it was exported: dropout and BatchNorm keep the mode of the export.
+}
+
+void Model::Impl::convertFloating(c10::ScalarType scalar)
+{
+    if (program) {
+        program->convert(scalar, std::nullopt);
+        return;
+    }
+    // Floating-point parameters and buffers only, as torch.nn.Module.to(dtype) does: integer buffers such as
+    // BatchNorm's num_batches_tracked keep their type.
+    for (auto sub : module.modules()) {
+        for (const auto& attr : sub.named_attributes(false)) {
+            if (!attr.value.isTensor())
+                continue;
+            const auto& t = attr.value.toTensor();
+            if (t.defined() && t.is_floating_point() && t.scalar_type() != scalar) {
+                // A new leaf of the same kind: a parameter that takes a gradient still takes one.
+                auto converted = t.detach().to(scalar);
+                converted.set_requires_grad(t.requires_grad());
+                sub.setattr(attr.name, converted);
+            }
+        }
+    }
+}
+
+void Model::Impl::moveTo(c10::Device device)
+{
+    if (program)
+        program->convert(std::nullopt, device);
+    else
+        module.to(device);
 }
 
 } // namespace memledger

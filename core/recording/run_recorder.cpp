@@ -41,7 +41,9 @@ struct RecordState {
     std::unordered_map<std::int64_t, std::uint32_t> module_of_sequence;
     std::vector<std::pair<std::size_t, const void*>> accumulate_nodes;
     std::unordered_map<const void*, std::uint32_t> name_ids;
-    ModulePathResolver* resolver = nullptr;
+    ModulePathResolver* resolver = nullptr; // TorchScript: frames to module paths
+    bool node_modules = false; // an exported program: each node names its module (node_module)
+    std::uint32_t node_module = 0;
     std::unordered_map<const void*, std::string> param_owner; // parameter data -> its module's path
     std::unordered_map<const void*, std::size_t> buffer_index; // buffer data -> index in buffer_read
     std::vector<bool> buffer_read; // inference: whether an op took the buffer as an input
@@ -133,6 +135,8 @@ RecordState* currentState()
 
 std::uint32_t moduleOfCurrentFrame(RecordState& s, const at::RecordFunction& fn)
 {
+    if (s.node_modules)
+        return s.node_module;
     std::string hint;
     for (const auto& in : fn.inputs()) {
         if (!in.isTensor() || !in.toTensor().defined())
@@ -315,35 +319,6 @@ std::string firstLine(const std::string& s)
     return pos == std::string::npos ? m : m.substr(0, pos);
 }
 
-// Floating-point parameters and buffers only, as torch.nn.Module.to(dtype) does: integer buffers such as
-// BatchNorm's num_batches_tracked keep their type.
-void convertFloatingTensors(torch::jit::Module& module, c10::ScalarType scalar)
-{
-    for (auto sub : module.modules()) {
-        for (const auto& attr : sub.named_attributes(false)) {
-            if (!attr.value.isTensor())
-                continue;
-            const auto& t = attr.value.toTensor();
-            if (t.defined() && t.is_floating_point() && t.scalar_type() != scalar) {
-                // A new leaf of the same kind: a parameter that takes a gradient still takes one.
-                auto converted = t.detach().to(scalar);
-                converted.set_requires_grad(t.requires_grad());
-                sub.setattr(attr.name, converted);
-            }
-        }
-    }
-}
-
-// The forward's inputs by name, `self` left out.
-std::vector<std::string> forwardInputNames(torch::jit::Module& module)
-{
-    std::vector<std::string> names;
-    const auto& args = module.get_method("forward").function().getSchema().arguments();
-    for (std::size_t i = 1; i < args.size(); ++i)
-        names.push_back(args[i].name());
-    return names;
-}
-
 std::string joinNames(const std::vector<std::string>& names)
 {
     std::string out;
@@ -386,13 +361,25 @@ void finishTrainingStep(RawRun& raw, RecordState& state, const std::vector<at::T
     setGradientsToNone(params);
 }
 
+// An input as --input describes it: random normal floating point, integers 0 and bools false, or its fill.
+at::Tensor makeInput(const Shape& shape, const InputType& type, c10::ScalarType scalar, c10::Device device)
+{
+    auto options = torch::TensorOptions().dtype(scalar).device(device);
+    if (type.fill)
+        return torch::full(shape, *type.fill, options);
+    if (isFloatingDtype(type.dtype))
+        return torch::randn(shape, options);
+    return torch::zeros(shape, options);
+}
+
 RunError explainRunFailure(
     const std::string& message, const std::string& dtype, const RunInfo& info, const std::vector<std::string>& inputs)
 {
     if (message.find("not implemented for") != std::string::npos)
         return RunError("the CPU build of libtorch has no " + dtype + " kernel for an op of this model: " + message);
     // TorchScript counts `self` among the arguments: say how many inputs the model takes instead.
-    if (message.find("argument(s)") != std::string::npos && message.find("expected") != std::string::npos) {
+    if (message.find("argument(s)") != std::string::npos
+        && (message.find("expected") != std::string::npos || message.find("Expected") != std::string::npos)) {
         auto n = inputs.size();
         return RunError("forward takes " + std::to_string(n) + (n == 1 ? " input" : " inputs") + " ("
             + joinNames(inputs) + ") but " + std::to_string(info.input_shapes.size()) + " were given");
@@ -429,16 +416,19 @@ RawRun Model::run(const RunOptions& options)
     raw.info.dtype = options.dtype;
     raw.info.mode = mode;
     raw.info.input_shapes = options.inputs;
+    raw.info.input_types = options.input_types;
+    const auto signature = d_->signature();
     if (raw.info.input_shapes.empty()) {
-        // A guess is one tensor: a forward that takes more needs them all named.
-        auto names = forwardInputNames(d_->module);
-        if (names.size() > 1)
+        // A guess is one tensor (an exported program's example may be several): a forward that takes more needs
+        // them all named.
+        const auto& names = signature.names;
+        if (names.size() > 1 && !d_->program)
             throw RunError("forward takes " + std::to_string(names.size()) + " inputs (" + joinNames(names)
                 + "): give their shapes with --input, comma-separated");
         std::string how;
-        raw.info.input_shapes = guessInputsLocked(*d_, &how);
+        raw.info.input_shapes = guessInputsLocked(*d_, &how, &raw.info.input_types);
         if (raw.info.input_shapes.empty())
-            throw RunError("cannot guess the input shape (no Conv2d or Linear weight): give it with --input");
+            throw RunError("cannot guess the input shape (no Embedding, Conv2d or Linear weight): give it with --input");
         raw.info.input_guessed = true;
     }
     for (auto& shape : raw.info.input_shapes) {
@@ -452,10 +442,19 @@ RawRun Model::run(const RunOptions& options)
         at::set_num_threads(options.threads);
     raw.info.threads = at::get_num_threads();
 
-    const auto inputNames = forwardInputNames(d_->module);
+    const auto& inputNames = signature.names;
     auto explain = [&](const std::string& message) {
         return explainRunFailure(message, options.dtype, raw.info, inputNames);
     };
+    // The model's own signature counts its inputs, `self` left out.
+    const auto given = raw.info.input_shapes.size();
+    if (given > inputNames.size() || given < signature.required) {
+        auto n = inputNames.size();
+        std::string takes = signature.required == n ? std::to_string(n)
+                                                    : std::to_string(signature.required) + " to " + std::to_string(n);
+        throw RunError("forward takes " + takes + (n == 1 ? " input" : " inputs") + " (" + joinNames(inputNames)
+            + ") but " + std::to_string(given) + (given == 1 ? " was" : " were") + " given");
+    }
     // Inference runs without autograd; a training step runs as eager PyTorch would (the graph executor's
     // optimisations off: with them the warm-up turns the forward into DifferentiableGraph nodes).
     std::optional<torch::NoGradGuard> noGrad;
@@ -463,35 +462,40 @@ RawRun Model::run(const RunOptions& options)
         noGrad.emplace();
     torch::AutoGradMode gradMode(train);
     torch::jit::setGraphExecutorOptimize(false);
-    d_->module.train(train);
+    d_->setTraining(train);
     auto scalar = scalarTypeFor(options.dtype);
     if (d_->current_dtype != options.dtype) {
-        convertFloatingTensors(d_->module, scalar);
+        d_->convertFloating(scalar);
         d_->current_dtype = options.dtype;
     }
     if (d_->current_device != device.str()) {
-        d_->module.to(device);
+        d_->moveTo(device);
         d_->current_device = device.str();
     }
-    for (const auto& p : d_->module.parameters(true))
+    for (const auto& [name, p] : d_->namedParameters())
         raw.parameter_bytes += static_cast<std::int64_t>(p.numel() * p.element_size());
-    for (const auto& b : d_->module.buffers(true))
+    for (const auto& [name, b] : d_->namedBuffers())
         raw.buffer_bytes += static_cast<std::int64_t>(b.numel() * b.element_size());
 
+    raw.info.input_types.resize(raw.info.input_shapes.size());
+    for (const auto& type : raw.info.input_types)
+        if (!isInputDtype(type.dtype))
+            throw RunError("unknown input type '" + type.dtype + "' (use float32, float16, bfloat16, int64, int32 or bool)");
     std::vector<c10::IValue> inputs;
-    for (const auto& shape : raw.info.input_shapes) {
-        auto t = torch::randn(shape, torch::TensorOptions().dtype(scalar).device(device));
+    for (std::size_t i = 0; i < raw.info.input_shapes.size(); ++i) {
+        const auto& type = raw.info.input_types[i];
+        auto t = makeInput(raw.info.input_shapes[i], type, scalarTypeFor(type.runDtype(options.dtype)), device);
         raw.input_bytes += static_cast<std::int64_t>(t.numel() * t.element_size());
         inputs.emplace_back(std::move(t));
     }
 
     // A training step: its optimizer, loss and targets, chosen on the warm-up step.
     std::vector<at::Tensor> params;
-    std::unique_ptr<torch::optim::Optimizer> optimizer;
+    std::unique_ptr<TrainOptimizer> optimizer;
     LossChoice loss;
     at::Tensor targets;
     if (train) {
-        params = trainableParameters(d_->module);
+        params = trainableParameters(*d_);
         if (params.empty())
             throw RunError("the model has no floating-point parameters that require a gradient: nothing to train");
         setGradientsToNone(params);
@@ -499,9 +503,12 @@ RawRun Model::run(const RunOptions& options)
         raw.info.optimizer = options.optimizer;
     }
     // forward, loss, backward, optimizer; `mark` is told where each begins.
+    // An exported program names each node's module: the recorder is told it before the node runs (set once the
+    // recorded run begins; the warm-up runs without it).
+    std::function<void(const std::string&)> onNode;
     auto step = [&](const std::function<void(const char*)>& mark) {
         mark("forward");
-        auto out = d_->module.forward(inputs);
+        auto out = d_->forward(inputs, onNode);
         mark("loss");
         auto l = lossOf(out, loss, targets);
         if (!l.requires_grad())
@@ -518,11 +525,13 @@ RawRun Model::run(const RunOptions& options)
     auto noMark = [](const char*) {};
     auto warmUp = [&] {
         if (!train) {
-            d_->module.forward(inputs); // lazy initialisation and caches stay out of the record
+            d_->forward(inputs); // lazy initialisation and caches stay out of the record
             return;
         }
         // One unrecorded step, so that the optimizer state exists as in any step after the first.
-        loss = chooseLoss(d_->module.forward(inputs), options.loss);
+        bool tokens = std::any_of(raw.info.input_types.begin(), raw.info.input_types.end(),
+            [](const InputType& t) { return t.dtype == "int64" || t.dtype == "int32"; });
+        loss = chooseLoss(d_->forward(inputs), options.loss, tokens);
         raw.info.loss = loss.name;
         targets = makeTargets(loss);
         if (targets.defined() && gpu)
@@ -547,7 +556,7 @@ RawRun Model::run(const RunOptions& options)
             if (train)
                 step(noMark);
             else
-                d_->module.forward(inputs);
+                d_->forward(inputs);
             if (gpu)
                 CudaRecording::synchronize(device);
             raw.info.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -565,7 +574,7 @@ RawRun Model::run(const RunOptions& options)
             throw rethrow(e);
         }
     }
-    raw.optimizer_state_bytes = optimizerStateBytes(optimizer.get());
+    raw.optimizer_state_bytes = optimizer ? optimizer->stateBytes() : 0;
 
     RecordState state;
     state.trace = &raw.trace;
@@ -584,17 +593,28 @@ RawRun Model::run(const RunOptions& options)
         tree.push_back({m.path, m.type});
     ModulePathResolver resolver(std::move(tree));
     state.resolver = &resolver;
+    std::unordered_map<std::string, std::uint32_t> nodeModuleIds;
+    if (d_->program) {
+        state.node_modules = true;
+        state.node_module = state.root_module;
+        onNode = [&state, &nodeModuleIds](const std::string& path) {
+            auto it = nodeModuleIds.find(path);
+            if (it == nodeModuleIds.end())
+                it = nodeModuleIds.emplace(path, state.trace->strings.intern(path)).first;
+            state.node_module = it->second;
+        };
+    }
     std::unordered_map<const void*, std::string> ownerOfParameter;
-    for (const auto& p : d_->module.named_parameters(true)) {
-        auto dot = p.name.rfind('.');
-        state.param_owner[p.value.data_ptr()] = dot == std::string::npos ? "" : p.name.substr(0, dot);
+    for (const auto& [name, value] : d_->namedParameters()) {
+        auto dot = name.rfind('.');
+        state.param_owner[value.data_ptr()] = dot == std::string::npos ? "" : name.substr(0, dot);
     }
     std::vector<std::string> bufferNames;
     if (!train)
-        for (const auto& b : d_->module.named_buffers(true))
-            if (b.value.defined() && b.value.has_storage()
-                && state.buffer_index.emplace(b.value.storage().data(), bufferNames.size()).second)
-                bufferNames.push_back(b.name);
+        for (const auto& [name, value] : d_->namedBuffers())
+            if (value.defined() && value.has_storage()
+                && state.buffer_index.emplace(value.storage().data(), bufferNames.size()).second)
+                bufferNames.push_back(name);
     state.buffer_read.assign(bufferNames.size(), false);
     raw.trace.reserve(4096);
     // Callbacks and state stay installed for the recorded run only, however it ends.
@@ -647,7 +667,7 @@ RawRun Model::run(const RunOptions& options)
             step(mark);
             mark(nullptr);
         } else {
-            auto out = d_->module.forward(inputs);
+            auto out = d_->forward(inputs, onNode);
             noteOutputs(state, out, raw.output_events);
             out = c10::IValue(); // the output's free is part of the run
         }

@@ -18,53 +18,120 @@ bool isSupportedOptimizer(const std::string& name)
 
 bool isSupportedLoss(const std::string& name)
 {
-    return name == "auto" || name == "sum" || name == "cross_entropy";
+    return name == "auto" || name == "sum" || name == "cross_entropy" || name == "next_token";
 }
 
-std::vector<at::Tensor> trainableParameters(torch::jit::Module& module)
+std::vector<at::Tensor> trainableParameters(Model::Impl& model)
 {
     std::vector<at::Tensor> out;
-    for (const auto& p : module.parameters(true))
+    for (const auto& [name, p] : model.namedParameters())
         if (p.is_floating_point() && p.requires_grad())
             out.push_back(p);
     return out;
 }
 
-std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const std::string& name, const std::vector<at::Tensor>& params)
+namespace {
+
+std::int64_t bytesOf(const at::Tensor& t)
+{
+    return t.defined() ? static_cast<std::int64_t>(t.numel() * t.element_size()) : 0;
+}
+
+// SGD with momentum 0.9, libtorch's: the same per-parameter loop as PyTorch's _single_tensor_sgd.
+class SgdStep final : public TrainOptimizer {
+public:
+    explicit SgdStep(const std::vector<at::Tensor>& params)
+        : sgd_(params, torch::optim::SGDOptions(0.01).momentum(0.9))
+    {
+    }
+    void step() override { sgd_.step(); }
+    std::int64_t stateBytes() const override
+    {
+        std::int64_t bytes = 0;
+        for (const auto& [key, state] : sgd_.state())
+            if (auto* s = dynamic_cast<const torch::optim::SGDParamState*>(state.get()))
+                bytes += bytesOf(s->momentum_buffer());
+        return bytes;
+    }
+
+private:
+    torch::optim::SGD sgd_;
+};
+
+// Adam and AdamW as PyTorch's _single_tensor_adam runs them on the CPU (its default there), in its order and
+// with its lifetimes: `denom` of one parameter stays alive, as the Python variable does, until the next
+// parameter's is made. libtorch's C++ Adam frees it at once, which gives another optimizer peak.
+class AdamStep final : public TrainOptimizer {
+public:
+    AdamStep(const std::vector<at::Tensor>& params, bool decoupled)
+        : params_(params)
+        , decoupled_(decoupled)
+        , weight_decay_(decoupled ? 1e-2 : 0.0)
+    {
+    }
+    void step() override
+    {
+        torch::NoGradGuard noGrad;
+        at::Tensor denom; // lives from one parameter to the next, as in Python
+        for (std::size_t i = 0; i < params_.size(); ++i) {
+            auto& p = params_[i];
+            auto grad = p.grad();
+            if (!grad.defined())
+                continue;
+            if (state_.size() < params_.size())
+                state_.resize(params_.size());
+            auto& s = state_[i];
+            if (!s.exp_avg.defined()) { // PyTorch's lazy state: made on a parameter's first step
+                s.exp_avg = torch::zeros_like(p, at::MemoryFormat::Preserve);
+                s.exp_avg_sq = torch::zeros_like(p, at::MemoryFormat::Preserve);
+            }
+            ++s.step;
+            if (weight_decay_ != 0.0) {
+                if (decoupled_)
+                    p.mul_(1 - lr_ * weight_decay_);
+                else
+                    grad = grad.add(p, weight_decay_);
+            }
+            s.exp_avg.lerp_(grad, 1 - beta1_);
+            s.exp_avg_sq.mul_(beta2_).addcmul_(grad, grad, 1 - beta2_);
+            const double step = static_cast<double>(s.step);
+            const double correction1 = 1 - std::pow(beta1_, step);
+            const double correction2Sqrt = std::sqrt(1 - std::pow(beta2_, step));
+            denom = (s.exp_avg_sq.sqrt() / correction2Sqrt).add_(eps_);
+            p.addcdiv_(s.exp_avg, denom, -lr_ / correction1);
+        }
+    }
+    std::int64_t stateBytes() const override
+    {
+        std::int64_t bytes = 0;
+        for (const auto& s : state_)
+            bytes += bytesOf(s.exp_avg) + bytesOf(s.exp_avg_sq);
+        return bytes;
+    }
+
+private:
+    struct State {
+        at::Tensor exp_avg, exp_avg_sq;
+        std::int64_t step = 0;
+    };
+    std::vector<at::Tensor> params_;
+    std::vector<State> state_;
+    bool decoupled_;
+    double lr_ = 1e-3, beta1_ = 0.9, beta2_ = 0.999, eps_ = 1e-8, weight_decay_;
+};
+
+} // namespace
+
+std::unique_ptr<TrainOptimizer> makeOptimizer(const std::string& name, const std::vector<at::Tensor>& params)
 {
     // PyTorch's defaults, and SGD with momentum 0.9 as seed 003 trains.
     if (name == "sgd")
-        return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.01).momentum(0.9));
+        return std::make_unique<SgdStep>(params);
     if (name == "adam")
-        return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-3));
+        return std::make_unique<AdamStep>(params, false);
     if (name == "adamw")
-        return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(1e-3));
+        return std::make_unique<AdamStep>(params, true);
     return nullptr; // "none": forward, loss and backward only
-}
-
-std::int64_t optimizerStateBytes(const torch::optim::Optimizer* optimizer)
-{
-    if (!optimizer)
-        return 0;
-    std::int64_t bytes = 0;
-    auto add = [&bytes](const at::Tensor& t) {
-        if (t.defined())
-            bytes += static_cast<std::int64_t>(t.numel() * t.element_size());
-    };
-    for (const auto& [key, state] : optimizer->state()) {
-        if (auto* s = dynamic_cast<const torch::optim::SGDParamState*>(state.get()))
-            add(s->momentum_buffer());
-        else if (auto* a = dynamic_cast<const torch::optim::AdamParamState*>(state.get())) {
-            add(a->exp_avg());
-            add(a->exp_avg_sq());
-            add(a->max_exp_avg_sq());
-        } else if (auto* w = dynamic_cast<const torch::optim::AdamWParamState*>(state.get())) {
-            add(w->exp_avg());
-            add(w->exp_avg_sq());
-            add(w->max_exp_avg_sq());
-        }
-    }
-    return bytes;
 }
 
 void setGradientsToNone(const std::vector<at::Tensor>& params)
@@ -92,7 +159,7 @@ at::Tensor firstTensor(const c10::IValue& v)
     return {};
 }
 
-LossChoice chooseLoss(const c10::IValue& output, const std::string& requested)
+LossChoice chooseLoss(const c10::IValue& output, const std::string& requested, bool tokenInputs)
 {
     auto out = firstTensor(output);
     if (!out.defined())
@@ -102,8 +169,13 @@ LossChoice chooseLoss(const c10::IValue& output, const std::string& requested)
             + ", not floating point: there is no loss to take a gradient of");
     LossChoice c;
     c.name = requested;
-    if (requested == "auto")
-        c.name = out.dim() == 2 ? "cross_entropy" : "sum";
+    if (requested == "auto") // a language model's [batch, seq, vocab] trains on the next token
+        c.name = out.dim() == 2 ? "cross_entropy" : out.dim() == 3 && tokenInputs ? "next_token" : "sum";
+    if (c.name == "next_token") {
+        if (out.dim() != 3)
+            throw RunError("--loss next_token needs an output of [batch, seq, vocab], not " + std::to_string(out.dim()) + "-D");
+        c.target_shape = {out.size(0) * out.size(1)};
+    }
     if (c.name == "cross_entropy") {
         if (out.dim() != 2)
             throw RunError("--loss cross_entropy needs an output of [batch, classes], not "
@@ -115,7 +187,7 @@ LossChoice chooseLoss(const c10::IValue& output, const std::string& requested)
 
 at::Tensor makeTargets(const LossChoice& loss)
 {
-    if (loss.name != "cross_entropy")
+    if (loss.name != "cross_entropy" && loss.name != "next_token")
         return {};
     return torch::zeros(loss.target_shape, torch::TensorOptions().dtype(torch::kLong)); // every sample class 0
 }
@@ -125,6 +197,8 @@ at::Tensor lossOf(const c10::IValue& output, const LossChoice& loss, const at::T
     auto out = firstTensor(output);
     if (loss.name == "cross_entropy")
         return torch::nn::functional::cross_entropy(out, targets);
+    if (loss.name == "next_token") // F.cross_entropy(out.flatten(0, 1), targets), as language models train
+        return torch::nn::functional::cross_entropy(out.flatten(0, 1), targets);
     return out.sum();
 }
 

@@ -2,6 +2,7 @@
 #include "report/remedy.h"
 #include "report/trace.h"
 #include "report/whatif_table.h"
+#include "support/dtype.h"
 
 #include <array>
 #include <cstdint>
@@ -120,13 +121,14 @@ struct ModelInfo {
 
 struct RunInfo {
     std::vector<Shape> input_shapes;
+    std::vector<InputType> input_types; // per input; float32 where shorter (reports written before types)
     bool input_guessed = false;
     std::int64_t batch = 1;
     std::string dtype = "float32";
     std::string mode = "inference"; // or "train": one training step
     std::string device = "cpu";
     std::string optimizer; // train: sgd | adam | adamw | none
-    std::string loss; // train: sum | cross_entropy (what auto chose)
+    std::string loss; // train: sum | cross_entropy | next_token (what auto chose)
     int threads = 0; // intra-op threads the run used
     double duration_ms = 0.0;
 };

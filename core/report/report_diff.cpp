@@ -28,6 +28,7 @@ DiffSide sideOf(const Report& r, const std::string& name)
     s.device = r.run.device;
     s.batch = r.run.batch;
     s.input_shapes = r.run.input_shapes;
+    s.input_types = r.run.input_types;
     if (r.gpu)
         s.reserved_kind = "gpu";
     else if (r.snapshot)
@@ -208,8 +209,7 @@ std::string DiffSide::describe() const
     s += ", batch " + std::to_string(batch);
     if (!input_shapes.empty()) {
         std::string shapes;
-        for (const auto& shape : input_shapes)
-            shapes += (shapes.empty() ? "" : ",") + shapeToString(shape);
+        shapes = inputsToString(input_shapes, input_types);
         s += " (" + shapes + ")";
     }
     s += ", " + (mode == "train" ? std::string("training step") : mode);

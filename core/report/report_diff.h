@@ -26,6 +26,7 @@ struct DiffSide {
     std::string dtype, mode, device;
     std::int64_t batch = 1;
     std::vector<Shape> input_shapes;
+    std::vector<InputType> input_types;
     std::string reserved_kind; // what reserved_bytes is for this side: "simulated", "gpu", "snapshot end", ""
     std::string describe() const; // "model, float32, batch 1, inference" / "CUDA memory snapshot, cuda:0"
 };

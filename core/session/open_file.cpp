@@ -58,13 +58,19 @@ FileKind detectFileKind(const std::string& path)
     return FileKind::Model;
 }
 
-std::vector<Shape> OpenedFile::inputsFor(const RunOptions& options, std::string* how) const
+std::vector<Shape> OpenedFile::inputsFor(const RunOptions& options, std::string* how, std::vector<InputType>* types) const
 {
-    if (!options.inputs.empty())
+    if (!options.inputs.empty()) {
+        if (types)
+            *types = options.input_types;
         return options.inputs;
-    if (!default_inputs.empty())
+    }
+    if (!default_inputs.empty()) {
+        if (types)
+            *types = default_input_types;
         return default_inputs;
-    return model ? model->guessInputs(how) : std::vector<Shape> {};
+    }
+    return model ? model->guessInputs(how, types) : std::vector<Shape> {};
 }
 
 OpenedFile openFile(const std::string& path, const SnapshotReadOptions& read)
@@ -87,13 +93,15 @@ OpenedFile openFile(const std::string& path, const SnapshotReadOptions& read)
     return f;
 }
 
-OpenedFile openModelBytes(const std::string& bytes, const std::string& name, std::vector<Shape> inputs)
+OpenedFile openModelBytes(
+    const std::string& bytes, const std::string& name, std::vector<Shape> inputs, std::vector<InputType> inputTypes)
 {
     OpenedFile f;
     f.kind = FileKind::Model;
     f.name = name;
     f.model = std::make_shared<Model>(Model::openBytes(bytes, name));
     f.default_inputs = std::move(inputs);
+    f.default_input_types = std::move(inputTypes);
     return f;
 }
 
@@ -101,10 +109,15 @@ Report analyzeOpened(const OpenedFile& file, RunOptions options)
 {
     if (file.report)
         return *file.report;
-    if (options.inputs.empty() && !file.default_inputs.empty())
+    if (options.inputs.empty() && !file.default_inputs.empty()) {
         options.inputs = file.default_inputs;
-    if (options.mode.empty())
+        options.input_types = file.default_input_types;
+    }
+    if (options.mode.empty()) {
         options.mode = file.default_mode;
+        if (!file.default_optimizer.empty())
+            options.optimizer = file.default_optimizer;
+    }
     return analyzeModel(*file.model, options);
 }
 

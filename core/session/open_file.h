@@ -32,17 +32,22 @@ struct OpenedFile {
     std::string name; // the path, or the built-in model's name: used in messages
     std::shared_ptr<Model> model; // kind Model
     std::vector<Shape> default_inputs; // inputs the built-in model comes with; empty: give or guess
+    std::vector<InputType> default_input_types; // their types (token ids of the GPT demo)
     std::string default_mode = "inference"; // what a run without a mode records: "inference" | "train"
+    std::string default_optimizer; // a built-in training demo's optimizer; "": the run's (sgd)
     std::shared_ptr<const Report> report; // kind Report or Snapshot
 
     // The inputs a run without --input uses: the built-in ones, or the model's guess (`how` says why).
-    std::vector<Shape> inputsFor(const RunOptions& options, std::string* how = nullptr) const;
+    // `types` gets their types.
+    std::vector<Shape> inputsFor(
+        const RunOptions& options, std::string* how = nullptr, std::vector<InputType>* types = nullptr) const;
 };
 
 // Throws FileError naming the file and the reason; Cancelled when `read.cancel` stops a snapshot's reading
 // (`read.progress` reports it).
 OpenedFile openFile(const std::string& path, const SnapshotReadOptions& read = {});
-OpenedFile openModelBytes(const std::string& bytes, const std::string& name, std::vector<Shape> inputs);
+OpenedFile openModelBytes(const std::string& bytes, const std::string& name, std::vector<Shape> inputs,
+    std::vector<InputType> inputTypes = {});
 
 // Runs an opened model (inputs from OpenedFile::inputsFor when none are given) and builds its report; for a
 // report or snapshot file, the report read when it was opened. Throws RunError, Cancelled.

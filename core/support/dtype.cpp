@@ -33,4 +33,36 @@ std::int64_t numelOf(const std::vector<std::int64_t>& shape)
     return n;
 }
 
+std::string InputType::runDtype(const std::string& run) const
+{
+    if (isFloatingDtype(dtype) && run != "float32" && isFloatingDtype(run))
+        return run;
+    return dtype;
+}
+
+bool InputType::isToken() const
+{
+    return dtype == "int64" || dtype == "int32" || dtype == "bool";
+}
+
+bool isInputDtype(const std::string& dtype)
+{
+    return dtype == "float32" || dtype == "float16" || dtype == "bfloat16" || dtype == "int64" || dtype == "int32"
+        || dtype == "bool";
+}
+
+InputType inputTypeAt(const std::vector<InputType>& types, std::size_t i)
+{
+    return i < types.size() ? types[i] : InputType {};
+}
+
+std::int64_t inputBytes(
+    const std::vector<std::vector<std::int64_t>>& shapes, const std::vector<InputType>& types, const std::string& runDtype)
+{
+    std::int64_t bytes = 0;
+    for (std::size_t i = 0; i < shapes.size(); ++i)
+        bytes += numelOf(shapes[i]) * dtypeSize(inputTypeAt(types, i).runDtype(runDtype));
+    return bytes;
+}
+
 } // namespace memledger

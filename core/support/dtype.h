@@ -2,6 +2,7 @@
 // Element types as PyTorch names them, and tensor sizes: one rule for every place that scales a tensor to a
 // run's precision (ledgers, GPU replay, what-if).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,5 +12,26 @@ bool isSupportedDtype(const std::string& dtype); // a precision a run takes: flo
 int dtypeSize(const std::string& dtype); // bytes per element, 0 if unknown
 bool isFloatingDtype(const std::string& dtype); // float32, float16, bfloat16, float64
 std::int64_t numelOf(const std::vector<std::int64_t>& shape); // 1 for a scalar
+
+// The element type of a model input and what it holds: `--input 2x512:int64`, `2x512:bool=true`.
+// Floating-point inputs (float32, the default) hold random normal values and take the run's precision when
+// --dtype asks for one; integer inputs (token ids) are filled with 0, a valid id in every vocabulary, and bool
+// inputs (masks) with false, unless a fill is given.
+struct InputType {
+    std::string dtype = "float32"; // float32 | float16 | bfloat16 | int64 | int32 | bool
+    std::optional<double> fill; // "=V": every element V
+    bool operator==(const InputType& o) const { return dtype == o.dtype && fill == o.fill; }
+    bool operator!=(const InputType& o) const { return !(*this == o); }
+    // What the input is made as in a run at `runDtype`: --dtype converts floating-point inputs only.
+    std::string runDtype(const std::string& runDtype) const;
+    // Token ids and masks: integer and bool inputs, whose dimension 1 is the sequence length.
+    bool isToken() const;
+};
+bool isInputDtype(const std::string& dtype); // one an input takes
+// The type of input `i` of a run (float32 where the list is shorter: inputs given by shape alone).
+InputType inputTypeAt(const std::vector<InputType>& types, std::size_t i);
+// Bytes of the inputs of a run at `runDtype`.
+std::int64_t inputBytes(
+    const std::vector<std::vector<std::int64_t>>& shapes, const std::vector<InputType>& types, const std::string& runDtype);
 
 } // namespace memledger

@@ -71,7 +71,44 @@ std::optional<std::int64_t> parseBytes(const std::string& text)
     return static_cast<std::int64_t>(std::llround(v * scale));
 }
 
-std::vector<std::vector<std::int64_t>> parseShapes(const std::string& text)
+namespace {
+
+std::string trimmed(std::string part)
+{
+    while (!part.empty() && std::isspace(static_cast<unsigned char>(part.back())))
+        part.pop_back();
+    while (!part.empty() && std::isspace(static_cast<unsigned char>(part.front())))
+        part.erase(part.begin());
+    return part;
+}
+
+// "=V" of an input: a number, or true/false for any type.
+double parseFill(const std::string& part, const std::string& text, const InputType& type)
+{
+    auto lower = text;
+    for (auto& c : lower)
+        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower == "true")
+        return 1;
+    if (lower == "false")
+        return 0;
+    std::size_t used = 0;
+    double v = 0;
+    try {
+        v = std::stod(text, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (text.empty() || used != text.size() || !std::isfinite(v))
+        throw std::invalid_argument("input '" + part + "': '" + text + "' is not a value to fill it with (a number, true or false)");
+    if (!isFloatingDtype(type.dtype) && v != std::floor(v))
+        throw std::invalid_argument("input '" + part + "': " + type.dtype + " takes whole numbers, not " + text);
+    return v;
+}
+
+} // namespace
+
+ParsedInputs parseInputs(const std::string& text)
 {
     auto positive = [](const std::string& part, const std::string& dim) {
         std::size_t used = 0;
@@ -86,34 +123,85 @@ std::vector<std::vector<std::int64_t>> parseShapes(const std::string& text)
                 + "' is not a dimension (a positive whole number); write shapes like 1x3x224x224");
         return static_cast<std::int64_t>(v);
     };
-    std::vector<std::vector<std::int64_t>> shapes;
+    ParsedInputs parsed;
     std::size_t start = 0;
     while (start <= text.size()) {
         auto comma = text.find(',', start);
-        auto part = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-        while (!part.empty() && std::isspace(static_cast<unsigned char>(part.back())))
-            part.pop_back();
-        while (!part.empty() && std::isspace(static_cast<unsigned char>(part.front())))
-            part.erase(part.begin());
+        auto part = trimmed(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
         if (!part.empty()) {
+            InputType type;
+            auto shapeText = part;
+            if (auto colon = part.find(':'); colon != std::string::npos) {
+                shapeText = trimmed(part.substr(0, colon));
+                auto rest = trimmed(part.substr(colon + 1));
+                std::string fill;
+                if (auto eq = rest.find('='); eq != std::string::npos) {
+                    fill = trimmed(rest.substr(eq + 1));
+                    rest = trimmed(rest.substr(0, eq));
+                }
+                for (auto& c : rest)
+                    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+                if (rest == "long")
+                    rest = "int64";
+                if (!isInputDtype(rest))
+                    throw std::invalid_argument("input '" + part + "': '" + rest
+                        + "' is not an input type (use float32, float16, bfloat16, int64, int32 or bool)");
+                type.dtype = rest;
+                if (part.find('=') != std::string::npos)
+                    type.fill = parseFill(part, fill, type);
+            }
             std::vector<std::int64_t> s;
             std::size_t from = 0;
             while (true) { // every 'x' separates two dimensions: a leading, trailing or doubled one is refused
-                auto x = part.find_first_of("xX", from);
-                s.push_back(positive(part, part.substr(from, x == std::string::npos ? std::string::npos : x - from)));
+                auto x = shapeText.find_first_of("xX", from);
+                s.push_back(positive(part, shapeText.substr(from, x == std::string::npos ? std::string::npos : x - from)));
                 if (x == std::string::npos)
                     break;
                 from = x + 1;
             }
-            shapes.push_back(std::move(s));
+            parsed.shapes.push_back(std::move(s));
+            parsed.types.push_back(std::move(type));
         }
         if (comma == std::string::npos)
             break;
         start = comma + 1;
     }
-    if (shapes.empty())
-        throw std::invalid_argument("an input shape is needed, like 1x3x224x224");
-    return shapes;
+    if (parsed.shapes.empty())
+        throw std::invalid_argument("an input shape is needed, like 1x3x224x224 (or 2x512:int64 for token ids)");
+    return parsed;
+}
+
+std::vector<std::vector<std::int64_t>> parseShapes(const std::string& text)
+{
+    return parseInputs(text).shapes;
+}
+
+std::string inputToString(const std::vector<std::int64_t>& shape, const InputType& type)
+{
+    std::string out;
+    for (std::size_t i = 0; i < shape.size(); ++i)
+        out += (i ? "x" : "") + std::to_string(shape[i]);
+    if (type == InputType {})
+        return out;
+    out += ":" + type.dtype;
+    if (type.fill) {
+        if (type.dtype == "bool") {
+            out += *type.fill != 0 ? "=true" : "=false";
+        } else {
+            char buf[32];
+            std::snprintf(buf, sizeof buf, "%.17g", *type.fill);
+            out += std::string("=") + buf;
+        }
+    }
+    return out;
+}
+
+std::string inputsToString(const std::vector<std::vector<std::int64_t>>& shapes, const std::vector<InputType>& types)
+{
+    std::string out;
+    for (std::size_t i = 0; i < shapes.size(); ++i)
+        out += (i ? "," : "") + inputToString(shapes[i], inputTypeAt(types, i));
+    return out;
 }
 
 double byteTickUnit(double magnitude)

@@ -1,4 +1,6 @@
 #pragma once
+#include "support/dtype.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -36,5 +38,17 @@ std::vector<double> niceTicks(double lo, double hi, int count = 6);
 // Shapes, comma-separated: "1x3x224x224,1x10". Every dimension a positive whole number; throws
 // std::invalid_argument with a message for the user otherwise ("3x224x224x" has an empty dimension).
 std::vector<std::vector<std::int64_t>> parseShapes(const std::string& text);
+// Inputs with their types: "2x512:int64,2x512:bool", "1x3x224x224" (float32), "2x512:int64=7",
+// "2x512:bool=true". Throws std::invalid_argument with a message for the user (an unknown dtype names the
+// ones there are).
+struct ParsedInputs {
+    std::vector<std::vector<std::int64_t>> shapes;
+    std::vector<InputType> types; // one per shape
+};
+ParsedInputs parseInputs(const std::string& text);
+// "2x512:int64" (":float32" left out when the type is the default and there is no fill); the inverse of
+// parseInputs, comma-separated.
+std::string inputToString(const std::vector<std::int64_t>& shape, const InputType& type);
+std::string inputsToString(const std::vector<std::vector<std::int64_t>>& shapes, const std::vector<InputType>& types);
 
 } // namespace memledger

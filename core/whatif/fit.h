@@ -21,7 +21,6 @@ struct WhatIf::Fit {
     std::vector<std::int8_t> sign; // +1 alloc, -1 free of an alloc in the trace, 0 ignored
     std::int64_t parameter_bytes = 0;
     std::int64_t buffer_bytes = 0;
-    int input_width = 4; // bytes per input element
     std::int64_t optimizer_state_bytes = 0; // a training step's: resident, the same at every batch
     std::int64_t target_bytes_per_sample = 0; // a training step's class targets
     std::vector<Phase> phases; // a training step's, at b2: event ranges hold at every batch

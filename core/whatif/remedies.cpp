@@ -158,6 +158,7 @@ RunOptions optionsOf(const Report& r)
 {
     RunOptions o;
     o.inputs = r.run.input_shapes;
+    o.input_types = r.run.input_types;
     o.dtype = r.run.dtype;
     o.mode = r.run.mode;
     o.optimizer = r.run.optimizer.empty() ? "sgd" : r.run.optimizer;

@@ -55,7 +55,6 @@ std::shared_ptr<WhatIf::Fit> makeFit(const ModelInfo& model, const std::vector<L
     f->info = r2.info;
     f->parameter_bytes = r2.parameter_bytes;
     f->buffer_bytes = r2.buffer_bytes;
-    f->input_width = dtypeSize(f->dtype);
     f->optimizer_state_bytes = r2.optimizer_state_bytes;
     f->phases = r2.phases;
     f->gradient_events = r2.gradient_events;
@@ -117,7 +116,6 @@ std::shared_ptr<WhatIf::Fit> rescaleFit(
         for (auto& v : f->intercept)
             v *= factor;
     }
-    f->input_width = dtypeSize(dtype);
     if (!weightsFromTensors(model, dtype, f->parameter_bytes, f->buffer_bytes)) {
         f->parameter_bytes = static_cast<std::int64_t>(static_cast<double>(from.parameter_bytes) * factor);
         f->buffer_bytes = static_cast<std::int64_t>(static_cast<double>(from.buffer_bytes) * factor);
@@ -132,13 +130,11 @@ std::shared_ptr<WhatIf::Fit> rescaleFit(
 
 std::int64_t WhatIf::Fit::inputBytes(std::int64_t batch) const
 {
-    std::int64_t total = 0;
-    for (auto shape : info.input_shapes) {
+    auto shapes = info.input_shapes;
+    for (auto& shape : shapes)
         if (!shape.empty())
             shape[0] = batch;
-        total += numelOf(shape) * input_width;
-    }
-    return total + target_bytes_per_sample * batch;
+    return memledger::inputBytes(shapes, info.input_types, dtype) + target_bytes_per_sample * batch;
 }
 
 WhatIf WhatIf::fromRuns(const ModelInfo& model, const std::vector<LayerStats>& modules, RawRun r1, std::int64_t b1,
@@ -200,8 +196,10 @@ bool recordRuns(Model& model, RunOptions& base, RunOptions& o, const std::vector
         for (auto b : batches) {
             o.batch = b;
             runs.push_back(model.run(o));
-            if (base.inputs.empty()) // guessed once: the same guess for every batch and dtype
+            if (base.inputs.empty()) { // guessed once: the same guess for every batch and dtype
                 o.inputs = base.inputs = runs.back().info.input_shapes;
+                o.input_types = base.input_types = runs.back().info.input_types;
+            }
         }
     } catch (const RunError& e) {
         if (o.dtype == base.dtype)
@@ -482,7 +480,7 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
             if (!shape.empty())
                 shape[0] = batch;
         auto resident = residentBlocks(*model_, dtype, p.weight_bytes, f.optimizer_state_bytes, inputs,
-            f.input_width, p.input_bytes);
+            f.info.input_types, p.input_bytes);
         replay.reserve(resident.blocks.size() + t.size());
         pushResidentBlocks(replay, resident, t.size() ? t.device.front() : -1);
         for (std::size_t i = 0; i < t.size(); ++i) {
@@ -577,6 +575,7 @@ Prediction WhatIf::measure(Model& model, std::int64_t batch, const std::string& 
     const auto& f = fit(dtype, batch);
     RunOptions o;
     o.inputs = f.info.input_shapes;
+    o.input_types = f.info.input_types;
     o.batch = batch;
     o.dtype = dtype;
     o.mode = f.info.mode;

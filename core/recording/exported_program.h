@@ -1,0 +1,83 @@
+#pragma once
+// Private to core/recording: a torch.export program (torch.export.save, a .pt2 archive) read from its
+// serialized graph and run node by node through ATen's dispatcher, the kernels eager PyTorch runs. Parameters
+// are leaf tensors that take gradients, so a training step's backward is autograd's, as in eager PyTorch.
+// Module paths come from each node's nn_module_stack.
+#include <ATen/core/ivalue.h>
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace caffe2::serialize {
+class PyTorchStreamReader;
+}
+
+namespace memledger {
+
+// Whether the zip archive `reader` holds is a torch.export program (its archive_format record says "pt2", or it
+// has models/*.json), and what kind: "" when it is not one.
+std::string exportedArchiveKind(caffe2::serialize::PyTorchStreamReader& reader);
+// Whether this libtorch can run exported programs (PyTorch 2; libtorch 1.13 cannot).
+bool canRunExportedPrograms();
+
+class ExportedProgram {
+public:
+    // Throws std::runtime_error with the reason (an op this libtorch lacks, weights it cannot read, ...).
+    static std::unique_ptr<ExportedProgram> load(caffe2::serialize::PyTorchStreamReader& reader);
+    ~ExportedProgram();
+
+    struct NamedTensor {
+        std::string name; // "layers.0.attn.qkv.weight"
+        at::Tensor value;
+        std::vector<std::string> aliases; // other names of the same tensor (a tied LM head)
+    };
+    // Unique tensors (a tied weight once, under its first name).
+    std::vector<NamedTensor>& parameters();
+    std::vector<NamedTensor>& buffers();
+
+    // A user input: its name and, per dimension, the size it was exported with or the range it may take.
+    struct Dim {
+        std::optional<std::int64_t> fixed;
+        std::string symbol; // "s0"; empty when fixed or an expression memledger does not check
+        std::int64_t min = 0, max = INT64_MAX;
+        std::int64_t example = 1; // the size of the example input it was exported with
+    };
+    struct Input {
+        std::string name;
+        std::string dtype; // "int64", "float32", "bool"
+        std::vector<Dim> dims;
+        bool tensor = true;
+    };
+    const std::vector<Input>& inputs() const;
+    // Refuses sizes the program was not exported for: "idx: dimension 1 is 4096, outside 2..256 (seq)".
+    void checkInputs(const std::vector<at::Tensor>& values) const;
+
+    struct Module {
+        std::string path;
+        std::string type; // "Linear"
+    };
+    // Every module the graph names (nn_module_stack) or that owns a weight, parents before children.
+    const std::vector<Module>& modules() const;
+    std::string rootType() const;
+
+    // Runs the graph; `onNode` is told the module path of each node before it runs. Returns the user outputs (a
+    // tuple when there are several).
+    c10::IValue run(const std::vector<at::Tensor>& inputs, const std::function<void(const std::string&)>& onNode);
+
+    // Floating-point weights to `scalar`, or all to `device`: new leaves, as nn.Module.to() makes.
+    void convert(std::optional<c10::ScalarType> scalar, std::optional<c10::Device> device);
+
+    struct Impl;
+
+private:
+    ExportedProgram();
+    std::unique_ptr<Impl> d_;
+};
+
+} // namespace memledger

@@ -1,0 +1,288 @@
+// Language models with token inputs, as TorchScript (.pt) and as torch.export programs (.pt2), against what
+// PyTorch 2 itself reports for the same run or step (tests/fixtures/lm_models.py, lm/lm_truth.json): the peak
+// within 1%, weights, gradients and optimizer state exact (a tied LM head counted once), leaf outputs equal to
+// forward hooks. Skipped, with the reason, where the fixtures' torch has no torch.export (libtorch 1.13).
+#include "fixture_paths.h"
+#include "recording/model.h"
+#include "report/build_report.h"
+#include "run_command.h"
+#include "session/open_file.h"
+#include "support/errors.h"
+#include "support/format.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <string>
+
+using namespace memledger;
+using memledger::test::fixture;
+using memledger::test::runCommand;
+
+namespace {
+
+const nlohmann::json& lmTruth()
+{
+    static const nlohmann::json truth = [] {
+        std::ifstream in(fixture("lm/lm_truth.json"));
+        if (!in)
+            return nlohmann::json {{"skipped", "lm/lm_truth.json was not written (make_lm_fixtures did not run)"}};
+        return nlohmann::json::parse(in);
+    }();
+    return truth;
+}
+
+// Skips the test, with the reason, when the fixtures could not be made with this build's torch.
+#define SKIP_WITHOUT_LM_FIXTURES()                                                                                     \
+    do {                                                                                                               \
+        if (lmTruth().contains("skipped"))                                                                             \
+            GTEST_SKIP() << lmTruth()["skipped"].get<std::string>();                                                   \
+        if (!builtWithExportSupport())                                                                                 \
+            GTEST_SKIP() << "this build's libtorch runs no torch.export programs (the PyTorch 2 build does)";          \
+    } while (0)
+
+bool builtWithExportSupport()
+{
+    return torchBuildInfo().rfind("libtorch 1.", 0) != 0;
+}
+
+std::string lmFile(const std::string& model, const std::string& kind)
+{
+    return fixture("lm/" + lmTruth()["models"][model][kind].get<std::string>());
+}
+
+RunOptions optionsFor(const std::string& input)
+{
+    RunOptions o;
+    auto parsed = parseInputs(input);
+    o.inputs = parsed.shapes;
+    o.input_types = parsed.types;
+    o.threads = 1;
+    return o;
+}
+
+struct Case {
+    std::string model;
+    std::string kind; // "pt" | "pt2"
+};
+
+void PrintTo(const Case& c, std::ostream* os)
+{
+    *os << c.model << "." << c.kind;
+}
+
+std::string caseName(const ::testing::TestParamInfo<Case>& info)
+{
+    return info.param.model + "_" + info.param.kind;
+}
+
+const std::vector<Case>& cases()
+{
+    static const std::vector<Case> all {{"gpt_sdpa", "pt"}, {"gpt_sdpa", "pt2"}, {"gpt_mha", "pt"}, {"gpt_mha", "pt2"},
+        {"encoder_mask", "pt"}, {"encoder_mask", "pt2"}};
+    return all;
+}
+
+// One model opened per case, shared by its tests.
+Model& opened(const Case& c)
+{
+    static std::map<std::string, std::unique_ptr<Model>> cache;
+    auto key = c.model + "." + c.kind;
+    auto it = cache.find(key);
+    if (it == cache.end())
+        it = cache.emplace(key, std::make_unique<Model>(Model::open(lmFile(c.model, c.kind)))).first;
+    return *it->second;
+}
+
+void expectWithinOnePercent(std::int64_t got, std::int64_t expected, const std::string& what)
+{
+    auto e = static_cast<double>(expected);
+    auto g = static_cast<double>(got);
+    EXPECT_LE(std::abs(g - e), 0.01 * e) << what << ": memledger " << got << " PyTorch " << expected << " ("
+                                         << (g - e) / e * 100.0 << "%)";
+    std::printf("[ peak     ] %s: memledger %lld PyTorch %lld (%+.3f%%)\n", what.c_str(), static_cast<long long>(got),
+        static_cast<long long>(expected), (g - e) / e * 100.0);
+}
+
+class LanguageModel : public ::testing::TestWithParam<Case> {
+protected:
+    void SetUp() override
+    {
+        SKIP_WITHOUT_LM_FIXTURES();
+        t = lmTruth()["models"][GetParam().model];
+    }
+    nlohmann::json t;
+};
+
+} // namespace
+
+TEST_P(LanguageModel, InferencePeakWithinOnePercentAndWeightsExact)
+{
+    auto& model = opened(GetParam());
+    auto report = analyzeModel(model, optionsFor(t["input"].get<std::string>()));
+    EXPECT_EQ(report.model.parameter_bytes, t["parameter_bytes"].get<std::int64_t>()) << "a tied weight counts once";
+    EXPECT_EQ(report.model.buffer_bytes, t["buffer_bytes"].get<std::int64_t>());
+    expectWithinOnePercent(report.peak_bytes, t["inference"][GetParam().kind]["peak_bytes"].get<std::int64_t>(),
+        GetParam().model + "." + GetParam().kind + " inference");
+    // Token ids stay integers: 8 bytes each, whatever the run's precision.
+    for (std::size_t i = 0; i < report.run.input_shapes.size(); ++i)
+        EXPECT_TRUE(inputTypeAt(report.run.input_types, i).isToken()) << "input " << i;
+}
+
+TEST_P(LanguageModel, InferenceAtALongerSequence)
+{
+    const auto& long_ = t["long"];
+    if (!long_["inference"].contains(GetParam().kind))
+        GTEST_SKIP() << "no truth at the longer sequence for " << GetParam().kind;
+    auto report = analyzeModel(opened(GetParam()), optionsFor(long_["input"].get<std::string>()));
+    expectWithinOnePercent(report.peak_bytes, long_["inference"][GetParam().kind]["peak_bytes"].get<std::int64_t>(),
+        GetParam().model + "." + GetParam().kind + " inference at " + long_["input"].get<std::string>());
+}
+
+TEST_P(LanguageModel, TrainingStepsAgreeWithPyTorch)
+{
+    for (const char* optimizer : {"sgd", "adamw"}) {
+        SCOPED_TRACE(optimizer);
+        const auto& truth = t["train"][GetParam().kind][optimizer];
+        auto o = optionsFor(t["input"].get<std::string>());
+        o.mode = "train";
+        o.optimizer = optimizer;
+        auto report = analyzeModel(opened(GetParam()), o);
+        EXPECT_EQ(report.run.loss, truth["loss"].get<std::string>());
+        EXPECT_EQ(report.run.loss, "next_token");
+        expectWithinOnePercent(report.peak_bytes, truth["peak_bytes"].get<std::int64_t>(),
+            GetParam().model + "." + GetParam().kind + " " + optimizer + " step");
+        EXPECT_EQ(report.gradient_bytes, truth["gradient_bytes"].get<std::int64_t>());
+        EXPECT_EQ(report.optimizer_state_bytes, truth["optimizer_state_bytes"].get<std::int64_t>());
+        EXPECT_EQ(report.gradient_bytes, t["parameter_bytes"].get<std::int64_t>()) << "one gradient per weight, tied once";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, LanguageModel, ::testing::ValuesIn(cases()), caseName);
+
+TEST(LanguageModelExport, LeafOutputsOfTheProgramEqualForwardHooks)
+{
+    SKIP_WITHOUT_LM_FIXTURES();
+    for (const auto& name : {"gpt_sdpa", "gpt_mha", "encoder_mask"}) {
+        SCOPED_TRACE(name);
+        const auto& t = lmTruth()["models"][name];
+        auto report = analyzeModel(opened({name, "pt2"}), optionsFor(t["input"].get<std::string>()));
+        int checked = 0;
+        for (const auto& [path, bytes] : t["leaf_output_bytes"].items()) {
+            int i = report.findLayer(path);
+            ASSERT_GE(i, 0) << "no layer " << path;
+            const auto& layer = report.layers[static_cast<std::size_t>(i)];
+            // nn.MultiheadAttention's output is a tuple whose weights are None: the hook counts the tensor.
+            EXPECT_EQ(layer.activation_bytes, bytes.get<std::int64_t>()) << path << " (" << layer.type << ")";
+            ++checked;
+        }
+        EXPECT_GT(checked, 0);
+    }
+}
+
+TEST(LanguageModelExport, ModulePathsAndTypesComeFromTheGraph)
+{
+    SKIP_WITHOUT_LM_FIXTURES();
+    auto& model = opened({"gpt_sdpa", "pt2"});
+    EXPECT_EQ(model.info().type, "GPT");
+    bool sawLinear = false;
+    for (const auto& m : model.modules())
+        if (m.path == "blocks.0.attn.qkv")
+            sawLinear = m.type == "Linear";
+    EXPECT_TRUE(sawLinear);
+    // A tied head: one tensor, listed once.
+    int tied = 0;
+    for (const auto& tensor : model.info().tensors)
+        tied += tensor.name == "tok.weight" || tensor.name == "head.weight";
+    EXPECT_EQ(tied, 1);
+}
+
+TEST(LanguageModelExport, ASequenceOutsideTheExportedRangeIsRefusedWithTheRange)
+{
+    SKIP_WITHOUT_LM_FIXTURES();
+    const auto& range = lmTruth()["models"]["gpt_sdpa"]["dynamic"]["seq"];
+    auto max = range[1].get<std::int64_t>();
+    try {
+        analyzeModel(opened({"gpt_sdpa", "pt2"}), optionsFor("2x" + std::to_string(max * 2) + ":int64"));
+        FAIL() << "a sequence beyond the exported range ran";
+    } catch (const RunError& e) {
+        std::string m = e.what();
+        EXPECT_NE(m.find("outside the range " + std::to_string(range[0].get<int>()) + ".." + std::to_string(max)),
+            std::string::npos)
+            << m;
+    }
+    // Inside the range: any size runs.
+    auto report = analyzeModel(opened({"gpt_sdpa", "pt2"}), optionsFor("3x" + std::to_string(max - 1) + ":int64"));
+    EXPECT_GT(report.peak_bytes, 0);
+}
+
+TEST(LanguageModelExport, AnAotInductorPackageIsRefusedByName)
+{
+    SKIP_WITHOUT_LM_FIXTURES();
+    try {
+        Model::open(fixture("lm/" + lmTruth()["aoti_like"].get<std::string>()));
+        FAIL() << "an AOTInductor package opened";
+    } catch (const FileError& e) {
+        EXPECT_NE(std::string(e.what()).find("AOTInductor"), std::string::npos) << e.what();
+    }
+}
+
+TEST(LanguageModelExport, TheProgramsExampleIsTheGuessedInput)
+{
+    SKIP_WITHOUT_LM_FIXTURES();
+    std::string how;
+    std::vector<InputType> types;
+    auto shapes = opened({"encoder_mask", "pt2"}).guessInputs(&how, &types);
+    ASSERT_EQ(shapes.size(), 2u);
+    ASSERT_EQ(types.size(), 2u);
+    EXPECT_EQ(types[0].dtype, "int64");
+    EXPECT_EQ(types[1].dtype, "bool");
+}
+
+TEST(LanguageModelScript, AnEmbeddingFirstModelGuessesTokenIds)
+{
+    SKIP_WITHOUT_LM_FIXTURES();
+    std::string how;
+    std::vector<InputType> types;
+    auto shapes = opened({"gpt_sdpa", "pt"}).guessInputs(&how, &types);
+    ASSERT_EQ(shapes.size(), 1u);
+    EXPECT_EQ(shapes[0], (Shape {1, 128}));
+    ASSERT_EQ(types.size(), 1u);
+    EXPECT_EQ(types[0].dtype, "int64");
+    EXPECT_NE(how.find("Embedding"), std::string::npos) << how;
+    // And the guess runs: a language model's first run needs no --input.
+    auto report = analyzeModel(opened({"gpt_sdpa", "pt"}), RunOptions {});
+    EXPECT_TRUE(report.run.input_guessed);
+}
+
+TEST(LanguageModelScript, AWrongNumberOfInputsIsCountedWithoutSelf)
+{
+    SKIP_WITHOUT_LM_FIXTURES();
+    for (const char* kind : {"pt", "pt2"}) {
+        try {
+            analyzeModel(opened({"gpt_sdpa", kind}), optionsFor("2x16:int64,2x16:bool"));
+            FAIL() << kind << ": two inputs ran";
+        } catch (const RunError& e) {
+            EXPECT_NE(std::string(e.what()).find("forward takes 1 input (idx) but 2 were given"), std::string::npos)
+                << kind << ": " << e.what();
+        }
+    }
+}
+
+TEST(LanguageModelCli, AnalyzeAProgramWithTypedInputs)
+{
+    SKIP_WITHOUT_LM_FIXTURES();
+    auto json = fixture("lm/cli_gpt.json");
+    auto r = runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + lmFile("gpt_sdpa", "pt2")
+        + " --input 2x32:int64 --threads 1 --json " + json);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("2x32:int64"), std::string::npos) << r.output;
+    std::ifstream in(json);
+    auto j = nlohmann::json::parse(in);
+    EXPECT_EQ(j["run"]["inputs"][0], "2x32:int64");
+    auto back = optionsFor(j["run"]["inputs"][0].get<std::string>());
+    EXPECT_EQ(back.input_types[0].dtype, "int64");
+}
