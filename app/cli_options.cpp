@@ -51,6 +51,8 @@ std::string usageText()
            "  memledger diff A B [RUN] [--b-input SHAPE] [--b-batch N] [--b-dtype T] [--b-mode M] [--b-...]\n"
            "                    [--json FILE] [--html FILE] [--rows N]   compare two models' runs, reports or snapshots\n"
            "                    (RUN options apply to both; --b-... to B only: diff m.pt m.pt --b-dtype bfloat16)\n"
+           "  memledger whatif MODEL --input 2x512:int64 --seq 512,2048,8192 [--batch 1,8] [--dtype ...] [--budget SIZE]\n"
+           "                    [--json FILE]   along the sequence length of the token inputs\n"
            "  memledger whatif MODEL.pt --mode train --checkpoint PATH[,PATH...]|auto [--budget SIZE]\n"
            "                    [--checkpoint-impl reentrant|non-reentrant] [RUN] [--json FILE]\n"
            "  memledger --help | --version\n\n"
@@ -125,6 +127,18 @@ CliOptions parseCli(const std::vector<std::string>& args)
                 if (o.batches.size() != 1)
                     throw std::invalid_argument("--batch takes one number here (several are for 'whatif')");
                 o.run.batch = o.batches.front();
+            }
+        } else if (a == "--seq") {
+            auto v = value(a);
+            o.seqs.clear();
+            for (const auto& s : splitComma(v))
+                o.seqs.push_back(parsePositive("--seq", s));
+            if (o.seqs.empty())
+                throw std::invalid_argument("--seq needs a number");
+            if (o.command != "whatif") {
+                if (o.seqs.size() != 1)
+                    throw std::invalid_argument("--seq takes one number here (several are for 'whatif')");
+                o.run.seq = o.seqs.front();
             }
         } else if (a == "--dtype") {
             o.dtypes = splitComma(value(a));

@@ -12,6 +12,7 @@ struct CliOptions {
     std::string model; // empty: the built-in demo
     RunOptions run;
     std::vector<std::int64_t> batches; // whatif
+    std::vector<std::int64_t> seqs; // whatif --seq: sequence lengths (dimension 1 of every token input)
     std::vector<std::string> dtypes; // whatif
     std::vector<std::int64_t> whatif_batches; // analyze --whatif: add the what-if table to the reports
     std::optional<std::int64_t> budget;

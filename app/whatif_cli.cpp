@@ -35,6 +35,44 @@ WhatIfTable computeWhatIfTable(const OpenedFile& file, const CliOptions& o, std:
         if (!file.default_optimizer.empty() && base.optimizer == "sgd")
             base.optimizer = file.default_optimizer;
     }
+    if (!o.seqs.empty()) {
+        // Along the sequence: one sequence what-if per batch asked for (the input's batch when none is).
+        auto seqs = o.seqs;
+        std::sort(seqs.begin(), seqs.end());
+        seqs.erase(std::unique(seqs.begin(), seqs.end()), seqs.end());
+        std::vector<std::int64_t> seqBatches = o.batches;
+        if (seqBatches.empty())
+            seqBatches.push_back(base.inputs.empty() ? 1 : base.inputs.front().front());
+        WhatIfTable table;
+        for (auto batch : seqBatches) {
+            RunOptions at = base;
+            at.batch = batch;
+            WhatIf::Plan plan;
+            plan.largest = std::min<std::int64_t>(seqs.back(), 1 << 16);
+            plan.progress = [batch](std::int64_t seq, int done) {
+                std::cerr << "memledger: what-if record " << done << " at sequence " << seq << ", batch " << batch
+                          << "\n";
+            };
+            auto w = WhatIf::recordSeqPlanned(*file.model, at, dtypes, plan);
+            auto part = makeWhatIfTable(w, seqs, dtypes, o.budget.value_or(0), file.model.get());
+            if (table.predictions.empty()) {
+                table = part;
+            } else {
+                table.predictions.insert(table.predictions.end(), part.predictions.begin(), part.predictions.end());
+                table.max_batch.insert(table.max_batch.end(), part.max_batch.begin(), part.max_batch.end());
+                table.max_batch_method.insert(
+                    table.max_batch_method.end(), part.max_batch_method.begin(), part.max_batch_method.end());
+                table.max_seq_batch.insert(table.max_seq_batch.end(), part.max_seq_batch.begin(), part.max_seq_batch.end());
+            }
+            if (notesOut) {
+                auto n = w.notes();
+                notesOut->insert(notesOut->end(), n.begin(), n.end());
+                for (const auto& p : part.predictions)
+                    notesOut->insert(notesOut->end(), p.notes.begin(), p.notes.end());
+            }
+        }
+        return table;
+    }
     // Records at log-spaced batches while the machine can run them within a few seconds each, so that kernels
     // that switch algorithm at larger batches are seen; beyond the largest record figures are extrapolated.
     WhatIf::Plan plan;
@@ -134,7 +172,7 @@ int runWhatIf(const CliOptions& o)
         records += (i == 0 ? "" : i + 1 == table.recorded_batches.size() ? " and " : ", ")
             + std::to_string(table.recorded_batches[i]);
     std::cout << "What-if for " << name << " (" << (table.mode == "train" ? "a training step, " : "")
-              << "from runs at batch " << records << " on the CPU)\n\n";
+              << "from runs at " << (table.axis == "seq" ? "sequence " : "batch ") << records << " on the CPU)\n\n";
     std::cout << whatIfToText(table);
     std::sort(notes.begin(), notes.end());
     notes.erase(std::unique(notes.begin(), notes.end()), notes.end());

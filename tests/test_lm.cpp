@@ -9,6 +9,7 @@
 #include "session/open_file.h"
 #include "support/errors.h"
 #include "support/format.h"
+#include "whatif/whatif.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -97,13 +98,13 @@ Model& opened(const Case& c)
     return *it->second;
 }
 
-void expectWithinOnePercent(std::int64_t got, std::int64_t expected, const std::string& what)
+void expectWithinOnePercent(std::int64_t got, std::int64_t expected, const std::string& what, const char* truth = "PyTorch")
 {
     auto e = static_cast<double>(expected);
     auto g = static_cast<double>(got);
-    EXPECT_LE(std::abs(g - e), 0.01 * e) << what << ": memledger " << got << " PyTorch " << expected << " ("
+    EXPECT_LE(std::abs(g - e), 0.01 * e) << what << ": memledger " << got << " " << truth << " " << expected << " ("
                                          << (g - e) / e * 100.0 << "%)";
-    std::printf("[ peak     ] %s: memledger %lld PyTorch %lld (%+.3f%%)\n", what.c_str(), static_cast<long long>(got),
+    std::printf("[ peak     ] %s: memledger %lld %s %lld (%+.3f%%)\n", what.c_str(), static_cast<long long>(got), truth,
         static_cast<long long>(expected), (g - e) / e * 100.0);
 }
 
@@ -285,4 +286,62 @@ TEST(LanguageModelCli, AnalyzeAProgramWithTypedInputs)
     EXPECT_EQ(j["run"]["inputs"][0], "2x32:int64");
     auto back = optionsFor(j["run"]["inputs"][0].get<std::string>());
     EXPECT_EQ(back.input_types[0].dtype, "int64");
+}
+
+// The sequence what-if, recorded at short sequences, against PyTorch's own peak at the longer one of the fixtures
+// (lm_truth "long") and against real runs beyond the records: the peak within 1%, the reserve within 2%.
+TEST(LanguageModelWhatIf, SequencePredictionsAgreeWithRunsAtLongerSequences)
+{
+    SKIP_WITHOUT_LM_FIXTURES();
+    for (const auto& c : std::vector<Case> {{"gpt_sdpa", "pt2"}, {"gpt_mha", "pt"}, {"gpt_mha", "pt2"}, {"encoder_mask", "pt2"}}) {
+        SCOPED_TRACE(c.model + "." + c.kind);
+        const auto& t = lmTruth()["models"][c.model];
+        auto& model = opened(c);
+        auto base = optionsFor(t["input"].get<std::string>());
+        auto w = WhatIf::recordSeq(model, base, {8, 16, 32}, {"float32"});
+        ASSERT_EQ(w.axis(), WhatIfAxis::Seq);
+        // PyTorch's peak at the fixtures' longer sequence (4x the largest record).
+        const auto& long_ = t["long"];
+        auto longInput = parseInputs(long_["input"].get<std::string>());
+        auto longSeq = longInput.shapes.front()[1];
+        auto p = w.predict(longSeq, "float32");
+        EXPECT_TRUE(p.extrapolated);
+        EXPECT_EQ(p.seq, longSeq);
+        expectWithinOnePercent(p.predicted_peak_bytes, long_["inference"][c.kind]["peak_bytes"].get<std::int64_t>(),
+            c.model + "." + c.kind + " predicted at sequence " + std::to_string(longSeq) + " from 8, 16, 32");
+        // A real run at a length between and beyond: peak and the simulated reserve.
+        for (std::int64_t seq : {24, 200}) {
+            auto predicted = w.predict(seq, "float32");
+            auto o = base;
+            o.seq = seq;
+            auto measured = analyzeModel(model, o);
+            expectWithinOnePercent(predicted.predicted_peak_bytes, measured.peak_bytes,
+                c.model + "." + c.kind + " sequence " + std::to_string(seq), "measured run");
+            auto reserveError = std::abs(static_cast<double>(predicted.predicted_reserved_bytes - measured.simulated_reserved_peak_bytes))
+                / static_cast<double>(measured.simulated_reserved_peak_bytes);
+            EXPECT_LE(reserveError, 0.02) << "reserve: predicted " << predicted.predicted_reserved_bytes << " run "
+                                          << measured.simulated_reserved_peak_bytes;
+        }
+    }
+}
+
+TEST(LanguageModelWhatIf, TheCliVariesTheSequenceAndWritesItInEveryRow)
+{
+    SKIP_WITHOUT_LM_FIXTURES();
+    auto json = fixture("lm/cli_seq.json");
+    auto r = runCommand(std::string(MEMLEDGER_BINARY) + " whatif " + lmFile("gpt_sdpa", "pt2")
+        + " --input 2x16:int64 --seq 16,48,256 --dtype float32 --threads 1 --budget 5MB --json " + json);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in(json);
+    auto j = nlohmann::json::parse(in);
+    EXPECT_EQ(j["axis"], "seq");
+    ASSERT_EQ(j["predictions"].size(), 3u);
+    std::vector<std::int64_t> seqs;
+    for (const auto& row : j["predictions"]) {
+        seqs.push_back(row["seq"].get<std::int64_t>());
+        EXPECT_EQ(row["batch"], 2);
+    }
+    EXPECT_EQ(seqs, (std::vector<std::int64_t> {16, 48, 256}));
+    ASSERT_TRUE(j.contains("max_seq"));
+    EXPECT_EQ(j["max_seq"][0]["batch"], 2);
 }

@@ -212,7 +212,7 @@ json reportToJson(const Report& r, bool withEvents)
     for (std::size_t i = 0; i < r.run.input_shapes.size(); ++i)
         inputs.push_back(inputToString(r.run.input_shapes[i], inputTypeAt(r.run.input_types, i)));
     j["run"] = {{"input_shapes", shapes}, {"inputs", inputs}, {"input_guessed", r.run.input_guessed}, {"batch", r.run.batch},
-        {"dtype", r.run.dtype}, {"mode", r.run.mode}, {"device", r.run.device}, {"threads", r.run.threads},
+        {"seq", r.run.seq}, {"dtype", r.run.dtype}, {"mode", r.run.mode}, {"device", r.run.device}, {"threads", r.run.threads},
         {"duration_ms", r.run.duration_ms}};
     if (r.run.mode == "train") {
         j["run"]["optimizer"] = r.run.optimizer;
@@ -318,6 +318,7 @@ Report reportFromJson(const json& j, const std::string& name)
         }
         r.run.input_guessed = run.value("input_guessed", false);
         r.run.batch = run.at("batch").get<std::int64_t>();
+        r.run.seq = run.value("seq", std::int64_t {0});
         r.run.dtype = run.at("dtype").get<std::string>();
         r.run.mode = run.value("mode", "inference");
         r.run.device = run.value("device", "cpu");

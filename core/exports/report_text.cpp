@@ -211,12 +211,14 @@ std::string whatIfToText(const WhatIfTable& table)
     };
     const auto budget = table.budget_bytes;
     std::ostringstream out;
-    out << cell("batch", 8) << cell("dtype", 10) << cell("method", 11) << cell("peak", 12) << cell("peak total", 12)
+    const bool seq = table.axis == "seq";
+    out << cell("batch", 8) << (seq ? cell("seq", 8) : std::string()) << cell("dtype", 10) << cell("method", 11) << cell("peak", 12) << cell("peak total", 12)
         << cell("reserved", 12) << (budget > 0 ? "fits " + formatBytes(budget) : "") << "\n";
     for (const auto& p : table.predictions) {
         auto peak = p.measured_peak_bytes.value_or(p.predicted_peak_bytes);
         auto total = p.measured_peak_total_bytes.value_or(p.predicted_peak_total_bytes);
-        out << cell(std::to_string(p.batch), 8) << cell(p.dtype, 10) << cell(p.method, 11)
+        out << cell(std::to_string(p.batch), 8) << (seq ? cell(std::to_string(p.seq), 8) : std::string())
+            << cell(p.dtype, 10) << cell(p.method, 11)
             << cell(formatBytes(peak), 12) << cell(formatBytes(total), 12)
             << cell(formatBytes(p.predicted_reserved_bytes), 12);
         if (budget > 0)
@@ -224,9 +226,15 @@ std::string whatIfToText(const WhatIfTable& table)
         out << "\n";
     }
     if (budget > 0) {
-        out << "\nLargest batch within " << formatBytes(budget) << " (peak total and reserved):\n";
-        for (const auto& [dtype, n] : table.max_batch)
-            out << "  " << cell(dtype, 10) << (n >= 1000000 ? ">= 1000000" : std::to_string(n)) << "\n";
+        out << "\nLargest " << (seq ? "sequence" : "batch") << " within " << formatBytes(budget)
+            << " (peak total and reserved):\n";
+        for (std::size_t i = 0; i < table.max_batch.size(); ++i) {
+            const auto& [dtype, n] = table.max_batch[i];
+            out << "  " << cell(dtype, 10) << (n >= 1000000 ? ">= 1000000" : std::to_string(n));
+            if (seq && i < table.max_seq_batch.size())
+                out << " at batch " << table.max_seq_batch[i];
+            out << "\n";
+        }
     }
     return out.str();
 }

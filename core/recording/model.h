@@ -16,6 +16,7 @@ struct RunOptions {
     std::vector<Shape> inputs; // empty: guess from the model
     std::vector<InputType> input_types; // per input (float32 where shorter): --input 2x512:int64
     std::optional<std::int64_t> batch; // replaces dim 0 of every input
+    std::optional<std::int64_t> seq; // replaces dim 1 of every token input (int64, int32, bool): the sequence
     std::string dtype = "float32"; // float32 | bfloat16 | float16
     // Called from the running thread: modules done, modules in the model.
     std::function<void(int, int)> progress;

@@ -437,6 +437,16 @@ RawRun Model::run(const RunOptions& options)
         if (options.batch)
             shape[0] = *options.batch;
     }
+    raw.info.input_types.resize(raw.info.input_shapes.size());
+    for (std::size_t i = 0; i < raw.info.input_shapes.size(); ++i) {
+        auto& shape = raw.info.input_shapes[i];
+        if (!raw.info.input_types[i].isToken() || shape.size() < 2)
+            continue;
+        if (options.seq)
+            shape[1] = *options.seq;
+        if (!raw.info.seq)
+            raw.info.seq = shape[1];
+    }
     raw.info.batch = raw.info.input_shapes.front().front();
     if (options.threads > 0)
         at::set_num_threads(options.threads);

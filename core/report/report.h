@@ -124,6 +124,7 @@ struct RunInfo {
     std::vector<InputType> input_types; // per input; float32 where shorter (reports written before types)
     bool input_guessed = false;
     std::int64_t batch = 1;
+    std::int64_t seq = 0; // dimension 1 of the first token input; 0: the model takes none
     std::string dtype = "float32";
     std::string mode = "inference"; // or "train": one training step
     std::string device = "cpu";

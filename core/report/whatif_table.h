@@ -13,6 +13,7 @@ namespace memledger {
 
 struct Prediction {
     std::int64_t batch = 1;
+    std::int64_t seq = 0; // a sequence what-if's row: the token inputs' dimension 1 (0: batch what-if)
     std::string dtype = "float32";
     std::string method = "predicted"; // "predicted" | "measured" (a run at exactly this batch and dtype)
     std::int64_t predicted_peak_bytes = 0; // most bytes live at once during the run
@@ -43,6 +44,10 @@ struct WhatIfTable {
     std::int64_t recorded_batch2 = 2;
     std::vector<std::int64_t> recorded_batches; // every record
     std::string mode = "inference"; // of the recorded runs: "train" predicts a training step
+    // "batch", or "seq": the rows vary the sequence length (Prediction::seq), recorded_batches are sequence
+    // lengths and max_batch is the longest sequence within the budget, at each row's batch (max_seq_batch).
+    std::string axis = "batch";
+    std::vector<std::int64_t> max_seq_batch; // axis "seq": the batch of each max_batch entry
 
     // Peak total (measured where there is a measurement) and reserved within the budget.
     bool fits(const Prediction& p) const;

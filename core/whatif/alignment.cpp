@@ -1,6 +1,7 @@
 #include "whatif/alignment.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <string>
 #include <unordered_map>
@@ -138,7 +139,7 @@ void allocsOf(const Trace& t, const Segment& s, std::vector<std::uint32_t>& even
 
 } // namespace
 
-SizeFit fitSizes(const RawRun& r1, std::int64_t b1, const RawRun& r2, std::int64_t b2)
+SizeFit fitSizes(const RawRun& r1, std::int64_t b1, const RawRun& r2, std::int64_t b2, int power)
 {
     const auto& t1 = r1.trace;
     const auto& t2 = r2.trace;
@@ -197,8 +198,8 @@ SizeFit fitSizes(const RawRun& r1, std::int64_t b1, const RawRun& r2, std::int64
         for (auto [p, q] : alignTokens(life1, life2, 256)) {
             auto s1 = t1.bytes[rest1[p]], s2 = t2.bytes[rest2[q]];
             if (s2 >= s1
-                && static_cast<double>(s2) * static_cast<double>(b1)
-                    <= static_cast<double>(s1) * static_cast<double>(b2))
+                && static_cast<double>(s2) * std::pow(static_cast<double>(b1), power)
+                    <= static_cast<double>(s1) * std::pow(static_cast<double>(b2), power))
                 match(rest1[p], rest2[q]);
         }
     }
@@ -237,6 +238,33 @@ SizeFit fitSizes(const RawRun& r1, std::int64_t b1, const RawRun& r2, std::int64
             fit.intercept[i] = fit.intercept[p];
         }
     }
+    return fit;
+}
+
+SizeFit fitSizesQuadratic(const RawRun& r1, std::int64_t x1, const RawRun& r2, std::int64_t x2, const RawRun& r3,
+    std::int64_t x3, std::vector<double>& quad)
+{
+    auto f13 = fitSizes(r1, x1, r3, x3, 2);
+    auto f23 = fitSizes(r2, x2, r3, x3, 2);
+    // The size of each event of r3 at x1 (from its line to r1), at x2 (from its line to r2) and at x3, and the
+    // parabola through the three.
+    SizeFit fit = f23;
+    quad.assign(r3.trace.size(), 0.0);
+    const double a = static_cast<double>(x1), b = static_cast<double>(x2), c = static_cast<double>(x3);
+    for (std::size_t i = 0; i < r3.trace.size(); ++i) {
+        double v1 = f13.slope[i] * a + f13.intercept[i];
+        double v2 = f23.slope[i] * b + f23.intercept[i];
+        double v3 = f23.slope[i] * c + f23.intercept[i];
+        double d12 = (v2 - v1) / (b - a), d23 = (v3 - v2) / (c - b);
+        double q = (d23 - d12) / (c - a);
+        double s = d12 - q * (a + b);
+        quad[i] = q;
+        fit.slope[i] = s;
+        fit.intercept[i] = v1 - q * a * a - s * a;
+    }
+    fit.matched_allocs = std::min(f13.matched_allocs, f23.matched_allocs);
+    fit.matched_bytes = std::min(f13.matched_bytes, f23.matched_bytes);
+    fit.matched_ops = std::min(f13.matched_ops, f23.matched_ops);
     return fit;
 }
 

@@ -30,6 +30,14 @@ struct SizeFit {
 // Ops are aligned by (module path, op name) in order, allocations inside an op by (innermost op,
 // freed inside the op or not). An allocation of r2 without a match takes the fit of a matched one of the
 // same size in its op, else grows in proportion to the batch.
-SizeFit fitSizes(const RawRun& r1, std::int64_t b1, const RawRun& r2, std::int64_t b2);
+// `power`: how fast a tensor may grow with the variable when ops switch kernels (1: in proportion to the batch;
+// 2: with the square of the sequence, as attention scores do).
+SizeFit fitSizes(const RawRun& r1, std::int64_t b1, const RawRun& r2, std::int64_t b2, int power = 1);
+
+// Each event of r3 sized as quad * x^2 + slope * x + intercept through the three runs at x1 < x2 < x3 (the
+// sequence length: attention that materialises its scores grows as its square). r3 is aligned with r1 and
+// with r2 as fitSizes aligns two runs.
+SizeFit fitSizesQuadratic(const RawRun& r1, std::int64_t x1, const RawRun& r2, std::int64_t x2, const RawRun& r3,
+    std::int64_t x3, std::vector<double>& quad);
 
 } // namespace memledger

@@ -12,12 +12,14 @@ namespace memledger {
 struct WhatIf::Fit {
     std::string dtype;
     std::string rescaled_from; // empty: recorded in this dtype
-    std::int64_t b1 = 1, b2 = 2;
+    WhatIfAxis axis = WhatIfAxis::Batch; // what b1, b2 and a prediction's x are: batch sizes or sequence lengths
+    std::int64_t b1 = 1, b2 = 2; // the smallest and largest record of this fit
     // The run at b2, classified into ledgers: its events, order and alloc/free pairs are replayed.
     std::shared_ptr<const Trace> trace;
     std::shared_ptr<const std::vector<OpCall>> ops;
     RunInfo info; // of the run at b2
     std::vector<double> slope, intercept; // bytes of event i at batch B: slope[i] * B + intercept[i]
+    std::vector<double> quad; // a sequence fit's: + quad[i] * T^2 (empty: none)
     std::vector<std::int8_t> sign; // +1 alloc, -1 free of an alloc in the trace, 0 ignored
     std::int64_t parameter_bytes = 0;
     std::int64_t buffer_bytes = 0;
@@ -37,10 +39,11 @@ struct WhatIf::Fit {
     bool reliable = true;
     std::vector<std::string> notes;
 
-    std::int64_t inputBytes(std::int64_t batch) const;
+    std::int64_t inputBytes(std::int64_t x) const;
+    std::vector<Shape> inputsAt(std::int64_t x) const; // the inputs at batch (or sequence) x
     std::int64_t sizeAt(std::size_t i, double batch) const
     {
-        double v = slope[i] * batch + intercept[i];
+        double v = slope[i] * batch + intercept[i] + (quad.empty() ? 0.0 : quad[i] * batch * batch);
         return v > 0.0 ? static_cast<std::int64_t>(v + 0.5) : 0;
     }
 };

@@ -41,14 +41,24 @@ std::string percent(double v)
     return buf;
 }
 
-std::shared_ptr<WhatIf::Fit> makeFit(const ModelInfo& model, const std::vector<LayerStats>& modules, RawRun r1,
-    std::int64_t b1, RawRun r2, std::int64_t b2)
+const char* axisWord(WhatIfAxis axis)
+{
+    return axis == WhatIfAxis::Seq ? "sequence" : "batch";
+}
+
+// A fit through two records along the batch (a line per allocation) or three along the sequence (a parabola).
+std::shared_ptr<WhatIf::Fit> makeFit(const ModelInfo& model, const std::vector<LayerStats>& modules,
+    std::vector<RawRun> runs, const std::vector<std::int64_t>& xs, WhatIfAxis axis)
 {
     auto f = std::make_shared<WhatIf::Fit>();
+    auto& r2 = runs.back();
+    const auto b1 = xs.front(), b2 = xs.back();
+    f->axis = axis;
     f->dtype = r2.info.dtype;
     f->b1 = b1;
     f->b2 = b2;
-    auto sizes = fitSizes(r1, b1, r2, b2);
+    auto sizes = runs.size() == 3 ? fitSizesQuadratic(runs[0], xs[0], runs[1], xs[1], runs[2], xs[2], f->quad)
+                                  : fitSizes(runs.front(), b1, r2, b2);
     f->slope = std::move(sizes.slope);
     f->intercept = std::move(sizes.intercept);
     f->ops = std::make_shared<const std::vector<OpCall>>(r2.ops);
@@ -59,10 +69,13 @@ std::shared_ptr<WhatIf::Fit> makeFit(const ModelInfo& model, const std::vector<L
     f->phases = r2.phases;
     f->gradient_events = r2.gradient_events;
     f->gradient_bytes = r2.gradient_bytes;
+    // Targets of a training step: one class per sample (per token for a language model, which the sequence fit
+    // does not scale: the batch's does).
     f->target_bytes_per_sample = b2 > 0 ? std::max<std::int64_t>(0, r2.input_bytes - f->inputBytes(b2)) / b2 : 0;
 
-    for (auto* raw : {&r1, &r2}) {
-        auto batch = raw == &r1 ? b1 : b2;
+    for (std::size_t k = 0; k < runs.size(); ++k) {
+        auto* raw = &runs[k];
+        auto batch = xs[k];
         auto report = buildReport(model, modules, std::move(*raw));
         WhatIf::Fit::Recorded rec;
         rec.batch = batch;
@@ -71,7 +84,7 @@ std::shared_ptr<WhatIf::Fit> makeFit(const ModelInfo& model, const std::vector<L
         for (int l = 0; l < kLedgerCount; ++l)
             rec.at_peak[static_cast<std::size_t>(l)] = report.ledgers[static_cast<std::size_t>(l)].at_peak;
         f->recorded.push_back(rec);
-        if (raw == &r2)
+        if (k + 1 == runs.size())
             f->trace = report.trace;
     }
     const auto& t = *f->trace;
@@ -84,16 +97,17 @@ std::shared_ptr<WhatIf::Fit> makeFit(const ModelInfo& model, const std::vector<L
     }
 
     auto b1s = std::to_string(b1), b2s = std::to_string(b2);
+    const std::string word = axisWord(axis);
     if (sizes.matched_allocs < sizes.allocs)
         f->notes.push_back(f->dtype + ": " + std::to_string(sizes.allocs - sizes.matched_allocs) + " of "
-            + std::to_string(sizes.allocs) + " allocations at batch " + b2s + " have no counterpart at batch " + b1s
-            + " (another kernel path); they are assumed to grow with the batch");
+            + std::to_string(sizes.allocs) + " allocations at " + word + " " + b2s + " have no counterpart at " + word
+            + " " + b1s + " (another kernel path); they are assumed to grow with the " + word);
     double matched
         = sizes.bytes > 0 ? 100.0 * static_cast<double>(sizes.matched_bytes) / static_cast<double>(sizes.bytes) : 100.0;
     if (matched < 90.0) {
         f->reliable = false;
-        f->notes.push_back(f->dtype + ": only " + percent(matched) + " of the bytes allocated at batch " + b2s
-            + " line up with batch " + b1s
+        f->notes.push_back(f->dtype + ": only " + percent(matched) + " of the bytes allocated at " + word + " " + b2s
+            + " line up with " + word + " " + b1s
             + " (control flow that depends on the data or the batch?): these figures are rough;"
               " measure instead");
     }
@@ -115,6 +129,8 @@ std::shared_ptr<WhatIf::Fit> rescaleFit(
             v *= factor;
         for (auto& v : f->intercept)
             v *= factor;
+        for (auto& v : f->quad)
+            v *= factor;
     }
     if (!weightsFromTensors(model, dtype, f->parameter_bytes, f->buffer_bytes)) {
         f->parameter_bytes = static_cast<std::int64_t>(static_cast<double>(from.parameter_bytes) * factor);
@@ -128,13 +144,23 @@ std::shared_ptr<WhatIf::Fit> rescaleFit(
 
 } // namespace
 
-std::int64_t WhatIf::Fit::inputBytes(std::int64_t batch) const
+std::vector<Shape> WhatIf::Fit::inputsAt(std::int64_t x) const
 {
     auto shapes = info.input_shapes;
-    for (auto& shape : shapes)
-        if (!shape.empty())
-            shape[0] = batch;
-    return memledger::inputBytes(shapes, info.input_types, dtype) + target_bytes_per_sample * batch;
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+        auto& shape = shapes[i];
+        if (axis == WhatIfAxis::Batch && !shape.empty())
+            shape[0] = x;
+        else if (axis == WhatIfAxis::Seq && shape.size() >= 2 && inputTypeAt(info.input_types, i).isToken())
+            shape[1] = x;
+    }
+    return shapes;
+}
+
+std::int64_t WhatIf::Fit::inputBytes(std::int64_t x) const
+{
+    auto bytes = memledger::inputBytes(inputsAt(x), info.input_types, dtype);
+    return bytes + target_bytes_per_sample * (axis == WhatIfAxis::Batch ? x : b2);
 }
 
 WhatIf WhatIf::fromRuns(const ModelInfo& model, const std::vector<LayerStats>& modules, RawRun r1, std::int64_t b1,
@@ -152,7 +178,10 @@ WhatIf WhatIf::fromRuns(const ModelInfo& model, const std::vector<LayerStats>& m
         layers.push_back(root);
     }
     w.modules_ = std::make_shared<const std::vector<LayerStats>>(std::move(layers));
-    w.fits_.push_back(makeFit(*w.model_, *w.modules_, std::move(r1), b1, std::move(r2), b2));
+    std::vector<RawRun> runs;
+    runs.push_back(std::move(r1));
+    runs.push_back(std::move(r2));
+    w.fits_.push_back(makeFit(*w.model_, *w.modules_, std::move(runs), {b1, b2}, WhatIfAxis::Batch));
     w.addRescaledFits({});
     return w;
 }
@@ -190,11 +219,12 @@ std::int64_t machineMemoryBytes()
 // every later batch and precision. A precision other than the base one that cannot run is put in `cannotRun`
 // (false); the base one's failure is thrown.
 bool recordRuns(Model& model, RunOptions& base, RunOptions& o, const std::vector<std::int64_t>& batches,
-    std::vector<RawRun>& runs, std::vector<std::pair<std::string, std::string>>& cannotRun)
+    std::vector<RawRun>& runs, std::vector<std::pair<std::string, std::string>>& cannotRun,
+    WhatIfAxis axis = WhatIfAxis::Batch)
 {
     try {
         for (auto b : batches) {
-            o.batch = b;
+            (axis == WhatIfAxis::Batch ? o.batch : o.seq) = b;
             runs.push_back(model.run(o));
             if (base.inputs.empty()) { // guessed once: the same guess for every batch and dtype
                 o.inputs = base.inputs = runs.back().info.input_shapes;
@@ -229,8 +259,9 @@ WhatIf WhatIf::record(
         if (!recordRuns(model, base, o, batches, runs, cannotRun))
             continue;
         for (std::size_t k = 0; k + 1 < runs.size(); ++k) {
-            RawRun lower = runs[k], upper = runs[k + 1]; // each record serves the fit on either side
-            w.fits_.push_back(makeFit(*w.model_, *w.modules_, std::move(lower), batches[k], std::move(upper), batches[k + 1]));
+            // each record serves the fit on either side
+            w.fits_.push_back(makeFit(*w.model_, *w.modules_, {runs[k], runs[k + 1]}, {batches[k], batches[k + 1]},
+                WhatIfAxis::Batch));
         }
     }
     w.addRescaledFits(cannotRun);
@@ -257,8 +288,8 @@ WhatIf WhatIf::recordPlanned(Model& model, RunOptions base, const std::vector<st
         if (!recordRuns(model, base, o, batches, runs, cannotRun))
             continue;
         auto fitOf = [&](std::size_t k) {
-            RawRun lower = runs[k], upper = runs[k + 1];
-            return makeFit(*all.model_, *all.modules_, std::move(lower), batches[k], std::move(upper), batches[k + 1]);
+            return makeFit(*all.model_, *all.modules_, {runs[k], runs[k + 1]}, {batches[k], batches[k + 1]},
+                WhatIfAxis::Batch);
         };
         std::vector<std::shared_ptr<const Fit>> fits {fitOf(0)};
         if (dtype == base.dtype && plan.first_records) {
@@ -297,6 +328,119 @@ WhatIf WhatIf::recordPlanned(Model& model, RunOptions base, const std::vector<st
     }
     all.addRescaledFits(cannotRun);
     return all;
+}
+
+namespace {
+
+// The sequence length of base's token inputs (dimension 1 of the first), or RunError naming what is missing.
+std::int64_t baseSequence(Model& model, RunOptions& base)
+{
+    if (base.inputs.empty()) {
+        std::vector<InputType> types;
+        base.inputs = model.guessInputs(nullptr, &types);
+        base.input_types = types;
+    }
+    for (std::size_t i = 0; i < base.inputs.size(); ++i)
+        if (inputTypeAt(base.input_types, i).isToken() && base.inputs[i].size() >= 2)
+            return base.seq.value_or(base.inputs[i][1]);
+    throw RunError("a sequence what-if needs a token input (int64, int32 or bool, [batch, seq, ...]), such as "
+                   "--input 2x512:int64; this model's inputs are "
+        + (base.inputs.empty() ? std::string("not known") : inputsToString(base.inputs, base.input_types)));
+}
+
+} // namespace
+
+WhatIf WhatIf::recordSeq(
+    Model& model, RunOptions base, const std::vector<std::int64_t>& seqs, const std::vector<std::string>& dtypes)
+{
+    if (seqs.size() < 3 || seqs.front() < 1 || !std::is_sorted(seqs.begin(), seqs.end())
+        || std::adjacent_find(seqs.begin(), seqs.end()) != seqs.end())
+        throw std::invalid_argument("a sequence what-if needs at least three increasing sequence lengths");
+    baseSequence(model, base);
+    WhatIf w;
+    w.model_ = std::make_shared<const ModelInfo>(model.info());
+    w.modules_ = std::make_shared<const std::vector<LayerStats>>(model.modules());
+    std::vector<std::pair<std::string, std::string>> cannotRun;
+    for (const auto& dtype : dtypeOrder(base.dtype, dtypes)) {
+        RunOptions o = base;
+        o.dtype = dtype;
+        std::vector<RawRun> runs;
+        if (!recordRuns(model, base, o, seqs, runs, cannotRun, WhatIfAxis::Seq))
+            continue;
+        for (std::size_t k = 0; k + 2 < runs.size(); ++k)
+            w.fits_.push_back(makeFit(*w.model_, *w.modules_, {runs[k], runs[k + 1], runs[k + 2]},
+                {seqs[k], seqs[k + 1], seqs[k + 2]}, WhatIfAxis::Seq));
+    }
+    w.addRescaledFits(cannotRun);
+    return w;
+}
+
+WhatIf WhatIf::recordSeqPlanned(Model& model, RunOptions base, const std::vector<std::string>& dtypes, const Plan& plan)
+{
+    const auto t0 = baseSequence(model, base);
+    const std::int64_t memory
+        = plan.memory_budget > 0 ? plan.memory_budget : std::min(machineMemoryBytes() / 4, std::int64_t {4} << 30);
+    WhatIf all;
+    all.model_ = std::make_shared<const ModelInfo>(model.info());
+    all.modules_ = std::make_shared<const std::vector<LayerStats>>(model.modules());
+    std::vector<std::pair<std::string, std::string>> cannotRun;
+    for (const auto& dtype : dtypeOrder(base.dtype, dtypes)) {
+        RunOptions o = base;
+        o.dtype = dtype;
+        // Three records make the first parabola: T/2, T and 2T (T itself is the run the user asked for).
+        std::vector<std::int64_t> seqs {std::max<std::int64_t>(1, t0 / 2), t0, t0 * 2};
+        if (seqs[0] == seqs[1])
+            seqs = {t0, t0 * 2, t0 * 4};
+        std::vector<RawRun> runs;
+        if (plan.progress)
+            plan.progress(seqs.back(), 3);
+        if (!recordRuns(model, base, o, seqs, runs, cannotRun, WhatIfAxis::Seq))
+            continue;
+        auto fitOf = [&](std::size_t k) {
+            return makeFit(*all.model_, *all.modules_, {runs[k], runs[k + 1], runs[k + 2]},
+                {seqs[k], seqs[k + 1], seqs[k + 2]}, WhatIfAxis::Seq);
+        };
+        std::vector<std::shared_ptr<const Fit>> fits {fitOf(0)};
+        std::string stopped;
+        while (seqs.back() < plan.largest) {
+            auto next = std::min(seqs.back() * 2, plan.largest);
+            WhatIf last = all;
+            last.fits_ = {fits.back()};
+            auto p = last.predict(next, dtype, false);
+            // Time grows with the square of the sequence at worst.
+            double ratio = static_cast<double>(next) / static_cast<double>(seqs.back());
+            double seconds = runs.back().info.duration_ms / 1000.0 * ratio * ratio;
+            if (p.predicted_peak_total_bytes > memory || seconds * 2 > plan.seconds_budget) {
+                stopped = p.predicted_peak_total_bytes > memory ? "memory" : "time";
+                break;
+            }
+            if (plan.progress)
+                plan.progress(next, static_cast<int>(seqs.size()) + 1);
+            o.seq = next;
+            try {
+                runs.push_back(model.run(o));
+            } catch (const RunError& e) {
+                stopped = e.what(); // beyond an exported program's range, or out of memory
+                break;
+            }
+            seqs.push_back(next);
+            fits.push_back(fitOf(runs.size() - 3));
+            runs[runs.size() - 4] = RawRun {}; // only the last two records are needed for the next fit
+        }
+        all.fits_.insert(all.fits_.end(), fits.begin(), fits.end());
+        std::string list;
+        for (std::size_t i = 0; i < seqs.size(); ++i)
+            list += (i == 0 ? "" : i + 1 == seqs.size() ? " and " : ", ") + std::to_string(seqs[i]);
+        all.notes_.push_back(dtype + ": recorded at sequence " + list + " (batch " + std::to_string(runs.back().info.batch)
+            + ")" + (stopped.empty() ? "" : "; no longer record: " + stopped));
+    }
+    all.addRescaledFits(cannotRun);
+    return all;
+}
+
+WhatIfAxis WhatIf::axis() const
+{
+    return fits_.empty() ? WhatIfAxis::Batch : fits_.front()->axis;
 }
 
 void WhatIf::addRescaledFits(const std::vector<std::pair<std::string, std::string>>& cannotRun)
@@ -413,10 +557,14 @@ std::size_t WhatIf::eventCount(const std::string& dtype) const
 Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool withReserved) const
 {
     if (batch < 1)
-        throw std::invalid_argument("batch must be at least 1, not " + std::to_string(batch));
+        throw std::invalid_argument(std::string(axisWord(axis())) + " must be at least 1, not " + std::to_string(batch));
     const auto& f = fit(dtype, batch);
     Prediction p;
     p.batch = batch;
+    if (f.axis == WhatIfAxis::Seq) {
+        p.batch = f.info.batch;
+        p.seq = batch;
+    }
     p.dtype = dtype;
     p.weight_bytes = f.parameter_bytes + f.buffer_bytes;
     p.input_bytes = f.inputBytes(batch);
@@ -439,6 +587,7 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
         const std::int8_t* sign = f.sign.data();
         const double* slope = f.slope.data();
         const double* intercept = f.intercept.data();
+        const double* quad = f.quad.empty() ? nullptr : f.quad.data();
         const Ledger* ledger = t.ledger.data();
         std::array<std::int64_t, 8> live {}, atPeak {};
         std::int64_t now = 0, peak = 0;
@@ -446,7 +595,7 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
         for (std::size_t i = 0; i < n; ++i) {
             if (!sign[i])
                 continue;
-            double v = slope[i] * b + intercept[i];
+            double v = slope[i] * b + intercept[i] + (quad ? quad[i] * b * b : 0.0);
             std::int64_t bytes = v > 0.0 ? static_cast<std::int64_t>(v + 0.5) : 0;
             bytes = sign[i] > 0 ? bytes : -bytes;
             now += bytes;
@@ -475,10 +624,7 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
         replay.clearEvents();
         const auto& t = *f.trace;
         // The same resident set as the report's replay (allocator/gpu_replay.h), at this batch and dtype.
-        auto inputs = f.info.input_shapes;
-        for (auto& shape : inputs)
-            if (!shape.empty())
-                shape[0] = batch;
+        auto inputs = f.inputsAt(batch);
         auto resident = residentBlocks(*model_, dtype, p.weight_bytes, f.optimizer_state_bytes, inputs,
             f.info.input_types, p.input_bytes);
         replay.reserve(resident.blocks.size() + t.size());
@@ -498,11 +644,12 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
     p.extrapolated = batch > largest;
     if (p.method == "predicted")
         p.notes.insert(p.notes.begin(),
-            "predicted from the runs at batch " + std::to_string(f.b1) + " and " + std::to_string(f.b2)
-                + (f.rescaled_from.empty() ? "" : " in " + f.rescaled_from) + ", not measured"
+            std::string(axisWord(f.axis)) + " " + std::to_string(batch) + ": predicted from the runs at "
+                + axisWord(f.axis) + " " + std::to_string(f.b1) + (f.quad.empty() ? " and " : " to ")
+                + std::to_string(f.b2) + (f.rescaled_from.empty() ? "" : " in " + f.rescaled_from) + ", not measured"
                 + (p.extrapolated ? "; extrapolated " + percent(100.0 * static_cast<double>(batch)
                                                                     / static_cast<double>(largest))
-                            + " of the largest record (batch " + std::to_string(largest) + ")"
+                            + " of the largest record (" + axisWord(f.axis) + " " + std::to_string(largest) + ")"
                                   : ""));
     return p;
 }
@@ -542,20 +689,23 @@ Report WhatIf::predictedReport(std::int64_t batch, const std::string& dtype) con
     RawRun raw;
     raw.trace = predictedTrace(batch, dtype);
     raw.ops = *f.ops;
+    // Output shapes: the batch (dimension 0) or the sequence (dimension 1) of the largest record replaced.
+    const std::size_t dim = f.axis == WhatIfAxis::Seq ? 1 : 0;
     for (auto& op : raw.ops)
         for (std::size_t k = 0; k < op.outputs.size(); ++k)
-            if (!op.outputs[k].empty() && op.outputs[k][0] == f.b2) {
-                op.outputs[k][0] = batch;
+            if (op.outputs[k].size() > dim && op.outputs[k][dim] == f.b2) {
+                op.outputs[k][dim] = batch;
                 if (k < op.output_bytes.size())
                     op.output_bytes[k] = op.output_bytes[k] / f.b2 * batch;
             }
     raw.info = f.info;
-    raw.info.batch = batch;
+    if (f.axis == WhatIfAxis::Seq)
+        raw.info.seq = batch;
+    else
+        raw.info.batch = batch;
     raw.info.dtype = dtype;
     raw.info.duration_ms = 0.0;
-    for (auto& s : raw.info.input_shapes)
-        if (!s.empty())
-            s[0] = batch;
+    raw.info.input_shapes = f.inputsAt(batch);
     raw.input_bytes = f.inputBytes(batch);
     raw.parameter_bytes = f.parameter_bytes;
     raw.buffer_bytes = f.buffer_bytes;
@@ -576,7 +726,7 @@ Prediction WhatIf::measure(Model& model, std::int64_t batch, const std::string& 
     RunOptions o;
     o.inputs = f.info.input_shapes;
     o.input_types = f.info.input_types;
-    o.batch = batch;
+    (f.axis == WhatIfAxis::Seq ? o.seq : o.batch) = batch;
     o.dtype = dtype;
     o.mode = f.info.mode;
     o.optimizer = f.info.optimizer.empty() ? "sgd" : f.info.optimizer;
@@ -593,7 +743,7 @@ Prediction WhatIf::measure(Model& model, std::int64_t batch, const std::string& 
         = peak + raw.parameter_bytes + raw.buffer_bytes + raw.optimizer_state_bytes + raw.input_bytes;
     p.error_percent
         = peak > 0 ? 100.0 * static_cast<double>(p.predicted_peak_bytes - peak) / static_cast<double>(peak) : 0.0;
-    p.notes.push_back("measured at batch " + std::to_string(batch) + " in " + dtype + ": peak " + formatBytes(peak)
+    p.notes.push_back(std::string("measured at ") + axisWord(f.axis) + " " + std::to_string(batch) + " in " + dtype + ": peak " + formatBytes(peak)
         + ", prediction off by " + percent(*p.error_percent));
     return p;
 }

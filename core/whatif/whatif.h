@@ -23,6 +23,10 @@
 
 namespace memledger {
 
+// What a what-if varies: the batch (dimension 0 of every input; each allocation a line in it) or the sequence
+// length (dimension 1 of every token input; each allocation a parabola, as attention scores grow with its square).
+enum class WhatIfAxis { Batch, Seq };
+
 class WhatIf {
 public:
     // Records `base` (inputs as given; its batch and dtype are ignored) at batches b1 < b2 in every dtype of
@@ -48,6 +52,17 @@ public:
         std::function<void(const WhatIf& firstRecords)> first_records;
     };
     static WhatIf recordPlanned(Model& model, RunOptions base, const std::vector<std::string>& dtypes, const Plan& plan);
+
+    // Along the sequence length, at base's batch: records at `seqs` (at least three, increasing), each
+    // allocation fitted as a * T^2 + b * T + c through three neighbouring records. A sequence between records
+    // is predicted from the three around it; beyond the largest, from the last three, marked extrapolated.
+    // Throws RunError when the model takes no token input.
+    static WhatIf recordSeq(Model& model, RunOptions base, const std::vector<std::int64_t>& seqs,
+        const std::vector<std::string>& dtypes = {"float32", "bfloat16"});
+    // Records at the base sequence T and 2T, 4T, ... up to `plan.largest` while this machine runs them within
+    // the plan's memory and time (so that a requested length is recorded, not extrapolated, where it can be).
+    static WhatIf recordSeqPlanned(Model& model, RunOptions base, const std::vector<std::string>& dtypes, const Plan& plan);
+    WhatIfAxis axis() const;
 
     // The same from two runs already made (tests, or runs made elsewhere); one dtype, r1.info.dtype.
     // `model` and `modules` are what Model::info() and Model::modules() give; they may be empty.

@@ -27,6 +27,8 @@ WhatIfTable makeWhatIfTable(const WhatIf& w, const std::vector<std::int64_t>& ba
     t.recorded_batch2 = w.batch2();
     t.recorded_batches = w.recordedBatches();
     t.mode = w.mode();
+    if (w.axis() == WhatIfAxis::Seq)
+        t.axis = "seq";
     for (const auto& dtype : dtypes) {
         for (auto batch : batches) {
             auto p = w.predict(batch, dtype);
@@ -38,6 +40,8 @@ WhatIfTable makeWhatIfTable(const WhatIf& w, const std::vector<std::int64_t>& ba
         if (budget > 0) {
             auto n = w.maxBatch(dtype, budget);
             t.max_batch.emplace_back(dtype, n);
+            if (t.axis == "seq")
+                t.max_seq_batch.push_back(w.predict(1, dtype, false).batch);
             // Confirmed by a real run where the machine can make it (within the records' reach, recorded
             // dtype); otherwise the figure says how it is known.
             std::string how = n >= 1 && w.predict(n, dtype, false).extrapolated ? "extrapolated" : "predicted";
@@ -70,6 +74,8 @@ nlohmann::json predictionToJson(const Prediction& p)
         {"extrapolated", p.extrapolated},
         {"notes", p.notes},
     };
+    if (p.seq > 0)
+        j["seq"] = p.seq;
     auto& ledgers = j["ledgers_at_peak"] = nlohmann::json::object();
     for (int l = 0; l < kLedgerCount; ++l)
         ledgers[ledgerName(static_cast<Ledger>(l))] = p.ledgers_at_peak[static_cast<std::size_t>(l)];
@@ -87,7 +93,7 @@ nlohmann::json whatIfToJson(const WhatIfTable& t)
     nlohmann::json j = {{"format", "memledger-whatif"}, {"version", 1},
         {"recorded_batches", t.recorded_batches.empty() ? std::vector<std::int64_t> {t.recorded_batch1, t.recorded_batch2}
                                                          : t.recorded_batches},
-        {"mode", t.mode}};
+        {"mode", t.mode}, {"axis", t.axis}};
     auto& rows = j["predictions"] = nlohmann::json::array();
     for (const auto& p : t.predictions) {
         auto row = predictionToJson(p);
@@ -95,7 +101,18 @@ nlohmann::json whatIfToJson(const WhatIfTable& t)
             row["fits"] = t.fits(p);
         rows.push_back(std::move(row));
     }
-    if (t.budget_bytes > 0) {
+    if (t.axis == "seq") { // sequence lengths: recorded at, and the longest within the budget per batch
+        j["recorded_seqs"] = j["recorded_batches"];
+        j.erase("recorded_batches");
+        if (t.budget_bytes > 0) {
+            j["budget_bytes"] = t.budget_bytes;
+            auto& ms = j["max_seq"] = nlohmann::json::array();
+            for (std::size_t i = 0; i < t.max_batch.size(); ++i)
+                ms.push_back({{"dtype", t.max_batch[i].first}, {"seq", t.max_batch[i].second},
+                    {"batch", i < t.max_seq_batch.size() ? t.max_seq_batch[i] : 0},
+                    {"method", i < t.max_batch_method.size() ? t.max_batch_method[i].second : "predicted"}});
+        }
+    } else if (t.budget_bytes > 0) {
         j["budget_bytes"] = t.budget_bytes;
         auto& mb = j["max_batch"] = nlohmann::json::object();
         for (const auto& [dtype, n] : t.max_batch)
@@ -117,9 +134,22 @@ WhatIfTable whatIfFromJson(const nlohmann::json& j)
         t.recorded_batch2 = t.recorded_batches.back();
     }
     t.mode = j.value("mode", "inference");
+    t.axis = j.value("axis", "batch");
+    if (j.contains("recorded_seqs") && j["recorded_seqs"].size() >= 2) {
+        t.recorded_batches = j["recorded_seqs"].get<std::vector<std::int64_t>>();
+        t.recorded_batch1 = t.recorded_batches.front();
+        t.recorded_batch2 = t.recorded_batches.back();
+    }
+    if (j.contains("max_seq") && j["max_seq"].is_array())
+        for (const auto& m : j["max_seq"]) {
+            t.max_batch.emplace_back(m.at("dtype").get<std::string>(), m.at("seq").get<std::int64_t>());
+            t.max_batch_method.emplace_back(m.at("dtype").get<std::string>(), m.value("method", "predicted"));
+            t.max_seq_batch.push_back(m.value("batch", std::int64_t {0}));
+        }
     for (const auto& row : j.at("predictions")) {
         Prediction p;
         p.batch = row.at("batch").get<std::int64_t>();
+        p.seq = row.value("seq", std::int64_t {0});
         p.dtype = row.at("dtype").get<std::string>();
         p.method = row.value("method", "predicted");
         p.predicted_peak_bytes = row.at("predicted_peak_bytes").get<std::int64_t>();
