@@ -10,6 +10,7 @@
 #include "timeline_plot.h"
 #include "layer_tree_model.h"
 #include "timeline_png.h"
+#include "whatif_panel.h"
 
 #include <QApplication>
 #include <QTabWidget>
@@ -87,6 +88,12 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
             QObject::connect(&window, &memledger::MainWindow::remediesReady, &window, [save](bool withWhatIf) {
                 if (withWhatIf)
                     save();
+            });
+        // MEMLEDGER_SCREENSHOT_SEQ=N: once the sequence what-if is recorded, the panel's sequence set to N.
+        else if (qEnvironmentVariableIsSet("MEMLEDGER_SCREENSHOT_SEQ"))
+            QObject::connect(&window, &memledger::MainWindow::seqWhatIfReady, &window, [&window, save] {
+                window.whatIfPanel()->setSeq(qEnvironmentVariable("MEMLEDGER_SCREENSHOT_SEQ").toLongLong());
+                save();
             });
         else if (qEnvironmentVariableIsSet("MEMLEDGER_SCREENSHOT_WHATIF"))
             QObject::connect(&window, &memledger::MainWindow::whatIfReady, &window, save);

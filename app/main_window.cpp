@@ -371,6 +371,7 @@ void MainWindow::fileOpened(std::shared_ptr<const OpenedFile> file, const QStrin
     whatIfWorker_->cancel();
     whatIf_.reset();
     whatIfPanel_->setWhatIf(nullptr);
+    whatIfPanel_->setSeqWhatIf(nullptr, 0);
     showReport(nullptr); // the previous file's report is not this one's
     setWindowTitle(QStringLiteral("%1 — memledger").arg(displayName()));
     runPanel_->setRunnable(opened_->kind == FileKind::Model);
@@ -666,6 +667,13 @@ void MainWindow::setUpWhatIf()
             4000);
         emit whatIfReady();
     });
+    connect(whatIfWorker_, &WhatIfWorker::seqRecorded, this, [this](quint64, std::shared_ptr<const WhatIf> w) {
+        if (!report_)
+            return;
+        whatIfPanel_->setSeqWhatIf(std::move(w), report_->run.seq);
+        statusBar()->showMessage(tr("What-if along the sequence ready (batch %1)").arg(report_->run.batch), 4000);
+        emit seqWhatIfReady();
+    });
     connect(whatIfWorker_, &WhatIfWorker::measured, this,
         [this](quint64, const Prediction& p) { whatIfPanel_->showMeasurement(p); });
     connect(whatIfWorker_, &WhatIfWorker::failed, this, [this](quint64, const QString& message) {
@@ -675,8 +683,8 @@ void MainWindow::setUpWhatIf()
             statusBar()->showMessage(tr("What-if: %1").arg(message), 8000);
     });
     connect(whatIfPanel_, &WhatIfPanel::measureRequested, this, [this](std::int64_t batch, const QString& dtype) {
-        if (whatIf_)
-            whatIfWorker_->measure(opened_, whatIf_, batch, dtype);
+        if (auto w = whatIfPanel_->activeWhatIf())
+            whatIfWorker_->measure(opened_, w, batch, dtype);
     });
 }
 
@@ -685,6 +693,7 @@ void MainWindow::recordWhatIf(const Report& report)
     whatIf_.reset();
     whatIfPartial_ = false;
     whatIfPanel_->setWhatIf(nullptr);
+    whatIfPanel_->setSeqWhatIf(nullptr, 0);
     RunOptions base;
     base.inputs = report.run.input_shapes;
     base.input_types = report.run.input_types;

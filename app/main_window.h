@@ -98,6 +98,7 @@ signals:
     void reportChanged(std::shared_ptr<const memledger::Report> report); // a report is shown; never nullptr
     void runFailed(const QString& message);
     void whatIfReady(); // the what-if panel has its records
+    void seqWhatIfReady(); // and, for token inputs, its records along the sequence
     void comparisonShown(); // compareWith() has its B and shows the comparison
     void comparisonFailed(const QString& message);
     void remediesReady(bool withWhatIf); // the "What would help" tab shows its remedies

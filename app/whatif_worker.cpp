@@ -58,6 +58,18 @@ quint64 WhatIfWorker::record(std::shared_ptr<const OpenedFile> file, RunOptions 
         auto w = std::make_shared<const WhatIf>(
             WhatIf::recordPlanned(*file->model, base, {"float32", "bfloat16", "float16"}, plan));
         deliver(job, [this, job, w] { emit recorded(job, w); });
+        // Token inputs: the sequence what-if too, at the batch of the run (its inputs' dimension 0).
+        bool tokens = false;
+        for (std::size_t i = 0; i < base.inputs.size(); ++i)
+            tokens = tokens || (inputTypeAt(base.input_types, i).isToken() && base.inputs[i].size() >= 2);
+        if (!tokens)
+            return;
+        WhatIf::Plan seqPlan;
+        seqPlan.largest = 1 << 16;
+        seqPlan.seconds_budget = 8;
+        auto s = std::make_shared<const WhatIf>(
+            WhatIf::recordSeqPlanned(*file->model, base, {"float32", "bfloat16", "float16"}, seqPlan));
+        deliver(job, [this, job, s] { emit seqRecorded(job, s); });
     });
 }
 

@@ -24,12 +24,15 @@ public:
     // `file` is the model the window opened (shared with its runs). `base` holds the inputs (batch 1 is
     // recorded from them) and dtype.
     quint64 record(std::shared_ptr<const OpenedFile> file, RunOptions base);
-    quint64 measure(std::shared_ptr<const OpenedFile> file, std::shared_ptr<const WhatIf> whatIf, std::int64_t batch,
+    // `x` is a batch, or a sequence length for a sequence what-if.
+    quint64 measure(std::shared_ptr<const OpenedFile> file, std::shared_ptr<const WhatIf> whatIf, std::int64_t x,
         const QString& dtype);
     void cancel();
 
 signals:
     void recorded(quint64 job, std::shared_ptr<const memledger::WhatIf> whatIf);
+    // After `recorded`, for a model with token inputs: the what-if along the sequence length, at the run's batch.
+    void seqRecorded(quint64 job, std::shared_ptr<const memledger::WhatIf> whatIf);
     // While the records are made: the what-if of the first two (usable up to the second record's batch), and
     // each larger record as it starts.
     void firstRecords(quint64 job, std::shared_ptr<const memledger::WhatIf> whatIf);

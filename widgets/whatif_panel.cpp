@@ -26,6 +26,7 @@ namespace {
 
 constexpr int kMaxPower = 10; // slider: batch 1, 2, 4, ... 1024
 constexpr int kMaxBatch = 1000000;
+constexpr int kMaxSeqPower = 16; // sequence 1, 2, 4, ... 65536
 // Replaying the caching allocator for the fit table costs ~20 replays: only for runs this small.
 constexpr std::size_t kReservedSearchEvents = 200000;
 
@@ -80,8 +81,23 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     auto* batchRow = new QHBoxLayout;
     batchRow->addWidget(slider_, 1);
     batchRow->addWidget(batchBox_);
+    // The sequence length of token inputs (language models): shown when a sequence what-if is recorded.
+    seqSlider_ = new QSlider(Qt::Horizontal, this);
+    seqSlider_->setRange(0, kMaxSeqPower);
+    seqSlider_->setPageStep(1);
+    seqSlider_->setTickPosition(QSlider::TicksBelow);
+    seqSlider_->setToolTip(tr("Sequence length of the token inputs, in powers of two"));
+    seqBox_ = new QSpinBox(this);
+    seqBox_->setRange(1, 1 << kMaxSeqPower);
+    seqRow_ = new QWidget(this);
+    auto* seqRow = new QHBoxLayout(seqRow_);
+    seqRow->setContentsMargins(0, 0, 0, 0);
+    seqRow->addWidget(seqSlider_, 1);
+    seqRow->addWidget(seqBox_);
+    seqLabel_ = new QLabel(tr("Sequence"), this);
     auto* form = new QFormLayout;
     form->addRow(tr("Batch"), batchRow);
+    form->addRow(seqLabel_, seqRow_);
     form->addRow(tr("Precision"), dtypeBox_);
     form->addRow(tr("Memory budget"), budgetBox_);
     form->addRow(tr("Peak"), peak_);
@@ -95,7 +111,8 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     auto* layout = new QVBoxLayout(this);
     layout->addLayout(form);
     layout->addWidget(measure_, 0, Qt::AlignLeft);
-    layout->addWidget(new QLabel(tr("Largest batch that fits the budget:"), this));
+    fitTableTitle_ = new QLabel(tr("Largest batch that fits the budget:"), this);
+    layout->addWidget(fitTableTitle_);
     layout->addWidget(fitTable_);
     layout->addWidget(notes_);
     layout->addStretch(1);
@@ -119,6 +136,18 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
         slider_->setValue(std::min(kMaxPower, static_cast<int>(std::floor(std::log2(batch)))));
         repredict();
     });
+    connect(seqSlider_, &QSlider::valueChanged, this, [this](int power) {
+        QSignalBlocker block(seqBox_);
+        seqBox_->setValue(1 << power);
+        repredict();
+        fitTimer_->start();
+    });
+    connect(seqBox_, qOverload<int>(&QSpinBox::valueChanged), this, [this](int seq) {
+        QSignalBlocker block(seqSlider_);
+        seqSlider_->setValue(std::min(kMaxSeqPower, static_cast<int>(std::floor(std::log2(seq)))));
+        repredict();
+        fitTimer_->start();
+    });
     connect(dtypeBox_, &QComboBox::currentTextChanged, this, [this] { repredict(); });
     connect(budgetBox_, &QComboBox::currentTextChanged, this, [this] {
         showPrediction(current_, !reservedTimer_->isActive());
@@ -127,9 +156,46 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     connect(measure_, &QPushButton::clicked, this, [this] {
         measure_->setEnabled(false);
         method_->setText(tr("measuring…"));
-        emit measureRequested(batch(), dtype());
+        emit measureRequested(seqActive() ? seq() : batch(), dtype());
     });
     setWhatIf(nullptr);
+    setSeqWhatIf(nullptr, 0);
+}
+
+void WhatIfPanel::setSeqWhatIf(std::shared_ptr<const WhatIf> seqWhatIf, std::int64_t baseSeq)
+{
+    seqWhatIf_ = std::move(seqWhatIf);
+    baseSeq_ = baseSeq;
+    seqRow_->setVisible(seqWhatIf_ != nullptr);
+    seqLabel_->setVisible(seqWhatIf_ != nullptr);
+    if (seqWhatIf_) {
+        QSignalBlocker block(seqBox_);
+        QSignalBlocker blockSlider(seqSlider_);
+        seqBox_->setValue(static_cast<int>(std::clamp<std::int64_t>(baseSeq, 1, 1 << kMaxSeqPower)));
+        seqSlider_->setValue(std::min(kMaxSeqPower, static_cast<int>(std::floor(std::log2(std::max<std::int64_t>(1, baseSeq))))));
+    }
+    repredict();
+    updateFitTable();
+}
+
+std::int64_t WhatIfPanel::seq() const
+{
+    return seqWhatIf_ ? seqBox_->value() : 0;
+}
+
+void WhatIfPanel::setSeq(std::int64_t seq)
+{
+    seqBox_->setValue(static_cast<int>(std::clamp<std::int64_t>(seq, 1, 1 << kMaxSeqPower)));
+}
+
+bool WhatIfPanel::seqActive() const
+{
+    return seqWhatIf_ && seq() != baseSeq_;
+}
+
+std::shared_ptr<const WhatIf> WhatIfPanel::activeWhatIf() const
+{
+    return seqActive() ? seqWhatIf_ : whatIf_;
 }
 
 std::int64_t WhatIfPanel::batch() const
@@ -196,10 +262,21 @@ void WhatIfPanel::repredict()
 {
     if (!whatIf_)
         return;
-    current_ = whatIf_->predict(batch(), dtype().toStdString(), false);
+    // Away from the run's sequence, the figures are the sequence what-if's, at the batch it recorded.
+    const bool seqMode = seqActive();
+    slider_->setEnabled(!seqMode);
+    batchBox_->setEnabled(!seqMode);
+    if (seqMode) {
+        current_ = seqWhatIf_->predict(seq(), dtype().toStdString(), false);
+        QSignalBlocker block(batchBox_);
+        QSignalBlocker blockSlider(slider_);
+        batchBox_->setValue(static_cast<int>(current_.batch));
+    } else {
+        current_ = whatIf_->predict(batch(), dtype().toStdString(), false);
+    }
     showPrediction(current_, false);
     reservedTimer_->start();
-    measure_->setEnabled(whatIf_->isRecorded(dtype().toStdString()));
+    measure_->setEnabled(activeWhatIf()->isRecorded(dtype().toStdString()));
     measure_->setToolTip(measure_->isEnabled() ? tr("Run the model at this batch and precision on the CPU and compare")
                                                : tr("The CPU build of libtorch cannot run %1").arg(dtype()));
     emit predictionChanged(current_);
@@ -209,7 +286,8 @@ void WhatIfPanel::updateReserved()
 {
     if (!whatIf_)
         return;
-    current_ = whatIf_->predict(batch(), dtype().toStdString(), true);
+    current_ = seqActive() ? seqWhatIf_->predict(seq(), dtype().toStdString(), true)
+                           : whatIf_->predict(batch(), dtype().toStdString(), true);
     showPrediction(current_, true);
 }
 
@@ -328,18 +406,23 @@ void WhatIfPanel::updateFitTable()
     if (!whatIf_)
         return;
     auto b = budget();
-    const auto dtypes = whatIf_->dtypes();
+    // Along the sequence: the longest sequence at the sequence what-if's batch.
+    const auto& w = seqActive() ? *seqWhatIf_ : *whatIf_;
+    fitTableTitle_->setText(seqActive() ? tr("Longest sequence that fits the budget (batch %1):").arg(current_.batch)
+                                        : tr("Largest batch that fits the budget:"));
+    fitTable_->setHorizontalHeaderLabels({tr("Precision"), seqActive() ? tr("Longest sequence") : tr("Largest batch")});
+    const auto dtypes = w.dtypes();
     fitTable_->setRowCount(static_cast<int>(dtypes.size()));
     for (std::size_t i = 0; i < dtypes.size(); ++i) {
         const auto& d = dtypes[i];
-        bool withReserved = whatIf_->eventCount(d) <= kReservedSearchEvents;
+        bool withReserved = w.eventCount(d) <= kReservedSearchEvents;
         QString text = tr("—");
         if (b > 0) {
-            auto n = whatIf_->maxBatch(d, b, withReserved);
+            auto n = w.maxBatch(d, b, withReserved);
             text = n == 0 ? tr("none") : n >= kMaxBatch ? tr("≥ %1").arg(kMaxBatch) : QString::number(n);
         }
         auto* name
-            = new QTableWidgetItem(QString::fromStdString(d) + (whatIf_->isRecorded(d) ? "" : tr(" (rescaled)")));
+            = new QTableWidgetItem(QString::fromStdString(d) + (w.isRecorded(d) ? "" : tr(" (rescaled)")));
         auto* value = new QTableWidgetItem(text);
         value->setToolTip(withReserved ? tr("peak total and reserved memory both fit") : tr("peak total fits"));
         fitTable_->setItem(static_cast<int>(i), 0, name);

@@ -23,6 +23,13 @@ public:
     explicit WhatIfPanel(QWidget* parent = nullptr);
 
     void setWhatIf(std::shared_ptr<const WhatIf> whatIf); // nullptr: nothing recorded yet
+    // A model with token inputs: the what-if along the sequence length (at the run's batch) and the run's
+    // sequence. The Sequence row shows; away from `baseSeq` the figures are the sequence what-if's, at its batch.
+    void setSeqWhatIf(std::shared_ptr<const WhatIf> seqWhatIf, std::int64_t baseSeq);
+    std::int64_t seq() const; // 0 without a sequence what-if
+    void setSeq(std::int64_t seq);
+    bool seqActive() const; // the figures are the sequence what-if's (the sequence is not the run's)
+    std::shared_ptr<const WhatIf> activeWhatIf() const; // the one the figures come from
     // The result of a measureRequested() run, made off the GUI thread by the window.
     void showMeasurement(const Prediction& measured);
     void showMeasurementFailed(const QString& reason);
@@ -43,6 +50,7 @@ public:
     bool fitsBudget() const { return fitsBudget_; }
     QSlider* batchSlider() const { return slider_; }
     QSpinBox* batchSpinBox() const { return batchBox_; }
+    QSpinBox* seqSpinBox() const { return seqBox_; }
 
 protected:
     void changeEvent(QEvent* event) override;
@@ -60,6 +68,13 @@ private:
     void applyFitsColour();
 
     std::shared_ptr<const WhatIf> whatIf_;
+    std::shared_ptr<const WhatIf> seqWhatIf_;
+    std::int64_t baseSeq_ = 0;
+    QWidget* seqRow_ = nullptr;
+    QLabel* seqLabel_ = nullptr;
+    QSlider* seqSlider_ = nullptr;
+    QSpinBox* seqBox_ = nullptr;
+    QLabel* fitTableTitle_ = nullptr;
     Prediction current_;
     QSlider* slider_ = nullptr;
     QSpinBox* batchBox_ = nullptr;

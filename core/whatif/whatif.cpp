@@ -384,18 +384,36 @@ WhatIf WhatIf::recordSeqPlanned(Model& model, RunOptions base, const std::vector
     all.model_ = std::make_shared<const ModelInfo>(model.info());
     all.modules_ = std::make_shared<const std::vector<LayerStats>>(model.modules());
     std::vector<std::pair<std::string, std::string>> cannotRun;
+    std::vector<std::int64_t> start;
     for (const auto& dtype : dtypeOrder(base.dtype, dtypes)) {
         RunOptions o = base;
         o.dtype = dtype;
-        // Three records make the first parabola: T/2, T and 2T (T itself is the run the user asked for).
-        std::vector<std::int64_t> seqs {std::max<std::int64_t>(1, t0 / 2), t0, t0 * 2};
-        if (seqs[0] == seqs[1])
-            seqs = {t0, t0 * 2, t0 * 4};
+        // Three records make the first parabola: T/2, T and 2T (T itself is the run the user asked for); T/4,
+        // T/2 and T where 2T is refused (beyond the range an exported program takes).
+        // The base precision finds the three; the others record at the same ones.
+        std::vector<std::int64_t> seqs = start;
         std::vector<RawRun> runs;
-        if (plan.progress)
-            plan.progress(seqs.back(), 3);
-        if (!recordRuns(model, base, o, seqs, runs, cannotRun, WhatIfAxis::Seq))
+        bool ran = false;
+        for (auto first : {std::vector<std::int64_t> {t0 / 2, t0, t0 * 2}, std::vector<std::int64_t> {t0 / 4, t0 / 2, t0}}) {
+            if (!start.empty())
+                first = start;
+            else if (first[0] < 1 || first[0] == first[1])
+                first = {t0, t0 * 2, t0 * 4};
+            seqs = first;
+            runs.clear();
+            if (plan.progress)
+                plan.progress(seqs.back(), 3);
+            try {
+                ran = recordRuns(model, base, o, seqs, runs, cannotRun, WhatIfAxis::Seq);
+                break;
+            } catch (const RunError&) {
+                if (first.back() == t0)
+                    throw;
+            }
+        }
+        if (!ran)
             continue;
+        start = seqs;
         auto fitOf = [&](std::size_t k) {
             return makeFit(*all.model_, *all.modules_, {runs[k], runs[k + 1], runs[k + 2]},
                 {seqs[k], seqs[k + 1], seqs[k + 2]}, WhatIfAxis::Seq);
