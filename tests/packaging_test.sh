@@ -10,12 +10,17 @@ for f in bin/memledger share/applications/memledger.desktop share/icons/hicolor/
          share/metainfo/io.github.memledger.metainfo.xml; do
   [ -f "$work/prefix/$f" ] || { echo "not installed: $f"; exit 1; }
 done
-"$work/prefix/bin/memledger" --version
+version=$("$work/prefix/bin/memledger" --version)
+echo "$version"
 (cd "$work" && cpack -G DEB --config "$build/CPackConfig.cmake" -B "$work/deb" >/dev/null)
 deb=$(ls "$work"/deb/memledger_*.deb)
 info=$(dpkg-deb -I "$deb")
 contents=$(dpkg-deb -c "$deb")
-grep -q "Depends:.*libtorch1.13" <<<"$info" || { echo "the .deb does not depend on libtorch1.13"; exit 1; }
+if grep -q "libtorch 1\." <<<"$version"; then # Debian's libtorch: a package dependency
+  grep -q "Depends:.*libtorch1.13" <<<"$info" || { echo "the .deb does not depend on libtorch1.13"; exit 1; }
+else # pip's libtorch: found through the RPATH, never Debian's package
+  ! grep -q "Depends:.*libtorch" <<<"$info" || { echo "the PyTorch 2 build's .deb depends on Debian's libtorch"; exit 1; }
+fi
 grep -q "libqcustomplot2.1-qt6" <<<"$info" || { echo "the .deb does not depend on QCustomPlot"; exit 1; }
 grep -q "usr/bin/memledger" <<<"$contents" || { echo "the .deb has no binary"; exit 1; }
 echo "packaging ok: $(basename "$deb")"

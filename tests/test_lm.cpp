@@ -2,6 +2,7 @@
 // PyTorch 2 itself reports for the same run or step (tests/fixtures/lm_models.py, lm/lm_truth.json): the peak
 // within 1%, weights, gradients and optimizer state exact (a tied LM head counted once), leaf outputs equal to
 // forward hooks. Skipped, with the reason, where the fixtures' torch has no torch.export (libtorch 1.13).
+#include "demo_model.h"
 #include "fixture_paths.h"
 #include "recording/model.h"
 #include "report/build_report.h"
@@ -98,8 +99,38 @@ Model& opened(const Case& c)
     return *it->second;
 }
 
+// Every comparison made, written as a Markdown table to lm/accuracy.md when the tests end (the README's table).
+struct Compared {
+    std::string what, truth;
+    std::int64_t got, expected;
+};
+std::vector<Compared>& compared()
+{
+    static std::vector<Compared> all;
+    return all;
+}
+
+class AccuracyTable : public ::testing::Environment {
+public:
+    void TearDown() override
+    {
+        if (compared().empty())
+            return;
+        std::ofstream out(fixture("lm/accuracy.md"));
+        out << "| run | memledger | " << "truth | difference |\n| --- | --- | --- | --- |\n";
+        for (const auto& c : compared()) {
+            char diff[32];
+            std::snprintf(diff, sizeof diff, "%+.3f%%",
+                100.0 * static_cast<double>(c.got - c.expected) / static_cast<double>(c.expected));
+            out << "| " << c.what << " | " << c.got << " | " << c.expected << " (" << c.truth << ") | " << diff << " |\n";
+        }
+    }
+};
+const auto* const kAccuracyTable = ::testing::AddGlobalTestEnvironment(new AccuracyTable);
+
 void expectWithinOnePercent(std::int64_t got, std::int64_t expected, const std::string& what, const char* truth = "PyTorch")
 {
+    compared().push_back({what, truth, got, expected});
     auto e = static_cast<double>(expected);
     auto g = static_cast<double>(got);
     EXPECT_LE(std::abs(g - e), 0.01 * e) << what << ": memledger " << got << " " << truth << " " << expected << " ("
@@ -344,4 +375,53 @@ TEST(LanguageModelWhatIf, TheCliVariesTheSequenceAndWritesItInEveryRow)
     EXPECT_EQ(seqs, (std::vector<std::int64_t> {16, 48, 256}));
     ASSERT_TRUE(j.contains("max_seq"));
     EXPECT_EQ(j["max_seq"][0]["batch"], 2);
+}
+
+// The built-in GPT demo (resources/demo_gpt.pt2): it runs in the PyTorch 2 build; libtorch 1.13's build says
+// which build opens it.
+TEST(LanguageModelDemo, TheGptDemoRunsOrNamesTheBuildThatRunsIt)
+{
+    if (!builtWithExportSupport()) {
+        try {
+            openFileOrDemo("demo:gpt.pt2");
+            FAIL() << "libtorch 1.13 opened a torch.export program";
+        } catch (const FileError& e) {
+            EXPECT_NE(std::string(e.what()).find("needs memledger's PyTorch 2 build"), std::string::npos) << e.what();
+        }
+        return;
+    }
+    auto file = openFileOrDemo("demo:gpt-train.pt2");
+    ASSERT_EQ(file.default_input_types.size(), 1u);
+    EXPECT_EQ(file.default_input_types[0].dtype, "int64");
+    RunOptions o;
+    o.threads = 1;
+    o.inputs = {{2, 64}}; // smaller than the demo's own, to keep the test quick
+    o.input_types = file.default_input_types;
+    auto report = analyzeOpened(file, o);
+    EXPECT_EQ(report.run.mode, "train");
+    EXPECT_EQ(report.run.optimizer, "adamw");
+    EXPECT_EQ(report.run.loss, "next_token");
+    EXPECT_EQ(report.optimizer_state_bytes, 2 * report.gradient_bytes) << "AdamW's two moments, the tied head once";
+}
+
+// A TorchScript file that PyTorch 2 wrote with an op libtorch 1.13 lacks: the 1.13 build says it needs the PyTorch
+// 2 build (not "not a TorchScript model"). The file is written by .venv-torch's PyTorch 2, when it is there.
+TEST(LanguageModelScript, AFileFromPyTorch2NamesTheBuildThatReadsIt)
+{
+    if (builtWithExportSupport())
+        GTEST_SKIP() << "this build reads PyTorch 2's files (the case is libtorch 1.13's)";
+    std::string python = std::string(MEMLEDGER_SOURCE_DIR) + "/.venv-torch/bin/python";
+    if (!std::ifstream(python))
+        GTEST_SKIP() << "no PyTorch 2 to write the file with (" << python << " is made by the default build)";
+    std::string out = fixture("gpt_by_pytorch2.pt");
+    auto made = runCommand(python + " " + MEMLEDGER_SOURCE_DIR + "/resources/gpt.py " + out);
+    ASSERT_EQ(made.exit_code, 0) << made.output;
+    try {
+        Model::open(out);
+        FAIL() << "libtorch 1.13 opened a model with scaled_dot_product_attention";
+    } catch (const FileError& e) {
+        std::string m = e.what();
+        EXPECT_NE(m.find("written by PyTorch 2"), std::string::npos) << m;
+        EXPECT_NE(m.find("PyTorch 2 build"), std::string::npos) << m;
+    }
 }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <unordered_set>
 
@@ -71,10 +72,14 @@ std::string typeName(const torch::jit::Module& m)
     return n;
 }
 
+// The first line that says something (TorchScript's messages may begin with a newline).
 std::string firstLine(const std::string& s)
 {
-    auto pos = s.find('\n');
-    return pos == std::string::npos ? s : s.substr(0, pos);
+    auto start = s.find_first_not_of(" \t\r\n");
+    if (start == std::string::npos)
+        return "no reason given";
+    auto pos = s.find('\n', start);
+    return pos == std::string::npos ? s.substr(start) : s.substr(start, pos - start);
 }
 
 // Why a file that starts with `head` is not a TorchScript model, in words a user can act on.
@@ -220,7 +225,7 @@ std::unique_ptr<Model::Impl> loadFrom(
         in.seekg(0);
     }
     if (!d->program) {
-        std::string message;
+        std::optional<std::string> message;
         try {
             d->module = torch::jit::load(in, torch::kCPU);
         } catch (const c10::Error& e) {
@@ -228,9 +233,9 @@ std::unique_ptr<Model::Impl> loadFrom(
         } catch (const std::exception& e) {
             message = firstLine(e.what());
         }
-        if (!message.empty()) {
+        if (message) {
             auto newer = newerWriterNote(in);
-            throw FileError(name, newer.empty() ? explainLoadFailure(head, tail, message) : newer + ": " + message);
+            throw FileError(name, newer.empty() ? explainLoadFailure(head, tail, *message) : newer + ": " + *message);
         }
         d->module.eval();
     }
