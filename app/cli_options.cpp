@@ -62,7 +62,7 @@ std::string usageText()
            "  T       float32 | bfloat16 | float16 (floating-point weights and inputs are converted before the run)\n"
            "  RUN     --mode inference|train (train: one training step: forward, loss, backward, optimizer)\n"
            "          --optimizer sgd|adam|adamw|none (train; sgd: momentum 0.9)  --loss auto|sum|cross_entropy|next_token\n"
-           "          --threads N (libtorch's intra-op threads)\n"
+           "          --threads N (libtorch's intra-op threads)  --seq N (dimension 1 of every token input)\n"
            "          --device cpu|cuda|cuda:N (a GPU needs a memledger built against a libtorch with CUDA)\n"
            "          --cudnn-benchmark on|off (CUDA: cuDNN's autotuner; default off)\n"
            "  FILE    a torch.export program (torch.export.save, .pt2), a TorchScript model (torch.jit.save), a\n"

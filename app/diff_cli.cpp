@@ -18,7 +18,7 @@ namespace memledger {
 namespace {
 
 // The run options `analyze` takes, each with a value; --b-NAME gives NAME to B only.
-const std::vector<std::string> kRunFlags {"--input", "--batch", "--dtype", "--mode", "--optimizer", "--loss",
+const std::vector<std::string> kRunFlags {"--input", "--batch", "--seq", "--dtype", "--mode", "--optimizer", "--loss",
     "--threads", "--device", "--cudnn-benchmark"};
 const std::vector<std::string> kNotForDiff {"--png", "--snapshot", "--whatif", "--budget", "--tensors", "--depth"};
 
@@ -81,7 +81,7 @@ CliOptions parseDiffCli(const std::vector<std::string>& args)
         } else if (a.rfind("--b-", 0) == 0) {
             auto flag = "--" + a.substr(4);
             if (!isRunFlag(flag))
-                throw std::invalid_argument(a + " is not a run option for B (--b-input, --b-batch, --b-dtype, "
+                throw std::invalid_argument(a + " is not a run option for B (--b-input, --b-batch, --b-seq, --b-dtype, "
                                                 "--b-mode, --b-optimizer, --b-loss, --b-threads, --b-device, "
                                                 "--b-cudnn-benchmark)");
             onlyB.push_back(flag);

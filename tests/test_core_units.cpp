@@ -35,6 +35,35 @@ TEST(Format, ParseBytes)
     EXPECT_FALSE(parseBytes(".").has_value());
 }
 
+TEST(Format, InputsTakeATypeAndAFillAndPrintAsTheyAreWritten)
+{
+    auto p = parseInputs("2x512:int64, 2x512:bool=true,1x3x8x8,4x16:int64=7,1x4:bfloat16=0.5");
+    ASSERT_EQ(p.shapes.size(), 5u);
+    EXPECT_EQ(p.shapes[0], (Shape {2, 512}));
+    EXPECT_EQ(p.types[0].dtype, "int64");
+    EXPECT_FALSE(p.types[0].fill);
+    EXPECT_EQ(p.types[1].dtype, "bool");
+    EXPECT_EQ(p.types[1].fill, 1.0);
+    EXPECT_EQ(p.types[2], InputType {});
+    EXPECT_EQ(p.types[3].fill, 7.0);
+    EXPECT_EQ(inputsToString(p.shapes, p.types), "2x512:int64,2x512:bool=true,1x3x8x8,4x16:int64=7,1x4:bfloat16=0.5");
+    // Token ids stay integers under --dtype; floating-point inputs take it.
+    EXPECT_EQ(p.types[0].runDtype("bfloat16"), "int64");
+    EXPECT_EQ(p.types[2].runDtype("bfloat16"), "bfloat16");
+    EXPECT_TRUE(p.types[0].isToken());
+    EXPECT_TRUE(p.types[1].isToken());
+    EXPECT_FALSE(p.types[4].isToken());
+    EXPECT_EQ(inputBytes(p.shapes, p.types, "float32"), 2 * 512 * 8 + 2 * 512 + 3 * 64 * 4 + 4 * 16 * 8 + 4 * 2);
+    for (const char* bad : {"2x512:int8", "2x512:", "2x512:int64=1.5", "2x512:bool=maybe", "2x:int64"})
+        EXPECT_THROW(parseInputs(bad), std::invalid_argument) << bad;
+    try {
+        parseInputs("2x512:long64");
+        FAIL();
+    } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("int64"), std::string::npos) << e.what(); // names the types there are
+    }
+}
+
 TEST(Format, ParseShapesRefusesEmptyDimensions)
 {
     EXPECT_EQ(parseShapes("1x3x224x224, 1x10"), (std::vector<Shape> {{1, 3, 224, 224}, {1, 10}}));
