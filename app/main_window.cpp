@@ -682,6 +682,11 @@ void MainWindow::setUpWhatIf()
         else
             statusBar()->showMessage(tr("What-if: %1").arg(message), 8000);
     });
+    // What would help plans for the budget of the What if panel: a new budget recomputes it.
+    connect(whatIfPanel_, &WhatIfPanel::budgetChanged, this, [this](std::int64_t) {
+        if (report_ && report_->source == "model" && !fileIsReport_)
+            computeRemedies();
+    });
     connect(whatIfPanel_, &WhatIfPanel::measureRequested, this, [this](std::int64_t batch, const QString& dtype) {
         if (auto w = whatIfPanel_->activeWhatIf())
             whatIfWorker_->measure(opened_, w, batch, dtype);

@@ -17,6 +17,23 @@
 
 namespace memledger {
 
+namespace {
+
+// Notes about a precision nobody asked for ("float16: predicted from the bfloat16 records") are left out.
+void keepNotesOf(const std::vector<std::string>& dtypes, std::vector<std::string>& notes)
+{
+    notes.erase(std::remove_if(notes.begin(), notes.end(),
+                    [&](const std::string& n) {
+                        for (const char* d : {"float32", "bfloat16", "float16"})
+                            if (n.rfind(std::string(d) + ":", 0) == 0)
+                                return std::find(dtypes.begin(), dtypes.end(), d) == dtypes.end();
+                        return false;
+                    }),
+        notes.end());
+}
+
+} // namespace
+
 WhatIfTable computeWhatIfTable(const OpenedFile& file, const CliOptions& o, std::vector<std::string>* notesOut)
 {
     if (!file.model)
@@ -49,9 +66,10 @@ WhatIfTable computeWhatIfTable(const OpenedFile& file, const CliOptions& o, std:
             at.batch = batch;
             WhatIf::Plan plan;
             plan.largest = std::min<std::int64_t>(seqs.back(), 1 << 16);
-            plan.progress = [batch](std::int64_t seq, int done) {
-                std::cerr << "memledger: what-if record " << done << " at sequence " << seq << ", batch " << batch
-                          << "\n";
+            plan.wanted = seqs;
+            plan.progress = [batch](const std::string& dtype, std::int64_t seq, int done) {
+                std::cerr << "memledger: what-if record " << done << " in " << dtype << " at sequence " << seq
+                          << ", batch " << batch << "\n";
             };
             auto w = WhatIf::recordSeqPlanned(*file.model, at, dtypes, plan);
             auto part = makeWhatIfTable(w, seqs, dtypes, o.budget.value_or(0), file.model.get());
@@ -69,6 +87,7 @@ WhatIfTable computeWhatIfTable(const OpenedFile& file, const CliOptions& o, std:
                 notesOut->insert(notesOut->end(), n.begin(), n.end());
                 for (const auto& p : part.predictions)
                     notesOut->insert(notesOut->end(), p.notes.begin(), p.notes.end());
+                keepNotesOf(dtypes, *notesOut);
             }
         }
         return table;
@@ -77,8 +96,9 @@ WhatIfTable computeWhatIfTable(const OpenedFile& file, const CliOptions& o, std:
     // that switch algorithm at larger batches are seen; beyond the largest record figures are extrapolated.
     WhatIf::Plan plan;
     plan.largest = std::max<std::int64_t>(64, std::min<std::int64_t>(1024, *std::max_element(batches.begin(), batches.end())));
-    plan.progress = [](std::int64_t batch, int done) {
-        std::cerr << "memledger: what-if record " << done << " at batch " << batch << "\n";
+    plan.wanted = batches;
+    plan.progress = [](const std::string& dtype, std::int64_t batch, int done) {
+        std::cerr << "memledger: what-if record " << done << " in " << dtype << " at batch " << batch << "\n";
     };
     auto w = WhatIf::recordPlanned(*file.model, base, dtypes, plan);
     auto table = makeWhatIfTable(w, batches, dtypes, o.budget.value_or(0), file.model.get());
@@ -86,6 +106,7 @@ WhatIfTable computeWhatIfTable(const OpenedFile& file, const CliOptions& o, std:
         *notesOut = w.notes();
         for (const auto& p : table.predictions)
             notesOut->insert(notesOut->end(), p.notes.begin(), p.notes.end());
+        keepNotesOf(dtypes, *notesOut);
     }
     return table;
 }

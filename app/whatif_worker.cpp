@@ -52,7 +52,7 @@ quint64 WhatIfWorker::record(std::shared_ptr<const OpenedFile> file, RunOptions 
             auto w = std::make_shared<const WhatIf>(first);
             deliver(job, [this, job, w] { emit firstRecords(job, w); });
         };
-        plan.progress = [this, job](std::int64_t batch, int done) {
+        plan.progress = [this, job](const std::string&, std::int64_t batch, int done) {
             deliver(job, [this, job, batch, done] { emit recording(job, batch, done); });
         };
         auto w = std::make_shared<const WhatIf>(

@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config
-  libtorch-dev qt6-base-dev libqt6svg6-dev libqcustomplot-dev libqcustomplot2.1-qt6 nlohmann-json3-dev
+  libtorch-dev qt6-base-dev qt6-svg-dev libqcustomplot-dev libqcustomplot2.1-qt6 nlohmann-json3-dev
   python3-torch python3-torchvision python3-pil
   xvfb xauth chromium clang libclang-rt-14-dev
   dpkg-dev file libgtest-dev libbenchmark-dev

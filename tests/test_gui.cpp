@@ -316,7 +316,7 @@ TEST(MainWindow, OpensTheMnistTrainingDemoFromTheMenuAndRunsATrainingStep)
     for (auto* menu : w.menuBar()->findChildren<QMenu*>())
         if (menu->title().remove('&') == "Open demo")
             for (auto* a : menu->actions())
-                if (a->text().contains("MNIST training step"))
+                if (a->text().contains("MNIST") && a->text().contains("training step"))
                     mnist = a;
     ASSERT_TRUE(mnist) << "File > Open demo lists no MNIST training step";
     mnist->trigger();

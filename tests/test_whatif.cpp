@@ -357,7 +357,7 @@ TEST(WhatIfModel, PlannedRecordsReportTheFirstTwoThenEachLargerOne)
     plan.largest = 32;
     std::vector<std::int64_t> first, started;
     plan.first_records = [&](const WhatIf& w) { first = w.recordedBatches(); };
-    plan.progress = [&](std::int64_t batch, int) { started.push_back(batch); };
+    plan.progress = [&](const std::string&, std::int64_t batch, int) { started.push_back(batch); };
     auto w = WhatIf::recordPlanned(model, base, {"float32"}, plan);
     EXPECT_EQ(first, (std::vector<std::int64_t> {1, 2}));
     EXPECT_EQ(started, (std::vector<std::int64_t> {2, 8, 32}));

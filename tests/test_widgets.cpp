@@ -562,7 +562,7 @@ TEST(TrainStep, TextAndHtmlReportsSayTheModeAndThePhases)
     auto step = makeTrainStep();
     auto text = reportToText(step.report, 3);
     for (const char* part : {"train on cpu (optimizer sgd, loss cross_entropy, 2 threads)", "Phases:", "backward",
-             "gradients", "saved_activations", "optimizer_state", "saved bwd"})
+             "gradients", "saved for backward", "optimizer state", "after the step", "saved bwd"})
         EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
     auto html = reportToHtml(step.report);
     for (const char* part : {"optimizer sgd", "loss cross_entropy", "<table id=phases>", "\"phases\":", "gradients",

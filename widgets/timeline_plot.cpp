@@ -147,8 +147,12 @@ TimelinePlot::TimelinePlot(QWidget* parent)
 void TimelinePlot::setReport(std::shared_ptr<const Report> report)
 {
     report_ = std::move(report);
+    // A module selected in the previous report is not this one's: its band and legend entry go.
     highlighted_.clear();
     highlightSeries_.clear();
+    highlightBlocks_ = StepBlocks::build(highlightSeries_);
+    highlight_->setName(tr("selected module"));
+    highlight_->removeFromLegend();
     moment_ = report_ && report_->trace ? report_->trace->size() : 0;
     reserved_.clear();
     reservedGraph_->setVisible(false);

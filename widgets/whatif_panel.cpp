@@ -4,6 +4,7 @@
 #include "support/format.h"
 
 #include <QComboBox>
+#include <QCoreApplication>
 #include <QEvent>
 #include <QFormLayout>
 #include <QHBoxLayout>
@@ -152,7 +153,20 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     connect(budgetBox_, &QComboBox::currentTextChanged, this, [this] {
         showPrediction(current_, !reservedTimer_->isActive());
         fitTimer_->start();
+        budgetTimer_->start();
     });
+    budgetTimer_ = new QTimer(this);
+    budgetTimer_->setSingleShot(true);
+    budgetTimer_->setInterval(400);
+    connect(budgetTimer_, &QTimer::timeout, this, [this] {
+        if (budget() > 0)
+            emit budgetChanged(budget());
+    });
+    // The wheel scrolls the panel: a control takes it only once clicked or tabbed into.
+    for (QWidget* w : std::initializer_list<QWidget*> {slider_, batchBox_, seqSlider_, seqBox_, dtypeBox_, budgetBox_}) {
+        w->setFocusPolicy(Qt::StrongFocus);
+        w->installEventFilter(this);
+    }
     connect(measure_, &QPushButton::clicked, this, [this] {
         measure_->setEnabled(false);
         method_->setText(tr("measuring…"));
@@ -160,6 +174,19 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     });
     setWhatIf(nullptr);
     setSeqWhatIf(nullptr, 0);
+}
+
+bool WhatIfPanel::eventFilter(QObject* watched, QEvent* event)
+{
+    // A wheel over a control that has no focus is the panel's (its scroll area's), not the control's.
+    if (event->type() == QEvent::Wheel) {
+        auto* w = qobject_cast<QWidget*>(watched);
+        if (w && !w->hasFocus()) {
+            QCoreApplication::sendEvent(this, event);
+            return true;
+        }
+    }
+    return QWidget::eventFilter(watched, event);
 }
 
 void WhatIfPanel::setSeqWhatIf(std::shared_ptr<const WhatIf> seqWhatIf, std::int64_t baseSeq)

@@ -54,9 +54,12 @@ public:
 
 protected:
     void changeEvent(QEvent* event) override;
+    bool eventFilter(QObject* watched, QEvent* event) override;
 
 signals:
     void measureRequested(std::int64_t batch, const QString& dtype);
+    // The budget typed or chosen, once it rests (What would help uses the same budget).
+    void budgetChanged(std::int64_t bytes);
     // Batch or precision changed; the window may show predictedReport() in its other views.
     void predictionChanged(const memledger::Prediction& prediction);
 
@@ -92,6 +95,7 @@ private:
     QTableWidget* fitTable_ = nullptr;
     QTimer* reservedTimer_ = nullptr; // the allocator replay waits until the slider rests
     QTimer* fitTimer_ = nullptr;
+    QTimer* budgetTimer_ = nullptr;
 };
 
 } // namespace memledger

@@ -146,25 +146,26 @@ std::string reportToText(const Report& r, int maxDepth)
                 << "\n";
         }
     }
-    // The names as the JSON spells them, in a column as wide as the longest one listed.
+    // The names as people read them (the window's), in a column as wide as the longest one listed.
     std::size_t nameWidth = 12;
     for (int l = 0; l < kLedgerCount; ++l)
         if (listsLedger(r, static_cast<Ledger>(l)))
-            nameWidth = std::max(nameWidth, std::string(ledgerName(static_cast<Ledger>(l))).size() + 1);
+            nameWidth = std::max(nameWidth, std::string(ledgerLabel(static_cast<Ledger>(l))).size() + 1);
     out << "Ledgers at the peak (allocated over the run):\n";
     for (int l = 0; l < kLedgerCount; ++l)
-        if (listsLedger(r, static_cast<Ledger>(l)))
-            out << "  " << padCell(ledgerName(static_cast<Ledger>(l)), nameWidth) << ' '
-                << padCell(formatBytes(r.ledgers[l].at_peak), 11, true) << "  (" << formatBytes(r.ledgers[l].total)
-                << ")\n";
+        if (listsLedger(r, static_cast<Ledger>(l))) {
+            const auto ledger = static_cast<Ledger>(l);
+            out << "  " << padCell(ledgerLabel(ledger), nameWidth) << ' '
+                << padCell(formatBytes(r.ledgers[l].at_peak), 11, true) << "  (" << formatBytes(r.ledgers[l].total);
+            // A training step: the gradients alive at the peak, and every parameter's .grad once the step is done.
+            if (ledger == Ledger::Gradients && isTrainStep(r))
+                out << " allocated; " << formatBytes(r.gradient_bytes) << " after the step";
+            out << ")\n";
+        }
     out << "  peak during the run    " << formatBytes(r.peak_bytes) << "\n";
     out << "  peak total             " << formatBytes(r.peak_total_bytes)
         << (r.optimizer_state_bytes > 0 ? "  (weights + optimizer state + inputs + run peak)\n"
                                         : "  (weights + inputs + run peak)\n");
-    if (isTrainStep(r))
-        out << "  gradients              " << formatBytes(r.gradient_bytes)
-            << "  (every parameter's .grad after the step)\n"
-            << "  optimizer state        " << formatBytes(r.optimizer_state_bytes) << "\n";
     if (r.simulated_reserved_peak_bytes > 0 && r.source == "model")
         out << "  reserved on a GPU      " << formatBytes(r.simulated_reserved_peak_bytes)
             << "  (simulated CUDA caching allocator, CUDA context not included)\n";
@@ -176,10 +177,10 @@ std::string reportToText(const Report& r, int maxDepth)
         std::size_t n = std::min<std::size_t>(r.alive_at_peak.size(), 10);
         std::size_t ledgerWidth = 11; // "saved_activations" widens it
         for (std::size_t i = 0; i < n; ++i)
-            ledgerWidth = std::max(ledgerWidth, std::string(ledgerName(r.alive_at_peak[i].ledger)).size());
+            ledgerWidth = std::max(ledgerWidth, std::string(ledgerLabel(r.alive_at_peak[i].ledger)).size());
         for (std::size_t i = 0; i < n; ++i) {
             const auto& a = r.alive_at_peak[i];
-            out << "  " << padCell(formatBytes(a.bytes), 11, true) << "  " << padCell(ledgerName(a.ledger), ledgerWidth) << "  "
+            out << "  " << padCell(formatBytes(a.bytes), 11, true) << "  " << padCell(ledgerLabel(a.ledger), ledgerWidth) << "  "
                 << (a.where.empty() ? "(root)" : a.where) << "  " << a.op << "\n";
         }
         if (r.alive_at_peak.size() > n)

@@ -8,6 +8,7 @@
 #include "recording/model_impl.h"
 #include "support/errors.h"
 
+#include <ATen/ScalarOps.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <caffe2/serialize/inline_container.h>
 #include <nlohmann/json.hpp>
@@ -230,6 +231,9 @@ struct ExportedProgram::Impl {
         const json* outputs = nullptr;
         std::string module;
         std::vector<std::string> last_use; // values no later node reads: dropped once this one has run
+        // aten::_assert_tensor_metadata: checks the dtype the program was exported with, which --dtype changes;
+        // it allocates nothing and is not run.
+        bool assertion = false;
     };
     std::vector<Node> nodes;
     json outputs;
@@ -435,6 +439,7 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
                 throw std::runtime_error("the program calls " + opName + (overload.empty() ? "" : "." + overload)
                     + ", which this libtorch (" + std::string(TORCH_VERSION) + ") does not have");
             node.op = *handle;
+            node.assertion = opName == "aten::_assert_tensor_metadata";
         } else if (node.target.rfind("_operator.", 0) != 0 && node.target.rfind("math.", 0) != 0
             && node.target.rfind("torch.sym_", 0) != 0 && node.target != "builtins.getattr") {
             throw std::runtime_error("the program calls " + node.target
@@ -801,6 +806,11 @@ c10::IValue ExportedProgram::run(const std::vector<at::Tensor>& inputs, const st
     for (std::size_t i = 0; i < d.user_inputs.size() && i < inputs.size(); ++i)
         env.values[d.user_inputs[i]] = inputs[i];
     for (auto& node : d.nodes) {
+        if (node.assertion) {
+            for (const auto& name : node.last_use)
+                env.values.erase(name);
+            continue;
+        }
         if (onNode)
             onNode(node.module);
         if (!node.op) {
@@ -823,8 +833,17 @@ c10::IValue ExportedProgram::run(const std::vector<at::Tensor>& inputs, const st
                     given = &in.at("arg");
                     break;
                 }
-            if (given)
-                stack.push_back(env.value(*given));
+            if (given) {
+                auto v = env.value(*given);
+                // A Python number passed where the schema takes a Tensor (`x + 1e-6` as add.Tensor): a wrapped
+                // number, as Python's argument parser makes it, so that it does not promote the result's type.
+                if ((v.isDouble() || v.isInt() || v.isBool()) && a.type()->kind() == c10::TypeKind::TensorType) {
+                    auto t = at::scalar_to_tensor(v.toScalar());
+                    t.unsafeGetTensorImpl()->set_wrapped_number(true);
+                    v = t;
+                }
+                stack.push_back(std::move(v));
+            }
             else if (a.default_value())
                 stack.push_back(*a.default_value());
             else

@@ -407,7 +407,24 @@ RawRun Model::run(const RunOptions& options)
         throw RunError("unknown loss '" + options.loss + "' (use auto, sum or cross_entropy)");
     const c10::Device device = resolveDevice(options.device); // throws RunError: no CUDA, no GPU
     const bool gpu = device.is_cuda();
-    std::lock_guard<std::mutex> lock(d_->run_mutex); // the window's run and what-if records share one Model
+    std::lock_guard<std::mutex> lock(d_->run_mutex);
+    // An exported program's graph fixes its types (casts, dtype arguments, metadata checks): it runs in the
+    // precision it was exported in, as PyTorch runs it (ep.module().to(bfloat16) fails there too).
+    if (d_->program && d_->current_dtype.empty()) {
+        for (const auto& [name, p] : d_->namedParameters())
+            if (p.is_floating_point()) {
+                d_->current_dtype = dtypeName(p.scalar_type());
+                break;
+            }
+        if (d_->current_dtype.empty())
+            d_->current_dtype = "float32";
+        d_->exported_dtype = d_->current_dtype;
+    }
+    if (d_->program && options.dtype != d_->exported_dtype)
+        throw RunError("a torch.export program runs in the precision it was exported in (" + d_->exported_dtype
+            + "), not " + options.dtype + ": export it from model.to(torch." + options.dtype
+            + ") to record that; the what-if predicts " + options.dtype + " from the " + d_->exported_dtype
+            + " records meanwhile"); // the window's run and what-if records share one Model
     std::optional<CudaRecording> cuda;
     if (gpu)
         cuda.emplace(device, options.cudnn_benchmark);

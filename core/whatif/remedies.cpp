@@ -676,9 +676,9 @@ std::vector<Remedy> remediesForModel(Model& model, const Report& report, std::in
             dtypes.push_back(d);
     WhatIf::Plan plan;
     plan.largest = std::max<std::int64_t>(64, report.run.batch);
-    plan.progress = [&progress](std::int64_t batch, int done) {
+    plan.progress = [&progress](const std::string& dtype, std::int64_t batch, int done) {
         if (progress)
-            progress("what-if record " + std::to_string(done) + " at batch " + std::to_string(batch));
+            progress("what-if record " + std::to_string(done) + " in " + dtype + " at batch " + std::to_string(batch));
     };
     auto w = WhatIf::recordPlanned(model, base, dtypes, plan);
     RemedyOptions options;

@@ -215,6 +215,17 @@ std::int64_t machineMemoryBytes()
     return pages > 0 && size > 0 ? static_cast<std::int64_t>(pages) * size : std::int64_t {8} << 30;
 }
 
+// The record after `last`: `step` (4x the batch, 2x the sequence), or a batch asked for on the way, at most the
+// plan's largest.
+std::int64_t nextRecord(std::int64_t last, std::int64_t step, const WhatIf::Plan& plan)
+{
+    auto next = std::min(step, plan.largest);
+    for (auto w : plan.wanted)
+        if (w > last && w < next)
+            next = w;
+    return next;
+}
+
 // Runs `o` (one precision) at each batch into `runs`. The inputs guessed by the first run are kept in `base` for
 // every later batch and precision. A precision other than the base one that cannot run is put in `cannotRun`
 // (false); the base one's failure is thrown.
@@ -284,7 +295,7 @@ WhatIf WhatIf::recordPlanned(Model& model, RunOptions base, const std::vector<st
         std::vector<std::int64_t> batches {b1, b2};
         std::vector<RawRun> runs;
         if (plan.progress)
-            plan.progress(b2, 2);
+            plan.progress(dtype, b2, 2);
         if (!recordRuns(model, base, o, batches, runs, cannotRun))
             continue;
         auto fitOf = [&](std::size_t k) {
@@ -299,7 +310,7 @@ WhatIf WhatIf::recordPlanned(Model& model, RunOptions base, const std::vector<st
             plan.first_records(first);
         }
         while (batches.back() < plan.largest) {
-            auto next = std::min(batches.back() * 4, plan.largest);
+            auto next = nextRecord(batches.back(), batches.back() * 4, plan);
             WhatIf last = all;
             last.fits_ = {fits.back()};
             auto p = last.predict(next, dtype, false);
@@ -309,7 +320,7 @@ WhatIf WhatIf::recordPlanned(Model& model, RunOptions base, const std::vector<st
             if (p.predicted_peak_total_bytes > memory || seconds * 2 > plan.seconds_budget)
                 break;
             if (plan.progress)
-                plan.progress(next, static_cast<int>(batches.size()) + 1);
+                plan.progress(dtype, next, static_cast<int>(batches.size()) + 1);
             o.batch = next;
             try {
                 runs.push_back(model.run(o));
@@ -402,7 +413,7 @@ WhatIf WhatIf::recordSeqPlanned(Model& model, RunOptions base, const std::vector
             seqs = first;
             runs.clear();
             if (plan.progress)
-                plan.progress(seqs.back(), 3);
+                plan.progress(dtype, seqs.back(), 3);
             try {
                 ran = recordRuns(model, base, o, seqs, runs, cannotRun, WhatIfAxis::Seq);
                 break;
@@ -421,7 +432,7 @@ WhatIf WhatIf::recordSeqPlanned(Model& model, RunOptions base, const std::vector
         std::vector<std::shared_ptr<const Fit>> fits {fitOf(0)};
         std::string stopped;
         while (seqs.back() < plan.largest) {
-            auto next = std::min(seqs.back() * 2, plan.largest);
+            auto next = nextRecord(seqs.back(), seqs.back() * 2, plan);
             WhatIf last = all;
             last.fits_ = {fits.back()};
             auto p = last.predict(next, dtype, false);
@@ -433,7 +444,7 @@ WhatIf WhatIf::recordSeqPlanned(Model& model, RunOptions base, const std::vector
                 break;
             }
             if (plan.progress)
-                plan.progress(next, static_cast<int>(seqs.size()) + 1);
+                plan.progress(dtype, next, static_cast<int>(seqs.size()) + 1);
             o.seq = next;
             try {
                 runs.push_back(model.run(o));

@@ -46,7 +46,11 @@ public:
         std::int64_t largest = 256;
         std::int64_t memory_budget = 0; // 0: a quarter of this machine's memory, at most 4 GiB
         double seconds_budget = 20.0; // per record (a warm-up and a recorded run)
-        std::function<void(std::int64_t batch, int done)> progress;
+        // Told each record as it starts: its precision, batch (or sequence) and how many of that precision so far.
+        std::function<void(const std::string& dtype, std::int64_t batch, int done)> progress;
+        // Batches (or sequences) asked for: recorded too on the way to `largest`, so that they are measured
+        // rather than predicted where this machine can run them.
+        std::vector<std::int64_t> wanted;
         // Told the what-if of the first two records (the base dtype, the others rescaled) before the larger
         // ones are made, so that a view can use it meanwhile.
         std::function<void(const WhatIf& firstRecords)> first_records;
