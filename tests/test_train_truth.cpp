@@ -172,7 +172,8 @@ INSTANTIATE_TEST_SUITE_P(Models, TrainTruth,
     ::testing::Values(TrainCase {"resnet18_scripted", "sgd"}, TrainCase {"resnet18_scripted", "adam"},
         TrainCase {"resnet18_traced", "sgd"}, TrainCase {"resnet18_traced", "adam"}, TrainCase {"small_inplace", "sgd"},
         TrainCase {"small_inplace", "adam"}, TrainCase {"transformer_layer", "sgd"},
-        TrainCase {"transformer_layer", "adam"}, TrainCase {"mnist", "sgd"}, TrainCase {"mnist", "adam"}),
+        TrainCase {"transformer_layer", "adam"}, TrainCase {"mnist", "sgd"}, TrainCase {"mnist", "adam"},
+        TrainCase {"demo", "sgd"}, TrainCase {"demo", "adam"}),
     caseName);
 
 // Every autograd node of the backward is attributed to a module of the model: the module of the forward op that
