@@ -1,4 +1,5 @@
 #include "cli_options.h"
+#include "snapshot/frames.h"
 #include "support/format.h"
 #include "recording/module_path.h"
 #include "session/open_file.h"
@@ -168,4 +169,20 @@ TEST(Format, ByteTicksAreRound)
     auto small = byteTicks(0, 3 * 1024, 6);
     EXPECT_EQ(small.labels[1], "0.5 KiB");
     EXPECT_EQ(niceTicks(0, 13.7, 6), (std::vector<double> {0, 2, 4, 6, 8, 10, 12}));
+}
+
+TEST(Frames, InstalledPackagesAreLibraryCodeAndTheUsersFrameNamesTheAllocation)
+{
+    EXPECT_EQ(classifyFrame("/usr/lib/python3/dist-packages/einops/_backends.py"), FrameKind::Library);
+    EXPECT_EQ(classifyFrame("/home/u/.venv/lib/python3.11/site-packages/transformers/modeling_llama.py"),
+        FrameKind::Library);
+    EXPECT_EQ(classifyFrame("/home/u/.venv/lib/python3.11/site-packages/torch/nn/modules/linear.py"), FrameKind::Torch);
+    EXPECT_EQ(classifyFrame("/usr/lib/python3.11/threading.py"), FrameKind::CPython);
+    EXPECT_EQ(classifyFrame("/home/u/project/model.py"), FrameKind::User);
+    // einops is called by the user's forward: the forward names the allocation, not einops.
+    std::vector<FrameView> stack {{"??", 0, "at::_ops::einsum::call(...)"},
+        {"/home/u/.venv/lib/python3.11/site-packages/einops/_backends.py", 291, "einsum"},
+        {"/home/u/project/model.py", 382, "forward"},
+        {"/home/u/.venv/lib/python3.11/site-packages/torch/nn/modules/module.py", 1747, "_call_impl"}};
+    EXPECT_EQ(allocationSite(stack), "/home/u/project/model.py:382 forward");
 }

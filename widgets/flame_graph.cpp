@@ -37,7 +37,7 @@ QColor boxColor(const CallTreeLabel& l, const Trace* t)
         const auto& fr = t->stacks.frame(static_cast<std::uint32_t>(l.frame));
         kind = classifyFrame(t->strings.at(fr.file));
     }
-    if (kind == FrameKind::Torch || kind == FrameKind::CPython)
+    if (kind == FrameKind::Torch || kind == FrameKind::Library || kind == FrameKind::CPython)
         return QColor::fromHsv(48 + h / 2, 90, 245);
     return QColor::fromHsv(30 + h / 2, 40, 215);
 }

@@ -153,7 +153,8 @@ void StackPane::showAllocation(std::int64_t event)
             bold.setBold(true);
             item->setFont(bold);
         } else if (auto kind = classifyFrame(v.filename);
-                   isAllocatorFrame(v.name) || kind == FrameKind::CPython || kind == FrameKind::Torch) {
+                   isAllocatorFrame(v.name) || kind == FrameKind::CPython || kind == FrameKind::Torch
+                   || kind == FrameKind::Library) {
             item->setForeground(dim); // the allocator's, the interpreter's, torch's own Python
         }
         list_->addItem(item);

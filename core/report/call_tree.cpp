@@ -71,7 +71,7 @@ private:
         std::string_view file = t_.strings.at(fr.file), name = t_.strings.at(fr.name);
         in.allocator = isAllocatorFrame(name);
         auto kind = classifyFrame(file);
-        in.python = kind == FrameKind::User || kind == FrameKind::Torch;
+        in.python = kind == FrameKind::User || kind == FrameKind::Torch || kind == FrameKind::Library;
         if (auto op = atenOpOfFrame(name); !op.empty())
             in.op = special(op);
         return in;

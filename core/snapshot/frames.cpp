@@ -51,6 +51,8 @@ FrameKind classifyFrame(std::string_view file)
             return FrameKind::Torch;
         if (isStandardLibrary(file))
             return FrameKind::CPython;
+        if (contains(file, "site-packages") || contains(file, "dist-packages"))
+            return FrameKind::Library; // like torch: the user's frame is the one that called it
         return FrameKind::User;
     }
     if (file.front() == '<') // <frozen importlib._bootstrap>, <string>

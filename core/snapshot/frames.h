@@ -18,8 +18,9 @@ struct FrameView {
 };
 
 enum class FrameKind {
-    User, // a .py file outside torch's own code and CPython's standard library
+    User, // a .py file of the user's own code: outside torch, installed packages and the standard library
     Torch, // torch's own Python code
+    Library, // other installed Python packages (site-packages, dist-packages: einops, transformers, ...)
     CPython, // the interpreter (.c files, <frozen ...>, the standard library)
     Cpp, // C++ frames: ATen, autograd, the allocator, the unwinder
     Unknown, // "??" or empty
