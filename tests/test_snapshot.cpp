@@ -395,3 +395,42 @@ TEST(Snapshot, ReadingReportsProgressAndStopsOnCancel)
     EXPECT_THROW(readSnapshotFile(pickle, read), Cancelled);
     fs::remove(pickle);
 }
+
+// external_annotations: every shared file's ranges, against what Python's pickle reads (the number of entries
+// and of STARTs, per file), and the JSON report lists them.
+TEST(Snapshot, AnnotationsAreTheFilesStartEndPairs)
+{
+    SKIP_WITHOUT_SNAPSHOTS();
+    std::string list = std::filesystem::temp_directory_path() / ("memledger-annotations-" + std::to_string(::getpid()));
+    std::string script = "import pickle, sys, os\n"
+                         "d = sys.argv[1]\n"
+                         "for f in sorted(os.listdir(d)):\n"
+                         "    if not (f.endswith('.pickle') or f.endswith('.pkl')): continue\n"
+                         "    s = pickle.load(open(os.path.join(d, f), 'rb'))\n"
+                         "    a = s.get('external_annotations', []) if isinstance(s, dict) else []\n"
+                         "    print(f, len(a), sum(1 for e in a if e.get('stage') == 'START'))\n";
+    std::string scriptPath = list + ".py";
+    std::ofstream(scriptPath) << script;
+    ASSERT_EQ(std::system(("/usr/bin/python3 " + scriptPath + " " MEMLEDGER_SNAPSHOTS " > " + list).c_str()), 0);
+    std::ifstream in(list);
+    std::string file;
+    std::int64_t entries = 0, starts = 0;
+    int files = 0, annotated = 0;
+    while (in >> file >> entries >> starts) {
+        SCOPED_TRACE(file);
+        ++files;
+        auto report = readSnapshotReport(snapshotPath(file));
+        ASSERT_TRUE(report.snapshot);
+        EXPECT_EQ(report.snapshot->annotation_entries, entries);
+        EXPECT_EQ(static_cast<std::int64_t>(report.snapshot->annotations.size()), starts);
+        auto j = reportToJson(report);
+        EXPECT_EQ(static_cast<std::int64_t>(j["snapshot"]["annotations"].size()), starts);
+        for (const auto& a : report.snapshot->annotations)
+            EXPECT_GE(a.end_us, a.start_us) << a.name;
+        annotated += entries > 0;
+    }
+    std::remove(list.c_str());
+    std::remove(scriptPath.c_str());
+    EXPECT_GE(files, 10);
+    EXPECT_GE(annotated, 2);
+}

@@ -181,6 +181,15 @@ void snapshotToJson(const Snapshot& s, json& j)
     j["snapshot"] = {{"layout", s.layout}, {"devices", s.devices}, {"segments", s.segments.size()},
         {"reserved_bytes", s.reservedBytes()}, {"allocated_bytes", s.allocatedBytes()},
         {"trace_entries", s.trace ? s.trace->size() : 0}, {"trace_actions", counts}, {"ooms", s.ooms.size()}};
+    // record_function ranges (external_annotations), in the file's microseconds and from the trace's start.
+    json annotations = json::array();
+    for (const auto& a : s.annotations)
+        annotations.push_back({{"name", a.name}, {"device", a.device}, {"start_us", a.start_us},
+            {"end_us", a.end_us >= 0 ? json(a.end_us) : json(nullptr)},
+            {"start_ms", static_cast<double>(a.start_us - s.trace_start_us) / 1000.0},
+            {"end_ms", a.end_us >= 0 ? json(static_cast<double>(a.end_us - s.trace_start_us) / 1000.0) : json(nullptr)}});
+    j["snapshot"]["annotations"] = annotations;
+    j["snapshot"]["annotation_entries"] = s.annotation_entries;
     const auto c = s.allocator_check.done ? s.allocator_check : checkAllocatorModel(s);
     j["allocator_model"] = {{"unit", c.unit}, {"recorded_segment_allocs", c.recorded},
         {"reproduced_segment_allocs", c.reproduced}, {"model_segment_allocs", c.model_total},

@@ -706,6 +706,41 @@ void decodeSettings(const PickleValue& v, SnapshotSettings& out)
     }
 }
 
+// external_annotations: {stage: START|END, name, device, time_us} entries; an END closes the latest open START
+// of the same name on the same device. Entries of another shape are counted and left out; none fails the file.
+void decodeAnnotations(const PickleValue& list, Snapshot& s)
+{
+    if (!list.isSequence())
+        return;
+    std::map<std::pair<std::string, int>, std::vector<std::size_t>> open;
+    for (const auto& e : list.items()) {
+        ++s.annotation_entries;
+        if (!e.isDict())
+            continue;
+        const PickleValue* stage = e.get("stage");
+        const PickleValue* name = e.get("name");
+        const PickleValue* time = e.get("time_us");
+        const PickleValue* device = e.get("device");
+        if (!stage || !stage->isStr() || !name || !name->isStr() || !time || !time->isNumber())
+            continue;
+        SnapshotAnnotation a;
+        a.name = std::string(name->asStr());
+        a.device = device && device->isInt() ? static_cast<int>(device->asInt()) : 0;
+        const auto us = time->isInt() ? time->asInt() : static_cast<std::int64_t>(time->asFloat());
+        auto& stack = open[{a.name, a.device}];
+        if (stage->asStr() == "START") {
+            a.start_us = us;
+            stack.push_back(s.annotations.size());
+            s.annotations.push_back(std::move(a));
+        } else if (stage->asStr() == "END" && !stack.empty()) {
+            s.annotations[stack.back()].end_us = us;
+            stack.pop_back();
+        }
+    }
+    std::stable_sort(s.annotations.begin(), s.annotations.end(),
+        [](const SnapshotAnnotation& a, const SnapshotAnnotation& b) { return a.start_us < b.start_us; });
+}
+
 // `trace`, `rows` and `tables` hold what the reducer made of the pickle while it was read.
 Snapshot decodeTree(const PickleValue& root, Snapshot&& s, std::shared_ptr<Trace> trace, TraceRows& rows,
     StackTables& tables)
@@ -739,6 +774,8 @@ Snapshot decodeTree(const PickleValue& root, Snapshot&& s, std::shared_ptr<Trace
         }
         if (const PickleValue* st = root.get("allocator_settings"))
             decodeSettings(*st, s.settings);
+        if (const PickleValue* a = root.get("external_annotations"))
+            decodeAnnotations(*a, s);
     }
     if (!s.trace) {
         s.trace = std::make_shared<Trace>();

@@ -76,6 +76,15 @@ struct SnapshotAllocatorCheck {
     AllocatorReplay replay;
 };
 
+// A record_function range of the file's external_annotations (Optimizer.step#AdamW.step, torch.compile's
+// phases): a START and its END on one device.
+struct SnapshotAnnotation {
+    std::string name;
+    int device = 0;
+    std::int64_t start_us = 0; // as the file has them (time_us, the trace's clock)
+    std::int64_t end_us = -1; // -1: no END in the file (open until the end)
+};
+
 struct Snapshot {
     std::string layout; // "dict", "dict-2.1" (no allocator_settings), "legacy-history", "segment-list"
     std::vector<int> devices;
@@ -86,6 +95,8 @@ struct Snapshot {
     std::int64_t trace_start_us = 0;
     std::int64_t skipped_entries = 0; // actions memledger does not model (annotate, ...)
     std::vector<SnapshotOom> ooms;
+    std::vector<SnapshotAnnotation> annotations; // START/END pairs of external_annotations, by start
+    std::int64_t annotation_entries = 0; // entries of external_annotations (an END without its START counts here)
     SnapshotSettings settings;
     SnapshotAllocatorCheck allocator_check;
 
