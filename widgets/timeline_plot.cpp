@@ -914,21 +914,48 @@ void TimelinePlot::updatePhaseBands()
     phaseRects_.clear();
     phaseLabels_.clear();
     phaseDividers_.clear();
-    if (!report_ || report_->snapshot || report_->phases.empty() || series_.keys.empty())
+    if (!report_ || series_.keys.empty())
         return;
-    // On the op axis a phase spans its events' keys: from its first event to the first event after it.
+    // A training step's phases tile the run; a snapshot's record_function ranges (external_annotations) are bands
+    // where the file has them. On the op axis a band spans its events' keys: from its first event to the first
+    // event after it.
     const auto events = series_.keys.size() - 1;
     auto eventKey = [&](std::uint32_t e) { return e < events ? series_.keys[e + 1] : series_.lastKey(); };
-    const auto& phases = report_->phases;
+    struct Band {
+        std::string name;
+        std::int64_t start_ns, end_ns;
+        std::uint32_t first_event, end_event;
+    };
+    std::vector<Band> phases;
+    const bool tiled = !report_->snapshot;
+    if (tiled) {
+        for (const auto& p : report_->phases)
+            phases.push_back({p.name, p.start_ns, p.end_ns, p.first_event, p.end_event});
+    } else if (report_->snapshot->trace_has_time && report_->trace) {
+        const auto& time = report_->trace->time_ns;
+        auto eventAt = [&](std::int64_t ns) {
+            return static_cast<std::uint32_t>(std::lower_bound(time.begin(), time.end(), ns) - time.begin());
+        };
+        const auto t0 = report_->snapshot->trace_start_us;
+        const auto last = time.empty() ? 0 : time.back();
+        for (const auto& a : report_->snapshot->annotations) {
+            if (device_ != TimelineSeries::kAllDevices && a.device != device_)
+                continue;
+            std::int64_t start = (a.start_us - t0) * 1000, end = a.end_us >= 0 ? (a.end_us - t0) * 1000 : last;
+            if (end < 0 || start > last)
+                continue; // outside the trace
+            phases.push_back({a.name, start, end, eventAt(start), eventAt(end)});
+        }
+    }
     for (std::size_t i = 0; i < phases.size(); ++i) {
         const auto& phase = phases[i];
         double start = axis_ == TimelineAxis::Milliseconds ? static_cast<double>(phase.start_ns) / 1e6
                                                            : eventKey(phase.first_event);
         double end
             = axis_ == TimelineAxis::Milliseconds ? static_cast<double>(phase.end_ns) / 1e6 : eventKey(phase.end_event);
-        if (i == 0)
+        if (i == 0 && tiled)
             start = std::min(start, series_.firstKey());
-        if (i + 1 == phases.size())
+        if (i + 1 == phases.size() && tiled)
             end = std::max(end, series_.lastKey());
         auto* rect = new QCPItemRect(this);
         rect->setLayer(QStringLiteral("phases"));
@@ -950,7 +977,7 @@ void TimelinePlot::updatePhaseBands()
         label->setText(QString::fromStdString(phase.name));
         phaseRects_.push_back(rect);
         phaseLabels_.push_back(label);
-        if (i > 0) {
+        if (i > 0 || !tiled) {
             auto* divider = new QCPItemLine(this);
             divider->setLayer(QStringLiteral("phases"));
             divider->setSelectable(false);
