@@ -11,6 +11,7 @@
 #include "support/atomic_file.h"
 #include "support/errors.h"
 #include "whatif/remedies.h"
+#include "session/ranks.h"
 
 #include <nlohmann/json.hpp>
 
@@ -126,8 +127,35 @@ void setPngRenderer(PngRenderer renderer)
     pngRenderer() = std::move(renderer);
 }
 
+int runRanks(const CliOptions& o)
+{
+    RankTable table;
+    try {
+        table = compareRanks(rankFiles(o.rank_files));
+    } catch (const std::exception&) {
+        return failureExit();
+    }
+    std::cout << "Ranks: " << table.ranks.size() << (table.ranks.size() == 1 ? " file" : " files") << "\n\n"
+              << ranksToText(table);
+    try {
+        if (!o.json.empty()) {
+            writeFileAtomically(o.json, ranksToJson(table).dump(2) + "\n");
+            std::cout << "Wrote " << o.json << "\n";
+        }
+        if (!o.html.empty()) {
+            writeFileAtomically(o.html, ranksToHtml(table));
+            std::cout << "Wrote " << o.html << "\n";
+        }
+    } catch (const std::exception&) {
+        return failureExit();
+    }
+    return kExitOk;
+}
+
 int runCli(const CliOptions& o)
 {
+    if (o.command == "ranks")
+        return runRanks(o);
     if (o.command == "whatif")
         return runWhatIf(o);
     if (o.command == "diff")

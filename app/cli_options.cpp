@@ -55,6 +55,8 @@ std::string usageText()
            "                    [--json FILE]   along the sequence length of the token inputs\n"
            "  memledger whatif MODEL.pt --mode train --checkpoint PATH[,PATH...]|auto [--budget SIZE]\n"
            "                    [--checkpoint-impl reentrant|non-reentrant] [RUN] [--json FILE]\n"
+           "  memledger ranks FILE... | FOLDER [--json FILE] [--html FILE]   one snapshot (or report) per rank: which\n"
+           "                    rank peaks highest, the spread, where each peak falls\n"
            "  memledger --help | --version\n\n"
            "  SHAPE   inputs, comma-separated, each a shape with an optional type and fill: 1x3x224x224 or\n"
            "          2x512:int64,2x512:bool (token ids filled with 0, masks with false; =V fills V: 2x512:int64=7);\n"
@@ -78,7 +80,7 @@ CliOptions parseCli(const std::vector<std::string>& args)
         return parseDiffCli(std::vector<std::string>(args.begin() + 1, args.end()));
     CliOptions o;
     std::size_t i = 0;
-    if (i < args.size() && (args[i] == "analyze" || args[i] == "whatif")) {
+    if (i < args.size() && (args[i] == "analyze" || args[i] == "whatif" || args[i] == "ranks")) {
         o.command = args[i];
         ++i;
     } else {
@@ -209,11 +211,15 @@ CliOptions parseCli(const std::vector<std::string>& args)
             o.depth = static_cast<int>(parsePositive("--depth", value(a)));
         else if (!a.empty() && a[0] == '-')
             throw std::invalid_argument("unknown option " + a);
+        else if (o.command == "ranks")
+            o.rank_files.push_back(a);
         else if (o.model.empty())
             o.model = a;
         else
             throw std::invalid_argument("only one file can be given, not also '" + a + "'");
     }
+    if (o.command == "ranks" && o.rank_files.empty() && !o.help)
+        throw std::invalid_argument("ranks needs the snapshots (or reports) of the ranks, or a folder of them");
     if (!o.checkpoint.empty() && o.command != "whatif")
         throw std::invalid_argument("--checkpoint is for 'memledger whatif MODEL --mode train --checkpoint ...'");
     if (!o.checkpoint.empty() && o.run.mode == "inference")

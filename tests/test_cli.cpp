@@ -193,3 +193,53 @@ TEST(Cli, SeveralInputsAreGivenCommaSeparatedAndNeverGuessed)
     EXPECT_EQ(guessed.exit_code, 4) << guessed.output;
     EXPECT_NE(guessed.output.find("forward takes 2 inputs (x, y)"), std::string::npos) << guessed.output;
 }
+
+// `memledger ranks`: one row per snapshot, each equal to analyze of that file alone; the highest peak and the
+// spread; a folder stands for its snapshots.
+TEST(Cli, RanksCompareSnapshotsAsAnalyzeReadsThemOneByOne)
+{
+    const std::string dir = MEMLEDGER_SNAPSHOTS;
+    std::ifstream probe(dir + "/training-step-annotated.pickle");
+    if (!probe)
+        GTEST_SKIP() << "the shared snapshots are absent: ranks checks skipped";
+    const std::vector<std::string> files {dir + "/training-step-annotated.pickle",
+        dir + "/training-loop-annotations-python-frames.pickle", dir + "/segment-alloc-and-free.pickle"};
+    std::string json = memledger::test::fixture("ranks.json");
+    std::string command = memledgerBinary() + " ranks";
+    for (const auto& f : files)
+        command += " " + f;
+    auto r = runCommand(command + " --json " + json + " --html " + json + ".html");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in(json);
+    auto j = nlohmann::json::parse(in);
+    ASSERT_EQ(j["ranks"].size(), files.size());
+    std::int64_t highest = -1, lowest = INT64_MAX;
+    int highestRank = -1;
+    for (std::size_t i = 0; i < files.size(); ++i) {
+        auto one = memledger::test::fixture("rank" + std::to_string(i) + ".json");
+        auto a = runCommand(memledgerBinary() + " analyze " + files[i] + " --json " + one);
+        ASSERT_EQ(a.exit_code, 0) << a.output;
+        std::ifstream oneIn(one);
+        auto report = nlohmann::json::parse(oneIn);
+        auto total = report["peak_total_bytes"].get<std::int64_t>();
+        EXPECT_EQ(j["ranks"][i]["peak_total_bytes"], total) << files[i];
+        EXPECT_EQ(j["ranks"][i]["peak_bytes"], report["peak_bytes"]) << files[i];
+        if (total > highest) {
+            highest = total;
+            highestRank = static_cast<int>(i);
+        }
+        lowest = std::min(lowest, total);
+        EXPECT_GE(j["ranks"][i]["reserved_peak_bytes"].get<std::int64_t>(), report["peak_bytes"].get<std::int64_t>());
+    }
+    EXPECT_EQ(j["highest_peak_rank"], highestRank);
+    EXPECT_NEAR(j["peak_spread"].get<double>(), static_cast<double>(highest) / static_cast<double>(lowest), 1e-9);
+    EXPECT_NE(r.output.find("Highest peak: rank " + std::to_string(highestRank)), std::string::npos) << r.output;
+    // A folder: every snapshot in it.
+    auto folder = runCommand(memledgerBinary() + " ranks " + dir + " --json " + json);
+    ASSERT_EQ(folder.exit_code, 0) << folder.output;
+    std::ifstream again(json);
+    EXPECT_GE(nlohmann::json::parse(again)["ranks"].size(), 10u);
+    // A model is not a recording: exit 3, naming it.
+    auto model = runCommand(memledgerBinary() + " ranks " + files[0] + " demo:rfbnet.pt");
+    EXPECT_NE(model.exit_code, 0);
+}
