@@ -1,4 +1,5 @@
 #include "main_window.h"
+#include "remedies_panel.h"
 
 #include "demo_model.h"
 #include "diff_view.h"
@@ -131,7 +132,7 @@ MainWindow::MainWindow(QWidget* parent)
     connect(deviceBox_, QOverload<int>::of(&QComboBox::activated), this,
         [this](int i) { setDevice(deviceBox_->itemData(i).toInt()); });
     timelineBar->addSeparator();
-    auto* hideWeights = timelineBar->addAction(tr("Hide weights"));
+    auto* hideWeights = hideWeightsAction_ = timelineBar->addAction(tr("Hide weights"));
     hideWeights->setCheckable(true);
     hideWeights->setToolTip(tr("Start the y axis at the top of the weights, so that activations and temporaries "
                                "get the plot's height"));
@@ -375,6 +376,10 @@ void MainWindow::fileOpened(std::shared_ptr<const OpenedFile> file, const QStrin
     showReport(nullptr); // the previous file's report is not this one's
     setWindowTitle(QStringLiteral("%1 — memledger").arg(displayName()));
     runPanel_->setRunnable(opened_->kind == FileKind::Model);
+    hideWeightsAction_->setVisible(!fileIsSnapshot_);
+    if (fileIsSnapshot_)
+        hideWeightsAction_->setChecked(false);
+    remediesPanel_->setModelActions(opened_->kind == FileKind::Model);
     runPanel_->setMode(opened_->default_mode);
     if (!opened_->default_optimizer.empty())
         runPanel_->setOptimizer(opened_->default_optimizer);

@@ -154,6 +154,7 @@ private:
     QTabWidget* tabs_ = nullptr;
     QComboBox* deviceBox_ = nullptr;
     QAction* deviceAction_ = nullptr;
+    QAction* hideWeightsAction_ = nullptr; // a snapshot has no weights of its own
     CallTreeView* callTree_ = nullptr;
     FlameGraph* flame_ = nullptr;
     StackPane* stackPane_ = nullptr;

@@ -33,7 +33,8 @@ RunPanel::RunPanel(QWidget* parent)
     , status_(new QLabel(this))
 {
     inputs_->setPlaceholderText(tr("guess from the model"));
-    inputs_->setToolTip(tr("Input shapes, comma-separated: 1x3x224x224 or 1x128x512,1x128"));
+    inputs_->setToolTip(tr("Inputs, comma-separated, each a shape with an optional type: 1x3x224x224, or token ids and "
+                           "a mask as 2x512:int64,2x512:bool (int64 filled with 0, bool with false; =V fills V)"));
     connect(inputs_, &QLineEdit::textEdited, this, [this] { // typed by hand: no longer a guess
         inputsNote_->clear();
         inputsNote_->hide();
@@ -93,6 +94,7 @@ RunPanel::RunPanel(QWidget* parent)
     training->addWidget(loss_, 1);
     form_ = new QFormLayout(this);
     form_->addRow(tr("Inputs"), shapes);
+    inputsRow_ = shapes;
     form_->addRow(tr("Batch"), batch_);
     form_->addRow(tr("Dtype"), dtype_);
     form_->addRow(tr("Device"), device_);
@@ -115,7 +117,7 @@ void RunPanel::setInputs(const QString& shapes, const QString& note, const QStri
     inputs_->setText(shapes);
     inputsNote_->setText(note);
     inputsNote_->setToolTip(tooltip);
-    inputsNote_->setVisible(!note.isEmpty());
+    inputsNote_->setVisible(runnable_ && !note.isEmpty());
 }
 
 QString RunPanel::inputsText() const
@@ -193,6 +195,13 @@ void RunPanel::setRunnable(bool runnable)
     runnable_ = runnable;
     for (QWidget* w : std::initializer_list<QWidget*> {inputs_, batch_, dtype_, device_, mode_, optimizer_, loss_, run_})
         w->setEnabled(runnable);
+    // A snapshot or a saved report has nothing to run: its rows go rather than stand greyed out.
+    for (QWidget* w : std::initializer_list<QWidget*> {batch_, dtype_, device_, mode_})
+        form_->setRowVisible(w, runnable);
+    form_->setRowVisible(inputsRow_, runnable);
+    inputs_->setVisible(runnable); // a nested layout's widgets are not hidden with its row
+    inputsNote_->setVisible(runnable && !inputsNote_->text().isEmpty());
+    form_->setRowVisible(training_, runnable && mode() == "train");
 }
 
 void RunPanel::setRunning(bool running)

@@ -5,6 +5,7 @@
 
 class QComboBox;
 class QFormLayout;
+class QLayout;
 class QLabel;
 class QLineEdit;
 class QProgressBar;
@@ -66,6 +67,7 @@ private:
     QComboBox* loss_;
     QWidget* training_; // optimizer and loss, in one row
     QFormLayout* form_ = nullptr;
+    QLayout* inputsRow_ = nullptr; // the inputs and their note
     QPushButton* run_;
     QPushButton* cancel_;
     QProgressBar* progress_;

@@ -67,7 +67,9 @@ RemediesPanel::RemediesPanel(QWidget* parent)
     details_->setOpenLinks(false);
     layout->addWidget(details_, 2);
 
-    auto* tileRow = new QHBoxLayout;
+    tileRow_ = new QWidget;
+    auto* tileRow = new QHBoxLayout(tileRow_);
+    tileRow->setContentsMargins(0, 0, 0, 0);
     tileRow->addWidget(new QLabel(tr("Tile (last input dimensions):")));
     tile_ = new QLineEdit;
     tile_->setPlaceholderText(QStringLiteral("512x512"));
@@ -78,7 +80,7 @@ RemediesPanel::RemediesPanel(QWidget* parent)
     tileRow->addWidget(tileButton_);
     tileError_ = new QLabel;
     tileRow->addWidget(tileError_, 1);
-    layout->addLayout(tileRow);
+    layout->addWidget(tileRow_);
 
     connect(table_, &QTableWidget::itemSelectionChanged, this, &RemediesPanel::showDetails);
     auto askTile = [this] {
@@ -96,6 +98,11 @@ RemediesPanel::RemediesPanel(QWidget* parent)
     };
     connect(tileButton_, &QPushButton::clicked, this, askTile);
     connect(tile_, &QLineEdit::returnPressed, this, askTile);
+}
+
+void RemediesPanel::setModelActions(bool model)
+{
+    tileRow_->setVisible(model);
 }
 
 void RemediesPanel::setStatus(const QString& text)

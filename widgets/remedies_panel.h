@@ -24,6 +24,8 @@ public:
 
     void setRemedies(const std::vector<Remedy>& remedies); // ranked, best first
     void setStatus(const QString& text); // "Recording what-if runs ..."; "" hides it
+    // false for a snapshot or a saved report: no model to run, so no tile to measure.
+    void setModelActions(bool model);
     void showMeasured(int row, const Remedy& measured);
     void showMeasureFailed(int row, const QString& reason);
 
@@ -50,6 +52,7 @@ private:
     QTableWidget* table_ = nullptr;
     QTextBrowser* details_ = nullptr;
     QLineEdit* tile_ = nullptr;
+    QWidget* tileRow_ = nullptr;
     QPushButton* tileButton_ = nullptr;
     QLabel* tileError_ = nullptr;
 };
