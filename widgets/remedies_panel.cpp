@@ -4,6 +4,7 @@
 
 #include <QHBoxLayout>
 #include <QHeaderView>
+#include <QCheckBox>
 #include <QLabel>
 #include <QLineEdit>
 #include <QPushButton>
@@ -62,6 +63,10 @@ RemediesPanel::RemediesPanel(QWidget* parent)
     table_->horizontalHeader()->setSectionResizeMode(1, QHeaderView::Stretch);
     table_->horizontalHeader()->setStretchLastSection(false);
     layout->addWidget(table_, 3);
+    showAll_ = new QCheckBox;
+    showAll_->setVisible(false);
+    layout->addWidget(showAll_);
+    connect(showAll_, &QCheckBox::toggled, this, [this] { hideMinorRows(); });
 
     details_ = new QTextBrowser;
     details_->setOpenLinks(false);
@@ -100,6 +105,18 @@ RemediesPanel::RemediesPanel(QWidget* parent)
     connect(tile_, &QLineEdit::returnPressed, this, askTile);
 }
 
+void RemediesPanel::hideMinorRows()
+{
+    int minor = 0;
+    for (int row = 0; row < table_->rowCount(); ++row) {
+        const bool hide = remedies_[static_cast<std::size_t>(row)].minor() && !showAll_->isChecked();
+        minor += remedies_[static_cast<std::size_t>(row)].minor();
+        table_->setRowHidden(row, hide);
+    }
+    showAll_->setText(tr("Show all (%n remedies save under 1% of the peak total)", nullptr, minor));
+    showAll_->setVisible(minor > 0);
+}
+
 void RemediesPanel::setModelActions(bool model)
 {
     tileRow_->setVisible(model);
@@ -128,6 +145,7 @@ void RemediesPanel::setRemedies(const std::vector<Remedy>& remedies)
     table_->setRowCount(static_cast<int>(remedies_.size()));
     for (int row = 0; row < table_->rowCount(); ++row)
         fillRow(row);
+    hideMinorRows();
     if (!remedies_.empty())
         table_->selectRow(0);
     else

@@ -10,6 +10,7 @@
 #include <vector>
 
 class QLabel;
+class QCheckBox;
 class QLineEdit;
 class QPushButton;
 class QTableWidget;
@@ -53,6 +54,8 @@ private:
     QTextBrowser* details_ = nullptr;
     QLineEdit* tile_ = nullptr;
     QWidget* tileRow_ = nullptr;
+    QCheckBox* showAll_ = nullptr; // rows that save under 1% of the peak total are hidden until ticked
+    void hideMinorRows();
     QPushButton* tileButton_ = nullptr;
     QLabel* tileError_ = nullptr;
 };

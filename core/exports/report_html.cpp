@@ -172,6 +172,7 @@ td:first-child,th:first-child,td.l,th.l{text-align:left}
 #chart{border:1px solid #ddd;max-width:100%} #tip{position:absolute;background:#fffbe6;border:1px solid #cca;
 padding:4px 8px;font-size:12px;pointer-events:none;display:none;white-space:pre}
 .inbar{display:inline-block;height:8px;background:#dd8452;vertical-align:middle}
+#allrem:not(:checked)~#remedies tr.minor{display:none}
 )";
 
 const char* kScript = R"(
@@ -281,11 +282,16 @@ void remediesSection(std::ostringstream& out, const std::vector<Remedy>& remedie
         out << "<p>Nothing found that would help without changing the result.</p>\n";
         return;
     }
+    // Rows that save under 1% of the peak total wait behind "show all" (a checkbox; no script needed).
+    std::size_t minor = std::count_if(remedies.begin(), remedies.end(), [](const Remedy& m) { return m.minor(); });
+    if (minor > 0)
+        out << "<input type=checkbox id=allrem><label for=allrem> show all (" << minor
+            << (minor == 1 ? " remedy saves" : " remedies save") << " under 1% of the peak total)</label>\n";
     out << "<table id=remedies><tr><th>#</th><th class=l>remedy</th><th>peak total</th><th>change</th>"
            "<th>reserve</th><th>change</th><th class=l>figure</th><th class=l>what to change</th></tr>\n";
     int n = 0;
     for (const auto& m : remedies) {
-        out << "<tr><td>" << ++n << "</td><td class=l><b>" << htmlEscape(m.title) << "</b></td><td>"
+        out << (m.minor() ? "<tr class=minor><td>" : "<tr><td>") << ++n << "</td><td class=l><b>" << htmlEscape(m.title) << "</b></td><td>"
             << formatBytes(m.peak_total_after) << "</td><td>" << change(m.peak_total_before, m.peak_total_after)
             << "</td><td>" << (m.reserve_after > 0 ? formatBytes(m.reserve_after) : "-") << "</td><td>"
             << (m.reserve_after > 0 ? change(m.reserve_before, m.reserve_after) : "-") << "</td><td class=l>"

@@ -40,6 +40,14 @@ struct Remedy {
 
     std::int64_t peakSaving() const { return peak_total_before - peak_total_after; }
     std::int64_t reserveSaving() const { return reserve_before - reserve_after; }
+    // Saves under 1% of the peak total on both figures (416 bytes of unread buffers, an in-place op worth 0 B):
+    // listed behind "show all", not among the remedies that pay.
+    bool minor() const
+    {
+        const double threshold = 0.01 * static_cast<double>(peak_total_before);
+        return static_cast<double>(peakSaving()) < threshold
+            && (reserve_after <= 0 || static_cast<double>(reserveSaving()) < threshold);
+    }
 };
 
 } // namespace memledger
