@@ -91,6 +91,20 @@ CliOptions parseCli(const std::vector<std::string>& args)
             throw std::invalid_argument(flag + " needs a value");
         return args[++i];
     };
+    // --batch and --seq: a list for 'whatif', one number (the run's) for the other commands.
+    auto counts = [&](const std::string& flag, std::vector<std::int64_t>& list, std::optional<std::int64_t>& run) {
+        auto v = value(flag);
+        list.clear();
+        for (const auto& n : splitComma(v))
+            list.push_back(parsePositive(flag, n));
+        if (list.empty())
+            throw std::invalid_argument(flag + " needs a number");
+        if (o.command != "whatif") {
+            if (list.size() != 1)
+                throw std::invalid_argument(flag + " takes one number here (several are for 'whatif')");
+            run = list.front();
+        }
+    };
     for (; i < args.size(); ++i) {
         const auto& a = args[i];
         if (a == "--help" || a == "-h")
@@ -118,31 +132,11 @@ CliOptions parseCli(const std::vector<std::string>& args)
             o.run.inputs = std::move(parsed.shapes);
             o.run.input_types = std::move(parsed.types);
         }
-        else if (a == "--batch") {
-            auto v = value(a);
-            o.batches.clear();
-            for (const auto& b : splitComma(v))
-                o.batches.push_back(parsePositive("--batch", b));
-            if (o.batches.empty())
-                throw std::invalid_argument("--batch needs a number");
-            if (o.command != "whatif") {
-                if (o.batches.size() != 1)
-                    throw std::invalid_argument("--batch takes one number here (several are for 'whatif')");
-                o.run.batch = o.batches.front();
-            }
-        } else if (a == "--seq") {
-            auto v = value(a);
-            o.seqs.clear();
-            for (const auto& s : splitComma(v))
-                o.seqs.push_back(parsePositive("--seq", s));
-            if (o.seqs.empty())
-                throw std::invalid_argument("--seq needs a number");
-            if (o.command != "whatif") {
-                if (o.seqs.size() != 1)
-                    throw std::invalid_argument("--seq takes one number here (several are for 'whatif')");
-                o.run.seq = o.seqs.front();
-            }
-        } else if (a == "--dtype") {
+        else if (a == "--batch")
+            counts(a, o.batches, o.run.batch);
+        else if (a == "--seq")
+            counts(a, o.seqs, o.run.seq);
+        else if (a == "--dtype") {
             o.dtypes = splitComma(value(a));
             for (const auto& d : o.dtypes)
                 if (!isSupportedDtype(d))

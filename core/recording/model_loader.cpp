@@ -371,35 +371,31 @@ std::vector<Shape> guessInputsLocked(Model::Impl& d, std::string* how, std::vect
     return {};
 }
 
+namespace {
+
+// Each tensor once: a weight shared by two modules (a tied LM head) is one tensor, counted, trained and
+// converted once, under its first name.
+template <typename List>
+Model::Impl::Named uniqueTensors(const List& list)
+{
+    Model::Impl::Named out;
+    std::unordered_set<const void*> seen;
+    for (const auto& t : list)
+        if (!t.value.defined() || seen.insert(t.value.unsafeGetTensorImpl()).second)
+            out.emplace_back(t.name, t.value);
+    return out;
+}
+
+} // namespace
+
 Model::Impl::Named Model::Impl::namedParameters()
 {
-    Named out;
-    if (program) {
-        for (const auto& t : program->parameters())
-            out.emplace_back(t.name, t.value);
-        return out;
-    }
-    // A weight shared by two modules (a tied LM head) is one tensor: counted, trained and converted once.
-    std::unordered_set<const void*> seen;
-    for (const auto& p : module.named_parameters(true))
-        if (!p.value.defined() || seen.insert(p.value.unsafeGetTensorImpl()).second)
-            out.emplace_back(p.name, p.value);
-    return out;
+    return program ? uniqueTensors(program->parameters()) : uniqueTensors(module.named_parameters(true));
 }
 
 Model::Impl::Named Model::Impl::namedBuffers()
 {
-    Named out;
-    if (program) {
-        for (const auto& t : program->buffers())
-            out.emplace_back(t.name, t.value);
-        return out;
-    }
-    std::unordered_set<const void*> seen;
-    for (const auto& b : module.named_buffers(true))
-        if (!b.value.defined() || seen.insert(b.value.unsafeGetTensorImpl()).second)
-            out.emplace_back(b.name, b.value);
-    return out;
+    return program ? uniqueTensors(program->buffers()) : uniqueTensors(module.named_buffers(true));
 }
 
 Model::Impl::Signature Model::Impl::signature()
