@@ -434,3 +434,23 @@ TEST(Snapshot, AnnotationsAreTheFilesStartEndPairs)
     EXPECT_GE(files, 10);
     EXPECT_GE(annotated, 2);
 }
+
+// Each range's figures: the most bytes alive inside it is at least what was alive at its start and end, and
+// a zero_grad(set_to_none=True) after a step frees the gradients (PyTorch drops every .grad there).
+TEST(Snapshot, AnnotationRangesSayTheirPeakAndWhatTheyAdded)
+{
+    SKIP_WITHOUT_SNAPSHOTS();
+    auto report = readSnapshotReport(snapshotPath("training-step-annotated.pickle"));
+    auto figures = annotationFigures(report);
+    ASSERT_EQ(figures.size(), report.snapshot->annotations.size());
+    bool freedByZeroGrad = false;
+    for (std::size_t i = 0; i < figures.size(); ++i) {
+        EXPECT_GE(figures[i].peak_bytes, 0);
+        EXPECT_LE(figures[i].peak_bytes, report.peak_bytes);
+        if (report.snapshot->annotations[i].name.find("zero_grad") != std::string::npos && figures[i].added_bytes < 0)
+            freedByZeroGrad = true;
+    }
+    EXPECT_TRUE(freedByZeroGrad);
+    auto j = reportToJson(report);
+    EXPECT_EQ(j["snapshot"]["annotations"][1]["peak_bytes"], figures[1].peak_bytes);
+}

@@ -284,7 +284,16 @@ json reportToJson(const Report& r, bool withEvents)
     if (r.whatif)
         j["whatif"] = whatIfToJson(*r.whatif);
     if (r.snapshot)
+    {
         snapshotToJson(*r.snapshot, j);
+        // Each range's peak and what it added, of the bytes the trace allocated.
+        auto figures = annotationFigures(r);
+        auto& list = j["snapshot"]["annotations"];
+        for (std::size_t i = 0; i < figures.size() && i < list.size(); ++i) {
+            list[i]["peak_bytes"] = figures[i].peak_bytes;
+            list[i]["added_bytes"] = figures[i].added_bytes;
+        }
+    }
     if (r.buffer_reads_recorded)
         j["unread_buffers"] = r.unread_buffers;
     if (r.remedies)

@@ -99,6 +99,26 @@ std::string reportToText(const Report& r, int maxDepth)
             out << '\n';
         }
         snapshotSummary(out, r);
+        if (r.snapshot && !r.snapshot->annotations.empty()) {
+            // record_function ranges: where each ran and what it did to the bytes the trace allocated.
+            auto figures = annotationFigures(r);
+            const auto& list = r.snapshot->annotations;
+            out << "Annotations (record_function ranges), " << list.size() << ":\n"
+                << "  " << padCell("start ms", 12, true) << padCell("length ms", 11, true) << padCell("peak", 12, true)
+                << padCell("added", 12, true) << "  name\n";
+            for (std::size_t i = 0; i < list.size() && i < 20; ++i) {
+                const auto& a = list[i];
+                char start[32], length[32];
+                std::snprintf(start, sizeof start, "%.3f", static_cast<double>(a.start_us - r.snapshot->trace_start_us) / 1000.0);
+                std::snprintf(length, sizeof length, "%.3f", a.end_us >= 0 ? static_cast<double>(a.end_us - a.start_us) / 1000.0 : 0.0);
+                out << "  " << padCell(start, 12, true) << padCell(a.end_us >= 0 ? length : "open", 11, true)
+                    << padCell(formatBytes(figures[i].peak_bytes), 12, true)
+                    << padCell(formatByteChange(0, figures[i].added_bytes), 12, true) << "  " << a.name
+                    << (r.snapshot->devices.size() > 1 ? " (cuda:" + std::to_string(a.device) + ")" : "") << "\n";
+            }
+            if (list.size() > 20)
+                out << "  ... and " << list.size() - 20 << " more (all in the JSON)\n";
+        }
         if (!r.alive_at_peak.empty()) {
             out << "Allocated in the trace and alive at the peak, largest first:\n";
             for (std::size_t i = 0; i < std::min<std::size_t>(r.alive_at_peak.size(), 10); ++i)

@@ -148,6 +148,14 @@ std::int64_t aliveBeforeTrace(const Snapshot& s);
 // Open, decode, (check) and report.
 Report readSnapshotReport(
     const std::string& path, bool checkAllocator = true, const SnapshotReadOptions& options = {});
+// What each annotation of a snapshot report saw of the bytes its trace allocated: the most alive at once inside
+// the range, and what the range added (alive at its end minus alive at its start). One per
+// report.snapshot->annotations, in order; zeros for a report without a timed trace.
+struct AnnotationFigures {
+    std::int64_t peak_bytes = 0;
+    std::int64_t added_bytes = 0;
+};
+std::vector<AnnotationFigures> annotationFigures(const Report& r);
 // The same report with its snapshot's allocator check made.
 Report addAllocatorCheck(const Report& r);
 

@@ -2,6 +2,7 @@
 #include "support/format.h"
 #include "snapshot/snapshot.h"
 #include "snapshot/frames.h"
+#include "report/build_report.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -418,6 +419,32 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAlloc
 Report readSnapshotReport(const std::string& path, bool checkAllocator, const SnapshotReadOptions& options)
 {
     return reportFromSnapshot(readSnapshotFile(path, options), path, checkAllocator);
+}
+
+std::vector<AnnotationFigures> annotationFigures(const Report& r)
+{
+    std::vector<AnnotationFigures> out;
+    if (!r.snapshot)
+        return out;
+    out.resize(r.snapshot->annotations.size());
+    if (!r.trace || !r.snapshot->trace_has_time || r.trace->size() == 0)
+        return out;
+    const auto& time = r.trace->time_ns;
+    const auto live = liveBytesAfterEachEvent(*r.trace);
+    for (std::size_t k = 0; k < out.size(); ++k) {
+        const auto& a = r.snapshot->annotations[k];
+        const auto start = (a.start_us - r.snapshot->trace_start_us) * 1000;
+        const auto end = a.end_us >= 0 ? (a.end_us - r.snapshot->trace_start_us) * 1000 : time.back();
+        auto first = static_cast<std::size_t>(std::lower_bound(time.begin(), time.end(), start) - time.begin());
+        auto last = static_cast<std::size_t>(std::upper_bound(time.begin(), time.end(), end) - time.begin());
+        const std::int64_t before = first > 0 ? live[first - 1] : 0;
+        std::int64_t peak = before;
+        for (auto i = first; i < last; ++i)
+            peak = std::max(peak, live[i]);
+        out[k].peak_bytes = peak;
+        out[k].added_bytes = (last > 0 ? live[last - 1] : 0) - before;
+    }
+    return out;
 }
 
 } // namespace memledger
