@@ -936,12 +936,12 @@ void TimelinePlot::updatePhaseBands()
         auto eventAt = [&](std::int64_t ns) {
             return static_cast<std::uint32_t>(std::lower_bound(time.begin(), time.end(), ns) - time.begin());
         };
-        const auto t0 = report_->snapshot->trace_start_us;
+        const auto& snapshot = *report_->snapshot;
         const auto last = time.empty() ? 0 : time.back();
-        for (const auto& a : report_->snapshot->annotations) {
+        for (const auto& a : snapshot.annotations) {
             if (device_ != TimelineSeries::kAllDevices && a.device != device_)
                 continue;
-            std::int64_t start = (a.start_us - t0) * 1000, end = a.end_us >= 0 ? (a.end_us - t0) * 1000 : last;
+            std::int64_t start = snapshot.startNs(a), end = a.end_us >= 0 ? snapshot.endNs(a) : last;
             if (end < 0 || start > last)
                 continue; // outside the trace
             phases.push_back({a.name, start, end, eventAt(start), eventAt(end)});

@@ -186,8 +186,8 @@ void snapshotToJson(const Snapshot& s, json& j)
     for (const auto& a : s.annotations)
         annotations.push_back({{"name", a.name}, {"device", a.device}, {"start_us", a.start_us},
             {"end_us", a.end_us >= 0 ? json(a.end_us) : json(nullptr)},
-            {"start_ms", static_cast<double>(a.start_us - s.trace_start_us) / 1000.0},
-            {"end_ms", a.end_us >= 0 ? json(static_cast<double>(a.end_us - s.trace_start_us) / 1000.0) : json(nullptr)}});
+            {"start_ms", static_cast<double>(s.startNs(a)) / 1e6},
+            {"end_ms", a.end_us >= 0 ? json(static_cast<double>(s.endNs(a)) / 1e6) : json(nullptr)}});
     j["snapshot"]["annotations"] = annotations;
     j["snapshot"]["annotation_entries"] = s.annotation_entries;
     const auto c = s.allocator_check.done ? s.allocator_check : checkAllocatorModel(s);

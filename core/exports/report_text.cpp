@@ -109,7 +109,7 @@ std::string reportToText(const Report& r, int maxDepth)
             for (std::size_t i = 0; i < list.size() && i < 20; ++i) {
                 const auto& a = list[i];
                 char start[32], length[32];
-                std::snprintf(start, sizeof start, "%.3f", static_cast<double>(a.start_us - r.snapshot->trace_start_us) / 1000.0);
+                std::snprintf(start, sizeof start, "%.3f", static_cast<double>(r.snapshot->startNs(a)) / 1e6);
                 std::snprintf(length, sizeof length, "%.3f", a.end_us >= 0 ? static_cast<double>(a.end_us - a.start_us) / 1000.0 : 0.0);
                 out << "  " << padCell(start, 12, true) << padCell(a.end_us >= 0 ? length : "open", 11, true)
                     << padCell(formatBytes(figures[i].peak_bytes), 12, true)

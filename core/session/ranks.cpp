@@ -30,8 +30,8 @@ std::string phaseAt(const Report& r, std::int64_t ns)
     if (r.snapshot) {
         std::string found;
         for (const auto& a : r.snapshot->annotations) {
-            auto start = (a.start_us - r.snapshot->trace_start_us) * 1000;
-            auto end = a.end_us >= 0 ? (a.end_us - r.snapshot->trace_start_us) * 1000 : INT64_MAX;
+            auto start = r.snapshot->startNs(a);
+            auto end = a.end_us >= 0 ? r.snapshot->endNs(a) : INT64_MAX;
             if (start <= ns && ns <= end)
                 found = a.name; // the innermost: the latest to start
         }

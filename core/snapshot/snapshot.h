@@ -100,6 +100,12 @@ struct Snapshot {
     SnapshotSettings settings;
     SnapshotAllocatorCheck allocator_check;
 
+    // An annotation's range on the trace's clock: ns from the trace's start; end -1 for a range never closed.
+    std::int64_t startNs(const SnapshotAnnotation& a) const { return (a.start_us - trace_start_us) * 1000; }
+    std::int64_t endNs(const SnapshotAnnotation& a) const
+    {
+        return a.end_us >= 0 ? (a.end_us - trace_start_us) * 1000 : -1;
+    }
     std::int64_t reservedBytes() const; // sum of segments' total_size
     std::int64_t allocatedBytes() const; // sum of active_allocated blocks' size
     std::size_t traceCount(Action a) const;

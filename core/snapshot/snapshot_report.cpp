@@ -433,8 +433,8 @@ std::vector<AnnotationFigures> annotationFigures(const Report& r)
     const auto live = liveBytesAfterEachEvent(*r.trace);
     for (std::size_t k = 0; k < out.size(); ++k) {
         const auto& a = r.snapshot->annotations[k];
-        const auto start = (a.start_us - r.snapshot->trace_start_us) * 1000;
-        const auto end = a.end_us >= 0 ? (a.end_us - r.snapshot->trace_start_us) * 1000 : time.back();
+        const auto start = r.snapshot->startNs(a);
+        const auto end = a.end_us >= 0 ? r.snapshot->endNs(a) : time.back();
         auto first = static_cast<std::size_t>(std::lower_bound(time.begin(), time.end(), start) - time.begin());
         auto last = static_cast<std::size_t>(std::upper_bound(time.begin(), time.end(), end) - time.begin());
         const std::int64_t before = first > 0 ? live[first - 1] : 0;

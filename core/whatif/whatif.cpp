@@ -259,6 +259,13 @@ WhatIf WhatIf::record(
     if (batches.size() < 2 || batches.front() < 1 || !std::is_sorted(batches.begin(), batches.end())
         || std::adjacent_find(batches.begin(), batches.end()) != batches.end())
         throw std::invalid_argument("what-if needs at least two increasing batch sizes from 1");
+    return recordAt(model, std::move(base), batches, dtypes, WhatIfAxis::Batch);
+}
+
+WhatIf WhatIf::recordAt(Model& model, RunOptions base, const std::vector<std::int64_t>& xs,
+    const std::vector<std::string>& dtypes, WhatIfAxis axis)
+{
+    const std::size_t window = axis == WhatIfAxis::Seq ? 3 : 2; // a parabola needs three records, a line two
     WhatIf w;
     w.model_ = std::make_shared<const ModelInfo>(model.info());
     w.modules_ = std::make_shared<const std::vector<LayerStats>>(model.modules());
@@ -267,13 +274,16 @@ WhatIf WhatIf::record(
         RunOptions o = base;
         o.dtype = dtype;
         std::vector<RawRun> runs;
-        if (!recordRuns(model, base, o, batches, runs, cannotRun))
+        if (!recordRuns(model, base, o, xs, runs, cannotRun, axis))
             continue;
-        for (std::size_t k = 0; k + 1 < runs.size(); ++k) {
-            // each record serves the fit on either side
-            w.fits_.push_back(makeFit(*w.model_, *w.modules_, {runs[k], runs[k + 1]}, {batches[k], batches[k + 1]},
-                WhatIfAxis::Batch));
-        }
+        // Each record serves the fits on either side of it.
+        for (std::size_t k = 0; k + window <= runs.size(); ++k)
+            w.fits_.push_back(makeFit(*w.model_, *w.modules_,
+                std::vector<RawRun>(runs.begin() + static_cast<std::ptrdiff_t>(k),
+                    runs.begin() + static_cast<std::ptrdiff_t>(k + window)),
+                std::vector<std::int64_t>(xs.begin() + static_cast<std::ptrdiff_t>(k),
+                    xs.begin() + static_cast<std::ptrdiff_t>(k + window)),
+                axis));
     }
     w.addRescaledFits(cannotRun);
     return w;
@@ -368,22 +378,7 @@ WhatIf WhatIf::recordSeq(
         || std::adjacent_find(seqs.begin(), seqs.end()) != seqs.end())
         throw std::invalid_argument("a sequence what-if needs at least three increasing sequence lengths");
     baseSequence(model, base);
-    WhatIf w;
-    w.model_ = std::make_shared<const ModelInfo>(model.info());
-    w.modules_ = std::make_shared<const std::vector<LayerStats>>(model.modules());
-    std::vector<std::pair<std::string, std::string>> cannotRun;
-    for (const auto& dtype : dtypeOrder(base.dtype, dtypes)) {
-        RunOptions o = base;
-        o.dtype = dtype;
-        std::vector<RawRun> runs;
-        if (!recordRuns(model, base, o, seqs, runs, cannotRun, WhatIfAxis::Seq))
-            continue;
-        for (std::size_t k = 0; k + 2 < runs.size(); ++k)
-            w.fits_.push_back(makeFit(*w.model_, *w.modules_, {runs[k], runs[k + 1], runs[k + 2]},
-                {seqs[k], seqs[k + 1], seqs[k + 2]}, WhatIfAxis::Seq));
-    }
-    w.addRescaledFits(cannotRun);
-    return w;
+    return recordAt(model, std::move(base), seqs, dtypes, WhatIfAxis::Seq);
 }
 
 WhatIf WhatIf::recordSeqPlanned(Model& model, RunOptions base, const std::vector<std::string>& dtypes, const Plan& plan)

@@ -106,6 +106,10 @@ private:
     const Fit& fit(const std::string& dtype) const; // the first fit of dtype; throws std::invalid_argument
     const Fit& fit(const std::string& dtype, std::int64_t batch) const; // the fit whose records surround batch
     void addRescaledFits(const std::vector<std::pair<std::string, std::string>>& cannotRun);
+    // record() and recordSeq(): runs at each of `xs` (validated by the caller) in every dtype, a fit through each
+    // two (batch) or three (sequence) neighbouring records.
+    static WhatIf recordAt(Model& model, RunOptions base, const std::vector<std::int64_t>& xs,
+        const std::vector<std::string>& dtypes, WhatIfAxis axis);
 };
 
 // The two batch sizes a what-if records: 1 and 2 for inference; 2 and 4 for a training step, whose backward
