@@ -6,6 +6,7 @@
 #include "support/errors.h"
 #include "support/format.h"
 #include "whatif/whatif.h"
+#include "whatif/whatif_policy.h"
 #include "whatif/checkpoint.h"
 #include "exports/report_text.h"
 
@@ -17,31 +18,11 @@
 
 namespace memledger {
 
-namespace {
-
-// Notes about a precision nobody asked for ("float16: predicted from the bfloat16 records") are left out.
-void keepNotesOf(const std::vector<std::string>& dtypes, std::vector<std::string>& notes)
-{
-    notes.erase(std::remove_if(notes.begin(), notes.end(),
-                    [&](const std::string& n) {
-                        for (const char* d : {"float32", "bfloat16", "float16"})
-                            if (n.rfind(std::string(d) + ":", 0) == 0)
-                                return std::find(dtypes.begin(), dtypes.end(), d) == dtypes.end();
-                        return false;
-                    }),
-        notes.end());
-}
-
-} // namespace
-
 WhatIfTable computeWhatIfTable(const OpenedFile& file, const CliOptions& o, std::vector<std::string>* notesOut)
 {
     if (!file.model)
         throw RunError("what-if needs a model file, not a " + std::string(fileKindName(file.kind)));
-    auto batches = o.batches.empty() ? std::vector<std::int64_t> {1, 8, 32} : o.batches;
-    auto dtypes = o.dtypes.empty() ? std::vector<std::string> {"float32", "bfloat16"} : o.dtypes;
     RunOptions base = o.run;
-    base.batch.reset();
     base.dtype = "float32";
     if (base.inputs.empty()) {
         base.inputs = file.default_inputs;
@@ -52,61 +33,51 @@ WhatIfTable computeWhatIfTable(const OpenedFile& file, const CliOptions& o, std:
         if (!file.default_optimizer.empty() && base.optimizer == "sgd")
             base.optimizer = file.default_optimizer;
     }
-    if (!o.seqs.empty()) {
-        // Along the sequence: one sequence what-if per batch asked for (the input's batch when none is).
-        auto seqs = o.seqs;
-        std::sort(seqs.begin(), seqs.end());
-        seqs.erase(std::unique(seqs.begin(), seqs.end()), seqs.end());
-        std::vector<std::int64_t> seqBatches = o.batches;
-        if (seqBatches.empty())
-            seqBatches.push_back(base.inputs.empty() ? 1 : base.inputs.front().front());
-        WhatIfTable table;
-        for (auto batch : seqBatches) {
-            RunOptions at = base;
-            at.batch = batch;
-            WhatIf::Plan plan;
-            plan.largest = std::min<std::int64_t>(seqs.back(), 1 << 16);
-            plan.wanted = seqs;
-            plan.progress = [batch](const std::string& dtype, std::int64_t seq, int done) {
-                std::cerr << "memledger: what-if record " << done << " in " << dtype << " at sequence " << seq
-                          << ", batch " << batch << "\n";
-            };
-            auto w = WhatIf::recordSeqPlanned(*file.model, at, dtypes, plan);
-            auto part = makeWhatIfTable(w, seqs, dtypes, o.budget.value_or(0), file.model.get());
-            if (table.predictions.empty()) {
-                table = part;
-            } else {
-                table.predictions.insert(table.predictions.end(), part.predictions.begin(), part.predictions.end());
-                table.max_batch.insert(table.max_batch.end(), part.max_batch.begin(), part.max_batch.end());
-                table.max_batch_method.insert(
-                    table.max_batch_method.end(), part.max_batch_method.begin(), part.max_batch_method.end());
-                table.max_seq_batch.insert(table.max_seq_batch.end(), part.max_seq_batch.begin(), part.max_seq_batch.end());
-            }
-            if (notesOut) {
-                auto n = w.notes();
-                notesOut->insert(notesOut->end(), n.begin(), n.end());
-                for (const auto& p : part.predictions)
-                    notesOut->insert(notesOut->end(), p.notes.begin(), p.notes.end());
-                keepNotesOf(dtypes, *notesOut);
-            }
-        }
+    WhatIfRequest request;
+    request.dtypes = whatIfDtypes(o.dtypes);
+    request.budget = o.budget.value_or(0);
+    auto addNotes = [&](const WhatIf& w, const WhatIfTable& part) {
+        if (!notesOut)
+            return;
+        auto n = w.notes();
+        notesOut->insert(notesOut->end(), n.begin(), n.end());
+        for (const auto& p : part.predictions)
+            notesOut->insert(notesOut->end(), p.notes.begin(), p.notes.end());
+        keepNotesOf(request.dtypes, *notesOut);
+    };
+    if (o.seqs.empty()) {
+        request.rows = o.batches;
+        auto w = recordWhatIf(*file.model, base, request, [](const std::string& dtype, std::int64_t batch, int done) {
+            std::cerr << "memledger: what-if record " << done << " in " << dtype << " at batch " << batch << "\n";
+        });
+        auto table = whatIfTableFor(w, request, file.model.get());
+        addNotes(w, table);
         return table;
     }
-    // Records at log-spaced batches while the machine can run them within a few seconds each, so that kernels
-    // that switch algorithm at larger batches are seen; beyond the largest record figures are extrapolated.
-    WhatIf::Plan plan;
-    plan.largest = std::max<std::int64_t>(64, std::min<std::int64_t>(1024, *std::max_element(batches.begin(), batches.end())));
-    plan.wanted = batches;
-    plan.progress = [](const std::string& dtype, std::int64_t batch, int done) {
-        std::cerr << "memledger: what-if record " << done << " in " << dtype << " at batch " << batch << "\n";
-    };
-    auto w = WhatIf::recordPlanned(*file.model, base, dtypes, plan);
-    auto table = makeWhatIfTable(w, batches, dtypes, o.budget.value_or(0), file.model.get());
-    if (notesOut) {
-        *notesOut = w.notes();
-        for (const auto& p : table.predictions)
-            notesOut->insert(notesOut->end(), p.notes.begin(), p.notes.end());
-        keepNotesOf(dtypes, *notesOut);
+    // Along the sequence: one sequence what-if per batch asked for (the input's batch when none is).
+    request.axis = WhatIfAxis::Seq;
+    request.rows = o.seqs;
+    std::vector<std::int64_t> seqBatches = o.batches;
+    if (seqBatches.empty())
+        seqBatches.push_back(base.inputs.empty() ? 1 : base.inputs.front().front());
+    WhatIfTable table;
+    for (auto batch : seqBatches) {
+        request.current_batch = batch;
+        auto w = recordWhatIf(*file.model, base, request, [batch](const std::string& dtype, std::int64_t seq, int done) {
+            std::cerr << "memledger: what-if record " << done << " in " << dtype << " at sequence " << seq
+                      << ", batch " << batch << "\n";
+        });
+        auto part = whatIfTableFor(w, request, file.model.get());
+        addNotes(w, part);
+        if (table.predictions.empty()) {
+            table = part;
+            continue;
+        }
+        table.predictions.insert(table.predictions.end(), part.predictions.begin(), part.predictions.end());
+        table.max_batch.insert(table.max_batch.end(), part.max_batch.begin(), part.max_batch.end());
+        table.max_batch_method.insert(
+            table.max_batch_method.end(), part.max_batch_method.begin(), part.max_batch_method.end());
+        table.max_seq_batch.insert(table.max_seq_batch.end(), part.max_seq_batch.begin(), part.max_seq_batch.end());
     }
     return table;
 }
@@ -138,9 +109,20 @@ int runCheckpointWhatIf(const CliOptions& o)
         std::cout << "Checkpointing what-if for " << name << " (one training step recorded at batch "
                   << recorded.run.batch << " without checkpoints, peak " << formatBytes(recorded.peak_bytes)
                   << ", peak total " << formatBytes(recorded.peak_total_bytes) << ")\n\n";
-        if (plan)
+        if (plan) {
             std::cout << "Auto plan for a budget of " << formatBytes(plan->budget_bytes) << " (peak total): "
-                      << (plan->fits ? "fits" : "does NOT fit") << ", " << plan->evaluated << " plans tried\n";
+                      << (plan->fits ? "fits" : "does NOT fit") << ", " << plan->evaluated << " plans tried:\n";
+            for (const auto& t : plan->tried) {
+                std::string set;
+                for (const auto& m : t.checkpoint)
+                    set += (set.empty() ? "" : ", ") + m;
+                std::printf("  %-48s peak total %12s  recompute %8.1f ms%s\n",
+                    (set.empty() ? std::string("(no checkpoint)") : set).c_str(),
+                    formatBytes(t.predicted_peak_total_bytes).c_str(), t.recompute_ms,
+                    t.predicted_peak_total_bytes <= plan->budget_bytes ? "  fits" : "");
+            }
+            std::cout << "\n";
+        }
         std::cout << checkpointToText(p);
         if (!p.notes.empty()) {
             std::cout << "\nNotes:\n";
@@ -159,6 +141,10 @@ int runCheckpointWhatIf(const CliOptions& o)
             out["budget_bytes"] = plan->budget_bytes;
             row["fits"] = plan->fits;
             row["plan"] = "auto";
+            auto& tried = out["plans_tried"] = nlohmann::json::array();
+            for (const auto& t : plan->tried)
+                tried.push_back({{"checkpoint", t.checkpoint}, {"predicted_peak_total_bytes", t.predicted_peak_total_bytes},
+                    {"recompute_ms", t.recompute_ms}, {"fits", t.predicted_peak_total_bytes <= plan->budget_bytes}});
         }
         out["predictions"] = nlohmann::json::array({row});
     } catch (const std::exception&) {

@@ -32,43 +32,41 @@ quint64 WhatIfWorker::launch(std::function<void(quint64, const std::atomic<bool>
         true);
 }
 
-quint64 WhatIfWorker::record(std::shared_ptr<const OpenedFile> file, RunOptions base)
+quint64 WhatIfWorker::record(std::shared_ptr<const OpenedFile> file, RunOptions base, WhatIfRequest request)
 {
     base.progress = nullptr;
-    return launch([this, file, base](quint64 job, const std::atomic<bool>* cancel) mutable {
+    return launch([this, file, base, request](quint64 job, const std::atomic<bool>* cancel) mutable {
         if (!file || !file->model)
             return;
         base.cancel = cancel;
         base.inputs = file->inputsFor(base, nullptr, &base.input_types);
         if (base.mode.empty())
             base.mode = file->default_mode;
-        base.batch.reset();
-        // Log-spaced records (1, 2, 8, 32, ... while this machine runs them in seconds), so that kernels that switch
-        // at larger batches are seen; beyond the largest record the panel's figures are extrapolated.
-        WhatIf::Plan plan;
-        plan.largest = 128;
-        plan.seconds_budget = 8; // the panel is usable on the first records meanwhile
-        plan.first_records = [this, job](const WhatIf& first) {
-            auto w = std::make_shared<const WhatIf>(first);
-            deliver(job, [this, job, w] { emit firstRecords(job, w); });
-        };
-        plan.progress = [this, job](const std::string&, std::int64_t batch, int done) {
-            deliver(job, [this, job, batch, done] { emit recording(job, batch, done); });
-        };
-        auto w = std::make_shared<const WhatIf>(
-            WhatIf::recordPlanned(*file->model, base, {"float32", "bfloat16", "float16"}, plan));
+        // The panel is usable on the first records while the larger ones are made.
+        auto w = std::make_shared<const WhatIf>(recordWhatIf(
+            *file->model, base, request,
+            [this, job](const std::string&, std::int64_t batch, int done) {
+                deliver(job, [this, job, batch, done] { emit recording(job, batch, done); });
+            },
+            [this, job](const WhatIf& first) {
+                auto f = std::make_shared<const WhatIf>(first);
+                deliver(job, [this, job, f] { emit firstRecords(job, f); });
+            }));
         deliver(job, [this, job, w] { emit recorded(job, w); });
+        auto table = std::make_shared<const WhatIfTable>(whatIfTableFor(*w, request, file->model.get()));
+        deliver(job, [this, job, table, request] { emit tableReady(job, table, request); });
         // Token inputs: the sequence what-if too, at the batch of the run (its inputs' dimension 0).
-        bool tokens = false;
-        for (std::size_t i = 0; i < base.inputs.size(); ++i)
-            tokens = tokens || (inputTypeAt(base.input_types, i).isToken() && base.inputs[i].size() >= 2);
-        if (!tokens)
+        WhatIfRequest seq;
+        seq.axis = WhatIfAxis::Seq;
+        seq.dtypes = request.dtypes;
+        for (std::size_t i = 0; i < base.inputs.size() && seq.current_batch == 0; ++i)
+            if (inputTypeAt(base.input_types, i).isToken() && base.inputs[i].size() >= 2) {
+                seq.current_batch = base.inputs[i][0];
+                seq.current_seq = base.inputs[i][1];
+            }
+        if (seq.current_batch == 0)
             return;
-        WhatIf::Plan seqPlan;
-        seqPlan.largest = 1 << 16;
-        seqPlan.seconds_budget = 8;
-        auto s = std::make_shared<const WhatIf>(
-            WhatIf::recordSeqPlanned(*file->model, base, {"float32", "bfloat16", "float16"}, seqPlan));
+        auto s = std::make_shared<const WhatIf>(recordWhatIf(*file->model, base, seq));
         deliver(job, [this, job, s] { emit seqRecorded(job, s); });
     });
 }

@@ -131,8 +131,12 @@ for path in sys.argv[1:]:
     segments = d if isinstance(d, list) else d.get("segments", [])
     traces = [] if isinstance(d, list) else d.get("device_traces", [])
     allocs = [e for t in traces for e in t if e["action"] == "alloc"]
+    frees = [e for t in traces for e in t if e["action"] == "free_completed"]
+    active = sum(b["size"] for s in segments for b in s["blocks"] if b["state"] == "active_allocated")
+    net = sum(e["size"] for e in allocs) - sum(e["size"] for e in frees)
     out[path] = {"reserved": sum(s["total_size"] for s in segments),
-                 "allocated": sum(e["size"] for e in allocs), "allocations": len(allocs)}
+                 "allocated": sum(e["size"] for e in allocs), "allocations": len(allocs),
+                 "alive_before": max(0, active - net)}
 print(json.dumps(out))
 )PY";
 
@@ -348,6 +352,11 @@ TEST(Diff, TwoSnapshotsAgreeWithPythonsPickle)
     EXPECT_EQ(reserved.delta(), pb["reserved"].get<std::int64_t>() - pa["reserved"].get<std::int64_t>());
     const auto* u = d.ledger(Ledger::Unattributed);
     ASSERT_NE(u, nullptr);
+    EXPECT_EQ(u->label, "allocated in the trace"); // as the main window calls it
+    // The memory alive before the trace is a figure of its own.
+    ASSERT_TRUE(d.total("alive_before_trace_bytes"));
+    EXPECT_EQ(d.total("alive_before_trace_bytes")->figure.a, pa["alive_before"].get<std::int64_t>());
+    EXPECT_EQ(d.total("alive_before_trace_bytes")->figure.b, pb["alive_before"].get<std::int64_t>());
     EXPECT_EQ(u->total.a, pa["allocated"].get<std::int64_t>());
     EXPECT_EQ(u->total.b, pb["allocated"].get<std::int64_t>());
     // Per allocation site: the sites' sums are the pickle's sums, each side.

@@ -1,4 +1,5 @@
 #include "call_tree_view.h"
+#include "tree_sorting.h"
 
 #include "bar_delegate.h"
 #include "ledger_colors.h"
@@ -226,6 +227,7 @@ CallTreeView::CallTreeView(QWidget* parent)
     view_->setModel(proxy_);
     view_->setSortingEnabled(true);
     view_->sortByColumn(CallTreeModel::Allocated, Qt::DescendingOrder);
+    sortLargestFirstOnFirstClick(view_, [](int column) { return column != CallTreeModel::Frame; });
     view_->setUniformRowHeights(true);
     view_->setAlternatingRowColors(true);
     view_->setSelectionMode(QAbstractItemView::SingleSelection);

@@ -13,6 +13,7 @@
 #include <QPushButton>
 #include <QScrollBar>
 #include <QSplitter>
+#include <QRegularExpression>
 #include <QTableWidget>
 #include <QVBoxLayout>
 
@@ -60,6 +61,15 @@ QTableWidgetItem* textItem(const QString& text, const QString& tooltip = {})
     auto* item = new QTableWidgetItem(text);
     item->setToolTip(tooltip.isEmpty() ? text : tooltip);
     return item;
+}
+
+// A site "file:line name" shown as "name  file:line": elided in the middle, two sites of one function keep
+// their lines apart (the whole site is the tooltip).
+QString siteText(const QString& where)
+{
+    static const QRegularExpression site(QStringLiteral("^(.*:\\d+) (.+)$"));
+    auto m = site.match(where);
+    return m.hasMatch() ? QStringLiteral("%1  %2").arg(m.captured(2), m.captured(1)) : where;
 }
 
 QString percentText(const DiffFigure& f)
@@ -217,9 +227,9 @@ void DiffView::fillTotals()
         rows.push_back({label, t.figure});
     }
     for (const auto& l : d.ledgers)
-        rows.push_back({tr("%1 at the peak").arg(QString::fromUtf8(ledgerLabel(l.ledger))), l.at_peak});
+        rows.push_back({tr("%1 at the peak").arg(QString::fromStdString(l.label)), l.at_peak});
     for (const auto& l : d.ledgers)
-        rows.push_back({tr("%1 allocated").arg(QString::fromUtf8(ledgerLabel(l.ledger))), l.total});
+        rows.push_back({tr("%1 allocated").arg(QString::fromStdString(l.label)), l.total});
     totals_->setRowCount(static_cast<int>(rows.size()));
     for (int r = 0; r < static_cast<int>(rows.size()); ++r) {
         const auto& row = rows[static_cast<std::size_t>(r)];
@@ -257,7 +267,7 @@ void DiffView::fillEntries()
     entries_->setRowCount(static_cast<int>(changed.size()));
     for (int r = 0; r < static_cast<int>(changed.size()); ++r) {
         const auto& e = *changed[static_cast<std::size_t>(r)];
-        auto name = QString::fromStdString(e.label);
+        auto name = siteText(QString::fromStdString(e.label));
         if (!e.in_a || !e.in_b)
             name += e.in_b ? tr(" (added)") : tr(" (removed)");
         entries_->setItem(r, 0, textItem(name, QString::fromStdString(e.key)));

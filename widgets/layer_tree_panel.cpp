@@ -1,4 +1,5 @@
 #include "layer_tree_panel.h"
+#include "tree_sorting.h"
 
 #include "bar_delegate.h"
 #include "checkpoint_bar.h"
@@ -44,6 +45,7 @@ LayerTreePanel::LayerTreePanel(QWidget* parent)
     view_->setModel(proxy_);
     view_->setSortingEnabled(true);
     view_->sortByColumn(-1, Qt::AscendingOrder); // model order (execution order) until a header is clicked
+    sortLargestFirstOnFirstClick(view_, [](int column) { return column >= LayerTreeModel::Weights; });
     view_->setUniformRowHeights(true);
     view_->setAlternatingRowColors(true);
     view_->setSelectionMode(QAbstractItemView::SingleSelection);

@@ -153,7 +153,7 @@ std::string diffToHtml(const ReportDiff& d, std::size_t maxRows)
     out << "<h2>Ledgers</h2>\n<table><tr><th>ledger</th><th>A at peak</th><th>B at peak</th><th>delta</th>"
            "<th>A allocated</th><th>B allocated</th><th>delta</th></tr>\n";
     for (const auto& l : d.ledgers)
-        out << "<tr><td>" << htmlEscape(ledgerLabel(l.ledger)) << "</td><td>" << formatBytes(l.at_peak.a) << "</td><td>"
+        out << "<tr><td>" << htmlEscape(l.label) << "</td><td>" << formatBytes(l.at_peak.a) << "</td><td>"
             << formatBytes(l.at_peak.b) << "</td>" << deltaCell(l.at_peak.delta(), true) << "<td>"
             << formatBytes(l.total.a) << "</td><td>" << formatBytes(l.total.b) << "</td>"
             << deltaCell(l.total.delta(), true) << "</tr>\n";

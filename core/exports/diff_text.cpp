@@ -55,7 +55,7 @@ std::string diffToText(const ReportDiff& d, std::size_t maxRows)
     }
     out << "\nLedgers at the peak (allocated over the run):\n";
     for (const auto& l : d.ledgers) {
-        out << "  " << padCell(ledgerLabel(l.ledger), 22) << ' ' << padCell(formatBytes(l.at_peak.a), 12, true) << ' '
+        out << "  " << padCell(l.label, 22) << ' ' << padCell(formatBytes(l.at_peak.a), 12, true) << ' '
             << padCell(formatBytes(l.at_peak.b), 12, true) << ' ' << padCell(formatByteDelta(l.at_peak.delta()), 12, true)
             << "  (" << formatBytes(l.total.a) << " -> " << formatBytes(l.total.b) << ", "
             << formatByteDelta(l.total.delta()) << ")\n";

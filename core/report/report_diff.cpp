@@ -308,6 +308,9 @@ ReportDiff diffReports(const Report& a, const Report& b, const std::string& aNam
     total("input_bytes", "inputs", a.input_bytes, b.input_bytes);
     total("optimizer_state_bytes", "optimizer state", a.optimizer_state_bytes, b.optimizer_state_bytes);
     total("gradient_bytes", "gradients", a.gradient_bytes, b.gradient_bytes);
+    if (isSnapshot(a) || isSnapshot(b)) // what the trace did not see allocated: weights, optimizer state, ...
+        total("alive_before_trace_bytes", "alive before the trace", isSnapshot(a) ? aliveBeforeTrace(*a.snapshot) : 0,
+            isSnapshot(b) ? aliveBeforeTrace(*b.snapshot) : 0);
     if (d.a.reserved_kind != d.b.reserved_kind && reservedOf(a) > 0 && reservedOf(b) > 0)
         d.notes.push_back("reserved bytes are not alike: A's are " + d.a.reserved_kind + ", B's " + d.b.reserved_kind);
 
@@ -315,12 +318,14 @@ ReportDiff diffReports(const Report& a, const Report& b, const std::string& aNam
         const auto& la = a.ledgers[static_cast<std::size_t>(l)];
         const auto& lb = b.ledgers[static_cast<std::size_t>(l)];
         if (la.at_peak || la.total || lb.at_peak || lb.total)
-            d.ledgers.push_back({static_cast<Ledger>(l), {la.at_peak, lb.at_peak}, {la.total, lb.total}});
+            d.ledgers.push_back({static_cast<Ledger>(l), {la.at_peak, lb.at_peak}, {la.total, lb.total},
+                ledgerLabel(static_cast<Ledger>(l))});
     }
     // Snapshots put everything their trace allocated into one ledger that no report keeps: count it here.
     if (isSnapshot(a) || isSnapshot(b)) {
         DiffLedger u;
         u.ledger = Ledger::Unattributed;
+        u.label = "allocated in the trace"; // as the window's timeline and peak panel call it
         for (const auto* r : {&a, &b}) {
             if (!isSnapshot(*r))
                 continue;

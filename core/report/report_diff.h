@@ -42,6 +42,7 @@ struct DiffLedger {
     Ledger ledger = Ledger::Weights;
     DiffFigure at_peak; // alive at the run's peak
     DiffFigure total; // allocated over the run
+    std::string label; // for people: "saved for backward"; a snapshot's traced bytes are "allocated in the trace"
 };
 
 // A column of the entry table: bytes (sorted on) or a count.

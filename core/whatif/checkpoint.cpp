@@ -667,6 +667,7 @@ CheckpointPlan planCheckpoints(const Report& r, std::int64_t budget, CheckpointI
         ++plan.evaluated;
         auto p = predictCheckpoint(r, set, impl, false);
         p.report.reset(); // keep the cache small
+        plan.tried.push_back(p);
         return cache.emplace(set, std::move(p)).first->second;
     };
     // Modules that a checkpoint cannot go around (nothing recomputed, or left out) are not candidates.

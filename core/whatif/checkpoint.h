@@ -68,6 +68,7 @@ struct CheckpointPlan {
     bool fits = false;
     CheckpointPrediction prediction; // of the plan; prediction.checkpoint is the plan
     int evaluated = 0; // predictions tried
+    std::vector<CheckpointPrediction> tried; // each of them, in the order tried (without their reports)
 };
 CheckpointPlan planCheckpoints(const Report& r, std::int64_t budget, CheckpointImpl impl = CheckpointImpl::Reentrant);
 

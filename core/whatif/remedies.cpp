@@ -8,6 +8,7 @@
 #include "support/format.h"
 #include "whatif/checkpoint.h"
 #include "whatif/whatif.h"
+#include "whatif/whatif_policy.h"
 
 #include <nlohmann/json.hpp>
 
@@ -670,17 +671,18 @@ std::vector<Remedy> remediesForModel(Model& model, const Report& report, std::in
 {
     RunOptions base = optionsOf(report);
     base.cancel = cancel;
-    std::vector<std::string> dtypes {report.run.dtype};
+    // The what-if the remedies weigh (a smaller batch, a lower precision) is recorded as the What if panel's and
+    // `whatif`'s: the same policy, from the run's own precision.
+    WhatIfRequest request;
+    request.current_batch = report.run.batch;
+    request.dtypes = {report.run.dtype};
     for (const std::string d : {"bfloat16", "float16"})
         if (d != report.run.dtype)
-            dtypes.push_back(d);
-    WhatIf::Plan plan;
-    plan.largest = std::max<std::int64_t>(64, report.run.batch);
-    plan.progress = [&progress](const std::string& dtype, std::int64_t batch, int done) {
+            request.dtypes.push_back(d);
+    auto w = recordWhatIf(model, base, request, [&progress](const std::string& dtype, std::int64_t batch, int done) {
         if (progress)
             progress("what-if record " + std::to_string(done) + " in " + dtype + " at batch " + std::to_string(batch));
-    };
-    auto w = WhatIf::recordPlanned(model, base, dtypes, plan);
+    });
     RemedyOptions options;
     options.budget = budget;
     options.tile = tile;

@@ -293,7 +293,7 @@ WhatIf WhatIf::recordPlanned(Model& model, RunOptions base, const std::vector<st
 {
     const auto [b1, b2] = recordedBatchesFor(base.mode.empty() ? "inference" : base.mode);
     const std::int64_t memory
-        = plan.memory_budget > 0 ? plan.memory_budget : std::min(machineMemoryBytes() / 4, std::int64_t {4} << 30);
+        = plan.memory_budget > 0 ? plan.memory_budget : machineMemoryBytes() / 4;
     WhatIf all;
     all.model_ = std::make_shared<const ModelInfo>(model.info());
     all.modules_ = std::make_shared<const std::vector<LayerStats>>(model.modules());
@@ -323,12 +323,27 @@ WhatIf WhatIf::recordPlanned(Model& model, RunOptions base, const std::vector<st
             auto next = nextRecord(batches.back(), batches.back() * 4, plan);
             WhatIf last = all;
             last.fits_ = {fits.back()};
-            auto p = last.predict(next, dtype, false);
-            // The records so far say what the next one costs: a warm-up and a recorded run.
-            double seconds = runs.back().info.duration_ms / 1000.0 * static_cast<double>(next)
-                / static_cast<double>(batches.back());
-            if (p.predicted_peak_total_bytes > memory || seconds * 2 > plan.seconds_budget)
-                break;
+            // The records so far say what a record costs: its peak, and the time of a warm-up and a recorded run.
+            auto affordable = [&](std::int64_t b) {
+                double seconds = runs.back().info.duration_ms / 1000.0 * static_cast<double>(b)
+                    / static_cast<double>(batches.back());
+                return last.predict(b, dtype, false).predicted_peak_total_bytes <= memory
+                    && seconds * 2 <= plan.seconds_budget;
+            };
+            bool nearest = false;
+            if (!affordable(next)) {
+                // Extrapolation is the last resort: the largest batch short of it that this machine can run,
+                // when that is well beyond the last record, is recorded instead, and is the last.
+                std::int64_t lo = batches.back(), hi = next;
+                while (hi - lo > 1) {
+                    auto mid = lo + (hi - lo) / 2;
+                    (affordable(mid) ? lo : hi) = mid;
+                }
+                if (lo * 2 < batches.back() * 3)
+                    break;
+                next = lo;
+                nearest = true;
+            }
             if (plan.progress)
                 plan.progress(dtype, next, static_cast<int>(batches.size()) + 1);
             o.batch = next;
@@ -340,6 +355,8 @@ WhatIf WhatIf::recordPlanned(Model& model, RunOptions base, const std::vector<st
             batches.push_back(next);
             fits.push_back(fitOf(runs.size() - 2));
             runs[runs.size() - 3] = RawRun {}; // only the last record is needed for the next fit
+            if (nearest)
+                break;
         }
         all.fits_.insert(all.fits_.end(), fits.begin(), fits.end());
         std::string list;
@@ -385,7 +402,7 @@ WhatIf WhatIf::recordSeqPlanned(Model& model, RunOptions base, const std::vector
 {
     const auto t0 = baseSequence(model, base);
     const std::int64_t memory
-        = plan.memory_budget > 0 ? plan.memory_budget : std::min(machineMemoryBytes() / 4, std::int64_t {4} << 30);
+        = plan.memory_budget > 0 ? plan.memory_budget : machineMemoryBytes() / 4;
     WhatIf all;
     all.model_ = std::make_shared<const ModelInfo>(model.info());
     all.modules_ = std::make_shared<const std::vector<LayerStats>>(model.modules());

@@ -41,10 +41,12 @@ public:
         const std::vector<std::string>& dtypes = {"float32", "bfloat16", "float16"});
     // Records at log-spaced batches: the first two of recordedBatchesFor(mode), then four times the last (and
     // `largest` itself last) while the next record's predicted peak total stays within `memory_budget` bytes and
-    // its predicted time within `seconds_budget`. `progress` (may be empty) is told each record as it is made.
+    // its predicted time within `seconds_budget`; where the next is beyond that, the largest batch that is not,
+    // when it is at least 1.5 times the last, is recorded last. `progress` (may be empty) is told each record as
+    // it is made. The policy that fills a Plan is whatif/whatif_policy.h.
     struct Plan {
         std::int64_t largest = 256;
-        std::int64_t memory_budget = 0; // 0: a quarter of this machine's memory, at most 4 GiB
+        std::int64_t memory_budget = 0; // 0: a quarter of this machine's memory
         double seconds_budget = 20.0; // per record (a warm-up and a recorded run)
         // Told each record as it starts: its precision, batch (or sequence) and how many of that precision so far.
         std::function<void(const std::string& dtype, std::int64_t batch, int done)> progress;

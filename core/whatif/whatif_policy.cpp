@@ -1,0 +1,81 @@
+#include "whatif/whatif_policy.h"
+
+#include <algorithm>
+
+namespace memledger {
+
+namespace {
+
+constexpr double kSecondsPerRecord = 60.0; // a warm-up and a recorded run: about a minute
+constexpr std::int64_t kLongestSequence = std::int64_t {1} << 16;
+
+} // namespace
+
+std::vector<std::string> whatIfDtypes(const std::vector<std::string>& asked)
+{
+    return asked.empty() ? std::vector<std::string> {"float32", "bfloat16", "float16"} : asked;
+}
+
+std::vector<std::int64_t> whatIfRows(const WhatIfRequest& request)
+{
+    const bool seq = request.axis == WhatIfAxis::Seq;
+    std::vector<std::int64_t> rows = request.rows;
+    if (rows.empty())
+        rows = seq ? std::vector<std::int64_t> {512, 1024, 2048, 4096, 8192} : std::vector<std::int64_t> {1, 8, 32, 64, 128};
+    if (auto current = seq ? request.current_seq : request.current_batch; current > 0)
+        rows.push_back(current);
+    std::sort(rows.begin(), rows.end());
+    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+    return rows;
+}
+
+WhatIf::Plan whatIfPlan(const WhatIfRequest& request,
+    std::function<void(const std::string& dtype, std::int64_t x, int done)> progress)
+{
+    WhatIf::Plan plan;
+    plan.wanted = whatIfRows(request);
+    if (request.axis == WhatIfAxis::Seq)
+        // Along the sequence without rows asked for: as long as this machine runs it (the panel's slider).
+        plan.largest = request.rows.empty() ? kLongestSequence : std::min(plan.wanted.back(), kLongestSequence);
+    else
+        plan.largest = plan.wanted.back();
+    plan.seconds_budget = kSecondsPerRecord;
+    plan.memory_budget = 0; // a quarter of this machine's memory
+    plan.progress = std::move(progress);
+    return plan;
+}
+
+WhatIf recordWhatIf(Model& model, RunOptions base, const WhatIfRequest& request,
+    std::function<void(const std::string& dtype, std::int64_t x, int done)> progress,
+    std::function<void(const WhatIf& first)> first)
+{
+    auto plan = whatIfPlan(request, std::move(progress));
+    plan.first_records = std::move(first);
+    const auto dtypes = whatIfDtypes(request.dtypes);
+    if (request.axis == WhatIfAxis::Seq) {
+        if (request.current_batch > 0)
+            base.batch = request.current_batch;
+        return WhatIf::recordSeqPlanned(model, std::move(base), dtypes, plan);
+    }
+    base.batch.reset();
+    return WhatIf::recordPlanned(model, std::move(base), dtypes, plan);
+}
+
+WhatIfTable whatIfTableFor(const WhatIf& w, const WhatIfRequest& request, Model* model)
+{
+    return makeWhatIfTable(w, whatIfRows(request), whatIfDtypes(request.dtypes), request.budget, model);
+}
+
+void keepNotesOf(const std::vector<std::string>& dtypes, std::vector<std::string>& notes)
+{
+    notes.erase(std::remove_if(notes.begin(), notes.end(),
+                    [&](const std::string& n) {
+                        for (const char* d : {"float32", "bfloat16", "float16"})
+                            if (n.rfind(std::string(d) + ":", 0) == 0)
+                                return std::find(dtypes.begin(), dtypes.end(), d) == dtypes.end();
+                        return false;
+                    }),
+        notes.end());
+}
+
+} // namespace memledger

@@ -1,0 +1,54 @@
+#pragma once
+// The what-if policy, in one place: which records a what-if makes, in which precisions, within which budget of
+// time and memory, and which rows a saved table holds. The command line (`whatif`, `analyze --whatif-batch`),
+// the window's What if panel and What would help all call it, so the same model and settings give the same
+// table and the same JSON whichever of them made it.
+//
+// Extrapolation is the last resort: every row asked for is recorded where this machine can run it (its
+// predicted peak within a quarter of this machine's memory, a warm-up and a recorded run within about a minute),
+// at the row itself or, where the row is beyond that, at the largest batch (or sequence) that is not.
+#include "whatif/whatif.h"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace memledger {
+
+struct WhatIfRequest {
+    WhatIfAxis axis = WhatIfAxis::Batch;
+    // The rows asked for: batches, or with axis Seq sequence lengths. Empty: the default rows.
+    std::vector<std::int64_t> rows;
+    // The batch of the run shown (a row of its own), or, with axis Seq, the batch every row is at.
+    std::int64_t current_batch = 0;
+    std::int64_t current_seq = 0; // axis Seq: the run's sequence length (a row of its own); 0: none
+    std::vector<std::string> dtypes; // empty: the default precisions
+    std::int64_t budget = 0; // bytes the user has (the largest batch within it per precision); 0: none
+};
+
+// float32, bfloat16 and float16: the precisions a what-if records (or rescales) unless others are asked for.
+std::vector<std::string> whatIfDtypes(const std::vector<std::string>& asked);
+// The rows of a table: those asked for (or 1, 8, 32, 64 and 128 along the batch; 512, 1024, 2048, 4096 and
+// 8192 along the sequence), with the run's own, increasing, each once.
+std::vector<std::int64_t> whatIfRows(const WhatIfRequest& request);
+// How the records are planned for these rows: up to the largest row, each row on the way recorded, within
+// this machine's memory and time as above. `progress` is told each record as it starts.
+WhatIf::Plan whatIfPlan(const WhatIfRequest& request,
+    std::function<void(const std::string& dtype, std::int64_t x, int done)> progress = {});
+
+// Records the what-if of `base` (its inputs, mode, optimizer and loss; its batch and dtype are set here) for the
+// request. Along the sequence, base.batch is request.current_batch. `first` (may be empty) is told the first
+// records, so that a view is usable while the larger ones are made.
+WhatIf recordWhatIf(Model& model, RunOptions base, const WhatIfRequest& request,
+    std::function<void(const std::string& dtype, std::int64_t x, int done)> progress = {},
+    std::function<void(const WhatIf& first)> first = {});
+
+// The table a report or `whatif --json` saves: every row x precision of the request, with the largest batch (or
+// sequence) within the budget. With `model`, a row the records do not back is run instead (measured).
+WhatIfTable whatIfTableFor(const WhatIf& w, const WhatIfRequest& request, Model* model = nullptr);
+
+// Notes about a precision nobody asked for ("float16: recorded at ...") are left out.
+void keepNotesOf(const std::vector<std::string>& dtypes, std::vector<std::string>& notes);
+
+} // namespace memledger
