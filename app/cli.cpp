@@ -6,7 +6,7 @@
 #include "exports/report_html.h"
 #include "exports/report_json.h"
 #include "exports/report_text.h"
-#include "report/build_report.h"
+#include "recording/build_report.h"
 #include "snapshot/snapshot_writer.h"
 #include "support/atomic_file.h"
 #include "support/errors.h"

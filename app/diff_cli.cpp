@@ -5,7 +5,7 @@
 #include "exports/diff_html.h"
 #include "exports/diff_json.h"
 #include "exports/diff_text.h"
-#include "report/report_diff.h"
+#include "analysis/report_diff.h"
 #include "support/atomic_file.h"
 #include "support/errors.h"
 

@@ -1,39 +1,34 @@
 #include "main_window.h"
-#include "remedies_panel.h"
 
-#include "demo_model.h"
-#include "diff_view.h"
-#include "report/report_diff.h"
-#include "exports/report_json.h"
-#include "layer_tree_panel.h"
+#include "bytes_text.h"
+#include "call_tree_view.h"
 #include "checkpoint_bar.h"
+#include "comparison_controller.h"
+#include "demo_model.h"
+#include "file_session.h"
+#include "flame_graph.h"
+#include "layer_tree_panel.h"
 #include "ledger_summary.h"
-#include "report/report_range.h"
+#include "recent_files.h"
+#include "remedies_panel.h"
+#include "remedies_controller.h"
+#include "analysis/report_range.h"
+#include "report_files.h"
 #include "run_panel.h"
 #include "run_worker.h"
 #include "segment_map_view.h"
-#include "call_tree_view.h"
-#include "flame_graph.h"
-#include "stack_pane.h"
 #include "segment_timeline.h"
 #include "snapshot/snapshot.h"
+#include "stack_pane.h"
 #include "support/format.h"
 #include "timeline_plot.h"
-#include "timeline_png.h"
+#include "timeline_toolbar.h"
+#include "whatif_controller.h"
 #include "whatif_panel.h"
-#include "whatif_worker.h"
-#include "remedies_worker.h"
 
-#if __has_include("exports/report_html.h")
-#include "exports/report_html.h"
-#define MEMLEDGER_HAS_HTML 1
-#endif
-
-#include <nlohmann/json.hpp>
-
-#include <QActionGroup>
 #include <QCloseEvent>
 #include <QComboBox>
+#include <QDir>
 #include <QDockWidget>
 #include <QDragEnterEvent>
 #include <QFileDialog>
@@ -42,28 +37,21 @@
 #include <QLabel>
 #include <QMenuBar>
 #include <QMimeData>
-#include <QRegularExpression>
-#include <QSaveFile>
 #include <QScreen>
 #include <QScrollArea>
-#include <QSettings>
 #include <QSplitter>
-#include <QStackedWidget>
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QTimer>
-#include <QToolBar>
 #include <QVBoxLayout>
 
-#include <algorithm>
 #include <cstdio>
-#include <stdexcept>
+#include <functional>
 
 namespace memledger {
 
 namespace {
 
-constexpr int kMaxRecentFiles = 8;
 // The right dock area keeps this width whatever its labels say; long texts wrap inside it.
 constexpr int kDockWidth = 330;
 constexpr int kDockMinWidth = 260;
@@ -76,26 +64,31 @@ void keepDockWidth(QWidget* panel)
     panel->setSizePolicy(QSizePolicy::Preferred, panel->sizePolicy().verticalPolicy());
 }
 
-QString writeWithQSaveFile(const QString& path, const QByteArray& bytes)
+const char* kFileFilter = "Models, reports and CUDA snapshots (*.pt *.pt2 *.pth *.json *.pickle *.pkl);;All files (*)";
+
+void printTiming(const QElapsedTimer& clock, const char* what)
 {
-    QSaveFile file(path);
-    if (!file.open(QIODevice::WriteOnly) || file.write(bytes) != bytes.size() || !file.commit())
-        return QStringLiteral("%1: %2").arg(path, file.errorString());
-    return {};
+    std::fprintf(stderr, "memledger timing: %s %.3f s after the file was chosen\n", what,
+        static_cast<double>(clock.nsecsElapsed()) / 1e9);
 }
 
 } // namespace
 
 MainWindow::MainWindow(QWidget* parent)
     : QMainWindow(parent)
-    , worker_(new RunWorker(this))
     , timeline_(new TimelinePlot)
+    , timelineBar_(new TimelineToolbar(timeline_))
     , tree_(new LayerTreePanel)
     , summary_(new LedgerSummary)
     , runPanel_(new RunPanel)
     , whatIfDock_(new QDockWidget(tr("What if"), this))
     , error_(new QLabel)
     , peakLabel_(new QLabel)
+    , rangeLabel_(new QLabel)
+    , session_(new FileSession(runPanel_, this))
+    , whatIf_(new WhatIfController(this))
+    , remedies_(new RemediesController(whatIf_, this, this))
+    , comparison_(new ComparisonController(this))
 {
     setWindowTitle(QStringLiteral("memledger"));
     setAcceptDrops(true);
@@ -105,52 +98,31 @@ MainWindow::MainWindow(QWidget* parent)
         size = size.boundedTo(screen->availableGeometry().size());
     resize(size);
 
+    setCentralWidget(buildCentralWidget());
+    buildDocks();
+    statusBar()->addPermanentWidget(rangeLabel_);
+    statusBar()->addPermanentWidget(peakLabel_);
+    rangeLabel_->setVisible(false);
+    buildMenus();
+    connectViews();
+    connectRuns();
+    updateActions();
+}
+
+MainWindow::~MainWindow() = default;
+
+QWidget* MainWindow::buildCentralWidget()
+{
     error_->setVisible(false);
     error_->setWordWrap(true);
     error_->setTextInteractionFlags(Qt::TextSelectableByMouse);
     error_->setStyleSheet(QStringLiteral("QLabel { background: #fbe3e4; color: #8a1f11; border: 1px solid #e8a0a4;"
                                          " padding: 6px; }"));
-
-    auto* timelineBar = new QToolBar(tr("Timeline"));
-    timelineBar->setIconSize(QSize(16, 16));
-    auto* axisGroup = new QActionGroup(this);
-    auto* byTime = timelineBar->addAction(tr("Time (ms)"));
-    auto* byOp = timelineBar->addAction(tr("Op sequence"));
-    for (auto* a : {byTime, byOp}) {
-        a->setCheckable(true);
-        axisGroup->addAction(a);
-    }
-    byTime->setChecked(true);
-    connect(byTime, &QAction::triggered, this, [this] { timeline_->setAxis(TimelineAxis::Milliseconds); });
-    connect(byOp, &QAction::triggered, this, [this] { timeline_->setAxis(TimelineAxis::OpSequence); });
-    timelineBar->addSeparator();
-    timelineBar->addAction(tr("Reset zoom"), timeline_, &TimelinePlot::resetZoom);
-    deviceBox_ = new QComboBox;
-    deviceBox_->setToolTip(tr("The snapshot's device to show"));
-    deviceAction_ = timelineBar->addWidget(deviceBox_);
-    deviceAction_->setVisible(false);
-    connect(deviceBox_, QOverload<int>::of(&QComboBox::activated), this,
-        [this](int i) { setDevice(deviceBox_->itemData(i).toInt()); });
-    timelineBar->addSeparator();
-    auto* hideWeights = hideWeightsAction_ = timelineBar->addAction(tr("Hide weights"));
-    hideWeights->setCheckable(true);
-    hideWeights->setToolTip(tr("Start the y axis at the top of the weights, so that activations and temporaries "
-                               "get the plot's height"));
-    connect(hideWeights, &QAction::toggled, timeline_, &TimelinePlot::setWeightsHidden);
-    setUpRange(timelineBar);
-    timelineBar->addSeparator();
-    // On a narrow window the toolbar moves the hint into its extension menu; the tooltip says it in full.
-    auto* hint = new QLabel(tr("wheel: zoom · drag: pan · shift+drag: zoom to box · ctrl+drag: select range · "
-                               "double-click: reset · click: select module and moment"));
-    hint->setEnabled(false);
-    hint->setToolTip(hint->text());
-    timelineBar->addWidget(hint);
-
     auto* top = new QWidget;
     auto* topLayout = new QVBoxLayout(top);
     topLayout->setContentsMargins(0, 0, 0, 0);
     topLayout->addWidget(error_);
-    topLayout->addWidget(timelineBar);
+    topLayout->addWidget(timelineBar_);
     topLayout->addWidget(timeline_, 1);
     timeline_->setMinimumHeight(200);
 
@@ -178,11 +150,18 @@ MainWindow::MainWindow(QWidget* parent)
     flameScroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
     tabs_->addTab(callTree_, tr("Call tree"));
     tabs_->addTab(flameScroll, tr("Flame graph"));
+    tabs_->addTab(remedies_->panel(), tr("What would help"));
+    // MEMLEDGER_SCREENSHOT_REMEDIES=1 shows this tab (main.cpp waits for the remedies with the what-if).
+    if (qEnvironmentVariableIsSet("MEMLEDGER_SCREENSHOT_REMEDIES"))
+        tabs_->setCurrentWidget(remedies_->panel());
     splitter->addWidget(tabs_);
     splitter->setStretchFactor(0, 3);
     splitter->setStretchFactor(1, 2);
-    setCentralWidget(splitter);
+    return splitter;
+}
 
+void MainWindow::buildDocks()
+{
     auto* runDock = new QDockWidget(tr("Run"), this);
     runDock->setObjectName(QStringLiteral("runDock"));
     runDock->setWidget(runPanel_);
@@ -191,9 +170,17 @@ MainWindow::MainWindow(QWidget* parent)
     summaryDock->setObjectName(QStringLiteral("summaryDock"));
     summaryDock->setWidget(summary_);
     addDockWidget(Qt::RightDockWidgetArea, summaryDock);
+    // The What if panel in a scroll area, so that on a short screen it scrolls instead of pushing the window taller.
+    auto* scroll = new QScrollArea;
+    scroll->setWidget(whatIf_->panel());
+    scroll->setWidgetResizable(true);
+    scroll->setFrameShape(QFrame::NoFrame);
+    scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    keepDockWidth(scroll);
+    whatIf_->panel()->setMinimumWidth(0);
     whatIfDock_->setObjectName(QStringLiteral("whatIfDock"));
+    whatIfDock_->setWidget(scroll);
     addDockWidget(Qt::RightDockWidgetArea, whatIfDock_);
-    whatIfDock_->setVisible(false); // until setWhatIfPanel()
     keepDockWidth(runPanel_);
     keepDockWidth(summary_);
     stackPane_ = new StackPane;
@@ -204,15 +191,72 @@ MainWindow::MainWindow(QWidget* parent)
     tabifyDockWidget(whatIfDock_, stackDock_); // a snapshot has no what-if: the stack gets the room
     stackDock_->setVisible(false); // snapshots with call stacks only
     keepDockWidth(stackPane_);
-
-    statusBar()->addPermanentWidget(peakLabel_);
-
-    buildMenus();
-    setUpWhatIf();
-    setUpComparison();
-    setUpRemedies();
     resizeDocks({runDock, summaryDock, whatIfDock_}, {kDockWidth, kDockWidth, kDockWidth}, Qt::Horizontal);
+}
 
+void MainWindow::buildMenus()
+{
+    auto* file = menuBar()->addMenu(tr("&File"));
+    file->addAction(tr("&Open…"), QKeySequence::Open, this, [this] {
+        auto path = QFileDialog::getOpenFileName(
+            this, tr("Open a model, a report or a CUDA memory snapshot"), QString(), tr(kFileFilter));
+        if (!path.isEmpty())
+            openFile(path);
+    });
+    auto* demos = file->addMenu(tr("Open &demo"));
+    for (const auto& d : demoModels()) {
+        auto name = QString::fromUtf8(d.name);
+        auto* action = demos->addAction(QString::fromUtf8(d.title), this, [this, name] { openFile(name); });
+        action->setToolTip(name);
+    }
+    recent_ = new RecentFiles(file->addMenu(tr("Open &recent")), this);
+    connect(recent_, &RecentFiles::openRequested, this, &MainWindow::openFile);
+    file->addSeparator();
+    // Each export asks where, writes, and says where it wrote or why it could not.
+    auto exportAction = [this, file](const QString& text, const QString& suffix, const QString& filter,
+                            std::function<QString(const QString&)> write) {
+        return file->addAction(text, this, [=] {
+            auto path = QFileDialog::getSaveFileName(this, QString(text).remove('&').remove(QStringLiteral("…")),
+                saveBaseName(session_->path(), session_->displayName()) + suffix, filter);
+            if (path.isEmpty())
+                return;
+            auto error = write(path);
+            if (error.isEmpty())
+                showStatus(tr("Saved %1").arg(QDir::toNativeSeparators(path)), 6000);
+            else
+                showError(error);
+        });
+    };
+    auto* save = exportAction(tr("&Save analysis…"), QStringLiteral(".memledger.json"), tr("memledger report (*.json)"),
+        [this](const QString& p) { return saveAnalysis(p); });
+    save->setShortcut(QKeySequence::Save);
+    needReport_ << save;
+    needReport_ << exportAction(tr("Export timeline as &PNG…"), QStringLiteral("-timeline.png"), tr("PNG image (*.png)"),
+        [this](const QString& p) { return exportTimelinePng(p); });
+    needReport_ << exportAction(tr("Export &window as PNG…"), QStringLiteral("-window.png"), tr("PNG image (*.png)"),
+        [this](const QString& p) { return exportWindowPng(p); });
+    auto* html = exportAction(tr("Export &HTML…"), QStringLiteral(".html"), tr("HTML page (*.html)"),
+        [this](const QString& p) { return exportHtml(p); });
+    if (canWriteHtml()) {
+        needReport_ << html;
+    } else {
+        html->setEnabled(false);
+        html->setToolTip(tr("This build has no HTML report writer"));
+    }
+    file->addSeparator();
+    needReport_ << file->addAction(tr("&Compare with…"), this, [this] {
+        auto path = QFileDialog::getOpenFileName(this,
+            tr("Compare with (B): a model, a report or a CUDA memory snapshot; the file shown is A"), QString(),
+            tr(kFileFilter));
+        if (!path.isEmpty())
+            compareWith(path);
+    });
+    file->addSeparator();
+    file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
+}
+
+void MainWindow::connectViews()
+{
     connect(tree_, &LayerTreePanel::moduleSelected, timeline_, &TimelinePlot::highlightModule);
     // The checkpointing what-if: ticks in the tree draw the predicted step over the recorded one at once.
     connect(tree_->checkpointBar(), &CheckpointBar::predicted, timeline_,
@@ -225,208 +269,86 @@ MainWindow::MainWindow(QWidget* parent)
     connect(timeline_, &TimelinePlot::momentClicked, flame_,
         [this](std::size_t events) { flame_->setMoment(static_cast<std::int64_t>(events)); });
     connect(timeline_, &TimelinePlot::allocationClicked, stackPane_, &StackPane::showAllocation);
+    connect(timeline_, &TimelinePlot::rangeChanged, this, &MainWindow::showRange);
+    connect(timelineBar_, &TimelineToolbar::deviceChosen, this, &MainWindow::setDevice);
     connect(callTree_, &CallTreeView::nodeSelected, stackPane_, &StackPane::showFrames);
     connect(flame_, &FlameGraph::nodeClicked, stackPane_, &StackPane::showFrames);
     connect(callTree_, &CallTreeView::framesChanged, flame_, &FlameGraph::setFrames);
-    connect(runPanel_, &RunPanel::runRequested, this, &MainWindow::startRun);
-    connect(runPanel_, &RunPanel::cancelRequested, this, &MainWindow::cancelRun);
-    connect(worker_, &RunWorker::progress, this,
-        [this](quint64, int done, int total) { runPanel_->setProgress(done, total); });
-    connect(worker_, &RunWorker::reading, this,
-        [this](quint64, qint64 done, qint64 total) { runPanel_->setReadProgress(done, total); });
-    connect(worker_, &RunWorker::opened, this, [this](quint64, std::shared_ptr<const OpenedFile> file) {
-        auto path = QString::fromStdString(file->path);
-        fileOpened(std::move(file), path);
+
+    connect(whatIf_, &WhatIfController::ready, this, &MainWindow::whatIfReady);
+    connect(whatIf_, &WhatIfController::tableReady, this, &MainWindow::whatIfTableReady);
+    connect(whatIf_, &WhatIfController::seqReady, this, &MainWindow::seqWhatIfReady);
+    connect(whatIf_, &WhatIfController::statusMessage, this, &MainWindow::showStatus);
+    connect(remedies_, &RemediesController::ready, this, &MainWindow::remediesReady);
+    connect(remedies_, &RemediesController::statusMessage, this, &MainWindow::showStatus);
+    connect(comparison_, &ComparisonController::statusMessage, this, &MainWindow::showStatus);
+    connect(comparison_, &ComparisonController::shown, this, &MainWindow::comparisonShown);
+    connect(comparison_, &ComparisonController::failed, this, [this](const QString& message) {
+        showError(message);
+        emit comparisonFailed(message);
     });
-    connect(worker_, &RunWorker::inputsGuessed, this, [this](quint64, const QString& shapes, const QString& how) {
-        runPanel_->setInputs(shapes, tr("(guess)"), how);
-    });
-    connect(worker_, &RunWorker::finished, this, [this](quint64, std::shared_ptr<const Report> report) {
-        runPanel_->setFinished(RunPanel::Outcome::Done);
-        runPanel_->setStatus(report->source == "model"
-                ? (report->run.mode == "train" ? tr("Ran a training step in %1 ms, %2 events")
-                                               : tr("Ran in %1 ms, %2 events"))
-                      .arg(report->run.duration_ms, 0, 'f', 0)
-                      .arg(report->trace ? report->trace->size() : 0)
-                : QString());
+    // Another file or run shown is another A: the comparison no longer describes it.
+    connect(this, &MainWindow::reportChanged, comparison_, &ComparisonController::close);
+    connect(this, &MainWindow::reportChanged, this,
+        [this](std::shared_ptr<const Report> report) { remedies_->reportShown(std::move(report), session_->file()); });
+}
+
+void MainWindow::connectRuns()
+{
+    connect(session_, &FileSession::opened, this, &MainWindow::fileOpened);
+    connect(session_, &FileSession::inputError, this, &MainWindow::showError);
+    connect(session_, &FileSession::finished, this, [this](std::shared_ptr<const Report> report) {
         clearError();
-        if (report->source == "model" && !fileIsReport_)
-            recordWhatIf(*report);
-        if (openClock_.isValid() && qEnvironmentVariableIsSet("MEMLEDGER_TIMING"))
-            std::fprintf(stderr, "memledger timing: file read and its report made %.3f s after the file was chosen\n",
-                static_cast<double>(openClock_.nsecsElapsed()) / 1e9);
+        if (report->source == "model" && session_->isModel())
+            whatIf_->record(session_->file(), *report);
+        const bool timing = openClock_.isValid() && qEnvironmentVariableIsSet("MEMLEDGER_TIMING");
+        if (timing)
+            printTiming(openClock_, "file read and its report made");
         showReport(std::move(report));
-        if (openClock_.isValid() && qEnvironmentVariableIsSet("MEMLEDGER_TIMING")) {
-            std::fprintf(stderr, "memledger timing: views given the report %.3f s after the file was chosen\n",
-                static_cast<double>(openClock_.nsecsElapsed()) / 1e9);
+        if (timing) {
+            printTiming(openClock_, "views given the report");
             timeline_->repaint(); // drawn now, not at the next paint event
-            std::fprintf(stderr, "memledger timing: timeline drawn %.3f s after the file was chosen\n",
-                static_cast<double>(openClock_.nsecsElapsed()) / 1e9);
+            printTiming(openClock_, "timeline drawn");
             openClock_.invalidate();
         }
     });
-    connect(worker_, &RunWorker::failed, this, [this](quint64, const QString& message) {
-        runPanel_->setFinished(RunPanel::Outcome::Failed);
-        runPanel_->setStatus(tr("Failed"));
+    connect(session_, &FileSession::failed, this, [this](const QString& message) {
         showError(message);
         emit runFailed(message);
     });
-    connect(worker_, &RunWorker::cancelled, this, [this](quint64) {
-        runPanel_->setFinished(RunPanel::Outcome::Cancelled);
-        runPanel_->setStatus(tr("Cancelled"));
-    });
-    updateActions();
-}
-
-MainWindow::~MainWindow() = default;
-
-void MainWindow::buildMenus()
-{
-    auto* file = menuBar()->addMenu(tr("&File"));
-    file->addAction(tr("&Open…"), QKeySequence::Open, this, [this] {
-        auto path = QFileDialog::getOpenFileName(this, tr("Open a model, a report or a CUDA memory snapshot"),
-            QString(), tr("Models, reports and CUDA snapshots (*.pt *.pth *.json *.pickle *.pkl);;All files (*)"));
-        if (!path.isEmpty())
-            openFile(path);
-    });
-    auto* demos = file->addMenu(tr("Open &demo"));
-    for (const auto& d : demoModels()) {
-        auto name = QString::fromUtf8(d.name);
-        auto* action = demos->addAction(QString::fromUtf8(d.title), this, [this, name] { openFile(name); });
-        action->setToolTip(name);
-    }
-    recentMenu_ = file->addMenu(tr("Open &recent"));
-    rebuildRecentMenu();
-    file->addSeparator();
-    auto ask = [this](const QString& title, const QString& suffix, const QString& filter) {
-        return QFileDialog::getSaveFileName(this, title, saveBaseName() + suffix, filter);
-    };
-    auto report = [this](const QString& error) {
-        if (error.isEmpty())
-            statusBar()->showMessage(tr("Saved"), 4000);
-        else
-            showError(error);
-    };
-    needReport_ << file->addAction(tr("&Save analysis…"), QKeySequence::Save, this, [=] {
-        auto path = ask(tr("Save analysis"), QStringLiteral(".memledger.json"), tr("memledger report (*.json)"));
-        if (!path.isEmpty())
-            report(saveAnalysis(path));
-    });
-    needReport_ << file->addAction(tr("Export timeline as &PNG…"), this, [=] {
-        auto path = ask(tr("Export timeline"), QStringLiteral("-timeline.png"), tr("PNG image (*.png)"));
-        if (!path.isEmpty())
-            report(exportTimelinePng(path));
-    });
-    needReport_ << file->addAction(tr("Export &window as PNG…"), this, [=] {
-        auto path = ask(tr("Export window"), QStringLiteral("-window.png"), tr("PNG image (*.png)"));
-        if (!path.isEmpty())
-            report(exportWindowPng(path));
-    });
-    auto* html = file->addAction(tr("Export &HTML…"), this, [=] {
-        auto path = ask(tr("Export HTML"), QStringLiteral(".html"), tr("HTML page (*.html)"));
-        if (!path.isEmpty())
-            report(exportHtml(path));
-    });
-#ifdef MEMLEDGER_HAS_HTML
-    needReport_ << html;
-#else
-    html->setEnabled(false);
-    html->setToolTip(tr("This build has no HTML report writer"));
-#endif
-    file->addSeparator();
-    needReport_ << file->addAction(tr("&Compare with…"), this, [this] {
-        auto path = QFileDialog::getOpenFileName(this,
-            tr("Compare with (B): a model, a report or a CUDA memory snapshot; the file shown is A"), QString(),
-            tr("Models, reports and CUDA snapshots (*.pt *.pth *.json *.pickle *.pkl);;All files (*)"));
-        if (!path.isEmpty())
-            compareWith(path);
-    });
-    file->addSeparator();
-    file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
 }
 
 void MainWindow::openFile(const QString& path)
 {
-    // Nothing changes until the file has opened (RunWorker::opened): a file that cannot be opened leaves the
-    // window as it was, with a message naming the file.
-    RunRequest request;
-    request.path = path;
-    request.options.dtype = runPanel_->dtype();
-    // The mode stays "": the file says what it is for (a training demo records a training step).
-    request.options.optimizer = runPanel_->optimizer();
-    request.options.loss = runPanel_->loss();
     clearError();
     openClock_.start();
-    runPanel_->setRunning(true);
-    runPanel_->setStatus(
-        tr("Opening %1…").arg(path.isEmpty() ? QString::fromUtf8(kDemoModelName) : QFileInfo(path).fileName()));
-    worker_->start(std::move(request));
+    session_->open(path);
 }
 
-void MainWindow::fileOpened(std::shared_ptr<const OpenedFile> file, const QString& path)
+void MainWindow::fileOpened()
 {
-    opened_ = std::move(file);
-    file_ = path;
-    fileIsReport_ = opened_->kind == FileKind::Report;
-    fileIsSnapshot_ = opened_->kind == FileKind::Snapshot;
-    whatIfWorker_->cancel();
-    whatIf_.reset();
-    whatIfPanel_->setWhatIf(nullptr);
-    whatIfPanel_->setSeqWhatIf(nullptr, 0);
+    whatIf_->clear();
     showReport(nullptr); // the previous file's report is not this one's
-    setWindowTitle(QStringLiteral("%1 — memledger").arg(displayName()));
-    runPanel_->setRunnable(opened_->kind == FileKind::Model);
-    hideWeightsAction_->setVisible(!fileIsSnapshot_);
-    if (fileIsSnapshot_)
-        hideWeightsAction_->setChecked(false);
-    remediesPanel_->setModelActions(opened_->kind == FileKind::Model);
-    runPanel_->setMode(opened_->default_mode);
-    if (!opened_->default_optimizer.empty())
-        runPanel_->setOptimizer(opened_->default_optimizer);
-    if (!opened_->default_inputs.empty())
-        runPanel_->setInputs(shapesToText(opened_->default_inputs, opened_->default_input_types), tr("(demo input)"));
-    else if (fileIsSnapshot_)
-        runPanel_->setInputs(QString(), tr("(CUDA memory snapshot)"));
-    else if (fileIsReport_)
-        runPanel_->setInputs(QString(), tr("(saved report)"));
-    else
-        runPanel_->setInputs(QString(), QString()); // the worker guesses them from the model
-    if (!path.isEmpty())
-        addRecentFile(path);
+    setWindowTitle(QStringLiteral("%1 — memledger").arg(session_->displayName()));
+    timelineBar_->setWeightsOffered(session_->file()->kind != FileKind::Snapshot);
+    if (!session_->path().isEmpty())
+        recent_->add(session_->path());
 }
 
 void MainWindow::startRun()
 {
-    if (!opened_) {
-        openFile(file_);
-        return;
-    }
-    RunRequest request;
-    request.file = opened_;
-    request.path = file_;
-    if (opened_->kind == FileKind::Model) {
-        try {
-            request.options = runPanel_->options();
-        } catch (const std::exception& e) {
-            showError(tr("Input shapes: %1").arg(QString::fromStdString(e.what())));
-            return;
-        }
-    }
     clearError();
-    runPanel_->setRunning(true);
-    runPanel_->setStatus(
-        fileIsReport_ || fileIsSnapshot_ ? tr("Reading %1…").arg(displayName()) : tr("Running %1…").arg(displayName()));
-    worker_->start(std::move(request));
+    session_->run();
 }
 
 void MainWindow::cancelRun()
 {
-    worker_->cancel();
+    session_->cancel();
 }
 
 bool MainWindow::isRunning() const
 {
-    return worker_->isRunning();
+    return session_->isRunning();
 }
 
 QString MainWindow::errorText() const
@@ -434,47 +356,24 @@ QString MainWindow::errorText() const
     return error_->isVisible() ? error_->text() : QString();
 }
 
-QString MainWindow::displayName() const
+QString MainWindow::currentFile() const
 {
-    if (!file_.isEmpty())
-        return QFileInfo(file_).fileName();
-    // A built-in demo has no path, only its name ("demo:mnist-train.pt").
-    return opened_ && !opened_->name.empty() ? QString::fromStdString(opened_->name)
-                                             : QString::fromUtf8(kDemoModelName);
+    return session_->path();
 }
 
-QString MainWindow::saveBaseName() const
+bool MainWindow::fileIsSnapshot() const
 {
-    if (!file_.isEmpty())
-        return QFileInfo(file_).completeBaseName();
-    // "demo:mnist-train.pt" -> "mnist-train-demo": no colon, which some file systems refuse.
-    auto name = displayName();
-    if (name.startsWith(QStringLiteral("demo:")))
-        name = name.mid(5);
-    if (name.endsWith(QStringLiteral(".pt")))
-        name.chop(3);
-    name.replace(QRegularExpression(QStringLiteral("[^A-Za-z0-9._-]")), QStringLiteral("-"));
-    return (name.isEmpty() ? QStringLiteral("memledger") : name) + QStringLiteral("-demo");
+    return session_->file() && session_->file()->kind == FileKind::Snapshot;
 }
 
 void MainWindow::showReport(std::shared_ptr<const Report> report)
 {
     report_ = std::move(report);
+    rangeReport_.reset();
     timeline_->setReport(report_);
     tree_->setReport(report_);
     summary_->setReport(report_);
-    if (report_ && report_->source == "model" && !fileIsReport_ && !report_->run.input_shapes.empty()) {
-        auto shapes = shapesToText(report_->run.input_shapes, report_->run.input_types);
-        if (shapes != runPanel_->inputsText())
-            runPanel_->setInputs(shapes, report_->run.input_guessed ? tr("(guess)") : QString());
-    }
-    // The panel says what the shown report is: a training step read from JSON shows as one.
-    if (report_ && report_->source == "model") {
-        runPanel_->setMode(report_->run.mode);
-        if (!report_->run.optimizer.empty())
-            runPanel_->setOptimizer(report_->run.optimizer);
-    }
-    auto bytes = [](std::int64_t b) { return QString::fromStdString(formatBytes(b)); };
+    auto bytes = [](std::int64_t b) { return bytesText(b); };
     QString peak;
     if (report_ && report_->optimizer_state_bytes > 0)
         peak = tr("peak %1 (weights %2, optimizer state %3, inputs %4, run %5)")
@@ -513,20 +412,18 @@ void MainWindow::showSegments()
     const auto& history = segmentTimeline_->history();
     if (report_ && !snapshot && history.simulated)
         timeline_->setReservedLine(history.reserved, tr("reserved (simulated GPU)"));
-    deviceBox_->clear();
+    timelineBar_->setDevices(snapshot ? report_->snapshot->devices : std::vector<int> {}, TimelineSeries::kAllDevices);
     if (snapshot) {
         const auto& s = *report_->snapshot;
-        deviceBox_->addItem(tr("all devices"), TimelineSeries::kAllDevices);
-        for (int d : s.devices)
-            deviceBox_->addItem(QStringLiteral("cuda:%1").arg(d), d);
         runPanel_->setStatus(tr("CUDA memory snapshot"));
         peakLabel_->setText(tr("CUDA memory snapshot: peak %1 live, %2 reserved and %3 allocated at the end")
-                                .arg(QString::fromStdString(formatBytes(report_->peak_bytes)),
-                                    QString::fromStdString(formatBytes(s.reservedBytes())),
-                                    QString::fromStdString(formatBytes(s.allocatedBytes()))));
+                                .arg(bytesText(report_->peak_bytes),
+                                    bytesText(s.reservedBytes()),
+                                    bytesText(s.allocatedBytes())));
         tabs_->setCurrentIndex(1);
     }
-    deviceAction_->setVisible(snapshot && report_->snapshot->devices.size() > 1);
+    // A snapshot has no model to record: the What if dock stays away.
+    whatIfDock_->setVisible(!snapshot);
 }
 
 void MainWindow::showCallStacks()
@@ -543,28 +440,9 @@ void MainWindow::showCallStacks()
         stackDock_->raise();
 }
 
-void MainWindow::setUpRange(QToolBar* bar)
-{
-    bar->addSeparator();
-    auto* select = bar->addAction(tr("Select range"));
-    select->setCheckable(true);
-    select->setToolTip(tr("Drag on the timeline to choose a range (or ctrl+drag at any time): the tree and the "
-                          "peak panel then count what was allocated in it and its own peak"));
-    connect(select, &QAction::toggled, timeline_, &TimelinePlot::setRangeMode);
-    clearRangeAction_ = bar->addAction(tr("Clear range"));
-    clearRangeAction_->setShortcut(QKeySequence(Qt::Key_Escape));
-    clearRangeAction_->setToolTip(tr("Back to the whole run (Esc)"));
-    clearRangeAction_->setEnabled(false);
-    connect(clearRangeAction_, &QAction::triggered, timeline_, &TimelinePlot::clearRange);
-    rangeLabel_ = new QLabel;
-    rangeLabel_->setVisible(false);
-    statusBar()->addPermanentWidget(rangeLabel_);
-    connect(timeline_, &TimelinePlot::rangeChanged, this, &MainWindow::showRange);
-}
-
 void MainWindow::showRange(std::uint32_t first, std::uint32_t end)
 {
-    clearRangeAction_->setEnabled(end > first);
+    timelineBar_->setRangeSelected(end > first);
     if (!report_ || end <= first) {
         rangeReport_.reset();
         tree_->setReport(report_);
@@ -586,14 +464,19 @@ void MainWindow::showRange(std::uint32_t first, std::uint32_t end)
         for (auto l : {Ledger::Activations, Ledger::SavedActivations, Ledger::Temporaries, Ledger::Gradients})
             allocated += r.ledgers[static_cast<std::size_t>(l)].total;
     rangeLabel_->setText(tr("Range %1: %2 allocated, peak %3")
-                             .arg(timeline_->rangeText(), QString::fromStdString(formatBytes(allocated)),
-                                 QString::fromStdString(formatBytes(r.peak_total_bytes))));
+                             .arg(timeline_->rangeText(), bytesText(allocated),
+                                 bytesText(r.peak_total_bytes)));
     rangeLabel_->setVisible(true);
 }
 
 QString MainWindow::rangeStatusText() const
 {
-    return rangeLabel_ && !rangeLabel_->isHidden() ? rangeLabel_->text() : QString();
+    return rangeLabel_->isHidden() ? QString() : rangeLabel_->text();
+}
+
+QComboBox* MainWindow::deviceSelector() const
+{
+    return timelineBar_->deviceSelector();
 }
 
 void MainWindow::setDevice(int device)
@@ -604,9 +487,7 @@ void MainWindow::setDevice(int device)
     timeline_->setDevice(device);
     segmentTimeline_->setDevice(device);
     segmentMap_->setDevice(device);
-    auto i = deviceBox_->findData(device);
-    if (i >= 0)
-        deviceBox_->setCurrentIndex(i);
+    timelineBar_->selectDevice(device);
 }
 
 void MainWindow::showError(const QString& message)
@@ -622,205 +503,60 @@ void MainWindow::clearError()
     error_->setVisible(false);
 }
 
+void MainWindow::showStatus(const QString& text, int milliseconds)
+{
+    statusBar()->showMessage(text, milliseconds);
+}
+
 void MainWindow::updateActions()
 {
     for (auto* a : needReport_)
         a->setEnabled(report_ != nullptr);
 }
 
-void MainWindow::setUpWhatIf()
+WhatIfPanel* MainWindow::whatIfPanel() const
 {
-    whatIfPanel_ = new WhatIfPanel;
-    whatIfWorker_ = new WhatIfWorker(this);
-    setWhatIfPanel(whatIfPanel_);
-    // The first two records make the panel usable while the larger ones are made; the status bar says which.
-    connect(whatIfWorker_, &WhatIfWorker::firstRecords, this, [this](quint64, std::shared_ptr<const WhatIf> w) {
-        whatIf_ = std::move(w);
-        if (report_)
-            whatIfPanel_->setBatch(report_->run.batch);
-        whatIfPanel_->setWhatIf(whatIf_);
-        whatIfPartial_ = true;
-    });
-    connect(whatIfWorker_, &WhatIfWorker::recording, this, [this](quint64, qint64 batch, int done) {
-        if (done > 2)
-            statusBar()->showMessage(
-                tr("What-if: recording batch %1 (record %2); figures beyond batch %3 are extrapolated meanwhile")
-                    .arg(batch)
-                    .arg(done)
-                    .arg(whatIf_ ? whatIf_->batch2() : 0),
-                15000);
-    });
-    connect(whatIfWorker_, &WhatIfWorker::recorded, this, [this](quint64, std::shared_ptr<const WhatIf> w) {
-        whatIf_ = std::move(w);
-        // Start where the run the window shows is: its batch and, when predictable, its precision (unless the
-        // panel was already in use on the first records).
-        if (report_ && !whatIfPartial_) {
-            whatIfPanel_->setBatch(report_->run.batch);
-            auto dtypes = whatIf_->dtypes();
-            if (std::find(dtypes.begin(), dtypes.end(), report_->run.dtype) != dtypes.end())
-                whatIfPanel_->setDtype(QString::fromStdString(report_->run.dtype));
-        }
-        whatIfPartial_ = false;
-        whatIfPanel_->setWhatIf(whatIf_);
-        statusBar()->showMessage(
-            tr("What-if ready: recorded at batch %1").arg([this] {
-                QStringList batches;
-                for (auto b : whatIf_->recordedBatches())
-                    batches << QString::number(b);
-                return batches.join(QStringLiteral(", "));
-            }()),
-            4000);
-        emit whatIfReady();
-    });
-    connect(whatIfWorker_, &WhatIfWorker::seqRecorded, this, [this](quint64, std::shared_ptr<const WhatIf> w) {
-        if (!report_)
-            return;
-        whatIfPanel_->setSeqWhatIf(std::move(w), report_->run.seq);
-        statusBar()->showMessage(tr("What-if along the sequence ready (batch %1)").arg(report_->run.batch), 4000);
-        emit seqWhatIfReady();
-    });
-    connect(whatIfWorker_, &WhatIfWorker::measured, this,
-        [this](quint64, const Prediction& p) { whatIfPanel_->showMeasurement(p); });
-    connect(whatIfWorker_, &WhatIfWorker::failed, this, [this](quint64, const QString& message) {
-        if (whatIf_)
-            whatIfPanel_->showMeasurementFailed(message);
-        else
-            statusBar()->showMessage(tr("What-if: %1").arg(message), 8000);
-    });
-    // What would help plans for the budget of the What if panel: a new budget recomputes it.
-    connect(whatIfPanel_, &WhatIfPanel::budgetChanged, this, [this](std::int64_t) {
-        if (report_ && report_->source == "model" && !fileIsReport_)
-            computeRemedies();
-    });
-    connect(whatIfPanel_, &WhatIfPanel::measureRequested, this, [this](std::int64_t batch, const QString& dtype) {
-        if (auto w = whatIfPanel_->activeWhatIf())
-            whatIfWorker_->measure(opened_, w, batch, dtype);
-    });
+    return whatIf_->panel();
 }
 
-void MainWindow::recordWhatIf(const Report& report)
+RemediesPanel* MainWindow::remediesPanel() const
 {
-    whatIf_.reset();
-    whatIfPartial_ = false;
-    whatIfPanel_->setWhatIf(nullptr);
-    whatIfPanel_->setSeqWhatIf(nullptr, 0);
-    RunOptions base;
-    base.inputs = report.run.input_shapes;
-    base.input_types = report.run.input_types;
-    base.dtype = "float32";
-    // The what-if records the run the window shows: a training step is predicted as a training step.
-    base.mode = report.run.mode;
-    if (report.run.mode == "train") {
-        if (!report.run.optimizer.empty())
-            base.optimizer = report.run.optimizer;
-        if (!report.run.loss.empty())
-            base.loss = report.run.loss;
-    }
-    whatIfWorker_->record(opened_, base);
+    return remedies_->panel();
 }
 
 Report MainWindow::reportForExport() const
 {
     Report r = *report_;
-    if (!whatIf_ || r.source != "model") {
-        addShownRemedies(r, remediesPanel_);
-        return r;
-    }
-    std::vector<std::int64_t> batches {1, 8, 32, 64, 128, whatIfPanel_->batch()};
-    std::sort(batches.begin(), batches.end());
-    batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
-    r.whatif = std::make_shared<const WhatIfTable>(
-        makeWhatIfTable(*whatIf_, batches, whatIf_->dtypes(), whatIfPanel_->budget()));
-    addShownRemedies(r, remediesPanel_);
+    if (r.source == "model")
+        r.whatif = whatIf_->tableForExport();
+    remedies_->addShownTo(r);
     return r;
-}
-
-void MainWindow::setWhatIfPanel(QWidget* panel)
-{
-    // In a scroll area, so that on a short screen the panel scrolls instead of pushing the window taller.
-    QScrollArea* scroll = nullptr;
-    if (panel) {
-        scroll = new QScrollArea;
-        scroll->setWidget(panel);
-        scroll->setWidgetResizable(true);
-        scroll->setFrameShape(QFrame::NoFrame);
-        scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
-        keepDockWidth(scroll);
-        panel->setMinimumWidth(0);
-    }
-    whatIfDock_->setWidget(scroll);
-    whatIfDock_->setVisible(panel != nullptr);
 }
 
 QString MainWindow::saveAnalysis(const QString& path) const
 {
     if (!report_)
         return tr("%1: nothing to save yet").arg(path);
-    return writeWithQSaveFile(path, QByteArray::fromStdString(reportToJson(reportForExport()).dump() + "\n"));
+    return saveReportJson(reportForExport(), path);
 }
 
 QString MainWindow::exportTimelinePng(const QString& path) const
 {
     if (!report_)
         return tr("%1: nothing to export yet").arg(path);
-    return renderTimelinePng(
-        *report_, path, timeline_->size().expandedTo(QSize(800, 300)), timeline_->axis(), timeline_->weightsHidden());
+    return saveTimelinePng(*report_, *timeline_, path);
 }
 
 QString MainWindow::exportWindowPng(const QString& path)
 {
-    QSaveFile file(path);
-    if (!file.open(QIODevice::WriteOnly) || !grab().save(&file, "PNG") || !file.commit())
-        return QStringLiteral("%1: %2").arg(path, file.errorString());
-    return {};
+    return saveWidgetPng(this, path);
 }
 
 QString MainWindow::exportHtml(const QString& path) const
 {
-#ifdef MEMLEDGER_HAS_HTML
     if (!report_)
         return tr("%1: nothing to export yet").arg(path);
-    return writeWithQSaveFile(path, QByteArray::fromStdString(reportToHtml(reportForExport())));
-#else
-    return tr("%1: this build has no HTML report writer").arg(path);
-#endif
-}
-
-void MainWindow::setUpComparison()
-{
-    compareWorker_ = new RunWorker(this);
-    diffView_ = new DiffView;
-    connect(diffView_, &DiffView::closeRequested, this, &MainWindow::closeComparison);
-    connect(compareWorker_, &RunWorker::finished, this, [this](quint64, std::shared_ptr<const Report> b) {
-        if (!report_)
-            return;
-        auto diff = std::make_shared<const ReportDiff>(diffReports(
-            *report_, *b, displayName().toStdString(), QFileInfo(compareFile_).fileName().toStdString()));
-        diffView_->setDiff(diff);
-        if (!centralStack_) {
-            centralStack_ = new QStackedWidget;
-            centralStack_->addWidget(takeCentralWidget());
-            centralStack_->addWidget(diffView_);
-            setCentralWidget(centralStack_);
-        }
-        centralStack_->setCurrentWidget(diffView_);
-        // The comparison takes the window's width: the docks describe A alone and come back when it closes.
-        for (auto* dock : findChildren<QDockWidget*>())
-            if (dock->isVisible() && !dockedForComparison_.contains(dock)) {
-                dockedForComparison_ << dock;
-                dock->hide();
-            }
-        statusBar()->showMessage(tr("Comparing %1 (A) with %2 (B)").arg(displayName(), QFileInfo(compareFile_).fileName()),
-            6000);
-        emit comparisonShown();
-    });
-    connect(compareWorker_, &RunWorker::failed, this, [this](quint64, const QString& message) {
-        auto text = tr("Compare with: %1").arg(message);
-        showError(text);
-        emit comparisonFailed(text);
-    });
-    // Another file or run shown is another A: the comparison no longer describes it.
-    connect(this, &MainWindow::reportChanged, this, [this] { closeComparison(); });
+    return saveReportHtml(reportForExport(), path);
 }
 
 void MainWindow::compareWith(const QString& path)
@@ -831,9 +567,10 @@ void MainWindow::compareWith(const QString& path)
     }
     RunRequest request;
     request.path = path;
-    const bool sameFile = !file_.isEmpty() && QFileInfo(path) == QFileInfo(file_);
-    if (sameFile && opened_ && opened_->model)
-        request.file = opened_; // the model opened once, run again at the panel's settings
+    const auto& opened = session_->file();
+    const bool sameFile = !session_->path().isEmpty() && QFileInfo(path) == QFileInfo(session_->path());
+    if (sameFile && opened && opened->model)
+        request.file = opened; // the model opened once, run again at the panel's settings
     try {
         request.options = runPanel_->options();
     } catch (const std::exception& e) {
@@ -841,51 +578,27 @@ void MainWindow::compareWith(const QString& path)
         return;
     }
     // Another model takes the panel's shapes only when they were given, not guessed for A.
-    if (!sameFile && (report_->run.input_guessed || !opened_ || opened_->kind != FileKind::Model)) {
+    if (!sameFile && (report_->run.input_guessed || !session_->isModel())) {
         request.options.inputs.clear();
         request.options.input_types.clear();
     }
-    compareFile_ = path;
     clearError();
-    statusBar()->showMessage(tr("Compare with %1: opening and running it as B…").arg(QFileInfo(path).fileName()));
-    compareWorker_->start(std::move(request));
+    comparison_->compare(report_, session_->displayName(), std::move(request));
 }
 
 void MainWindow::closeComparison()
 {
-    compareWorker_->cancel();
-    if (centralStack_)
-        centralStack_->setCurrentIndex(0);
-    for (auto* dock : dockedForComparison_)
-        dock->show();
-    dockedForComparison_.clear();
+    comparison_->close();
 }
 
 bool MainWindow::isComparing() const
 {
-    return centralStack_ && centralStack_->currentWidget() == diffView_;
+    return comparison_->isShown();
 }
 
-void MainWindow::addRecentFile(const QString& path)
+DiffView* MainWindow::diffView() const
 {
-    QSettings settings;
-    auto files = settings.value(QStringLiteral("recentFiles")).toStringList();
-    auto absolute = QFileInfo(path).absoluteFilePath();
-    files.removeAll(absolute);
-    files.prepend(absolute);
-    while (files.size() > kMaxRecentFiles)
-        files.removeLast();
-    settings.setValue(QStringLiteral("recentFiles"), files);
-    rebuildRecentMenu();
-}
-
-void MainWindow::rebuildRecentMenu()
-{
-    recentMenu_->clear();
-    const auto files = QSettings().value(QStringLiteral("recentFiles")).toStringList();
-    for (const auto& f : files)
-        recentMenu_->addAction(f, this, [this, f] { openFile(f); });
-    recentMenu_->setEnabled(!files.isEmpty());
+    return comparison_->view();
 }
 
 void MainWindow::dragEnterEvent(QDragEnterEvent* event)
@@ -906,7 +619,7 @@ void MainWindow::dropEvent(QDropEvent* event)
 
 void MainWindow::closeEvent(QCloseEvent* event)
 {
-    worker_->cancel();
+    session_->cancel();
     QMainWindow::closeEvent(event);
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 #include "report/report.h"
-#include "report/timeline_series.h"
+#include "analysis/timeline_series.h"
 #include "session/open_file.h"
 
 #include <QElapsedTimer>
@@ -19,23 +19,30 @@ class QStackedWidget;
 namespace memledger {
 
 class CallTreeView;
+class ComparisonController;
+class FileSession;
 class DiffView;
 class FlameGraph;
 class LayerTreePanel;
 class StackPane;
 class LedgerSummary;
+class RecentFiles;
+class RemediesController;
 class RemediesPanel;
-class RemediesWorker;
 class RunPanel;
 class RunWorker;
 class SegmentMapView;
 class SegmentTimeline;
 class TimelinePlot;
-class WhatIf;
+class TimelineToolbar;
+class WhatIfController;
 class WhatIfPanel;
-class WhatIfWorker;
 
-// The desktop app: opens a model (and runs it off the GUI thread) or a saved report, and shows it.
+// The desktop app's window: it lays out the views and the parts that each own one job, and connects them. It
+// opens a file (a model is run at once off the GUI thread; a saved report or a snapshot is read) and hands each
+// report to the views. The parts: the timeline toolbar (timeline_toolbar.h), the what-if (whatif_controller.h),
+// What would help (remedies_controller.h), the comparison (comparison_controller.h), recent files
+// (recent_files.h), the file shown and its runs (file_session.h) and the files it writes (report_files.h).
 class MainWindow : public QMainWindow {
     Q_OBJECT
 public:
@@ -51,7 +58,7 @@ public:
 
     bool isRunning() const;
     const std::shared_ptr<const Report>& report() const { return report_; }
-    QString currentFile() const { return file_; } // "" for the demo
+    QString currentFile() const; // "" for the demo
     QString errorText() const;
 
     TimelinePlot* timeline() const { return timeline_; }
@@ -67,17 +74,15 @@ public:
     FlameGraph* flameGraph() const { return flame_; }
     StackPane* stackPane() const { return stackPane_; }
     QDockWidget* stackDock() const { return stackDock_; }
-    QComboBox* deviceSelector() const { return deviceBox_; }
-    bool fileIsSnapshot() const { return fileIsSnapshot_; }
+    QComboBox* deviceSelector() const;
+    bool fileIsSnapshot() const;
     void setDevice(int device); // TimelineSeries::kAllDevices: all
     // The report of the range chosen on the timeline (tree and peak panel show it); nullptr without a range.
     const std::shared_ptr<const Report>& rangeReport() const { return rangeReport_; }
     QString rangeStatusText() const;
-    // Where the what-if panel goes; the window shows it beside the run panel.
-    void setWhatIfPanel(QWidget* panel);
     QDockWidget* whatIfDock() const { return whatIfDock_; }
-    WhatIfPanel* whatIfPanel() const { return whatIfPanel_; }
-    RemediesPanel* remediesPanel() const { return remediesPanel_; } // the "What would help" tab
+    WhatIfPanel* whatIfPanel() const;
+    RemediesPanel* remediesPanel() const; // the "What would help" tab
     // The report as saved and exported: with the what-if table when the model has been recorded for it.
     Report reportForExport() const;
 
@@ -92,12 +97,13 @@ public:
     void compareWith(const QString& path);
     void closeComparison();
     bool isComparing() const;
-    DiffView* diffView() const { return diffView_; }
+    DiffView* diffView() const;
 
 signals:
     void reportChanged(std::shared_ptr<const memledger::Report> report); // a report is shown; never nullptr
     void runFailed(const QString& message);
     void whatIfReady(); // the what-if panel has its records
+    void whatIfTableReady(); // and reportForExport() the table the recording made (as `whatif --json` makes it)
     void seqWhatIfReady(); // and, for token inputs, its records along the sequence
     void comparisonShown(); // compareWith() has its B and shows the comparison
     void comparisonFailed(const QString& message);
@@ -109,69 +115,47 @@ protected:
     void closeEvent(QCloseEvent* event) override;
 
 private:
+    QWidget* buildCentralWidget(); // the timeline over the tabs
+    void buildDocks();
     void buildMenus();
-    void setUpRange(QToolBar* bar);
+    void connectViews();
+    void connectRuns();
+    void fileOpened();
     void showRange(std::uint32_t first, std::uint32_t end);
     void showReport(std::shared_ptr<const Report> report);
-    void fileOpened(std::shared_ptr<const OpenedFile> file, const QString& path);
     void showSegments();
     void showCallStacks();
-    void setUpWhatIf();
-    void setUpComparison();
-    void recordWhatIf(const Report& report);
-    void setUpRemedies(); // main_window_remedies.cpp
-    void computeRemedies(); // for report_ (with whatIf_ when recorded)
     void showError(const QString& message);
     void clearError();
-    void addRecentFile(const QString& path);
-    void rebuildRecentMenu();
+    void showStatus(const QString& text, int milliseconds);
     void updateActions();
-    QString displayName() const; // the file's name, or the built-in demo's ("demo:mnist-train.pt")
-    QString saveBaseName() const; // what the Save dialogs propose: "resnet18", "mnist-train-demo"
 
-    RunWorker* worker_;
     TimelinePlot* timeline_;
+    TimelineToolbar* timelineBar_;
     LayerTreePanel* tree_;
     LedgerSummary* summary_;
     RunPanel* runPanel_;
     QDockWidget* whatIfDock_;
-    WhatIfPanel* whatIfPanel_ = nullptr;
-    WhatIfWorker* whatIfWorker_ = nullptr;
-    std::shared_ptr<const WhatIf> whatIf_;
     QLabel* error_;
     QLabel* peakLabel_;
-    QMenu* recentMenu_ = nullptr;
-    QList<QAction*> needReport_;
-    std::shared_ptr<const Report> report_;
-    QElapsedTimer openClock_; // since a file was chosen (MEMLEDGER_TIMING=1 prints when its timeline is drawn)
-    std::shared_ptr<const OpenedFile> opened_;
-    bool whatIfPartial_ = false; // the panel shows the first records while larger ones are made // the file shown, opened once; its model serves runs and what-if
-    QString file_;
-    bool fileIsReport_ = false;
-    bool fileIsSnapshot_ = false;
+    QLabel* rangeLabel_;
     SegmentTimeline* segmentTimeline_ = nullptr;
     SegmentMapView* segmentMap_ = nullptr;
     QTabWidget* tabs_ = nullptr;
-    QComboBox* deviceBox_ = nullptr;
-    QAction* deviceAction_ = nullptr;
-    QAction* hideWeightsAction_ = nullptr; // a snapshot has no weights of its own
     CallTreeView* callTree_ = nullptr;
     FlameGraph* flame_ = nullptr;
     StackPane* stackPane_ = nullptr;
     QDockWidget* stackDock_ = nullptr;
+    FileSession* session_;
+    WhatIfController* whatIf_;
+    RemediesController* remedies_;
+    ComparisonController* comparison_;
+    RecentFiles* recent_ = nullptr;
+    QList<QAction*> needReport_;
+
+    std::shared_ptr<const Report> report_;
     std::shared_ptr<const Report> rangeReport_;
-    QAction* clearRangeAction_ = nullptr;
-    QLabel* rangeLabel_ = nullptr;
-    // File > Compare with...: B runs on its own worker; the view stacks over the central widget.
-    RunWorker* compareWorker_ = nullptr;
-    DiffView* diffView_ = nullptr;
-    QStackedWidget* centralStack_ = nullptr;
-    QString compareFile_;
-    QList<QDockWidget*> dockedForComparison_; // the docks the comparison hid, shown again when it closes
-    RemediesPanel* remediesPanel_ = nullptr;
-    RemediesWorker* remediesWorker_ = nullptr;
-    std::vector<std::int64_t> remediesTile_;
-    bool remediesWithWhatIf_ = false;
+    QElapsedTimer openClock_; // since a file was chosen (MEMLEDGER_TIMING=1 prints when its timeline is drawn)
 };
 
 } // namespace memledger

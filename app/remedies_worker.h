@@ -39,8 +39,4 @@ private:
     JobRunner* measureJobs_;
 };
 
-class RemediesPanel;
-// Puts the remedies the panel shows (with what was measured) into a report being saved or exported.
-void addShownRemedies(Report& r, const RemediesPanel* panel);
-
 } // namespace memledger

@@ -260,4 +260,9 @@ void RunPanel::setStatus(const QString& text)
     status_->setText(text);
 }
 
+QString RunPanel::status() const
+{
+    return status_->text();
+}
+
 } // namespace memledger

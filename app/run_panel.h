@@ -40,6 +40,7 @@ public:
     std::string loss() const; // auto | sum | cross_entropy
     void setProgress(int done, int total); // total 0: not known yet, the bar runs indeterminate
     void setStatus(const QString& text);
+    QString status() const; // what the panel says under its button
 
     QPushButton* runButton() const { return run_; }
     QPushButton* cancelButton() const { return cancel_; }

@@ -2,7 +2,7 @@
 // 30 to 60 frames deep), buildCallTree (one pass per event, then each distinct stack expanded once) against
 // expanding every allocation's stack into the tree one by one, side by side, best of 5 each.
 // Usage: bench_call_tree [EVENTS]
-#include "report/call_tree.h"
+#include "analysis/call_tree.h"
 
 #include <algorithm>
 #include <chrono>

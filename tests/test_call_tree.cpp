@@ -1,6 +1,6 @@
-// Call trees (report/call_tree.h) against sums known by hand and against a real snapshot's tree computed
+// Call trees (analysis/call_tree.h) against sums known by hand and against a real snapshot's tree computed
 // from the pickle by Python (tests/fixtures/call_tree_truth.py).
-#include "report/call_tree.h"
+#include "analysis/call_tree.h"
 #include "snapshot/snapshot.h"
 
 #include "call_tree_hand_trace.h"

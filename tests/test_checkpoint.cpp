@@ -5,7 +5,7 @@
 #include "fixture_paths.h"
 #include "recording/model.h"
 #include "exports/report_json.h"
-#include "report/build_report.h"
+#include "recording/build_report.h"
 #include "run_command.h"
 #include "support/format.h"
 #include "whatif/checkpoint.h"

@@ -1,4 +1,5 @@
 #include "cli_options.h"
+#include "analysis/live_index.h"
 #include "snapshot/frames.h"
 #include "support/format.h"
 #include "recording/module_path.h"
@@ -9,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include <gtest/gtest.h>
 
@@ -185,4 +187,53 @@ TEST(Frames, InstalledPackagesAreLibraryCodeAndTheUsersFrameNamesTheAllocation)
         {"/home/u/project/model.py", 382, "forward"},
         {"/home/u/.venv/lib/python3.11/site-packages/torch/nn/modules/module.py", 1747, "_call_impl"}};
     EXPECT_EQ(allocationSite(stack), "/home/u/project/model.py:382 forward");
+}
+
+// The timeline's hover index against the scan it replaces: the live allocations of a band at an event, stacked
+// oldest first, the first whose running sum reaches the height. Moving back and forth along the trace.
+TEST(LiveStackIndex, AgreesWithAScanOfTheTrace)
+{
+    std::mt19937 rng(7);
+    std::vector<LiveStackIndex::Interval> intervals;
+    const std::int64_t events = 4000;
+    for (std::uint32_t a = 0; a < events; a += 1 + rng() % 3) {
+        LiveStackIndex::Interval i;
+        i.order = a;
+        i.begin = a;
+        i.end = rng() % 7 == 0 ? LiveStackIndex::kForever : a + 1 + static_cast<std::int64_t>(rng() % 600);
+        i.bytes = 1 + static_cast<std::int64_t>(rng() % 5000);
+        intervals.push_back(i);
+    }
+    auto scan = [&](std::int64_t event, double height) -> std::int64_t {
+        double level = 0;
+        for (const auto& i : intervals) {
+            if (i.begin > event || i.end <= event)
+                continue;
+            level += static_cast<double>(i.bytes);
+            if (height <= level)
+                return i.order;
+        }
+        return -1;
+    };
+    auto live = [&](std::int64_t event) {
+        std::int64_t s = 0;
+        for (const auto& i : intervals)
+            if (i.begin <= event && event < i.end)
+                s += i.bytes;
+        return s;
+    };
+    LiveStackIndex index(intervals);
+    int checked = 0;
+    for (int q = 0; q < 3000; ++q) {
+        auto event = static_cast<std::int64_t>(rng() % events);
+        auto top = live(event);
+        ASSERT_EQ(index.liveBytes(event), top) << event;
+        double height = top == 0 ? 10.0 : static_cast<double>(rng() % static_cast<std::uint64_t>(top + top / 10 + 2));
+        if (q % 50 == 0)
+            height = 0; // the band's bottom: its oldest live allocation
+        ASSERT_EQ(index.allocationAt(event, height), scan(event, height)) << "event " << event << " height " << height;
+        ++checked;
+    }
+    EXPECT_EQ(checked, 3000);
+    EXPECT_EQ(LiveStackIndex({}).allocationAt(5, 1.0), -1);
 }

@@ -1,4 +1,4 @@
-// Comparing two recordings (report/report_diff.h, `memledger diff`, File > Compare with...), checked against
+// Comparing two recordings (analysis/report_diff.h, `memledger diff`, File > Compare with...), checked against
 // what PyTorch and Python's pickle say: real runs of a small model at float32 and bfloat16, a model before
 // and after a change, a run against itself, and two real CUDA snapshots.
 #include "run_command.h"
@@ -7,7 +7,7 @@
 #include "exports/diff_json.h"
 #include "exports/diff_text.h"
 #include "exports/report_json.h"
-#include "report/report_diff.h"
+#include "analysis/report_diff.h"
 #include "session/open_file.h"
 #include "support/atomic_file.h"
 

@@ -8,9 +8,11 @@
 #include "run_panel.h"
 #include "timeline_plot.h"
 #include "whatif_panel.h"
+#include "run_command.h"
+#include "whatif/whatif.h"
 
 #include "exports/report_json.h"
-#include "report/build_report.h"
+#include "recording/build_report.h"
 
 #include <nlohmann/json.hpp>
 
@@ -30,6 +32,8 @@
 #include <QTreeView>
 
 #include <gtest/gtest.h>
+
+#include <fstream>
 
 using namespace memledger;
 
@@ -209,6 +213,9 @@ TEST(MainWindow, AFileThatFailsToOpenChangesNothingButTheMessage)
     EXPECT_EQ(w.runPanel()->inputsText(), inputs);
     EXPECT_EQ(w.currentFile(), file);
     EXPECT_TRUE(w.errorText().contains("garbage.pt")) << w.errorText().toStdString();
+    // The panel does not put "failed" under the previous file's results: it says which file is which.
+    EXPECT_TRUE(w.runPanel()->status().contains("garbage.pt")) << w.runPanel()->status().toStdString();
+    EXPECT_TRUE(w.runPanel()->status().contains("still showing")) << w.runPanel()->status().toStdString();
     auto* bar = w.runPanel()->progressBar();
     EXPECT_LT(bar->value(), bar->maximum());
 }
@@ -252,6 +259,23 @@ TEST(MainWindow, SavesReopensAndExports)
     ASSERT_FALSE(t.isNull());
     EXPECT_EQ(t.size(), w.timeline()->size().expandedTo(QSize(800, 300)));
     EXPECT_GT(pixelsUnlike(t, t.pixel(0, 0)), t.width() * t.height() / 10);
+    // The PNG shows what the timeline shows: zoomed in, or with a module selected, it is another picture.
+    const auto full = w.timeline()->xAxis->range();
+    w.timeline()->xAxis->setRange(full.lower, full.lower + full.size() / 4);
+    auto zoomed = dir.filePath("zoomed.png");
+    ASSERT_EQ(w.exportTimelinePng(zoomed), QString());
+    EXPECT_NE(QImage(zoomed), t) << "the zoomed export is the full one";
+    w.timeline()->xAxis->setRange(full);
+    ASSERT_FALSE(w.report()->layers.size() < 2);
+    std::size_t largest = 1;
+    for (std::size_t i = 1; i < w.report()->layers.size(); ++i)
+        if (w.report()->layers[i].activation_bytes > w.report()->layers[largest].activation_bytes)
+            largest = i;
+    w.timeline()->highlightModule(QString::fromStdString(w.report()->layers[largest].path));
+    auto module = dir.filePath("module.png");
+    ASSERT_EQ(w.exportTimelinePng(module), QString());
+    EXPECT_NE(QImage(module), t) << "the selected module is not in the export";
+    w.timeline()->highlightModule(QString());
     auto window = dir.filePath("window.png");
     ASSERT_EQ(w.exportWindowPng(window), QString());
     QImage shot(window);
@@ -284,7 +308,7 @@ TEST(MainWindow, WhatIfPanelGetsItsRecordsAndTheSavedReportCarriesTheTable)
     ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
     QElapsedTimer clock;
     clock.start();
-    while (ready.isEmpty() && clock.elapsed() < kRunTimeoutMs)
+    while (ready.isEmpty() && clock.elapsed() < 3 * kRunTimeoutMs) // recorded as the policy plans: up to batch 128
         ready.wait(100);
     ASSERT_FALSE(ready.isEmpty()) << "the what-if records never arrived";
     EXPECT_EQ(w.whatIfPanel()->batch(), w.report()->run.batch); // it starts at the run the window shows
@@ -305,6 +329,38 @@ TEST(MainWindow, WhatIfPanelGetsItsRecordsAndTheSavedReportCarriesTheTable)
     auto back = readReportFile(path.toStdString());
     ASSERT_TRUE(back.whatif);
     EXPECT_EQ(back.whatif->predictions.size(), rows.size());
+}
+
+// One what-if policy (whatif/whatif_policy.h): the window's saved table and `memledger whatif --json` of the same
+// model and settings are the same JSON, records, rows, figures and all.
+TEST(MainWindow, WhatIfTableIsTheCommandLinesForTheSameModelAndSettings)
+{
+    qtTestApp();
+    MainWindow w;
+    w.show();
+    w.whatIfPanel()->setBudget(QStringLiteral("1 GiB"));
+    QSignalSpy table(&w, &MainWindow::whatIfTableReady);
+    w.openFile(QStringLiteral("demo:gpt.pt2"));
+    ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
+    QElapsedTimer clock;
+    clock.start();
+    while (table.isEmpty() && clock.elapsed() < 3 * kRunTimeoutMs)
+        table.wait(200);
+    ASSERT_FALSE(table.isEmpty()) << "the what-if table never came";
+    auto exported = w.reportForExport();
+    ASSERT_TRUE(exported.whatif);
+    auto window = whatIfToJson(*exported.whatif);
+
+    QTemporaryDir dir;
+    auto path = dir.filePath(QStringLiteral("whatif.json")).toStdString();
+    auto r = memledger::test::runCommand(
+        memledger::test::memledgerBinary() + " whatif demo:gpt.pt2 --budget 1GiB --json '" + path + "'");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in(path);
+    auto cli = nlohmann::json::parse(in);
+    EXPECT_EQ(window["recorded_batches"], cli["recorded_batches"]);
+    EXPECT_EQ(window["predictions"].size(), cli["predictions"].size());
+    EXPECT_EQ(window, cli) << "window: " << window.dump().substr(0, 2000) << "\ncli: " << cli.dump().substr(0, 2000);
 }
 
 TEST(MainWindow, OpensTheMnistTrainingDemoFromTheMenuAndRunsATrainingStep)

@@ -5,7 +5,7 @@
 #include "demo_model.h"
 #include "fixture_paths.h"
 #include "recording/model.h"
-#include "report/build_report.h"
+#include "recording/build_report.h"
 #include "run_command.h"
 #include "session/open_file.h"
 #include "support/errors.h"

@@ -2,7 +2,7 @@
 #include "support/format.h"
 #include "cli_options.h"
 #include "fixture_paths.h"
-#include "report/build_report.h"
+#include "recording/build_report.h"
 #include "support/errors.h"
 #include "exports/report_json.h"
 

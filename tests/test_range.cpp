@@ -1,10 +1,10 @@
-// A range of a report's events (report/report_range.h): the ledgers, the tree and the tables for what the
+// A range of a report's events (analysis/report_range.h): the ledgers, the tree and the tables for what the
 // range allocated and the peak inside it. Truths: sums made here by hand over the trace's events, a hand-made
 // run with known answers, and a real CUDA snapshot read by Python's pickle (tests/range_truths.py).
-#include "report/build_report.h"
-#include "report/report_range.h"
-#include "report/timeline_series.h"
-#include "allocator/segment_history.h"
+#include "recording/build_report.h"
+#include "analysis/report_range.h"
+#include "analysis/timeline_series.h"
+#include "analysis/segment_history.h"
 #include "snapshot/snapshot.h"
 #include "exports/report_html.h"
 

@@ -10,7 +10,7 @@
 #include "segment_timeline.h"
 #include "timeline_plot.h"
 
-#include "report/report_range.h"
+#include "analysis/report_range.h"
 #include "snapshot/snapshot.h"
 #include "support/format.h"
 

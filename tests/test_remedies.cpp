@@ -5,7 +5,7 @@
 #include "exports/report_html.h"
 #include "exports/report_json.h"
 #include "fixture_paths.h"
-#include "report/build_report.h"
+#include "recording/build_report.h"
 #include "snapshot/snapshot.h"
 #include "support/errors.h"
 #include "whatif/remedies.h"

@@ -2,7 +2,7 @@
 // truth.json: "train": {"input", "sgd": {...}, "adam": {...}} per model).
 #include "fixture_paths.h"
 #include "recording/model.h"
-#include "report/build_report.h"
+#include "recording/build_report.h"
 #include "run_command.h"
 #include "support/errors.h"
 #include "support/format.h"

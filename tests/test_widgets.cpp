@@ -9,8 +9,8 @@
 #include "ledger_colors.h"
 #include "ledger_summary.h"
 #include "qt_test_app.h"
-#include "report/build_report.h"
-#include "report/timeline_series.h"
+#include "recording/build_report.h"
+#include "analysis/timeline_series.h"
 #include "support/format.h"
 #include "synthetic_report.h"
 #include "synthetic_run.h"
@@ -241,6 +241,20 @@ TEST(TimelinePlot, PeakLabelStaysInsideThePlotAndPanningStopsAtTheFirstEvent)
             << "label " << label.x() << "," << label.y() << " " << label.width() << "x" << label.height() << " in "
             << area.x() << "," << area.y() << " " << area.width() << "x" << area.height();
     }
+    // A short plot keeps the label above the peak, off the curve (it used to hang below the marker, over it).
+    plot.resize(900, 150);
+    plot.setAxis(TimelineAxis::OpSequence);
+    plot.replot(QCustomPlot::rpImmediateRefresh);
+    plot.replot(QCustomPlot::rpImmediateRefresh);
+    {
+        auto label = plot.peakLabelRect();
+        ASSERT_FALSE(label.isEmpty());
+        const double peakY = plot.yAxis->coordToPixel(plot.series().peak_value);
+        EXPECT_LE(label.bottom(), peakY + 1) << "the label covers the curve under the peak";
+        EXPECT_TRUE(QRectF(plot.axisRect()->rect()).adjusted(-1, -1, 1, 1).contains(label));
+    }
+    plot.resize(900, 320);
+    plot.replot(QCustomPlot::rpImmediateRefresh);
     // A drag past the start stops at the first key, keeping the width; zooming out stops at the whole run.
     double first = plot.series().firstKey(), last = plot.series().lastKey();
     plot.xAxis->setRange(first - (last - first) / 2, first + (last - first) / 4);

@@ -1,4 +1,5 @@
 #include "call_tree_view.h"
+#include "bytes_text.h"
 #include "tree_sorting.h"
 
 #include "bar_delegate.h"
@@ -22,11 +23,6 @@
 namespace memledger {
 
 namespace {
-
-QString bytesText(std::int64_t b)
-{
-    return QString::fromStdString(formatBytes(b));
-}
 
 const CallTreeNode& nodeOf(const CallTree& t, const QModelIndex& index)
 {

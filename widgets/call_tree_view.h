@@ -1,8 +1,8 @@
 #pragma once
-// The call tree of a snapshot's allocations (report/call_tree.h), top-down or bottom-up, as heaptrack shows
+// The call tree of a snapshot's allocations (analysis/call_tree.h), top-down or bottom-up, as heaptrack shows
 // it: allocated bytes, bytes alive at the peak, allocations and the largest one per frame, with inline bars,
 // sorting and a filter box. A trace without call stacks (a model run) says so instead.
-#include "report/call_tree.h"
+#include "analysis/call_tree.h"
 #include "report/report.h"
 
 #include <QAbstractItemModel>

@@ -1,4 +1,5 @@
 #include "checkpoint_bar.h"
+#include "bytes_text.h"
 
 #include "layer_tree_model.h"
 #include "support/format.h"
@@ -16,7 +17,6 @@
 namespace memledger {
 
 namespace {
-QString bytes(std::int64_t b) { return QString::fromStdString(formatBytes(b)); }
 CheckpointImpl implOf(const QComboBox* box)
 {
     return box->currentIndex() == 1 ? CheckpointImpl::NonReentrant : CheckpointImpl::Reentrant;
@@ -78,12 +78,12 @@ void CheckpointBar::update()
     try {
         auto p = predictCheckpoint(*report_, list, implOf(impl_), false);
         QString change = p.saving_bytes >= 0
-            ? tr("saves %1").arg(bytes(p.saving_bytes))
-            : tr("<b style='color:#b00020'>WORSE by %1</b>").arg(bytes(-p.saving_bytes));
+            ? tr("saves %1").arg(bytesText(p.saving_bytes))
+            : tr("<b style='color:#b00020'>WORSE by %1</b>").arg(bytesText(-p.saving_bytes));
         QString text = tr("Checkpointing %1: predicted peak <b>%2</b> (recorded %3), %4, peak total %5, recompute "
                           "%6 ms")
-                           .arg(QString::number(p.checkpoint.size()), bytes(p.predicted_peak_bytes),
-                               bytes(p.recorded_peak_bytes), change, bytes(p.predicted_peak_total_bytes),
+                           .arg(QString::number(p.checkpoint.size()), bytesText(p.predicted_peak_bytes),
+                               bytesText(p.recorded_peak_bytes), change, bytesText(p.predicted_peak_total_bytes),
                                QString::number(p.recompute_ms, 'f', 1));
         QStringList notes;
         for (const auto& n : p.notes)
@@ -92,7 +92,7 @@ void CheckpointBar::update()
         if (p.checkpoint.size() < list.size())
             text += tr(" — <b>%1 left out</b> (hover for why)").arg(list.size() - p.checkpoint.size());
         label_->setText(text);
-        emit predicted(p.report, tr("predicted with checkpoints (peak total %1)").arg(bytes(p.predicted_peak_total_bytes)));
+        emit predicted(p.report, tr("predicted with checkpoints (peak total %1)").arg(bytesText(p.predicted_peak_total_bytes)));
     } catch (const std::exception& e) {
         label_->setText(QString::fromStdString(e.what()).toHtmlEscaped());
         emit predicted(nullptr, {});
@@ -105,8 +105,8 @@ void CheckpointBar::askBudget()
         return;
     bool ok = false;
     auto text = QInputDialog::getText(this, tr("Auto plan"),
-        tr("Peak total to fit (recorded: %1), e.g. 20MiB:").arg(bytes(report_->peak_total_bytes)), QLineEdit::Normal,
-        bytes(report_->peak_total_bytes * 8 / 10), &ok);
+        tr("Peak total to fit (recorded: %1), e.g. 20MiB:").arg(bytesText(report_->peak_total_bytes)), QLineEdit::Normal,
+        bytesText(report_->peak_total_bytes * 8 / 10), &ok);
     if (!ok)
         return;
     auto budget = parseBytes(text.toStdString());
@@ -130,9 +130,9 @@ void CheckpointBar::planFor(std::int64_t budget)
         model_->setCheckpointed(paths); // predicts again and shows it
         if (!plan.fits)
             label_->setText(label_->text() + tr(" — <b>no plan fits %1</b>; this one has the lowest peak found")
-                                                 .arg(bytes(budget)));
+                                                 .arg(bytesText(budget)));
         else
-            label_->setText(label_->text() + tr(" — fits %1").arg(bytes(budget)));
+            label_->setText(label_->text() + tr(" — fits %1").arg(bytesText(budget)));
     } catch (const std::exception& e) {
         label_->setText(QString::fromStdString(e.what()).toHtmlEscaped());
     }

@@ -1,4 +1,5 @@
 #include "diff_view.h"
+#include "bytes_text.h"
 
 #include "byte_axis_ticker.h"
 #include "exports/diff_palette.h"
@@ -38,11 +39,6 @@ public:
         return data(Qt::UserRole).toDouble() < other.data(Qt::UserRole).toDouble();
     }
 };
-
-QString bytesText(std::int64_t b)
-{
-    return QString::fromStdString(formatBytes(b));
-}
 
 QTableWidgetItem* deltaItem(std::int64_t delta, bool bytes = true)
 {

@@ -1,5 +1,5 @@
 #pragma once
-#include "report/report_diff.h"
+#include "analysis/report_diff.h"
 
 #include <QWidget>
 
@@ -15,7 +15,7 @@ class QTableWidget;
 
 namespace memledger {
 
-// Two recordings compared (report/report_diff.h): who A and B are, both live-bytes curves overlaid on one
+// Two recordings compared (analysis/report_diff.h): who A and B are, both live-bytes curves overlaid on one
 // axis (wheel zoom, drag to pan, double-click to reset), the headline figures and ledgers with their deltas,
 // and the modules or allocation sites that changed, largest change first. "Close comparison" asks to return.
 class DiffView : public QWidget {

@@ -1,4 +1,5 @@
 #include "flame_graph.h"
+#include "bytes_text.h"
 
 #include "snapshot/frames.h"
 #include "stack_pane.h"
@@ -17,11 +18,6 @@ namespace {
 
 constexpr int kHeadline = 22;
 constexpr int kRow = 18;
-
-QString bytesText(std::int64_t b)
-{
-    return QString::fromStdString(formatBytes(b));
-}
 
 // A stable colour per frame: user code warm, ATen ops blue, torch's and the interpreter's Python pale yellow,
 // C++ grey-brown; the hue varies a little with the text so that neighbours differ.

@@ -1,9 +1,9 @@
 #pragma once
-// A flame graph of the bytes alive at one moment of a snapshot: the call tree top-down (report/call_tree.h),
+// A flame graph of the bytes alive at one moment of a snapshot: the call tree top-down (analysis/call_tree.h),
 // each frame a box as wide as the bytes alive under it, the outermost frame at the top and its callees below
 // (an icicle). Hover names a box; a click zooms to it, a click on the top row (or double-click) zooms out.
 // The moment defaults to the peak; a click on the timeline picks another (setMoment).
-#include "report/call_tree.h"
+#include "analysis/call_tree.h"
 #include "report/report.h"
 
 #include <QWidget>

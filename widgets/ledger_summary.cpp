@@ -1,7 +1,8 @@
 #include "ledger_summary.h"
+#include "bytes_text.h"
 
 #include "ledger_colors.h"
-#include "report/timeline_series.h"
+#include "analysis/timeline_series.h"
 #include "snapshot/snapshot.h"
 #include "support/format.h"
 
@@ -15,11 +16,6 @@
 namespace memledger {
 
 namespace {
-
-QString bytesText(std::int64_t bytes)
-{
-    return QString::fromStdString(formatBytes(bytes));
-}
 
 constexpr int kBarTop = 26;
 constexpr int kBarHeight = 22;

@@ -1,4 +1,5 @@
 #include "remedies_panel.h"
+#include "bytes_text.h"
 
 #include "support/format.h"
 
@@ -18,15 +19,10 @@ namespace memledger {
 
 namespace {
 
-QString bytes(std::int64_t b)
-{
-    return QString::fromStdString(formatBytes(b));
-}
-
 // "1.52 MiB (−936 KiB)"
 QString afterAndSaving(std::int64_t before, std::int64_t after)
 {
-    return QStringLiteral("%1 (%2)").arg(bytes(after), QString::fromStdString(formatByteChange(before, after, "\u2212")));
+    return QStringLiteral("%1 (%2)").arg(bytesText(after), QString::fromStdString(formatByteChange(before, after, "\u2212")));
 }
 
 QString errorText(std::int64_t predicted, std::int64_t measured)
@@ -171,7 +167,7 @@ void RemediesPanel::fillRow(int row)
     table_->setItem(row, 4, item(m.kind == "tiling" ? tr("measured") : tr("predicted")));
     table_->removeCellWidget(row, kMeasuredColumn);
     if (measuredNow && m.kind != "tiling") {
-        auto text = bytes(*m.measured_peak_total) + QStringLiteral("  ")
+        auto text = bytesText(*m.measured_peak_total) + QStringLiteral("  ")
             + tr("error %1").arg(errorText(m.peak_total_after, *m.measured_peak_total));
         table_->setItem(row, kMeasuredColumn, item(text, true));
         table_->item(row, kMeasuredColumn)->setToolTip(QString::fromStdString(m.measure_note));
@@ -242,14 +238,14 @@ void RemediesPanel::showDetails()
     QString html = QStringLiteral("<p><b>%1</b></p><p>%2</p>")
                        .arg(QString::fromStdString(m.title).toHtmlEscaped(),
                            QString::fromStdString(m.change).toHtmlEscaped());
-    html += tr("<p>Peak total %1 &rarr; %2").arg(bytes(m.peak_total_before), bytes(m.peak_total_after));
+    html += tr("<p>Peak total %1 &rarr; %2").arg(bytesText(m.peak_total_before), bytesText(m.peak_total_after));
     if (m.reserve_after > 0)
-        html += tr(", reserve %1 &rarr; %2").arg(bytes(m.reserve_before), bytes(m.reserve_after));
+        html += tr(", reserve %1 &rarr; %2").arg(bytesText(m.reserve_before), bytesText(m.reserve_after));
     html += tr(" (%1)</p>").arg(m.kind == "tiling" ? tr("measured") : tr("predicted"));
     if (m.measured_peak_total && m.kind != "tiling")
         html += tr("<p>Measured: peak total %1%2 &mdash; %3</p>")
-                    .arg(bytes(*m.measured_peak_total),
-                        m.measured_reserve ? tr(", reserve %1").arg(bytes(*m.measured_reserve)) : QString(),
+                    .arg(bytesText(*m.measured_peak_total),
+                        m.measured_reserve ? tr(", reserve %1").arg(bytesText(*m.measured_reserve)) : QString(),
                         QString::fromStdString(m.measure_note).toHtmlEscaped());
     if (!m.details.empty()) {
         html += QStringLiteral("<ul>");

@@ -1,4 +1,5 @@
 #include "segment_map_view.h"
+#include "bytes_text.h"
 
 #include "ledger_colors.h"
 #include "stack_pane.h"
@@ -6,7 +7,7 @@
 #include "allocator/gpu_replay.h"
 #include "snapshot/frames.h"
 #include "snapshot/segment_state.h"
-#include "report/timeline_series.h"
+#include "analysis/timeline_series.h"
 
 #include <QCheckBox>
 #include <QHBoxLayout>
@@ -31,11 +32,6 @@ constexpr int kRowGap = 4;
 constexpr int kMargin = 6;
 constexpr int kMinBarWidth = 6;
 
-QString bytesText(std::int64_t b)
-{
-    return QString::fromStdString(formatBytes(b));
-}
-
 QString hex(std::uint64_t a)
 {
     return QStringLiteral("0x") + QString::number(a, 16);
@@ -44,43 +40,10 @@ QString hex(std::uint64_t a)
 // The segments the caching-allocator model leaves at the end of a model run, as snapshot segments.
 std::vector<SnapshotSegment> simulatedSegments(const Report& r)
 {
-    std::vector<SnapshotSegment> out;
     if (!r.trace || r.trace->size() == 0)
-        return out;
+        return {};
     const auto held = simulatedGpuOf(r); // keeps a fresh replay alive while it is read
-    const auto& sim = *held;
-    const Trace& t = *r.trace;
-    for (const auto& rs : sim.replay.final_segments) {
-        SnapshotSegment g;
-        g.device = rs.device;
-        g.address = rs.address;
-        g.total_size = rs.size;
-        g.stream = rs.stream;
-        g.segment_type = rs.small_pool ? "small" : "large";
-        g.is_expandable = rs.expandable;
-        for (const auto& rb : rs.blocks) {
-            SnapshotBlock b;
-            b.address = rb.address;
-            b.size = rb.size;
-            b.state = rb.allocated ? BlockState::ActiveAllocated : BlockState::Inactive;
-            if (rb.allocated) {
-                g.allocated_size += rb.size;
-                g.active_size += rb.size;
-            }
-            // The replay's events: the weights and inputs first, then the run's events.
-            auto event = static_cast<std::int64_t>(rb.event) - static_cast<std::int64_t>(sim.preloaded);
-            if (rb.allocated && event >= 0 && static_cast<std::size_t>(event) < t.size()) {
-                b.requested_size = t.bytes[static_cast<std::size_t>(event)];
-                g.requested_size += b.requested_size;
-                const auto& where = t.strings.at(t.where[static_cast<std::size_t>(event)]);
-                if (!where.empty())
-                    b.frames.push_back({where, 0, {}});
-            }
-            g.blocks.push_back(std::move(b));
-        }
-        out.push_back(std::move(g));
-    }
-    return out;
+    return segmentsOfReplay(*r.trace, held->replay, held->preloaded);
 }
 
 } // namespace

@@ -161,22 +161,7 @@ void SegmentTimeline::changeEvent(QEvent* event)
 
 void SegmentTimeline::applyPalette()
 {
-    auto pal = palette();
-    auto text = pal.color(QPalette::WindowText);
-    plot_->setBackground(pal.color(QPalette::Base));
-    for (auto* axis : {plot_->xAxis, plot_->yAxis}) {
-        axis->setBasePen(QPen(text, 1));
-        axis->setTickPen(QPen(text, 1));
-        axis->setSubTickPen(QPen(text, 1));
-        axis->setTickLabelColor(text);
-        axis->setLabelColor(text);
-        auto grid = text;
-        grid.setAlpha(40);
-        axis->grid()->setPen(QPen(grid, 1, Qt::DotLine));
-    }
-    plot_->legend->setBrush(pal.color(QPalette::Base));
-    plot_->legend->setTextColor(text);
-    plot_->legend->setBorderPen(QPen(pal.color(QPalette::Mid)));
+    applyPlotPalette(plot_, palette());
     plot_->replot(QCustomPlot::rpQueuedReplot);
 }
 

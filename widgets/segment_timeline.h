@@ -1,5 +1,5 @@
 #pragma once
-#include "allocator/segment_history.h"
+#include "analysis/segment_history.h"
 
 #include <QWidget>
 

@@ -1,4 +1,5 @@
 #include "stack_pane.h"
+#include "bytes_text.h"
 
 #include "snapshot/frames.h"
 #include "support/format.h"
@@ -14,11 +15,6 @@ namespace memledger {
 namespace {
 
 constexpr int kUserRole = Qt::UserRole + 1;
-
-QString bytesText(std::int64_t b)
-{
-    return QString::fromStdString(formatBytes(b));
-}
 
 QString msText(const Trace& t, std::size_t event)
 {

@@ -2,7 +2,7 @@
 // The whole call stack of one allocation (or of a call-tree node), innermost frame first, one frame a line as
 // "file:line name"; the user's own Python frames in bold, the allocator's, the interpreter's and torch's own
 // frames dimmed (snapshot/frames.h says which is which).
-#include "report/call_tree.h"
+#include "analysis/call_tree.h"
 #include "report/report.h"
 #include "snapshot/frames.h"
 

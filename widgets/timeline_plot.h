@@ -1,8 +1,11 @@
 #pragma once
-#include "report/timeline_series.h"
+#include "timeline_png.h"
+#include "analysis/live_index.h"
+#include "analysis/timeline_series.h"
 
 #include <qcustomplot.h>
 
+#include <map>
 #include <memory>
 
 namespace memledger {
@@ -38,6 +41,8 @@ public:
     QString oomMarkerText(int i) const;
     const TimelineSeries& series() const { return series_; }
     bool weightsHidden() const { return weightsHidden_; }
+    // What the plot shows now (axis, weights hidden, module, zoom): an exported PNG shows the same.
+    TimelineView view() const;
     // Where the peak label is drawn, in widget pixels (empty when there is no peak).
     QRectF peakLabelRect() const;
     bool momentMarkerVisible() const;
@@ -111,6 +116,8 @@ private:
     void showHover(const QPoint& pos);
     void updateOomMarkers();
     QString describeSnapshotAt(int band, std::size_t p, double bytes) const;
+    // The hover lookup of a band (core/analysis/live_index.h), made at its first hover for the series shown.
+    LiveStackIndex& hoverIndex(int band) const;
     void fitLegend();
     void updatePhaseBands();
     void placePhaseLabels();
@@ -153,6 +160,7 @@ private:
     bool reducing_ = false;
     QPoint pressPos_;
     mutable std::int64_t hoveredEvent_ = -1; // the snapshot allocation describeAt() last named
+    mutable std::map<int, std::unique_ptr<LiveStackIndex>> hoverIndexes_; // by band; cleared with the series
     // The range (events) and its shading; a drag that selects one shades from its anchor as it goes.
     void updateRangeShade();
     void showEndStateOnly();

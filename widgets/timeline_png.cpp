@@ -1,6 +1,6 @@
 #include "timeline_png.h"
 
-#include "allocator/segment_history.h"
+#include "analysis/segment_history.h"
 #include "support/format.h"
 #include "timeline_plot.h"
 
@@ -43,20 +43,25 @@ QString timelinePngSettings(const Report& report)
     return parts.join(QStringLiteral(" · "));
 }
 
-QString renderTimelinePng(const Report& report, const QString& path, QSize size, TimelineAxis axis, bool weightsHidden)
+QString renderTimelinePng(const Report& report, const QString& path, QSize size, const TimelineView& view)
 {
     TimelinePlot plot;
     plot.resize(size);
     // The plot keeps a shared pointer; this one does not own the caller's report.
     plot.setReport(std::shared_ptr<const Report>(&report, [](const Report*) {}));
-    plot.setAxis(axis);
-    plot.setWeightsHidden(weightsHidden);
+    plot.setAxis(view.axis);
+    plot.setWeightsHidden(view.weights_hidden);
     // The reserve line the window draws: what a GPU's caching allocator would hold (model runs only).
     if (!report.snapshot && report.trace) {
         auto reserved = simulatedReservedBytes(report);
         if (std::any_of(reserved.begin(), reserved.end(), [](double v) { return v > 0; }))
             plot.setReservedLine(std::move(reserved), QStringLiteral("reserved (simulated GPU)"));
     }
+    // The window's view: its module and its zoom.
+    if (!view.module.isEmpty())
+        plot.highlightModule(view.module);
+    if (view.key_upper > view.key_lower)
+        plot.xAxis->setRange(view.key_lower, view.key_upper);
     auto* layout = plot.plotLayout();
     layout->insertRow(0);
     layout->insertRow(0);

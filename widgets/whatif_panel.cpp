@@ -1,4 +1,5 @@
 #include "whatif_panel.h"
+#include "bytes_text.h"
 
 #include "ledger_colors.h"
 #include "support/format.h"
@@ -30,11 +31,6 @@ constexpr int kMaxBatch = 1000000;
 constexpr int kMaxSeqPower = 16; // sequence 1, 2, 4, ... 65536
 // Replaying the caching allocator for the fit table costs ~20 replays: only for runs this small.
 constexpr std::size_t kReservedSearchEvents = 200000;
-
-QString bytes(std::int64_t b)
-{
-    return QString::fromStdString(formatBytes(b));
-}
 
 } // namespace
 
@@ -326,11 +322,11 @@ void WhatIfPanel::showPrediction(const Prediction& p, bool reservedKnown)
     const QString tag = p.method == "measured" ? tr("measured")
         : p.extrapolated                       ? tr("extrapolated")
                                                : tr("predicted");
-    auto mark = [&](std::int64_t v) { return QString("%1  (%2)").arg(bytes(v), tag); };
+    auto mark = [&](std::int64_t v) { return QString("%1  (%2)").arg(bytesText(v), tag); };
     peak_->setText(mark(p.predicted_peak_bytes));
     total_->setText(mark(p.predicted_peak_total_bytes));
     // The reserve is always the caching-allocator model's, at a recorded batch too.
-    reserved_->setText(reservedKnown ? QString("%1  (%2)").arg(bytes(p.predicted_reserved_bytes),
+    reserved_->setText(reservedKnown ? QString("%1  (%2)").arg(bytesText(p.predicted_reserved_bytes),
                                            p.extrapolated ? tr("extrapolated") : tr("simulated"))
                                      : tr("…"));
     for (auto* l : {peak_, total_, reserved_}) {
@@ -348,19 +344,19 @@ void WhatIfPanel::showPrediction(const Prediction& p, bool reservedKnown)
         decides_->clear();
     } else {
         fitsBudget_ = binding <= b;
-        fits_->setText(fitsBudget_ ? tr("fits in %1").arg(bytes(b)) : tr("does not fit in %1").arg(bytes(b)));
+        fits_->setText(fitsBudget_ ? tr("fits in %1").arg(bytesText(b)) : tr("does not fit in %1").arg(bytesText(b)));
         if (reserveBinds)
             decides_->setText(tr("Decided by the simulated GPU reserve, %1: a caching allocator holds more than the "
                                  "peak total of %2.")
-                                  .arg(bytes(p.predicted_reserved_bytes), bytes(p.predicted_peak_total_bytes)));
+                                  .arg(bytesText(p.predicted_reserved_bytes), bytesText(p.predicted_peak_total_bytes)));
         else if (reservedKnown)
             decides_->setText(tr("Decided by the peak total, %1 (weights + inputs + run peak); the simulated GPU "
                                  "reserve, %2, is not larger.")
-                                  .arg(bytes(p.predicted_peak_total_bytes), bytes(p.predicted_reserved_bytes)));
+                                  .arg(bytesText(p.predicted_peak_total_bytes), bytesText(p.predicted_reserved_bytes)));
         else
             decides_->setText(tr("Decided by the peak total, %1 (weights + inputs + run peak), until the simulated "
                                  "GPU reserve is known.")
-                                  .arg(bytes(p.predicted_peak_total_bytes)));
+                                  .arg(bytesText(p.predicted_peak_total_bytes)));
     }
     applyFitsColour();
     // Notes of this precision only: a rescaled float16 says so when float16 is chosen, not otherwise.
@@ -417,8 +413,8 @@ void WhatIfPanel::showMeasurement(const Prediction& m)
         return; // the user moved on while it ran
     if (m.measured_peak_bytes && m.error_percent)
         method_->setText(tr("Measured peak %1, peak total %2: the prediction is off by %3%")
-                             .arg(bytes(*m.measured_peak_bytes))
-                             .arg(bytes(m.measured_peak_total_bytes.value_or(0)))
+                             .arg(bytesText(*m.measured_peak_bytes))
+                             .arg(bytesText(m.measured_peak_total_bytes.value_or(0)))
                              .arg(*m.error_percent, 0, 'f', 2));
 }
 

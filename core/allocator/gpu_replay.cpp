@@ -1,6 +1,6 @@
 #include "allocator/gpu_replay.h"
 
-#include "recording/model.h"
+#include "report/report.h"
 #include "support/dtype.h"
 
 #include <cmath>

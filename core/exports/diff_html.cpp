@@ -1,4 +1,5 @@
 #include "exports/diff_html.h"
+#include "exports/html_style.h"
 
 #include "exports/diff_palette.h"
 #include "exports/diff_text.h"
@@ -17,12 +18,8 @@ constexpr int kChartWidth = 1100;
 constexpr int kChartHeight = 360;
 constexpr int kLeft = 80, kRight = 20, kTop = 20, kBottom = 40;
 
+// After kHtmlBaseStyle (exports/html_style.h).
 const char* kStyle = R"(
-body{font:14px system-ui,sans-serif;margin:24px;color:#222;background:#fff}
-h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:24px 0 8px}
-.muted{color:#666} table{border-collapse:collapse;font-size:13px}
-td,th{padding:2px 8px;text-align:right;border-bottom:1px solid #eee;white-space:nowrap}
-td:first-child,th:first-child,td.l,th.l{text-align:left}
 .grew{color:#b03a2e} .shrank{color:#1e7b4a}
 .sw{display:inline-block;width:14px;height:3px;margin-right:6px;vertical-align:middle}
 svg{border:1px solid #ddd;max-width:100%;height:auto}
@@ -128,7 +125,7 @@ std::string diffToHtml(const ReportDiff& d, std::size_t maxRows)
 {
     std::ostringstream out;
     out << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>memledger diff: " << htmlEscape(d.a.name)
-        << " vs " << htmlEscape(d.b.name) << "</title><style>" << kStyle << "</style></head><body>\n";
+        << " vs " << htmlEscape(d.b.name) << "</title><style>" << kHtmlBaseStyle << kStyle << "</style></head><body>\n";
     out << "<h1>memledger diff</h1>\n<table>\n";
     out << "<tr><td><span class=\"sw\" style=\"background:" << kDiffAColourHex << "\"></span><b>A</b></td><td class=\"l\">"
         << htmlEscape(d.a.name) << "</td><td class=\"l muted\">" << htmlEscape(d.a.describe()) << "</td></tr>\n";

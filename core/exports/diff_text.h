@@ -1,5 +1,5 @@
 #pragma once
-#include "report/report_diff.h"
+#include "analysis/report_diff.h"
 
 #include <cstddef>
 #include <string>

@@ -1,9 +1,10 @@
 #include "exports/report_html.h"
+#include "exports/html_style.h"
 
-#include "allocator/segment_history.h"
+#include "analysis/segment_history.h"
 #include "exports/ledger_palette.h"
-#include "report/build_report.h"
-#include "report/timeline_series.h"
+#include "recording/build_report.h"
+#include "analysis/timeline_series.h"
 #include "snapshot/snapshot.h"
 #include "support/format.h"
 
@@ -160,12 +161,8 @@ std::string scriptSafe(std::string json)
     return out;
 }
 
+// After kHtmlBaseStyle (exports/html_style.h).
 const char* kStyle = R"(
-body{font:14px system-ui,sans-serif;margin:24px;color:#222;background:#fff}
-h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:24px 0 8px}
-.muted{color:#666} table{border-collapse:collapse;font-size:13px}
-td,th{padding:2px 8px;text-align:right;border-bottom:1px solid #eee;white-space:nowrap}
-td:first-child,th:first-child,td.l,th.l{text-align:left}
 .bar{display:flex;height:28px;width:100%;max-width:900px;border:1px solid #ccc}
 .bar div{height:100%} .legend span{display:inline-block;margin-right:16px}
 .sw{display:inline-block;width:10px;height:10px;margin-right:4px}
@@ -344,7 +341,7 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
 {
     std::ostringstream out;
     out << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>memledger: "
-        << htmlEscape(r.model.path) << "</title><style>" << kStyle << "</style></head><body>\n";
+        << htmlEscape(r.model.path) << "</title><style>" << kHtmlBaseStyle << kStyle << "</style></head><body>\n";
     out << "<h1>memledger: " << htmlEscape(r.model.path) << "</h1>\n<p class=muted>";
     if (r.source == "snapshot") {
         out << "CUDA memory snapshot";

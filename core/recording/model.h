@@ -33,19 +33,6 @@ struct RunOptions {
     bool cudnn_benchmark = false; // CUDA: cuDNN's autotuner (at::globalContext().setBenchmarkCuDNN)
 };
 
-// One outermost ATen op of the run.
-struct OpCall {
-    std::uint32_t name = 0; // string id in the trace
-    std::uint32_t module = 0; // string id of the module path
-    std::int64_t start_ns = 0;
-    std::int64_t end_ns = 0;
-    std::uint32_t first_event = 0; // events [first_event, end_event) happened inside it
-    std::uint32_t end_event = 0;
-    std::vector<Shape> outputs;
-    std::vector<std::int64_t> output_bytes;
-    bool backward = false; // an autograd node of the backward pass (name: the node, module: its forward's)
-};
-
 // What a recorded run produced, before it is turned into a Report.
 struct RawRun {
     Trace trace;

@@ -17,10 +17,21 @@ namespace memledger {
 struct SimulatedGpu;
 
 struct Snapshot; // memledger/snapshot.h
-struct OpCall; // recording/model.h
-
 using Shape = std::vector<std::int64_t>;
 std::string shapeToString(const Shape& s); // "1x3x224x224"
+
+// One outermost ATen op of the run.
+struct OpCall {
+    std::uint32_t name = 0; // string id in the trace
+    std::uint32_t module = 0; // string id of the module path
+    std::int64_t start_ns = 0;
+    std::int64_t end_ns = 0;
+    std::uint32_t first_event = 0; // events [first_event, end_event) happened inside it
+    std::uint32_t end_event = 0;
+    std::vector<Shape> outputs;
+    std::vector<std::int64_t> output_bytes;
+    bool backward = false; // an autograd node of the backward pass (name: the node, module: its forward's)
+};
 
 struct TensorInfo {
     std::string name; // qualified, as PyTorch prints it: "layer1.0.bn1.running_mean"

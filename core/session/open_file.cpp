@@ -1,7 +1,7 @@
 #include "session/open_file.h"
 
 #include "exports/report_json.h"
-#include "report/build_report.h"
+#include "recording/build_report.h"
 #include "snapshot/snapshot.h"
 #include "support/errors.h"
 

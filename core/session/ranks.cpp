@@ -1,6 +1,6 @@
 #include "session/ranks.h"
 
-#include "allocator/segment_history.h"
+#include "analysis/segment_history.h"
 #include "exports/report_html.h"
 #include "session/open_file.h"
 #include "snapshot/snapshot.h"

@@ -34,26 +34,6 @@ bool isActive(BlockState s)
     return s == BlockState::ActiveAllocated || s == BlockState::ActivePendingFree;
 }
 
-// "file:line name", the trace's `where`, as one frame.
-SnapshotFrame frameOf(const std::string& where)
-{
-    SnapshotFrame f;
-    for (auto colon = where.find(':'); colon != std::string::npos; colon = where.find(':', colon + 1)) {
-        auto digits = colon + 1;
-        auto end = digits;
-        while (end < where.size() && std::isdigit(static_cast<unsigned char>(where[end])))
-            ++end;
-        if (end > digits && (end == where.size() || where[end] == ' ')) {
-            f.filename = where.substr(0, colon);
-            f.line = std::stoll(where.substr(digits, end - digits));
-            f.name = end < where.size() ? where.substr(end + 1) : std::string();
-            return f;
-        }
-    }
-    f.filename = where;
-    return f;
-}
-
 // Index of the block holding `addr`, or -1.
 std::ptrdiff_t blockAt(const SnapshotSegment& g, std::uint64_t addr)
 {
@@ -243,7 +223,7 @@ private:
         b.state = requested_[k] ? BlockState::ActivePendingFree : BlockState::ActiveAllocated;
         b.requested_size = std::min(b.size, t_.bytes[k]);
         const auto alloc = t_.partner[k];
-        b.frames = {frameOf(whereOf(alloc == kNoPartner ? k : static_cast<std::size_t>(alloc)))};
+        b.frames = {frameOfWhere(whereOf(alloc == kNoPartner ? k : static_cast<std::size_t>(alloc)))};
         if (b.frames.front().filename.empty())
             b.frames.clear();
         seg->touched = true;
@@ -382,6 +362,61 @@ std::vector<SnapshotSegment> segmentsAt(const Snapshot& s, std::size_t events)
     for (std::size_t k = s.trace->size(); k-- > events;)
         r.undo(k);
     return r.result();
+}
+
+SnapshotFrame frameOfWhere(const std::string& where)
+{
+    SnapshotFrame f;
+    for (auto colon = where.find(':'); colon != std::string::npos; colon = where.find(':', colon + 1)) {
+        auto digits = colon + 1;
+        auto end = digits;
+        while (end < where.size() && std::isdigit(static_cast<unsigned char>(where[end])))
+            ++end;
+        if (end > digits && (end == where.size() || where[end] == ' ')) {
+            f.filename = where.substr(0, colon);
+            f.line = std::stoll(where.substr(digits, end - digits));
+            f.name = end < where.size() ? where.substr(end + 1) : std::string();
+            return f;
+        }
+    }
+    f.filename = where;
+    return f;
+}
+
+std::vector<SnapshotSegment> segmentsOfReplay(const Trace& t, const AllocatorReplay& replay, std::size_t preloaded)
+{
+    std::vector<SnapshotSegment> out;
+    for (const auto& rs : replay.final_segments) {
+        SnapshotSegment g;
+        g.device = std::max(0, static_cast<int>(rs.device));
+        g.address = rs.address;
+        g.total_size = rs.size;
+        g.stream = rs.stream;
+        g.segment_type = rs.small_pool ? "small" : "large";
+        g.is_expandable = rs.expandable;
+        for (const auto& rb : rs.blocks) {
+            SnapshotBlock b;
+            b.address = rb.address;
+            b.size = rb.size;
+            b.state = rb.allocated ? BlockState::ActiveAllocated : BlockState::Inactive;
+            if (rb.allocated) {
+                g.allocated_size += rb.size;
+                g.active_size += rb.size;
+                b.requested_size = rb.size;
+                // The replay's events: the resident set's first (`preloaded`), then the trace's.
+                auto event = static_cast<std::int64_t>(rb.event) - static_cast<std::int64_t>(preloaded);
+                if (event >= 0 && static_cast<std::size_t>(event) < t.size()) {
+                    b.requested_size = t.bytes[static_cast<std::size_t>(event)];
+                    if (auto w = t.where[static_cast<std::size_t>(event)])
+                        b.frames.push_back(frameOfWhere(t.strings.at(w)));
+                }
+                g.requested_size += b.requested_size;
+            }
+            g.blocks.push_back(std::move(b));
+        }
+        out.push_back(std::move(g));
+    }
+    return out;
 }
 
 } // namespace memledger

@@ -1,5 +1,7 @@
 #pragma once
 // The segments of a CUDA snapshot at an earlier moment of its trace, rebuilt from the end state.
+#include "allocator/caching_allocator.h"
+#include "report/trace.h"
 #include "snapshot/snapshot.h"
 
 #include <cstddef>
@@ -16,5 +18,14 @@ namespace memledger {
 // frames; blocks brought back get the trace's top frame. Events on addresses outside every known segment,
 // or that contradict the state, are skipped. Segments come sorted by device and address.
 std::vector<SnapshotSegment> segmentsAt(const Snapshot& s, std::size_t events);
+
+// The segments the caching-allocator model leaves at the end of its replay of a trace, as a snapshot's: the
+// window's segment map of a model run and the snapshot writer both show these. The replay's first `preloaded`
+// events are the resident set's (weights and inputs), then the trace's; an allocated block gets its request and
+// the trace's frame.
+std::vector<SnapshotSegment> segmentsOfReplay(const Trace& t, const AllocatorReplay& replay, std::size_t preloaded = 0);
+
+// "file:line name", the trace's `where`, as one frame; anything else (a module path) is the file name.
+SnapshotFrame frameOfWhere(const std::string& where);
 
 } // namespace memledger

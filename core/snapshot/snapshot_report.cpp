@@ -2,7 +2,7 @@
 #include "support/format.h"
 #include "snapshot/snapshot.h"
 #include "snapshot/frames.h"
-#include "report/build_report.h"
+#include "report/report_summary.h"
 
 #include <algorithm>
 #include <filesystem>

@@ -1,5 +1,6 @@
 #include "snapshot/snapshot_writer.h"
 #include "allocator/gpu_replay.h"
+#include "snapshot/segment_state.h"
 
 #include "support/atomic_file.h"
 #include "snapshot/snapshot.h"
@@ -128,22 +129,11 @@ struct FrameText {
     std::string name;
 };
 
-// "file:line name" back into a frame; anything else (a module path) becomes the file name.
+// "file:line name" back into a frame (snapshot/segment_state.h reads it); a module path becomes the file name.
 FrameText parseWhere(const std::string& where)
 {
-    FrameText f;
-    auto space = where.find(' ');
-    auto head = where.substr(0, space);
-    auto colon = head.rfind(':');
-    if (colon != std::string::npos && colon + 1 < head.size()
-        && std::all_of(head.begin() + static_cast<std::ptrdiff_t>(colon) + 1, head.end(), ::isdigit)) {
-        f.filename = head.substr(0, colon);
-        f.line = std::atoll(head.c_str() + colon + 1);
-        f.name = space == std::string::npos ? "" : where.substr(space + 1);
-    } else {
-        f.filename = where;
-    }
-    return f;
+    auto f = frameOfWhere(where);
+    return {f.filename, f.line, f.name};
 }
 
 void writeFrames(PickleOut& p, const std::vector<FrameText>& frames)
@@ -351,16 +341,13 @@ std::string encode(const std::vector<OutSegment>& segments, const Trace& t, cons
 std::vector<OutSegment> segmentsFromModel(const Trace& t, const AllocatorReplay& replay)
 {
     std::vector<OutSegment> out;
-    for (const auto& s : replay.final_segments) {
-        OutSegment o {std::max<int>(0, s.device), s.address, s.size, s.stream, s.small_pool, s.expandable, {}};
-        for (const auto& b : s.blocks) {
-            OutBlock ob {
-                b.address, b.size, b.allocated ? b.size : 0, b.allocated ? "active_allocated" : "inactive", {}};
-            if (b.event >= 0 && static_cast<std::size_t>(b.event) < t.size()) {
-                ob.requested = t.bytes[static_cast<std::size_t>(b.event)];
-                if (auto w = t.where[static_cast<std::size_t>(b.event)])
-                    ob.frames.push_back(parseWhere(t.strings.at(w)));
-            }
+    for (const auto& g : segmentsOfReplay(t, replay)) {
+        OutSegment o {g.device, g.address, g.total_size, g.stream, g.segment_type == "small", g.is_expandable, {}};
+        for (const auto& b : g.blocks) {
+            OutBlock ob {b.address, b.size, b.requested_size,
+                b.state == BlockState::ActiveAllocated ? "active_allocated" : "inactive", {}};
+            for (const auto& f : b.frames)
+                ob.frames.push_back({f.filename, f.line, f.name});
             o.blocks.push_back(std::move(ob));
         }
         out.push_back(std::move(o));

@@ -1,7 +1,7 @@
 #include "whatif/checkpoint.h"
 
 #include "allocator/gpu_replay.h"
-#include "report/build_report.h"
+#include "recording/build_report.h"
 #include "support/format.h"
 
 #include <nlohmann/json.hpp>

@@ -1,7 +1,7 @@
 #include "whatif/remedies.h"
 
 #include "allocator/gpu_replay.h"
-#include "report/build_report.h"
+#include "recording/build_report.h"
 #include "snapshot/snapshot.h"
 #include "support/dtype.h"
 #include "support/errors.h"
@@ -674,6 +674,7 @@ std::vector<Remedy> remediesForModel(Model& model, const Report& report, std::in
     // The what-if the remedies weigh (a smaller batch, a lower precision) is recorded as the What if panel's and
     // `whatif`'s: the same policy, from the run's own precision.
     WhatIfRequest request;
+    request.rows = {1, 8, 32}; // with the run's own: what the remedies weigh, made in seconds
     request.current_batch = report.run.batch;
     request.dtypes = {report.run.dtype};
     for (const std::string d : {"bfloat16", "float16"})

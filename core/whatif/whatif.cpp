@@ -1,7 +1,7 @@
 #include "whatif/whatif.h"
 #include "allocator/gpu_replay.h"
 
-#include "report/build_report.h"
+#include "recording/build_report.h"
 #include "allocator/caching_allocator.h"
 #include "support/errors.h"
 #include "support/dtype.h"
@@ -10,6 +10,7 @@
 #include "whatif/fit.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 
@@ -294,6 +295,7 @@ WhatIf WhatIf::recordPlanned(Model& model, RunOptions base, const std::vector<st
     const auto [b1, b2] = recordedBatchesFor(base.mode.empty() ? "inference" : base.mode);
     const std::int64_t memory
         = plan.memory_budget > 0 ? plan.memory_budget : machineMemoryBytes() / 4;
+    const auto started = std::chrono::steady_clock::now();
     WhatIf all;
     all.model_ = std::make_shared<const ModelInfo>(model.info());
     all.modules_ = std::make_shared<const std::vector<LayerStats>>(model.modules());
@@ -324,11 +326,13 @@ WhatIf WhatIf::recordPlanned(Model& model, RunOptions base, const std::vector<st
             WhatIf last = all;
             last.fits_ = {fits.back()};
             // The records so far say what a record costs: its peak, and the time of a warm-up and a recorded run.
+            const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
             auto affordable = [&](std::int64_t b) {
                 double seconds = runs.back().info.duration_ms / 1000.0 * static_cast<double>(b)
                     / static_cast<double>(batches.back());
                 return last.predict(b, dtype, false).predicted_peak_total_bytes <= memory
-                    && seconds * 2 <= plan.seconds_budget;
+                    && seconds * 2 <= plan.seconds_budget
+                    && (plan.total_seconds_budget <= 0 || spent + seconds * 2 <= plan.total_seconds_budget);
             };
             bool nearest = false;
             if (!affordable(next)) {
@@ -403,6 +407,7 @@ WhatIf WhatIf::recordSeqPlanned(Model& model, RunOptions base, const std::vector
     const auto t0 = baseSequence(model, base);
     const std::int64_t memory
         = plan.memory_budget > 0 ? plan.memory_budget : machineMemoryBytes() / 4;
+    const auto started = std::chrono::steady_clock::now();
     WhatIf all;
     all.model_ = std::make_shared<const ModelInfo>(model.info());
     all.modules_ = std::make_shared<const std::vector<LayerStats>>(model.modules());
@@ -451,7 +456,9 @@ WhatIf WhatIf::recordSeqPlanned(Model& model, RunOptions base, const std::vector
             // Time grows with the square of the sequence at worst.
             double ratio = static_cast<double>(next) / static_cast<double>(seqs.back());
             double seconds = runs.back().info.duration_ms / 1000.0 * ratio * ratio;
-            if (p.predicted_peak_total_bytes > memory || seconds * 2 > plan.seconds_budget) {
+            const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+            if (p.predicted_peak_total_bytes > memory || seconds * 2 > plan.seconds_budget
+                || (plan.total_seconds_budget > 0 && spent + seconds * 2 > plan.total_seconds_budget)) {
                 stopped = p.predicted_peak_total_bytes > memory ? "memory" : "time";
                 break;
             }

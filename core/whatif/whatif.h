@@ -48,6 +48,9 @@ public:
         std::int64_t largest = 256;
         std::int64_t memory_budget = 0; // 0: a quarter of this machine's memory
         double seconds_budget = 20.0; // per record (a warm-up and a recorded run)
+        // For all the records beyond the first two of each precision, in all precisions (0: no limit): the base
+        // precision goes furthest, the others stop sooner and are predicted beyond their last record.
+        double total_seconds_budget = 0;
         // Told each record as it starts: its precision, batch (or sequence) and how many of that precision so far.
         std::function<void(const std::string& dtype, std::int64_t batch, int done)> progress;
         // Batches (or sequences) asked for: recorded too on the way to `largest`, so that they are measured

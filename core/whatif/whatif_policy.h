@@ -5,8 +5,9 @@
 // table and the same JSON whichever of them made it.
 //
 // Extrapolation is the last resort: every row asked for is recorded where this machine can run it (its
-// predicted peak within a quarter of this machine's memory, a warm-up and a recorded run within about a minute),
-// at the row itself or, where the row is beyond that, at the largest batch (or sequence) that is not.
+// predicted peak within a quarter of this machine's memory, a warm-up and a recorded run within about a minute,
+// and all the larger records of all precisions within a minute), at the row itself or, where the row
+// is beyond that, at the largest batch (or sequence) that is not.
 #include "whatif/whatif.h"
 
 #include <cstdint>

@@ -1,6 +1,6 @@
-#include "report/report_range.h"
+#include "analysis/report_range.h"
 
-#include "report/build_report.h"
+#include "recording/build_report.h"
 #include "snapshot/snapshot.h"
 
 namespace memledger {

@@ -1,4 +1,4 @@
-#include "report/call_tree.h"
+#include "analysis/call_tree.h"
 
 #include "snapshot/frames.h"
 

@@ -1,4 +1,4 @@
-#include "report/report_diff.h"
+#include "analysis/report_diff.h"
 
 #include "snapshot/snapshot.h"
 #include "support/format.h"

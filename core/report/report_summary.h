@@ -1,12 +1,15 @@
 #pragma once
-#include "recording/model.h"
+// From a classified trace to a report's figures: the peak, the ledgers, each module's and each phase's. A model
+// run's report (recording/build_report.h) and a snapshot's (snapshot/snapshot_report.cpp) are both made with these.
 #include "report/report.h"
+
+#include <cstdint>
+#include <vector>
 
 namespace memledger {
 
-// Sorts every allocation of a recorded run into its ledger and sums it up per module.
-// `modules` is the model's module tree (Model::modules()).
-Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& modules, RawRun raw);
+// Sorts every allocation of the trace into its ledger from the ops that made it (outer and inner op, phase).
+void classifyTrace(Trace& t, const std::vector<OpCall>& ops);
 
 // The figures of a report that come from events [first, end) of its classified trace: ledger totals and the
 // module figures count what the range allocated (and the ops wholly inside it); the peak is the most live
@@ -23,9 +26,4 @@ std::vector<std::int64_t> liveBytesAfterEachEvent(const Trace& trace);
 // and what is alive at the peak. Returns the live bytes after each event.
 std::vector<std::int64_t> setPeakFromTrace(Report& r, const Trace& trace);
 
-} // namespace memledger
-
-namespace memledger {
-// Runs the model under the recorder and builds its report.
-Report analyzeModel(Model& model, const RunOptions& options);
 } // namespace memledger

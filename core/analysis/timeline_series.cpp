@@ -1,4 +1,4 @@
-#include "report/timeline_series.h"
+#include "analysis/timeline_series.h"
 
 #include "snapshot/snapshot.h"
 

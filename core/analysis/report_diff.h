@@ -4,7 +4,7 @@
 // File > Compare with... show: the peaks, each ledger, per-module (model runs) or per-allocation-site
 // (snapshots) deltas largest first, and both live-bytes timelines on one axis. Deltas are always B - A.
 #include "report/report.h"
-#include "report/timeline_series.h"
+#include "analysis/timeline_series.h"
 
 #include <cstdint>
 #include <string>

@@ -1,6 +1,6 @@
 #pragma once
 #include "report/report.h"
-#include "report/timeline_series.h"
+#include "analysis/timeline_series.h"
 
 #include <string>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "allocator/segment_history.h"
+#include "analysis/segment_history.h"
 
 #include "allocator/gpu_replay.h"
 

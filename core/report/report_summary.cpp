@@ -1,7 +1,6 @@
-#include "report/build_report.h"
+#include "report/report_summary.h"
 #include "support/dtype.h"
 
-#include "allocator/gpu_replay.h"
 
 #include <algorithm>
 #include <set>
@@ -42,12 +41,9 @@ std::vector<std::int64_t> liveBytesAfterEachEvent(const Trace& t)
     return live;
 }
 
-namespace {
-
-
 // Allocations that are freed before the outermost op that made them returns are temporaries;
 // the rest are activations. A free takes the ledger of its allocation.
-void classify(Trace& t, const std::vector<OpCall>& ops)
+void classifyTrace(Trace& t, const std::vector<OpCall>& ops)
 {
     for (std::size_t i = 0; i < t.size(); ++i) {
         if (t.action[i] != Action::Alloc)
@@ -66,6 +62,8 @@ void classify(Trace& t, const std::vector<OpCall>& ops)
 }
 
 // Index of the layer for each interned module path: the path itself or its longest existing prefix.
+namespace {
+
 std::vector<int> layerOfString(const Trace& t, const std::vector<LayerStats>& layers)
 {
     std::unordered_map<std::string, int> byPath;
@@ -286,99 +284,4 @@ std::vector<std::int64_t> setPeakFromTrace(Report& r, const Trace& t)
     return live;
 }
 
-Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& modules, RawRun raw)
-{
-    Report r;
-    r.model = model;
-    r.run = raw.info;
-    r.layers = modules;
-    auto& t = raw.trace;
-    classify(t, raw.ops);
-    const bool train = raw.info.mode == "train";
-    auto phaseNamed = [&raw](const char* name) -> const Phase* {
-        for (const auto& p : raw.phases)
-            if (p.name == name)
-                return &p;
-        return nullptr;
-    };
-    const Phase* forward = phaseNamed("forward");
-    const Phase* backward = phaseNamed("backward");
-    auto inPhase = [](const Phase* p, std::size_t i) { return p && i >= p->first_event && i < p->end_event; };
-    if (train) {
-        // Allocations that end as a parameter's .grad are gradients; forward activations still alive when the
-        // backward starts and freed by it were saved for it.
-        auto setLedger = [&t](std::size_t i, Ledger l) {
-            t.ledger[i] = l;
-            if (t.partner[i] != kNoPartner)
-                t.ledger[static_cast<std::size_t>(t.partner[i])] = l;
-        };
-        for (auto e : raw.gradient_events)
-            if (e < t.size())
-                setLedger(e, Ledger::Gradients);
-        for (std::size_t i = 0; i < t.size(); ++i)
-            if (t.action[i] == Action::Alloc && t.ledger[i] == Ledger::Activations && inPhase(forward, i)
-                && t.partner[i] != kNoPartner && inPhase(backward, static_cast<std::size_t>(t.partner[i])))
-                setLedger(i, Ledger::SavedActivations);
-        r.gradient_bytes = raw.gradient_bytes;
-        r.optimizer_state_bytes = raw.optimizer_state_bytes;
-    }
-
-    // Weights at the run's dtype: floating tensors take its width, the rest stay as stored.
-    for (auto& l : r.layers)
-        l.weight_bytes = 0;
-    std::unordered_map<std::string, int> byPath;
-    for (std::size_t i = 0; i < r.layers.size(); ++i)
-        byPath.emplace(r.layers[i].path, static_cast<int>(i));
-    r.model.parameter_bytes = raw.parameter_bytes;
-    r.model.buffer_bytes = raw.buffer_bytes;
-    for (const auto& ti : model.tensors) {
-        std::int64_t bytes = isFloatingDtype(ti.dtype) ? numelOf(ti.shape) * dtypeSize(raw.info.dtype) : ti.bytes;
-        auto dot = ti.name.rfind('.');
-        auto it = byPath.find(dot == std::string::npos ? "" : ti.name.substr(0, dot));
-        for (int m = it == byPath.end() ? 0 : it->second; m >= 0; m = r.layers[static_cast<std::size_t>(m)].parent)
-            r.layers[static_cast<std::size_t>(m)].weight_bytes += bytes;
-    }
-    r.weight_bytes = raw.parameter_bytes + raw.buffer_bytes;
-    r.input_bytes = raw.input_bytes;
-
-    // Load tax: what the file stores against what is resident at the run's dtype.
-    r.load_tax.file_tensor_bytes = model.parameter_bytes + model.buffer_bytes;
-    std::int64_t most = -1;
-    for (const auto& [dtype, bytes] : model.bytes_by_dtype)
-        if (isFloatingDtype(dtype) && bytes > most) {
-            most = bytes;
-            r.load_tax.file_dtype = dtype;
-        }
-    r.load_tax.resident_bytes = r.weight_bytes;
-    r.load_tax.resident_dtype = raw.info.dtype;
-
-    r.gpu = raw.gpu;
-    r.unread_buffers = raw.unread_buffers;
-    r.buffer_reads_recorded = raw.buffer_reads_recorded;
-    r.phases = raw.phases;
-    auto live = setPeakFromTrace(r, t);
-    summarizeRunEvents(r, t, raw.ops, live, 0, static_cast<std::uint32_t>(t.size()));
-    r.forward_uses = std::move(raw.forward_uses);
-    r.range_end = 0; // the whole run
-    r.forward_uses_recorded = true;
-    r.output_events = std::move(raw.output_events);
-
-    if (raw.info.input_guessed)
-        r.notes.push_back("input shape " + shapeToString(raw.info.input_shapes.front())
-            + " is a guess from the first layer's weight; give the real one with --input");
-    r.trace = std::make_shared<const Trace>(std::move(t));
-    r.ops = std::make_shared<const std::vector<OpCall>>(std::move(raw.ops));
-    r.simulated_gpu = std::make_shared<const SimulatedGpu>(simulateGpu(r));
-    r.simulated_reserved_peak_bytes = r.simulated_gpu->peak_reserved;
-    return r;
-}
-
-} // namespace memledger
-
-namespace memledger {
-Report analyzeModel(Model& model, const RunOptions& options)
-{
-    auto raw = model.run(options);
-    return buildReport(model.info(), model.modules(), std::move(raw));
-}
 } // namespace memledger

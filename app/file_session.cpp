@@ -1,0 +1,139 @@
+#include "file_session.h"
+
+#include "demo_model.h"
+#include "run_panel.h"
+#include "run_worker.h"
+
+#include <QFileInfo>
+
+namespace memledger {
+
+FileSession::FileSession(RunPanel* panel, QObject* parent)
+    : QObject(parent)
+    , panel_(panel)
+    , worker_(new RunWorker(this))
+{
+    connect(panel_, &RunPanel::runRequested, this, &FileSession::run);
+    connect(panel_, &RunPanel::cancelRequested, this, &FileSession::cancel);
+    connect(worker_, &RunWorker::progress, this, [this](quint64, int done, int total) { panel_->setProgress(done, total); });
+    connect(worker_, &RunWorker::reading, this,
+        [this](quint64, qint64 done, qint64 total) { panel_->setReadProgress(done, total); });
+    connect(worker_, &RunWorker::inputsGuessed, this,
+        [this](quint64, const QString& shapes, const QString& how) { panel_->setInputs(shapes, tr("(guess)"), how); });
+    connect(worker_, &RunWorker::opened, this, [this](quint64, std::shared_ptr<const OpenedFile> file) {
+        file_ = std::move(file);
+        path_ = QString::fromStdString(file_->path);
+        opening_ = QString();
+        shown_ = false;
+        const auto kind = file_->kind;
+        panel_->setRunnable(kind == FileKind::Model);
+        panel_->setMode(file_->default_mode);
+        if (!file_->default_optimizer.empty())
+            panel_->setOptimizer(file_->default_optimizer);
+        if (!file_->default_inputs.empty())
+            panel_->setInputs(shapesToText(file_->default_inputs, file_->default_input_types), tr("(demo input)"));
+        else if (kind == FileKind::Snapshot)
+            panel_->setInputs(QString(), tr("(CUDA memory snapshot)"));
+        else if (kind == FileKind::Report)
+            panel_->setInputs(QString(), tr("(saved report)"));
+        else
+            panel_->setInputs(QString(), QString()); // the worker guesses them from the model
+        emit opened();
+    });
+    connect(worker_, &RunWorker::finished, this, [this](quint64, std::shared_ptr<const Report> report) {
+        panel_->setFinished(RunPanel::Outcome::Done);
+        panel_->setStatus(report->source == "model"
+                ? (report->run.mode == "train" ? tr("Ran a training step in %1 ms, %2 events")
+                                               : tr("Ran in %1 ms, %2 events"))
+                      .arg(report->run.duration_ms, 0, 'f', 0)
+                      .arg(report->trace ? report->trace->size() : 0)
+                : QString());
+        // The panel says what the shown report is: a training step read from JSON shows as one.
+        if (report->source == "model") {
+            if (isModel() && !report->run.input_shapes.empty()) {
+                auto shapes = shapesToText(report->run.input_shapes, report->run.input_types);
+                if (shapes != panel_->inputsText())
+                    panel_->setInputs(shapes, report->run.input_guessed ? tr("(guess)") : QString());
+            }
+            panel_->setMode(report->run.mode);
+            if (!report->run.optimizer.empty())
+                panel_->setOptimizer(report->run.optimizer);
+        }
+        shown_ = true;
+        emit finished(std::move(report));
+    });
+    connect(worker_, &RunWorker::failed, this, [this](quint64, const QString& message) {
+        panel_->setFinished(RunPanel::Outcome::Failed);
+        // A file that did not open leaves the one before shown: the panel says which is which.
+        if (opening_.isNull())
+            panel_->setStatus(tr("Failed"));
+        else if (shown_)
+            panel_->setStatus(tr("Could not open %1; still showing %2").arg(opening_, displayName()));
+        else
+            panel_->setStatus(tr("Could not open %1").arg(opening_));
+        opening_ = QString();
+        emit failed(message);
+    });
+    connect(worker_, &RunWorker::cancelled, this, [this](quint64) {
+        opening_ = QString();
+        panel_->setFinished(RunPanel::Outcome::Cancelled);
+        panel_->setStatus(tr("Cancelled"));
+    });
+}
+
+void FileSession::open(const QString& path)
+{
+    // Nothing changes until the file has opened (RunWorker::opened).
+    RunRequest request;
+    request.path = path;
+    request.options.dtype = panel_->dtype();
+    // The mode stays "": the file says what it is for (a training demo records a training step).
+    request.options.optimizer = panel_->optimizer();
+    request.options.loss = panel_->loss();
+    opening_ = path.isEmpty() ? QString::fromUtf8(kDemoModelName) : QFileInfo(path).fileName();
+    panel_->setRunning(true);
+    panel_->setStatus(tr("Opening %1…").arg(opening_));
+    worker_->start(std::move(request));
+}
+
+void FileSession::run()
+{
+    if (!file_) {
+        open(path_);
+        return;
+    }
+    RunRequest request;
+    request.file = file_;
+    request.path = path_;
+    if (isModel()) {
+        try {
+            request.options = panel_->options();
+        } catch (const std::exception& e) {
+            emit inputError(tr("Input shapes: %1").arg(QString::fromStdString(e.what())));
+            return;
+        }
+    }
+    panel_->setRunning(true);
+    panel_->setStatus(isModel() ? tr("Running %1…").arg(displayName()) : tr("Reading %1…").arg(displayName()));
+    worker_->start(std::move(request));
+}
+
+void FileSession::cancel()
+{
+    worker_->cancel();
+}
+
+bool FileSession::isRunning() const
+{
+    return worker_->isRunning();
+}
+
+QString FileSession::displayName() const
+{
+    if (!path_.isEmpty())
+        return QFileInfo(path_).fileName();
+    // A built-in demo has no path, only its name ("demo:mnist-train.pt").
+    return file_ && !file_->name.empty() ? QString::fromStdString(file_->name) : QString::fromUtf8(kDemoModelName);
+}
+
+} // namespace memledger

@@ -1,0 +1,49 @@
+#pragma once
+// The file the window shows and its runs: opening a file (once; its model then serves every run, the what-if and
+// the remedies), running it with the Run panel's settings off the GUI thread, and what the Run panel says
+// meanwhile. A file that cannot be opened leaves the one before shown, and the panel says so.
+#include "report/report.h"
+#include "session/open_file.h"
+
+#include <QObject>
+#include <QString>
+
+#include <memory>
+
+namespace memledger {
+
+class RunPanel;
+class RunWorker;
+
+class FileSession : public QObject {
+    Q_OBJECT
+public:
+    FileSession(RunPanel* panel, QObject* parent);
+
+    // A model (run at once), a saved report or a snapshot (read); "" is the RFBNet demo, "demo:NAME" a built-in one.
+    void open(const QString& path);
+    void run(); // the file shown again, at the Run panel's settings
+    void cancel();
+    bool isRunning() const;
+
+    const std::shared_ptr<const OpenedFile>& file() const { return file_; }
+    QString path() const { return path_; } // "" for a built-in demo
+    bool isModel() const { return file_ && file_->kind == FileKind::Model; }
+    QString displayName() const; // the file's name, or the built-in demo's ("demo:mnist-train.pt")
+
+signals:
+    void opened(); // file() is the new file; its report follows
+    void finished(std::shared_ptr<const memledger::Report> report);
+    void failed(const QString& message); // names the file
+    void inputError(const QString& message); // the Run panel's shapes do not parse
+
+private:
+    RunPanel* panel_;
+    RunWorker* worker_;
+    std::shared_ptr<const OpenedFile> file_;
+    QString path_;
+    QString opening_; // a file being opened: until it opens, the one before is shown
+    bool shown_ = false; // a report of file_ has been shown
+};
+
+} // namespace memledger
