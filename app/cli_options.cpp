@@ -157,9 +157,10 @@ CliOptions parseCli(const std::vector<std::string>& args)
             if (!o.budget || *o.budget <= 0)
                 throw std::invalid_argument("--budget '" + v + "' is not a size like 16GiB");
         } else if (a == "--mode") {
-            o.run.mode = value(a);
-            if (o.run.mode != "inference" && o.run.mode != "train")
-                throw std::invalid_argument("--mode '" + o.run.mode + "' is not inference or train");
+            const std::string mode = value(a);
+            o.run.mode = fromName<RunMode>(mode);
+            if (!o.run.mode)
+                throw std::invalid_argument("--mode '" + mode + "' is not inference or train");
         } else if (a == "--optimizer") {
             o.run.optimizer = value(a);
             if (o.run.optimizer != "sgd" && o.run.optimizer != "adam" && o.run.optimizer != "adamw"
@@ -216,7 +217,7 @@ CliOptions parseCli(const std::vector<std::string>& args)
         throw std::invalid_argument("ranks needs the snapshots (or reports) of the ranks, or a folder of them");
     if (!o.checkpoint.empty() && o.command != "whatif")
         throw std::invalid_argument("--checkpoint is for 'memledger whatif MODEL --mode train --checkpoint ...'");
-    if (!o.checkpoint.empty() && o.run.mode == "inference")
+    if (!o.checkpoint.empty() && o.run.mode == RunMode::Inference)
         throw std::invalid_argument("--checkpoint predicts a training step: use --mode train");
     if (o.checkpoint.size() == 1 && o.checkpoint[0] == "auto" && !o.budget)
         throw std::invalid_argument("--checkpoint auto needs --budget SIZE (the peak total to fit)");

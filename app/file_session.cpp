@@ -42,14 +42,14 @@ FileSession::FileSession(RunPanel* panel, QObject* parent)
     });
     connect(worker_, &RunWorker::finished, this, [this](quint64, std::shared_ptr<const Report> report) {
         panel_->setFinished(RunPanel::Outcome::Done);
-        panel_->setStatus(report->source == "model"
-                ? (report->run.mode == "train" ? tr("Ran a training step in %1 ms, %2 events")
+        panel_->setStatus(report->source == ReportSource::Model
+                ? (report->run.mode == RunMode::Train ? tr("Ran a training step in %1 ms, %2 events")
                                                : tr("Ran in %1 ms, %2 events"))
                       .arg(report->run.duration_ms, 0, 'f', 0)
                       .arg(report->trace ? report->trace->size() : 0)
                 : QString());
         // The panel says what the shown report is: a training step read from JSON shows as one.
-        if (report->source == "model") {
+        if (report->source == ReportSource::Model) {
             if (isModel() && !report->run.input_shapes.empty()) {
                 auto shapes = shapesToText(report->run.input_shapes, report->run.input_types);
                 if (shapes != panel_->inputsText())
@@ -87,7 +87,7 @@ void FileSession::open(const QString& path)
     RunRequest request;
     request.path = path;
     request.options.dtype = panel_->dtype();
-    // The mode stays "": the file says what it is for (a training demo records a training step).
+    // The mode stays unset: the file says what it is for (a training demo records a training step).
     request.options.optimizer = panel_->optimizer();
     request.options.loss = panel_->loss();
     opening_ = path.isEmpty() ? QString::fromUtf8(kDemoModelName) : QFileInfo(path).fileName();

@@ -299,7 +299,7 @@ void MainWindow::connectRuns()
     connect(session_, &FileSession::inputError, this, &MainWindow::showError);
     connect(session_, &FileSession::finished, this, [this](std::shared_ptr<const Report> report) {
         clearError();
-        if (report->source == "model" && session_->isModel())
+        if (report->source == ReportSource::Model && session_->isModel())
             whatIf_->record(session_->file(), *report);
         const bool timing = openClock_.isValid() && qEnvironmentVariableIsSet("MEMLEDGER_TIMING");
         if (timing)
@@ -527,7 +527,7 @@ RemediesPanel* MainWindow::remediesPanel() const
 Report MainWindow::reportForExport() const
 {
     Report r = *report_;
-    if (r.source == "model")
+    if (r.source == ReportSource::Model)
         r.whatif = whatIf_->tableForExport();
     remedies_->addShownTo(r);
     return r;

@@ -39,7 +39,7 @@ RemediesController::RemediesController(WhatIfController* whatIf, QWidget* dialog
         [this](quint64, const QString& message) { panel_->setStatus(tr("What would help: %1").arg(message)); });
     connect(panel_, &RemediesPanel::measureRequested, this, [this](int row, const Remedy& remedy) {
         QString variant;
-        if (remedy.measure_how == "variant") {
+        if (remedy.measure_how == MeasureHow::Variant) {
             variant = QFileDialog::getOpenFileName(dialogs_,
                 tr("The edited model for \u201c%1\u201d").arg(QString::fromStdString(remedy.title)), QString(),
                 tr("TorchScript models (*.pt *.pth);;All files (*)"));
@@ -71,7 +71,7 @@ void RemediesController::reportShown(std::shared_ptr<const Report> report, std::
 
 bool RemediesController::isModelRun() const
 {
-    return report_ && report_->source == "model" && file_ && file_->kind == FileKind::Model;
+    return report_ && report_->source == ReportSource::Model && file_ && file_->kind == FileKind::Model;
 }
 
 void RemediesController::compute()

@@ -54,8 +54,8 @@ RunPanel::RunPanel(QWidget* parent)
     device_->setToolTip(builtWithCuda() ? tr("Where the model runs: the CPU or a CUDA GPU")
                                         : tr("This memledger was built without CUDA (%1): it runs on the CPU")
                                               .arg(QString::fromStdString(torchBuildInfo())));
-    mode_->addItem(tr("inference"), QStringLiteral("inference"));
-    mode_->addItem(tr("training step"), QStringLiteral("train"));
+    mode_->addItem(tr("inference"), QString::fromLatin1(nameOf(RunMode::Inference)));
+    mode_->addItem(tr("training step"), QString::fromLatin1(nameOf(RunMode::Train)));
     mode_->setToolTip(tr("Inference: eval mode, no grad. Training step: forward, loss, backward and the "
                          "optimizer's step, with gradients and optimizer state"));
     optimizer_->addItem(QStringLiteral("SGD"), QStringLiteral("sgd"));
@@ -105,7 +105,7 @@ RunPanel::RunPanel(QWidget* parent)
     form_->addRow(status_);
     form_->setRowVisible(training_, false);
     connect(mode_, QOverload<int>::of(&QComboBox::currentIndexChanged), this,
-        [this] { form_->setRowVisible(training_, mode() == "train"); });
+        [this] { form_->setRowVisible(training_, mode() == RunMode::Train); });
 
     connect(run_, &QPushButton::clicked, this, &RunPanel::runRequested);
     connect(inputs_, &QLineEdit::returnPressed, this, &RunPanel::runRequested);
@@ -160,14 +160,14 @@ void selectData(QComboBox* box, const std::string& value)
 
 } // namespace
 
-void RunPanel::setMode(const std::string& mode)
+void RunPanel::setMode(RunMode mode)
 {
-    selectData(mode_, mode == "train" ? mode : std::string("inference"));
+    selectData(mode_, nameOf(mode));
 }
 
-std::string RunPanel::mode() const
+RunMode RunPanel::mode() const
 {
-    return mode_->currentData().toString().toStdString();
+    return fromName<RunMode>(mode_->currentData().toString().toStdString()).value_or(RunMode::Inference);
 }
 
 void RunPanel::setOptimizer(const std::string& optimizer)
@@ -201,7 +201,7 @@ void RunPanel::setRunnable(bool runnable)
     form_->setRowVisible(inputsRow_, runnable);
     inputs_->setVisible(runnable); // a nested layout's widgets are not hidden with its row
     inputsNote_->setVisible(runnable && !inputsNote_->text().isEmpty());
-    form_->setRowVisible(training_, runnable && mode() == "train");
+    form_->setRowVisible(training_, runnable && mode() == RunMode::Train);
 }
 
 void RunPanel::setRunning(bool running)

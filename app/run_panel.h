@@ -32,9 +32,9 @@ public:
     // Ends a run: the bar is full only when it is done; a failure or a cancel empties it and says so.
     void setFinished(Outcome outcome);
     std::string dtype() const; // the chosen precision
-    // "inference" or "train"; the optimizer and loss rows show only for a training step.
-    void setMode(const std::string& mode);
-    std::string mode() const;
+    // The optimizer and loss rows show only for a training step.
+    void setMode(RunMode mode);
+    RunMode mode() const;
     void setOptimizer(const std::string& optimizer); // sgd | adam | adamw | none
     std::string optimizer() const;
     std::string loss() const; // auto | sum | cross_entropy

@@ -28,7 +28,7 @@ WhatIfTable computeWhatIfTable(const OpenedFile& file, const CliOptions& o, std:
         base.inputs = file.default_inputs;
         base.input_types = file.default_input_types;
     }
-    if (base.mode.empty()) {
+    if (!base.mode) {
         base.mode = file.default_mode;
         if (!file.default_optimizer.empty() && base.optimizer == "sgd")
             base.optimizer = file.default_optimizer;
@@ -96,7 +96,7 @@ int runCheckpointWhatIf(const CliOptions& o)
         Report recorded;
         if (file.model) {
             RunOptions run = o.run;
-            run.mode = "train";
+            run.mode = RunMode::Train;
             recorded = analyzeOpened(file, run);
         } else if (file.report) {
             recorded = *file.report;
@@ -181,8 +181,8 @@ int runWhatIf(const CliOptions& o)
     for (std::size_t i = 0; i < table.recorded_batches.size(); ++i)
         records += (i == 0 ? "" : i + 1 == table.recorded_batches.size() ? " and " : ", ")
             + std::to_string(table.recorded_batches[i]);
-    std::cout << "What-if for " << name << " (" << (table.mode == "train" ? "a training step, " : "")
-              << "from runs at " << (table.axis == "seq" ? "sequence " : "batch ") << records << " on the CPU)\n\n";
+    std::cout << "What-if for " << name << " (" << (table.mode == RunMode::Train ? "a training step, " : "")
+              << "from runs at " << (table.axis == WhatIfAxis::Seq ? "sequence " : "batch ") << records << " on the CPU)\n\n";
     std::cout << whatIfToText(table);
     std::sort(notes.begin(), notes.end());
     notes.erase(std::unique(notes.begin(), notes.end()), notes.end());

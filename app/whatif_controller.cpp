@@ -101,7 +101,7 @@ void WhatIfController::record(std::shared_ptr<const OpenedFile> file, const Repo
     base.dtype = "float32";
     // The what-if records the run the window shows: a training step is predicted as a training step.
     base.mode = report.run.mode;
-    if (report.run.mode == "train") {
+    if (report.run.mode == RunMode::Train) {
         if (!report.run.optimizer.empty())
             base.optimizer = report.run.optimizer;
         if (!report.run.loss.empty())

@@ -40,7 +40,7 @@ quint64 WhatIfWorker::record(std::shared_ptr<const OpenedFile> file, RunOptions 
             return;
         base.cancel = cancel;
         base.inputs = file->inputsFor(base, nullptr, &base.input_types);
-        if (base.mode.empty())
+        if (!base.mode)
             base.mode = file->default_mode;
         // The panel is usable on the first records while the larger ones are made.
         auto w = std::make_shared<const WhatIf>(recordWhatIf(

@@ -43,7 +43,7 @@ int main(int argc, char** argv)
     plain.inputs = parseShapes(positional.size() > 1 ? positional[1] : "1x3x224x224");
     plain.batch = positional.size() > 2 ? std::stoll(positional[2]) : 8;
     int pairs = positional.size() > 3 ? std::stoi(positional[3]) : 7;
-    plain.mode = mode;
+    plain.mode = train ? RunMode::Train : RunMode::Inference;
     plain.optimizer = optimizer;
     plain.record = false;
     RunOptions recorded = plain;

@@ -36,10 +36,10 @@ namespace memledger {
 const std::vector<DemoModel>& demoModels()
 {
     static const std::vector<DemoModel> demos {
-        {kDemoModelName, "RFBNet detector, inference (float16 file)", {{1, 1, 300, 300}}, "inference"},
-        {"demo:mnist-train.pt", "MNIST CNN, SGD training step", {{64, 1, 28, 28}}, "train"},
-        {"demo:gpt.pt2", "Small GPT, inference (torch.export, tied head)", {{4, 256}}, "inference", "int64"},
-        {"demo:gpt-train.pt2", "Small GPT, AdamW training step (torch.export)", {{8, 256}}, "train", "int64"},
+        {kDemoModelName, "RFBNet detector, inference (float16 file)", {{1, 1, 300, 300}}, RunMode::Inference},
+        {"demo:mnist-train.pt", "MNIST CNN, SGD training step", {{64, 1, 28, 28}}, RunMode::Train},
+        {"demo:gpt.pt2", "Small GPT, inference (torch.export, tied head)", {{4, 256}}, RunMode::Inference, "int64"},
+        {"demo:gpt-train.pt2", "Small GPT, AdamW training step (torch.export)", {{8, 256}}, RunMode::Train, "int64"},
     };
     return demos;
 }

@@ -18,7 +18,7 @@ struct DemoModel {
     const char* name; // "demo:rfbnet.pt"
     const char* title; // for menus: "RFBNet inference"
     std::vector<std::vector<std::int64_t>> inputs;
-    const char* mode; // "inference" | "train"
+    RunMode mode;
     const char* input_dtype = "float32"; // the inputs' type: "int64" for token ids
 };
 const std::vector<DemoModel>& demoModels();

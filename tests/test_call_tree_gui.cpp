@@ -36,7 +36,7 @@ std::shared_ptr<const Report> handReport()
 {
     HandTrace h;
     auto r = std::make_shared<Report>();
-    r->source = "snapshot";
+    r->source = ReportSource::Snapshot;
     r->trace = std::make_shared<Trace>(std::move(h.t));
     return r;
 }

@@ -41,7 +41,7 @@ const Report& recorded(const std::string& name)
     auto t = truth()[name];
     auto model = Model::open(dir() + "/" + t["file"].get<std::string>());
     RunOptions o;
-    o.mode = "train";
+    o.mode = RunMode::Train;
     o.optimizer = "sgd";
     o.inputs = parseShapes(t["input"].get<std::string>());
     return cache.emplace(name, analyzeModel(model, o)).first->second;
@@ -146,7 +146,7 @@ TEST(Checkpoint, RefusesWhatItCannotPredict)
     EXPECT_THROW(predictCheckpoint(r, {"nope"}), std::invalid_argument);
     EXPECT_THROW(predictCheckpoint(r, {""}), std::invalid_argument);
     Report inference = r;
-    inference.run.mode = "inference";
+    inference.run.mode = RunMode::Inference;
     EXPECT_THROW(predictCheckpoint(inference, {"conv2"}), std::invalid_argument);
     Report old = r; // saved before memledger kept the forward's tensor uses
     old.forward_uses.clear();

@@ -194,7 +194,7 @@ Report run(const std::string& name, const std::string& dtype)
     RunOptions o;
     o.inputs = {{1, 3, 32, 32}};
     o.dtype = dtype;
-    o.mode = "inference";
+    o.mode = RunMode::Inference;
     return analyzeOpened(file, o);
 }
 
@@ -257,7 +257,7 @@ TEST(Diff, Float32AgainstBfloat16MatchesPyTorchsBytes)
     EXPECT_EQ(d.total("input_bytes")->figure.delta(),
         tr["bfloat16"]["input_bytes"].get<std::int64_t>() - tr["float32"]["input_bytes"].get<std::int64_t>());
     // Per module, matched by path: each module's weights delta is PyTorch's.
-    EXPECT_EQ(d.entry_kind, "module");
+    EXPECT_EQ(d.entry_kind, DiffEntryKind::Module);
     for (const auto& [path, bytes] : tr["float32"]["modules"].items()) {
         const auto* e = d.entry(path);
         ASSERT_NE(e, nullptr) << path;
@@ -360,7 +360,7 @@ TEST(Diff, TwoSnapshotsAgreeWithPythonsPickle)
     EXPECT_EQ(u->total.a, pa["allocated"].get<std::int64_t>());
     EXPECT_EQ(u->total.b, pb["allocated"].get<std::int64_t>());
     // Per allocation site: the sites' sums are the pickle's sums, each side.
-    EXPECT_EQ(d.entry_kind, "site");
+    EXPECT_EQ(d.entry_kind, DiffEntryKind::Site);
     std::int64_t sumA = 0, sumB = 0, countA = 0, countB = 0, deltas = 0;
     for (const auto& e : d.entries) {
         sumA += e.figures[0].a;
@@ -390,7 +390,7 @@ TEST(Diff, TrainingStepsWithSgdAndAdamDifferByOneMomentPerParameter)
     auto file = openFile(modelPath("net"));
     RunOptions o;
     o.inputs = {{4, 3, 32, 32}};
-    o.mode = "train";
+    o.mode = RunMode::Train;
     o.optimizer = "sgd";
     auto a = analyzeOpened(file, o);
     o.optimizer = "adam";

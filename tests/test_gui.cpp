@@ -335,6 +335,8 @@ TEST(MainWindow, WhatIfPanelGetsItsRecordsAndTheSavedReportCarriesTheTable)
 // model and settings are the same JSON, records, rows, figures and all.
 TEST(MainWindow, WhatIfTableIsTheCommandLinesForTheSameModelAndSettings)
 {
+    if (!canRunExportedPrograms())
+        GTEST_SKIP() << "this build's libtorch runs no torch.export programs (" << torchBuildInfo() << ")";
     qtTestApp();
     MainWindow w;
     w.show();
@@ -379,19 +381,19 @@ TEST(MainWindow, OpensTheMnistTrainingDemoFromTheMenuAndRunsATrainingStep)
     ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
     auto report = w.report();
     ASSERT_TRUE(report);
-    EXPECT_EQ(report->run.mode, "train");
+    EXPECT_EQ(report->run.mode, RunMode::Train);
     EXPECT_EQ(w.runPanel()->modeBox()->currentText(), "training step");
-    EXPECT_EQ(w.runPanel()->mode(), "train");
+    EXPECT_EQ(w.runPanel()->mode(), RunMode::Train);
     EXPECT_TRUE(w.runPanel()->trainingRowVisible());
     EXPECT_TRUE(w.windowTitle().contains("demo:mnist-train.pt")) << w.windowTitle().toStdString();
-    EXPECT_EQ(w.runPanel()->options().mode, "train");
+    EXPECT_EQ(w.runPanel()->options().mode, RunMode::Train);
     EXPECT_EQ(w.timeline()->phaseBandCount(), static_cast<int>(report->phases.size()));
     EXPECT_FALSE(w.layerTree()->view()->isColumnHidden(LayerTreeModel::Gradients));
 
     // Back to inference: the RFBNet demo opens in its own mode and the training rows go away.
     w.openDemo();
     ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
-    EXPECT_EQ(w.report()->run.mode, "inference");
+    EXPECT_EQ(w.report()->run.mode, RunMode::Inference);
     EXPECT_EQ(w.runPanel()->modeBox()->currentText(), "inference");
     EXPECT_FALSE(w.runPanel()->trainingRowVisible());
     EXPECT_TRUE(w.layerTree()->view()->isColumnHidden(LayerTreeModel::Gradients));

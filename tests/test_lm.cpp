@@ -42,14 +42,10 @@ const nlohmann::json& lmTruth()
     do {                                                                                                               \
         if (lmTruth().contains("skipped"))                                                                             \
             GTEST_SKIP() << lmTruth()["skipped"].get<std::string>();                                                   \
-        if (!builtWithExportSupport())                                                                                 \
+        if (!canRunExportedPrograms())                                                                                 \
             GTEST_SKIP() << "this build's libtorch runs no torch.export programs (the PyTorch 2 build does)";          \
     } while (0)
 
-bool builtWithExportSupport()
-{
-    return torchBuildInfo().rfind("libtorch 1.", 0) != 0;
-}
 
 std::string lmFile(const std::string& model, const std::string& kind)
 {
@@ -184,7 +180,7 @@ TEST_P(LanguageModel, TrainingStepsAgreeWithPyTorch)
         SCOPED_TRACE(optimizer);
         const auto& truth = t["train"][GetParam().kind][optimizer];
         auto o = optionsFor(t["input"].get<std::string>());
-        o.mode = "train";
+        o.mode = RunMode::Train;
         o.optimizer = optimizer;
         auto report = analyzeModel(opened(GetParam()), o);
         EXPECT_EQ(report.run.loss, truth["loss"].get<std::string>());
@@ -389,7 +385,7 @@ TEST(LanguageModelWhatIf, TheCliVariesTheSequenceAndWritesItInEveryRow)
 // which build opens it.
 TEST(LanguageModelDemo, TheGptDemoRunsOrNamesTheBuildThatRunsIt)
 {
-    if (!builtWithExportSupport()) {
+    if (!canRunExportedPrograms()) {
         try {
             openFileOrDemo("demo:gpt.pt2");
             FAIL() << "libtorch 1.13 opened a torch.export program";
@@ -406,7 +402,7 @@ TEST(LanguageModelDemo, TheGptDemoRunsOrNamesTheBuildThatRunsIt)
     o.inputs = {{2, 64}}; // smaller than the demo's own, to keep the test quick
     o.input_types = file.default_input_types;
     auto report = analyzeOpened(file, o);
-    EXPECT_EQ(report.run.mode, "train");
+    EXPECT_EQ(report.run.mode, RunMode::Train);
     EXPECT_EQ(report.run.optimizer, "adamw");
     EXPECT_EQ(report.run.loss, "next_token");
     EXPECT_EQ(report.optimizer_state_bytes, 2 * report.gradient_bytes) << "AdamW's two moments, the tied head once";
@@ -416,7 +412,7 @@ TEST(LanguageModelDemo, TheGptDemoRunsOrNamesTheBuildThatRunsIt)
 // 2 build (not "not a TorchScript model"). The file is written by .venv-torch's PyTorch 2, when it is there.
 TEST(LanguageModelScript, AFileFromPyTorch2NamesTheBuildThatReadsIt)
 {
-    if (builtWithExportSupport())
+    if (canRunExportedPrograms())
         GTEST_SKIP() << "this build reads PyTorch 2's files (the case is libtorch 1.13's)";
     std::string python = std::string(MEMLEDGER_SOURCE_DIR) + "/.venv-torch/bin/python";
     if (!std::ifstream(python))

@@ -57,7 +57,7 @@ Report analyze(Model& m, const Shape& input = kFull, const std::string& dtype = 
     return analyzeModel(m, o);
 }
 
-const Remedy* find(const std::vector<Remedy>& rs, const std::string& kind)
+const Remedy* find(const std::vector<Remedy>& rs, RemedyKind kind)
 {
     for (const auto& r : rs)
         if (r.kind == kind)
@@ -80,7 +80,7 @@ Remedy expectPredictsTheVariant(
     EXPECT_EQ(r.peak_total_after, truthPeakTotal(variant, "full"));
     auto changed = Model::open(remediesFixture(variant + ".pt"));
     auto measured = measureRemedy(r, report, model, &changed);
-    EXPECT_EQ(measured.method, "measured");
+    EXPECT_EQ(measured.method, FigureMethod::Measured);
     EXPECT_TRUE(measured.measured_peak_total && measured.measured_reserve);
     EXPECT_EQ(measured.measured_peak_total.value_or(-1), r.peak_total_after);
     return measured;
@@ -98,9 +98,9 @@ TEST(Remedies, InplaceActivationsPredictTheInplaceModel)
         modules.insert(c.module);
     EXPECT_EQ(modules, (std::set<std::string> {"relu1", "relu2"}));
     auto remedies = computeRemedies(report);
-    const auto* r = find(remedies, "inplace");
+    const auto* r = find(remedies, RemedyKind::InPlace);
     ASSERT_NE(r, nullptr);
-    EXPECT_EQ(r->measure_how, "variant");
+    EXPECT_EQ(r->measure_how, MeasureHow::Variant);
     // The saving is PyTorch's (libtorch 1.13 saves a block here; 2.x's CPU kernels may already reuse it).
     EXPECT_EQ(r->peakSaving(), truthPeakTotal("relu", "full") - truthPeakTotal("inplace", "full"));
     // PyTorch's profiler on the model scripted with ReLU(inplace=True), and memledger's own real run of that
@@ -118,7 +118,7 @@ TEST(Remedies, InplaceIsNeverSuggestedWhereTheInputIsReadAgain)
     // The output, read by the caller, never goes in place either; and a training step gets no such rule.
     RunOptions train;
     train.inputs = {{2, 3, 32, 32}};
-    train.mode = "train";
+    train.mode = RunMode::Train;
     train.loss = "sum";
     auto trained = analyzeModel(model, train);
     EXPECT_TRUE(inplaceCandidates(trained).empty());
@@ -144,7 +144,7 @@ TEST_P(BatchNormFolding, PredictsTheFoldedModel)
     EXPECT_EQ(folds[1].conv, "conv2");
     EXPECT_EQ(folds[1].batchnorm, "bn2");
     auto remedies = computeRemedies(report);
-    const auto* r = find(remedies, "fold_batchnorm");
+    const auto* r = find(remedies, RemedyKind::FoldBatchNorm);
     ASSERT_NE(r, nullptr);
     EXPECT_GT(r->peakSaving(), 0);
     auto measured = expectPredictsTheVariant(*r, report, model, base, folded);
@@ -163,7 +163,7 @@ TEST(Remedies, InplaceAddAndMulPredictTheInplaceModel)
         ops.insert(c.op_name);
     EXPECT_EQ(ops, (std::set<std::string> {"aten::add", "aten::mul"}));
     auto remedies = computeRemedies(report);
-    const auto* r = find(remedies, "inplace");
+    const auto* r = find(remedies, RemedyKind::InPlace);
     ASSERT_NE(r, nullptr);
     expectPredictsTheVariant(*r, report, model, "addmul", "addmul_inplace");
 }
@@ -177,7 +177,7 @@ TEST(Remedies, UnreadBuffersAreTheOnesTheRunNeverTook)
     // BatchNorm's running statistics are read in eval mode: never suggested.
     EXPECT_EQ(unread, (std::set<std::string> {"lookup", "bn1.num_batches_tracked", "bn2.num_batches_tracked"}));
     auto remedies = computeRemedies(report);
-    const auto* r = find(remedies, "unread_buffers");
+    const auto* r = find(remedies, RemedyKind::UnreadBuffers);
     ASSERT_NE(r, nullptr);
     // PyTorch: the model with those buffers set to None (same output), profiled.
     EXPECT_EQ(r->peak_total_after, truthPeakTotal("unread", "full"));
@@ -214,7 +214,7 @@ TEST_F(RemediesWithWhatIf, LowerPrecisionPredictsARealBfloat16Run)
     RemedyOptions o;
     o.whatif = whatif_;
     auto remedies = computeRemedies(report, o);
-    const auto* r = find(remedies, "lower_precision");
+    const auto* r = find(remedies, RemedyKind::LowerPrecision);
     ASSERT_NE(r, nullptr);
     EXPECT_EQ(r->dtype, "bfloat16");
     // Whether bfloat16 saves (libtorch 1.13) or costs (2.x's CPU path keeps bfloat16 reorders) is PyTorch's.
@@ -233,7 +233,7 @@ TEST_F(RemediesWithWhatIf, LargestBatchFitsAndTheNextDoesNot)
     o.whatif = whatif_;
     o.budget = std::int64_t {48} << 20;
     auto remedies = computeRemedies(report, o);
-    const auto* r = find(remedies, "largest_batch");
+    const auto* r = find(remedies, RemedyKind::LargestBatch);
     ASSERT_NE(r, nullptr);
     ASSERT_GT(r->batch, 1);
     auto measured = measureRemedy(*r, report, *model_);
@@ -252,7 +252,7 @@ TEST_F(RemediesWithWhatIf, MicroBatchesPredictARealRunAtTheMicroBatch)
     RemedyOptions o;
     o.whatif = whatif_;
     auto remedies = computeRemedies(report, o);
-    const auto* r = find(remedies, "micro_batching");
+    const auto* r = find(remedies, RemedyKind::MicroBatching);
     ASSERT_NE(r, nullptr);
     EXPECT_EQ(r->batch, 1);
     // The outputs of the three other micro-batches (1x10 float32 each) stay until they are concatenated.
@@ -269,9 +269,9 @@ TEST_F(RemediesWithWhatIf, TilingIsARealRunAtTheTileShape)
     o.model = model_;
     o.tile = {48, 48};
     auto remedies = computeRemedies(report, o);
-    const auto* r = find(remedies, "tiling");
+    const auto* r = find(remedies, RemedyKind::Tiling);
     ASSERT_NE(r, nullptr);
-    EXPECT_EQ(r->method, "measured");
+    EXPECT_EQ(r->method, FigureMethod::Measured);
     EXPECT_EQ(r->peak_total_after, truthPeakTotal("base", "tile"));
     EXPECT_EQ(r->peak_total_before, truthPeakTotal("base", "full"));
     // A tile with more dimensions than the input has is refused with a reason.
@@ -304,7 +304,7 @@ TEST(Remedies, RemediesAreRankedAndKeptInTheJsonReport)
     auto again = computeRemedies(back);
     ASSERT_EQ(again.size(), remedies.size());
     for (std::size_t i = 0; i < again.size(); ++i)
-        EXPECT_EQ(again[i].peak_total_after, remedies[i].peak_total_after) << again[i].kind;
+        EXPECT_EQ(again[i].peak_total_after, remedies[i].peak_total_after) << nameOf(again[i].kind);
 }
 
 TEST(Remedies, CliWritesRemediesToTextAndJson)
@@ -360,13 +360,13 @@ TEST(RemediesAllocator, SuggestedSettingIsTheReplaysBest)
         for (std::size_t i = 1; i < suggestions.size(); ++i)
             EXPECT_LE(suggestions[i - 1].reserve_after, suggestions[i].reserve_after);
         auto remedies = computeRemedies(report);
-        const auto* r = find(remedies, "allocator_settings");
+        const auto* r = find(remedies, RemedyKind::AllocatorSettings);
         const auto saving = suggestions.front().reserve_before - suggestions.front().reserve_after;
         if (saving > (std::int64_t {1} << 20) && saving > suggestions.front().reserve_before / 200) {
             ASSERT_NE(r, nullptr);
             EXPECT_EQ(r->setting, suggestions.front().setting);
             EXPECT_EQ(r->reserveSaving(), saving);
-            EXPECT_EQ(r->measure_how, "");
+            EXPECT_EQ(r->measure_how, MeasureHow::None);
         } else {
             EXPECT_EQ(r, nullptr) << "suggested a setting that saves nothing";
         }

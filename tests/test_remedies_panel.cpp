@@ -23,7 +23,7 @@ namespace {
 std::vector<Remedy> handMade()
 {
     Remedy fold;
-    fold.kind = "fold_batchnorm";
+    fold.kind = RemedyKind::FoldBatchNorm;
     fold.title = "Fold BatchNorm into the convolution (1)";
     fold.change = "fold each BatchNorm into the convolution before it";
     fold.details = {"bn1 into conv1"};
@@ -31,21 +31,21 @@ std::vector<Remedy> handMade()
     fold.peak_total_after = 2000000;
     fold.reserve_before = 20 << 20;
     fold.reserve_after = 20 << 20;
-    fold.measure_how = "variant";
+    fold.measure_how = MeasureHow::Variant;
     Remedy bf16 = fold;
-    bf16.kind = "lower_precision";
+    bf16.kind = RemedyKind::LowerPrecision;
     bf16.title = "Run in bfloat16";
     bf16.change = "convert to bfloat16";
     bf16.details = {};
     bf16.peak_total_after = 2500000;
     bf16.dtype = "bfloat16";
-    bf16.measure_how = "run";
+    bf16.measure_how = MeasureHow::Run;
     Remedy alloc = fold;
-    alloc.kind = "allocator_settings";
+    alloc.kind = RemedyKind::AllocatorSettings;
     alloc.title = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True";
     alloc.peak_total_after = alloc.peak_total_before;
     alloc.reserve_after = 10 << 20;
-    alloc.measure_how = "";
+    alloc.measure_how = MeasureHow::None;
     return {fold, bf16, alloc};
 }
 
@@ -73,7 +73,7 @@ TEST(RemediesPanel, MeasureButtonsOnlyWhereARunCanCheck)
     EXPECT_FALSE(panel.measureButton(1)->isEnabled()) << "a measure in flight is not asked twice";
 
     auto measured = panel.remedies()[1];
-    measured.method = "measured";
+    measured.method = FigureMethod::Measured;
     measured.measured_peak_total = 2450000;
     measured.measured_reserve = 20 << 20;
     panel.showMeasured(1, measured);
@@ -123,7 +123,7 @@ TEST(RemediesWindow, ComputesAndMeasuresOffTheGuiThread)
     ASSERT_TRUE(complete) << "no remedies with the what-if within two minutes";
     int row = -1;
     for (int r = 0; r < static_cast<int>(panel->remedies().size()); ++r)
-        if (panel->remedies()[static_cast<std::size_t>(r)].kind == "lower_precision"
+        if (panel->remedies()[static_cast<std::size_t>(r)].kind == RemedyKind::LowerPrecision
             && panel->remedies()[static_cast<std::size_t>(r)].dtype == "bfloat16")
             row = r;
     ASSERT_GE(row, 0);
@@ -133,7 +133,7 @@ TEST(RemediesWindow, ComputesAndMeasuresOffTheGuiThread)
         QTest::qWait(100);
     const auto& m = panel->remedies()[static_cast<std::size_t>(row)];
     ASSERT_TRUE(m.measured_peak_total.has_value());
-    EXPECT_EQ(m.method, "measured");
+    EXPECT_EQ(m.method, FigureMethod::Measured);
     // A real bfloat16 run against the prediction from the what-if records.
     EXPECT_LE(std::abs(static_cast<double>(m.peak_total_after - *m.measured_peak_total)), 0.01 * *m.measured_peak_total);
     EXPECT_TRUE(panel->table()->item(row, RemediesPanel::kMeasuredColumn)->text().contains(QStringLiteral("error")));

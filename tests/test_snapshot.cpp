@@ -151,7 +151,7 @@ TEST(Snapshot, RingBufferStartingMidRunIsAccepted)
         unpairedFrees += s.trace->action[i] == Action::Free && s.trace->partner[i] == kNoPartner;
     EXPECT_GT(unpairedFrees, 0u);
     Report r = reportFromSnapshot(s, snapshotPath("many-segments.pickle"));
-    EXPECT_EQ(r.source, "snapshot");
+    EXPECT_EQ(r.source, ReportSource::Snapshot);
     EXPECT_GE(r.peak_bytes, s.allocatedBytes());
     bool noted = false;
     for (const auto& n : r.notes)
@@ -184,7 +184,7 @@ TEST(Snapshot, ReportAndJson)
     auto path = snapshotPath("segment-alloc-and-free.pickle");
     Report r = readSnapshotReport(path);
     ASSERT_TRUE(r.snapshot);
-    EXPECT_EQ(r.source, "snapshot");
+    EXPECT_EQ(r.source, ReportSource::Snapshot);
     EXPECT_EQ(r.trace->size(), 3092u);
     EXPECT_GT(r.peak_bytes, 0);
     EXPECT_EQ(r.peak_total_bytes, r.peak_bytes);

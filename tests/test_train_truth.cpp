@@ -34,7 +34,7 @@ std::string caseName(const ::testing::TestParamInfo<TrainCase>& info)
 RunOptions trainOptions(const nlohmann::json& train, const std::string& optimizer)
 {
     RunOptions o;
-    o.mode = "train";
+    o.mode = RunMode::Train;
     o.optimizer = optimizer;
     o.inputs = parseShapes(train["input"].get<std::string>());
     return o;
@@ -89,7 +89,7 @@ std::int64_t num(const nlohmann::json& j, const char* key)
 TEST_P(TrainTruth, RunIsOneTrainingStepWithTheChosenLoss)
 {
     const auto& run = r->report.run;
-    EXPECT_EQ(run.mode, "train");
+    EXPECT_EQ(run.mode, RunMode::Train);
     EXPECT_EQ(run.optimizer, GetParam().optimizer);
     EXPECT_EQ(run.loss, r->truth["loss"].get<std::string>());
 }
@@ -281,7 +281,7 @@ TEST(TrainRepeat, TwoStepsOfOneModelGiveTheSameFigures)
     RunOptions inference;
     inference.inputs = o.inputs;
     auto after = analyzeModel(model, inference);
-    EXPECT_EQ(after.run.mode, "inference");
+    EXPECT_EQ(after.run.mode, RunMode::Inference);
     EXPECT_EQ(after.gradient_bytes, 0);
     EXPECT_EQ(after.optimizer_state_bytes, 0);
 }
@@ -300,7 +300,7 @@ TEST_P(TrainRefusal, LibraryThrowsRunErrorWithTheReason)
     ASSERT_FALSE(t.is_null()) << "truth.json has no " << GetParam().model;
     auto model = Model::open(fixture(t["file"].get<std::string>()));
     RunOptions o;
-    o.mode = "train";
+    o.mode = RunMode::Train;
     o.inputs = parseShapes(t["input"].get<std::string>());
     for (const char* optimizer : {"sgd", "adam"}) {
         o.optimizer = optimizer;

@@ -70,7 +70,7 @@ TEST(WhatIfSynthetic, ToleratesRunsOfDifferentLength)
     for (std::int64_t b : {3, 8, 64, 1000}) {
         auto truth = syntheticRun(b, 30);
         auto p = w.predict(b, "float32", false);
-        EXPECT_EQ(p.method, "predicted");
+        EXPECT_EQ(p.method, FigureMethod::Predicted);
         EXPECT_EQ(p.predicted_peak_bytes, measuredPeak(truth)) << "batch " << b;
         EXPECT_EQ(p.input_bytes, truth.input_bytes);
         EXPECT_EQ(p.predicted_peak_total_bytes, p.predicted_peak_bytes + p.input_bytes + p.weight_bytes);
@@ -84,10 +84,10 @@ TEST(WhatIfSynthetic, RecordedBatchesAreMeasured)
 {
     auto w = WhatIf::fromRuns({}, {}, syntheticRun(1, 10), 1, syntheticRun(2, 10), 2);
     auto p1 = w.predict(1, "float32", false);
-    EXPECT_EQ(p1.method, "measured");
+    EXPECT_EQ(p1.method, FigureMethod::Measured);
     EXPECT_EQ(p1.predicted_peak_bytes, measuredPeak(syntheticRun(1, 10)));
     auto p2 = w.predict(2, "float32", false);
-    EXPECT_EQ(p2.method, "measured");
+    EXPECT_EQ(p2.method, FigureMethod::Measured);
     EXPECT_EQ(p2.predicted_peak_bytes, measuredPeak(syntheticRun(2, 10)));
     EXPECT_THROW(w.predict(0, "float32"), std::invalid_argument);
     EXPECT_THROW(w.predict(4, "float8"), std::invalid_argument);
@@ -116,7 +116,7 @@ TEST(WhatIfSynthetic, HalfPrecisionHalvesWithoutARecord)
     auto f32 = w.predict(100, "float32", false);
     auto bf16 = w.predict(100, "bfloat16", false);
     EXPECT_NEAR(static_cast<double>(bf16.predicted_peak_bytes), f32.predicted_peak_bytes / 2.0, 2.0);
-    EXPECT_EQ(bf16.method, "predicted");
+    EXPECT_EQ(bf16.method, FigureMethod::Predicted);
 }
 
 TEST(WhatIfSynthetic, PeaksAbove4GiBDoNotOverflow)
@@ -238,7 +238,7 @@ TEST(WhatIfModel, SeveralRecordsAndExtrapolation)
     EXPECT_EQ(w.batch1(), 1);
     EXPECT_EQ(w.batch2(), 8);
     auto at8 = w.predict(8, "float32");
-    EXPECT_EQ(at8.method, "measured");
+    EXPECT_EQ(at8.method, FigureMethod::Measured);
     EXPECT_FALSE(at8.extrapolated);
     auto at5 = w.predict(5, "float32");
     EXPECT_FALSE(at5.extrapolated);
@@ -271,7 +271,7 @@ TEST(WhatIfModel, Float16IsPredictedNotMeasured)
     base.inputs = parseShapes("1x3x32x32");
     auto w = WhatIf::record(model, base);
     auto p = w.predict(16, "float16");
-    EXPECT_EQ(p.method, "predicted");
+    EXPECT_EQ(p.method, FigureMethod::Predicted);
     EXPECT_GT(p.predicted_reserved_bytes, 0);
     bool said = false;
     for (const auto& n : p.notes)
@@ -327,11 +327,11 @@ TEST(WhatIfModel, TrainingStepIsPredictedWithinOnePercent)
     auto model = Model::open(memledger::test::fixture("small_inplace.pt"));
     RunOptions base;
     base.inputs = parseShapes("1x3x32x32");
-    base.mode = "train";
+    base.mode = RunMode::Train;
     base.optimizer = "sgd";
-    auto [b1, b2] = recordedBatchesFor("train");
+    auto [b1, b2] = recordedBatchesFor(RunMode::Train);
     auto w = WhatIf::record(model, base, b1, b2, {"float32"});
-    EXPECT_EQ(w.mode(), "train");
+    EXPECT_EQ(w.mode(), RunMode::Train);
     for (std::int64_t batch : {16, 64}) {
         auto p = w.measure(model, batch, "float32");
         ASSERT_TRUE(p.measured_peak_bytes && p.error_percent);

@@ -314,7 +314,7 @@ TEST(WhatIfPanel, ShowsThePredictionAtTheChosenBatchAndWhetherItFits)
         auto p = whatIf->predict(batch, "float32", false);
         // Beyond the largest record (batch 2 here) a figure is extrapolated and says so.
         return formatBytes(p.predicted_peak_total_bytes)
-            + (p.method == "measured" ? "  (measured)"
+            + (p.method == FigureMethod::Measured ? "  (measured)"
                     : p.extrapolated  ? "  (extrapolated)"
                                       : "  (predicted)");
     };
@@ -367,7 +367,7 @@ TrainStep makeTrainStep()
     TrainStep step;
     Report& r = step.report;
     r = makeSyntheticReport(0);
-    r.run.mode = "train";
+    r.run.mode = RunMode::Train;
     r.run.optimizer = "sgd";
     r.run.loss = "cross_entropy";
     r.run.threads = 2;

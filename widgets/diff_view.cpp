@@ -218,8 +218,8 @@ void DiffView::fillTotals()
         if (t.figure.a == 0 && t.figure.b == 0 && t.name != "peak_bytes" && t.name != "peak_total_bytes")
             continue;
         auto label = QString::fromStdString(t.label);
-        if (t.name == "reserved_bytes" && !d.a.reserved_kind.empty())
-            label += QStringLiteral(" (%1)").arg(QString::fromStdString(d.a.reserved_kind));
+        if (t.name == "reserved_bytes" && d.a.reserved_kind != ReserveKind::None)
+            label += QStringLiteral(" (%1)").arg(QString::fromLatin1(nameOf(d.a.reserved_kind)));
         rows.push_back({label, t.figure});
     }
     for (const auto& l : d.ledgers)
@@ -250,7 +250,7 @@ void DiffView::fillEntries()
     const int fixed = 3; // name, type, change
     const int columns = fixed + static_cast<int>(d.columns.size()) + 1;
     entries_->setColumnCount(columns);
-    QStringList headers {d.entry_kind == "module" ? tr("module") : tr("site (top stack frame)"), tr("type"),
+    QStringList headers {d.entry_kind == DiffEntryKind::Module ? tr("module") : tr("site (top stack frame)"), tr("type"),
         tr("change")};
     for (const auto& c : d.columns)
         headers << QString::fromStdString(c.label);

@@ -144,12 +144,12 @@ std::int64_t LayerTreeModel::bytes(int layer, int column) const
 
 bool LayerTreeModel::isTrainStep() const
 {
-    return report_ && report_->run.mode == "train";
+    return report_ && report_->run.mode == RunMode::Train;
 }
 
 bool LayerTreeModel::isSnapshot() const
 {
-    return report_ && report_->source == "snapshot";
+    return report_ && report_->source == ReportSource::Snapshot;
 }
 
 bool LayerTreeModel::columnApplies(int column) const

@@ -210,7 +210,7 @@ void LedgerSummary::setReport(std::shared_ptr<const Report> report)
 
 QString LedgerSummary::trainingText() const
 {
-    if (!report_ || report_->snapshot || report_->run.mode != "train")
+    if (!report_ || report_->snapshot || report_->run.mode != RunMode::Train)
         return {};
     auto optimizer = QString::fromStdString(report_->run.optimizer);
     return tr("Training step: gradients %1 (every parameter's .grad after the step), optimizer state %2%3")

@@ -164,17 +164,17 @@ void RemediesPanel::fillRow(int row)
         item(m.reserve_after > 0 ? afterAndSaving(m.reserve_before, m.reserve_after) : QStringLiteral("-"), true));
     // A remedy measured when it was computed (tiling) says so; a prediction says predicted until Measure.
     const bool measuredNow = m.measured_peak_total.has_value();
-    table_->setItem(row, 4, item(m.kind == "tiling" ? tr("measured") : tr("predicted")));
+    table_->setItem(row, 4, item(m.kind == RemedyKind::Tiling ? tr("measured") : tr("predicted")));
     table_->removeCellWidget(row, kMeasuredColumn);
-    if (measuredNow && m.kind != "tiling") {
+    if (measuredNow && m.kind != RemedyKind::Tiling) {
         auto text = bytesText(*m.measured_peak_total) + QStringLiteral("  ")
             + tr("error %1").arg(errorText(m.peak_total_after, *m.measured_peak_total));
         table_->setItem(row, kMeasuredColumn, item(text, true));
         table_->item(row, kMeasuredColumn)->setToolTip(QString::fromStdString(m.measure_note));
-    } else if ((m.measure_how == "run" || m.measure_how == "variant") && m.kind != "tiling") {
+    } else if ((m.measure_how == MeasureHow::Run || m.measure_how == MeasureHow::Variant) && m.kind != RemedyKind::Tiling) {
         table_->setItem(row, kMeasuredColumn, item(QString()));
-        auto* button = new QPushButton(m.measure_how == "variant" ? tr("Measure\u2026") : tr("Measure"));
-        button->setToolTip(m.measure_how == "variant"
+        auto* button = new QPushButton(m.measure_how == MeasureHow::Variant ? tr("Measure\u2026") : tr("Measure"));
+        button->setToolTip(m.measure_how == MeasureHow::Variant
                 ? tr("Runs the edited model (you choose its file) at this run's setting")
                 : tr("Runs the model at the changed setting"));
         connect(button, &QPushButton::clicked, this, [this, row] {
@@ -189,8 +189,8 @@ void RemediesPanel::fillRow(int row)
         table_->setCellWidget(row, kMeasuredColumn, button);
     } else {
         table_->setItem(row, kMeasuredColumn,
-            item(m.kind == "tiling" ? tr("(run at the tile)")
-                 : m.kind == "allocator_settings" ? tr("needs a GPU") : QStringLiteral("-")));
+            item(m.kind == RemedyKind::Tiling ? tr("(run at the tile)")
+                 : m.kind == RemedyKind::AllocatorSettings ? tr("needs a GPU") : QStringLiteral("-")));
     }
 }
 
@@ -241,8 +241,8 @@ void RemediesPanel::showDetails()
     html += tr("<p>Peak total %1 &rarr; %2").arg(bytesText(m.peak_total_before), bytesText(m.peak_total_after));
     if (m.reserve_after > 0)
         html += tr(", reserve %1 &rarr; %2").arg(bytesText(m.reserve_before), bytesText(m.reserve_after));
-    html += tr(" (%1)</p>").arg(m.kind == "tiling" ? tr("measured") : tr("predicted"));
-    if (m.measured_peak_total && m.kind != "tiling")
+    html += tr(" (%1)</p>").arg(m.kind == RemedyKind::Tiling ? tr("measured") : tr("predicted"));
+    if (m.measured_peak_total && m.kind != RemedyKind::Tiling)
         html += tr("<p>Measured: peak total %1%2 &mdash; %3</p>")
                     .arg(bytesText(*m.measured_peak_total),
                         m.measured_reserve ? tr(", reserve %1").arg(bytesText(*m.measured_reserve)) : QString(),

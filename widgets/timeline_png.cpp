@@ -16,7 +16,7 @@ QString timelinePngTitle(const Report& report)
 {
     auto type = QString::fromStdString(report.model.type);
     auto file = QFileInfo(QString::fromStdString(report.model.path)).fileName();
-    if (report.source == "snapshot")
+    if (report.source == ReportSource::Snapshot)
         return file.isEmpty() ? QStringLiteral("CUDA memory snapshot")
                               : QStringLiteral("CUDA memory snapshot (%1)").arg(file);
     if (type.isEmpty())
@@ -34,12 +34,12 @@ QString timelinePngSettings(const Report& report)
                          run.input_guessed ? QStringLiteral(" (guess)") : QString());
     parts << QStringLiteral("batch %1").arg(run.batch) << QString::fromStdString(run.dtype)
           << QString::fromStdString(run.device);
-    if (run.mode == "train")
+    if (run.mode == RunMode::Train)
         parts << QStringLiteral("training step (optimizer %1, loss %2)")
                      .arg(QString::fromStdString(run.optimizer.empty() ? "-" : run.optimizer),
                          QString::fromStdString(run.loss.empty() ? "-" : run.loss));
     else
-        parts << QString::fromStdString(run.mode);
+        parts << QString::fromLatin1(nameOf(run.mode));
     return parts.join(QStringLiteral(" · "));
 }
 

@@ -319,7 +319,7 @@ void WhatIfPanel::showPrediction(const Prediction& p, bool reservedKnown)
     if (!whatIf_)
         return;
     // Beyond the largest record a figure is the last fit carried on: another style, and it says so.
-    const QString tag = p.method == "measured" ? tr("measured")
+    const QString tag = p.method == FigureMethod::Measured ? tr("measured")
         : p.extrapolated                       ? tr("extrapolated")
                                                : tr("predicted");
     auto mark = [&](std::int64_t v) { return QString("%1  (%2)").arg(bytesText(v), tag); };
@@ -331,7 +331,7 @@ void WhatIfPanel::showPrediction(const Prediction& p, bool reservedKnown)
                                      : tr("…"));
     for (auto* l : {peak_, total_, reserved_}) {
         auto f = l->font();
-        f.setItalic(p.extrapolated && p.method != "measured");
+        f.setItalic(p.extrapolated && p.method != FigureMethod::Measured);
         l->setFont(f);
     }
     // The larger of the two figures decides: a GPU needs the peak total, and its caching allocator holds more.
@@ -371,7 +371,7 @@ void WhatIfPanel::showPrediction(const Prediction& p, bool reservedKnown)
     QStringList records;
     for (auto r : whatIf_->recordedBatches())
         records << QString::number(r);
-    QString method = p.method == "measured"
+    QString method = p.method == FigureMethod::Measured
         ? tr("Measured: the model ran at this batch and precision")
         : p.extrapolated ? tr("Extrapolated beyond the largest record (batch %1) from the runs at batch %2: use Measure "
                               "to check")

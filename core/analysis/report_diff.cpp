@@ -14,7 +14,7 @@ namespace {
 
 bool isSnapshot(const Report& r)
 {
-    return r.source == "snapshot";
+    return r.source == ReportSource::Snapshot;
 }
 
 DiffSide sideOf(const Report& r, const std::string& name)
@@ -30,11 +30,11 @@ DiffSide sideOf(const Report& r, const std::string& name)
     s.input_shapes = r.run.input_shapes;
     s.input_types = r.run.input_types;
     if (r.gpu)
-        s.reserved_kind = "gpu";
+        s.reserved_kind = ReserveKind::Gpu;
     else if (r.snapshot)
-        s.reserved_kind = "snapshot end";
+        s.reserved_kind = ReserveKind::SnapshotEnd;
     else if (r.simulated_reserved_peak_bytes > 0)
-        s.reserved_kind = "simulated";
+        s.reserved_kind = ReserveKind::Simulated;
     return s;
 }
 
@@ -126,8 +126,8 @@ void setChange(DiffEntry& e, const std::vector<DiffColumn>& columns)
 
 void moduleEntries(const Report& a, const Report& b, ReportDiff& d)
 {
-    const bool train = a.run.mode == "train" || b.run.mode == "train";
-    d.entry_kind = "module";
+    const bool train = a.run.mode == RunMode::Train || b.run.mode == RunMode::Train;
+    d.entry_kind = DiffEntryKind::Module;
     d.columns = {{"weight_bytes", "weights", true}, {"activation_bytes", "activations", true},
         {"temporary_peak_bytes", "temp peak", true}, {"peak_bytes", "peak delta", true}};
     if (train) {
@@ -171,7 +171,7 @@ void moduleEntries(const Report& a, const Report& b, ReportDiff& d)
 
 void siteEntries(const Report& a, const Report& b, ReportDiff& d)
 {
-    d.entry_kind = "site";
+    d.entry_kind = DiffEntryKind::Site;
     d.columns = {{"allocated_bytes", "allocated", true}, {"at_peak_bytes", "at peak", true},
         {"allocations", "allocations", false}};
     auto sa = sitesOf(a), sb = sitesOf(b);
@@ -201,7 +201,7 @@ void siteEntries(const Report& a, const Report& b, ReportDiff& d)
 
 std::string DiffSide::describe() const
 {
-    if (source == "snapshot")
+    if (source == ReportSource::Snapshot)
         return "CUDA memory snapshot" + (device.empty() ? std::string() : ", " + device);
     std::string s = "model";
     if (!dtype.empty())
@@ -212,7 +212,7 @@ std::string DiffSide::describe() const
         shapes = inputsToString(input_shapes, input_types);
         s += " (" + shapes + ")";
     }
-    s += ", " + (mode == "train" ? std::string("training step") : mode);
+    s += ", " + std::string(mode == RunMode::Train ? "training step" : nameOf(mode));
     if (!device.empty() && device != "cpu")
         s += ", " + device;
     return s;
@@ -312,7 +312,8 @@ ReportDiff diffReports(const Report& a, const Report& b, const std::string& aNam
         total("alive_before_trace_bytes", "alive before the trace", isSnapshot(a) ? aliveBeforeTrace(*a.snapshot) : 0,
             isSnapshot(b) ? aliveBeforeTrace(*b.snapshot) : 0);
     if (d.a.reserved_kind != d.b.reserved_kind && reservedOf(a) > 0 && reservedOf(b) > 0)
-        d.notes.push_back("reserved bytes are not alike: A's are " + d.a.reserved_kind + ", B's " + d.b.reserved_kind);
+        d.notes.push_back(std::string("reserved bytes are not alike: A's are ") + nameOf(d.a.reserved_kind) + ", B's "
+            + nameOf(d.b.reserved_kind));
 
     for (int l = 0; l < kLedgerCount; ++l) {
         const auto& la = a.ledgers[static_cast<std::size_t>(l)];

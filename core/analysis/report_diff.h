@@ -21,13 +21,14 @@ struct DiffFigure {
 // What one side of the comparison is, for headings.
 struct DiffSide {
     std::string name; // the file as the user named it
-    std::string source; // "model" | "snapshot"
+    ReportSource source = ReportSource::Model;
     std::string type; // the root module's type, or "CUDA memory snapshot"
-    std::string dtype, mode, device;
+    std::string dtype, device;
+    RunMode mode = RunMode::Inference;
     std::int64_t batch = 1;
     std::vector<Shape> input_shapes;
     std::vector<InputType> input_types;
-    std::string reserved_kind; // what reserved_bytes is for this side: "simulated", "gpu", "snapshot end", ""
+    ReserveKind reserved_kind = ReserveKind::None; // what reserved_bytes is for this side
     std::string describe() const; // "model, float32, batch 1, inference" / "CUDA memory snapshot, cuda:0"
 };
 
@@ -80,7 +81,7 @@ struct ReportDiff {
     DiffSide a, b;
     std::vector<DiffTotal> totals; // peak_bytes, peak_total_bytes, reserved_bytes, weight_bytes, input_bytes, ...
     std::vector<DiffLedger> ledgers; // the ledgers either side has bytes in
-    std::string entry_kind; // "module" (both model runs) or "site" (snapshots, or a model against a snapshot)
+    DiffEntryKind entry_kind = DiffEntryKind::Module; // modules: both model runs; sites: snapshots, or a model against one
     std::vector<DiffColumn> columns;
     std::vector<DiffEntry> entries; // |change| largest first, then by key
     TimelineAxis axis = TimelineAxis::Milliseconds;

@@ -139,8 +139,9 @@ std::string diffToHtml(const ReportDiff& d, std::size_t maxRows)
         if (f.a == 0 && f.b == 0 && t.name != "peak_bytes" && t.name != "peak_total_bytes")
             continue;
         std::string label = t.label;
-        if (t.name == "reserved_bytes" && !d.a.reserved_kind.empty())
-            label += " (" + d.a.reserved_kind + (d.b.reserved_kind == d.a.reserved_kind ? "" : " / " + d.b.reserved_kind)
+        if (t.name == "reserved_bytes" && d.a.reserved_kind != ReserveKind::None)
+            label += " (" + std::string(nameOf(d.a.reserved_kind))
+                + (d.b.reserved_kind == d.a.reserved_kind ? "" : " / " + std::string(nameOf(d.b.reserved_kind)))
                 + ")";
         out << "<tr><td>" << htmlEscape(label) << "</td><td>" << formatBytes(f.a) << "</td><td>" << formatBytes(f.b)
             << "</td>" << deltaCell(f.delta(), true) << "<td class=\"muted\">" << percentText(f) << "</td></tr>\n";
@@ -164,7 +165,7 @@ std::string diffToHtml(const ReportDiff& d, std::size_t maxRows)
         << htmlEscape(d.b.name) << "</p>\n";
     out << chartSvg(d);
 
-    const bool modules = d.entry_kind == "module";
+    const bool modules = d.entry_kind == DiffEntryKind::Module;
     const auto changed = d.changedEntries();
     out << "<h2>" << (modules ? "Modules" : "Allocation sites") << ", largest change first</h2>\n<p class=\"muted\">"
         << changed << " of " << d.entries.size() << " changed";

@@ -18,8 +18,8 @@ json side(const DiffSide& s)
     json shapes = json::array();
     for (const auto& shape : s.input_shapes)
         shapes.push_back(shape);
-    return {{"name", s.name}, {"source", s.source}, {"type", s.type}, {"dtype", s.dtype}, {"batch", s.batch},
-        {"mode", s.mode}, {"device", s.device}, {"input_shapes", shapes}, {"reserved_kind", s.reserved_kind},
+    return {{"name", s.name}, {"source", nameOf(s.source)}, {"type", s.type}, {"dtype", s.dtype}, {"batch", s.batch},
+        {"mode", nameOf(s.mode)}, {"device", s.device}, {"input_shapes", shapes}, {"reserved_kind", nameOf(s.reserved_kind)},
         {"description", s.describe()}};
 }
 
@@ -61,7 +61,7 @@ json diffToJson(const ReportDiff& d, int chartColumns)
         rows.push_back({{"key", e.key}, {"type", e.type}, {"depth", e.depth}, {"status", e.status()},
             {"change", e.change}, {"a", a}, {"b", b}, {"delta", delta}});
     }
-    j["entries"] = {{"kind", d.entry_kind}, {"columns", columns}, {"rows", rows}};
+    j["entries"] = {{"kind", nameOf(d.entry_kind)}, {"columns", columns}, {"rows", rows}};
 
     const auto& sa = d.series_a;
     const auto& sb = d.series_b;

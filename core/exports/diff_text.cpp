@@ -48,7 +48,7 @@ std::string diffToText(const ReportDiff& d, std::size_t maxRows)
         if (f.a == 0 && f.b == 0 && t.name != "peak_bytes" && t.name != "peak_total_bytes")
             continue;
         std::string label = t.label;
-        if (t.name == "reserved_bytes" && d.a.reserved_kind == d.b.reserved_kind && d.a.reserved_kind == "simulated")
+        if (t.name == "reserved_bytes" && d.a.reserved_kind == d.b.reserved_kind && d.a.reserved_kind == ReserveKind::Simulated)
             label += " (sim.)";
         out << padCell(label, 24) << ' ' << padCell(formatBytes(f.a), 12, true) << ' ' << padCell(formatBytes(f.b), 12, true)
             << ' ' << padCell(formatByteDelta(f.delta()), 12, true) << "  " << percent(f) << "\n";
@@ -74,7 +74,7 @@ std::string diffToText(const ReportDiff& d, std::size_t maxRows)
         << at(d.series_a.peak_key) << ", of B " << formatBytes(static_cast<std::int64_t>(d.series_b.peak_value))
         << " at " << at(d.series_b.peak_key) << "\n";
 
-    const bool modules = d.entry_kind == "module";
+    const bool modules = d.entry_kind == DiffEntryKind::Module;
     const auto changed = d.changedEntries();
     out << "\n" << (modules ? "Modules" : "Allocation sites") << ", largest change first (" << changed << " of "
         << d.entries.size() << " changed";

@@ -232,7 +232,7 @@ void layerRows(std::ostringstream& out, const Report& r, int i, std::int64_t lar
         << "</td><td>" << formatBytes(l.weight_bytes) << "</td><td>" << formatBytes(l.activation_bytes) << "</td><td>"
         << formatBytes(l.temporary_peak_bytes) << "</td><td>" << formatBytes(l.peak_bytes)
         << " <span class=inbar style=\"width:" << width << "px\"></span></td>";
-    if (r.run.mode == "train")
+    if (r.run.mode == RunMode::Train)
         out << "<td>" << formatBytes(l.gradient_bytes) << "</td><td>" << formatBytes(l.saved_activation_bytes)
             << "</td><td>" << formatBytes(l.backward_temporary_peak_bytes) << "</td><td>"
             << formatBytes(l.backward_peak_bytes) << "</td>";
@@ -255,7 +255,7 @@ void whatIfSection(std::ostringstream& out, const WhatIfTable& w)
         auto peak = p.measured_peak_bytes.value_or(p.predicted_peak_bytes);
         auto total = p.measured_peak_total_bytes.value_or(p.predicted_peak_total_bytes);
         out << "<tr><td>" << p.batch << "</td><td class=l>" << htmlEscape(p.dtype) << "</td><td class=l>"
-            << htmlEscape(p.method) << "</td><td>" << formatBytes(peak) << "</td><td>" << formatBytes(total)
+            << nameOf(p.method) << "</td><td>" << formatBytes(peak) << "</td><td>" << formatBytes(total)
             << "</td><td>" << formatBytes(p.predicted_reserved_bytes) << "</td>";
         if (w.budget_bytes > 0)
             out << "<td class=l>" << (w.fits(p) ? "yes" : "<b class=no>no</b>") << "</td>";
@@ -292,8 +292,8 @@ void remediesSection(std::ostringstream& out, const std::vector<Remedy>& remedie
             << formatBytes(m.peak_total_after) << "</td><td>" << change(m.peak_total_before, m.peak_total_after)
             << "</td><td>" << (m.reserve_after > 0 ? formatBytes(m.reserve_after) : "-") << "</td><td>"
             << (m.reserve_after > 0 ? change(m.reserve_before, m.reserve_after) : "-") << "</td><td class=l>"
-            << htmlEscape(m.method);
-        if (m.measured_peak_total && m.kind != "tiling")
+            << nameOf(m.method);
+        if (m.measured_peak_total && m.kind != RemedyKind::Tiling)
             out << ": " << formatBytes(*m.measured_peak_total) << " measured";
         out << "</td><td class=l style=\"white-space:normal;min-width:320px;max-width:560px\">" << htmlEscape(m.change);
         if (!m.details.empty()) {
@@ -343,15 +343,15 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
     out << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>memledger: "
         << htmlEscape(r.model.path) << "</title><style>" << kHtmlBaseStyle << kStyle << "</style></head><body>\n";
     out << "<h1>memledger: " << htmlEscape(r.model.path) << "</h1>\n<p class=muted>";
-    if (r.source == "snapshot") {
+    if (r.source == ReportSource::Snapshot) {
         out << "CUDA memory snapshot";
     } else {
         out << "input ";
         for (std::size_t i = 0; i < r.run.input_shapes.size(); ++i)
             out << (i ? ", " : "") << htmlEscape(inputToString(r.run.input_shapes[i], inputTypeAt(r.run.input_types, i)));
         out << (r.run.input_guessed ? " (guessed)" : "") << " &middot; batch " << r.run.batch << " &middot; "
-            << htmlEscape(r.run.dtype) << " &middot; " << htmlEscape(r.run.mode) << " on " << htmlEscape(r.run.device);
-        if (r.run.mode == "train")
+            << htmlEscape(r.run.dtype) << " &middot; " << nameOf(r.run.mode) << " on " << htmlEscape(r.run.device);
+        if (r.run.mode == RunMode::Train)
             out << " &middot; optimizer " << htmlEscape(r.run.optimizer.empty() ? "-" : r.run.optimizer)
                 << " &middot; loss " << htmlEscape(r.run.loss.empty() ? "-" : r.run.loss) << " &middot; "
                 << r.run.threads << (r.run.threads == 1 ? " thread" : " threads");
@@ -409,11 +409,11 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
         out << "<p>Load tax: file " << formatBytes(r.load_tax.file_tensor_bytes) << " "
             << htmlEscape(r.load_tax.file_dtype) << ", resident " << formatBytes(r.load_tax.resident_bytes) << " as "
             << htmlEscape(r.load_tax.resident_dtype) << "</p>\n";
-    if (r.run.mode == "train" && r.source == "model")
+    if (r.run.mode == RunMode::Train && r.source == ReportSource::Model)
         out << "<p>Training step: gradients " << formatBytes(r.gradient_bytes)
             << " <span class=muted>(every parameter's .grad after the step)</span> &middot; optimizer state "
             << formatBytes(r.optimizer_state_bytes) << "</p>\n";
-    if (r.simulated_reserved_peak_bytes > 0 && r.source == "model")
+    if (r.simulated_reserved_peak_bytes > 0 && r.source == ReportSource::Model)
         out << "<p>On a GPU, PyTorch's caching allocator would reserve about "
             << formatBytes(r.simulated_reserved_peak_bytes) << " <span class=muted>(simulated)</span></p>\n";
     for (const auto& note : r.notes)
@@ -453,7 +453,7 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
                 largest = std::max(largest, l.peak_bytes);
         out << "<h2>Layers</h2>\n<table id=layers><tr><th>module</th><th class=l>type</th><th class=l>output</th>"
                "<th>weights</th><th>activations</th><th>temporaries (peak)</th><th>peak delta</th>";
-        if (r.run.mode == "train")
+        if (r.run.mode == RunMode::Train)
             out << "<th>gradients</th><th>saved for backward</th><th>backward temporaries (peak)</th>"
                    "<th>backward peak delta</th>";
         out << "<th>calls</th></tr>\n";

@@ -206,7 +206,7 @@ json reportToJson(const Report& r, bool withEvents)
     json j;
     j["format"] = "memledger-report";
     j["version"] = kReportVersion;
-    j["source"] = r.source;
+    j["source"] = nameOf(r.source);
     json tensors = json::array();
     for (const auto& t : r.model.tensors)
         tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"dtype", t.dtype}, {"bytes", t.bytes},
@@ -221,9 +221,9 @@ json reportToJson(const Report& r, bool withEvents)
     for (std::size_t i = 0; i < r.run.input_shapes.size(); ++i)
         inputs.push_back(inputToString(r.run.input_shapes[i], inputTypeAt(r.run.input_types, i)));
     j["run"] = {{"input_shapes", shapes}, {"inputs", inputs}, {"input_guessed", r.run.input_guessed}, {"batch", r.run.batch},
-        {"seq", r.run.seq}, {"dtype", r.run.dtype}, {"mode", r.run.mode}, {"device", r.run.device}, {"threads", r.run.threads},
+        {"seq", r.run.seq}, {"dtype", r.run.dtype}, {"mode", r.source == ReportSource::Snapshot ? "snapshot" : nameOf(r.run.mode)}, {"device", r.run.device}, {"threads", r.run.threads},
         {"duration_ms", r.run.duration_ms}};
-    if (r.run.mode == "train") {
+    if (r.run.mode == RunMode::Train) {
         j["run"]["optimizer"] = r.run.optimizer;
         j["run"]["loss"] = r.run.loss;
         j["gradient_bytes"] = r.gradient_bytes;
@@ -263,7 +263,7 @@ json reportToJson(const Report& r, bool withEvents)
             {"depth", l.depth}, {"weight_bytes", l.weight_bytes}, {"activation_bytes", l.activation_bytes},
             {"temporary_peak_bytes", l.temporary_peak_bytes}, {"peak_bytes", l.peak_bytes}, {"calls", l.calls},
             {"output_shapes", l.output_shapes}});
-        if (r.run.mode == "train") {
+        if (r.run.mode == RunMode::Train) {
             auto& lj = layers.back();
             lj["gradient_bytes"] = l.gradient_bytes;
             lj["saved_activation_bytes"] = l.saved_activation_bytes;
@@ -313,7 +313,7 @@ Report reportFromJson(const json& j, const std::string& name)
         throw FileError(name, "memledger report version " + j.value("version", json(0)).dump() + " is not supported");
     try {
         Report r;
-        r.source = j.value("source", "model");
+        r.source = fromName(j.value("source", "model"), ReportSource::Model);
         const auto& m = j.at("model");
         r.model.path = m.at("path").get<std::string>();
         r.model.type = m.value("type", "");
@@ -338,7 +338,7 @@ Report reportFromJson(const json& j, const std::string& name)
         r.run.batch = run.at("batch").get<std::int64_t>();
         r.run.seq = run.value("seq", std::int64_t {0});
         r.run.dtype = run.at("dtype").get<std::string>();
-        r.run.mode = run.value("mode", "inference");
+        r.run.mode = fromName(run.value("mode", "inference"), RunMode::Inference);
         r.run.device = run.value("device", "cpu");
         r.run.duration_ms = run.value("duration_ms", 0.0);
         r.run.threads = run.value("threads", 0);

@@ -46,7 +46,7 @@ void snapshotSummary(std::ostringstream& out, const Report& r)
 
 bool isTrainStep(const Report& r)
 {
-    return r.run.mode == "train";
+    return r.run.mode == RunMode::Train;
 }
 
 // The ledgers a report lists: the four of an inference run always (its output stays as it was), the others
@@ -133,7 +133,7 @@ std::string reportToText(const Report& r, int maxDepth)
     for (std::size_t i = 0; i < r.run.input_shapes.size(); ++i)
         out << (i ? ", " : "") << inputToString(r.run.input_shapes[i], inputTypeAt(r.run.input_types, i));
     out << (r.run.input_guessed ? " (guessed)" : "") << ", batch " << r.run.batch << ", " << r.run.dtype << ", "
-        << r.run.mode << " on " << r.run.device;
+        << nameOf(r.run.mode) << " on " << r.run.device;
     if (isTrainStep(r))
         out << " (optimizer " << (r.run.optimizer.empty() ? "-" : r.run.optimizer) << ", loss "
             << (r.run.loss.empty() ? "-" : r.run.loss) << ", " << r.run.threads
@@ -186,7 +186,7 @@ std::string reportToText(const Report& r, int maxDepth)
     out << "  peak total             " << formatBytes(r.peak_total_bytes)
         << (r.optimizer_state_bytes > 0 ? "  (weights + optimizer state + inputs + run peak)\n"
                                         : "  (weights + inputs + run peak)\n");
-    if (r.simulated_reserved_peak_bytes > 0 && r.source == "model")
+    if (r.simulated_reserved_peak_bytes > 0 && r.source == ReportSource::Model)
         out << "  reserved on a GPU      " << formatBytes(r.simulated_reserved_peak_bytes)
             << "  (simulated CUDA caching allocator, CUDA context not included)\n";
     if (r.load_tax.file_tensor_bytes > 0)
@@ -232,14 +232,14 @@ std::string whatIfToText(const WhatIfTable& table)
     };
     const auto budget = table.budget_bytes;
     std::ostringstream out;
-    const bool seq = table.axis == "seq";
+    const bool seq = table.axis == WhatIfAxis::Seq;
     out << cell("batch", 8) << (seq ? cell("seq", 8) : std::string()) << cell("dtype", 10) << cell("method", 11) << cell("peak", 12) << cell("peak total", 12)
         << cell("reserved", 12) << (budget > 0 ? "fits " + formatBytes(budget) : "") << "\n";
     for (const auto& p : table.predictions) {
         auto peak = p.measured_peak_bytes.value_or(p.predicted_peak_bytes);
         auto total = p.measured_peak_total_bytes.value_or(p.predicted_peak_total_bytes);
         out << cell(std::to_string(p.batch), 8) << (seq ? cell(std::to_string(p.seq), 8) : std::string())
-            << cell(p.dtype, 10) << cell(p.method, 11)
+            << cell(p.dtype, 10) << cell(nameOf(p.method), 11)
             << cell(formatBytes(peak), 12) << cell(formatBytes(total), 12)
             << cell(formatBytes(p.predicted_reserved_bytes), 12);
         if (budget > 0)

@@ -15,7 +15,7 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
     r.layers = modules;
     auto& t = raw.trace;
     classifyTrace(t, raw.ops);
-    const bool train = raw.info.mode == "train";
+    const bool train = raw.info.mode == RunMode::Train;
     auto phaseNamed = [&raw](const char* name) -> const Phase* {
         for (const auto& p : raw.phases)
             if (p.name == name)

@@ -4,6 +4,7 @@
 // as_int, as_sym_ints, as_scalar_type, ...), and a signature that says which graph inputs are parameters,
 // buffers, constants and user inputs.
 #include "recording/exported_program.h"
+#include "recording/model.h"
 
 #include "recording/model_impl.h"
 #include "support/errors.h"

@@ -23,8 +23,6 @@ namespace memledger {
 // Whether the zip archive `reader` holds is a torch.export program (its archive_format record says "pt2", or it
 // has models/*.json), and what kind: "" when it is not one.
 std::string exportedArchiveKind(caffe2::serialize::PyTorchStreamReader& reader);
-// Whether this libtorch can run exported programs (PyTorch 2; libtorch 1.13 cannot).
-bool canRunExportedPrograms();
 
 class ExportedProgram {
 public:

@@ -21,9 +21,9 @@ struct RunOptions {
     // Called from the running thread: modules done, modules in the model.
     std::function<void(int, int)> progress;
     const std::atomic<bool>* cancel = nullptr; // set it to stop at the next allocation
-    // "inference" (eval mode, no grad) or "train": one training step, forward, loss, backward, optimizer.
-    // "": what the opened file suggests (OpenedFile::default_mode), else inference.
-    std::string mode;
+    // Inference (eval mode, no grad) or Train: one training step, forward, loss, backward, optimizer.
+    // None: what the opened file suggests (OpenedFile::default_mode), else inference.
+    std::optional<RunMode> mode;
     std::string optimizer = "sgd"; // train: sgd (momentum 0.9) | adam | adamw | none
     std::string loss = "auto"; // train: auto | sum | cross_entropy
     int threads = 0; // intra-op threads; 0: libtorch's default
@@ -95,6 +95,8 @@ std::vector<DeviceInfo> availableDevices();
 std::string torchBuildInfo();
 // Whether this memledger's libtorch has CUDA compiled in.
 bool builtWithCuda();
+// Whether this libtorch can run torch.export programs (.pt2): PyTorch 2 can, libtorch 1.13 cannot.
+bool canRunExportedPrograms();
 
 
 } // namespace memledger

@@ -397,10 +397,8 @@ RawRun Model::run(const RunOptions& options)
 {
     if (!isSupportedDtype(options.dtype))
         throw RunError("unknown dtype '" + options.dtype + "' (use float32, bfloat16 or float16)");
-    const std::string mode = options.mode.empty() ? "inference" : options.mode;
-    if (mode != "inference" && mode != "train")
-        throw RunError("unknown mode '" + mode + "' (use inference or train)");
-    const bool train = mode == "train";
+    const RunMode mode = options.mode.value_or(RunMode::Inference);
+    const bool train = mode == RunMode::Train;
     if (train && !isSupportedOptimizer(options.optimizer))
         throw RunError("unknown optimizer '" + options.optimizer + "' (use sgd, adam, adamw or none)");
     if (train && !isSupportedLoss(options.loss))

@@ -1,6 +1,7 @@
 #pragma once
 // A remedy of "What would help" as plain values: what the report carries, the exports write and a reopened
 // report reads. Computed by core/whatif/remedies.h.
+#include "report/kinds.h"
 #include "report/trace.h"
 
 #include <cstdint>
@@ -11,9 +12,7 @@
 namespace memledger {
 
 struct Remedy {
-    // lower_precision | largest_batch | micro_batching | checkpoint | inplace | fold_batchnorm | unread_buffers
-    // | tiling | cudnn_benchmark | allocator_settings
-    std::string kind;
+    RemedyKind kind = RemedyKind::LowerPrecision;
     std::string title; // "Run in bfloat16"
     std::string change; // what to change, concretely
     std::vector<std::string> details; // one line per place: "features.1 (aten::relu): ReLU(inplace=True)"
@@ -23,10 +22,10 @@ struct Remedy {
     std::int64_t peak_total_after = 0;
     std::int64_t reserve_before = 0;
     std::int64_t reserve_after = 0;
-    std::string method = "predicted"; // predicted | measured (the "after" figures come from a real run)
-    // How a real run can check it: "" (it cannot here), "run" (memledger runs the model at another setting),
-    // "variant" (a run of the edited model, which the user gives), "gpu" (a run on the GPU).
-    std::string measure_how;
+    FigureMethod method = FigureMethod::Predicted; // Measured: the "after" figures come from a real run
+    // How a real run can check it: not here, memledger runs the model at another setting, a run of the edited
+    // model (which the user gives), a run on the GPU.
+    MeasureHow measure_how = MeasureHow::None;
     // What the measuring run changes.
     std::int64_t batch = 0; // largest_batch, micro_batching: the batch of the run
     std::string dtype; // lower_precision

@@ -1,4 +1,5 @@
 #pragma once
+#include "report/kinds.h"
 #include "report/remedy.h"
 #include "report/trace.h"
 #include "report/whatif_table.h"
@@ -137,7 +138,7 @@ struct RunInfo {
     std::int64_t batch = 1;
     std::int64_t seq = 0; // dimension 1 of the first token input; 0: the model takes none
     std::string dtype = "float32";
-    std::string mode = "inference"; // or "train": one training step
+    RunMode mode = RunMode::Inference;
     std::string device = "cpu";
     std::string optimizer; // train: sgd | adam | adamw | none
     std::string loss; // train: sum | cross_entropy | next_token (what auto chose)
@@ -147,7 +148,7 @@ struct RunInfo {
 
 // Everything memledger knows about one run, built once and never mutated afterwards.
 struct Report {
-    std::string source = "model"; // "model" or "snapshot"
+    ReportSource source = ReportSource::Model;
     ModelInfo model;
     RunInfo run;
     LoadTax load_tax;

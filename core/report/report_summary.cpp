@@ -151,7 +151,7 @@ void summarizeRunEvents(Report& r, const Trace& t, const std::vector<OpCall>& op
     first = std::min(first, end);
     r.range_first = first;
     r.range_end = end;
-    const bool train = r.run.mode == "train";
+    const bool train = r.run.mode == RunMode::Train;
     auto phaseNamed = [&r](const char* name) -> const Phase* {
         for (const auto& p : r.phases)
             if (p.name == name)

@@ -1,5 +1,6 @@
 #pragma once
 // The what-if table as plain values: what the report carries, the exports write and a reopened report reads.
+#include "report/kinds.h"
 #include "report/trace.h"
 
 #include <array>
@@ -15,7 +16,7 @@ struct Prediction {
     std::int64_t batch = 1;
     std::int64_t seq = 0; // a sequence what-if's row: the token inputs' dimension 1 (0: batch what-if)
     std::string dtype = "float32";
-    std::string method = "predicted"; // "predicted" | "measured" (a run at exactly this batch and dtype)
+    FigureMethod method = FigureMethod::Predicted; // Measured: a run at exactly this batch and dtype
     std::int64_t predicted_peak_bytes = 0; // most bytes live at once during the run
     std::int64_t predicted_peak_total_bytes = 0; // weights + inputs + peak
     std::int64_t predicted_reserved_bytes = 0; // a GPU's caching allocator, weights and inputs included
@@ -37,16 +38,16 @@ struct WhatIfTable {
     std::vector<Prediction> predictions;
     std::int64_t budget_bytes = 0; // 0: no budget was given
     std::vector<std::pair<std::string, std::int64_t>> max_batch; // per dtype, with a budget
-    // Per dtype of max_batch: how the largest batch that fits is known: "measured" (a real run at that batch
-    // fits), "predicted" (within the records) or "extrapolated" (beyond the largest record).
-    std::vector<std::pair<std::string, std::string>> max_batch_method;
+    // Per dtype of max_batch: how the largest batch that fits is known: measured (a real run at that batch
+    // fits), predicted (within the records) or extrapolated (beyond the largest record).
+    std::vector<std::pair<std::string, FigureMethod>> max_batch_method;
     std::int64_t recorded_batch1 = 1; // the smallest and largest records the predictions come from
     std::int64_t recorded_batch2 = 2;
     std::vector<std::int64_t> recorded_batches; // every record
-    std::string mode = "inference"; // of the recorded runs: "train" predicts a training step
-    // "batch", or "seq": the rows vary the sequence length (Prediction::seq), recorded_batches are sequence
+    RunMode mode = RunMode::Inference; // of the recorded runs: Train predicts a training step
+    // Batch, or Seq: the rows vary the sequence length (Prediction::seq), recorded_batches are sequence
     // lengths and max_batch is the longest sequence within the budget, at each row's batch (max_seq_batch).
-    std::string axis = "batch";
+    WhatIfAxis axis = WhatIfAxis::Batch;
     std::vector<std::int64_t> max_seq_batch; // axis "seq": the batch of each max_batch entry
 
     // Peak total (measured where there is a measurement) and reserved within the budget.

@@ -113,7 +113,7 @@ Report analyzeOpened(const OpenedFile& file, RunOptions options)
         options.inputs = file.default_inputs;
         options.input_types = file.default_input_types;
     }
-    if (options.mode.empty()) {
+    if (!options.mode) {
         options.mode = file.default_mode;
         if (!file.default_optimizer.empty())
             options.optimizer = file.default_optimizer;

@@ -33,7 +33,7 @@ struct OpenedFile {
     std::shared_ptr<Model> model; // kind Model
     std::vector<Shape> default_inputs; // inputs the built-in model comes with; empty: give or guess
     std::vector<InputType> default_input_types; // their types (token ids of the GPT demo)
-    std::string default_mode = "inference"; // what a run without a mode records: "inference" | "train"
+    RunMode default_mode = RunMode::Inference; // what a run without a mode records
     std::string default_optimizer; // a built-in training demo's optimizer; "": the run's (sgd)
     std::shared_ptr<const Report> report; // kind Report or Snapshot
 

@@ -376,13 +376,12 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAlloc
     if (checkAllocator && !s.allocator_check.done)
         s.allocator_check = checkAllocatorModel(s);
     Report r;
-    r.source = "snapshot";
+    r.source = ReportSource::Snapshot;
     r.model.path = path;
     r.model.type = "CUDA memory snapshot";
     std::error_code ec;
     auto fileSize = std::filesystem::file_size(path, ec);
     r.model.file_bytes = ec ? 0 : static_cast<std::int64_t>(fileSize);
-    r.run.mode = "snapshot";
     r.run.dtype = "";
     std::string devs;
     for (int d : s.devices)

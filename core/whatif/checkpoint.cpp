@@ -524,7 +524,7 @@ private:
 
 void checkReport(const Report& r)
 {
-    if (r.run.mode != "train")
+    if (r.run.mode != RunMode::Train)
         throw std::invalid_argument("checkpointing is a what-if of a training step: record the model with --mode train");
     if (!r.trace)
         throw std::invalid_argument("the report has no trace to predict from");
@@ -553,7 +553,7 @@ std::optional<CheckpointImpl> checkpointImplFromName(const std::string& name)
 std::vector<std::string> checkpointableModules(const Report& r)
 {
     std::vector<std::string> out;
-    if (r.run.mode != "train" || !r.trace || r.forward_uses.empty())
+    if (r.run.mode != RunMode::Train || !r.trace || r.forward_uses.empty())
         return out;
     const Phase* forward = nullptr;
     for (const auto& p : r.phases)

@@ -147,7 +147,7 @@ std::int64_t reserveOf(const Report& r)
 
 bool inference(const Report& r)
 {
-    return r.source == "model" && r.run.mode != "train";
+    return r.source == ReportSource::Model && r.run.mode != RunMode::Train;
 }
 
 std::string signedBytes(std::int64_t saving)
@@ -367,8 +367,8 @@ EditedRun predictEditedRun(const Report& r, const std::vector<char>& drop,
 std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& options)
 {
     std::vector<Remedy> out;
-    const std::int64_t reserveBefore = r.source == "model" ? reserveOf(r) : 0;
-    auto base = [&](const std::string& kind, const std::string& title) {
+    const std::int64_t reserveBefore = r.source == ReportSource::Model ? reserveOf(r) : 0;
+    auto base = [&](RemedyKind kind, const std::string& title) {
         Remedy m;
         m.kind = kind;
         m.title = title;
@@ -376,7 +376,7 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
         m.reserve_before = reserveBefore;
         return m;
     };
-    const bool model = r.source == "model" && r.trace;
+    const bool model = r.source == ReportSource::Model && r.trace;
 
     // Lower precision, from the what-if records.
     const WhatIf* w = options.whatif;
@@ -389,13 +389,13 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
             if (std::find(dts.begin(), dts.end(), d) == dts.end())
                 continue;
             auto p = w->predict(r.run.batch, d, true);
-            auto m = base("lower_precision", "Run in " + d);
+            auto m = base(RemedyKind::LowerPrecision, "Run in " + d);
             m.change = "convert the weights and inputs to " + d + " (model.to(torch." + d
                 + ")); the results change within " + d + "'s rounding: check the accuracy";
             m.peak_total_after = p.predicted_peak_total_bytes;
             m.reserve_after = p.predicted_reserved_bytes;
             m.dtype = d;
-            m.measure_how = w->isRecorded(d) ? "run" : "";
+            m.measure_how = w->isRecorded(d) ? MeasureHow::Run : MeasureHow::None;
             for (const auto& n : p.notes)
                 m.details.push_back(n);
             if (!w->isRecorded(d))
@@ -409,14 +409,14 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
             fitting = w->maxBatch(r.run.dtype, options.budget, true);
             if (fitting > 0) {
                 auto p = w->predict(fitting, r.run.dtype, true);
-                auto m = base("largest_batch", "Largest batch within " + formatBytes(options.budget) + ": "
+                auto m = base(RemedyKind::LargestBatch, "Largest batch within " + formatBytes(options.budget) + ": "
                     + std::to_string(fitting) + " (now " + std::to_string(batch) + ")");
                 m.change = "run at batch " + std::to_string(fitting)
                     + ": the largest whose peak total and reserve stay within " + formatBytes(options.budget);
                 m.peak_total_after = p.predicted_peak_total_bytes;
                 m.reserve_after = p.predicted_reserved_bytes;
                 m.batch = fitting;
-                m.measure_how = "run";
+                m.measure_how = MeasureHow::Run;
                 if (p.extrapolated)
                     m.details.push_back("beyond the largest what-if record: extrapolated");
                 out.push_back(std::move(m));
@@ -426,8 +426,8 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
         const std::int64_t micro = options.budget > 0 ? fitting : recordedBatchesFor(r.run.mode).first;
         if (micro >= 1 && batch > micro) {
             auto p = w->predict(micro, r.run.dtype, true);
-            const bool train = r.run.mode == "train";
-            auto m = base("micro_batching", "Micro-batches of " + std::to_string(micro));
+            const bool train = r.run.mode == RunMode::Train;
+            auto m = base(RemedyKind::MicroBatching, "Micro-batches of " + std::to_string(micro));
             const auto count = (batch + micro - 1) / micro;
             m.change = "run batch " + std::to_string(batch) + " as " + std::to_string(count) + " micro-batches of "
                 + std::to_string(micro)
@@ -439,7 +439,7 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
             m.peak_total_after = p.predicted_peak_total_bytes + m.extra_bytes;
             m.reserve_after = p.predicted_reserved_bytes + m.extra_bytes;
             m.batch = micro;
-            m.measure_how = "run";
+            m.measure_how = MeasureHow::Run;
             if (m.extra_bytes > 0)
                 m.details.push_back("includes " + formatBytes(m.extra_bytes)
                     + " for the outputs of the other micro-batches, kept until they are concatenated");
@@ -454,7 +454,7 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
             const Trace& t = *r.trace;
             std::vector<char> drop(t.size(), 0);
             std::vector<std::pair<std::size_t, std::size_t>> refree;
-            auto m = base("inplace", "In-place ops (" + std::to_string(cands.size()) + ")");
+            auto m = base(RemedyKind::InPlace, "In-place ops (" + std::to_string(cands.size()) + ")");
             std::map<std::size_t, std::size_t> root; // an in-place output -> the block it is written into
             for (const auto& c : cands) {
                 auto in = static_cast<std::size_t>(c.input_alloc), o = static_cast<std::size_t>(c.output_alloc);
@@ -472,7 +472,7 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
             auto e = predictEditedRun(r, drop, refree, r.model.tensors, r.weight_bytes);
             m.peak_total_after = e.peak_total;
             m.reserve_after = e.reserve;
-            m.measure_how = "variant";
+            m.measure_how = MeasureHow::Variant;
             out.push_back(std::move(m));
         }
         // BatchNorm folded into the Conv before it.
@@ -484,7 +484,7 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
             std::vector<std::pair<std::size_t, std::size_t>> refree;
             auto tensors = r.model.tensors;
             std::int64_t weights = r.weight_bytes;
-            auto m = base("fold_batchnorm", "Fold BatchNorm into the convolution (" + std::to_string(folds.size()) + ")");
+            auto m = base(RemedyKind::FoldBatchNorm, "Fold BatchNorm into the convolution (" + std::to_string(folds.size()) + ")");
             for (const auto& f : folds) {
                 const auto& op = index.ops[f.bn_op];
                 auto x = static_cast<std::size_t>(f.conv_output), y = static_cast<std::size_t>(f.bn_output);
@@ -535,7 +535,7 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
             auto e = predictEditedRun(r, drop, refree, tensors, weights);
             m.peak_total_after = e.peak_total;
             m.reserve_after = e.reserve;
-            m.measure_how = "variant";
+            m.measure_how = MeasureHow::Variant;
             out.push_back(std::move(m));
         }
         // Buffers no op read.
@@ -543,7 +543,7 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
             std::set<std::string> unread(r.unread_buffers.begin(), r.unread_buffers.end());
             auto tensors = r.model.tensors;
             std::int64_t removed = 0;
-            auto m = base("unread_buffers", "Buffers the run never reads (" + std::to_string(unread.size()) + ")");
+            auto m = base(RemedyKind::UnreadBuffers, "Buffers the run never reads (" + std::to_string(unread.size()) + ")");
             tensors.erase(std::remove_if(tensors.begin(), tensors.end(),
                               [&](const TensorInfo& ti) {
                                   if (!ti.is_buffer || !unread.count(ti.name))
@@ -559,7 +559,7 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
             auto e = predictEditedRun(r, std::vector<char>(r.trace->size(), 0), {}, tensors, r.weight_bytes - removed);
             m.peak_total_after = e.peak_total;
             m.reserve_after = e.reserve;
-            m.measure_how = "variant";
+            m.measure_how = MeasureHow::Variant;
             if (removed > 0)
                 out.push_back(std::move(m));
         }
@@ -567,12 +567,12 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
 
     // A training step: a checkpoint plan (core/whatif/checkpoint.h), within the budget when one is given, else
     // the plan with the lowest peak.
-    if (model && r.run.mode == "train" && r.forward_uses_recorded) {
+    if (model && r.run.mode == RunMode::Train && r.forward_uses_recorded) {
         try {
             auto plan = planCheckpoints(r, options.budget > 0 ? options.budget : 1);
             const auto& p = plan.prediction;
             if (!p.checkpoint.empty() && p.saving_bytes > 0) {
-                auto m = base("checkpoint", "Checkpoint " + std::to_string(p.checkpoint.size()) + " module"
+                auto m = base(RemedyKind::Checkpoint, "Checkpoint " + std::to_string(p.checkpoint.size()) + " module"
                         + (p.checkpoint.size() == 1 ? "" : "s"));
                 std::string list;
                 for (const auto& path : p.checkpoint)
@@ -590,7 +590,7 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
                                                       + ": the lowest peak found");
                 for (const auto& n : p.notes)
                     m.details.push_back(n);
-                m.measure_how = ""; // TorchScript cannot script torch.utils.checkpoint: no run here checks it
+                m.measure_how = MeasureHow::None; // TorchScript cannot script torch.utils.checkpoint: no run here checks it
                 out.push_back(std::move(m));
             }
         } catch (const std::invalid_argument&) {
@@ -603,7 +603,7 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
         auto o = optionsOf(r);
         o.inputs = tiledInputs(r, options.tile);
         auto tiled = analyzeModel(*options.model, o);
-        auto m = base("tiling", "Tiles of " + shapeToString(options.tile));
+        auto m = base(RemedyKind::Tiling, "Tiles of " + shapeToString(options.tile));
         std::int64_t tiles = 1;
         const auto& full = r.run.input_shapes.front();
         for (std::size_t d = 0; d < options.tile.size(); ++d) {
@@ -614,23 +614,23 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
             + shapeToString(options.tile) + " (overlap them where the receptive field needs it) and stitch the outputs";
         m.peak_total_after = tiled.peak_total_bytes;
         m.reserve_after = tiled.gpu ? tiled.gpu->reserved_peak_bytes : tiled.simulated_reserved_peak_bytes;
-        m.method = "measured";
+        m.method = FigureMethod::Measured;
         m.measured_peak_total = m.peak_total_after;
         m.measured_reserve = m.reserve_after;
         m.tile = options.tile;
-        m.measure_how = "run";
+        m.measure_how = MeasureHow::Run;
         m.details.push_back("peak per tile, measured by a run at " + shapeToString(o.inputs.front()));
         out.push_back(std::move(m));
     }
 
     // GPU runs: cuDNN's autotuner off.
     if (model && r.gpu) {
-        auto m = base("cudnn_benchmark", "cudnn.benchmark off");
+        auto m = base(RemedyKind::CudnnBenchmark, "cudnn.benchmark off");
         m.change = "torch.backends.cudnn.benchmark = False: the autotuner can pick kernels with large workspaces";
         m.peak_total_after = m.peak_total_before;
         m.reserve_after = m.reserve_before;
         m.details.push_back("not predicted: Measure runs the model again with the autotuner off");
-        m.measure_how = "run";
+        m.measure_how = MeasureHow::Run;
         out.push_back(std::move(m));
     }
 
@@ -640,14 +640,14 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
         const auto& best = suggestions.front();
         const auto saving = best.reserve_before - best.reserve_after;
         if (saving > std::max<std::int64_t>(std::int64_t {1} << 20, best.reserve_before / 200)) {
-            auto m = base("allocator_settings", "PYTORCH_CUDA_ALLOC_CONF=" + best.setting);
+            auto m = base(RemedyKind::AllocatorSettings, "PYTORCH_CUDA_ALLOC_CONF=" + best.setting);
             m.change = "set PYTORCH_CUDA_ALLOC_CONF=" + best.setting
                 + " before the process starts: the caching allocator keeps less reserved beyond what is allocated";
             m.peak_total_after = m.peak_total_before;
             m.reserve_before = best.reserve_before;
             m.reserve_after = best.reserve_after;
             m.setting = best.setting;
-            m.measure_how = "";
+            m.measure_how = MeasureHow::None;
             for (const auto& s : suggestions)
                 m.details.push_back(s.setting + ": reserve " + formatBytes(s.reserve_after) + " ("
                     + signedBytes(s.reserve_before - s.reserve_after) + ")");
@@ -700,19 +700,19 @@ Remedy measureRemedy(const Remedy& remedy, const Report& report, Model& model, M
     auto o = optionsOf(report);
     Model* run = &model;
     std::string how;
-    if (remedy.measure_how == "variant") {
+    if (remedy.measure_how == MeasureHow::Variant) {
         if (!variant)
             throw std::invalid_argument("measuring \"" + remedy.title + "\" needs the edited model");
         run = variant;
         how = "a run of the edited model at " + shapeToString(o.inputs.front()) + " in " + o.dtype;
-    } else if (remedy.measure_how == "run") {
-        if (remedy.kind == "lower_precision") {
+    } else if (remedy.measure_how == MeasureHow::Run) {
+        if (remedy.kind == RemedyKind::LowerPrecision) {
             o.dtype = remedy.dtype;
-        } else if (remedy.kind == "largest_batch" || remedy.kind == "micro_batching") {
+        } else if (remedy.kind == RemedyKind::LargestBatch || remedy.kind == RemedyKind::MicroBatching) {
             o.batch = remedy.batch;
-        } else if (remedy.kind == "tiling") {
+        } else if (remedy.kind == RemedyKind::Tiling) {
             o.inputs = tiledInputs(report, remedy.tile);
-        } else if (remedy.kind == "cudnn_benchmark") {
+        } else if (remedy.kind == RemedyKind::CudnnBenchmark) {
             if (!report.gpu)
                 throw std::invalid_argument("cudnn.benchmark is measured on a GPU run only");
             o.cudnn_benchmark = false;
@@ -720,16 +720,16 @@ Remedy measureRemedy(const Remedy& remedy, const Report& report, Model& model, M
             throw std::invalid_argument("\"" + remedy.title + "\" has no run to measure it");
         }
         how = "a run at batch " + std::to_string(o.batch.value_or(report.run.batch)) + " in " + o.dtype
-            + (remedy.kind == "tiling" ? " at " + shapeToString(o.inputs.front()) : std::string());
+            + (remedy.kind == RemedyKind::Tiling ? " at " + shapeToString(o.inputs.front()) : std::string());
     } else {
         throw std::invalid_argument("\"" + remedy.title + "\" cannot be measured here"
-            + std::string(remedy.kind == "allocator_settings" ? " (it needs a GPU process started with the setting)" : ""));
+            + std::string(remedy.kind == RemedyKind::AllocatorSettings ? " (it needs a GPU process started with the setting)" : ""));
     }
     auto measured = analyzeModel(*run, o);
     m.measured_peak_total = measured.peak_total_bytes + m.extra_bytes;
     m.measured_reserve
         = (measured.gpu ? measured.gpu->reserved_peak_bytes : measured.simulated_reserved_peak_bytes) + m.extra_bytes;
-    m.method = "measured";
+    m.method = FigureMethod::Measured;
     m.measure_note = "measured by " + how;
     return m;
 }
@@ -738,11 +738,11 @@ nlohmann::json remediesToJson(const std::vector<Remedy>& remedies)
 {
     auto j = nlohmann::json::array();
     for (const auto& m : remedies) {
-        nlohmann::json e {{"kind", m.kind}, {"title", m.title}, {"change", m.change}, {"details", m.details},
+        nlohmann::json e {{"kind", nameOf(m.kind)}, {"title", m.title}, {"change", m.change}, {"details", m.details},
             {"peak_total_before_bytes", m.peak_total_before}, {"peak_total_after_bytes", m.peak_total_after},
             {"peak_total_saving_bytes", m.peakSaving()}, {"reserve_before_bytes", m.reserve_before},
             {"reserve_after_bytes", m.reserve_after}, {"reserve_saving_bytes", m.reserveSaving()},
-            {"method", m.method}, {"measure", m.measure_how}};
+            {"method", nameOf(m.method)}, {"measure", nameOf(m.measure_how)}};
         if (m.batch)
             e["batch"] = m.batch;
         if (!m.dtype.empty())
@@ -769,7 +769,10 @@ std::vector<Remedy> remediesFromJson(const nlohmann::json& j)
     std::vector<Remedy> out;
     for (const auto& e : j) {
         Remedy m;
-        m.kind = e.at("kind").get<std::string>();
+        const auto kind = fromName<RemedyKind>(e.at("kind").get<std::string>());
+        if (!kind)
+            continue; // a remedy of a later memledger: not one this one knows
+        m.kind = *kind;
         m.title = e.at("title").get<std::string>();
         m.change = e.value("change", "");
         m.details = e.value("details", std::vector<std::string> {});
@@ -777,8 +780,8 @@ std::vector<Remedy> remediesFromJson(const nlohmann::json& j)
         m.peak_total_after = e.at("peak_total_after_bytes").get<std::int64_t>();
         m.reserve_before = e.value("reserve_before_bytes", std::int64_t {0});
         m.reserve_after = e.value("reserve_after_bytes", std::int64_t {0});
-        m.method = e.value("method", "predicted");
-        m.measure_how = e.value("measure", "");
+        m.method = fromName(e.value("method", "predicted"), FigureMethod::Predicted);
+        m.measure_how = fromName(e.value("measure", ""), MeasureHow::None);
         m.batch = e.value("batch", std::int64_t {0});
         m.dtype = e.value("dtype", "");
         m.tile = e.value("tile", std::vector<std::int64_t> {});
@@ -803,14 +806,14 @@ std::string remediesToText(const std::vector<Remedy>& remedies)
     }
     int n = 0;
     for (const auto& m : remedies) {
-        s << "  " << ++n << ". " << m.title << "  [" << m.method << "]\n";
+        s << "  " << ++n << ". " << m.title << "  [" << nameOf(m.method) << "]\n";
         s << "     peak total " << formatBytes(m.peak_total_before) << " -> " << formatBytes(m.peak_total_after) << " ("
           << signedBytes(m.peakSaving()) << ")";
         if (m.reserve_before > 0 || m.reserve_after > 0)
             s << ", reserve " << formatBytes(m.reserve_before) << " -> " << formatBytes(m.reserve_after) << " ("
               << signedBytes(m.reserveSaving()) << ")";
         s << "\n";
-        if (m.measured_peak_total && m.method == "measured" && m.kind != "tiling")
+        if (m.measured_peak_total && m.method == FigureMethod::Measured && m.kind != RemedyKind::Tiling)
             s << "     measured: peak total " << formatBytes(*m.measured_peak_total)
               << (m.measured_reserve ? ", reserve " + formatBytes(*m.measured_reserve) : std::string()) << "\n";
         s << "     " << m.change << "\n";
@@ -819,7 +822,7 @@ std::string remediesToText(const std::vector<Remedy>& remedies)
             s << "       - " << m.details[i] << "\n";
         if (m.details.size() > shown)
             s << "       - ... and " << (m.details.size() - shown) << " more\n";
-        if (m.measure_how == "variant")
+        if (m.measure_how == MeasureHow::Variant)
             s << "     measurable: run the edited model (window: Measure)\n";
     }
     return s.str();

@@ -292,7 +292,7 @@ WhatIf WhatIf::recordAt(Model& model, RunOptions base, const std::vector<std::in
 
 WhatIf WhatIf::recordPlanned(Model& model, RunOptions base, const std::vector<std::string>& dtypes, const Plan& plan)
 {
-    const auto [b1, b2] = recordedBatchesFor(base.mode.empty() ? "inference" : base.mode);
+    const auto [b1, b2] = recordedBatchesFor(base.mode.value_or(RunMode::Inference));
     const std::int64_t memory
         = plan.memory_budget > 0 ? plan.memory_budget : machineMemoryBytes() / 4;
     const auto started = std::chrono::steady_clock::now();
@@ -578,9 +578,9 @@ std::int64_t WhatIf::batch1() const
 {
     return fits_.empty() ? 0 : fits_.front()->b1;
 }
-std::string WhatIf::mode() const
+RunMode WhatIf::mode() const
 {
-    return fits_.empty() || fits_.front()->info.mode.empty() ? "inference" : fits_.front()->info.mode;
+    return fits_.empty() ? RunMode::Inference : fits_.front()->info.mode;
 }
 
 std::int64_t WhatIf::batch2() const
@@ -622,7 +622,7 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
     auto recorded
         = std::find_if(f.recorded.begin(), f.recorded.end(), [&](const Fit::Recorded& r) { return r.batch == batch; });
     if (recorded != f.recorded.end()) {
-        p.method = "measured";
+        p.method = FigureMethod::Measured;
         p.predicted_peak_bytes = recorded->peak;
         p.peak_event = recorded->peak_event;
         p.ledgers_at_peak = recorded->at_peak;
@@ -690,7 +690,7 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
         if (g->dtype == dtype)
             largest = std::max(largest, g->b2);
     p.extrapolated = batch > largest;
-    if (p.method == "predicted")
+    if (p.method == FigureMethod::Predicted)
         p.notes.insert(p.notes.begin(),
             std::string(axisWord(f.axis)) + " " + std::to_string(batch) + ": predicted from the runs at "
                 + axisWord(f.axis) + " " + std::to_string(f.b1) + (f.quad.empty() ? " and " : " to ")
@@ -785,7 +785,7 @@ Prediction WhatIf::measure(Model& model, std::int64_t batch, const std::string& 
     std::int64_t peak = 0;
     for (auto v : live)
         peak = std::max(peak, v);
-    p.method = "measured";
+    p.method = FigureMethod::Measured;
     p.measured_peak_bytes = peak;
     p.measured_peak_total_bytes
         = peak + raw.parameter_bytes + raw.buffer_bytes + raw.optimizer_state_bytes + raw.input_bytes;

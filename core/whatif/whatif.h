@@ -23,10 +23,6 @@
 
 namespace memledger {
 
-// What a what-if varies: the batch (dimension 0 of every input; each allocation a line in it) or the sequence
-// length (dimension 1 of every token input; each allocation a parabola, as attention scores grow with its square).
-enum class WhatIfAxis { Batch, Seq };
-
 class WhatIf {
 public:
     // Records `base` (inputs as given; its batch and dtype are ignored) at batches b1 < b2 in every dtype of
@@ -97,7 +93,7 @@ public:
     std::int64_t batch2() const; // the largest record
     std::vector<std::int64_t> recordedBatches() const; // of the first dtype, increasing
     std::vector<std::int64_t> recordedBatches(const std::string& dtype) const; // a precision's own records
-    std::string mode() const; // "inference" or "train": what the records ran
+    RunMode mode() const; // what the records ran
     std::vector<std::string> notes() const; // alignment, rescaled dtypes, ...
     std::size_t eventCount(const std::string& dtype) const; // events replayed per prediction
 
@@ -119,7 +115,7 @@ private:
 
 // The two batch sizes a what-if records: 1 and 2 for inference; 2 and 4 for a training step, whose backward
 // takes other kernel paths at batch 1 (vectors where larger batches have matrices).
-std::pair<std::int64_t, std::int64_t> recordedBatchesFor(const std::string& mode);
+std::pair<std::int64_t, std::int64_t> recordedBatchesFor(RunMode mode);
 
 // The table of predictions for `batches` x `dtypes` (a prediction the records do not back, measured instead
 // when `model` is given and can run that dtype), with the largest batch within `budget` per dtype (0: none).

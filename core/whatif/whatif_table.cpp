@@ -6,9 +6,9 @@
 
 namespace memledger {
 
-std::pair<std::int64_t, std::int64_t> recordedBatchesFor(const std::string& mode)
+std::pair<std::int64_t, std::int64_t> recordedBatchesFor(RunMode mode)
 {
-    return mode == "train" ? std::make_pair(std::int64_t {2}, std::int64_t {4})
+    return mode == RunMode::Train ? std::make_pair(std::int64_t {2}, std::int64_t {4})
                            : std::make_pair(std::int64_t {1}, std::int64_t {2});
 }
 
@@ -27,8 +27,7 @@ WhatIfTable makeWhatIfTable(const WhatIf& w, const std::vector<std::int64_t>& ba
     t.recorded_batch2 = w.batch2();
     t.recorded_batches = w.recordedBatches();
     t.mode = w.mode();
-    if (w.axis() == WhatIfAxis::Seq)
-        t.axis = "seq";
+    t.axis = w.axis();
     for (const auto& dtype : dtypes) {
         for (auto batch : batches) {
             auto p = w.predict(batch, dtype);
@@ -40,16 +39,16 @@ WhatIfTable makeWhatIfTable(const WhatIf& w, const std::vector<std::int64_t>& ba
         if (budget > 0) {
             auto n = w.maxBatch(dtype, budget);
             t.max_batch.emplace_back(dtype, n);
-            if (t.axis == "seq")
+            if (t.axis == WhatIfAxis::Seq)
                 t.max_seq_batch.push_back(w.predict(1, dtype, false).batch);
             // Confirmed by a real run where the machine can make it (within the records' reach, recorded
             // dtype); otherwise the figure says how it is known.
-            std::string how = n >= 1 && w.predict(n, dtype, false).extrapolated ? "extrapolated" : "predicted";
-            if (model && n >= 1 && how == "predicted" && w.isRecorded(dtype)) {
+            FigureMethod how = n >= 1 && w.predict(n, dtype, false).extrapolated ? FigureMethod::Extrapolated : FigureMethod::Predicted;
+            if (model && n >= 1 && how == FigureMethod::Predicted && w.isRecorded(dtype)) {
                 try {
                     auto m = w.measure(*model, n, dtype);
                     if (m.measured_peak_total_bytes && *m.measured_peak_total_bytes <= budget)
-                        how = "measured";
+                        how = FigureMethod::Measured;
                 } catch (const RunError&) {
                 }
             }
@@ -64,7 +63,7 @@ nlohmann::json predictionToJson(const Prediction& p)
     nlohmann::json j = {
         {"batch", p.batch},
         {"dtype", p.dtype},
-        {"method", p.method},
+        {"method", nameOf(p.method)},
         {"predicted_peak_bytes", p.predicted_peak_bytes},
         {"predicted_peak_total_bytes", p.predicted_peak_total_bytes},
         {"predicted_reserved_bytes", p.predicted_reserved_bytes},
@@ -93,7 +92,7 @@ nlohmann::json whatIfToJson(const WhatIfTable& t)
     nlohmann::json j = {{"format", "memledger-whatif"}, {"version", 1},
         {"recorded_batches", t.recorded_batches.empty() ? std::vector<std::int64_t> {t.recorded_batch1, t.recorded_batch2}
                                                          : t.recorded_batches},
-        {"mode", t.mode}, {"axis", t.axis}};
+        {"mode", nameOf(t.mode)}, {"axis", nameOf(t.axis)}};
     auto& rows = j["predictions"] = nlohmann::json::array();
     for (const auto& p : t.predictions) {
         auto row = predictionToJson(p);
@@ -101,7 +100,7 @@ nlohmann::json whatIfToJson(const WhatIfTable& t)
             row["fits"] = t.fits(p);
         rows.push_back(std::move(row));
     }
-    if (t.axis == "seq") { // sequence lengths: recorded at, and the longest within the budget per batch
+    if (t.axis == WhatIfAxis::Seq) { // sequence lengths: recorded at, and the longest within the budget per batch
         j["recorded_seqs"] = j["recorded_batches"];
         j.erase("recorded_batches");
         if (t.budget_bytes > 0) {
@@ -110,7 +109,7 @@ nlohmann::json whatIfToJson(const WhatIfTable& t)
             for (std::size_t i = 0; i < t.max_batch.size(); ++i)
                 ms.push_back({{"dtype", t.max_batch[i].first}, {"seq", t.max_batch[i].second},
                     {"batch", i < t.max_seq_batch.size() ? t.max_seq_batch[i] : 0},
-                    {"method", i < t.max_batch_method.size() ? t.max_batch_method[i].second : "predicted"}});
+                    {"method", i < t.max_batch_method.size() ? nameOf(t.max_batch_method[i].second) : nameOf(FigureMethod::Predicted)}});
         }
     } else if (t.budget_bytes > 0) {
         j["budget_bytes"] = t.budget_bytes;
@@ -119,7 +118,7 @@ nlohmann::json whatIfToJson(const WhatIfTable& t)
             mb[dtype] = n;
         auto& how = j["max_batch_method"] = nlohmann::json::object();
         for (const auto& [dtype, method] : t.max_batch_method)
-            how[dtype] = method;
+            how[dtype] = nameOf(method);
     }
     return j;
 }
@@ -133,8 +132,8 @@ WhatIfTable whatIfFromJson(const nlohmann::json& j)
         t.recorded_batch1 = t.recorded_batches.front();
         t.recorded_batch2 = t.recorded_batches.back();
     }
-    t.mode = j.value("mode", "inference");
-    t.axis = j.value("axis", "batch");
+    t.mode = fromName(j.value("mode", "inference"), RunMode::Inference);
+    t.axis = fromName(j.value("axis", "batch"), WhatIfAxis::Batch);
     if (j.contains("recorded_seqs") && j["recorded_seqs"].size() >= 2) {
         t.recorded_batches = j["recorded_seqs"].get<std::vector<std::int64_t>>();
         t.recorded_batch1 = t.recorded_batches.front();
@@ -143,7 +142,8 @@ WhatIfTable whatIfFromJson(const nlohmann::json& j)
     if (j.contains("max_seq") && j["max_seq"].is_array())
         for (const auto& m : j["max_seq"]) {
             t.max_batch.emplace_back(m.at("dtype").get<std::string>(), m.at("seq").get<std::int64_t>());
-            t.max_batch_method.emplace_back(m.at("dtype").get<std::string>(), m.value("method", "predicted"));
+            t.max_batch_method.emplace_back(
+                m.at("dtype").get<std::string>(), fromName(m.value("method", "predicted"), FigureMethod::Predicted));
             t.max_seq_batch.push_back(m.value("batch", std::int64_t {0}));
         }
     for (const auto& row : j.at("predictions")) {
@@ -151,7 +151,7 @@ WhatIfTable whatIfFromJson(const nlohmann::json& j)
         p.batch = row.at("batch").get<std::int64_t>();
         p.seq = row.value("seq", std::int64_t {0});
         p.dtype = row.at("dtype").get<std::string>();
-        p.method = row.value("method", "predicted");
+        p.method = fromName(row.value("method", "predicted"), FigureMethod::Predicted);
         p.predicted_peak_bytes = row.at("predicted_peak_bytes").get<std::int64_t>();
         p.predicted_peak_total_bytes = row.at("predicted_peak_total_bytes").get<std::int64_t>();
         p.predicted_reserved_bytes = row.value("predicted_reserved_bytes", std::int64_t {0});
@@ -177,7 +177,7 @@ WhatIfTable whatIfFromJson(const nlohmann::json& j)
             t.max_batch.emplace_back(dtype, n.get<std::int64_t>());
     if (j.contains("max_batch_method") && j["max_batch_method"].is_object())
         for (const auto& [dtype, m] : j["max_batch_method"].items())
-            t.max_batch_method.emplace_back(dtype, m.get<std::string>());
+            t.max_batch_method.emplace_back(dtype, fromName(m.get<std::string>(), FigureMethod::Predicted));
     return t;
 }
 
