@@ -380,7 +380,7 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
 
     // Lower precision, from the what-if records.
     const WhatIf* w = options.whatif;
-    const bool whatifFits = w && model && w->mode() == (r.run.mode.empty() ? "inference" : r.run.mode);
+    const bool whatifFits = w && model && w->mode() == r.run.mode;
     if (whatifFits) {
         for (const std::string d : {"bfloat16", "float16"}) {
             if (d == r.run.dtype || dtypeSize(d) >= dtypeSize(r.run.dtype))
