@@ -100,7 +100,8 @@ void compare(const std::string& variant)
     const auto& resident = r.ledgers[static_cast<std::size_t>(Ledger::Resident)];
     EXPECT_EQ(resident.total, parameters);
     auto& params = table["PARAMETER (alive before the trace)"];
-    (resident.total == parameters ? params.agree : params.disagree) += static_cast<int>(expected.at("preexisting").size());
+    (resident.total == parameters ? params.agree : params.disagree)
+        += static_cast<int>(expected.at("preexisting").size());
 
     std::ostringstream out;
     out << "snapshot ledgers against torch " << expected.value("torch", "?") << "'s categories, " << variant

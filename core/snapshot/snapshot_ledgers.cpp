@@ -22,7 +22,6 @@ struct StackFacts {
     bool dataLoader = false; // torch.utils.data
     bool userCode = false; // a Python frame of the user's own code
     bool python = false; // any Python frame
-    std::uint64_t op = 0; // the op that allocated: its outermost ATen frame and its innermost Python frame
 };
 
 bool contains(std::string_view s, std::string_view part)
@@ -57,7 +56,6 @@ StackFacts factsOf(const Trace& t, std::uint32_t stack)
     if (stack == 0)
         return f;
     bool backward = false, optimizer = false, zeroGrad = false, setup = false;
-    std::uint32_t outerAten = 0, innerPython = 0;
     for (auto it = t.stacks.begin(stack); it != t.stacks.end(stack); ++it) {
         const StackFrame& frame = t.stacks.frame(*it);
         const std::string_view file = t.strings.at(frame.file);
@@ -69,26 +67,20 @@ StackFacts factsOf(const Trace& t, std::uint32_t stack)
             || (endsWith(file, ".py") && contains(file.substr(file.find_last_of("/\\") + 1), "optim"));
         optimizer = optimizer || optimizerFile;
         setup = setup || (name == "__init__" && !optimizerFile && endsWith(file, ".py"))
-            || (name == "_apply" && (endsWith(file, "nn/modules/module.py") || endsWith(file, "nn\\modules\\module.py")));
+            || (name == "_apply"
+                && (endsWith(file, "nn/modules/module.py") || endsWith(file, "nn\\modules\\module.py")));
         f.module = f.module || endsWith(file, "nn/modules/module.py") || endsWith(file, "nn\\modules\\module.py");
         f.dataLoader = f.dataLoader || inTorchFolder(file, "torch/utils/data/", "torch\\utils\\data\\");
         const FrameKind kind = classifyFrame(file);
         f.python = f.python || endsWith(file, ".py");
         f.modelCode = f.modelCode || kind == FrameKind::Torch || kind == FrameKind::Library;
         f.userCode = f.userCode || kind == FrameKind::User;
-        if (kind == FrameKind::Cpp || kind == FrameKind::Unknown) {
-            if (innerPython == 0 && contains(name, "at::_ops::"))
-                outerAten = frame.name;
-        } else if (innerPython == 0 && kind != FrameKind::CPython) {
-            innerPython = *it + 1;
-        }
     }
-    f.op = (static_cast<std::uint64_t>(outerAten) << 32) | innerPython;
-    f.doing = zeroGrad ? Doing::ZeroGrad
-        : backward     ? Doing::Backward
-        : optimizer    ? Doing::Optimizer
+    f.doing = zeroGrad       ? Doing::ZeroGrad
+        : backward           ? Doing::Backward
+        : optimizer          ? Doing::Optimizer
         : setup && !f.module ? Doing::Setup
-                       : Doing::Forward;
+                             : Doing::Forward;
     return f;
 }
 
@@ -231,10 +223,13 @@ void assignSnapshotLedgers(Trace& t, const Snapshot& s)
                 l = Ledger::SavedActivations;
                 break;
             }
-            // A temporary is freed before anything of another op is allocated.
-            bool temporary = freed;
+            // A temporary is freed in the forward that made it and outlives nothing allocated after it: what is
+            // allocated meanwhile is freed first, as an op's scratch (and scratch inside that) is freed before the op
+            // returns its output.
+            bool temporary = freedInSameRun;
             for (std::size_t k = i + 1; temporary && k < j; ++k)
-                temporary = t.action[k] != Action::Alloc || facts[t.stack[k]].op == f.op;
+                temporary = t.action[k] != Action::Alloc
+                    || (t.partner[k] != kNoPartner && static_cast<std::size_t>(t.partner[k]) < j);
             l = temporary ? Ledger::Temporaries : Ledger::Activations;
             break;
         }
@@ -256,7 +251,8 @@ std::array<LedgerFigure, kLedgerKinds> snapshotLedgerFigures(
             live[static_cast<std::size_t>(t.ledger[i])] += t.bytes[i];
             told += t.bytes[i];
         }
-    const std::int64_t resident = std::max<std::int64_t>(0, aliveBefore - told + live[static_cast<std::size_t>(Ledger::Resident)]);
+    const std::int64_t resident
+        = std::max<std::int64_t>(0, aliveBefore - told + live[static_cast<std::size_t>(Ledger::Resident)]);
     live[static_cast<std::size_t>(Ledger::Resident)] = resident;
 
     std::array<LedgerFigure, kLedgerKinds> out {};
