@@ -100,12 +100,22 @@ void compare(const std::string& variant)
     const auto& resident = r.ledgers[static_cast<std::size_t>(Ledger::Resident)];
     EXPECT_EQ(resident.total, parameters);
     auto& params = table["PARAMETER (alive before the trace)"];
-    (resident.total == parameters ? params.agree : params.disagree)
-        += static_cast<int>(expected.at("preexisting").size());
+    const auto count = static_cast<int>(expected.at("preexisting").size());
+    if (resident.total == parameters) {
+        params.agree += count;
+        params.agree_bytes += parameters;
+    } else {
+        params.disagree += count;
+        params.disagree_bytes += parameters;
+    }
 
     std::ostringstream out;
     out << "snapshot ledgers against torch " << expected.value("torch", "?") << "'s categories, " << variant
-        << " frames:\n  category            agree  disagree  bytes agree  bytes disagree\n";
+        << " frames:\n";
+    char header[160];
+    std::snprintf(header, sizeof header, "  %-36s %5s %9s %12s %15s\n", "category", "agree", "disagree", "bytes agree",
+        "bytes disagree");
+    out << header;
     int disagree = 0;
     for (const auto& [category, row] : table) {
         char line[160];
