@@ -22,6 +22,7 @@ struct StackFacts {
     bool dataLoader = false; // torch.utils.data
     bool userCode = false; // a Python frame of the user's own code
     bool python = false; // any Python frame
+    bool cpp = false; // any C++ frame
 };
 
 bool contains(std::string_view s, std::string_view part)
@@ -73,6 +74,7 @@ StackFacts factsOf(const Trace& t, std::uint32_t stack)
         f.dataLoader = f.dataLoader || inTorchFolder(file, "torch/utils/data/", "torch\\utils\\data\\");
         const FrameKind kind = classifyFrame(file);
         f.python = f.python || endsWith(file, ".py");
+        f.cpp = f.cpp || kind == FrameKind::Cpp;
         f.modelCode = f.modelCode || kind == FrameKind::Torch || kind == FrameKind::Library;
         f.userCode = f.userCode || kind == FrameKind::User;
     }
@@ -106,19 +108,20 @@ std::vector<Doing> doingOfEvents(const Trace& t, const Snapshot& s, std::vector<
 {
     std::vector<Doing> doing(t.size(), Doing::Unknown);
     std::vector<bool> known(t.stacks.stackCount(), false);
-    bool python = false;
+    bool python = false, cpp = false;
     for (std::size_t i = 0; i < t.size(); ++i) {
         const auto st = t.stack[i];
         if (!known[st]) {
             facts[st] = factsOf(t, st);
             known[st] = true;
             python = python || facts[st].python;
+            cpp = cpp || facts[st].cpp;
         }
         doing[i] = facts[st].doing;
     }
     // A history of Python stacks only (stacks="python") records no frame for what a thread without Python does:
     // the autograd engine's device threads, that is, a CUDA backward.
-    if (python)
+    if (python && !cpp)
         for (std::size_t i = 0; i < t.size(); ++i)
             if (t.stack[i] == 0 && isBlockEvent(t.action[i]))
                 doing[i] = Doing::Backward;
