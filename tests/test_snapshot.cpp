@@ -137,8 +137,11 @@ TEST(Snapshot, TraceConversion)
     EXPECT_EQ(freedBeforeTrace, 2u);
     // the top user frame skips torch's own files: model.py:54 forward, not torch/nn/modules/module.py
     EXPECT_NE(t.strings.at(t.where[0]).find("model.py:54 forward"), std::string::npos) << t.strings.at(t.where[0]);
-    for (std::size_t i = 0; i < t.size(); ++i)
-        EXPECT_EQ(t.ledger[i], Ledger::Unattributed);
+    // a free is in its block's ledger (snapshot/snapshot_ledgers.h)
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        if (t.action[i] == Action::Free && t.partner[i] != kNoPartner)
+            EXPECT_EQ(t.ledger[i], t.ledger[static_cast<std::size_t>(t.partner[i])]);
+    }
 }
 
 TEST(Snapshot, RingBufferStartingMidRunIsAccepted)
@@ -398,6 +401,34 @@ TEST(Snapshot, ReadingReportsProgressAndStopsOnCancel)
 
 // external_annotations: every shared file's ranges, against what Python's pickle reads (the number of entries
 // and of STARTs, per file), and the JSON report lists them.
+// The ledgers of real training steps: every byte alive at the peak is in one ledger, the JSON has each ledger's
+// at_peak, total and max, and the steps' gradients and optimizer state are told from their stacks.
+TEST(Snapshot, LedgersOfRealTrainingSteps)
+{
+    SKIP_WITHOUT_SNAPSHOTS();
+    for (const char* name : {"training-step-annotated.pickle", "training-loop-annotations-python-frames.pickle",
+             "torch-compile-run.pickle", "many-segments.pickle"}) {
+        SCOPED_TRACE(name);
+        Report r = readSnapshotReport(snapshotPath(name), false);
+        std::int64_t atPeak = 0;
+        for (const auto& f : r.ledgers) {
+            atPeak += f.at_peak;
+            EXPECT_LE(f.at_peak, f.max);
+        }
+        EXPECT_EQ(atPeak, r.peak_bytes);
+        auto j = reportToJson(r, false);
+        for (const char* ledger : {"resident", "unattributed", "gradients", "weights"})
+            for (const char* key : {"at_peak", "total", "max"})
+                EXPECT_TRUE(j["ledgers"][ledger].contains(key)) << ledger << "." << key;
+    }
+    // C++ frames of the autograd engine and AccumulateGrad; Optimizer.step and zero_grad annotations
+    Report r = readSnapshotReport(snapshotPath("training-step-annotated.pickle"), false);
+    EXPECT_GT(r.ledgers[static_cast<std::size_t>(Ledger::Gradients)].max, 0);
+    EXPECT_GT(r.ledgers[static_cast<std::size_t>(Ledger::OptimizerState)].total, 0);
+    EXPECT_GT(r.ledgers[static_cast<std::size_t>(Ledger::SavedActivations)].max, 0);
+    EXPECT_GT(r.ledgers[static_cast<std::size_t>(Ledger::Resident)].at_peak, 0);
+}
+
 TEST(Snapshot, AnnotationsAreTheFilesStartEndPairs)
 {
     SKIP_WITHOUT_SNAPSHOTS();

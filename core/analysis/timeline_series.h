@@ -29,8 +29,8 @@ struct TimelineSeries {
     static constexpr int kAllDevices = -2; // -1 is the CPU
     // Resident ledgers at the bottom, then what lives longest: weights, optimizer state, inputs, saved
     // activations, activations, gradients, temporaries.
-    static constexpr std::array<int, kBands> kStackOrder {kAliveBefore, static_cast<int>(Ledger::Weights),
-        static_cast<int>(Ledger::OptimizerState), static_cast<int>(Ledger::Inputs),
+    static constexpr std::array<int, kBands> kStackOrder {kAliveBefore, static_cast<int>(Ledger::Resident),
+        static_cast<int>(Ledger::Weights), static_cast<int>(Ledger::OptimizerState), static_cast<int>(Ledger::Inputs),
         static_cast<int>(Ledger::SavedActivations), static_cast<int>(Ledger::Activations),
         static_cast<int>(Ledger::Gradients), static_cast<int>(Ledger::Temporaries),
         static_cast<int>(Ledger::Unattributed), kPendingFree};

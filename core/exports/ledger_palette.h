@@ -22,6 +22,8 @@ constexpr const char* ledgerColourHex(Ledger ledger)
         return "#c44e8a";
     case Ledger::OptimizerState:
         return "#64b5cd";
+    case Ledger::Resident:
+        return "#a8a8a8"; // a snapshot's blocks alive before its trace: kAliveBeforeColourHex
     case Ledger::Unattributed:
         break;
     }

@@ -254,9 +254,12 @@ json reportToJson(const Report& r, bool withEvents)
             {"reserved_over_time", reserved}};
         j["reserved_peak_bytes"] = r.gpu->reserved_peak_bytes;
     }
-    for (int l = 0; l < kLedgerCount; ++l)
-        j["ledgers"][ledgerName(static_cast<Ledger>(l))]
-            = {{"at_peak", r.ledgers[static_cast<std::size_t>(l)].at_peak}, {"total", r.ledgers[static_cast<std::size_t>(l)].total}};
+    // A snapshot adds its unattributed and resident ledgers to a model run's.
+    const int ledgerKinds = r.source == ReportSource::Snapshot ? kLedgerKinds : kLedgerCount;
+    for (int l = 0; l < ledgerKinds; ++l) {
+        const auto& f = r.ledgers[static_cast<std::size_t>(l)];
+        j["ledgers"][ledgerName(static_cast<Ledger>(l))] = {{"at_peak", f.at_peak}, {"total", f.total}, {"max", f.max}};
+    }
     json layers = json::array();
     for (const auto& l : r.layers) {
         layers.push_back({{"path", l.path}, {"name", l.name}, {"type", l.type}, {"parent", l.parent},
@@ -373,12 +376,13 @@ Report reportFromJson(const json& j, const std::string& name)
                 gpu.reserved_over_time.emplace_back(p.at(0).get<std::int64_t>(), p.at(1).get<std::int64_t>());
             r.gpu = std::move(gpu);
         }
-        for (int l = 0; l < kLedgerCount; ++l) {
+        for (int l = 0; l < kLedgerKinds; ++l) {
             const auto* key = ledgerName(static_cast<Ledger>(l));
             if (!j.at("ledgers").contains(key))
-                continue; // written before this ledger existed
+                continue; // written before this ledger existed, or a model run's report
             const auto& lj = j["ledgers"][key];
-            r.ledgers[static_cast<std::size_t>(l)] = {lj.at("at_peak").get<std::int64_t>(), lj.at("total").get<std::int64_t>()};
+            r.ledgers[static_cast<std::size_t>(l)] = {lj.at("at_peak").get<std::int64_t>(),
+                lj.at("total").get<std::int64_t>(), lj.value("max", std::int64_t {0})};
         }
         for (const auto& lj : j.at("layers")) {
             LayerStats l;

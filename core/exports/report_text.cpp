@@ -119,10 +119,23 @@ std::string reportToText(const Report& r, int maxDepth)
             if (list.size() > 20)
                 out << "  ... and " << list.size() - 20 << " more (all in the JSON)\n";
         }
+        // Each ledger as its call stacks and lifetimes tell it (snapshot/snapshot_ledgers.h).
+        std::size_t nameWidth = 12;
+        for (int l = 0; l < kLedgerKinds; ++l)
+            nameWidth = std::max(nameWidth, std::string(ledgerLabel(static_cast<Ledger>(l))).size() + 1);
+        out << "Ledgers at the peak (allocated in the trace; most alive at once):\n";
+        for (int l = 0; l < kLedgerKinds; ++l) {
+            const auto& f = r.ledgers[static_cast<std::size_t>(l)];
+            if (f.at_peak > 0 || f.total > 0 || f.max > 0)
+                out << "  " << padCell(ledgerLabel(static_cast<Ledger>(l)), nameWidth) << ' '
+                    << padCell(formatBytes(f.at_peak), 11, true) << "  (" << formatBytes(f.total) << "; "
+                    << formatBytes(f.max) << ")\n";
+        }
         if (!r.alive_at_peak.empty()) {
             out << "Allocated in the trace and alive at the peak, largest first:\n";
             for (std::size_t i = 0; i < std::min<std::size_t>(r.alive_at_peak.size(), 10); ++i)
-                out << "  " << padCell(formatBytes(r.alive_at_peak[i].bytes), 11, true) << "  " << r.alive_at_peak[i].where
+                out << "  " << padCell(formatBytes(r.alive_at_peak[i].bytes), 11, true) << "  "
+                    << padCell(ledgerLabel(r.alive_at_peak[i].ledger), nameWidth) << ' ' << r.alive_at_peak[i].where
                     << "\n";
         }
         for (const auto& note : r.notes)

@@ -103,7 +103,8 @@ struct GpuRun {
 
 struct LedgerFigure {
     std::int64_t at_peak = 0;
-    std::int64_t total = 0; // bytes allocated over the whole run
+    std::int64_t total = 0; // bytes allocated over the whole run (a snapshot's resident: those alive before the trace)
+    std::int64_t max = 0; // the most bytes of the ledger alive at once
 };
 
 struct PeakItem {
@@ -165,7 +166,7 @@ struct Report {
     std::int64_t simulated_reserved_peak_bytes = 0;
     std::shared_ptr<const SimulatedGpu> simulated_gpu; // the replay behind it, made with the report
     std::optional<GpuRun> gpu; // a run on a CUDA GPU
-    std::array<LedgerFigure, kLedgerCount> ledgers {};
+    std::array<LedgerFigure, kLedgerKinds> ledgers {}; // a model run's kLedgerCount; a snapshot's all of them
     std::vector<LayerStats> layers; // layers[0] is the root; parents come before children
     std::vector<PeakItem> alive_at_peak; // largest first
     std::shared_ptr<const Trace> trace;

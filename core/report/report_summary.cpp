@@ -3,6 +3,7 @@
 
 
 #include <algorithm>
+#include <array>
 #include <set>
 #include <unordered_map>
 
@@ -98,8 +99,8 @@ struct OpenCall {
 void summarizePeak(Report& r, const Trace& t, const std::vector<std::int64_t>& live, std::uint32_t first,
     std::uint32_t end)
 {
-    for (int l = 0; l < kLedgerCount; ++l)
-        r.ledgers[static_cast<std::size_t>(l)] = {};
+    for (auto& f : r.ledgers)
+        f = {};
     r.alive_at_peak.clear();
     // Peak and ledgers: the peak is the most live bytes at a moment of the range (from where it begins).
     r.peak_bytes = first > 0 ? live[first - 1] : 0;
@@ -114,9 +115,28 @@ void summarizePeak(Report& r, const Trace& t, const std::vector<std::int64_t>& l
             r.peak_time_ns = t.time_ns[i];
         }
     }
-    r.ledgers[static_cast<int>(Ledger::Weights)] = {r.weight_bytes, r.weight_bytes};
-    r.ledgers[static_cast<int>(Ledger::Inputs)] = {r.input_bytes, r.input_bytes};
-    r.ledgers[static_cast<int>(Ledger::OptimizerState)] = {r.optimizer_state_bytes, r.optimizer_state_bytes};
+    r.ledgers[static_cast<int>(Ledger::Weights)] = {r.weight_bytes, r.weight_bytes, 0};
+    r.ledgers[static_cast<int>(Ledger::Inputs)] = {r.input_bytes, r.input_bytes, 0};
+    r.ledgers[static_cast<int>(Ledger::OptimizerState)] = {r.optimizer_state_bytes, r.optimizer_state_bytes, 0};
+    // The most of each ledger alive at once in the range: what the trace allocated (also before the range), on
+    // top of what is resident for the whole run.
+    std::array<std::int64_t, kLedgerKinds> ledgerLive {};
+    std::array<std::int64_t, kLedgerKinds> ledgerMax {};
+    for (std::size_t i = 0; i < end; ++i) {
+        if (i == first)
+            ledgerMax = ledgerLive;
+        auto l = static_cast<std::size_t>(t.ledger[i]);
+        if (t.action[i] == Action::Alloc)
+            ledgerLive[l] += t.bytes[i];
+        else if (t.action[i] == Action::Free && t.partner[i] != kNoPartner)
+            ledgerLive[l] -= t.bytes[i];
+        if (i >= first)
+            ledgerMax[l] = std::max(ledgerMax[l], ledgerLive[l]);
+    }
+    if (first >= end)
+        ledgerMax = ledgerLive;
+    for (std::size_t l = 0; l < ledgerMax.size(); ++l) // at_peak holds only the resident bytes so far
+        r.ledgers[l].max = r.ledgers[l].at_peak + ledgerMax[l];
     r.peak_total_bytes = r.weight_bytes + r.optimizer_state_bytes + r.input_bytes + r.peak_bytes;
     if (r.gpu)
         r.peak_total_bytes += r.gpu->library_bytes;

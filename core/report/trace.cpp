@@ -25,6 +25,8 @@ const char* ledgerName(Ledger l)
         return "optimizer_state";
     case Ledger::Unattributed:
         return "unattributed";
+    case Ledger::Resident:
+        return "resident";
     }
     return "?";
 }
@@ -44,6 +46,8 @@ const char* ledgerLabel(Ledger l)
         return "saved for backward";
     case Ledger::OptimizerState:
         return "optimizer state";
+    case Ledger::Resident:
+        return "resident (before the trace)";
     default:
         return ledgerName(l);
     }

@@ -12,7 +12,9 @@ namespace memledger {
 // Every allocation belongs to one ledger. Weights, inputs and optimizer state are resident before the run;
 // the others are allocations the run makes. A training step adds saved activations (made in the forward,
 // alive when the backward starts, freed by it), gradients (allocations that end as a parameter's .grad) and
-// optimizer state (momentum, Adam's moments).
+// optimizer state (momentum, Adam's moments). A snapshot's allocations get the same ledgers, told from their call
+// stacks and lifetimes (snapshot/snapshot_ledgers.h); the blocks alive before its trace began that nothing in the
+// trace tells more of are `Resident`.
 enum class Ledger : std::uint8_t {
     Weights = 0,
     Inputs = 1,
@@ -22,11 +24,12 @@ enum class Ledger : std::uint8_t {
     Gradients = 5,
     OptimizerState = 6,
     Unattributed = 7, // snapshots: allocations no ledger can be told for
+    Resident = 8, // snapshots: alive before the trace began
 };
 constexpr int kLedgerCount = 7; // the ledgers of a model run
-constexpr int kLedgerKinds = 8; // with Unattributed
+constexpr int kLedgerKinds = 9; // with a snapshot's Unattributed and Resident
 const char* ledgerName(Ledger l); // "weights", "saved_activations", ... as the JSON spells them
-const char* ledgerLabel(Ledger l); // "saved for backward", "optimizer state": for people
+const char* ledgerLabel(Ledger l); // "saved for backward", "resident (before the trace)": for people
 std::optional<Ledger> ledgerFromName(const std::string& name); // ledgerName's inverse
 
 enum class Action : std::uint8_t {

@@ -1,5 +1,6 @@
 #include "snapshot/snapshot.h"
 #include "snapshot/frames.h"
+#include "snapshot/snapshot_ledgers.h"
 
 #include "support/huge_pages.h"
 #include "support/atomic_file.h"
@@ -777,6 +778,8 @@ Snapshot decodeTree(const PickleValue& root, Snapshot&& s, std::shared_ptr<Trace
         if (const PickleValue* a = root.get("external_annotations"))
             decodeAnnotations(*a, s);
     }
+    if (trace && s.trace == trace) // the annotations first: they tell the optimizer's ranges
+        assignSnapshotLedgers(*trace, s);
     if (!s.trace) {
         s.trace = std::make_shared<Trace>();
         s.trace_stream.clear();

@@ -137,7 +137,7 @@ SnapshotAllocatorCheck checkAllocatorModel(const Snapshot& s);
 AllocatorReplay replaySnapshot(const Snapshot& s, const AllocatorSettings& settings);
 
 // Report for a snapshot: trace, peak of live bytes, a tree of top user stack frames (root: the file name),
-// the allocator check; everything the trace allocated is in Ledger::Unattributed.
+// the allocator check; the ledgers as snapshot_ledgers.h tells them (decodeSnapshot assigns each event's).
 // checkAllocator false: leave the allocator check for later (addAllocatorCheck), so that the timeline can be
 // drawn first; reportToJson makes the check itself when it is missing.
 Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAllocator = true);

@@ -2,6 +2,7 @@
 #include "support/format.h"
 #include "snapshot/snapshot.h"
 #include "snapshot/frames.h"
+#include "snapshot/snapshot_ledgers.h"
 #include "report/report_summary.h"
 
 #include <algorithm>
@@ -273,7 +274,7 @@ void summarizeSnapshotEvents(Report& r, const Snapshot& s, const std::string& pa
                 tracedAtPeak += t.bytes[i];
                 PeakItem p;
                 p.bytes = t.bytes[i];
-                p.ledger = Ledger::Unattributed;
+                p.ledger = t.ledger[i];
                 p.where = where;
                 p.event = idx;
                 alive.push_back(std::move(p));
@@ -293,11 +294,17 @@ void summarizeSnapshotEvents(Report& r, const Snapshot& s, const std::string& pa
                 tracedAtPeak += b.size;
                 PeakItem p;
                 p.bytes = b.size;
-                p.ledger = Ledger::Unattributed;
+                p.ledger = Ledger::Resident;
                 p.where = where;
                 alive.push_back(std::move(p));
             }
         r.peak_bytes = r.peak_total_bytes = std::max(r.peak_bytes, tracedAtPeak);
+    }
+    if (traced) {
+        r.ledgers = snapshotLedgerFigures(t, start, first, end, r.peak_event);
+    } else { // the state at the end, none of it told by a trace
+        r.ledgers = {};
+        r.ledgers[static_cast<std::size_t>(Ledger::Resident)] = {tracedAtPeak, tracedAtPeak, tracedAtPeak};
     }
     std::stable_sort(
         alive.begin(), alive.end(), [](const PeakItem& a, const PeakItem& b) { return a.bytes > b.bytes; });
@@ -399,7 +406,8 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAlloc
     r.notes.push_back("CUDA memory snapshot (" + s.layout + "): " + std::to_string(s.segments.size()) + " segments, "
         + formatBytes(s.reservedBytes()) + " reserved, " + formatBytes(s.allocatedBytes()) + " allocated, "
         + std::to_string(t.size()) + " trace entries");
-    r.notes.push_back("snapshot allocations are not split into weights/activations: they are unattributed");
+    r.notes.push_back("snapshot ledgers are told from each allocation's call stack and lifetime; resident: alive "
+                      "before the trace, with nothing in it telling more");
     if (start > 0 && t.size() > 0)
         r.notes.push_back(formatBytes(start) + " were allocated before the trace began (the trace is a ring buffer)");
     if (!s.trace_has_time && t.size() > 0)

@@ -1,0 +1,289 @@
+#include "snapshot/snapshot_ledgers.h"
+
+#include "snapshot/frames.h"
+#include "snapshot/snapshot.h"
+
+#include <algorithm>
+#include <string_view>
+#include <vector>
+
+namespace memledger {
+
+namespace {
+
+// What the program was doing when a trace entry was recorded, as far as its stack (or an annotation) says.
+// Setup: building a model or an optimizer (a constructor, moving a module to the device).
+enum class Doing : std::uint8_t { Unknown, Setup, Forward, Backward, Optimizer, ZeroGrad };
+
+struct StackFacts {
+    Doing doing = Doing::Unknown;
+    bool module = false; // inside an nn.Module's call
+    bool modelCode = false; // torch's or a library's Python frames: the model, a loss, not the user's loop
+    bool dataLoader = false; // torch.utils.data
+    bool userCode = false; // a Python frame of the user's own code
+    bool python = false; // any Python frame
+    bool cpp = false; // any C++ frame
+};
+
+bool contains(std::string_view s, std::string_view part)
+{
+    return s.find(part) != std::string_view::npos;
+}
+
+bool endsWith(std::string_view s, std::string_view tail)
+{
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Windows paths spell torch's folders with backslashes.
+bool inTorchFolder(std::string_view file, std::string_view slashed, std::string_view backslashed)
+{
+    return contains(file, slashed) || contains(file, backslashed);
+}
+
+// The autograd engine's own frames: C++ (evaluate_function, a node's apply, AccumulateGrad) or, where the engine runs
+// on the caller's thread (a CPU backward), the Python frame that entered it. torch.autograd.backward's frames
+// above it are not enough: it makes the seed gradient (ones_like(loss)) there before the engine runs, a value of
+// the forward's kind.
+bool isEngineFrame(std::string_view name)
+{
+    return contains(name, "torch::autograd::Engine::") || contains(name, "PythonEngine::")
+        || contains(name, "AccumulateGrad") || name == "_engine_run_backward";
+}
+
+StackFacts factsOf(const Trace& t, std::uint32_t stack)
+{
+    StackFacts f;
+    if (stack == 0)
+        return f;
+    bool backward = false, optimizer = false, zeroGrad = false, setup = false;
+    for (auto it = t.stacks.begin(stack); it != t.stacks.end(stack); ++it) {
+        const StackFrame& frame = t.stacks.frame(*it);
+        const std::string_view file = t.strings.at(frame.file);
+        const std::string_view name = t.strings.at(frame.name);
+        zeroGrad = zeroGrad || contains(name, "zero_grad");
+        backward = backward || isEngineFrame(name);
+        // torch.optim, or the user's own optimizer module (optimizer.py, my_optim.py: its constructor makes state)
+        const bool optimizerFile = inTorchFolder(file, "torch/optim/", "torch\\optim\\")
+            || (endsWith(file, ".py") && contains(file.substr(file.find_last_of("/\\") + 1), "optim"));
+        optimizer = optimizer || optimizerFile;
+        setup = setup || (name == "__init__" && !optimizerFile && endsWith(file, ".py"))
+            || (name == "_apply"
+                && (endsWith(file, "nn/modules/module.py") || endsWith(file, "nn\\modules\\module.py")));
+        f.module = f.module || endsWith(file, "nn/modules/module.py") || endsWith(file, "nn\\modules\\module.py");
+        f.dataLoader = f.dataLoader || inTorchFolder(file, "torch/utils/data/", "torch\\utils\\data\\");
+        const FrameKind kind = classifyFrame(file);
+        f.python = f.python || endsWith(file, ".py");
+        f.cpp = f.cpp || kind == FrameKind::Cpp;
+        f.modelCode = f.modelCode || kind == FrameKind::Torch || kind == FrameKind::Library;
+        f.userCode = f.userCode || kind == FrameKind::User;
+    }
+    f.doing = zeroGrad       ? Doing::ZeroGrad
+        : backward           ? Doing::Backward
+        : optimizer          ? Doing::Optimizer
+        : setup && !f.module ? Doing::Setup
+                             : Doing::Forward;
+    return f;
+}
+
+Doing doingOfAnnotation(const std::string& name)
+{
+    if (contains(name, "zero_grad"))
+        return Doing::ZeroGrad;
+    if (contains(name, "Optimizer.step") || contains(name, "optimizer"))
+        return Doing::Optimizer;
+    if (contains(name, "backward"))
+        return Doing::Backward;
+    return Doing::Unknown;
+}
+
+bool isBlockEvent(Action a)
+{
+    return a == Action::Alloc || a == Action::Free || a == Action::FreeRequested;
+}
+
+// What each event was doing: its stack's word, or an annotation's range it lies in where the stack tells no
+// more than "forward" (a stack with Python frames only, or none).
+std::vector<Doing> doingOfEvents(const Trace& t, const Snapshot& s, std::vector<StackFacts>& facts)
+{
+    std::vector<Doing> doing(t.size(), Doing::Unknown);
+    std::vector<bool> known(t.stacks.stackCount(), false);
+    bool python = false, cpp = false;
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        const auto st = t.stack[i];
+        if (!known[st]) {
+            facts[st] = factsOf(t, st);
+            known[st] = true;
+            python = python || facts[st].python;
+            cpp = cpp || facts[st].cpp;
+        }
+        doing[i] = facts[st].doing;
+    }
+    // A history of Python stacks only (stacks="python") records no frame for what a thread without Python does:
+    // the autograd engine's device threads, that is, a CUDA backward.
+    if (python && !cpp)
+        for (std::size_t i = 0; i < t.size(); ++i)
+            if (t.stack[i] == 0 && isBlockEvent(t.action[i]))
+                doing[i] = Doing::Backward;
+    if (!s.trace_has_time || !std::is_sorted(t.time_ns.begin(), t.time_ns.end()))
+        return doing;
+    for (const auto& a : s.annotations) {
+        const Doing d = doingOfAnnotation(a.name);
+        if (d == Doing::Unknown)
+            continue;
+        const auto end = a.end_us >= 0 ? s.endNs(a) : t.time_ns.back();
+        auto i = static_cast<std::size_t>(
+            std::lower_bound(t.time_ns.begin(), t.time_ns.end(), s.startNs(a)) - t.time_ns.begin());
+        for (; i < t.size() && t.time_ns[i] <= end; ++i)
+            if (t.device[i] == a.device && (doing[i] == Doing::Unknown || doing[i] == Doing::Forward))
+                doing[i] = d;
+    }
+    return doing;
+}
+
+} // namespace
+
+void assignSnapshotLedgers(Trace& t, const Snapshot& s)
+{
+    const std::size_t n = t.size();
+    std::vector<StackFacts> facts(t.stacks.stackCount());
+    const std::vector<Doing> doing = doingOfEvents(t, s, facts);
+
+    // The phase at each event, and which run of one phase it is in: an event tells the phase when its stack says
+    // something and, for a free, when its stack is not its alloc's (PyTorch records a free with the stack of its
+    // alloc unless the history keeps every stack); the others are in the phase of the last event that told.
+    std::vector<Doing> phase(n, Doing::Unknown);
+    std::vector<std::uint32_t> run(n, 0);
+    Doing now = Doing::Unknown;
+    std::uint32_t runs = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        if (!isBlockEvent(t.action[i]))
+            continue;
+        const auto p = t.partner[i];
+        const bool tells = doing[i] != Doing::Unknown
+            && !(t.action[i] == Action::Free && p != kNoPartner && t.stack[static_cast<std::size_t>(p)] == t.stack[i]);
+        if (tells && doing[i] != now) {
+            now = doing[i];
+            ++runs;
+        }
+        phase[i] = now;
+        run[i] = runs;
+    }
+
+    // Inputs: what the user's own code makes (no torch or library Python frames), or a DataLoader, before the
+    // step's model code first allocates. A step begins after a backward or an optimizer's allocations, or where an
+    // annotated range (the DataLoader's __next__, zero_grad) begins.
+    bool modelRan = false;
+    std::size_t nextAnnotation = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        const Action a = t.action[i];
+        if (a != Action::Alloc && a != Action::Free)
+            continue;
+        for (; s.trace_has_time && nextAnnotation < s.annotations.size()
+             && s.startNs(s.annotations[nextAnnotation]) <= t.time_ns[i];
+             ++nextAnnotation)
+            modelRan = false;
+        const auto p = t.partner[i];
+        if (a == Action::Free) {
+            if (p != kNoPartner)
+                continue; // takes its alloc's ledger
+            t.ledger[i] = phase[i] == Doing::ZeroGrad ? Ledger::Gradients
+                : phase[i] == Doing::Backward         ? Ledger::SavedActivations
+                                                      : Ledger::Resident;
+            continue;
+        }
+        const StackFacts& f = facts[t.stack[i]];
+        const Doing d = doing[i] == Doing::Unknown ? phase[i] : doing[i];
+        if (d != Doing::Forward)
+            modelRan = false; // a new step begins after the backward or the optimizer
+        const bool freed = p != kNoPartner;
+        const auto j = freed ? static_cast<std::size_t>(p) : i;
+        const bool freedInSameRun = freed && phase[j] == d && run[j] == run[i];
+        Ledger l = Ledger::Unattributed;
+        switch (d) {
+        case Doing::Unknown:
+            break;
+        case Doing::Backward:
+            // Alive from the backward until the optimizer or zero_grad: a parameter's .grad.
+            l = freedInSameRun ? Ledger::Temporaries : Ledger::Gradients;
+            break;
+        case Doing::Optimizer:
+            l = freedInSameRun ? Ledger::Temporaries : Ledger::OptimizerState;
+            break;
+        case Doing::ZeroGrad:
+            l = Ledger::Temporaries;
+            break;
+        case Doing::Setup:
+            l = freedInSameRun ? Ledger::Temporaries : Ledger::Weights;
+            break;
+        case Doing::Forward: {
+            if (f.dataLoader || (f.userCode && !f.modelCode && !modelRan)) {
+                l = Ledger::Inputs;
+                break;
+            }
+            modelRan = modelRan || f.modelCode;
+            if (freed && phase[j] == Doing::Backward) {
+                l = Ledger::SavedActivations;
+                break;
+            }
+            // A temporary is freed in the forward that made it and outlives nothing allocated after it: what is
+            // allocated meanwhile is freed first, as an op's scratch (and scratch inside that) is freed before the op
+            // returns its output.
+            bool temporary = freedInSameRun;
+            for (std::size_t k = i + 1; temporary && k < j; ++k)
+                temporary = t.action[k] != Action::Alloc
+                    || (t.partner[k] != kNoPartner && static_cast<std::size_t>(t.partner[k]) < j);
+            l = temporary ? Ledger::Temporaries : Ledger::Activations;
+            break;
+        }
+        }
+        t.ledger[i] = l;
+        if (freed)
+            t.ledger[j] = l;
+    }
+}
+
+std::array<LedgerFigure, kLedgerKinds> snapshotLedgerFigures(
+    const Trace& t, std::int64_t aliveBefore, std::uint32_t first, std::uint32_t end, std::int32_t peakEvent)
+{
+    // The blocks alive before the trace are in the ledger their free in the trace tells; the rest are resident.
+    std::array<std::int64_t, kLedgerKinds> live {};
+    std::int64_t told = 0;
+    for (std::size_t i = 0; i < t.size(); ++i)
+        if (t.action[i] == Action::Free && t.partner[i] == kNoPartner) {
+            live[static_cast<std::size_t>(t.ledger[i])] += t.bytes[i];
+            told += t.bytes[i];
+        }
+    const std::int64_t resident
+        = std::max<std::int64_t>(0, aliveBefore - told + live[static_cast<std::size_t>(Ledger::Resident)]);
+    live[static_cast<std::size_t>(Ledger::Resident)] = resident;
+
+    std::array<LedgerFigure, kLedgerKinds> out {};
+    out[static_cast<std::size_t>(Ledger::Resident)].total = resident;
+    auto keep = [&](bool atPeak) {
+        for (std::size_t l = 0; l < live.size(); ++l) {
+            out[l].max = std::max(out[l].max, live[l]);
+            if (atPeak)
+                out[l].at_peak = live[l];
+        }
+    };
+    for (std::size_t i = 0; i < end && i < t.size(); ++i) {
+        if (i == first)
+            keep(peakEvent < static_cast<std::int32_t>(first));
+        const auto l = static_cast<std::size_t>(t.ledger[i]);
+        if (t.action[i] == Action::Alloc) {
+            live[l] += t.bytes[i];
+            if (i >= first)
+                out[l].total += t.bytes[i];
+        } else if (t.action[i] == Action::Free) {
+            live[l] -= t.bytes[i];
+        }
+        if (i >= first)
+            keep(static_cast<std::int32_t>(i) == peakEvent);
+    }
+    if (first >= end)
+        keep(true);
+    return out;
+}
+
+} // namespace memledger
