@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -61,11 +62,11 @@ RunOptions optionsFor(const std::string& input, const std::string& device)
     return o;
 }
 
-// Every ledger but the temporaries equal; the meta peak at most the CPU's, and short of it by no more than the
-// temporaries alive at the CPU's peak. `activationsAtPeakOnly`: a training step's activations are compared at the
-// peak, not over the step: autograd adds a residual's two gradients in place on the CPU and into a new tensor on
-// meta (issue 19: a known difference, 64 KiB per LayerNorm backward in the GPT demo).
-void expectSameButTemporaries(const Report& cpu, const Report& meta, const std::string& what, bool activationsAtPeakOnly = false)
+// Every ledger but the temporaries equal over the run; the meta peak at most the CPU's, and short of it by no more
+// than the temporaries alive at the CPU's peak (the peak may fall at another moment, so the ledgers at the peak are
+// printed, not compared). `extraActivations`: what meta's activations total exceeds the CPU's by (see
+// GptDemoTrainingSteps).
+void expectSameButTemporaries(const Report& cpu, const Report& meta, const std::string& what, std::int64_t extraActivations = 0)
 {
     EXPECT_EQ(meta.run.device, "meta");
     EXPECT_EQ(cpu.run.device, "cpu");
@@ -84,8 +85,8 @@ void expectSameButTemporaries(const Report& cpu, const Report& meta, const std::
         std::printf("[ ledger   ] %s %-18s cpu %12lld (at peak %12lld)  meta %12lld (at peak %12lld)\n", what.c_str(),
             ledgerName(ledger), static_cast<long long>(c.total), static_cast<long long>(c.at_peak),
             static_cast<long long>(m.total), static_cast<long long>(m.at_peak));
-        if (ledger == Ledger::Activations && activationsAtPeakOnly)
-            EXPECT_EQ(m.at_peak, c.at_peak) << what << ": " << ledgerName(ledger) << " at the peak";
+        if (ledger == Ledger::Activations)
+            EXPECT_EQ(m.total, c.total + extraActivations) << what << ": " << ledgerName(ledger);
         else if (ledger != Ledger::Temporaries)
             EXPECT_EQ(m.total, c.total) << what << ": " << ledgerName(ledger);
         else
@@ -100,21 +101,24 @@ void expectSameButTemporaries(const Report& cpu, const Report& meta, const std::
 }
 
 // The built-in demo run on the CPU and on meta, each from a model of its own (weights on meta do not come back).
-void compareDemo(const std::string& demo, RunMode mode, const std::string& optimizer)
+void compareDemo(const std::string& demo, RunMode mode, const std::string& optimizer, bool smallInput = true,
+    std::int64_t extraActivations = 0)
 {
     auto what = demo + " " + (mode == RunMode::Train ? optimizer + " step" : std::string("inference"));
     auto run = [&](const std::string& device) {
         auto file = openFileOrDemo(demo);
         auto o = optionsFor("", device);
-        o.inputs = {{2, 64}}; // smaller than the demo's own, to keep the test quick
-        o.input_types = file.default_input_types;
+        if (smallInput) {
+            o.inputs = {{2, 64}}; // smaller than the demo's own, to keep the test quick
+            o.input_types = file.default_input_types;
+        }
         o.mode = mode;
         o.optimizer = optimizer;
         return analyzeOpened(file, o);
     };
     auto cpu = run("cpu");
     auto meta = run("meta");
-    expectSameButTemporaries(cpu, meta, what, mode == RunMode::Train);
+    expectSameButTemporaries(cpu, meta, what, extraActivations);
 }
 
 } // namespace
@@ -134,7 +138,19 @@ TEST(MetaDevice, GptDemoTrainingSteps)
         GTEST_SKIP() << "this build runs no torch.export programs";
     for (const char* optimizer : {"sgd", "adamw"}) {
         SCOPED_TRACE(optimizer);
-        compareDemo("demo:gpt-train.pt2", RunMode::Train, optimizer);
+        compareDemo("demo:gpt-train.pt2", RunMode::Train, optimizer, true, 524288);
+    }
+}
+
+// Conv nets: the MNIST training demo (conv, relu, max-pool, dropout) and the RFBNet demo (conv, batch norm).
+TEST(MetaDevice, ConvDemos)
+{
+    SKIP_WITHOUT_META();
+    compareDemo("demo:rfbnet.pt", RunMode::Inference, "sgd", false);
+    compareDemo("demo:mnist-train.pt", RunMode::Inference, "sgd", false);
+    for (const char* optimizer : {"sgd", "adamw"}) {
+        SCOPED_TRACE(optimizer);
+        compareDemo("demo:mnist-train.pt", RunMode::Train, optimizer, false);
     }
 }
 

@@ -167,6 +167,114 @@ Tensor scaledDotProductAttention(const Tensor& query, const Tensor& key, const T
         query, key, value, mask, dropoutP, isCausal, std::nullopt, scale, enableGqa));
 }
 
+
+// convolution: the output the CPU's backends allocate, [batch, out channels, spatial sizes] (transposed: the
+// sizes the input would have had); bias and scratch are the backend's own.
+Tensor convolution(const Tensor& input, const Tensor& weight, const OptionalTensor& bias, c10::SymIntArrayRef stride,
+    c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation, bool transposed, c10::SymIntArrayRef outputPadding,
+    c10::SymInt groups)
+{
+    auto ints = [](c10::SymIntArrayRef a) { return c10::asIntArrayRefUnchecked(a).vec(); };
+    std::vector<int64_t> sizes = transposed
+        ? at::native::conv_input_size(input.sizes(), weight.sizes(), ints(padding), ints(outputPadding), ints(stride),
+              ints(dilation), groups.expect_int())
+        : at::native::conv_output_size(input.sizes(), weight.sizes(), ints(padding), ints(stride), ints(dilation));
+    return at::empty(sizes, input.options().memory_format(input.suggest_memory_format()));
+}
+
+std::tuple<Tensor, Tensor, Tensor> convolutionBackward(const Tensor& gradOutput, const Tensor& input,
+    const Tensor& weight, at::OptionalSymIntArrayRef biasSizes, c10::SymIntArrayRef stride, c10::SymIntArrayRef padding,
+    c10::SymIntArrayRef dilation, bool transposed, c10::SymIntArrayRef outputPadding, c10::SymInt groups,
+    std::array<bool, 3> mask)
+{
+    Tensor dinput, dweight, dbias;
+    if (mask[0])
+        dinput = at::empty_like(input, input.suggest_memory_format());
+    if (mask[1])
+        dweight = at::empty_like(weight, weight.suggest_memory_format());
+    if (mask[2])
+        dbias = at::empty({gradOutput.size(1)}, gradOutput.options());
+    return {dinput, dweight, dbias};
+}
+
+// Batch norm as the CPU's batch_norm_cpu: the output, and the batch's mean and inverse deviation per channel when
+// training ([0] otherwise), in the statistics' type.
+std::tuple<Tensor, Tensor, Tensor> batchNormAsTheCpu(const Tensor& input, const OptionalTensor& weight,
+    const OptionalTensor& bias, const OptionalTensor& runningMean, bool train)
+{
+    auto out = at::empty_like(input, input.suggest_memory_format());
+    auto parameter = defined(weight) ? weight->scalar_type()
+        : defined(bias)              ? bias->scalar_type()
+        : defined(runningMean)       ? runningMean->scalar_type()
+                                     : input.scalar_type();
+    auto statistics = input.options().dtype(parameter != input.scalar_type() ? at::kFloat : input.scalar_type());
+    const int64_t channels = train ? input.size(1) : 0;
+    return {out, at::empty({channels}, statistics), at::empty({channels}, statistics)};
+}
+
+std::tuple<Tensor, Tensor, Tensor> nativeBatchNorm(const Tensor& input, const OptionalTensor& weight,
+    const OptionalTensor& bias, const OptionalTensor& runningMean, const OptionalTensor& runningVar, bool training,
+    double momentum, double eps)
+{
+    return batchNormAsTheCpu(input, weight, bias, runningMean, training);
+}
+
+std::tuple<Tensor, Tensor, Tensor> nativeBatchNormLegit(const Tensor& input, const OptionalTensor& weight,
+    const OptionalTensor& bias, Tensor& runningMean, Tensor& runningVar, bool training, double momentum, double eps)
+{
+    return batchNormAsTheCpu(input, weight, bias, runningMean, training);
+}
+
+std::tuple<Tensor, Tensor, Tensor> nativeBatchNormLegitNoStats(const Tensor& input, const OptionalTensor& weight,
+    const OptionalTensor& bias, bool training, double momentum, double eps)
+{
+    return batchNormAsTheCpu(input, weight, bias, std::nullopt, training);
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor> batchNormWithUpdate(const Tensor& input, const OptionalTensor& weight,
+    const OptionalTensor& bias, Tensor& runningMean, Tensor& runningVar, double momentum, double eps)
+{
+    auto [out, mean, invstd] = batchNormAsTheCpu(input, weight, bias, runningMean, true);
+    return {out, mean, invstd, at::empty({0}, input.options().dtype(at::kByte))};
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor> batchNormNoUpdate(const Tensor& input, const OptionalTensor& weight,
+    const OptionalTensor& bias, const OptionalTensor& runningMean, const OptionalTensor& runningVar, double momentum,
+    double eps)
+{
+    auto [out, mean, invstd] = batchNormAsTheCpu(input, weight, bias, runningMean, false);
+    return {out, mean, invstd, at::empty({0}, input.options().dtype(at::kByte))};
+}
+
+// Its backward: the input's gradient, and the weight's and bias's per channel.
+std::tuple<Tensor, Tensor, Tensor> batchNormGradients(
+    const Tensor& input, const OptionalTensor& weight, std::array<bool, 3> mask)
+{
+    Tensor dinput, dweight, dbias;
+    auto perChannel = defined(weight) ? weight->options() : input.options();
+    if (mask[0])
+        dinput = at::empty_like(input, input.suggest_memory_format());
+    if (mask[1])
+        dweight = at::empty({input.size(1)}, perChannel);
+    if (mask[2])
+        dbias = at::empty({input.size(1)}, perChannel);
+    return {dinput, dweight, dbias};
+}
+
+std::tuple<Tensor, Tensor, Tensor> nativeBatchNormBackward(const Tensor& gradOut, const Tensor& input,
+    const OptionalTensor& weight, const OptionalTensor& runningMean, const OptionalTensor& runningVar,
+    const OptionalTensor& saveMean, const OptionalTensor& saveInvstd, bool train, double eps, std::array<bool, 3> mask)
+{
+    return batchNormGradients(input, weight, mask);
+}
+
+std::tuple<Tensor, Tensor, Tensor> batchNormBackward(const Tensor& gradOut, const Tensor& input, const Tensor& weight,
+    const OptionalTensor& runningMean, const OptionalTensor& runningVar, const OptionalTensor& saveMean,
+    const OptionalTensor& saveVar, bool update, double eps, std::array<bool, 3> mask, const Tensor& reserve)
+{
+    return batchNormGradients(input, weight, mask);
+}
+
 } // namespace
 
 void registerMetaKernels() { } // the registrations below are static; this keeps them linked
@@ -185,6 +293,15 @@ TORCH_LIBRARY_IMPL(aten, Meta, m)
     m.impl("native_layer_norm_backward", TORCH_FN(nativeLayerNormBackward));
     m.impl("_scaled_dot_product_flash_attention_for_cpu", TORCH_FN(flashAttentionForCpu));
     m.impl("_scaled_dot_product_flash_attention_for_cpu_backward", TORCH_FN(flashAttentionForCpuBackward));
+    m.impl("convolution", TORCH_FN(convolution));
+    m.impl("convolution_backward", TORCH_FN(convolutionBackward));
+    m.impl("native_batch_norm", TORCH_FN(nativeBatchNorm));
+    m.impl("_native_batch_norm_legit", TORCH_FN(nativeBatchNormLegit));
+    m.impl("_native_batch_norm_legit.no_stats", TORCH_FN(nativeBatchNormLegitNoStats));
+    m.impl("_batch_norm_with_update", TORCH_FN(batchNormWithUpdate));
+    m.impl("_batch_norm_no_update", TORCH_FN(batchNormNoUpdate));
+    m.impl("native_batch_norm_backward", TORCH_FN(nativeBatchNormBackward));
+    m.impl("batch_norm_backward", TORCH_FN(batchNormBackward));
 }
 
 TORCH_LIBRARY_IMPL(aten, AutogradMeta, m)
