@@ -60,6 +60,12 @@ Tensor logicalNot(const Tensor& self)
     return at::empty_like(self, self.options().dtype(at::kBool));
 }
 
+// abs (T5's relative positions): shaped as the input, a complex one's magnitudes real.
+Tensor absolute(const Tensor& self)
+{
+    return at::empty_like(self, self.options().dtype(c10::toRealValueType(self.scalar_type())));
+}
+
 // index_select (embedding's lookup): the input with `dim` as long as the index.
 Tensor indexSelect(const Tensor& self, int64_t dim, const Tensor& index)
 {
@@ -293,6 +299,7 @@ TORCH_LIBRARY_IMPL(aten, Meta, m)
     m.impl("native_layer_norm_backward", TORCH_FN(nativeLayerNormBackward));
     m.impl("_scaled_dot_product_flash_attention_for_cpu", TORCH_FN(flashAttentionForCpu));
     m.impl("_scaled_dot_product_flash_attention_for_cpu_backward", TORCH_FN(flashAttentionForCpuBackward));
+    m.impl("abs", TORCH_FN(absolute));
     m.impl("convolution", TORCH_FN(convolution));
     m.impl("convolution_backward", TORCH_FN(convolutionBackward));
     m.impl("native_batch_norm", TORCH_FN(nativeBatchNorm));
