@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
 using namespace memledger;
 using memledger::test::fixture;
@@ -279,6 +280,64 @@ TEST(MetaDevice, TheCliSaysItIsAMetaRun)
     std::ifstream in(json);
     auto j = nlohmann::json::parse(in);
     EXPECT_EQ(j["run"]["device"], "meta");
+}
+
+// `whatif --device meta` records every batch on meta: each row is the CPU what-if's but for the temporaries. The GPT
+// demo's inference has none at its peak, so its rows are equal throughout; the MNIST training step's CPU peak holds
+// kernel temporaries (oneDNN, im2col), so there the meta peak may be lower, by no more than those.
+TEST(MetaDevice, WhatIfRowsAreTheCpusButTemporaries)
+{
+    SKIP_WITHOUT_META();
+    struct Run {
+        std::string model, args;
+        bool peakEqual;
+    };
+    std::vector<Run> runs {{"demo:mnist-train.pt", "--batch 1,2,4", false}};
+    if (canRunExportedPrograms())
+        runs.push_back({"demo:gpt.pt2", "--input 2x32:int64 --batch 1,2,4,8", true});
+    for (const auto& run : runs) {
+        SCOPED_TRACE(run.model);
+        auto whatIf = [&](const std::string& device) {
+            auto json = ::testing::TempDir() + "meta_whatif_" + device + ".json";
+            auto r = runCommand(std::string(MEMLEDGER_BINARY) + " whatif " + run.model + " " + run.args
+                + " --threads 1 --device " + device + " --json " + json);
+            EXPECT_EQ(r.exit_code, 0) << r.output;
+            if (device == "meta")
+                EXPECT_NE(r.output.find("on the meta device"), std::string::npos) << r.output;
+            std::ifstream in(json);
+            return nlohmann::json::parse(in);
+        };
+        auto cpu = whatIf("cpu");
+        auto meta = whatIf("meta");
+        EXPECT_EQ(meta["recorded_batches"], cpu["recorded_batches"]);
+        ASSERT_EQ(meta["predictions"].size(), cpu["predictions"].size());
+        for (std::size_t i = 0; i < cpu["predictions"].size(); ++i) {
+            const auto& c = cpu["predictions"][i];
+            const auto& m = meta["predictions"][i];
+            auto row = run.model + " batch " + std::to_string(c["batch"].get<int>()) + " " + c["dtype"].get<std::string>();
+            std::printf("[ whatif   ] %s %s: peak cpu %lld meta %lld, reserved cpu %lld meta %lld\n", row.c_str(),
+                c["method"].get<std::string>().c_str(), c["predicted_peak_bytes"].get<long long>(),
+                m["predicted_peak_bytes"].get<long long>(), c["predicted_reserved_bytes"].get<long long>(),
+                m["predicted_reserved_bytes"].get<long long>());
+            EXPECT_EQ(m["batch"], c["batch"]) << row;
+            EXPECT_EQ(m["dtype"], c["dtype"]) << row;
+            EXPECT_EQ(m["method"], c["method"]) << row;
+            EXPECT_EQ(m["weight_bytes"], c["weight_bytes"]) << row;
+            EXPECT_EQ(m["input_bytes"], c["input_bytes"]) << row;
+            const auto cpuPeak = c["predicted_peak_bytes"].get<std::int64_t>();
+            const auto metaPeak = m["predicted_peak_bytes"].get<std::int64_t>();
+            if (run.peakEqual) {
+                EXPECT_EQ(metaPeak, cpuPeak) << row;
+                EXPECT_EQ(m["predicted_reserved_bytes"], c["predicted_reserved_bytes"]) << row;
+                for (const auto& [ledger, bytes] : c["ledgers_at_peak"].items())
+                    if (ledger != "temporaries")
+                        EXPECT_EQ(m["ledgers_at_peak"][ledger], bytes) << row << ": " << ledger << " at the peak";
+            } else {
+                EXPECT_LE(metaPeak, cpuPeak) << row;
+                EXPECT_GE(metaPeak, cpuPeak - c["ledgers_at_peak"]["temporaries"].get<std::int64_t>()) << row;
+            }
+        }
+    }
 }
 
 TEST(MetaDevice, AnUnknownDeviceNamesMeta)
