@@ -163,8 +163,9 @@ std::string lmCaseName(const ::testing::TestParamInfo<LmCase>& info)
 // Measured. Training: the sums (GptDemoTrainingSteps). gpt_mha.pt's inference: TorchScript's
 // nn.MultiheadAttention takes its fused path (_native_multi_head_attention) only for CPU and CUDA tensors, so on
 // meta it runs the unfused ops, as the exported program does on both. The few bytes the zoo's models differ by in
-// inference (-40, -24, -192) and in saved activations (-16, -8) are not yet explained: the size of a few 0-dim
-// tensors the CPU run allocates and the meta run does not. Temporaries unbounded where meta makes some the CPU
+// inference (-40, -24, -192) and in saved activations (-16, -8): the 0-dim CPU tensors that wrap a Python scalar
+// (RMSNorm's `+ eps`: 8 bytes each, 5 of them in llama_gqa), counted on the CPU but, as on a GPU, outside the
+// run's device on meta and so not recorded. Temporaries unbounded where meta makes some the CPU
 // does not: the unfused MHA, and encoder_mask's (likely its boolean mask made additive before
 // scaled_dot_product_attention, which the CPU's kernel reads as it is).
 std::vector<LmCase> lmCases()
