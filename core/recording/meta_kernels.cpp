@@ -13,9 +13,12 @@
 #include <ATen/ExpandUtils.h>
 #include <ATen/OpMathType.h>
 #include <ATen/SDPBackend.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/native/ConvUtils.h>
+#include <ATen/record_function.h>
 #include <ATen/ops/_fused_sdp_choice_native.h>
 #include <c10/core/SymIntArrayRef.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/library.h>
 
 #include <array>
@@ -64,6 +67,42 @@ Tensor logicalNot(const Tensor& self)
 Tensor absolute(const Tensor& self)
 {
     return at::empty_like(self, self.options().dtype(c10::toRealValueType(self.scalar_type())));
+}
+
+// How many autograd nodes this thread is inside (their BACKWARD_FUNCTION records), so that an add of the backward
+// outside every node is known for autograd's engine summing a gradient that arrived twice.
+thread_local int nodesEntered = 0;
+
+std::unique_ptr<at::ObserverContext> enterNode(const at::RecordFunction&)
+{
+    ++nodesEntered;
+    return nullptr;
+}
+
+void leaveNode(const at::RecordFunction&, at::ObserverContext*)
+{
+    --nodesEntered;
+}
+
+// add on meta. Autograd's engine sums a gradient that arrives twice (a residual connection) in place when it
+// holds the last reference to the first (torch/csrc/autograd/input_buffer.cpp, accumulate), but never a meta
+// one: can_accumulate_inplace refuses a tensor-subclass-like tensor, and meta tensors count as such. So where the
+// engine, between nodes of a backward without grad mode, adds into a tensor the CPU's engine would have summed
+// into (dense, its last reference, its storage's too, the sum of its own size and type), the sum is that tensor,
+// as on the CPU; any other add allocates what PyTorch's own meta add does.
+Tensor add(const Tensor& self, const Tensor& other, const at::Scalar& alpha)
+{
+    const bool engineSum = !at::GradMode::is_enabled() && nodesEntered == 0
+        && torch::autograd::get_current_graph_task_id() != -1;
+    if (engineSum && self.is_non_overlapping_and_dense() && self.use_count() == 1 && self.has_storage()
+        && self.storage().use_count() == 1 && self.sizes().equals(other.sizes())
+        && self.scalar_type() == other.scalar_type())
+        return self;
+    // PyTorch's meta add.out gives an empty tensor the sum's sizes and strides, but a meta resize allocates
+    // nothing; the sum is then allocated as those.
+    auto shape = at::empty({0}, self.options().dtype(at::result_type(self, other)));
+    at::add_out(shape, self, other, alpha);
+    return at::empty_strided(shape.sizes(), shape.strides(), shape.options());
 }
 
 // index_select (embedding's lookup): the input with `dim` as long as the index.
@@ -283,7 +322,11 @@ std::tuple<Tensor, Tensor, Tensor> batchNormBackward(const Tensor& gradOut, cons
 
 } // namespace
 
-void registerMetaKernels() { } // the registrations below are static; this keeps them linked
+void registerMetaKernels() // the registrations below are static; this keeps them linked
+{
+    at::addGlobalCallback(
+        at::RecordFunctionCallback(&enterNode, &leaveNode).scopes({at::RecordScope::BACKWARD_FUNCTION}));
+}
 
 } // namespace memledger
 
@@ -300,6 +343,7 @@ TORCH_LIBRARY_IMPL(aten, Meta, m)
     m.impl("_scaled_dot_product_flash_attention_for_cpu", TORCH_FN(flashAttentionForCpu));
     m.impl("_scaled_dot_product_flash_attention_for_cpu_backward", TORCH_FN(flashAttentionForCpuBackward));
     m.impl("abs", TORCH_FN(absolute));
+    m.impl("add.Tensor", TORCH_FN(add));
     m.impl("convolution", TORCH_FN(convolution));
     m.impl("convolution_backward", TORCH_FN(convolutionBackward));
     m.impl("native_batch_norm", TORCH_FN(nativeBatchNorm));
