@@ -1,8 +1,9 @@
-// Runs on the meta device (shapes only, no memory) against the same runs on the CPU: the GPT demo, the language
-// model fixtures (tests/fixtures/lm_models.py, lm_zoo.py) and a conv net (make_fixtures.py), inference and a
-// training step (SGD, AdamW). Every ledger but the temporaries is exactly the CPU's; the peak is the CPU's less
-// at most the temporaries the CPU kernels allocate inside themselves (oneDNN scratch, im2col), which a meta
-// kernel does not. Skipped, with the reason, where the build's libtorch has no meta runs (1.13).
+// Runs on the meta device (shapes only, no memory) against the same runs on the CPU: the GPT demo, the conv demos
+// (MNIST, RFBNet), the language-model fixtures (tests/fixtures/lm_models.py, lm_zoo.py), inference and training
+// steps (SGD, AdamW), and the what-if. Every ledger but the temporaries is the CPU's, but for the measured
+// differences listed with the language models; the peak is the CPU's less at most the temporaries the CPU kernels
+// allocate inside themselves (oneDNN scratch, im2col), which a meta kernel does not. Skipped, with the reason,
+// where the build's libtorch has no meta runs (1.13).
 #include "demo_model.h"
 #include "fixture_paths.h"
 #include "recording/build_report.h"
