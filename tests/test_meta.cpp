@@ -165,8 +165,10 @@ std::string lmCaseName(const ::testing::TestParamInfo<LmCase>& info)
 // activations (-40, -24, -192 in inference; -40, -8, -184 in training) and saved activations (-16, -8): the 0-dim CPU tensors that wrap a Python scalar
 // (RMSNorm's `+ eps`: 8 bytes each, 5 of them in llama_gqa), counted on the CPU but, as on a GPU, outside the
 // run's device on meta and so not recorded. Temporaries unbounded where meta makes some the CPU
-// does not: the unfused MHA, and encoder_mask's (likely its boolean mask made additive before
-// scaled_dot_product_attention, which the CPU's kernel reads as it is).
+// does not: ATen's linear, for an input that is not contiguous (MultiheadAttention's in-projection), adds the bias
+// into the matmul's output in place, but into a new tensor for a tensor-subclass-like bias, meta's included, so on
+// meta the matmul's output is a temporary and the sum an activation (seen in encoder_mask: 72 KiB per layer; the
+// activations' total is the same).
 std::vector<LmCase> lmCases()
 {
     const Extra unfused {0, 0, false};
