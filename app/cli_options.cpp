@@ -65,7 +65,8 @@ std::string usageText()
            "  RUN     --mode inference|train (train: one training step: forward, loss, backward, optimizer)\n"
            "          --optimizer sgd|adam|adamw|none (train; sgd: momentum 0.9)  --loss auto|sum|cross_entropy|next_token\n"
            "          --threads N (libtorch's intra-op threads)  --seq N (dimension 1 of every token input)\n"
-           "          --device cpu|cuda|cuda:N (a GPU needs a memledger built against a libtorch with CUDA)\n"
+           "          --device cpu|meta|cuda|cuda:N (meta: shapes only, no memory, figures computed from shapes; a GPU\n"
+           "          needs a memledger built against a libtorch with CUDA)\n"
            "          --cudnn-benchmark on|off (CUDA: cuDNN's autotuner; default off)\n"
            "  FILE    a torch.export program (torch.export.save, .pt2), a TorchScript model (torch.jit.save), a\n"
            "          memledger JSON report, or a CUDA memory snapshot\n"
@@ -178,8 +179,8 @@ CliOptions parseCli(const std::vector<std::string>& args)
             bool cuda = d == "cuda"
                 || (d.rfind("cuda:", 0) == 0 && d.size() > 5
                     && d.find_first_not_of("0123456789", 5) == std::string::npos);
-            if (d != "cpu" && !cuda)
-                throw std::invalid_argument("--device '" + d + "' is not cpu, cuda or cuda:N");
+            if (d != "cpu" && d != "meta" && !cuda)
+                throw std::invalid_argument("--device '" + d + "' is not cpu, meta, cuda or cuda:N");
         } else if (a == "--cudnn-benchmark") {
             auto v = value(a);
             if (v != "on" && v != "off")

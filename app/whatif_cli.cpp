@@ -182,7 +182,7 @@ int runWhatIf(const CliOptions& o)
         records += (i == 0 ? "" : i + 1 == table.recorded_batches.size() ? " and " : ", ")
             + std::to_string(table.recorded_batches[i]);
     std::cout << "What-if for " << name << " (" << (table.mode == RunMode::Train ? "a training step, " : "")
-              << "from runs at " << (table.axis == WhatIfAxis::Seq ? "sequence " : "batch ") << records << " on the CPU)\n\n";
+              << "from runs at " << (table.axis == WhatIfAxis::Seq ? "sequence " : "batch ") << records << (o.run.device == "meta" ? " on the meta device, from shapes)\n\n" : " on the CPU)\n\n");
     std::cout << whatIfToText(table);
     std::sort(notes.begin(), notes.end());
     notes.erase(std::unique(notes.begin(), notes.end()), notes.end());

@@ -1,4 +1,5 @@
 #include "recording/build_report.h"
+#include "recording/meta_device.h"
 #include "report/report_summary.h"
 
 #include "allocator/gpu_replay.h"
@@ -84,6 +85,8 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
     r.forward_uses_recorded = true;
     r.output_events = std::move(raw.output_events);
 
+    if (raw.info.device == "meta")
+        r.notes.push_back(metaRunNote());
     if (raw.info.input_guessed)
         r.notes.push_back("input shape " + shapeToString(raw.info.input_shapes.front())
             + " is a guess from the first layer's weight; give the real one with --input");

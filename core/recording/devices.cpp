@@ -1,5 +1,6 @@
 // Which devices a run can use and what this memledger's libtorch was built with.
 #include "recording/cuda_session.h"
+#include "recording/meta_device.h"
 #include "recording/torch_compat.h"
 
 #include "support/errors.h"
@@ -58,8 +59,12 @@ c10::Device resolveDevice(const std::string& device)
 {
     if (device.empty() || device == "cpu")
         return c10::Device(c10::kCPU);
+    if (device == "meta") { // shapes only: every storage's size and lifetime, no memory
+        installMetaDevice(); // throws RunError in a build whose libtorch has no meta runs
+        return c10::Device(c10::kMeta);
+    }
     if (device.rfind("cuda", 0) != 0)
-        throw RunError("unknown device '" + device + "' (use cpu, cuda or cuda:N)");
+        throw RunError("unknown device '" + device + "' (use cpu, meta, cuda or cuda:N)");
     int index = 0;
     if (device != "cuda") {
         std::size_t used = 0;
@@ -70,7 +75,7 @@ c10::Device resolveDevice(const std::string& device)
             used = 0;
         }
         if (number.empty() || used != number.size() || index < 0)
-            throw RunError("unknown device '" + device + "' (use cpu, cuda or cuda:N)");
+            throw RunError("unknown device '" + device + "' (use cpu, meta, cuda or cuda:N)");
     }
     if (!builtWithCuda())
         throw RunError("--device " + device + ": this memledger was built without CUDA (" + torchBuildInfo()

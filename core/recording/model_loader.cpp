@@ -10,6 +10,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace memledger {
@@ -459,10 +460,33 @@ void Model::Impl::convertFloating(c10::ScalarType scalar)
 
 void Model::Impl::moveTo(c10::Device device)
 {
-    if (program)
+    if (program) {
         program->convert(std::nullopt, device);
-    else
+        return;
+    }
+    if (!device.is_meta()) {
         module.to(device);
+        return;
+    }
+    // Module::to keeps each parameter's identity by set_data, which refuses a meta tensor for a CPU one: each
+    // parameter and buffer becomes a new leaf on meta instead (as convertFloating does for a dtype), a tensor held
+    // by two modules (tied weights) one tensor still.
+    std::unordered_map<const void*, at::Tensor> moved;
+    for (auto sub : module.modules()) {
+        for (const auto& attr : sub.named_attributes(false)) {
+            if (!attr.value.isTensor())
+                continue;
+            const auto& t = attr.value.toTensor();
+            if (!t.defined() || t.is_meta())
+                continue;
+            auto& m = moved[t.unsafeGetTensorImpl()];
+            if (!m.defined()) {
+                m = t.detach().to(device);
+                m.set_requires_grad(t.requires_grad());
+            }
+            sub.setattr(attr.name, m);
+        }
+    }
 }
 
 } // namespace memledger

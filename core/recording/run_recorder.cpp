@@ -372,6 +372,75 @@ at::Tensor makeInput(const Shape& shape, const InputType& type, c10::ScalarType 
     return torch::zeros(shape, options);
 }
 
+// A meta run's failure names its op: the ops running when an exception left them (pushed on entry, kept when
+// they end by unwinding), the warm-up included.
+class MetaOpTrail {
+public:
+    MetaOpTrail()
+        : handle_(at::addThreadLocalCallback(at::RecordFunctionCallback(&MetaOpTrail::enter, &MetaOpTrail::leave)
+                                                 .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION})))
+    {
+        ops().clear();
+    }
+    ~MetaOpTrail() { at::removeCallback(handle_); }
+    MetaOpTrail(const MetaOpTrail&) = delete;
+    MetaOpTrail& operator=(const MetaOpTrail&) = delete;
+
+    // The innermost op that was running when the run failed; "" if none.
+    static std::string failedOp() { return ops().empty() ? std::string() : ops().back().name; }
+
+private:
+    struct Entry {
+        std::string name;
+        int exceptions = 0; // std::uncaught_exceptions() on entry
+        bool failed = false; // it ended by an exception
+    };
+    static std::vector<Entry>& ops()
+    {
+        thread_local std::vector<Entry> stack;
+        return stack;
+    }
+    static std::unique_ptr<at::ObserverContext> enter(const at::RecordFunction& fn)
+    {
+        auto& stack = ops();
+        while (!stack.empty() && stack.back().failed) // a failure something caught: the run went on
+            stack.pop_back();
+        stack.push_back({fn.name(), std::uncaught_exceptions(), false});
+        return nullptr;
+    }
+    static void leave(const at::RecordFunction&, at::ObserverContext*)
+    {
+        auto& stack = ops();
+        auto running = std::find_if(stack.rbegin(), stack.rend(), [](const Entry& e) { return !e.failed; });
+        if (running == stack.rend())
+            return;
+        if (std::uncaught_exceptions() > running->exceptions) {
+            running->failed = true; // unwinding: kept, with the op it called that failed
+            return;
+        }
+        stack.erase(std::prev(running.base()), stack.end());
+    }
+    at::CallbackHandle handle_;
+};
+
+// What a meta run's failure means: an op without a meta kernel, or a model that reads a tensor's values.
+RunError explainMetaFailure(const std::string& message)
+{
+    auto op = MetaOpTrail::failedOp();
+    const std::string marker = "Could not run '";
+    if (auto at = message.find(marker); at != std::string::npos && message.find("'Meta' backend") != std::string::npos) {
+        auto end = message.find('\'', at + marker.size());
+        op = message.substr(at + marker.size(), end == std::string::npos ? std::string::npos : end - at - marker.size());
+        return RunError("--device meta: " + op + " has no meta kernel (neither libtorch's C++ nor memledger's has "
+            "one), so this model cannot run on the meta device; run it on the cpu");
+    }
+    auto has = [&](const char* text) { return message.find(text) != std::string::npos; };
+    if (has("meta tensor") || has("item()") || has("_local_scalar_dense") || has("no data") || has("Meta"))
+        return RunError("--device meta: the model reads a tensor's values" + (op.empty() ? std::string() : " in " + op)
+            + ", which a meta tensor does not have (only its shape): run it on the cpu (" + message + ")");
+    return RunError("--device meta: the model failed" + (op.empty() ? std::string() : " in " + op) + ": " + message);
+}
+
 RunError explainRunFailure(
     const std::string& message, const std::string& dtype, const RunInfo& info, const std::vector<std::string>& inputs)
 {
@@ -423,6 +492,9 @@ RawRun Model::run(const RunOptions& options)
             + "), not " + options.dtype + ": export it from model.to(torch." + options.dtype
             + ") to record that; the what-if predicts " + options.dtype + " from the " + d_->exported_dtype
             + " records meanwhile"); // the window's run and what-if records share one Model
+    std::optional<MetaOpTrail> metaTrail; // a meta run's failure names its op
+    if (device.is_meta())
+        metaTrail.emplace();
     std::optional<CudaRecording> cuda;
     if (gpu)
         cuda.emplace(device, options.cudnn_benchmark);
@@ -559,7 +631,7 @@ RawRun Model::run(const RunOptions& options)
         loss = chooseLoss(d_->forward(inputs), options.loss, tokens);
         raw.info.loss = loss.name;
         targets = makeTargets(loss);
-        if (targets.defined() && gpu)
+        if (targets.defined() && !device.is_cpu())
             targets = targets.to(device);
         if (targets.defined())
             raw.input_bytes += static_cast<std::int64_t>(targets.numel() * targets.element_size());
@@ -570,7 +642,8 @@ RawRun Model::run(const RunOptions& options)
         if (auto* r = dynamic_cast<const RunError*>(&e))
             return *r;
         const auto* c10error = dynamic_cast<const c10::Error*>(&e);
-        return explain(firstLine(c10error ? c10error->what_without_backtrace() : e.what()));
+        auto message = firstLine(c10error ? c10error->what_without_backtrace() : e.what());
+        return device.is_meta() ? explainMetaFailure(message) : explain(message);
     };
 
     if (!options.record) {

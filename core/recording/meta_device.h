@@ -1,0 +1,24 @@
+#pragma once
+// Private to core/recording: runs on the meta device, where tensors have shapes and no memory. Every storage a
+// meta run makes is reported to the recorder as the CPU allocator reports its blocks (a size and an address of its
+// own), so the same recorder and ledgers describe it; the kernels PyTorch's C++ lacks for meta tensors are
+// memledger's (meta_kernels.cpp).
+#include <string>
+
+namespace memledger {
+
+// Whether this libtorch runs models on the meta device: PyTorch 2 does, libtorch 1.13 does not.
+bool metaDeviceSupported();
+
+// Installs memledger's meta allocator and kernels, once for the process (a later call does nothing). The allocator
+// stays installed: weights moved to the meta device keep its storages after the run, and their frees must reach
+// it. Throws RunError where metaDeviceSupported() is false.
+void installMetaDevice();
+
+// What a report of a meta run says about its figures.
+std::string metaRunNote();
+
+// Defined in meta_kernels.cpp; calling it links the kernels' registrations into the program.
+void registerMetaKernels();
+
+} // namespace memledger
