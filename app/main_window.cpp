@@ -455,6 +455,7 @@ void MainWindow::showRange(std::uint32_t first, std::uint32_t end)
         tree_->setReport(report_);
         summary_->setReport(report_);
         callTree_->setRange(0, CallTreeOptions::kEnd);
+        contextTable_->setReport(report_);
         rangeLabel_->clear();
         rangeLabel_->setVisible(false);
         return;
@@ -463,6 +464,7 @@ void MainWindow::showRange(std::uint32_t first, std::uint32_t end)
     tree_->setReport(rangeReport_);
     summary_->setReport(rangeReport_);
     callTree_->setRange(first, end);
+    contextTable_->setReport(rangeReport_); // the figures of the range's allocations
     const auto& r = *rangeReport_;
     std::int64_t allocated = 0;
     if (r.snapshot)

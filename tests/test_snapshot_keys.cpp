@@ -29,22 +29,22 @@ nlohmann::json runTruth(const std::string& mode, const std::string& path)
     return nlohmann::json::parse(run.output);
 }
 
-// The synthetic file, written once per test program.
+// The synthetic file, written once per test program and removed at its end.
 struct Synthetic {
-    std::string path;
-    nlohmann::json truth;
+    std::string path = (std::filesystem::temp_directory_path()
+        / ("memledger-snapshot-keys-" + std::to_string(::getpid()) + ".pickle"))
+                           .string();
+    nlohmann::json truth = runTruth("write", path);
+    ~Synthetic()
+    {
+        std::error_code ec;
+        std::filesystem::remove(path, ec);
+    }
 };
 
 const Synthetic& synthetic()
 {
-    static const Synthetic s = [] {
-        Synthetic out;
-        out.path = (std::filesystem::temp_directory_path()
-            / ("memledger-snapshot-keys-" + std::to_string(::getpid()) + ".pickle"))
-                       .string();
-        out.truth = runTruth("write", out.path);
-        return out;
-    }();
+    static const Synthetic s;
     return s;
 }
 
