@@ -499,14 +499,26 @@ private:
         }
         auto row = rows_.push(time, timed, size, static_cast<std::uint64_t>(addr), a, static_cast<std::int8_t>(device),
             static_cast<std::uint64_t>(stream), stack, tables_.where(stack),
-            contextOf(f[kUserMetadata], f[kCompileContext], rows_.trace.strings));
+            {contextId(f[kUserMetadata], false, userMetadata_), contextId(f[kCompileContext], true, compileContext_)});
         out = PickleValue::reduced(kRowValue, row);
         return true;
+    }
+
+    // A user_metadata or compile_context value as a string id, remembered by where its bytes are (the writer
+    // memoizes them: one probe per entry).
+    std::uint32_t contextId(const PickleValue* v, bool compile, TextMeaning<std::uint32_t>& known)
+    {
+        if (!v || !v->isStr())
+            return 0;
+        return known.get(
+            v->asStr(), [&](std::string_view) { return contextText(v, compile, rows_.trace.strings); });
     }
 
     StackTables& tables_;
     TraceRows& rows_;
     KeySlots keys_;
+    TextMeaning<std::uint32_t> userMetadata_;
+    TextMeaning<std::uint32_t> compileContext_;
     // The keys of the last dict reduced and their slots: trace entries all have the same keys, the same
     // memoized strings, so one comparison per key finds the slots again.
     static constexpr std::size_t kLayoutKeys = 12;
@@ -896,6 +908,8 @@ void TraceContextColumn::set(std::size_t row, const TraceContext& c)
     }
     if (id == 0 && row >= index_.size())
         return; // past the column's end reads as none
+    if (index_.capacity() == 0 && reserve_ > row)
+        index_.reserve(reserve_); // address space: pages are used as events arrive
     if (index_.size() <= row)
         index_.resize(row + 1, 0);
     index_[row] = id;
@@ -953,6 +967,7 @@ Snapshot decodeWith(std::size_t size, int firstByte, const std::string& name, co
         const std::size_t expected = size / 48 + 1024;
         trace->reserve(expected);
         s.trace_stream.reserve(expected);
+        s.trace_context.reserve(expected);
         TraceRows rows {*trace, s.trace_stream, s.trace_context};
         StackTables tables(*trace);
         SnapshotReducer reducer(tables, rows, s.ignored_keys);

@@ -113,6 +113,8 @@ public:
     std::uint32_t indexAt(std::size_t i) const { return i < index_.size() ? index_[i] : 0; }
     // Sets event `row`'s context (events are set in order; rows skipped read as none).
     void set(std::size_t row, const TraceContext& c);
+    // Room for `n` events, taken when the first context is set (a file without contexts takes none).
+    void reserve(std::size_t n) { reserve_ = n; }
     std::size_t memoryBytes() const
     {
         return index_.capacity() * sizeof(std::uint32_t) + values_.capacity() * sizeof(TraceContext);
@@ -122,6 +124,7 @@ private:
     std::vector<std::uint32_t> index_;
     std::vector<TraceContext> values_;
     std::unordered_map<std::uint64_t, std::uint32_t> ids_; // (user_metadata << 32 | compile_context) -> value
+    std::size_t reserve_ = 0;
 };
 
 struct Snapshot {
