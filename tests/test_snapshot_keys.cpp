@@ -1,6 +1,7 @@
 // Every key PyTorch's snapshot writers emit: a synthetic snapshot that carries them all (written by
 // tests/fixtures/snapshot_keys.py, which also sums its figures from the pickle on its own) opens, its
 // user_metadata and compile_context figures are Python's, and the keys memledger reads past are listed.
+#include "analysis/report_range.h"
 #include "exports/report_json.h"
 #include "snapshot/frames.h"
 #include "snapshot/snapshot.h"
@@ -198,4 +199,35 @@ TEST(SnapshotKeys, RealFilesWithCompileContextOpen)
         EXPECT_EQ(r.snapshot->trace_context.size(), 0u) << name; // no column: no memory per event
         EXPECT_TRUE(r.snapshot->ignored_keys.empty()) << name;
     }
+}
+
+TEST(SnapshotKeys, FiguresFollowARange)
+{
+    Report whole = readSnapshotReport(synthetic().path);
+    const Trace& t = *whole.trace;
+    // Every range of the trace: the figures are the sums over the allocations it made, alive at its peak.
+    for (std::uint32_t first = 0; first < t.size(); ++first)
+        for (std::uint32_t end = first + 1; end <= t.size(); ++end) {
+            Report r = reportForRange(whole, first, end);
+            for (auto kind : {ContextKind::UserMetadata, ContextKind::CompileContext}) {
+                Figures want;
+                bool anyValue = false;
+                for (std::uint32_t i = first; i < end; ++i) {
+                    if (t.action[i] != Action::Alloc)
+                        continue;
+                    const auto& v = contextOfEvent(*r.snapshot, i, kind);
+                    anyValue = anyValue || !v.empty();
+                    auto& f = want[v];
+                    f[0] += 1;
+                    f[1] += t.bytes[i];
+                    const auto freed = t.partner[i];
+                    if (r.peak_event >= 0 && std::int64_t(i) <= r.peak_event
+                        && (freed == kNoPartner || freed > r.peak_event))
+                        f[2] += t.bytes[i];
+                }
+                if (!anyValue)
+                    want.clear();
+                EXPECT_EQ(ours(contextFigures(r, kind)), want) << first << ".." << end;
+            }
+        }
 }
