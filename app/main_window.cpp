@@ -20,6 +20,7 @@
 #include "segment_timeline.h"
 #include "snapshot/snapshot.h"
 #include "stack_pane.h"
+#include "context_table.h"
 #include "support/format.h"
 #include "timeline_plot.h"
 #include "timeline_toolbar.h"
@@ -150,6 +151,9 @@ QWidget* MainWindow::buildCentralWidget()
     flameScroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
     tabs_->addTab(callTree_, tr("Call tree"));
     tabs_->addTab(flameScroll, tr("Flame graph"));
+    // A snapshot's allocations per user_metadata and compile_context (only for files that have them).
+    contextTable_ = new ContextTable;
+    tabs_->addTab(contextTable_, tr("Metadata"));
     tabs_->addTab(remedies_->panel(), tr("What would help"));
     // MEMLEDGER_SCREENSHOT_REMEDIES=1 shows this tab (main.cpp waits for the remedies with the what-if).
     if (qEnvironmentVariableIsSet("MEMLEDGER_SCREENSHOT_REMEDIES"))
@@ -431,10 +435,13 @@ void MainWindow::showCallStacks()
     callTree_->setReport(report_);
     flame_->setReport(report_);
     stackPane_->setReport(report_);
+    contextTable_->setReport(report_);
     const bool stacks = callTree_->hasStacks(); // model runs have module paths instead
     for (int i = 0; i < tabs_->count(); ++i)
         if (tabs_->widget(i) == callTree_ || tabs_->widget(i) == flame_->parentWidget()->parentWidget())
             tabs_->setTabVisible(i, stacks);
+        else if (tabs_->widget(i) == contextTable_)
+            tabs_->setTabVisible(i, contextTable_->hasValues());
     stackDock_->setVisible(stacks);
     if (stacks)
         stackDock_->raise();
@@ -448,6 +455,7 @@ void MainWindow::showRange(std::uint32_t first, std::uint32_t end)
         tree_->setReport(report_);
         summary_->setReport(report_);
         callTree_->setRange(0, CallTreeOptions::kEnd);
+        contextTable_->setReport(report_);
         rangeLabel_->clear();
         rangeLabel_->setVisible(false);
         return;
@@ -456,6 +464,7 @@ void MainWindow::showRange(std::uint32_t first, std::uint32_t end)
     tree_->setReport(rangeReport_);
     summary_->setReport(rangeReport_);
     callTree_->setRange(first, end);
+    contextTable_->setReport(rangeReport_); // the figures of the range's allocations
     const auto& r = *rangeReport_;
     std::int64_t allocated = 0;
     if (r.snapshot)

@@ -25,6 +25,7 @@ class DiffView;
 class FlameGraph;
 class LayerTreePanel;
 class StackPane;
+class ContextTable;
 class LedgerSummary;
 class RecentFiles;
 class RemediesController;
@@ -145,6 +146,7 @@ private:
     CallTreeView* callTree_ = nullptr;
     FlameGraph* flame_ = nullptr;
     StackPane* stackPane_ = nullptr;
+    ContextTable* contextTable_ = nullptr;
     QDockWidget* stackDock_ = nullptr;
     FileSession* session_;
     WhatIfController* whatIf_;

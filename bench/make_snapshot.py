@@ -25,7 +25,10 @@ numbers), for files with many more distinct frames. --share-lists gives every al
 shared by all its entries (a recorded trace repeated, as the benchmark of issue 12 did): smaller files, but
 not what PyTorch writes.
 
+--contexts adds compile_context and user_metadata to every entry, as newer PyTorch writes them.
+
 Usage: make_snapshot.py OUT.pickle [--entries N] [--nesting K] [--unique-frames K] [--share-lists] [--seed S]
+       [--contexts]
 Standard library only (run with /usr/bin/python3).
 """
 import argparse
@@ -202,8 +205,12 @@ class Trace:
 
     def entry(self, action, addr, size, frames):
         self.time += self.rng.randint(2, 40)
-        self.entries.append({"action": action, "addr": addr, "size": size, "stream": 0, "time_us": self.time,
-                             "frames": frames})
+        e = {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": self.time, "frames": frames}
+        if CONTEXTS:  # as newer PyTorch writes them: on every entry, "" and "N/A" for none
+            step = len(self.entries) // 5000
+            e["compile_context"] = CONTEXT_NAMES[step % 4]
+            e["user_metadata"] = CONTEXT_STEPS[step % len(CONTEXT_STEPS)]
+        self.entries.append(e)
 
     def alloc(self, site):
         alloc_stack, _, size = site
@@ -278,6 +285,12 @@ def build(args):
             "external_annotations": []}
 
 
+CONTEXTS = False
+# Shared string objects, as the writer's memoized values are.
+CONTEXT_NAMES = ["N/A", "torch-compiled frame 0/0", "N/A", "torch-compiled frame 1/0"]
+CONTEXT_STEPS = [""] + ["step %d" % k for k in range(1, 64)]
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out")
@@ -286,9 +299,12 @@ def main():
     p.add_argument("--unique-frames", type=int, default=0)
     p.add_argument("--share-lists", action="store_true")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--contexts", action="store_true",
+                   help="compile_context and user_metadata on every entry, one value per 5000 entries")
     args = p.parse_args()
-    global NESTING
+    global NESTING, CONTEXTS
     NESTING = args.nesting
+    CONTEXTS = args.contexts
     snap = build(args)
     with open(args.out, "wb") as f:
         pickle.dump(snap, f)  # as torch.cuda.memory._dump_snapshot does

@@ -2,6 +2,8 @@
 #include "bytes_text.h"
 
 #include "snapshot/frames.h"
+#include "snapshot/snapshot.h"
+#include "snapshot/snapshot_contexts.h"
 #include "support/format.h"
 
 #include <QFont>
@@ -47,6 +49,24 @@ QString shortFrameText(const QString& text)
         shortPath = path.mid(before + 1);
     }
     return shortPath + text.mid(path.size());
+}
+
+QString contextLinesHtml(const Report& r, std::size_t event)
+{
+    if (!r.snapshot || r.snapshot->trace != r.trace || !hasContexts(*r.snapshot))
+        return {};
+    QString out;
+    for (auto kind : {ContextKind::UserMetadata, ContextKind::CompileContext}) {
+        const auto& value = contextOfEvent(*r.snapshot, event, kind);
+        if (value.empty())
+            continue;
+        auto text = QString::fromStdString(value);
+        if (text.size() > 110)
+            text = text.left(109) + QChar(0x2026);
+        out += (out.isEmpty() ? QString() : QStringLiteral("<br>")) + QString::fromLatin1(contextKindName(kind))
+            + QStringLiteral(": ") + text.toHtmlEscaped();
+    }
+    return out;
 }
 
 QString stackTooltipHtml(const Trace& t, std::uint32_t stack, int maxFrames)
@@ -129,7 +149,9 @@ void StackPane::showAllocation(std::int64_t event)
                   partner == kNoPartner ? tr("alive at the end")
                                         : tr("freed at %1").arg(msText(*t, static_cast<std::size_t>(partner))))
         : tr("%1 at %2").arg(QString::fromLatin1(actionName(t->action[i])), msText(*t, i));
-    title_->setText(tr("<b>%1</b> on cuda:%2, %3").arg(bytesText(t->bytes[i]), QString::number(t->device[i]), when));
+    auto context = contextLinesHtml(*report_, i);
+    title_->setText(tr("<b>%1</b> on cuda:%2, %3").arg(bytesText(t->bytes[i]), QString::number(t->device[i]), when)
+        + (context.isEmpty() ? QString() : QStringLiteral("<br>") + context));
     std::uint32_t stack = i < t->stack.size() ? t->stack[i] : 0;
     if (stack == 0 || stack >= t->stacks.stackCount()) {
         list_->addItem(tr("(no stack recorded)"));

@@ -151,6 +151,8 @@ QString TimelinePlot::describeSnapshotAt(int band, std::size_t p, double bytes) 
         auto stack = i < t.stack.size() ? stackTooltipHtml(t, t.stack[i]) : QString();
         if (!stack.isEmpty())
             stack = tr("<br><br>call stack, innermost first:<br>") + stack;
+        if (auto context = contextLinesHtml(*report_, i); !context.isEmpty())
+            stack = QStringLiteral("<br>") + context + stack;
         return tr("<b>%1</b> %2 on cuda:%3<br>where: %4<br>address: 0x%5<br>allocated at %6<br>%7%8")
             .arg(bytesText(static_cast<double>(t.bytes[i])), pendingBand ? tr("pending free") : tr("allocated"),
                 QString::number(static_cast<int>(t.device[i])),

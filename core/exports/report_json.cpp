@@ -6,6 +6,7 @@
 #include "support/atomic_file.h"
 #include "support/errors.h"
 #include "snapshot/snapshot.h"
+#include "snapshot/snapshot_contexts.h"
 
 #include <nlohmann/json.hpp>
 
@@ -296,6 +297,16 @@ json reportToJson(const Report& r, bool withEvents)
             list[i]["peak_bytes"] = figures[i].peak_bytes;
             list[i]["added_bytes"] = figures[i].added_bytes;
         }
+        // Allocations per user_metadata and compile_context value (docs/snapshots.md, "Keys").
+        for (auto kind : {ContextKind::UserMetadata, ContextKind::CompileContext}) {
+            json values = json::array();
+            for (const auto& f : contextFigures(r, kind))
+                values.push_back({{"value", f.value.empty() ? json(nullptr) : json(f.value)},
+                    {"allocations", f.allocations}, {"allocated_bytes", f.allocated_bytes},
+                    {"peak_bytes", f.peak_bytes}});
+            j["snapshot"][kind == ContextKind::UserMetadata ? "user_metadata" : "compile_contexts"] = values;
+        }
+        j["snapshot"]["ignored_keys"] = r.snapshot->ignored_keys;
     }
     if (r.buffer_reads_recorded)
         j["unread_buffers"] = r.unread_buffers;

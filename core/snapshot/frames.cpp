@@ -81,6 +81,21 @@ std::string frameText(const SnapshotFrame& f)
     return frameText(viewOf(f));
 }
 
+std::string fxFrameName(std::string_view name, std::string_view nodeName, std::string_view nodeTarget)
+{
+    std::string out(name);
+    if (nodeName.empty() && nodeTarget.empty())
+        return out;
+    out += " (fx: ";
+    out += nodeName.empty() ? std::string_view("?") : nodeName;
+    if (!nodeTarget.empty()) {
+        out += " = ";
+        out += nodeTarget;
+    }
+    out += ')';
+    return out;
+}
+
 std::string atenOpOfFrame(std::string_view name)
 {
     constexpr std::string_view kOps = "at::_ops::";

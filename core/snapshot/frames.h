@@ -32,6 +32,11 @@ FrameKind classifyFrame(std::string_view filename);
 std::string frameText(const FrameView& f);
 std::string frameText(const SnapshotFrame& f);
 
+// A frame of torch.compile's generated code that carries its FX node (fx_node_name, fx_node_target, written
+// when PYTORCH_FX_MEMORY_PROFILE_DEBUG augments a snapshot): its name as "forward (fx: add_1 = aten.add.Tensor)",
+// so that the frame reads with its node everywhere; `name` alone when the frame has neither.
+std::string fxFrameName(std::string_view name, std::string_view nodeName, std::string_view nodeTarget);
+
 // "at::_ops::mul_Tensor::call(...)" -> "aten::mul"; "" when the frame is not an ATen operator's entry.
 std::string atenOpOfFrame(std::string_view name);
 

@@ -70,7 +70,7 @@ SnapshotFrame frameOf(const PickleValue& f)
         return out;
     out.filename = strOr(f, "filename");
     out.line = intOr(f, "line", 0);
-    out.name = strOr(f, "name");
+    out.name = fxFrameName(strOr(f, "name"), strOr(f, "fx_node_name"), strOr(f, "fx_node_target"));
     return out;
 }
 
@@ -154,7 +154,8 @@ public:
             return f.reducedType() == kFrameValue ? f.reducedId() : frame({}, 0, {});
         if (!f.isDict())
             return frame({}, 0, {});
-        return frame(strOr(f, "filename"), intOr(f, "line", 0), strOr(f, "name"));
+        return frame(strOr(f, "filename"), intOr(f, "line", 0),
+            fxFrameName(strOr(f, "name"), strOr(f, "fx_node_name"), strOr(f, "fx_node_target")));
     }
 
     std::vector<std::uint32_t> frameIds(std::uint32_t stack) const
@@ -205,8 +206,10 @@ constexpr std::int8_t kDeviceOfList = -128;
 constexpr std::int64_t kNoDevice = INT64_MIN;
 
 // Slots of the keys the decoder reads in trace entries and frames.
-enum KeySlot : int { kAction, kAddr, kSize, kStream, kTime, kFrames, kDevice, kDeviceFree, kName, kFilename, kLine,
-    kSlotCount, kOtherKey = kSlotCount };
+// Entry keys come before kName, frame keys from kName on (the reducer tells frames from entries by them).
+enum KeySlot : int { kAction, kAddr, kSize, kStream, kTime, kFrames, kDevice, kDeviceFree, kUserMetadata,
+    kCompileContext, kName, kFilename, kLine, kFxNodeOp, kFxNodeName, kFxNodeTarget, kFxOriginalTrace, kSlotCount,
+    kOtherKey = kSlotCount };
 
 // Knows keys by where their bytes are: keys are memoized strings in what Python writes, so after the first
 // comparison a key is one pointer probe.
@@ -259,9 +262,15 @@ public:
                 {"frames", kFrames},
                 {"device", kDevice},
                 {"device_free", kDeviceFree},
+                {"user_metadata", kUserMetadata},
+                {"compile_context", kCompileContext},
                 {"name", kName},
                 {"filename", kFilename},
                 {"line", kLine},
+                {"fx_node_op", kFxNodeOp},
+                {"fx_node_name", kFxNodeName},
+                {"fx_node_target", kFxNodeTarget},
+                {"fx_original_trace", kFxOriginalTrace},
             };
             for (const auto& [name, slot] : kNames)
                 if (t == name)
@@ -307,23 +316,51 @@ std::int64_t numberOr(const PickleValue* v, const char* what, std::int64_t fallb
     return v->asInt();
 }
 
+// A trace entry's user_metadata or compile_context as a string id of `strings`; 0 for none: absent, not a
+// string, "" (and compile_context's "N/A", PyTorch's word for none). Never fails.
+std::uint32_t contextText(const PickleValue* v, bool compile, StringTable& strings)
+{
+    if (!v || !v->isStr())
+        return 0;
+    const std::string_view t = v->asStr();
+    if (t.empty() || (compile && t == "N/A"))
+        return 0;
+    return strings.intern(t);
+}
+
+TraceContext contextOf(const PickleValue* userMetadata, const PickleValue* compileContext, StringTable& strings)
+{
+    return {contextText(userMetadata, false, strings), contextText(compileContext, true, strings)};
+}
+
 // Where trace entries become rows of the trace (time_ns holding time_us until all are read).
 struct TraceRows {
     Trace& trace;
     StreamColumn& streams;
+    TraceContextColumn& contexts;
     std::size_t untimed = 0; // rows without a time_us
 
     std::uint32_t push(std::int64_t timeUs, bool timed, std::int64_t size, std::uint64_t addr, Action a,
-        std::int8_t device, std::uint64_t stream, std::uint32_t stack, std::uint32_t where)
+        std::int8_t device, std::uint64_t stream, std::uint32_t stack, std::uint32_t where, TraceContext context)
     {
         auto i = trace.push(timed ? timeUs : 0, std::max<std::int64_t>(0, size), addr, a, device);
         trace.where[i] = where;
         trace.stack[i] = stack;
         streams.push_back(stream);
+        if (context.user_metadata != 0 || context.compile_context != 0)
+            contexts.set(i, context);
         untimed += !timed;
         return static_cast<std::uint32_t>(i);
     }
 };
+
+// Adds "device_traces[].KEY" to the keys read past, once.
+void noteIgnoredEntryKey(std::vector<std::string>& ignored, std::string_view key)
+{
+    std::string name = "device_traces[]." + std::string(key);
+    if (std::find(ignored.begin(), ignored.end(), name) == ignored.end())
+        ignored.push_back(std::move(name));
+}
 
 // Reads the snapshot while the pickle is read: a frame dict becomes an interned frame, a list of them an
 // interned stack, a trace entry a row of the trace, so that a million entries never exist as a tree. What it
@@ -331,9 +368,10 @@ struct TraceRows {
 // the same way and gives the errors.
 class SnapshotReducer : public PickleReducer {
 public:
-    SnapshotReducer(StackTables& tables, TraceRows& rows)
+    SnapshotReducer(StackTables& tables, TraceRows& rows, std::vector<std::string>& ignoredKeys)
         : tables_(tables)
         , rows_(rows)
+        , ignored_(ignoredKeys)
     {
     }
 
@@ -392,21 +430,27 @@ private:
                     other = true;
             }
         } else {
+            otherKeys_.clear();
             for (std::size_t i = 0; i + 1 < items.size(); i += 2) {
                 const PickleValue& k = items[i];
                 if (!k.isStr())
                     return false;
                 int slot = keys_.slotOf(k.asStr());
-                if (slot == kOtherKey)
+                if (slot == kOtherKey) {
                     other = true;
-                else
+                    otherKeys_.push_back(k.asStr());
+                } else {
                     f[slot] = &items[i + 1];
+                }
                 if (i / 2 < kLayoutKeys) {
                     layoutKeys_[i / 2] = k;
                     layoutSlots_[i / 2] = static_cast<std::int8_t>(slot);
                 }
             }
             layoutCount_ = nKeys <= kLayoutKeys ? nKeys : SIZE_MAX;
+            if (f[kAction]) // a trace entry's keys that memledger reads past (pool_id, forward_frames)
+                for (auto key : otherKeys_)
+                    noteIgnoredEntryKey(ignored_, key);
         }
         if (f[kAction])
             return reduceEntry(f, out);
@@ -418,7 +462,12 @@ private:
         std::int64_t line = 0;
         if (!intField(f[kLine], line))
             return false;
-        out = PickleValue::reduced(kFrameValue, tables_.frame(text(f[kFilename]), line, text(f[kName])));
+        std::string_view name = text(f[kName]);
+        if (f[kFxNodeName] || f[kFxNodeTarget]) { // fx_node_op and fx_original_trace are read past
+            fxName_ = fxFrameName(name, text(f[kFxNodeName]), text(f[kFxNodeTarget]));
+            name = fxName_;
+        }
+        out = PickleValue::reduced(kFrameValue, tables_.frame(text(f[kFilename]), line, name));
         return true;
     }
 
@@ -450,14 +499,27 @@ private:
                 return false; // frames it could not read: the tree's reading says what they are
         }
         auto row = rows_.push(time, timed, size, static_cast<std::uint64_t>(addr), a, static_cast<std::int8_t>(device),
-            static_cast<std::uint64_t>(stream), stack, tables_.where(stack));
+            static_cast<std::uint64_t>(stream), stack, tables_.where(stack),
+            {contextId(f[kUserMetadata], false, userMetadata_), contextId(f[kCompileContext], true, compileContext_)});
         out = PickleValue::reduced(kRowValue, row);
         return true;
+    }
+
+    // A user_metadata or compile_context value as a string id, remembered by where its bytes are (the writer
+    // memoizes them: one probe per entry).
+    std::uint32_t contextId(const PickleValue* v, bool compile, TextMeaning<std::uint32_t>& known)
+    {
+        if (!v || !v->isStr())
+            return 0;
+        return known.get(
+            v->asStr(), [&](std::string_view) { return contextText(v, compile, rows_.trace.strings); });
     }
 
     StackTables& tables_;
     TraceRows& rows_;
     KeySlots keys_;
+    TextMeaning<std::uint32_t> userMetadata_;
+    TextMeaning<std::uint32_t> compileContext_;
     // The keys of the last dict reduced and their slots: trace entries all have the same keys, the same
     // memoized strings, so one comparison per key finds the slots again.
     static constexpr std::size_t kLayoutKeys = 12;
@@ -466,6 +528,9 @@ private:
     std::size_t layoutCount_ = SIZE_MAX; // each layout slot is right for its key, even after a refused dict
     ActionNames actions_;
     std::vector<std::uint32_t> ids_;
+    std::vector<std::string>& ignored_;
+    std::vector<std::string_view> otherKeys_;
+    std::string fxName_;
 };
 
 // Makes the snapshot's trace of its device_traces lists: rows the reducer made and entries left in the tree,
@@ -510,9 +575,12 @@ void decodeTraces(const PickleValue& traces, Snapshot& s, std::shared_ptr<Trace>
                 const PickleValue* f[kSlotCount] = {};
                 const auto items = e.entries();
                 for (std::size_t i = 0; i + 1 < items.size(); i += 2)
-                    if (items[i].isStr())
+                    if (items[i].isStr()) {
                         if (int slot = keys.slotOf(items[i].asStr()); slot != kOtherKey)
                             f[slot] = &items[i + 1];
+                        else
+                            noteIgnoredEntryKey(s.ignored_keys, items[i].asStr());
+                    }
                 Action a = Action::Alloc;
                 if (!f[kAction] || !f[kAction]->isStr() || !actions.find(f[kAction]->asStr(), a)) {
                     ++s.skipped_entries;
@@ -532,7 +600,7 @@ void decodeTraces(const PickleValue& traces, Snapshot& s, std::shared_ptr<Trace>
                 auto stream = static_cast<std::uint64_t>(numberOr(f[kStream], "stream", 0));
                 auto stack = tables.stackOfTree(f[kFrames]);
                 row = rows.push(timeUs, timed, size, addr, a, static_cast<std::int8_t>(device), stream, stack,
-                    tables.where(stack));
+                    tables.where(stack), contextOf(f[kUserMetadata], f[kCompileContext], trace->strings));
                 if (a == Action::Oom)
                     oomFree.push_back({row, numberOr(f[kDeviceFree], "device_free", 0)});
             }
@@ -562,6 +630,7 @@ void decodeTraces(const PickleValue& traces, Snapshot& s, std::shared_ptr<Trace>
         t->reserve(order.size());
         StreamColumn streams;
         streams.reserve(order.size());
+        TraceContextColumn contexts;
         std::vector<std::int32_t> newIndex(trace->size(), -1);
         for (const auto& r : order) {
             auto dev = trace->device[r.row];
@@ -570,12 +639,15 @@ void decodeTraces(const PickleValue& traces, Snapshot& s, std::shared_ptr<Trace>
             t->where[i] = trace->where[r.row];
             t->stack[i] = trace->stack[r.row];
             streams.push_back(s.trace_stream[r.row]);
+            if (const auto& c = s.trace_context[r.row]; c.user_metadata != 0 || c.compile_context != 0)
+                contexts.set(i, c);
             newIndex[r.row] = static_cast<std::int32_t>(i);
         }
         for (auto& [row, free] : oomFree)
             row = newIndex[row] < 0 ? UINT32_MAX : static_cast<std::uint32_t>(newIndex[row]);
         *trace = std::move(*t);
         s.trace_stream = std::move(streams);
+        s.trace_context = std::move(contexts);
     }
 
     // One pass in time order: devices, alloc/free partners, out-of-memory events, times from the start.
@@ -649,6 +721,10 @@ SnapshotSegment segmentOf(const PickleValue& s, bool& legacy, StackTables& table
     seg.segment_type = strOr(s, "segment_type");
     if (const auto* e = s.get("is_expandable"); e && e->isInt())
         seg.is_expandable = e->asBool();
+    if (const auto* p = s.get("segment_pool_id"); p && p->isSequence() && p->items().size() == 2)
+        for (int k = 0; k < 2; ++k)
+            if (p->items()[static_cast<std::size_t>(k)].isInt())
+                seg.pool_id[k] = p->items()[static_cast<std::size_t>(k)].asInt();
     if (seg.total_size < 0)
         throw ShapeError("a segment has a negative total_size");
     const PickleValue* blocks = s.get("blocks");
@@ -777,6 +853,16 @@ Snapshot decodeTree(const PickleValue& root, Snapshot&& s, std::shared_ptr<Trace
             decodeSettings(*st, s.settings);
         if (const PickleValue* a = root.get("external_annotations"))
             decodeAnnotations(*a, s);
+        // Top-level keys memledger reads past: host_segments and host_traces (pinned host memory), newer ones.
+        const auto& e = root.entries();
+        for (std::size_t i = 0; i + 1 < e.size(); i += 2) {
+            if (!e[i].isStr())
+                continue;
+            const std::string_view key = e[i].asStr();
+            if (key != "segments" && key != "device_traces" && key != "allocator_settings"
+                && key != "external_annotations")
+                s.ignored_keys.push_back(std::string(key));
+        }
     }
     if (trace && s.trace == trace) // the annotations first: they tell the optimizer's ranges
         assignSnapshotLedgers(*trace, s);
@@ -811,6 +897,25 @@ AllocatorSettings SnapshotSettings::toModel() const
         }
     a.roundup_power2_divisions = best;
     return a;
+}
+
+void TraceContextColumn::set(std::size_t row, const TraceContext& c)
+{
+    const std::uint64_t key = (static_cast<std::uint64_t>(c.user_metadata) << 32) | c.compile_context;
+    std::uint32_t id = 0;
+    if (key != 0) {
+        auto [it, added] = ids_.try_emplace(key, static_cast<std::uint32_t>(values_.size()));
+        if (added)
+            values_.push_back(c);
+        id = it->second;
+    }
+    if (id == 0 && row >= index_.size())
+        return; // past the column's end reads as none
+    if (index_.capacity() == 0 && reserve_ > row)
+        index_.reserve(reserve_); // address space: pages are used as events arrive
+    if (index_.size() <= row)
+        index_.resize(row + 1, 0);
+    index_[row] = id;
 }
 
 std::int64_t Snapshot::reservedBytes() const
@@ -865,9 +970,10 @@ Snapshot decodeWith(std::size_t size, int firstByte, const std::string& name, co
         const std::size_t expected = size / 48 + 1024;
         trace->reserve(expected);
         s.trace_stream.reserve(expected);
-        TraceRows rows {*trace, s.trace_stream};
+        s.trace_context.reserve(expected);
+        TraceRows rows {*trace, s.trace_stream, s.trace_context};
         StackTables tables(*trace);
-        SnapshotReducer reducer(tables, rows);
+        SnapshotReducer reducer(tables, rows, s.ignored_keys);
         PickleReadHooks hooks;
         hooks.reducer = &reducer;
         hooks.progress = options.progress;

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace memledger {
@@ -43,6 +44,8 @@ struct SnapshotSegment {
     std::uint64_t stream = 0;
     std::string segment_type; // "small" | "large" | "" when absent
     bool is_expandable = false;
+    // segment_pool_id: the private pool that owns the segment (CUDA graphs, torch.cuda.MemPool); (0, 0): none.
+    std::int64_t pool_id[2] = {0, 0};
     std::vector<SnapshotBlock> blocks;
 };
 
@@ -85,12 +88,52 @@ struct SnapshotAnnotation {
     std::int64_t end_us = -1; // -1: no END in the file (open until the end)
 };
 
+// What a trace entry carries beside its frames: user_metadata (torch.cuda.memory._set_memory_metadata) and
+// compile_context (torch.compile's frame and graph). PyTorch writes both on every entry of newer files, ""
+// (compile_context "N/A") when unset: those read as none.
+struct TraceContext {
+    std::uint32_t user_metadata = 0; // string ids in the trace's strings; 0: none
+    std::uint32_t compile_context = 0;
+    bool operator==(const TraceContext& o) const
+    {
+        return user_metadata == o.user_metadata && compile_context == o.compile_context;
+    }
+};
+
+// The context of each trace event, interned: most files have none (no column at all); a file that has them
+// holds a 4-byte index per event into the distinct (user_metadata, compile_context) pairs.
+class TraceContextColumn {
+public:
+    TraceContextColumn() { values_.push_back({}); }
+    // The context of event i; {0, 0} past the column's end (events before the first with a context).
+    const TraceContext& operator[](std::size_t i) const { return values_[i < index_.size() ? index_[i] : 0]; }
+    bool empty() const { return values_.size() == 1; } // no event has a context
+    std::size_t size() const { return index_.size(); }
+    const std::vector<TraceContext>& values() const { return values_; } // [0]: none
+    std::uint32_t indexAt(std::size_t i) const { return i < index_.size() ? index_[i] : 0; }
+    // Sets event `row`'s context (events are set in order; rows skipped read as none).
+    void set(std::size_t row, const TraceContext& c);
+    // Room for `n` events, taken when the first context is set (a file without contexts takes none).
+    void reserve(std::size_t n) { reserve_ = n; }
+    std::size_t memoryBytes() const
+    {
+        return index_.capacity() * sizeof(std::uint32_t) + values_.capacity() * sizeof(TraceContext);
+    }
+
+private:
+    std::vector<std::uint32_t> index_;
+    std::vector<TraceContext> values_;
+    std::unordered_map<std::uint64_t, std::uint32_t> ids_; // (user_metadata << 32 | compile_context) -> value
+    std::size_t reserve_ = 0;
+};
+
 struct Snapshot {
     std::string layout; // "dict", "dict-2.1" (no allocator_settings), "legacy-history", "segment-list"
     std::vector<int> devices;
     std::vector<SnapshotSegment> segments;
     std::shared_ptr<const Trace> trace; // every device_traces entry, merged in time order
     StreamColumn trace_stream; // stream of each trace event
+    TraceContextColumn trace_context; // user_metadata and compile_context of each trace event
     bool trace_has_time = false; // older files have no time_us: time_ns is then the entry's index
     std::int64_t trace_start_us = 0;
     std::int64_t skipped_entries = 0; // actions memledger does not model (annotate, ...)
@@ -99,6 +142,9 @@ struct Snapshot {
     std::int64_t annotation_entries = 0; // entries of external_annotations (an END without its START counts here)
     SnapshotSettings settings;
     SnapshotAllocatorCheck allocator_check;
+    // Keys memledger reads past (docs/snapshots.md, "Keys"): top-level ones ("host_traces") and trace entries'
+    // ("device_traces[].pool_id"), first met first.
+    std::vector<std::string> ignored_keys;
 
     // An annotation's range on the trace's clock: ns from the trace's start; end -1 for a range never closed.
     std::int64_t startNs(const SnapshotAnnotation& a) const { return (a.start_us - trace_start_us) * 1000; }

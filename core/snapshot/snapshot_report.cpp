@@ -418,6 +418,17 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAlloc
             + (o.where.empty() ? "" : " at " + o.where));
     if (s.allocator_check.recorded > 0)
         r.notes.push_back(allocatorNote(s.allocator_check));
+    if (!s.ignored_keys.empty()) { // docs/snapshots.md, "Keys"
+        std::string keys;
+        bool host = false;
+        for (const auto& k : s.ignored_keys) {
+            keys += (keys.empty() ? "" : ", ") + k;
+            host = host || k.rfind("host_", 0) == 0;
+        }
+        r.notes.push_back("keys of the file memledger reads past: " + keys);
+        if (host)
+            r.notes.push_back("the file records host (pinned) memory; memledger does not show it yet");
+    }
     r.trace = s.trace;
     r.snapshot = std::make_shared<const Snapshot>(std::move(s));
     return r;
