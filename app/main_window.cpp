@@ -1,3 +1,6 @@
+// The window: it lays out the docks and tabs, builds the menus and connects the parts that each own one job
+// (FileSession, TimelineToolbar, WhatIfController, RemediesController, ComparisonController, RecentFiles). It is
+// a little over 600 lines because it is the one place where every view is handed each report; no job lives here.
 #include "main_window.h"
 
 #include "bytes_text.h"
