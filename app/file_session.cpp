@@ -2,6 +2,7 @@
 
 #include "demo_model.h"
 #include "run_panel.h"
+#include "report/meta_run.h"
 #include "run_worker.h"
 
 #include <QFileInfo>
@@ -47,6 +48,7 @@ FileSession::FileSession(RunPanel* panel, QObject* parent)
                                                : tr("Ran in %1 ms, %2 events"))
                       .arg(report->run.duration_ms, 0, 'f', 0)
                       .arg(report->trace ? report->trace->size() : 0)
+                    + (isMetaRun(*report) ? QStringLiteral("\n") + QString::fromUtf8(kMetaRunBadge) : QString())
                 : QString());
         // The panel says what the shown report is: a training step read from JSON shows as one.
         if (report->source == ReportSource::Model) {
@@ -87,6 +89,7 @@ void FileSession::open(const QString& path)
     RunRequest request;
     request.path = path;
     request.options.dtype = panel_->dtype();
+    request.options.device = panel_->device();
     // The mode stays unset: the file says what it is for (a training demo records a training step).
     request.options.optimizer = panel_->optimizer();
     request.options.loss = panel_->loss();

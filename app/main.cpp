@@ -6,6 +6,7 @@
 #ifdef MEMLEDGER_HAS_GUI
 #include "layer_tree_panel.h"
 #include "main_window.h"
+#include "run_panel.h"
 #include "stack_pane.h"
 #include "timeline_plot.h"
 #include "layer_tree_model.h"
@@ -43,6 +44,9 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
     nameApplication();
     memledger::MainWindow window;
     window.show();
+    // --device: the first run, and every run after, on that device (the Run panel's choice).
+    if (options.run.device != "cpu" && !window.runPanel()->setDevice(options.run.device))
+        std::cerr << "memledger: --device " << options.run.device << " is not available here; running on the cpu\n";
     window.openFile(QString::fromStdString(options.model));
     // MEMLEDGER_SCREENSHOT=FILE.png: save the window once the first report is shown, then quit.
     auto shot = qEnvironmentVariable("MEMLEDGER_SCREENSHOT");

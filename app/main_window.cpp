@@ -5,6 +5,7 @@
 
 #include "bytes_text.h"
 #include "call_tree_view.h"
+#include "report/meta_run.h"
 #include "checkpoint_bar.h"
 #include "comparison_controller.h"
 #include "demo_model.h"
@@ -390,6 +391,8 @@ void MainWindow::showReport(std::shared_ptr<const Report> report)
         peak = tr("peak %1 (weights %2, inputs %3, run %4)")
                    .arg(bytes(report_->peak_total_bytes), bytes(report_->weight_bytes), bytes(report_->input_bytes),
                        bytes(report_->peak_bytes));
+    if (report_ && isMetaRun(*report_)) // computed from shapes: the status bar never shows it as measured
+        peak = QString::fromUtf8(kMetaRunBadge) + QStringLiteral(" \u00b7 ") + peak;
     peakLabel_->setText(peak);
     if (report_ && report_->snapshot) {
         // A snapshot's segment views replay its whole trace: they follow once the timeline is drawn.

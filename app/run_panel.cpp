@@ -10,6 +10,7 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSpinBox>
+#include <QStandardItemModel>
 #include <QVBoxLayout>
 
 #include <stdexcept>
@@ -51,9 +52,26 @@ RunPanel::RunPanel(QWidget* parent)
                                              QString::fromStdString(formatBytes(d.total_memory_bytes)));
         device_->addItem(label, QString::fromStdString(d.id));
     }
-    device_->setToolTip(builtWithCuda() ? tr("Where the model runs: the CPU or a CUDA GPU")
-                                        : tr("This memledger was built without CUDA (%1): it runs on the CPU")
-                                              .arg(QString::fromStdString(torchBuildInfo())));
+    // Meta: shapes only, no memory (docs/meta.md). The libtorch 1.13 build lists it disabled, with the reason.
+    device_->addItem(tr("meta (shapes only)"), QStringLiteral("meta"));
+    const int metaRow = device_->count() - 1;
+    if (metaRunsSupported()) {
+        device_->setItemData(metaRow,
+            tr("Shapes only: every tensor's size and lifetime, no memory and no values; the figures are computed, "
+               "not measured, and kernel-internal temporaries do not exist"),
+            Qt::ToolTipRole);
+    } else {
+        if (auto* items = qobject_cast<QStandardItemModel*>(device_->model()))
+            items->item(metaRow)->setEnabled(false);
+        device_->setItemData(metaRow,
+            tr("Meta runs need memledger's PyTorch 2 build; this one has %1")
+                .arg(QString::fromStdString(torchBuildInfo())),
+            Qt::ToolTipRole);
+    }
+    device_->setToolTip((builtWithCuda() ? tr("Where the model runs: the CPU or a CUDA GPU")
+                                         : tr("This memledger was built without CUDA (%1): it runs on the CPU")
+                                               .arg(QString::fromStdString(torchBuildInfo())))
+        + tr("; meta: shapes only, nothing measured"));
     mode_->addItem(tr("inference"), QString::fromLatin1(nameOf(RunMode::Inference)));
     mode_->addItem(tr("training step"), QString::fromLatin1(nameOf(RunMode::Train)));
     mode_->setToolTip(tr("Inference: eval mode, no grad. Training step: forward, loss, backward and the "
@@ -147,6 +165,21 @@ RunOptions RunPanel::options() const
 std::string RunPanel::dtype() const
 {
     return dtype_->currentText().toStdString();
+}
+
+std::string RunPanel::device() const
+{
+    return device_->currentData().toString().toStdString();
+}
+
+bool RunPanel::setDevice(const std::string& device)
+{
+    int row = device_->findData(QString::fromStdString(device == "cuda" ? "cuda:0" : device));
+    auto* items = qobject_cast<QStandardItemModel*>(device_->model());
+    if (row < 0 || (items && !items->item(row)->isEnabled()))
+        return false;
+    device_->setCurrentIndex(row);
+    return true;
 }
 
 namespace {

@@ -32,6 +32,9 @@ public:
     // Ends a run: the bar is full only when it is done; a failure or a cancel empties it and says so.
     void setFinished(Outcome outcome);
     std::string dtype() const; // the chosen precision
+    std::string device() const; // cpu | meta | cuda:N
+    // Chooses a device the box lists and allows ("cuda" is cuda:0); false, and nothing changes, otherwise.
+    bool setDevice(const std::string& device);
     // The optimizer and loss rows show only for a training step.
     void setMode(RunMode mode);
     RunMode mode() const;

@@ -99,6 +99,9 @@ void WhatIfController::record(std::shared_ptr<const OpenedFile> file, const Repo
     base.inputs = report.run.input_shapes;
     base.input_types = report.run.input_types;
     base.dtype = "float32";
+    // A meta run's what-if records on meta as well (shapes only); any other records on the CPU.
+    if (report.run.device == "meta")
+        base.device = "meta";
     // The what-if records the run the window shows: a training step is predicted as a training step.
     base.mode = report.run.mode;
     if (report.run.mode == RunMode::Train) {

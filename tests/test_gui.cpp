@@ -12,6 +12,7 @@
 #include "whatif/whatif.h"
 
 #include "exports/report_json.h"
+#include "report/meta_run.h"
 #include "recording/build_report.h"
 
 #include <nlohmann/json.hpp>
@@ -408,9 +409,59 @@ TEST(Window, DeviceChoiceListsWhatThisMachineHas)
     MainWindow w;
     auto* box = w.runPanel()->deviceBox();
     const auto devices = availableDevices();
-    ASSERT_EQ(box->count(), static_cast<int>(devices.size()));
+    ASSERT_EQ(box->count(), static_cast<int>(devices.size()) + 1); // and meta, last
     EXPECT_EQ(box->itemData(0).toString(), QStringLiteral("cpu"));
-    for (int i = 1; i < box->count(); ++i)
+    EXPECT_EQ(box->itemData(box->count() - 1).toString(), QStringLiteral("meta"));
+    // Meta is offered where it runs; the libtorch 1.13 build lists it disabled, and cannot choose it.
+    EXPECT_EQ(w.runPanel()->setDevice("meta"), metaRunsSupported());
+    w.runPanel()->setDevice("cpu");
+    for (int i = 1; i + 1 < box->count(); ++i)
         EXPECT_TRUE(box->itemText(i).contains(QString::fromStdString(devices[static_cast<std::size_t>(i)].name)));
     EXPECT_EQ(w.runPanel()->options().device, "cpu");
+}
+
+// Meta, picked in the Run panel: the run and its what-if are on meta, and every view says its figures come from
+// shapes (the badge, the status, the what-if's tags); the budget presets name the common GPUs.
+TEST(Window, MetaRunIsShownAsComputedFromShapes)
+{
+    if (!canRunExportedPrograms() || !metaRunsSupported())
+        GTEST_SKIP() << "this build's libtorch runs no torch.export programs or meta runs (" << torchBuildInfo() << ")";
+    qtTestApp();
+    MainWindow w;
+    w.show();
+    auto* box = w.runPanel()->deviceBox();
+    int meta = box->findData(QStringLiteral("meta"));
+    ASSERT_GE(meta, 0);
+    box->setCurrentIndex(meta);
+    QSignalSpy ready(&w, &MainWindow::whatIfReady);
+    w.openFile(QStringLiteral("demo:gpt.pt2"));
+    ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
+    ASSERT_TRUE(w.report());
+    EXPECT_EQ(reportToJson(*w.report(), false)["run"]["device"], "meta");
+    const auto badge = QString::fromUtf8(kMetaRunBadge);
+    EXPECT_EQ(w.ledgerSummary()->metaBadgeText(), badge);
+    EXPECT_TRUE(w.ledgerSummary()->summaryText().contains(QStringLiteral("computed on meta")));
+    EXPECT_TRUE(w.runPanel()->status().contains(badge)) << w.runPanel()->status().toStdString();
+
+    QElapsedTimer clock;
+    clock.start();
+    while (ready.isEmpty() && clock.elapsed() < 3 * kRunTimeoutMs)
+        ready.wait(100);
+    ASSERT_FALSE(ready.isEmpty()) << "the what-if records never arrived";
+    auto* whatIf = w.whatIfPanel();
+    ASSERT_TRUE(whatIf->activeWhatIf());
+    EXPECT_EQ(whatIf->activeWhatIf()->device(), "meta");
+    EXPECT_EQ(whatIf->batch(), w.report()->run.batch); // a recorded batch: on cpu it would say "measured"
+    EXPECT_TRUE(whatIf->peakTotalText().contains(QStringLiteral("computed on meta")))
+        << whatIf->peakTotalText().toStdString();
+    EXPECT_FALSE(whatIf->peakTotalText().contains(QStringLiteral("(measured)")));
+
+    QStringList presets;
+    for (int i = 0; i < whatIf->budgetBox()->count(); ++i)
+        presets << whatIf->budgetBox()->itemText(i);
+    for (const char* gpu : {"16 GiB", "24 GiB", "40 GiB", "48 GiB", "80 GiB (A100/H100 80GB)", "94 GiB", "141 GiB (H200)",
+             "192 GiB (B200/MI300X)"})
+        EXPECT_TRUE(presets.join(QLatin1Char('|')).contains(QLatin1String(gpu))) << gpu;
+    whatIf->budgetBox()->setCurrentIndex(whatIf->budgetBox()->findText(QStringLiteral("141 GiB (H200)")));
+    EXPECT_EQ(whatIf->budget(), std::int64_t {141} << 30);
 }

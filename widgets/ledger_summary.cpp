@@ -2,6 +2,7 @@
 #include "bytes_text.h"
 
 #include "ledger_colors.h"
+#include "report/meta_run.h"
 #include "analysis/timeline_series.h"
 #include "snapshot/snapshot.h"
 #include "support/format.h"
@@ -132,7 +133,9 @@ std::vector<SummarySection> summarySections(const Report& r, int device)
     if (r.snapshot)
         return snapshotSections(r, device);
     SummarySection s;
-    s.title = QObject::tr("At the peak: %1").arg(bytesText(r.peak_total_bytes));
+    // A meta run's figures come from shapes: the title never reads as a measurement.
+    s.title = (isMetaRun(r) ? QObject::tr("At the peak (computed on meta): %1") : QObject::tr("At the peak: %1"))
+                  .arg(bytesText(r.peak_total_bytes));
     for (int band : TimelineSeries::kStackOrder) {
         if (band >= kLedgerCount)
             continue;
@@ -161,16 +164,26 @@ LedgerSummary::~LedgerSummary() = default;
 
 LedgerSummary::LedgerSummary(QWidget* parent)
     : QWidget(parent)
+    , meta_(new QLabel(QString::fromUtf8(kMetaRunBadge), this))
     , training_(new QLabel(this))
     , loadTax_(new QLabel(this))
 {
-    for (auto* label : {training_, loadTax_}) {
+    meta_->setObjectName(QStringLiteral("metaBadge"));
+    meta_->setToolTip(tr("A run on the meta device: tensors had shapes and no memory, so every figure is computed "
+                         "from shapes; the scratch kernels allocate inside themselves (oneDNN, im2col, cuBLAS and "
+                         "cuDNN workspaces) does not exist there, so temporaries and the peak can be lower"));
+    auto badgeFont = meta_->font();
+    badgeFont.setBold(true);
+    meta_->setFont(badgeFont);
+    meta_->hide();
+    for (auto* label : {meta_, training_, loadTax_}) {
         label->setWordWrap(true);
         label->setTextInteractionFlags(Qt::TextSelectableByMouse);
     }
     training_->hide();
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(6, rowsHeight(), 6, 6);
+    layout->addWidget(meta_);
     layout->addWidget(training_);
     layout->addWidget(loadTax_);
     layout->addStretch(1);
@@ -199,6 +212,7 @@ void LedgerSummary::setReport(std::shared_ptr<const Report> report)
     report_ = std::move(report);
     sections_ = report_ ? summarySections(*report_, device_) : std::vector<Section> {};
     layout()->setContentsMargins(6, rowsHeight(), 6, 6);
+    meta_->setVisible(report_ && isMetaRun(*report_));
     training_->setText(trainingText());
     training_->setVisible(!training_->text().isEmpty());
     loadTax_->setText(report_ ? tr("Load tax: %1").arg(loadTaxLine(*report_)) : QString());
@@ -239,6 +253,11 @@ void LedgerSummary::keepLoadTaxVisible()
     // A dock does not ask for height-for-width: without this, a short screen cuts the wrapped load-tax line.
     if (layout()->hasHeightForWidth())
         setMinimumHeight(layout()->heightForWidth(width()));
+}
+
+QString LedgerSummary::metaBadgeText() const
+{
+    return meta_->isVisibleTo(this) ? meta_->text() : QString();
 }
 
 QString LedgerSummary::loadTaxText() const
@@ -316,6 +335,8 @@ void LedgerSummary::paintEvent(QPaintEvent*)
 QString LedgerSummary::summaryText() const
 {
     QStringList lines;
+    if (report_ && isMetaRun(*report_))
+        lines << QString::fromUtf8(kMetaRunBadge);
     if (report_)
         for (const auto& s : sections_) {
             lines << s.title;

@@ -25,6 +25,8 @@ public:
     struct Section;
     void setReport(std::shared_ptr<const Report> report);
     QString loadTaxText() const;
+    // A meta run's badge (kMetaRunBadge) while it shows; "" for any other report.
+    QString metaBadgeText() const;
     // A training step: the gradients and optimizer state the step leaves behind; "" otherwise.
     QString trainingText() const;
     // The rows under the bar: the ledgers that hold bytes, bottom of the stack first ("weights", ...).
@@ -48,6 +50,7 @@ private:
     std::shared_ptr<const Report> report_;
     int device_ = -2; // TimelineSeries::kAllDevices
     std::vector<Section> sections_; // what the panel shows, made when the report or the device changes
+    QLabel* meta_; // kMetaRunBadge, for a meta run only
     QLabel* training_;
     QLabel* loadTax_;
 };

@@ -1,6 +1,7 @@
 #include "timeline_png.h"
 
 #include "analysis/segment_history.h"
+#include "report/meta_run.h"
 #include "support/format.h"
 #include "timeline_plot.h"
 
@@ -19,9 +20,12 @@ QString timelinePngTitle(const Report& report)
     if (report.source == ReportSource::Snapshot)
         return file.isEmpty() ? QStringLiteral("CUDA memory snapshot")
                               : QStringLiteral("CUDA memory snapshot (%1)").arg(file);
-    if (type.isEmpty())
-        return file.isEmpty() ? QStringLiteral("memledger") : file;
-    return file.isEmpty() ? type : QStringLiteral("%1 (%2)").arg(type, file);
+    QString title = type.isEmpty() ? (file.isEmpty() ? QStringLiteral("memledger") : file)
+                                   : (file.isEmpty() ? type : QStringLiteral("%1 (%2)").arg(type, file));
+    // A meta run's picture says so where a reader looks first: its figures are not measured.
+    if (isMetaRun(report))
+        title += QStringLiteral(" \u2014 ") + QString::fromUtf8(kMetaRunBadge);
+    return title;
 }
 
 QString timelinePngSettings(const Report& report)

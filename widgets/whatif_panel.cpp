@@ -20,6 +20,7 @@
 #include <QVBoxLayout>
 
 #include <algorithm>
+#include <utility>
 #include <cmath>
 
 namespace memledger {
@@ -48,8 +49,12 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     dtypeBox_->addItems({"float32", "bfloat16", "float16"});
     budgetBox_ = new QComboBox(this);
     budgetBox_->setEditable(true);
-    for (int gib : {8, 16, 24, 40, 80, 141})
-        budgetBox_->addItem(QString("%1 GiB").arg(gib));
+    // The common GPUs' memory; budget() reads the size before the bracket, so a typed "12 GiB" works the same.
+    const std::pair<int, const char*> presets[] = {{8, nullptr}, {16, nullptr}, {24, "RTX 4090, L4, A10"},
+        {40, "A100 40GB"}, {48, "L40S, RTX 6000 Ada"}, {80, "A100/H100 80GB"}, {94, "H100 NVL"}, {141, "H200"},
+        {192, "B200/MI300X"}};
+    for (const auto& [gib, gpus] : presets)
+        budgetBox_->addItem(gpus ? QString("%1 GiB (%2)").arg(gib).arg(QLatin1String(gpus)) : QString("%1 GiB").arg(gib));
     budgetBox_->setCurrentIndex(1);
     budgetBox_->setToolTip(tr("GPU memory to fit in; type a size such as 12 GiB or 512 MiB"));
 
@@ -232,7 +237,8 @@ QString WhatIfPanel::dtype() const
 
 std::int64_t WhatIfPanel::budget() const
 {
-    return parseBytes(budgetBox_->currentText().toStdString()).value_or(0);
+    // "80 GiB (A100/H100 80GB)": the size is what comes before the GPUs' names.
+    return parseBytes(budgetBox_->currentText().section(QLatin1Char('('), 0, 0).toStdString()).value_or(0);
 }
 
 void WhatIfPanel::setBatch(std::int64_t batch)
@@ -319,7 +325,9 @@ void WhatIfPanel::showPrediction(const Prediction& p, bool reservedKnown)
     if (!whatIf_)
         return;
     // Beyond the largest record a figure is the last fit carried on: another style, and it says so.
-    const QString tag = p.method == FigureMethod::Measured ? tr("measured")
+    // A meta what-if ran on shapes: its "measured" figures are computed, and never say measured.
+    const bool meta = whatIf_->device() == "meta";
+    const QString tag = p.method == FigureMethod::Measured ? (meta ? tr("computed on meta") : tr("measured"))
         : p.extrapolated                       ? tr("extrapolated")
                                                : tr("predicted");
     auto mark = [&](std::int64_t v) { return QString("%1  (%2)").arg(bytesText(v), tag); };
@@ -372,7 +380,9 @@ void WhatIfPanel::showPrediction(const Prediction& p, bool reservedKnown)
     for (auto r : whatIf_->recordedBatches())
         records << QString::number(r);
     QString method = p.method == FigureMethod::Measured
-        ? tr("Measured: the model ran at this batch and precision")
+        ? (meta ? tr("Computed on meta: the model ran at this batch and precision on the meta device, from shapes "
+                     "(not measured; kernel temporaries absent)")
+                : tr("Measured: the model ran at this batch and precision"))
         : p.extrapolated ? tr("Extrapolated beyond the largest record (batch %1) from the runs at batch %2: use Measure "
                               "to check")
                                .arg(whatIf_->batch2())
@@ -412,7 +422,9 @@ void WhatIfPanel::showMeasurement(const Prediction& m)
     if (m.batch != batch() || QString::fromStdString(m.dtype) != dtype())
         return; // the user moved on while it ran
     if (m.measured_peak_bytes && m.error_percent)
-        method_->setText(tr("Measured peak %1, peak total %2: the prediction is off by %3%")
+        method_->setText((whatIf_ && whatIf_->device() == "meta"
+                                 ? tr("Peak computed on meta %1, peak total %2: the prediction is off by %3%")
+                                 : tr("Measured peak %1, peak total %2: the prediction is off by %3%"))
                              .arg(bytesText(*m.measured_peak_bytes))
                              .arg(bytesText(m.measured_peak_total_bytes.value_or(0)))
                              .arg(*m.error_percent, 0, 'f', 2));

@@ -51,6 +51,7 @@ public:
     QSlider* batchSlider() const { return slider_; }
     QSpinBox* batchSpinBox() const { return batchBox_; }
     QSpinBox* seqSpinBox() const { return seqBox_; }
+    QComboBox* budgetBox() const { return budgetBox_; } // presets: the common GPUs' memory
 
 protected:
     void changeEvent(QEvent* event) override;

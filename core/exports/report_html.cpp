@@ -3,6 +3,7 @@
 
 #include "analysis/segment_history.h"
 #include "exports/ledger_palette.h"
+#include "report/meta_run.h"
 #include "recording/build_report.h"
 #include "analysis/timeline_series.h"
 #include "snapshot/snapshot.h"
@@ -163,6 +164,7 @@ std::string scriptSafe(std::string json)
 
 // After kHtmlBaseStyle (exports/html_style.h).
 const char* kStyle = R"(
+.meta-run{border:2px solid #b8860b;background:#fff8e1;color:#5d4200;padding:8px 12px;max-width:900px}
 .bar{display:flex;height:28px;width:100%;max-width:900px;border:1px solid #ccc}
 .bar div{height:100%} .legend span{display:inline-block;margin-right:16px}
 .sw{display:inline-block;width:10px;height:10px;margin-right:4px}
@@ -337,6 +339,19 @@ std::string htmlEscape(const std::string& s)
     return out;
 }
 
+namespace {
+
+// The note a meta run's report carries (recording/meta_device.cpp), the one that starts "a meta-device run".
+std::string metaNote(const Report& r)
+{
+    for (const auto& note : r.notes)
+        if (note.rfind("a meta-device run", 0) == 0)
+            return note;
+    return {};
+}
+
+} // namespace
+
 std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
 {
     std::ostringstream out;
@@ -358,6 +373,10 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
         out << " &middot; file " << formatBytes(r.model.file_bytes);
     }
     out << " &middot; " << (r.trace ? r.trace->size() : 0) << " events</p>\n";
+    // A meta run's figures come from shapes: it says so before any figure, where it cannot be missed.
+    if (isMetaRun(r))
+        out << "<p class=meta-run><strong>" << htmlEscape(kMetaRunBadge) << "</strong><br>" << htmlEscape(metaNote(r))
+            << "</p>\n";
 
     // One stacked bar with its legend: the ledgers at the peak, or what a snapshot's segments hold at the end.
     struct Part {
@@ -417,7 +436,8 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
         out << "<p>On a GPU, PyTorch's caching allocator would reserve about "
             << formatBytes(r.simulated_reserved_peak_bytes) << " <span class=muted>(simulated)</span></p>\n";
     for (const auto& note : r.notes)
-        out << "<p class=muted>Note: " << htmlEscape(note) << "</p>\n";
+        if (!isMetaRun(r) || note != metaNote(r)) // shown at the top
+            out << "<p class=muted>Note: " << htmlEscape(note) << "</p>\n";
 
     out << "<h2>Timeline: live bytes" << (r.snapshot ? "" : " by ledger")
         << "</h2>\n<canvas id=chart width=1100 height=360></canvas><div id=tip></div>\n";

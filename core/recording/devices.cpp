@@ -55,6 +55,11 @@ std::vector<DeviceInfo> availableDevices()
     return devices;
 }
 
+bool metaRunsSupported()
+{
+    return metaDeviceSupported();
+}
+
 c10::Device resolveDevice(const std::string& device)
 {
     if (device.empty() || device == "cpu")

@@ -97,6 +97,8 @@ std::string torchBuildInfo();
 bool builtWithCuda();
 // Whether this libtorch can run torch.export programs (.pt2): PyTorch 2 can, libtorch 1.13 cannot.
 bool canRunExportedPrograms();
+// Whether --device meta runs here (shapes only): memledger's PyTorch 2 build can, the libtorch 1.13 one cannot.
+bool metaRunsSupported();
 
 
 } // namespace memledger

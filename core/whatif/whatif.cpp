@@ -583,6 +583,11 @@ RunMode WhatIf::mode() const
     return fits_.empty() ? RunMode::Inference : fits_.front()->info.mode;
 }
 
+std::string WhatIf::device() const
+{
+    return fits_.empty() || fits_.front()->info.device.empty() ? std::string("cpu") : fits_.front()->info.device;
+}
+
 std::int64_t WhatIf::batch2() const
 {
     auto batches = recordedBatches();
@@ -780,6 +785,7 @@ Prediction WhatIf::measure(Model& model, std::int64_t batch, const std::string& 
     o.optimizer = f.info.optimizer.empty() ? "sgd" : f.info.optimizer;
     o.loss = f.info.loss.empty() ? "auto" : f.info.loss;
     o.threads = f.info.threads;
+    o.device = f.info.device.empty() ? "cpu" : f.info.device; // a meta what-if measures on meta too
     auto raw = model.run(o);
     auto live = liveBytesAfterEachEvent(raw.trace);
     std::int64_t peak = 0;
@@ -791,7 +797,7 @@ Prediction WhatIf::measure(Model& model, std::int64_t batch, const std::string& 
         = peak + raw.parameter_bytes + raw.buffer_bytes + raw.optimizer_state_bytes + raw.input_bytes;
     p.error_percent
         = peak > 0 ? 100.0 * static_cast<double>(p.predicted_peak_bytes - peak) / static_cast<double>(peak) : 0.0;
-    p.notes.push_back(std::string("measured at ") + axisWord(f.axis) + " " + std::to_string(batch) + " in " + dtype + ": peak " + formatBytes(peak)
+    p.notes.push_back(std::string(o.device == "meta" ? "computed on meta at " : "measured at ") + axisWord(f.axis) + " " + std::to_string(batch) + " in " + dtype + ": peak " + formatBytes(peak)
         + ", prediction off by " + percent(*p.error_percent));
     return p;
 }

@@ -94,6 +94,7 @@ public:
     std::vector<std::int64_t> recordedBatches() const; // of the first dtype, increasing
     std::vector<std::int64_t> recordedBatches(const std::string& dtype) const; // a precision's own records
     RunMode mode() const; // what the records ran
+    std::string device() const; // where the records ran: cpu, or meta (figures from shapes, not measured)
     std::vector<std::string> notes() const; // alignment, rescaled dtypes, ...
     std::size_t eventCount(const std::string& dtype) const; // events replayed per prediction
 
