@@ -48,7 +48,7 @@ FileSession::FileSession(RunPanel* panel, QObject* parent)
                                                : tr("Ran in %1 ms, %2 events"))
                       .arg(report->run.duration_ms, 0, 'f', 0)
                       .arg(report->trace ? report->trace->size() : 0)
-                    + (isMetaRun(*report) ? QStringLiteral("\n") + QString::fromUtf8(kMetaRunBadge) : QString())
+                    + (isMetaRun(*report) ? tr(" on meta (shapes only)") : QString()) // the badge is the peak panel's
                 : QString());
         // The panel says what the shown report is: a training step read from JSON shows as one.
         if (report->source == ReportSource::Model) {
