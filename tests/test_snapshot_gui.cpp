@@ -1,6 +1,7 @@
 // The window with real CUDA memory snapshots: timeline, segment timeline, segment map, OOM marker, bad files.
 #include "layer_tree_model.h"
 #include "layer_tree_panel.h"
+#include "ledger_summary.h"
 #include "main_window.h"
 #include "qt_test_app.h"
 #include "window_wait.h"
@@ -113,6 +114,32 @@ LedgersAtPeak ledgersAtPeak(const Report& r)
     return out;
 }
 
+// At the report's peak, the timeline's stacked bands sum to the peak and are the report's ledgers, as the trace
+// tells them (a ledger's blocks whose free is requested lie in the pending free band).
+void expectBandsAreTheLedgersAtThePeak(const Report& r, const TimelineSeries& series)
+{
+    if (!r.trace || r.peak_event < 0)
+        return;
+    const auto p = static_cast<std::size_t>(r.peak_event) + 1;
+    ASSERT_LT(p, series.keys.size());
+    const auto truthAtPeak = ledgersAtPeak(r);
+    double sum = 0;
+    std::int64_t pending = 0;
+    for (int l = 0; l < kLedgerKinds; ++l) {
+        const auto band = series.tops[static_cast<std::size_t>(l)][p] - series.bottomOf(l, p);
+        sum += band;
+        const auto k = static_cast<std::size_t>(l);
+        pending += truthAtPeak.pending[k];
+        EXPECT_EQ(r.ledgers[k].at_peak, truthAtPeak.live[k]) << ledgerName(static_cast<Ledger>(l));
+        EXPECT_EQ(band, static_cast<double>(truthAtPeak.live[k] - truthAtPeak.pending[k]))
+            << ledgerName(static_cast<Ledger>(l));
+    }
+    const auto pendingBand
+        = series.tops[TimelineSeries::kPendingFree][p] - series.bottomOf(TimelineSeries::kPendingFree, p);
+    EXPECT_EQ(pendingBand, static_cast<double>(pending));
+    EXPECT_EQ(sum + pendingBand, static_cast<double>(r.peak_bytes));
+}
+
 void PrintTo(const SnapshotTruth& t, std::ostream* os)
 {
     *os << t.file;
@@ -147,27 +174,7 @@ TEST_P(SnapshotWindow, ShowsTheSnapshotAsTheCoreReadsIt)
     const auto& series = w.timeline()->series();
     EXPECT_EQ(series.peak_value, static_cast<double>(report->peak_bytes));
     EXPECT_EQ(series.keys.size(), (report->trace ? report->trace->size() : 0) + 1);
-    // At the peak, its stacked bands sum to the report's peak and are the report's ledgers, as the trace tells them
-    // (a ledger's blocks whose free is requested lie in the pending free band).
-    if (report->trace && report->peak_event >= 0) {
-        const auto p = static_cast<std::size_t>(report->peak_event) + 1;
-        const auto truthAtPeak = ledgersAtPeak(*report);
-        double sum = 0;
-        std::int64_t pending = 0;
-        for (int l = 0; l < kLedgerKinds; ++l) {
-            const auto band = series.tops[static_cast<std::size_t>(l)][p] - series.bottomOf(l, p);
-            sum += band;
-            const auto k = static_cast<std::size_t>(l);
-            pending += truthAtPeak.pending[k];
-            EXPECT_EQ(report->ledgers[k].at_peak, truthAtPeak.live[k]) << ledgerName(static_cast<Ledger>(l));
-            EXPECT_EQ(band, static_cast<double>(truthAtPeak.live[k] - truthAtPeak.pending[k]))
-                << ledgerName(static_cast<Ledger>(l));
-        }
-        const auto pendingBand = series.tops[TimelineSeries::kPendingFree][p]
-            - series.bottomOf(TimelineSeries::kPendingFree, p);
-        EXPECT_EQ(pendingBand, static_cast<double>(pending));
-        EXPECT_EQ(sum + pendingBand, static_cast<double>(report->peak_bytes));
-    }
+    expectBandsAreTheLedgersAtThePeak(*report, series);
 
     // Segment map: a bar per segment; its blocks add up to the snapshot's figures.
     auto* map = w.segmentMap();
@@ -202,6 +209,36 @@ INSTANTIATE_TEST_SUITE_P(
                 c = '_';
         return name;
     });
+
+// The training steps, whose ledgers are many: the window's timeline stacks them as the report tells them at the
+// peak, and the peak panel lists them.
+TEST(SnapshotWindowLedgers, TheTimelineStacksTheReportsLedgersAtThePeak)
+{
+    SKIP_WITHOUT_SNAPSHOTS();
+    qtTestApp();
+    for (const char* file : {"training-step-annotated.pickle", "training-loop-annotations-python-frames.pickle"}) {
+        SCOPED_TRACE(file);
+        MainWindow w;
+        ASSERT_TRUE(openAndWait(w, snapshotDir() + QLatin1Char('/') + QString::fromUtf8(file)))
+            << w.errorText().toStdString();
+        const auto& r = *w.report();
+        const auto& series = w.timeline()->series();
+        EXPECT_EQ(series.peak_value, static_cast<double>(r.peak_bytes));
+        expectBandsAreTheLedgersAtThePeak(r, series);
+        int ledgersAtPeak = 0;
+        for (int l = 0; l < kLedgerKinds; ++l)
+            ledgersAtPeak += r.ledgers[static_cast<std::size_t>(l)].at_peak > 0 ? 1 : 0;
+        EXPECT_GE(ledgersAtPeak, 3); // weights or resident, activations, gradients, ...
+        // The peak panel: a row per band that holds bytes at the peak, as the timeline stacks them.
+        const auto rows = w.ledgerSummary()->rowNames();
+        const auto p = static_cast<std::size_t>(r.peak_event) + 1;
+        for (int band : TimelineSeries::kStackOrder)
+            if (series.tops[static_cast<std::size_t>(band)][p] > series.bottomOf(band, p))
+                EXPECT_TRUE(rows.contains(QString::fromUtf8(TimelineSeries::bandName(band))))
+                    << TimelineSeries::bandName(band) << " in " << rows.join(QStringLiteral(", ")).toStdString();
+        EXPECT_FALSE(rows.contains(QStringLiteral("allocated in the trace")));
+    }
+}
 
 // A click on the timeline shows the segment map at that moment, as the core rebuilds it; "Show end" goes back.
 TEST(SnapshotWindowMoment, AClickOnTheTimelineMovesTheSegmentMap)
