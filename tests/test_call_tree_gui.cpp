@@ -242,7 +242,8 @@ TEST(SnapshotWindow, CallStackViewsShowARealSnapshot)
     double y = 0;
     QString text;
     for (int band : TimelineSeries::kStackOrder) {
-        if (band == static_cast<int>(Ledger::Resident) || s.tops[static_cast<std::size_t>(band)][p] <= s.bottomOf(band, p))
+        if (band == static_cast<int>(Ledger::Resident)
+            || s.tops[static_cast<std::size_t>(band)][p] <= s.bottomOf(band, p))
             continue;
         y = s.bottomOf(band, p) + 1.0;
         text = plot->describeAt(s.peak_key, y);

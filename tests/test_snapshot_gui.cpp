@@ -28,8 +28,8 @@
 #include <gtest/gtest.h>
 
 #include <array>
-#include <map>
 #include <cstdlib>
+#include <map>
 
 using namespace memledger;
 
@@ -99,7 +99,8 @@ LedgersAtPeak ledgersAtPeak(const Report& r)
             if (it == open.end()) { // alive before the trace: the ledger of its free, if the trace has it
                 Ledger l = Ledger::Resident;
                 for (auto j = k + 1; j < t.size(); ++j)
-                    if (t.device[j] == t.device[k] && t.address[j] == t.address[k] && t.action[j] != Action::FreeRequested) {
+                    if (t.device[j] == t.device[k] && t.address[j] == t.address[k]
+                        && t.action[j] != Action::FreeRequested) {
                         if (t.action[j] == Action::Free && t.partner[j] == kNoPartner)
                             l = t.ledger[j];
                         break;

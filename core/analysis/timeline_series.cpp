@@ -118,9 +118,9 @@ void buildSnapshotBands(const Report& r, const Trace& t, int device, TimelineSer
             } else if (t.action[i] == Action::FreeRequested) {
                 auto it = open.find(key);
                 if (it == open.end()) {
-                    auto told = requestLedger.find(static_cast<std::uint32_t>(i));
-                    it = open.emplace(key, Live {-1, told == requestLedger.end() ? Ledger::Resident : told->second, false})
-                             .first;
+                    auto known = requestLedger.find(static_cast<std::uint32_t>(i));
+                    const Ledger l = known == requestLedger.end() ? Ledger::Resident : known->second;
+                    it = open.emplace(key, Live {-1, l, false}).first;
                 }
                 if (!it->second.pending) {
                     it->second.pending = true;
