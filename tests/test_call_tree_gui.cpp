@@ -234,11 +234,21 @@ TEST(SnapshotWindow, CallStackViewsShowARealSnapshot)
     EXPECT_EQ(cell(w.callTree()->proxy(), root, CallTreeModel::Count), 1023);
     EXPECT_EQ(w.flameGraph()->tree()->moment, w.report()->peak_event); // the flame graph starts at the peak
 
-    // Hovering the lowest allocation at the peak lists its stack, trimmed; a click there shows it whole.
+    // Hovering the lowest allocation of the lowest ledger band the trace allocates in at the peak lists its stack,
+    // trimmed; a click there shows it whole.
     auto* plot = w.timeline();
     const auto& s = plot->series();
-    const double y = s.bottomOf(static_cast<int>(Ledger::Unattributed), s.pointAt(s.peak_key)) + 1.0;
-    auto text = plot->describeAt(s.peak_key, y);
+    const auto p = s.pointAt(s.peak_key);
+    double y = 0;
+    QString text;
+    for (int band : TimelineSeries::kStackOrder) {
+        if (band == static_cast<int>(Ledger::Resident)
+            || s.tops[static_cast<std::size_t>(band)][p] <= s.bottomOf(band, p))
+            continue;
+        y = s.bottomOf(band, p) + 1.0;
+        text = plot->describeAt(s.peak_key, y);
+        break;
+    }
     EXPECT_TRUE(text.contains(QStringLiteral("call stack"))) << text.toStdString();
     EXPECT_TRUE(text.contains(QStringLiteral("more frames"))) << text.toStdString();
     QSignalSpy clicked(plot, &TimelinePlot::allocationClicked);

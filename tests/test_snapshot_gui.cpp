@@ -1,6 +1,7 @@
 // The window with real CUDA memory snapshots: timeline, segment timeline, segment map, OOM marker, bad files.
 #include "layer_tree_model.h"
 #include "layer_tree_panel.h"
+#include "ledger_summary.h"
 #include "main_window.h"
 #include "qt_test_app.h"
 #include "window_wait.h"
@@ -28,6 +29,7 @@
 
 #include <array>
 #include <cstdlib>
+#include <map>
 
 using namespace memledger;
 
@@ -59,6 +61,86 @@ const SnapshotTruth kSnapshots[] = {{"bare-segment-list.pkl", 3649044480, 335363
     {"segment-alloc-and-free.pickle", 22194159616, 1332177408}, {"small-alloc-free.pickle", 262144000, 8704},
     {"tiny-segment-alloc.pickle", 3781165056, 31719936}, {"torch-2.1-era-format.pickle", 6471811072, 2297283072}};
 
+// Per ledger at the report's peak, from the trace alone: the bytes alive (a block alive before the trace is in the
+// ledger of its free in the trace, the rest of those bytes resident) and, of them, those whose free is requested but
+// not yet completed.
+struct LedgersAtPeak {
+    std::array<std::int64_t, kLedgerKinds> live {}, pending {};
+};
+
+LedgersAtPeak ledgersAtPeak(const Report& r)
+{
+    LedgersAtPeak out;
+    const auto& t = *r.trace;
+    std::int64_t told = 0;
+    for (std::size_t i = 0; i < t.size(); ++i)
+        if (t.action[i] == Action::Free && t.partner[i] == kNoPartner) {
+            out.live[static_cast<std::size_t>(t.ledger[i])] += t.bytes[i];
+            told += t.bytes[i];
+        }
+    auto& resident = out.live[static_cast<std::size_t>(Ledger::Resident)];
+    resident = std::max<std::int64_t>(0, aliveBeforeTrace(*r.snapshot) - told + resident);
+    struct Open {
+        Ledger ledger;
+        std::int64_t pending; // bytes of its requested free
+    };
+    std::map<std::pair<int, std::uint64_t>, Open> open;
+    for (std::int64_t i = 0; i <= r.peak_event; ++i) {
+        const auto k = static_cast<std::size_t>(i);
+        const auto key = std::make_pair(static_cast<int>(t.device[k]), t.address[k]);
+        if (t.action[k] == Action::Alloc) {
+            out.live[static_cast<std::size_t>(t.ledger[k])] += t.bytes[k];
+            open[key] = {t.ledger[k], 0};
+        } else if (t.action[k] == Action::Free) {
+            out.live[static_cast<std::size_t>(t.ledger[k])] -= t.bytes[k];
+            open.erase(key);
+        } else if (t.action[k] == Action::FreeRequested) {
+            auto it = open.find(key);
+            if (it == open.end()) { // alive before the trace: the ledger of its free, if the trace has it
+                Ledger l = Ledger::Resident;
+                for (auto j = k + 1; j < t.size(); ++j)
+                    if (t.device[j] == t.device[k] && t.address[j] == t.address[k]
+                        && t.action[j] != Action::FreeRequested) {
+                        if (t.action[j] == Action::Free && t.partner[j] == kNoPartner)
+                            l = t.ledger[j];
+                        break;
+                    }
+                it = open.emplace(key, Open {l, 0}).first;
+            }
+            it->second.pending = t.bytes[k];
+        }
+    }
+    for (const auto& entry : open)
+        out.pending[static_cast<std::size_t>(entry.second.ledger)] += entry.second.pending;
+    return out;
+}
+
+// At the report's peak, the timeline's stacked bands sum to the peak and are the report's ledgers, as the trace
+// tells them (a ledger's blocks whose free is requested lie in the pending free band).
+void expectBandsAreTheLedgersAtThePeak(const Report& r, const TimelineSeries& series)
+{
+    if (!r.trace || r.peak_event < 0)
+        return;
+    const auto p = static_cast<std::size_t>(r.peak_event) + 1;
+    ASSERT_LT(p, series.keys.size());
+    const auto truthAtPeak = ledgersAtPeak(r);
+    double sum = 0;
+    std::int64_t pending = 0;
+    for (int l = 0; l < kLedgerKinds; ++l) {
+        const auto band = series.tops[static_cast<std::size_t>(l)][p] - series.bottomOf(l, p);
+        sum += band;
+        const auto k = static_cast<std::size_t>(l);
+        pending += truthAtPeak.pending[k];
+        EXPECT_EQ(r.ledgers[k].at_peak, truthAtPeak.live[k]) << ledgerName(static_cast<Ledger>(l));
+        EXPECT_EQ(band, static_cast<double>(truthAtPeak.live[k] - truthAtPeak.pending[k]))
+            << ledgerName(static_cast<Ledger>(l));
+    }
+    const auto pendingBand
+        = series.tops[TimelineSeries::kPendingFree][p] - series.bottomOf(TimelineSeries::kPendingFree, p);
+    EXPECT_EQ(pendingBand, static_cast<double>(pending));
+    EXPECT_EQ(sum + pendingBand, static_cast<double>(r.peak_bytes));
+}
+
 void PrintTo(const SnapshotTruth& t, std::ostream* os)
 {
     *os << t.file;
@@ -89,9 +171,11 @@ TEST_P(SnapshotWindow, ShowsTheSnapshotAsTheCoreReadsIt)
     // The run panel has nothing to run.
     EXPECT_FALSE(w.runPanel()->runButton()->isEnabled());
 
-    // Timeline: alive-before + allocated + pending free peaks where the report says.
-    EXPECT_EQ(w.timeline()->series().peak_value, static_cast<double>(report->peak_bytes));
-    EXPECT_EQ(w.timeline()->series().keys.size(), (report->trace ? report->trace->size() : 0) + 1);
+    // Timeline: the ledgers and pending free peak where the report says.
+    const auto& series = w.timeline()->series();
+    EXPECT_EQ(series.peak_value, static_cast<double>(report->peak_bytes));
+    EXPECT_EQ(series.keys.size(), (report->trace ? report->trace->size() : 0) + 1);
+    expectBandsAreTheLedgersAtThePeak(*report, series);
 
     // Segment map: a bar per segment; its blocks add up to the snapshot's figures.
     auto* map = w.segmentMap();
@@ -126,6 +210,36 @@ INSTANTIATE_TEST_SUITE_P(
                 c = '_';
         return name;
     });
+
+// The training steps, whose ledgers are many: the window's timeline stacks them as the report tells them at the
+// peak, and the peak panel lists them.
+TEST(SnapshotWindowLedgers, TheTimelineStacksTheReportsLedgersAtThePeak)
+{
+    SKIP_WITHOUT_SNAPSHOTS();
+    qtTestApp();
+    for (const char* file : {"training-step-annotated.pickle", "training-loop-annotations-python-frames.pickle"}) {
+        SCOPED_TRACE(file);
+        MainWindow w;
+        ASSERT_TRUE(openAndWait(w, snapshotDir() + QLatin1Char('/') + QString::fromUtf8(file)))
+            << w.errorText().toStdString();
+        const auto& r = *w.report();
+        const auto& series = w.timeline()->series();
+        EXPECT_EQ(series.peak_value, static_cast<double>(r.peak_bytes));
+        expectBandsAreTheLedgersAtThePeak(r, series);
+        int ledgersAtPeak = 0;
+        for (int l = 0; l < kLedgerKinds; ++l)
+            ledgersAtPeak += r.ledgers[static_cast<std::size_t>(l)].at_peak > 0 ? 1 : 0;
+        EXPECT_GE(ledgersAtPeak, 3); // weights or resident, activations, gradients, ...
+        // The peak panel: a row per band that holds bytes at the peak, as the timeline stacks them.
+        const auto rows = w.ledgerSummary()->rowNames();
+        const auto p = static_cast<std::size_t>(r.peak_event) + 1;
+        for (int band : TimelineSeries::kStackOrder)
+            if (series.tops[static_cast<std::size_t>(band)][p] > series.bottomOf(band, p))
+                EXPECT_TRUE(rows.contains(QString::fromUtf8(TimelineSeries::bandName(band))))
+                    << TimelineSeries::bandName(band) << " in " << rows.join(QStringLiteral(", ")).toStdString();
+        EXPECT_FALSE(rows.contains(QStringLiteral("allocated in the trace")));
+    }
+}
 
 // A click on the timeline shows the segment map at that moment, as the core rebuilds it; "Show end" goes back.
 TEST(SnapshotWindowMoment, AClickOnTheTimelineMovesTheSegmentMap)

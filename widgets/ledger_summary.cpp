@@ -96,16 +96,23 @@ std::vector<SummarySection> snapshotSections(const Report& r, int device)
         for (std::size_t q = from; q < to; ++q)
             if (total[q] > total[p])
                 p = q;
-        auto top = [&](int band) { return static_cast<std::int64_t>(series.tops[static_cast<std::size_t>(band)][p]); };
-        const auto before = top(TimelineSeries::kAliveBefore);
-        const auto allocated = top(static_cast<int>(Ledger::Unattributed));
+        // The ledgers at that moment, in the timeline's stacking order (its bands, read off the same series).
+        auto height = [&](int band) {
+            return static_cast<std::int64_t>(
+                series.tops[static_cast<std::size_t>(band)][p] - series.bottomOf(band, p));
+        };
         SummarySection peak;
-        peak.title = QObject::tr("At the peak%1: %2").arg(where, bytesText(top(TimelineSeries::kPendingFree)));
-        if (before > 0)
-            peak.rows.push_back({QObject::tr("alive before the trace"), before, aliveBeforeColor()});
-        peak.rows.push_back({QObject::tr("allocated in the trace"), allocated - before, ledgerColor(Ledger::Unattributed)});
-        if (top(TimelineSeries::kPendingFree) > allocated)
-            peak.rows.push_back({QObject::tr("pending free"), top(TimelineSeries::kPendingFree) - allocated, pendingFreeColor()});
+        peak.title = QObject::tr("At the peak%1: %2").arg(where, bytesText(total[p]));
+        for (int band : TimelineSeries::kStackOrder) {
+            const auto bytes = height(band);
+            if (bytes <= 0)
+                continue;
+            if (band == TimelineSeries::kPendingFree)
+                peak.rows.push_back({QObject::tr("pending free"), bytes, pendingFreeColor()});
+            else
+                peak.rows.push_back({QString::fromUtf8(ledgerLabel(static_cast<Ledger>(band))), bytes,
+                    ledgerColor(static_cast<Ledger>(band))});
+        }
         peak.caption = p == 0 ? QObject::tr("when the trace begins") : QObject::tr("at %1").arg(keyText(r, p - 1));
         out.push_back(std::move(peak));
     }

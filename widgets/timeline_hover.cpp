@@ -109,12 +109,14 @@ LiveStackIndex& TimelinePlot::hoverIndex(int band) const
         }
         if (device_ != TimelineSeries::kAllDevices && t.device[a] != device_)
             continue;
-        // A snapshot's block is allocated until its free is requested, then pending until the free completes.
+        // A snapshot's block is in its ledger until its free is requested, then pending until the free completes.
         auto requested = a < series_.free_requested_at.size() ? series_.free_requested_at[a] : -1;
         if (band == TimelineSeries::kPendingFree) {
             if (requested < 0)
                 continue;
             i.begin = requested;
+        } else if (static_cast<int>(t.ledger[a]) != band) {
+            continue;
         } else if (requested >= 0) {
             i.end = std::min<std::int64_t>(i.end, requested);
         }
@@ -128,9 +130,9 @@ QString TimelinePlot::describeSnapshotAt(int band, std::size_t p, double bytes) 
 {
     double bottom = series_.bottomOf(band, p);
     double top = series_.tops[static_cast<std::size_t>(band)][p];
-    if (band == TimelineSeries::kAliveBefore)
-        return tr("<b>%1</b> alive before the trace<br>blocks allocated before the trace's first entry (it is a "
-                  "ring buffer); the band shrinks as the trace frees them")
+    if (band == static_cast<int>(Ledger::Resident))
+        return tr("<b>%1</b> resident (before the trace)<br>blocks allocated before the trace's first entry (it is a "
+                  "ring buffer) that nothing in the trace tells more of; the band shrinks as the trace frees them")
             .arg(bytesText(top - bottom));
     if (p == 0 || !report_->trace)
         return {};
@@ -154,7 +156,7 @@ QString TimelinePlot::describeSnapshotAt(int band, std::size_t p, double bytes) 
         if (auto context = contextLinesHtml(*report_, i); !context.isEmpty())
             stack = QStringLiteral("<br>") + context + stack;
         return tr("<b>%1</b> %2 on cuda:%3<br>where: %4<br>address: 0x%5<br>allocated at %6<br>%7%8")
-            .arg(bytesText(static_cast<double>(t.bytes[i])), pendingBand ? tr("pending free") : tr("allocated"),
+            .arg(bytesText(static_cast<double>(t.bytes[i])), pendingBand ? tr("pending free") : QString::fromUtf8(ledgerLabel(t.ledger[i])),
                 QString::number(static_cast<int>(t.device[i])),
                 (where.isEmpty() ? tr("(no stack)") : where).toHtmlEscaped(), QString::number(t.address[i], 16),
                 keyText(*report_, i),

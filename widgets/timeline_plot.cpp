@@ -33,10 +33,8 @@ TimelinePlot::TimelinePlot(QWidget* parent)
     for (int k = TimelineSeries::kBands - 1; k >= 0; --k) {
         int b = TimelineSeries::kStackOrder[static_cast<std::size_t>(k)];
         auto* g = new StepAreaGraph(xAxis, yAxis);
-        auto colour = b == TimelineSeries::kAliveBefore ? aliveBeforeColor()
-            : b == TimelineSeries::kPendingFree         ? pendingFreeColor()
-                                                        : ledgerColor(static_cast<Ledger>(b));
-        g->setName(b < kLedgerCount ? QString::fromUtf8(ledgerLabel(static_cast<Ledger>(b))) : QString());
+        auto colour = b == TimelineSeries::kPendingFree ? pendingFreeColor() : ledgerColor(static_cast<Ledger>(b));
+        g->setName(QString::fromUtf8(TimelineSeries::bandName(b)));
         g->setPen(QPen(colour.darker(130), 1));
         g->setBrush(colour);
         g->setAdaptiveSampling(false); // reduceToView() already keeps a few points per pixel column
@@ -170,9 +168,7 @@ void TimelinePlot::rebuildSeries()
     for (int b = 0; b < TimelineSeries::kBands; ++b) {
         auto* g = bands_[static_cast<std::size_t>(b)];
         g->setVisible(series_.present[static_cast<std::size_t>(b)]);
-        if (report_) // the ledgers as people read them ("saved for backward"); a snapshot's bands as they are
-            g->setName(QString::fromUtf8(
-                b < kLedgerCount ? ledgerLabel(static_cast<Ledger>(b)) : TimelineSeries::bandName(*report_, b)));
+        g->setName(QString::fromUtf8(TimelineSeries::bandName(b))); // showEndStateOnly() renames one
         if (g->visible())
             g->addToLegend();
         else
@@ -230,8 +226,8 @@ void TimelinePlot::showEndStateOnly()
         emptyLabel_->setBrush(Qt::NoBrush);
         return;
     }
-    const auto& before = series_.tops[TimelineSeries::kAliveBefore];
-    const double bytes = before.empty() ? 0 : before.back();
+    const auto& total = series_.tops[TimelineSeries::kPendingFree];
+    const double bytes = total.empty() ? 0 : total.back();
     std::int64_t blocks = 0;
     for (const auto& seg : report_->snapshot->segments)
         if (device_ == TimelineSeries::kAllDevices || seg.device == device_)
@@ -241,7 +237,7 @@ void TimelinePlot::showEndStateOnly()
     endStateRect_->bottomRight->setCoords(1, 0);
     endStateRect_->setBrush(aliveBeforeColor());
     endStateRect_->setPen(QPen(aliveBeforeColor().darker(130), 1));
-    bands_[TimelineSeries::kAliveBefore]->setName(tr("allocated at the end"));
+    bands_[static_cast<std::size_t>(Ledger::Resident)]->setName(tr("allocated at the end"));
     xAxis->setLabel(tr("the state at the end (the snapshot has no trace)"));
     emptyLabel_->setText(tr("The snapshot has no trace: its segments hold %1 in %2 blocks at the end")
                              .arg(bytesText(bytes))

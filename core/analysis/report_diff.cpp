@@ -315,31 +315,18 @@ ReportDiff diffReports(const Report& a, const Report& b, const std::string& aNam
         d.notes.push_back(std::string("reserved bytes are not alike: A's are ") + nameOf(d.a.reserved_kind) + ", B's "
             + nameOf(d.b.reserved_kind));
 
-    for (int l = 0; l < kLedgerCount; ++l) {
+    // A snapshot's ledgers (snapshot/snapshot_ledgers.h) also hold Unattributed and Resident.
+    for (int l = 0; l < kLedgerKinds; ++l) {
         const auto& la = a.ledgers[static_cast<std::size_t>(l)];
         const auto& lb = b.ledgers[static_cast<std::size_t>(l)];
         if (la.at_peak || la.total || lb.at_peak || lb.total)
             d.ledgers.push_back({static_cast<Ledger>(l), {la.at_peak, lb.at_peak}, {la.total, lb.total},
                 ledgerLabel(static_cast<Ledger>(l))});
     }
-    // Snapshots put everything their trace allocated into one ledger that no report keeps: count it here.
-    if (isSnapshot(a) || isSnapshot(b)) {
-        DiffLedger u;
-        u.ledger = Ledger::Unattributed;
-        u.label = "allocated in the trace"; // as the window's timeline and peak panel call it
-        for (const auto* r : {&a, &b}) {
-            if (!isSnapshot(*r))
-                continue;
-            std::int64_t atPeak = 0, allocated = 0;
-            for (const auto& [where, f] : sitesOf(*r)) {
-                atPeak += f.at_peak;
-                allocated += f.allocated;
-            }
-            (r == &a ? u.at_peak.a : u.at_peak.b) = atPeak;
-            (r == &a ? u.total.a : u.total.b) = allocated;
-        }
-        d.ledgers.push_back(u);
-    }
+    if (isSnapshot(a) || isSnapshot(b))
+        d.ledgers_sum = std::string(isSnapshot(a) && isSnapshot(b) ? "" : "a snapshot's ")
+            + "rows at the peak, resident included, sum to the peak during the run; allocated, all but resident sum "
+              "to what the trace allocated";
 
     if (!isSnapshot(a) && !isSnapshot(b)) {
         moduleEntries(a, b, d);

@@ -43,7 +43,7 @@ struct DiffLedger {
     Ledger ledger = Ledger::Weights;
     DiffFigure at_peak; // alive at the run's peak
     DiffFigure total; // allocated over the run
-    std::string label; // for people: "saved for backward"; a snapshot's traced bytes are "allocated in the trace"
+    std::string label; // for people: "saved for backward", "resident (before the trace)"
 };
 
 // A column of the entry table: bytes (sorted on) or a count.
@@ -81,6 +81,9 @@ struct ReportDiff {
     DiffSide a, b;
     std::vector<DiffTotal> totals; // peak_bytes, peak_total_bytes, reserved_bytes, weight_bytes, input_bytes, ...
     std::vector<DiffLedger> ledgers; // the ledgers either side has bytes in
+    // Which ledger rows sum to which total, for people ("" when not told): a snapshot's rows, resident included,
+    // sum at the peak to its peak; allocated, all but resident sum to what its trace allocated.
+    std::string ledgers_sum;
     DiffEntryKind entry_kind = DiffEntryKind::Module; // modules: both model runs; sites: snapshots, or a model against one
     std::vector<DiffColumn> columns;
     std::vector<DiffEntry> entries; // |change| largest first, then by key

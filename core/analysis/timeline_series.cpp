@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
-#include <map>
+#include <unordered_map>
 
 namespace memledger {
 
@@ -32,9 +32,11 @@ std::vector<double> timelineKeys(const Trace& t, TimelineAxis axis)
 
 namespace {
 
-// Live bytes of a snapshot, split into the blocks alive before the trace, those the trace allocated and
-// those freed but not yet completed. The sum follows reportFromSnapshot: the blocks alive at the end, minus
-// what the trace did, were alive at its start; every free_completed takes its bytes away.
+// Live bytes of a snapshot per ledger (Trace::ledger, as snapshot/snapshot_ledgers.h tells it), with the blocks
+// freed by the caller but not yet by the stream apart. The sum follows reportFromSnapshot: the blocks alive at the
+// end, minus what the trace did, were alive at its start; every free_completed takes its bytes away. As in
+// snapshotLedgerFigures, a block alive before the trace is in the ledger its free in the trace tells, the rest of
+// those bytes are Resident.
 void buildSnapshotBands(const Report& r, const Trace& t, int device, TimelineSeries& s,
     const std::function<void(std::size_t, const std::array<double, TimelineSeries::kBands>&)>& store)
 {
@@ -46,53 +48,95 @@ void buildSnapshotBands(const Report& r, const Trace& t, int device, TimelineSer
             for (const auto& b : seg.blocks)
                 if (b.state == BlockState::ActiveAllocated)
                     allocatedEnd += b.size;
-    std::int64_t net = 0;
-    for (std::size_t i = 0; i < t.size(); ++i)
-        if (onDevice(i))
-            net += t.action[i] == Action::Alloc ? t.bytes[i] : t.action[i] == Action::Free ? -t.bytes[i] : 0;
-    std::int64_t before = std::max<std::int64_t>(0, allocatedEnd - net), traced = 0, pending = 0;
-    s.present[TimelineSeries::kAliveBefore] = before > 0;
+    std::array<std::int64_t, TimelineSeries::kBands> live {};
+    std::int64_t net = 0, told = 0;
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        if (!onDevice(i))
+            continue;
+        if (t.action[i] == Action::Alloc) {
+            net += t.bytes[i];
+        } else if (t.action[i] == Action::Free) {
+            net -= t.bytes[i];
+            if (t.partner[i] == kNoPartner) {
+                live[static_cast<std::size_t>(t.ledger[i])] += t.bytes[i];
+                told += t.bytes[i];
+            }
+        }
+    }
+    const std::int64_t before = std::max<std::int64_t>(0, allocatedEnd - net);
+    constexpr auto kResident = static_cast<std::size_t>(Ledger::Resident);
+    live[kResident] = std::max<std::int64_t>(0, before - told + live[kResident]);
+    for (std::size_t b = 0; b < live.size(); ++b)
+        s.present[b] = live[b] > 0;
+
+    // The ledger of a block alive before the trace whose free is requested: that of its free_completed, found
+    // walking back (an alloc at the address means the request belongs to an older block).
+    std::unordered_map<std::uint64_t, Ledger> nextFree;
+    std::unordered_map<std::uint32_t, Ledger> requestLedger;
+    auto keyOf = [&](std::size_t i) { return (static_cast<std::uint64_t>(t.device[i] & 0xff) << 56) ^ t.address[i]; };
+    if (told > 0)
+        for (std::size_t i = t.size(); i-- > 0;) {
+            if (!onDevice(i))
+                continue;
+            const Action a = t.action[i];
+            if (a == Action::Free && t.partner[i] == kNoPartner)
+                nextFree[keyOf(i)] = t.ledger[i];
+            else if (a == Action::Alloc && !nextFree.empty())
+                nextFree.erase(keyOf(i));
+            else if (a == Action::FreeRequested && !nextFree.empty()) {
+                auto it = nextFree.find(keyOf(i));
+                if (it != nextFree.end())
+                    requestLedger[static_cast<std::uint32_t>(i)] = it->second;
+            }
+        }
+
     s.free_requested_at.assign(t.size(), -1);
     struct Live {
         std::int32_t alloc; // -1: alive before the trace
+        Ledger ledger;
         bool pending;
     };
-    std::map<std::pair<int, std::uint64_t>, Live> live;
+    std::unordered_map<std::uint64_t, Live> open;
+    open.reserve(4096);
     std::array<double, TimelineSeries::kBands> band {};
     auto put = [&](std::size_t p) {
-        band[TimelineSeries::kAliveBefore] = static_cast<double>(before);
-        band[static_cast<int>(Ledger::Unattributed)] = static_cast<double>(traced);
-        band[TimelineSeries::kPendingFree] = static_cast<double>(pending);
+        for (std::size_t b = 0; b < band.size(); ++b)
+            band[b] = static_cast<double>(live[b]);
         store(p, band);
     };
+    constexpr auto kPending = static_cast<std::size_t>(TimelineSeries::kPendingFree);
     put(0);
     for (std::size_t i = 0; i < t.size(); ++i) {
         if (onDevice(i)) {
-            auto key = std::make_pair(static_cast<int>(t.device[i]), t.address[i]);
-            auto b = t.bytes[i];
+            const auto key = keyOf(i);
+            const auto b = t.bytes[i];
             if (t.action[i] == Action::Alloc) {
-                traced += b;
-                live[key] = {static_cast<std::int32_t>(i), false};
-                s.present[static_cast<int>(Ledger::Unattributed)] = true;
+                const auto l = static_cast<std::size_t>(t.ledger[i]);
+                live[l] += b;
+                open[key] = {static_cast<std::int32_t>(i), t.ledger[i], false};
+                s.present[l] = true;
             } else if (t.action[i] == Action::FreeRequested) {
-                auto it = live.find(key);
-                if (it == live.end())
-                    it = live.emplace(key, Live {-1, false}).first;
+                auto it = open.find(key);
+                if (it == open.end()) {
+                    auto known = requestLedger.find(static_cast<std::uint32_t>(i));
+                    const Ledger l = known == requestLedger.end() ? Ledger::Resident : known->second;
+                    it = open.emplace(key, Live {-1, l, false}).first;
+                }
                 if (!it->second.pending) {
                     it->second.pending = true;
-                    (it->second.alloc >= 0 ? traced : before) -= b;
-                    pending += b;
-                    s.present[TimelineSeries::kPendingFree] = true;
+                    live[static_cast<std::size_t>(it->second.ledger)] -= b;
+                    live[kPending] += b;
+                    s.present[kPending] = true;
                     if (it->second.alloc >= 0)
                         s.free_requested_at[static_cast<std::size_t>(it->second.alloc)] = static_cast<std::int32_t>(i);
                 }
             } else if (t.action[i] == Action::Free) {
-                auto it = live.find(key);
-                if (it == live.end())
-                    before -= b;
-                else {
-                    (it->second.pending ? pending : it->second.alloc >= 0 ? traced : before) -= b;
-                    live.erase(it);
+                auto it = open.find(key);
+                if (it == open.end()) {
+                    live[static_cast<std::size_t>(t.ledger[i])] -= b;
+                } else {
+                    live[it->second.pending ? kPending : static_cast<std::size_t>(it->second.ledger)] -= b;
+                    open.erase(it);
                 }
             }
         }
@@ -117,15 +161,11 @@ std::string timelineAxisLabel(const Report& r, TimelineAxis axis)
                                           : "the state at the end (the snapshot has no trace)";
 }
 
-const char* TimelineSeries::bandName(const Report& r, int band)
+const char* TimelineSeries::bandName(int band)
 {
-    if (band == kAliveBefore)
-        return "alive before the trace";
     if (band == kPendingFree)
         return "pending free";
-    if (band == static_cast<int>(Ledger::Unattributed) && r.snapshot)
-        return "allocated in the trace";
-    return ledgerName(static_cast<Ledger>(band));
+    return ledgerLabel(static_cast<Ledger>(band));
 }
 
 double TimelineSeries::bottomOf(int band, std::size_t p) const

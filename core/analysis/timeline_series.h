@@ -19,17 +19,16 @@ struct StepBlocks {
 };
 
 // The stacked live-bytes step series behind the timeline, built once per report, axis and device.
-// Bands 0-4 are the ledgers; a CUDA snapshot adds the blocks alive before its trace began (they only
-// shrink, as the trace frees them) and the blocks freed by the caller whose stream has not caught up.
-// Stacking order, bottom first: kStackOrder.
+// Bands 0-8 are the ledgers (a model run fills the first seven; a CUDA snapshot also Unattributed and Resident, the
+// blocks alive before its trace that nothing in it tells more of); a snapshot adds the blocks freed by the caller
+// whose stream has not caught up. Stacking order, bottom first: kStackOrder.
 struct TimelineSeries {
-    static constexpr int kBands = kLedgerKinds + 2;
-    static constexpr int kAliveBefore = kLedgerKinds;
-    static constexpr int kPendingFree = kLedgerKinds + 1;
+    static constexpr int kBands = kLedgerKinds + 1;
+    static constexpr int kPendingFree = kLedgerKinds;
     static constexpr int kAllDevices = -2; // -1 is the CPU
     // Resident ledgers at the bottom, then what lives longest: weights, optimizer state, inputs, saved
     // activations, activations, gradients, temporaries.
-    static constexpr std::array<int, kBands> kStackOrder {kAliveBefore, static_cast<int>(Ledger::Resident),
+    static constexpr std::array<int, kBands> kStackOrder {static_cast<int>(Ledger::Resident),
         static_cast<int>(Ledger::Weights), static_cast<int>(Ledger::OptimizerState), static_cast<int>(Ledger::Inputs),
         static_cast<int>(Ledger::SavedActivations), static_cast<int>(Ledger::Activations),
         static_cast<int>(Ledger::Gradients), static_cast<int>(Ledger::Temporaries),
@@ -45,7 +44,8 @@ struct TimelineSeries {
 
     // `device`: a snapshot's events on one device only (kAllDevices: all of them); ignored for model runs.
     static TimelineSeries build(const Report& report, TimelineAxis axis, int device = kAllDevices);
-    static const char* bandName(const Report& report, int band);
+    // "saved for backward" (ledgerLabel), "pending free".
+    static const char* bandName(int band);
     // Top of the band stacked under `band` at point p (0 for the bottom band).
     double bottomOf(int band, std::size_t p) const;
     // Point index shown at key `x`: the last point at or before it.

@@ -148,7 +148,10 @@ std::string diffToHtml(const ReportDiff& d, std::size_t maxRows)
     }
     out << "</table>\n";
 
-    out << "<h2>Ledgers</h2>\n<table><tr><th>ledger</th><th>A at peak</th><th>B at peak</th><th>delta</th>"
+    out << "<h2>Ledgers</h2>\n";
+    if (!d.ledgers_sum.empty())
+        out << "<p class=\"muted\">" << htmlEscape(d.ledgers_sum) << "</p>\n";
+    out << "<table><tr><th>ledger</th><th>A at peak</th><th>B at peak</th><th>delta</th>"
            "<th>A allocated</th><th>B allocated</th><th>delta</th></tr>\n";
     for (const auto& l : d.ledgers)
         out << "<tr><td>" << htmlEscape(l.label) << "</td><td>" << formatBytes(l.at_peak.a) << "</td><td>"

@@ -46,6 +46,8 @@ json diffToJson(const ReportDiff& d, int chartColumns)
     for (const auto& l : d.ledgers)
         ledgers[ledgerName(l.ledger)] = {{"at_peak", figure(l.at_peak)}, {"total", figure(l.total)}};
     j["ledgers"] = ledgers;
+    if (!d.ledgers_sum.empty())
+        j["ledgers_sum"] = d.ledgers_sum;
 
     json columns = json::array();
     for (const auto& c : d.columns)

@@ -54,6 +54,8 @@ std::string diffToText(const ReportDiff& d, std::size_t maxRows)
             << ' ' << padCell(formatByteDelta(f.delta()), 12, true) << "  " << percent(f) << "\n";
     }
     out << "\nLedgers at the peak (allocated over the run):\n";
+    if (!d.ledgers_sum.empty())
+        out << "  (" << d.ledgers_sum << ")\n";
     for (const auto& l : d.ledgers) {
         out << "  " << padCell(l.label, 22) << ' ' << padCell(formatBytes(l.at_peak.a), 12, true) << ' '
             << padCell(formatBytes(l.at_peak.b), 12, true) << ' ' << padCell(formatByteDelta(l.at_peak.delta()), 12, true)

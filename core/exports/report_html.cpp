@@ -24,8 +24,6 @@ constexpr std::size_t kHoverAllocations = 3000; // largest allocations kept for 
 
 const char* bandColour(int band)
 {
-    if (band == TimelineSeries::kAliveBefore)
-        return kAliveBeforeColourHex;
     if (band == TimelineSeries::kPendingFree)
         return kPendingFreeColourHex;
     return ledgerColourHex(static_cast<Ledger>(band));
@@ -74,8 +72,7 @@ nlohmann::json chartSeries(const Report& r)
         const bool constantBase = !r.snapshot
             && (band == static_cast<int>(Ledger::Weights) || band == static_cast<int>(Ledger::OptimizerState)
                 || band == static_cast<int>(Ledger::Inputs));
-        const char* name
-            = band < kLedgerCount ? ledgerLabel(static_cast<Ledger>(band)) : TimelineSeries::bandName(r, band);
+        const char* name = TimelineSeries::bandName(band);
         if (constantBase)
             base.push_back({{"name", name}, {"colour", bandColour(band)}, {"bytes", y.empty() ? 0.0 : y.front()}});
         else
