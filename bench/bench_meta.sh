@@ -14,7 +14,10 @@ memledger="$build/app/memledger"
 mkdir -p "$work"
 
 make() { # OUT SIZE [--real]
-  [ -f "$work/$1" ] || /usr/bin/time -v "$python" "$here/make_meta_llama.py" "$work/$1" "${@:2}" 2>"$work/$1.time"
+  if [ ! -f "$work/$1" ] && ! /usr/bin/time -v "$python" "$here/make_meta_llama.py" "$work/$1" "${@:2}" 2>"$work/$1.time"; then
+    tail -n 40 "$work/$1.time" >&2
+    exit 1
+  fi
   [ -f "$work/$1.time" ] && grep -E "Elapsed|Maximum resident" "$work/$1.time" | sed "s/^\s*/  export $1: /" || true
 }
 make llama7b.pt2 7b

@@ -4,7 +4,7 @@
 
 SIZE: 7b (hidden 4096, 32 layers, 32 heads, intermediate 11008, vocab 32000: 6.7 B parameters) or small (hidden
 256, 4 layers, 8 heads, intermediate 688, vocab 32000). Built under torch.device("meta") (weights saved as shapes
-only) unless --real (float32 weights on the CPU). Exported at 1xT int64 tokens (T = 512 unless --seq; the batch
+only) unless --real (float32 weights on the CPU). Exported at 2xT int64 tokens (T = 512 unless --seq; the batch
 dynamic, 1..64). Prints the
 parameter count, the seconds the export and save took and this process's peak resident set.
 """
@@ -39,7 +39,7 @@ def main():
     device = "cpu" if a.real else "meta"
     with torch.device(device):
         model = LlamaGQA(**config).eval()
-    tokens = torch.zeros(1, a.seq, dtype=torch.long, device=device)
+    tokens = torch.zeros(2, a.seq, dtype=torch.long, device=device)  # 2: an example of 1 would fix the batch
     # The batch dynamic (1..64), so that `memledger whatif --batch` can vary it.
     ep = torch.export.export(model, (tokens,), dynamic_shapes={"tokens": {0: torch.export.Dim("batch", min=1, max=64)}})
     torch.export.save(ep, a.out)
