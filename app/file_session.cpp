@@ -29,6 +29,8 @@ FileSession::FileSession(RunPanel* panel, QObject* parent)
         const auto kind = file_->kind;
         panel_->setRunnable(kind == FileKind::Model);
         panel_->setMode(file_->default_mode);
+        if (kind == FileKind::Model && file_->model && file_->model->metaWeights())
+            panel_->setDevice("meta"); // its weights are meta tensors: it runs there alone
         if (!file_->default_optimizer.empty())
             panel_->setOptimizer(file_->default_optimizer);
         if (!file_->default_inputs.empty())

@@ -171,8 +171,11 @@ int runWhatIf(const CliOptions& o)
     const std::string name = o.model.empty() ? kDemoModelName : o.model;
     WhatIfTable table;
     std::vector<std::string> notes;
+    bool meta = o.run.device == "meta";
     try {
-        table = computeWhatIfTable(openFileOrDemo(o.model), o, &notes);
+        auto file = openFileOrDemo(o.model);
+        meta = meta || (o.run.device.empty() && file.model && file.model->metaWeights());
+        table = computeWhatIfTable(file, o, &notes);
     } catch (const std::exception&) {
         return failureExit({}, name);
     }
@@ -182,7 +185,7 @@ int runWhatIf(const CliOptions& o)
         records += (i == 0 ? "" : i + 1 == table.recorded_batches.size() ? " and " : ", ")
             + std::to_string(table.recorded_batches[i]);
     std::cout << "What-if for " << name << " (" << (table.mode == RunMode::Train ? "a training step, " : "")
-              << "from runs at " << (table.axis == WhatIfAxis::Seq ? "sequence " : "batch ") << records << (o.run.device == "meta" ? " on the meta device, from shapes)\n\n" : " on the CPU)\n\n");
+              << "from runs at " << (table.axis == WhatIfAxis::Seq ? "sequence " : "batch ") << records << (meta ? " on the meta device, from shapes)\n\n" : " on the CPU)\n\n");
     std::cout << whatIfToText(table);
     std::sort(notes.begin(), notes.end());
     notes.erase(std::unique(notes.begin(), notes.end()), notes.end());

@@ -85,6 +85,8 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
     r.forward_uses_recorded = true;
     r.output_events = std::move(raw.output_events);
 
+    if (raw.meta_weights)
+        r.notes.push_back("the weights are meta tensors: this run is on the meta device, shapes only");
     if (raw.info.device == "meta")
         r.notes.push_back(metaRunNote());
     if (raw.info.input_guessed)

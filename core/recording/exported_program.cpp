@@ -4,6 +4,7 @@
 // as_int, as_sym_ints, as_scalar_type, ...), and a signature that says which graph inputs are parameters,
 // buffers, constants and user inputs.
 #include "recording/exported_program.h"
+#include "recording/meta_device.h"
 #include "recording/model.h"
 
 #include "recording/model_impl.h"
@@ -214,6 +215,7 @@ struct ExportedProgram::Impl {
     std::vector<Input> inputs;
     std::vector<Module> modules;
     std::string root_type = "ExportedProgram";
+    bool meta_weights = false; // saved from the meta device: shapes only
 
     // The graph's placeholders that are weights: graph name -> (parameter or buffer list, index).
     struct WeightRef {
@@ -242,6 +244,15 @@ struct ExportedProgram::Impl {
 
 namespace {
 
+// A weight saved from the meta device (a model built under torch.device("meta")): its shape, no data.
+bool isMetaEntry(const json& entry)
+{
+    const auto& meta = entry.at("tensor_meta");
+    if (!meta.contains("device") || !meta.at("device").is_object())
+        return false;
+    return meta.at("device").value("type", "") == "meta";
+}
+
 at::Tensor readTensor(caffe2::serialize::PyTorchStreamReader& reader, const std::string& dir, const json& entry,
     const std::string& name)
 {
@@ -255,11 +266,13 @@ at::Tensor readTensor(caffe2::serialize::PyTorchStreamReader& reader, const std:
     for (const auto& s : meta.at("strides"))
         strides.push_back(symHint(s));
     auto offset = symHint(meta.at("storage_offset"));
+    auto options = torch::TensorOptions().dtype(scalar);
+    if (isMetaEntry(entry)) // shapes only: torch.export.save writes a meta weight as an empty record
+        return at::empty_strided(sizes, strides, options.device(c10::kMeta));
     auto record = dir + entry.at("path_name").get<std::string>();
     if (!reader.hasRecord(record))
         throw std::runtime_error(name + ": the archive has no " + record);
     auto [data, size] = reader.getRecord(record);
-    auto options = torch::TensorOptions().dtype(scalar);
     std::int64_t needed = 0; // elements the view reaches
     if (!sizes.empty() && std::all_of(sizes.begin(), sizes.end(), [](std::int64_t s) { return s > 0; })) {
         needed = offset + 1;
@@ -316,13 +329,28 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
     auto modelName = models.front().substr(7, models.front().size() - 12);
     readConfig("data/weights/" + modelName + "_weights_config.json", weightConfig);
     readConfig("data/constants/" + modelName + "_constants_config.json", constantConfig);
+    // Weights saved on the meta device are made on it, as shapes (never memory): the program then runs on meta.
+    for (const auto* config : {&weightConfig, &constantConfig})
+        for (const auto& [name, entry] : *config)
+            if (isMetaEntry(entry))
+                d.meta_weights = true;
+    if (d.meta_weights) {
+        if (!metaDeviceSupported())
+            throw std::runtime_error("its weights are meta tensors (saved from the meta device), which need memledger's "
+                                     "PyTorch 2 build to run on the meta device");
+        installMetaDevice(); // their storages are the recorder's meta blocks, as weights moved to meta are
+    }
     std::map<std::string, at::Tensor> byFile; // "data/weights/weight_0" -> the tensor read from it
     auto tensorFor = [&](const std::map<std::string, json>& config, const std::string& dir, const std::string& name) {
         auto it = config.find(name);
         if (it == config.end())
             throw std::runtime_error("the archive holds no data for " + name
-                + " (a program saved with its weights elsewhere, or on the meta device, is not supported)");
-        auto file = dir + it->second.at("path_name").get<std::string>() + "|" + it->second.at("tensor_meta").dump();
+                + " (a program saved with its weights elsewhere is not supported)");
+        // Every meta weight names the same empty record (torch.export.save keys them by a storage they lack), so
+        // the file cannot tell a tied meta weight from two: each name is a tensor of its own.
+        auto file = isMetaEntry(it->second)
+            ? "meta|" + name
+            : dir + it->second.at("path_name").get<std::string>() + "|" + it->second.at("tensor_meta").dump();
         auto f = byFile.find(file);
         if (f != byFile.end())
             return std::make_pair(f->second, true);
@@ -341,7 +369,7 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
             auto [t, seen] = tensorFor(persistent ? weightConfig : constantConfig,
                 persistent ? "data/weights/" : "data/constants/", name);
             auto& list = buffer ? d.buffers : d.parameters;
-            auto known = byData.find(t.data_ptr());
+            auto known = byData.find(t.storage().unsafeGetStorageImpl());
             if (seen && known != byData.end()) {
                 auto& owner = (known->second.first ? d.buffers : d.parameters)[known->second.second];
                 owner.aliases.push_back(name);
@@ -350,7 +378,7 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
             }
             if (!buffer && t.is_floating_point())
                 t.set_requires_grad(true);
-            byData[t.data_ptr()] = {buffer, list.size()};
+            byData[t.storage().unsafeGetStorageImpl()] = {buffer, list.size()};
             d.weight_inputs.push_back({graphName, {buffer, list.size()}});
             list.push_back({name, t, {}});
         } else if (spec.contains("tensor_constant")) {
@@ -508,6 +536,8 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
         auto depth = [](const std::string& p) { return p.empty() ? 0 : 1 + std::count(p.begin(), p.end(), '.'); };
         return depth(a.path) < depth(b.path);
     });
+    if (d.meta_weights) // a program saved with some weights on meta and some not runs on meta alone: all there
+        p->convert(std::nullopt, c10::Device(c10::kMeta));
     return p;
 }
 
@@ -872,6 +902,11 @@ c10::IValue ExportedProgram::run(const std::vector<at::Tensor>& inputs, const st
     return c10::ivalue::Tuple::create(std::move(results));
 }
 
+bool ExportedProgram::metaWeights() const
+{
+    return d_->meta_weights;
+}
+
 void ExportedProgram::convert(std::optional<c10::ScalarType> scalar, std::optional<c10::Device> device)
 {
     auto& d = *d_;
@@ -935,6 +970,10 @@ c10::IValue ExportedProgram::run(const std::vector<at::Tensor>&, const std::func
     throw std::runtime_error("torch.export programs need the PyTorch 2 build of memledger");
 }
 void ExportedProgram::convert(std::optional<c10::ScalarType>, std::optional<c10::Device>) { }
+bool ExportedProgram::metaWeights() const
+{
+    return false;
+}
 
 #endif
 

@@ -68,6 +68,10 @@ public:
     // tuple when there are several).
     c10::IValue run(const std::vector<at::Tensor>& inputs, const std::function<void(const std::string&)>& onNode);
 
+    // Whether its weights were saved from the meta device (a model built under torch.device("meta")): they are
+    // meta tensors, shapes only, and the program runs on the meta device alone.
+    bool metaWeights() const;
+
     // Floating-point weights to `scalar`, or all to `device`: new leaves, as nn.Module.to() makes.
     void convert(std::optional<c10::ScalarType> scalar, std::optional<c10::Device> device);
 

@@ -29,7 +29,9 @@ struct RunOptions {
     int threads = 0; // intra-op threads; 0: libtorch's default
     bool record = true; // false: a plain run (no recorder), for benchmarks
     bool warm_up = true; // false: the caller has already run the model at this setting
-    std::string device = "cpu"; // cpu | cuda | cuda:N (a libtorch with CUDA and a GPU)
+    // cpu | meta | cuda | cuda:N (a libtorch with CUDA and a GPU); "": the model's own, meta where its weights are
+    // meta tensors (Model::metaWeights), else cpu.
+    std::string device;
     bool cudnn_benchmark = false; // CUDA: cuDNN's autotuner (at::globalContext().setBenchmarkCuDNN)
 };
 
@@ -54,6 +56,7 @@ struct RawRun {
     // Buffers (qualified names) that no op of the recorded forward took as an input (inference only).
     std::vector<std::string> unread_buffers;
     bool buffer_reads_recorded = false;
+    bool meta_weights = false; // the model's weights are meta tensors (Model::metaWeights)
 };
 
 // A TorchScript model loaded on the CPU. libtorch stays behind the pointer.
@@ -66,6 +69,9 @@ public:
     ~Model();
 
     const ModelInfo& info() const;
+    // Its weights are meta tensors (a torch.export program made under torch.device("meta")): shapes only, so it
+    // runs on the meta device alone, and there when a run names no device.
+    bool metaWeights() const;
     // The module tree: paths, types, weight bytes as stored in the file.
     const std::vector<LayerStats>& modules() const;
     // A guess at the input from the first Embedding (1x128 token ids), Conv2d or Linear weight; empty if there is

@@ -241,6 +241,8 @@ std::unique_ptr<Model::Impl> loadFrom(
         d->module.eval();
     }
     d->info.path = name;
+    if (d->program && d->program->metaWeights())
+        d->current_device = "meta"; // where its weights are made
     collect(*d);
     return d;
 }
@@ -299,6 +301,10 @@ Model Model::openBytes(const std::string& bytes, const std::string& name)
 const ModelInfo& Model::info() const
 {
     return d_->info;
+}
+bool Model::metaWeights() const
+{
+    return d_->program && d_->program->metaWeights();
 }
 const std::vector<LayerStats>& Model::modules() const
 {

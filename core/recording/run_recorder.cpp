@@ -472,7 +472,12 @@ RawRun Model::run(const RunOptions& options)
         throw RunError("unknown optimizer '" + options.optimizer + "' (use sgd, adam, adamw or none)");
     if (train && !isSupportedLoss(options.loss))
         throw RunError("unknown loss '" + options.loss + "' (use auto, sum or cross_entropy)");
-    const c10::Device device = resolveDevice(options.device); // throws RunError: no CUDA, no GPU
+    const bool metaWeights = d_->program && d_->program->metaWeights();
+    // throws RunError: no CUDA, no GPU
+    const c10::Device device = resolveDevice(options.device.empty() ? (metaWeights ? "meta" : "cpu") : options.device);
+    if (metaWeights && !device.is_meta())
+        throw RunError("this program cannot run on " + device.str() + ": its weights are meta tensors (it was exported "
+            "from a model built on the meta device), which hold shapes and no values: run it with --device meta");
     const bool gpu = device.is_cuda();
     std::lock_guard<std::mutex> lock(d_->run_mutex);
     // An exported program's graph fixes its types (casts, dtype arguments, metadata checks): it runs in the
@@ -500,6 +505,7 @@ RawRun Model::run(const RunOptions& options)
         cuda.emplace(device, options.cudnn_benchmark);
     RawRun raw;
     raw.info.device = device.str();
+    raw.meta_weights = metaWeights;
     raw.info.dtype = options.dtype;
     raw.info.mode = mode;
     raw.info.input_shapes = options.inputs;

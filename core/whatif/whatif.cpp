@@ -500,7 +500,7 @@ void WhatIf::addRescaledFits(const std::vector<std::pair<std::string, std::strin
         std::string why = "it was not recorded";
         for (const auto& [d, reason] : cannotRun)
             if (d == dtype)
-                why = "the CPU cannot run it (" + reason + ")";
+                why = "it cannot be recorded here (" + reason + ")";
         std::string from = fits_.front()->dtype;
         for (const auto& f : fits_)
             if (f->rescaled_from.empty() && dtypeSize(f->dtype) == dtypeSize(dtype)) {
