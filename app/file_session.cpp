@@ -91,7 +91,8 @@ void FileSession::open(const QString& path)
     RunRequest request;
     request.path = path;
     request.options.dtype = panel_->dtype();
-    request.options.device = panel_->device();
+    // The CPU is every model's default but one whose weights are meta tensors: "" lets the file choose.
+    request.options.device = panel_->device() == "cpu" ? std::string() : panel_->device();
     // The mode stays unset: the file says what it is for (a training demo records a training step).
     request.options.optimizer = panel_->optimizer();
     request.options.loss = panel_->loss();

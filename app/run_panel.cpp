@@ -203,13 +203,6 @@ RunMode RunPanel::mode() const
     return fromName<RunMode>(mode_->currentData().toString().toStdString()).value_or(RunMode::Inference);
 }
 
-void RunPanel::setDevice(const std::string& device)
-{
-    if (device_->findData(QString::fromStdString(device)) < 0) // meta: shapes only, listed when a model needs it
-        device_->addItem(QString::fromStdString(device), QString::fromStdString(device));
-    selectData(device_, device);
-}
-
 void RunPanel::setOptimizer(const std::string& optimizer)
 {
     selectData(optimizer_, optimizer);

@@ -37,7 +37,6 @@ public:
     bool setDevice(const std::string& device);
     // The optimizer and loss rows show only for a training step.
     void setMode(RunMode mode);
-    void setDevice(const std::string& device); // "meta" is added to the list when it is not there
     RunMode mode() const;
     void setOptimizer(const std::string& optimizer); // sgd | adam | adamw | none
     std::string optimizer() const;

@@ -28,12 +28,7 @@ namespace {
 
 const nlohmann::json& lmTruth()
 {
-    static const nlohmann::json truth = [] {
-        std::ifstream in(fixture("lm/lm_truth.json"));
-        if (!in)
-            return nlohmann::json {{"skipped", "lm/lm_truth.json was not written (make_lm_fixtures did not run)"}};
-        return nlohmann::json::parse(in);
-    }();
+    static const nlohmann::json truth = test::readTruth("lm/lm_truth.json", "make_lm_fixtures");
     return truth;
 }
 

@@ -28,12 +28,7 @@ namespace {
 
 const nlohmann::json& metaTruth()
 {
-    static const nlohmann::json truth = [] {
-        std::ifstream in(fixture("meta/meta_truth.json"));
-        if (!in)
-            return nlohmann::json {{"skipped", "meta/meta_truth.json was not written (make_meta_fixtures did not run)"}};
-        return nlohmann::json::parse(in);
-    }();
+    static const nlohmann::json truth = test::readTruth("meta/meta_truth.json", "make_meta_fixtures");
     return truth;
 }
 
