@@ -294,13 +294,19 @@ TEST(MetaDevice, WhatIfRowsAreTheCpusButTemporaries)
             auto r = runCommand(std::string(MEMLEDGER_BINARY) + " whatif " + run.model + " " + run.args
                 + " --threads 1 --device " + device + " --json " + json);
             EXPECT_EQ(r.exit_code, 0) << r.output;
-            if (device == "meta")
+            if (device == "meta") {
                 EXPECT_NE(r.output.find("on the meta device"), std::string::npos) << r.output;
+                // A row run at exactly its setting is computed on meta, never "measured".
+                EXPECT_NE(r.output.find("computed on meta"), std::string::npos) << r.output;
+                EXPECT_EQ(r.output.find(" measured "), std::string::npos) << r.output;
+            }
             std::ifstream in(json);
             return nlohmann::json::parse(in);
         };
         auto cpu = whatIf("cpu");
         auto meta = whatIf("meta");
+        EXPECT_EQ(meta.value("device", ""), "meta");
+        EXPECT_FALSE(cpu.contains("device"));
         EXPECT_EQ(meta["recorded_batches"], cpu["recorded_batches"]);
         ASSERT_EQ(meta["predictions"].size(), cpu["predictions"].size());
         for (std::size_t i = 0; i < cpu["predictions"].size(); ++i) {

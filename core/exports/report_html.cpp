@@ -243,8 +243,14 @@ void layerRows(std::ostringstream& out, const Report& r, int i, std::int64_t lar
 // The what-if table, as the text report prints it.
 void whatIfSection(std::ostringstream& out, const WhatIfTable& w)
 {
-    out << "<h2>What if: other batch sizes and precisions</h2>\n<p>Predicted from runs at batch " << w.recorded_batch1
-        << " and " << w.recorded_batch2
+    auto records = w.recorded_batches.empty() ? std::vector<std::int64_t> {w.recorded_batch1, w.recorded_batch2}
+                                              : w.recorded_batches;
+    std::string list;
+    for (std::size_t i = 0; i < records.size(); ++i)
+        list += (i == 0 ? "" : i + 1 == records.size() ? " and " : ", ") + std::to_string(records[i]);
+    out << "<h2>What if: other batch sizes and precisions</h2>\n<p>Predicted from runs at "
+        << (w.axis == WhatIfAxis::Seq ? "sequence " : "batch ") << list
+        << (w.device == "meta" ? " on the meta device (computed from shapes, not measured)" : "")
         << ".</p>\n<table id=whatif><tr><th>batch</th><th class=l>dtype</th>"
            "<th class=l>method</th><th>peak</th><th>peak total</th><th>reserved (simulated GPU)</th>";
     if (w.budget_bytes > 0)
@@ -254,7 +260,7 @@ void whatIfSection(std::ostringstream& out, const WhatIfTable& w)
         auto peak = p.measured_peak_bytes.value_or(p.predicted_peak_bytes);
         auto total = p.measured_peak_total_bytes.value_or(p.predicted_peak_total_bytes);
         out << "<tr><td>" << p.batch << "</td><td class=l>" << htmlEscape(p.dtype) << "</td><td class=l>"
-            << nameOf(p.method) << "</td><td>" << formatBytes(peak) << "</td><td>" << formatBytes(total)
+            << w.methodText(p) << "</td><td>" << formatBytes(peak) << "</td><td>" << formatBytes(total)
             << "</td><td>" << formatBytes(p.predicted_reserved_bytes) << "</td>";
         if (w.budget_bytes > 0)
             out << "<td class=l>" << (w.fits(p) ? "yes" : "<b class=no>no</b>") << "</td>";

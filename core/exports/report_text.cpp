@@ -252,7 +252,7 @@ std::string whatIfToText(const WhatIfTable& table)
         auto peak = p.measured_peak_bytes.value_or(p.predicted_peak_bytes);
         auto total = p.measured_peak_total_bytes.value_or(p.predicted_peak_total_bytes);
         out << cell(std::to_string(p.batch), 8) << (seq ? cell(std::to_string(p.seq), 8) : std::string())
-            << cell(p.dtype, 10) << cell(nameOf(p.method), 11)
+            << cell(p.dtype, 10) << cell(table.methodText(p), 11)
             << cell(formatBytes(peak), 12) << cell(formatBytes(total), 12)
             << cell(formatBytes(p.predicted_reserved_bytes), 12);
         if (budget > 0)

@@ -49,6 +49,14 @@ struct WhatIfTable {
     // lengths and max_batch is the longest sequence within the budget, at each row's batch (max_seq_batch).
     WhatIfAxis axis = WhatIfAxis::Batch;
     std::vector<std::int64_t> max_seq_batch; // axis "seq": the batch of each max_batch entry
+    std::string device = "cpu"; // where the records ran; "meta": figures computed from shapes, never measured
+
+    // How a row is known, for people: "measured", "predicted", "extrapolated", or "computed on meta" for a row
+    // run at exactly its setting on the meta device.
+    std::string methodText(const Prediction& p) const
+    {
+        return device == "meta" && p.method == FigureMethod::Measured ? "computed on meta" : nameOf(p.method);
+    }
 
     // Peak total (measured where there is a measurement) and reserved within the budget.
     bool fits(const Prediction& p) const;

@@ -28,6 +28,7 @@ WhatIfTable makeWhatIfTable(const WhatIf& w, const std::vector<std::int64_t>& ba
     t.recorded_batches = w.recordedBatches();
     t.mode = w.mode();
     t.axis = w.axis();
+    t.device = w.device();
     for (const auto& dtype : dtypes) {
         for (auto batch : batches) {
             auto p = w.predict(batch, dtype);
@@ -93,6 +94,8 @@ nlohmann::json whatIfToJson(const WhatIfTable& t)
         {"recorded_batches", t.recorded_batches.empty() ? std::vector<std::int64_t> {t.recorded_batch1, t.recorded_batch2}
                                                          : t.recorded_batches},
         {"mode", nameOf(t.mode)}, {"axis", nameOf(t.axis)}};
+    if (t.device != "cpu")
+        j["device"] = t.device;
     auto& rows = j["predictions"] = nlohmann::json::array();
     for (const auto& p : t.predictions) {
         auto row = predictionToJson(p);
@@ -134,6 +137,7 @@ WhatIfTable whatIfFromJson(const nlohmann::json& j)
     }
     t.mode = fromName(j.value("mode", "inference"), RunMode::Inference);
     t.axis = fromName(j.value("axis", "batch"), WhatIfAxis::Batch);
+    t.device = j.value("device", "cpu");
     if (j.contains("recorded_seqs") && j["recorded_seqs"].size() >= 2) {
         t.recorded_batches = j["recorded_seqs"].get<std::vector<std::int64_t>>();
         t.recorded_batch1 = t.recorded_batches.front();
