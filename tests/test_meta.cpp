@@ -29,14 +29,9 @@ using memledger::test::runCommand;
 
 namespace {
 
-bool metaRuns()
-{
-    return torchBuildInfo().rfind("libtorch 1.", 0) != 0;
-}
-
 #define SKIP_WITHOUT_META()                                                                                            \
     do {                                                                                                               \
-        if (!metaRuns())                                                                                               \
+        if (!metaRunsSupported())                                                                                      \
             GTEST_SKIP() << "this build's libtorch (" << torchBuildInfo() << ") has no meta runs (the PyTorch 2 build does)"; \
     } while (0)
 

@@ -55,11 +55,6 @@ std::vector<DeviceInfo> availableDevices()
     return devices;
 }
 
-bool metaRunsSupported()
-{
-    return metaDeviceSupported();
-}
-
 c10::Device resolveDevice(const std::string& device)
 {
     if (device.empty() || device == "cpu")

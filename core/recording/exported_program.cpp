@@ -335,7 +335,7 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
             if (isMetaEntry(entry))
                 d.meta_weights = true;
     if (d.meta_weights) {
-        if (!metaDeviceSupported())
+        if (!metaRunsSupported())
             throw std::runtime_error("its weights are meta tensors (saved from the meta device), which need memledger's "
                                      "PyTorch 2 build to run on the meta device");
         installMetaDevice(); // their storages are the recorder's meta blocks, as weights moved to meta are

@@ -2,6 +2,7 @@
 // and a deleter, and is reported to the recorder when it is made and when it dies, as the CPU allocator reports
 // its blocks.
 #include "recording/meta_device.h"
+#include "recording/model.h"
 #include "recording/torch_compat.h"
 
 #include "support/errors.h"
@@ -63,7 +64,7 @@ private:
 
 } // namespace
 
-bool metaDeviceSupported()
+bool metaRunsSupported()
 {
     return true;
 }
@@ -80,7 +81,7 @@ void installMetaDevice()
 
 #else
 
-bool metaDeviceSupported()
+bool metaRunsSupported()
 {
     return false;
 }

@@ -7,12 +7,9 @@
 
 namespace memledger {
 
-// Whether this libtorch runs models on the meta device: PyTorch 2 does, libtorch 1.13 does not.
-bool metaDeviceSupported();
-
 // Installs memledger's meta allocator and kernels, once for the process (a later call does nothing). The allocator
 // stays installed: weights moved to the meta device keep its storages after the run, and their frees must reach
-// it. Throws RunError where metaDeviceSupported() is false.
+// it. Throws RunError where metaRunsSupported() (model.h) is false.
 void installMetaDevice();
 
 // What a report of a meta run says about its figures.
