@@ -28,6 +28,8 @@ FileSession::FileSession(RunPanel* panel, QObject* parent)
         shown_ = false;
         const auto kind = file_->kind;
         panel_->setRunnable(kind == FileKind::Model);
+        if (kind == FileKind::Model)
+            panel_->refreshDevices(false); // opening it loaded libtorch: its GPUs are listed now
         panel_->setMode(file_->default_mode);
         if (kind == FileKind::Model && file_->model && file_->model->metaWeights())
             panel_->setDevice("meta"); // its weights are meta tensors: it runs there alone

@@ -44,14 +44,8 @@ RunPanel::RunPanel(QWidget* parent)
     batch_->setSpecialValueText(tr("as in the input"));
     batch_->setToolTip(tr("Replaces dimension 0 of every input"));
     dtype_->addItems({QStringLiteral("float32"), QStringLiteral("bfloat16"), QStringLiteral("float16")});
-    // The CPU, then every CUDA GPU this libtorch sees, with its name and memory (only the CPU without one).
-    for (const auto& d : availableDevices()) {
-        auto label = d.id == "cpu" ? tr("CPU")
-                                   : QStringLiteral("%1: %2, %3")
-                                         .arg(QString::fromStdString(d.id), QString::fromStdString(d.name),
-                                             QString::fromStdString(formatBytes(d.total_memory_bytes)));
-        device_->addItem(label, QString::fromStdString(d.id));
-    }
+    // The CPU; the GPUs once a model is opened (looking for them loads libtorch, which a snapshot never needs).
+    refreshDevices(false);
     // Meta: shapes only, no memory (docs/meta.md). The libtorch 1.13 build lists it disabled, with the reason.
     device_->addItem(tr("meta (shapes only)"), QStringLiteral("meta"));
     const int metaRow = device_->count() - 1;
@@ -170,6 +164,23 @@ std::string RunPanel::dtype() const
 std::string RunPanel::device() const
 {
     return device_->currentData().toString().toStdString();
+}
+
+void RunPanel::refreshDevices(bool loadTorch)
+{
+    // The CPU, then every CUDA GPU this libtorch sees, with its name and memory, before meta.
+    const int metaRow = device_->findData(QStringLiteral("meta"));
+    int at = metaRow < 0 ? device_->count() : metaRow;
+    for (const auto& d : availableDevices(loadTorch)) {
+        const auto id = QString::fromStdString(d.id);
+        if (device_->findData(id) >= 0)
+            continue;
+        auto label = d.id == "cpu" ? tr("CPU")
+                                   : QStringLiteral("%1: %2, %3")
+                                         .arg(id, QString::fromStdString(d.name),
+                                             QString::fromStdString(formatBytes(d.total_memory_bytes)));
+        device_->insertItem(at++, label, id);
+    }
 }
 
 bool RunPanel::setDevice(const std::string& device)

@@ -33,6 +33,8 @@ public:
     void setFinished(Outcome outcome);
     std::string dtype() const; // the chosen precision
     std::string device() const; // cpu | meta | cuda:N
+    // Adds the GPUs libtorch sees (once a model is opened; `loadTorch` false looks only if libtorch is loaded).
+    void refreshDevices(bool loadTorch = true);
     // Chooses a device the box lists and allows ("cuda" is cuda:0); false, and nothing changes, otherwise.
     bool setDevice(const std::string& device);
     // The optimizer and loss rows show only for a training step.

@@ -6,6 +6,7 @@
 // alive, per trace entry: everything the read touched, stacks and strings included.
 // Targets (issue 12): >= 5x faster than pickle.load, <= 100 bytes per trace entry including the stacks.
 // Usage: bench_snapshot [--entries N] [FILE...]   (no FILE: makes the three files of the README's table)
+#include "bench_files.h"
 #include "snapshot/snapshot.h"
 
 #include <algorithm>
@@ -17,10 +18,6 @@
 #include <fstream>
 #include <string>
 #include <vector>
-
-#ifndef MEMLEDGER_SOURCE_DIR
-#define MEMLEDGER_SOURCE_DIR "."
-#endif
 
 using namespace memledger;
 namespace fs = std::filesystem;
@@ -155,19 +152,13 @@ int main(int argc, char** argv)
         // training framework); a list per site shared by all its entries (issue 12's "trace repeated").
         const std::pair<const char*, const char*> kinds[] = {
             {"pytorch", ""}, {"deep-stacks", "--nesting 12"}, {"shared-lists", "--share-lists"}};
-        auto dir = fs::temp_directory_path();
         for (const auto& [name, flags] : kinds) {
-            auto path = (dir / ("memledger-bench-" + std::string(name) + "-" + std::to_string(entries) + ".pickle"))
-                            .string();
-            if (!fs::exists(path)) {
-                std::string cmd = "/usr/bin/python3 " MEMLEDGER_SOURCE_DIR "/bench/make_snapshot.py " + path
-                    + " --entries " + std::to_string(entries) + " " + flags;
-                std::printf("making %s\n", path.c_str());
-                std::fflush(stdout);
-                if (std::system(cmd.c_str()) != 0) {
-                    std::fprintf(stderr, "bench_snapshot: could not run %s\n", cmd.c_str());
-                    return 2;
-                }
+            std::string path;
+            try {
+                path = bench::pytorchLayoutSnapshot(name, entries, flags);
+            } catch (const std::exception& e) {
+                std::fprintf(stderr, "bench_snapshot: %s\n", e.what());
+                return 2;
             }
             files.push_back(path);
         }

@@ -1,5 +1,5 @@
 #include "recording/build_report.h"
-#include "recording/meta_device.h"
+#include "report/meta_run.h"
 #include "report/report_summary.h"
 
 #include "allocator/gpu_replay.h"

@@ -1,59 +1,14 @@
-// Which devices a run can use and what this memledger's libtorch was built with.
+// Which devices a run can use (the libtorch part; what the build has is known in torch_library.cpp).
 #include "recording/cuda_session.h"
 #include "recording/meta_device.h"
 #include "recording/torch_compat.h"
 
 #include "support/errors.h"
 
-#include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/cuda.h>
 
-#include <unistd.h>
 
 namespace memledger {
-
-bool builtWithCuda()
-{
-#ifdef MEMLEDGER_HAS_CUDA
-    return true;
-#else
-    return false;
-#endif
-}
-
-std::string torchBuildInfo()
-{
-    std::string text = "libtorch " TORCH_VERSION;
-#ifdef MEMLEDGER_HAS_CUDA
-    auto dotted = [](long v, long major, long minor) {
-        return std::to_string(v / major) + "." + std::to_string((v % major) / minor);
-    };
-    try {
-        const auto& hooks = at::detail::getCUDAHooks();
-        text += ", CUDA " + dotted(hooks.versionCUDART(), 1000, 10); // 13000: 13.0
-        long cudnn = hooks.versionCuDNN(); // 91000: 9.10
-        text += cudnn > 0 ? ", cuDNN " + dotted(cudnn, 10000, 100) : ", no cuDNN";
-    } catch (const std::exception&) {
-        text += ", CUDA";
-    }
-#else
-    text += ", CPU only";
-#endif
-    return text;
-}
-
-std::vector<DeviceInfo> availableDevices()
-{
-    DeviceInfo cpu;
-    cpu.id = "cpu";
-    cpu.name = "CPU";
-    long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGESIZE);
-    cpu.total_memory_bytes = pages > 0 && pageSize > 0 ? static_cast<std::int64_t>(pages) * pageSize : 0;
-    std::vector<DeviceInfo> devices {cpu};
-    for (auto& d : cudaDevices())
-        devices.push_back(std::move(d));
-    return devices;
-}
 
 c10::Device resolveDevice(const std::string& device)
 {

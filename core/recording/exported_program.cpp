@@ -64,7 +64,7 @@ std::string exportedArchiveKind(caffe2::serialize::PyTorchStreamReader& reader)
     return "";
 }
 
-#if TORCH_VERSION_MAJOR >= 2
+#if MEMLEDGER_EXPORTED_PROGRAMS // decided in core/CMakeLists.txt
 
 namespace {
 
@@ -203,11 +203,6 @@ void namesIn(const json& v, std::vector<std::string>& out)
 }
 
 } // namespace
-
-bool canRunExportedPrograms()
-{
-    return true;
-}
 
 struct ExportedProgram::Impl {
     json program; // graph_module.graph
@@ -927,11 +922,6 @@ void ExportedProgram::convert(std::optional<c10::ScalarType> scalar, std::option
 }
 
 #else // libtorch 1.13: no torch.export; the archive is recognised and refused with the build that opens it
-
-bool canRunExportedPrograms()
-{
-    return false;
-}
 
 struct ExportedProgram::Impl {
 };

@@ -15,14 +15,7 @@
 
 namespace memledger {
 
-std::string metaRunNote()
-{
-    return "a meta-device run: the figures are computed from the tensors' shapes, not measured; temporaries that "
-           "kernels allocate inside themselves (oneDNN scratch, im2col buffers, cuBLAS and cuDNN workspaces) do not "
-           "exist on the meta device, so the temporaries ledger and the peak can be lower than a real run's";
-}
-
-#if MEMLEDGER_TORCH_AT_LEAST(2, 5)
+#if MEMLEDGER_META_RUNS // decided in core/CMakeLists.txt
 
 namespace {
 
@@ -64,11 +57,6 @@ private:
 
 } // namespace
 
-bool metaRunsSupported()
-{
-    return true;
-}
-
 void installMetaDevice()
 {
     static std::once_flag once;
@@ -80,11 +68,6 @@ void installMetaDevice()
 }
 
 #else
-
-bool metaRunsSupported()
-{
-    return false;
-}
 
 void installMetaDevice()
 {

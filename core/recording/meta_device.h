@@ -12,9 +12,6 @@ namespace memledger {
 // it. Throws RunError where metaRunsSupported() (model.h) is false.
 void installMetaDevice();
 
-// What a report of a meta run says about its figures.
-std::string metaRunNote();
-
 // Defined in meta_kernels.cpp; calling it links the kernels' registrations into the program.
 void registerMetaKernels();
 

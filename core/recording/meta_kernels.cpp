@@ -7,7 +7,7 @@
 #include "recording/meta_device.h"
 #include "recording/torch_compat.h"
 
-#if MEMLEDGER_TORCH_AT_LEAST(2, 5)
+#if MEMLEDGER_META_RUNS // decided in core/CMakeLists.txt
 
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>

@@ -59,7 +59,8 @@ struct RawRun {
     bool meta_weights = false; // the model's weights are meta tensors (Model::metaWeights)
 };
 
-// A TorchScript model loaded on the CPU. libtorch stays behind the pointer.
+// A model file (TorchScript or a torch.export program) loaded on the CPU. libtorch stays behind the pointer, in
+// memledger's libtorch part, loaded on the first open (recording/torch_library.h).
 class Model {
 public:
     static Model open(const std::string& path); // throws FileError
@@ -82,11 +83,14 @@ public:
     // Thread-safe: runs of one Model from several threads take turns.
     RawRun run(const RunOptions& options);
 
-    struct Impl; // defined in core/recording, where libtorch is
+    struct Impl; // defined in core/recording/model_impl.h, in the libtorch part
+    struct ImplDeleter {
+        void operator()(Impl* d) const;
+    };
 
 private:
-    explicit Model(std::unique_ptr<Impl> d);
-    std::unique_ptr<Impl> d_;
+    explicit Model(Impl* d);
+    std::unique_ptr<Impl, ImplDeleter> d_;
 };
 
 // A device a run can use: "cpu", "cuda:0", ...
@@ -95,9 +99,11 @@ struct DeviceInfo {
     std::string name; // "CPU" or the GPU's name
     std::int64_t total_memory_bytes = 0;
 };
-// The CPU, then every CUDA GPU that this libtorch sees (none in a CPU-only build).
-std::vector<DeviceInfo> availableDevices();
-// "libtorch 2.15.0, CUDA 13.0, cuDNN 9.26" or "libtorch 1.13.1, CPU only".
+// The CPU, then every CUDA GPU that this libtorch sees (none in a CPU-only build). Looking for GPUs loads the
+// libtorch part in a CUDA build; with `loadTorch` false the GPUs are listed only if it is loaded already.
+std::vector<DeviceInfo> availableDevices(bool loadTorch = true);
+// "libtorch 2.15.0, CUDA 13.0" or "libtorch 1.13.0, CPU only": the libtorch this memledger was built against
+// (known without loading it).
 std::string torchBuildInfo();
 // Whether this memledger's libtorch has CUDA compiled in.
 bool builtWithCuda();

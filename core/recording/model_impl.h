@@ -1,5 +1,6 @@
 #pragma once
-// Private to core: the libtorch side of Model. Included by model_loader.cpp and run_recorder.cpp only.
+// Private to memledger's libtorch part (libmemledger_torch.so): the libtorch side of Model. Core reaches these
+// through recording/torch_library.h.
 #include "recording/exported_program.h"
 #include "recording/model.h"
 
@@ -36,6 +37,12 @@ struct Model::Impl {
     void moveTo(c10::Device device);
 };
 
+// What Model's members do, for torch_entry_points.cpp: the model file read (throws FileError), its input guessed
+// (under run_mutex), a recorded run (throws RunError, Cancelled).
+Model::Impl* openModel(const std::string& path);
+Model::Impl* openModelBytes(const std::string& bytes, const std::string& name);
+std::vector<Shape> guessModelInputs(Model::Impl& d, std::string* how, std::vector<InputType>* types);
+RawRun runModel(Model::Impl& d, const RunOptions& options);
 // Model::guessInputs for a caller that holds run_mutex already.
 std::vector<Shape> guessInputsLocked(Model::Impl& d, std::string* how, std::vector<InputType>* types = nullptr);
 // A training step's pieces (training_step.cpp).

@@ -249,15 +249,7 @@ std::unique_ptr<Model::Impl> loadFrom(
 
 } // namespace
 
-Model::Model(std::unique_ptr<Impl> d)
-    : d_(std::move(d))
-{
-}
-Model::Model(Model&&) noexcept = default;
-Model& Model::operator=(Model&&) noexcept = default;
-Model::~Model() = default;
-
-Model Model::open(const std::string& path)
+Model::Impl* openModel(const std::string& path)
 {
     std::error_code ec;
     auto status = fs::status(path, ec);
@@ -282,39 +274,26 @@ Model Model::open(const std::string& path)
     in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
     in.clear();
     in.seekg(0);
-    Model m(loadFrom(in, path, head, tail));
-    m.d_->info.file_bytes = static_cast<std::int64_t>(size);
-    return m;
+    auto d = loadFrom(in, path, head, tail);
+    d->info.file_bytes = static_cast<std::int64_t>(size);
+    return d.release();
 }
 
-Model Model::openBytes(const std::string& bytes, const std::string& name)
+Model::Impl* openModelBytes(const std::string& bytes, const std::string& name)
 {
     if (bytes.empty())
         throw FileError(name, "the file is empty");
     std::istringstream in(bytes);
-    Model m(loadFrom(
-        in, name, bytes.substr(0, 16), bytes.substr(bytes.size() - std::min<std::size_t>(bytes.size(), 66000))));
-    m.d_->info.file_bytes = static_cast<std::int64_t>(bytes.size());
-    return m;
+    auto d = loadFrom(
+        in, name, bytes.substr(0, 16), bytes.substr(bytes.size() - std::min<std::size_t>(bytes.size(), 66000)));
+    d->info.file_bytes = static_cast<std::int64_t>(bytes.size());
+    return d.release();
 }
 
-const ModelInfo& Model::info() const
+std::vector<Shape> guessModelInputs(Model::Impl& d, std::string* how, std::vector<InputType>* types)
 {
-    return d_->info;
-}
-bool Model::metaWeights() const
-{
-    return d_->program && d_->program->metaWeights();
-}
-const std::vector<LayerStats>& Model::modules() const
-{
-    return d_->modules;
-}
-
-std::vector<Shape> Model::guessInputs(std::string* how, std::vector<InputType>* types) const
-{
-    std::lock_guard<std::mutex> lock(d_->run_mutex); // a run may be converting the weights meanwhile
-    return guessInputsLocked(*d_, how, types);
+    std::lock_guard<std::mutex> lock(d.run_mutex); // a run may be converting the weights meanwhile
+    return guessInputsLocked(d, how, types);
 }
 
 std::vector<Shape> guessInputsLocked(Model::Impl& d, std::string* how, std::vector<InputType>* types)

@@ -462,7 +462,7 @@ RunError explainRunFailure(
 
 } // namespace
 
-RawRun Model::run(const RunOptions& options)
+RawRun runModel(Model::Impl& d, const RunOptions& options)
 {
     if (!isSupportedDtype(options.dtype))
         throw RunError("unknown dtype '" + options.dtype + "' (use float32, bfloat16 or float16)");
@@ -472,30 +472,30 @@ RawRun Model::run(const RunOptions& options)
         throw RunError("unknown optimizer '" + options.optimizer + "' (use sgd, adam, adamw or none)");
     if (train && !isSupportedLoss(options.loss))
         throw RunError("unknown loss '" + options.loss + "' (use auto, sum or cross_entropy)");
-    const bool metaWeights = d_->program && d_->program->metaWeights();
+    const bool metaWeights = d.program && d.program->metaWeights();
     // throws RunError: no CUDA, no GPU
     const c10::Device device = resolveDevice(options.device.empty() ? (metaWeights ? "meta" : "cpu") : options.device);
     if (metaWeights && !device.is_meta())
         throw RunError("this program cannot run on " + device.str() + ": its weights are meta tensors (it was exported "
             "from a model built on the meta device), which hold shapes and no values: run it with --device meta");
     const bool gpu = device.is_cuda();
-    std::lock_guard<std::mutex> lock(d_->run_mutex);
+    std::lock_guard<std::mutex> lock(d.run_mutex);
     // An exported program's graph fixes its types (casts, dtype arguments, metadata checks): it runs in the
     // precision it was exported in, as PyTorch runs it (ep.module().to(bfloat16) fails there too).
-    if (d_->program && d_->current_dtype.empty()) {
-        for (const auto& [name, p] : d_->namedParameters())
+    if (d.program && d.current_dtype.empty()) {
+        for (const auto& [name, p] : d.namedParameters())
             if (p.is_floating_point()) {
-                d_->current_dtype = dtypeName(p.scalar_type());
+                d.current_dtype = dtypeName(p.scalar_type());
                 break;
             }
-        if (d_->current_dtype.empty())
-            d_->current_dtype = "float32";
-        d_->exported_dtype = d_->current_dtype;
+        if (d.current_dtype.empty())
+            d.current_dtype = "float32";
+        d.exported_dtype = d.current_dtype;
     }
-    if (d_->program && options.dtype != d_->exported_dtype)
-        throw RunError("a torch.export program runs in the precision it was exported in (" + d_->exported_dtype
+    if (d.program && options.dtype != d.exported_dtype)
+        throw RunError("a torch.export program runs in the precision it was exported in (" + d.exported_dtype
             + "), not " + options.dtype + ": export it from model.to(torch." + options.dtype
-            + ") to record that; the what-if predicts " + options.dtype + " from the " + d_->exported_dtype
+            + ") to record that; the what-if predicts " + options.dtype + " from the " + d.exported_dtype
             + " records meanwhile"); // the window's run and what-if records share one Model
     std::optional<MetaOpTrail> metaTrail; // a meta run's failure names its op
     if (device.is_meta())
@@ -510,16 +510,16 @@ RawRun Model::run(const RunOptions& options)
     raw.info.mode = mode;
     raw.info.input_shapes = options.inputs;
     raw.info.input_types = options.input_types;
-    const auto signature = d_->signature();
+    const auto signature = d.signature();
     if (raw.info.input_shapes.empty()) {
         // A guess is one tensor (an exported program's example may be several): a forward that takes more needs
         // them all named.
         const auto& names = signature.names;
-        if (names.size() > 1 && !d_->program)
+        if (names.size() > 1 && !d.program)
             throw RunError("forward takes " + std::to_string(names.size()) + " inputs (" + joinNames(names)
                 + "): give their shapes with --input, comma-separated");
         std::string how;
-        raw.info.input_shapes = guessInputsLocked(*d_, &how, &raw.info.input_types);
+        raw.info.input_shapes = guessInputsLocked(d, &how, &raw.info.input_types);
         if (raw.info.input_shapes.empty())
             throw RunError("cannot guess the input shape (no Embedding, Conv2d or Linear weight): give it with --input");
         raw.info.input_guessed = true;
@@ -565,19 +565,19 @@ RawRun Model::run(const RunOptions& options)
         noGrad.emplace();
     torch::AutoGradMode gradMode(train);
     torch::jit::setGraphExecutorOptimize(false);
-    d_->setTraining(train);
+    d.setTraining(train);
     auto scalar = scalarTypeFor(options.dtype);
-    if (d_->current_dtype != options.dtype) {
-        d_->convertFloating(scalar);
-        d_->current_dtype = options.dtype;
+    if (d.current_dtype != options.dtype) {
+        d.convertFloating(scalar);
+        d.current_dtype = options.dtype;
     }
-    if (d_->current_device != device.str()) {
-        d_->moveTo(device);
-        d_->current_device = device.str();
+    if (d.current_device != device.str()) {
+        d.moveTo(device);
+        d.current_device = device.str();
     }
-    for (const auto& [name, p] : d_->namedParameters())
+    for (const auto& [name, p] : d.namedParameters())
         raw.parameter_bytes += static_cast<std::int64_t>(p.numel() * p.element_size());
-    for (const auto& [name, b] : d_->namedBuffers())
+    for (const auto& [name, b] : d.namedBuffers())
         raw.buffer_bytes += static_cast<std::int64_t>(b.numel() * b.element_size());
 
     raw.info.input_types.resize(raw.info.input_shapes.size());
@@ -598,7 +598,7 @@ RawRun Model::run(const RunOptions& options)
     LossChoice loss;
     at::Tensor targets;
     if (train) {
-        params = trainableParameters(*d_);
+        params = trainableParameters(d);
         if (params.empty())
             throw RunError("the model has no floating-point parameters that require a gradient: nothing to train");
         setGradientsToNone(params);
@@ -611,7 +611,7 @@ RawRun Model::run(const RunOptions& options)
     std::function<void(const std::string&)> onNode;
     auto step = [&](const std::function<void(const char*)>& mark) {
         mark("forward");
-        auto out = d_->forward(inputs, onNode);
+        auto out = d.forward(inputs, onNode);
         mark("loss");
         auto l = lossOf(out, loss, targets);
         if (!l.requires_grad())
@@ -628,13 +628,13 @@ RawRun Model::run(const RunOptions& options)
     auto noMark = [](const char*) {};
     auto warmUp = [&] {
         if (!train) {
-            d_->forward(inputs); // lazy initialisation and caches stay out of the record
+            d.forward(inputs); // lazy initialisation and caches stay out of the record
             return;
         }
         // One unrecorded step, so that the optimizer state exists as in any step after the first.
         bool tokens = std::any_of(raw.info.input_types.begin(), raw.info.input_types.end(),
             [](const InputType& t) { return t.dtype == "int64" || t.dtype == "int32"; });
-        loss = chooseLoss(d_->forward(inputs), options.loss, tokens);
+        loss = chooseLoss(d.forward(inputs), options.loss, tokens);
         raw.info.loss = loss.name;
         targets = makeTargets(loss);
         if (targets.defined() && !device.is_cpu())
@@ -660,7 +660,7 @@ RawRun Model::run(const RunOptions& options)
             if (train)
                 step(noMark);
             else
-                d_->forward(inputs);
+                d.forward(inputs);
             if (gpu)
                 CudaRecording::synchronize(device);
             raw.info.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -686,19 +686,19 @@ RawRun Model::run(const RunOptions& options)
     state.cancel = options.cancel;
     state.device = device;
     state.progress = &options.progress;
-    state.module_count = static_cast<int>(d_->modules.size());
+    state.module_count = static_cast<int>(d.modules.size());
     state.uses = &raw.forward_uses;
     state.root_module = raw.trace.strings.intern("");
     for (const char* helper : {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
              "aten::new_empty_strided", "aten::resize_", "aten::_empty_affine_quantized"})
         state.allocation_helpers.push_back(raw.trace.strings.intern(helper));
     std::vector<ModulePathResolver::Module> tree;
-    for (const auto& m : d_->modules)
+    for (const auto& m : d.modules)
         tree.push_back({m.path, m.type});
     ModulePathResolver resolver(std::move(tree));
     state.resolver = &resolver;
     std::unordered_map<std::string, std::uint32_t> nodeModuleIds;
-    if (d_->program) {
+    if (d.program) {
         state.node_modules = true;
         state.node_module = state.root_module;
         onNode = [&state, &nodeModuleIds](const std::string& path) {
@@ -709,13 +709,13 @@ RawRun Model::run(const RunOptions& options)
         };
     }
     std::unordered_map<const void*, std::string> ownerOfParameter;
-    for (const auto& [name, value] : d_->namedParameters()) {
+    for (const auto& [name, value] : d.namedParameters()) {
         auto dot = name.rfind('.');
         state.param_owner[value.data_ptr()] = dot == std::string::npos ? "" : name.substr(0, dot);
     }
     std::vector<std::string> bufferNames;
     if (!train)
-        for (const auto& [name, value] : d_->namedBuffers())
+        for (const auto& [name, value] : d.namedBuffers())
             if (value.defined() && value.has_storage()
                 && state.buffer_index.emplace(value.storage().data(), bufferNames.size()).second)
                 bufferNames.push_back(name);
@@ -771,7 +771,7 @@ RawRun Model::run(const RunOptions& options)
             step(mark);
             mark(nullptr);
         } else {
-            auto out = d_->forward(inputs, onNode);
+            auto out = d.forward(inputs, onNode);
             noteOutputs(state, out, raw.output_events);
             out = c10::IValue(); // the output's free is part of the run
         }
