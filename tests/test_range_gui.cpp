@@ -173,7 +173,8 @@ TEST(RangeWindow, ARangeRecomputesTheTreeAndThePeakPanel)
     EXPECT_TRUE(w.rangeStatusText().isEmpty());
 }
 
-// A snapshot's tree has its own columns: at the peak, allocated in total, count, largest block.
+// A snapshot's tree has its own columns: at the peak, allocated in total, count, largest block, and the ledger
+// columns of a training step's gradients and saved activations.
 TEST(SnapshotViews, TheTreeHasTheSnapshotsOwnColumns)
 {
     SKIP_WITHOUT_SNAPSHOTS();
@@ -187,7 +188,8 @@ TEST(SnapshotViews, TheTreeHasTheSnapshotsOwnColumns)
         if (!view->isColumnHidden(c))
             shown << model->headerData(c, Qt::Horizontal).toString();
     EXPECT_EQ(shown,
-        QStringList({"Where (file, frame)", "Type", "At the peak", "Allocated in total", "Count", "Largest block"}));
+        QStringList({"Module (forward frames)", "Type", "At the peak", "Allocated in total", "Count", "Largest block",
+            "Gradients", "Saved for backward"}));
     const auto& r = *w.report();
     auto root = model->index(0, 0);
     EXPECT_EQ(model->index(0, LayerTreeModel::AtPeak).data(LayerTreeModel::SortRole).toLongLong(), r.peak_bytes);

@@ -117,6 +117,10 @@ std::int64_t LayerTreeModel::bytes(int layer, int column) const
             return l.calls;
         case LargestBlock:
             return l.largest_block_bytes;
+        case Gradients:
+            return l.gradient_bytes;
+        case SavedForBackward:
+            return l.saved_activation_bytes;
         default:
             return 0;
         }
@@ -155,7 +159,8 @@ bool LayerTreeModel::isSnapshot() const
 bool LayerTreeModel::columnApplies(int column) const
 {
     if (isSnapshot())
-        return column == Name || column == Type || (column >= Weights && column < kFirstTrainingColumn);
+        return column == Name || column == Type || (column >= Weights && column < kFirstTrainingColumn)
+            || column == SavedForBackward || column == Gradients;
     return column < ColumnCount && (!isTrainingColumn(column) || isTrainStep());
 }
 
@@ -271,6 +276,8 @@ QVariant LayerTreeModel::data(const QModelIndex& index, int role) const
         if (isSnapshot())
             return column == AllocatedTotal ? ledgerColor(Ledger::Unattributed).lighter(130)
                 : column == BlockCount      ? QColor(Qt::gray)
+                : column == Gradients       ? ledgerColor(Ledger::Gradients)
+                : column == SavedForBackward ? ledgerColor(Ledger::SavedActivations)
                                             : ledgerColor(Ledger::Unattributed);
         switch (column) {
         case Weights:
@@ -314,6 +321,10 @@ QVariant LayerTreeModel::headerData(int section, Qt::Orientation orientation, in
             return tr("How many blocks it allocated");
         case LargestBlock:
             return tr("Its largest block");
+        case SavedForBackward:
+            return tr("Bytes it allocated in the forward that the backward freed: saved for backward");
+        case Gradients:
+            return tr("Gradients it allocated (alive after the backward)");
         default:
             return {};
         }
@@ -321,7 +332,7 @@ QVariant LayerTreeModel::headerData(int section, Qt::Orientation orientation, in
     if (orientation == Qt::Horizontal && role == Qt::DisplayRole && isSnapshot()) {
         switch (section) {
         case Name:
-            return tr("Where (file, frame)");
+            return tr("Module (forward frames)");
         case Type:
             return tr("Type");
         case AtPeak:
@@ -332,6 +343,10 @@ QVariant LayerTreeModel::headerData(int section, Qt::Orientation orientation, in
             return tr("Count");
         case LargestBlock:
             return tr("Largest block");
+        case Gradients:
+            return tr("Gradients");
+        case SavedForBackward:
+            return tr("Saved for backward");
         default:
             return {};
         }

@@ -19,6 +19,15 @@ namespace memledger {
 
 namespace {
 
+// How a remedy's "after" figures are known: predicted until Measure (tiling is measured when computed); a
+// snapshot's remedy is an estimate by a stated rule.
+QString figureText(const Remedy& m)
+{
+    if (m.method == FigureMethod::Estimate)
+        return QObject::tr("estimate");
+    return m.kind == RemedyKind::Tiling ? QObject::tr("measured") : QObject::tr("predicted");
+}
+
 // "1.52 MiB (−936 KiB)"
 QString afterAndSaving(std::int64_t before, std::int64_t after)
 {
@@ -164,7 +173,7 @@ void RemediesPanel::fillRow(int row)
         item(m.reserve_after > 0 ? afterAndSaving(m.reserve_before, m.reserve_after) : QStringLiteral("-"), true));
     // A remedy measured when it was computed (tiling) says so; a prediction says predicted until Measure.
     const bool measuredNow = m.measured_peak_total.has_value();
-    table_->setItem(row, 4, item(m.kind == RemedyKind::Tiling ? tr("measured") : tr("predicted")));
+    table_->setItem(row, 4, item(figureText(m)));
     table_->removeCellWidget(row, kMeasuredColumn);
     if (measuredNow && m.kind != RemedyKind::Tiling) {
         auto text = bytesText(*m.measured_peak_total) + QStringLiteral("  ")
@@ -241,7 +250,7 @@ void RemediesPanel::showDetails()
     html += tr("<p>Peak total %1 &rarr; %2").arg(bytesText(m.peak_total_before), bytesText(m.peak_total_after));
     if (m.reserve_after > 0)
         html += tr(", reserve %1 &rarr; %2").arg(bytesText(m.reserve_before), bytesText(m.reserve_after));
-    html += tr(" (%1)</p>").arg(m.kind == RemedyKind::Tiling ? tr("measured") : tr("predicted"));
+    html += tr(" (%1)</p>").arg(figureText(m));
     if (m.measured_peak_total && m.kind != RemedyKind::Tiling)
         html += tr("<p>Measured: peak total %1%2 &mdash; %3</p>")
                     .arg(bytesText(*m.measured_peak_total),

@@ -231,7 +231,7 @@ void layerRows(std::ostringstream& out, const Report& r, int i, std::int64_t lar
         << "</td><td>" << formatBytes(l.weight_bytes) << "</td><td>" << formatBytes(l.activation_bytes) << "</td><td>"
         << formatBytes(l.temporary_peak_bytes) << "</td><td>" << formatBytes(l.peak_bytes)
         << " <span class=inbar style=\"width:" << width << "px\"></span></td>";
-    if (r.run.mode == RunMode::Train)
+    if (r.run.mode == RunMode::Train || r.snapshot)
         out << "<td>" << formatBytes(l.gradient_bytes) << "</td><td>" << formatBytes(l.saved_activation_bytes)
             << "</td><td>" << formatBytes(l.backward_temporary_peak_bytes) << "</td><td>"
             << formatBytes(l.backward_peak_bytes) << "</td>";
@@ -476,7 +476,7 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
                 largest = std::max(largest, l.peak_bytes);
         out << "<h2>Layers</h2>\n<table id=layers><tr><th>module</th><th class=l>type</th><th class=l>output</th>"
                "<th>weights</th><th>activations</th><th>temporaries (peak)</th><th>peak delta</th>";
-        if (r.run.mode == RunMode::Train)
+        if (r.run.mode == RunMode::Train || r.snapshot)
             out << "<th>gradients</th><th>saved for backward</th><th>backward temporaries (peak)</th>"
                    "<th>backward peak delta</th>";
         out << "<th>calls</th></tr>\n";

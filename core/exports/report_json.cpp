@@ -267,7 +267,7 @@ json reportToJson(const Report& r, bool withEvents)
             {"depth", l.depth}, {"weight_bytes", l.weight_bytes}, {"activation_bytes", l.activation_bytes},
             {"temporary_peak_bytes", l.temporary_peak_bytes}, {"peak_bytes", l.peak_bytes}, {"calls", l.calls},
             {"output_shapes", l.output_shapes}});
-        if (r.run.mode == RunMode::Train) {
+        if (r.run.mode == RunMode::Train || r.source == ReportSource::Snapshot) {
             auto& lj = layers.back();
             lj["gradient_bytes"] = l.gradient_bytes;
             lj["saved_activation_bytes"] = l.saved_activation_bytes;

@@ -17,7 +17,7 @@ std::string bytesOrDash(std::int64_t b)
     return b ? formatBytes(b) : "-";
 }
 
-// A snapshot's tree groups allocations by stack frame: only allocated bytes, peak delta and count apply.
+// A snapshot's module tree: allocated in total, saved for backward, gradients, at the peak and count apply.
 void printSnapshotRow(std::ostringstream& out, const Report& r, int index, int maxDepth)
 {
     const auto& l = r.layers[static_cast<std::size_t>(index)];
@@ -25,7 +25,9 @@ void printSnapshotRow(std::ostringstream& out, const Report& r, int index, int m
         return;
     std::string name = std::string(static_cast<std::size_t>(l.depth) * 2, ' ') + l.name;
     out << padCell(name, 60) << ' ' << padCell(bytesOrDash(l.activation_bytes), 11, true) << ' '
-        << padCell(bytesOrDash(l.peak_bytes), 11, true) << ' ' << padCell(std::to_string(l.calls), 7, true) << '\n';
+        << padCell(bytesOrDash(l.saved_activation_bytes), 11, true) << ' '
+        << padCell(bytesOrDash(l.gradient_bytes), 11, true) << ' ' << padCell(bytesOrDash(l.peak_bytes), 11, true)
+        << ' ' << padCell(std::to_string(l.calls), 7, true) << '\n';
     for (int c : l.children)
         printSnapshotRow(out, r, c, maxDepth);
 }
@@ -93,8 +95,9 @@ std::string reportToText(const Report& r, int maxDepth)
             << formatBytes(r.model.file_bytes) << ", " << (r.trace ? r.trace->size() : 0) << " trace entries over "
             << ms << " ms\n\n";
         if (!r.layers.empty()) {
-            out << padCell("where (top stack frame)", 60) << ' ' << padCell("allocated", 11, true) << ' '
-                << padCell("peak delta", 11, true) << ' ' << padCell("allocs", 7, true) << '\n';
+            out << padCell("module (forward frames)", 60) << ' ' << padCell("allocated", 11, true) << ' '
+                << padCell("saved (bw)", 11, true) << ' ' << padCell("gradients", 11, true) << ' '
+                << padCell("at peak", 11, true) << ' ' << padCell("allocs", 7, true) << '\n';
             printSnapshotRow(out, r, 0, maxDepth);
             out << '\n';
         }

@@ -11,9 +11,9 @@ namespace memledger {
 enum class RunMode { Inference, Train };
 // Where a report's trace comes from: memledger's own run of a model, or a CUDA snapshot PyTorch wrote.
 enum class ReportSource { Model, Snapshot };
-// How a figure is known: a fit through the records, a real run at exactly that setting, or a fit carried on
-// beyond the largest record.
-enum class FigureMethod { Predicted, Measured, Extrapolated };
+// How a figure is known: a fit through the records, a real run at exactly that setting, a fit carried on
+// beyond the largest record, or an estimate by a stated rule from what a snapshot holds (nothing ran).
+enum class FigureMethod { Predicted, Measured, Extrapolated, Estimate };
 // What a what-if varies: the batch (dimension 0 of every input; each allocation a line in it) or the sequence
 // length (dimension 1 of every token input; each allocation a parabola, as attention scores grow with its square).
 enum class WhatIfAxis { Batch, Seq };
@@ -29,6 +29,7 @@ enum class RemedyKind {
     Tiling,
     CudnnBenchmark,
     AllocatorSettings,
+    SnapshotPeak, // a snapshot's peak: what holds it and what would shrink its dominant ledger (an estimate)
 };
 // How a real run can check a remedy: not here, memledger runs the model at another setting, a run of the
 // edited model the user gives, or a run on a GPU.
@@ -49,7 +50,7 @@ inline constexpr EnumText<RunMode> kRunModeText[] = {{RunMode::Inference, "infer
 inline constexpr EnumText<ReportSource> kReportSourceText[] = {
     {ReportSource::Model, "model"}, {ReportSource::Snapshot, "snapshot"}};
 inline constexpr EnumText<FigureMethod> kFigureMethodText[] = {{FigureMethod::Predicted, "predicted"},
-    {FigureMethod::Measured, "measured"}, {FigureMethod::Extrapolated, "extrapolated"}};
+    {FigureMethod::Measured, "measured"}, {FigureMethod::Extrapolated, "extrapolated"}, {FigureMethod::Estimate, "estimate"}};
 inline constexpr EnumText<WhatIfAxis> kWhatIfAxisText[] = {{WhatIfAxis::Batch, "batch"}, {WhatIfAxis::Seq, "seq"}};
 inline constexpr EnumText<RemedyKind> kRemedyKindText[] = {
     {RemedyKind::LowerPrecision, "lower_precision"},
@@ -62,6 +63,7 @@ inline constexpr EnumText<RemedyKind> kRemedyKindText[] = {
     {RemedyKind::Tiling, "tiling"},
     {RemedyKind::CudnnBenchmark, "cudnn_benchmark"},
     {RemedyKind::AllocatorSettings, "allocator_settings"},
+    {RemedyKind::SnapshotPeak, "snapshot_peak"},
 };
 inline constexpr EnumText<MeasureHow> kMeasureHowText[] = {
     {MeasureHow::None, ""}, {MeasureHow::Run, "run"}, {MeasureHow::Variant, "variant"}, {MeasureHow::Gpu, "gpu"}};

@@ -164,6 +164,19 @@ void summarizePeak(Report& r, const Trace& t, const std::vector<std::int64_t>& l
 
 } // namespace
 
+void addToLedgerColumns(std::vector<LayerStats>& layers, int layer, Ledger ledger, std::int64_t bytes, bool activation)
+{
+    for (int m = layer; m >= 0; m = layers[static_cast<std::size_t>(m)].parent) {
+        auto& l = layers[static_cast<std::size_t>(m)];
+        if (activation)
+            l.activation_bytes += bytes;
+        if (ledger == Ledger::SavedActivations)
+            l.saved_activation_bytes += bytes;
+        if (ledger == Ledger::Gradients)
+            l.gradient_bytes += bytes;
+    }
+}
+
 void summarizeRunEvents(Report& r, const Trace& t, const std::vector<OpCall>& ops,
     const std::vector<std::int64_t>& live, std::uint32_t first, std::uint32_t end)
 {
@@ -194,20 +207,10 @@ void summarizeRunEvents(Report& r, const Trace& t, const std::vector<OpCall>& op
     // Per module: activations its forward made (saved ones too), and in a training step what was saved for
     // the backward and the gradients of its parameters (each summed into its parents).
     auto layerOf = layerOfString(t, r.layers);
-    auto addUp = [&](std::size_t i, std::int64_t LayerStats::*field) {
-        for (int m = layerOf[t.where[i]]; m >= 0; m = r.layers[static_cast<std::size_t>(m)].parent)
-            r.layers[static_cast<std::size_t>(m)].*field += t.bytes[i];
-    };
-    for (std::size_t i = first; i < end; ++i) {
-        if (t.action[i] != Action::Alloc)
-            continue;
-        if ((t.ledger[i] == Ledger::Activations || t.ledger[i] == Ledger::SavedActivations) && inForward(i))
-            addUp(i, &LayerStats::activation_bytes);
-        if (t.ledger[i] == Ledger::SavedActivations)
-            addUp(i, &LayerStats::saved_activation_bytes);
-        if (t.ledger[i] == Ledger::Gradients)
-            addUp(i, &LayerStats::gradient_bytes);
-    }
+    for (std::size_t i = first; i < end; ++i)
+        if (t.action[i] == Action::Alloc)
+            addToLedgerColumns(r.layers, layerOf[t.where[i]], t.ledger[i], t.bytes[i],
+                (t.ledger[i] == Ledger::Activations || t.ledger[i] == Ledger::SavedActivations) && inForward(i));
 
     // The ops wholly inside the range.
     auto opInRange = [&](const OpCall& op) { return op.first_event >= first && op.end_event <= end; };

@@ -18,6 +18,12 @@ void classifyTrace(Trace& t, const std::vector<OpCall>& ops);
 void summarizeRunEvents(Report& r, const Trace& t, const std::vector<OpCall>& ops,
     const std::vector<std::int64_t>& live, std::uint32_t first, std::uint32_t end);
 
+// The ledger columns of a layer tree, one allocation at a time: its bytes go into its layer and every parent of
+// it (layer -1: none), into gradient_bytes for a gradient, saved_activation_bytes for a saved activation, and
+// activation_bytes where `activation` says (a model run: an activation its forward made; a snapshot: every
+// allocation, its tree's "allocated in total"). summarizeRunEvents and a snapshot's module tree both sum with it.
+void addToLedgerColumns(std::vector<LayerStats>& layers, int layer, Ledger ledger, std::int64_t bytes, bool activation);
+
 // Live bytes after each event, counting only allocations made inside the trace.
 std::vector<std::int64_t> liveBytesAfterEachEvent(const Trace& trace);
 

@@ -1,5 +1,6 @@
 #include "snapshot/frames.h"
 
+#include "report/trace.h"
 #include "snapshot/snapshot.h"
 
 #include <array>
@@ -159,6 +160,57 @@ std::string allocationSite(const std::vector<SnapshotFrame>& frames)
     for (const auto& f : frames)
         views.push_back(viewOf(f));
     return allocationSite(views);
+}
+
+bool isForwardFrame(const FrameView& f)
+{
+    return endsWith(f.filename, ".py") && (f.name == "forward" || f.name.rfind("forward (fx:", 0) == 0);
+}
+
+std::vector<FrameView> forwardChain(const std::vector<FrameView>& frames)
+{
+    std::vector<FrameView> out;
+    for (auto it = frames.rbegin(); it != frames.rend(); ++it)
+        if (isForwardFrame(*it))
+            out.push_back(*it);
+    return out;
+}
+
+std::string modulePath(const std::vector<FrameView>& chain, std::size_t count)
+{
+    std::string out;
+    for (std::size_t k = 0; k < chain.size() && k < count; ++k)
+        out += (k ? " / " : "") + frameText(chain[k]);
+    return out;
+}
+
+std::vector<FrameView> framesOfStack(const Trace& t, std::uint32_t stack)
+{
+    std::vector<FrameView> out;
+    out.reserve(t.stacks.depth(stack));
+    for (auto it = t.stacks.begin(stack); it != t.stacks.end(stack); ++it) {
+        const StackFrame& f = t.stacks.frame(*it);
+        out.push_back({t.strings.at(f.file), f.line, t.strings.at(f.name)});
+    }
+    return out;
+}
+
+std::vector<FrameView> framesOf(const std::vector<SnapshotFrame>& frames)
+{
+    std::vector<FrameView> out;
+    out.reserve(frames.size());
+    for (const auto& f : frames)
+        out.push_back(viewOf(f));
+    return out;
+}
+
+std::string shortFrameText(const FrameView& f)
+{
+    auto slash = f.filename.find_last_of("/\\");
+    FrameView s = f;
+    if (slash != std::string_view::npos)
+        s.filename = f.filename.substr(slash + 1);
+    return frameText(s);
 }
 
 } // namespace memledger

@@ -3,6 +3,7 @@
 // segment history (what holds the fragmentation) and the segment map (hover): how a frame reads, and which
 // frame of a stack names an allocation.
 #include <cstdint>
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -10,6 +11,7 @@
 namespace memledger {
 
 struct SnapshotFrame;
+struct Trace;
 
 struct FrameView {
     std::string_view filename;
@@ -49,5 +51,22 @@ bool isAllocatorFrame(std::string_view name);
 // first known frame, or the first frame. "" for an empty stack.
 std::string allocationSite(const std::vector<FrameView>& frames);
 std::string allocationSite(const std::vector<SnapshotFrame>& frames);
+
+// A layer of a snapshot's module tree: a Python frame whose function is `forward`, the user's own modules and
+// library ones (torch/nn/modules/linear.py) alike; torch.compile's generated forward with its FX node
+// ("forward (fx: ...)") too.
+bool isForwardFrame(const FrameView& f);
+// The module path of a stack (frames innermost first, as PyTorch lists them): its forward frames, outermost
+// first. Empty: the allocation was made outside any forward.
+std::vector<FrameView> forwardChain(const std::vector<FrameView>& frames);
+// The path of a module tree's row: the chain's frames, "model.py:120 forward / block.py:48 forward" with the
+// files' full names; "" for an empty chain.
+std::string modulePath(const std::vector<FrameView>& chain, std::size_t count = SIZE_MAX);
+// The frames of a call stack of a trace (innermost first); views into the trace's strings.
+std::vector<FrameView> framesOfStack(const Trace& t, std::uint32_t stack);
+std::vector<FrameView> framesOf(const std::vector<SnapshotFrame>& frames);
+// A frame's text with its file's folders left out: "block.py:48 forward" (the tree's row names; the full text
+// is the row's path).
+std::string shortFrameText(const FrameView& f);
 
 } // namespace memledger

@@ -182,17 +182,20 @@ SnapshotAllocatorCheck checkAllocatorModel(const Snapshot& s);
 // The same replay under other allocator settings (what PYTORCH_CUDA_ALLOC_CONF would change).
 AllocatorReplay replaySnapshot(const Snapshot& s, const AllocatorSettings& settings);
 
-// Report for a snapshot: trace, peak of live bytes, a tree of top user stack frames (root: the file name),
+// Report for a snapshot: trace, peak of live bytes, the module tree of forward frames (root: the file name),
 // the allocator check; the ledgers as snapshot_ledgers.h tells them (decodeSnapshot assigns each event's).
 // checkAllocator false: leave the allocator check for later (addAllocatorCheck), so that the timeline can be
 // drawn first; reportToJson makes the check itself when it is missing.
 Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAllocator = true);
 Report reportFromSnapshot(const Snapshot& s, const std::string& path, bool checkAllocator = true);
 // The figures of a snapshot's report that come from events [first, end) of its trace (reportFromSnapshot:
-// all of them; reportForRange: a range): the peak inside the range and what is alive then, and the tree of top
-// user frames with, per frame, the bytes alive at the peak (peak_bytes), allocated in the range in total
-// (activation_bytes), the count (calls) and the largest block. A trace without allocations: the blocks the
-// segments hold at the end, grouped by their frames.
+// all of them; reportForRange: a range): the peak inside the range and what is alive then, and the module tree:
+// a row per chain of Python `forward` frames (path "model.py:120 forward / block.py:48 forward", outermost
+// first), "(outside any forward)" with a row per naming frame below it, "(alive before the trace)"; per row,
+// summed into its parents, the bytes alive at the peak (peak_bytes), allocated in the range in total
+// (activation_bytes), saved for backward (saved_activation_bytes), gradients (gradient_bytes), the count
+// (calls) and the largest block. A trace without allocations: the blocks the segments hold at the end, in the
+// rows of their own frames.
 void summarizeSnapshotEvents(
     Report& r, const Snapshot& s, const std::string& path, std::uint32_t first, std::uint32_t end);
 // Bytes alive when the trace began: what the segments hold at the end minus what the trace did.
@@ -208,6 +211,8 @@ struct AnnotationFigures {
     std::int64_t added_bytes = 0;
 };
 std::vector<AnnotationFigures> annotationFigures(const Report& r);
+// The innermost annotation (record_function range) that holds the moment `ns` (from the trace's start), "" if none.
+std::string annotationAt(const Snapshot& s, std::int64_t ns);
 // The same report with its snapshot's allocator check made.
 Report addAllocatorCheck(const Report& r);
 

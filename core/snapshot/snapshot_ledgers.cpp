@@ -243,6 +243,31 @@ void assignSnapshotLedgers(Trace& t, const Snapshot& s)
     }
 }
 
+std::string snapshotPhaseAt(const Trace& t, const Snapshot& s, std::size_t i)
+{
+    std::vector<StackFacts> facts(t.stacks.stackCount());
+    const std::vector<Doing> doing = doingOfEvents(t, s, facts);
+    for (std::size_t k = std::min(i + 1, t.size()); k-- > 0;) {
+        if (!isBlockEvent(t.action[k]) || doing[k] == Doing::Unknown)
+            continue;
+        switch (doing[k]) {
+        case Doing::Forward:
+            return "forward";
+        case Doing::Backward:
+            return "backward";
+        case Doing::Optimizer:
+            return "optimizer";
+        case Doing::ZeroGrad:
+            return "zero_grad";
+        case Doing::Setup:
+            return "setup";
+        case Doing::Unknown:
+            break;
+        }
+    }
+    return {};
+}
+
 std::array<LedgerFigure, kLedgerKinds> snapshotLedgerFigures(
     const Trace& t, std::int64_t aliveBefore, std::uint32_t first, std::uint32_t end, std::int32_t peakEvent)
 {

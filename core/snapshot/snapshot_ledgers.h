@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 
 namespace memledger {
 
@@ -15,6 +16,11 @@ struct Snapshot;
 // block). A free without its alloc (the block was alive before the trace began) gets Resident unless the trace
 // tells what the block was: freed by zero_grad, a gradient; freed by the backward, a saved activation.
 void assignSnapshotLedgers(Trace& t, const Snapshot& s);
+
+// What the program was doing at event `i` of a snapshot's trace, as the ledgers' rules tell it (its stack, an
+// annotation, else the last event that told): "forward", "backward", "optimizer", "zero_grad", "setup", or ""
+// where nothing tells.
+std::string snapshotPhaseAt(const Trace& t, const Snapshot& s, std::size_t i);
 
 // The ledgers' figures for the events [first, end) of a snapshot's classified trace: at_peak after event
 // `peakEvent` (-1: before the first), total what the range allocated (Resident: the blocks alive before the

@@ -6,6 +6,8 @@
 #include "report/report_summary.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <unordered_map>
@@ -14,6 +16,7 @@ namespace memledger {
 
 namespace {
 
+constexpr const char* kOutsideForward = "(outside any forward)";
 constexpr std::int64_t kSmallBuffer = std::int64_t {2} << 20;
 
 // The state the allocator was in when the trace began, rebuilt from the final state by undoing the trace.
@@ -106,13 +109,12 @@ std::string baseName(const std::string& path)
     return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-// "dir/model.py:54 forward" -> "dir/model.py"
-std::string fileOfWhere(const std::string& where)
+// "dir/model.py:54 forward" -> "model.py:54 forward"; "aten::mul" stays.
+std::string shortWhere(const std::string& where)
 {
-    auto space = where.find(' ');
-    auto head = where.substr(0, space);
-    auto colon = head.rfind(':');
-    return colon == std::string::npos ? head : head.substr(0, colon);
+    const auto space = where.find(' ');
+    const auto slash = where.find_last_of("/\\", space);
+    return slash == std::string::npos ? where : where.substr(slash + 1);
 }
 
 } // namespace
@@ -246,31 +248,79 @@ void summarizeSnapshotEvents(Report& r, const Snapshot& s, const std::string& pa
     r.peak_bytes = std::max<std::int64_t>(r.peak_bytes, 0);
     r.peak_total_bytes = r.peak_bytes;
 
-    // Per top user frame: what the range allocated (total, count, largest block) and what is alive at the
-    // peak. Without allocations in the trace (a bare segment list, a legacy file), the blocks the segments
-    // hold at the end are the state shown, grouped by their own frames.
-    struct Figures {
-        std::int64_t at_peak = 0, total = 0, count = 0, largest = 0;
+    // The module tree (docs/snapshots.md, "Module tree"): each allocation in the row of its forward frames,
+    // outermost first, with what the range allocated (in total, per ledger, count, largest block) and what is
+    // alive at the peak, each summed into the parents as a model run's layers are. Allocations made outside any
+    // forward are under "(outside any forward)", by the frame that names them. Without allocations in the trace
+    // (a bare segment list, a legacy file), the blocks the segments hold at the end are the state shown.
+    LayerStats root;
+    root.name = baseName(path);
+    root.type = "snapshot";
+    r.layers.push_back(root);
+    std::unordered_map<std::string, int> rowOf;
+    auto row = [&](int parent, const std::string& rowPath, std::string name, const char* type) {
+        auto [it, fresh] = rowOf.emplace(rowPath, 0);
+        if (!fresh)
+            return it->second;
+        LayerStats l;
+        l.path = rowPath;
+        l.name = std::move(name);
+        l.type = type;
+        l.parent = parent;
+        l.depth = r.layers[static_cast<std::size_t>(parent)].depth + 1;
+        const int id = static_cast<int>(r.layers.size());
+        r.layers[static_cast<std::size_t>(parent)].children.push_back(id);
+        r.layers.push_back(std::move(l));
+        it->second = id;
+        return id;
     };
-    std::map<std::string, Figures> byWhere;
+    auto rowOfFrames = [&](const std::vector<FrameView>& frames, const std::string& where) {
+        const auto chain = forwardChain(frames);
+        if (chain.empty()) {
+            const std::string outside = kOutsideForward;
+            const int o = row(0, outside, outside, "outside");
+            return where.empty() ? row(o, outside + " / (no stack)", "(no stack)", "frame")
+                                 : row(o, outside + " / " + where, shortWhere(where), "frame");
+        }
+        int m = 0;
+        for (std::size_t k = 0; k < chain.size(); ++k)
+            m = row(m, modulePath(chain, k + 1), shortFrameText(chain[k]), "forward");
+        return m;
+    };
+    auto add = [&](int m, std::int64_t bytes, Ledger ledger, bool inRange, bool atPeak) {
+        if (inRange)
+            addToLedgerColumns(r.layers, m, ledger, bytes, true);
+        for (; m >= 0; m = r.layers[static_cast<std::size_t>(m)].parent) {
+            auto& l = r.layers[static_cast<std::size_t>(m)];
+            if (inRange) {
+                l.calls += 1;
+                l.largest_block_bytes = std::max(l.largest_block_bytes, bytes);
+            }
+            if (atPeak)
+                l.peak_bytes += bytes;
+        }
+    };
     std::vector<PeakItem> alive;
     const bool traced = std::any_of(t.action.begin(), t.action.end(), [](Action a) { return a == Action::Alloc; });
     std::int64_t tracedAtPeak = 0;
     if (traced) {
+        std::unordered_map<std::uint64_t, int> rowOfStack; // (stack, where) -> row
         for (std::size_t i = 0; i < t.size(); ++i) {
             if (t.action[i] != Action::Alloc)
                 continue;
-            const std::string& where = t.strings.at(t.where[i]);
             auto idx = static_cast<std::int32_t>(i);
-            if (i >= first && i < end) {
-                auto& f = byWhere[where];
-                f.total += t.bytes[i];
-                f.count += 1;
-                f.largest = std::max(f.largest, t.bytes[i]);
-            }
-            if (r.peak_event >= 0 && idx <= r.peak_event
-                && (t.partner[i] == kNoPartner || t.partner[i] > r.peak_event)) {
-                byWhere[where].at_peak += t.bytes[i];
+            const bool inRange = i >= first && i < end;
+            const bool atPeak = r.peak_event >= 0 && idx <= r.peak_event
+                && (t.partner[i] == kNoPartner || t.partner[i] > r.peak_event);
+            if (!inRange && !atPeak)
+                continue;
+            const std::string& where = t.strings.at(t.where[i]);
+            const auto key = (std::uint64_t {t.stack[i]} << 32) | t.where[i];
+            auto it = rowOfStack.find(key);
+            if (it == rowOfStack.end())
+                it = rowOfStack.emplace(key, rowOfFrames(framesOfStack(t, t.stack[i]), where)).first;
+            add(it->second, t.bytes[i], t.ledger[i], inRange, atPeak);
+            if (atPeak) {
                 tracedAtPeak += t.bytes[i];
                 PeakItem p;
                 p.bytes = t.bytes[i];
@@ -286,11 +336,7 @@ void summarizeSnapshotEvents(Report& r, const Snapshot& s, const std::string& pa
                 if (b.state != BlockState::ActiveAllocated)
                     continue;
                 auto where = allocationSite(b.frames);
-                auto& f = byWhere[where];
-                f.at_peak += b.size;
-                f.total += b.size;
-                f.count += 1;
-                f.largest = std::max(f.largest, b.size);
+                add(rowOfFrames(framesOf(b.frames), where), b.size, Ledger::Resident, true, true);
                 tracedAtPeak += b.size;
                 PeakItem p;
                 p.bytes = b.size;
@@ -312,69 +358,11 @@ void summarizeSnapshotEvents(Report& r, const Snapshot& s, const std::string& pa
         alive.resize(50);
     r.alive_at_peak = std::move(alive);
 
-    LayerStats root;
-    root.name = baseName(path);
-    root.type = "snapshot";
-    r.layers.push_back(root);
-    std::map<std::string, int> fileNode;
-    std::vector<std::pair<std::int64_t, const std::string*>> order;
-    for (const auto& [w, f] : byWhere)
-        order.push_back({std::max(f.total, f.at_peak), &w});
-    std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-    auto addTo = [](LayerStats& node, const LayerStats& l) {
-        node.activation_bytes += l.activation_bytes;
-        node.peak_bytes += l.peak_bytes;
-        node.calls += l.calls;
-        node.largest_block_bytes = std::max(node.largest_block_bytes, l.largest_block_bytes);
-    };
     // Blocks alive at the peak that the trace did not allocate: it is a ring buffer.
     if (traced && r.peak_bytes > tracedAtPeak) {
-        LayerStats before;
-        before.path = "(alive before the trace)";
-        before.name = before.path;
-        before.type = "before the trace";
-        before.parent = 0;
-        before.depth = 1;
-        before.peak_bytes = r.peak_bytes - tracedAtPeak;
-        r.layers[0].children.push_back(static_cast<int>(r.layers.size()));
-        addTo(r.layers[0], before);
-        r.layers.push_back(std::move(before));
+        const int b = row(0, "(alive before the trace)", "(alive before the trace)", "before the trace");
+        r.layers[static_cast<std::size_t>(b)].peak_bytes = r.peak_bytes - tracedAtPeak;
     }
-    for (const auto& [size, w] : order) {
-        const std::string& where = *w;
-        const Figures& f = byWhere[where];
-        std::string file = where.empty() ? "(no stack)" : fileOfWhere(where);
-        auto it = fileNode.find(file);
-        if (it == fileNode.end()) {
-            LayerStats fl;
-            fl.path = file;
-            fl.name = baseName(file);
-            fl.type = "file";
-            fl.parent = 0;
-            fl.depth = 1;
-            int id = static_cast<int>(r.layers.size());
-            r.layers[0].children.push_back(id);
-            r.layers.push_back(fl);
-            it = fileNode.emplace(file, id).first;
-        }
-        LayerStats l;
-        l.path = where.empty() ? "(no stack):" : where;
-        l.name = where.empty() ? "(no stack)" : where.substr(std::min(where.size(), file.size() + 1));
-        l.type = "frame";
-        l.parent = it->second;
-        l.depth = 2;
-        l.activation_bytes = f.total;
-        l.peak_bytes = f.at_peak;
-        l.calls = f.count;
-        l.largest_block_bytes = f.largest;
-        auto& parent = r.layers[static_cast<std::size_t>(it->second)];
-        addTo(parent, l);
-        int id = static_cast<int>(r.layers.size());
-        parent.children.push_back(id);
-        r.layers.push_back(std::move(l));
-    }
-    for (auto c : fileNode)
-        addTo(r.layers[0], r.layers[static_cast<std::size_t>(c.second)]);
     r.layers[0].peak_bytes = r.peak_bytes;
 }
 
@@ -437,6 +425,17 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAlloc
 Report readSnapshotReport(const std::string& path, bool checkAllocator, const SnapshotReadOptions& options)
 {
     return reportFromSnapshot(readSnapshotFile(path, options), path, checkAllocator);
+}
+
+std::string annotationAt(const Snapshot& s, std::int64_t ns)
+{
+    std::string found;
+    for (const auto& a : s.annotations) { // by start: the innermost is the latest to start
+        const auto end = a.end_us >= 0 ? s.endNs(a) : INT64_MAX;
+        if (s.startNs(a) <= ns && ns <= end)
+            found = a.name;
+    }
+    return found;
 }
 
 std::vector<AnnotationFigures> annotationFigures(const Report& r)

@@ -2,7 +2,9 @@
 
 #include "allocator/gpu_replay.h"
 #include "recording/build_report.h"
+#include "snapshot/frames.h"
 #include "snapshot/snapshot.h"
+#include "snapshot/snapshot_ledgers.h"
 #include "support/dtype.h"
 #include "support/errors.h"
 #include "support/format.h"
@@ -20,6 +22,7 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <unordered_map>
 
 namespace memledger {
 
@@ -657,12 +660,164 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
         }
     }
 
+    if (auto m = snapshotPeakRemedy(r))
+        out.push_back(std::move(*m));
+
     std::stable_sort(out.begin(), out.end(), [](const Remedy& a, const Remedy& b) {
         if (a.peakSaving() != b.peakSaving())
             return a.peakSaving() > b.peakSaving();
         return a.reserveSaving() > b.reserveSaving();
     });
     return out;
+}
+
+std::optional<Remedy> snapshotPeakRemedy(const Report& r)
+{
+    if (!r.snapshot || !r.trace || r.peak_event < 0 || r.peak_bytes <= 0)
+        return std::nullopt;
+    const Trace& t = *r.trace;
+    const auto peak = static_cast<std::size_t>(r.peak_event);
+    if (peak >= t.size())
+        return std::nullopt;
+    // The ledger with the most bytes at the peak.
+    std::size_t top = 0;
+    for (std::size_t l = 1; l < r.ledgers.size(); ++l)
+        if (r.ledgers[l].at_peak > r.ledgers[top].at_peak)
+            top = l;
+    const auto ledger = static_cast<Ledger>(top);
+    const std::int64_t ledgerBytes = r.ledgers[top].at_peak;
+    if (ledgerBytes <= 0)
+        return std::nullopt;
+    std::string holder = annotationAt(*r.snapshot, r.peak_time_ns);
+    const std::string phase = snapshotPhaseAt(t, *r.snapshot, peak);
+    holder = !holder.empty() ? "the range " + holder + (phase.empty() ? "" : " (" + phase + ")")
+        : !phase.empty()     ? "the " + phase
+                             : "the trace";
+
+    // Its blocks alive at the peak, per module-tree row (each counted in every row of its chain) and, made outside
+    // any forward, per naming frame.
+    struct Owner {
+        std::int64_t bytes = 0, largest = 0;
+        std::size_t depth = 0;
+        std::string parent;
+        std::string name;
+    };
+    std::map<std::string, Owner> rows, frames;
+    std::int64_t inForward = 0;
+    std::unordered_map<std::uint32_t, std::vector<FrameView>> chains;
+    for (std::size_t i = 0; i <= peak; ++i) {
+        if (t.action[i] != Action::Alloc || t.ledger[i] != ledger
+            || (t.partner[i] != kNoPartner && static_cast<std::size_t>(t.partner[i]) <= peak))
+            continue;
+        auto it = chains.find(t.stack[i]);
+        if (it == chains.end())
+            it = chains.emplace(t.stack[i], forwardChain(framesOfStack(t, t.stack[i]))).first;
+        const auto& chain = it->second;
+        auto count = [&](Owner& o) {
+            o.bytes += t.bytes[i];
+            o.largest = std::max(o.largest, t.bytes[i]);
+        };
+        if (chain.empty()) {
+            auto& o = frames[t.strings.at(t.where[i])];
+            o.name = t.strings.at(t.where[i]);
+            count(o);
+            continue;
+        }
+        inForward += t.bytes[i];
+        for (std::size_t k = 0; k < chain.size(); ++k) {
+            auto& o = rows[modulePath(chain, k + 1)];
+            o.depth = k + 1;
+            o.parent = modulePath(chain, k);
+            o.name = shortFrameText(chain[k]);
+            count(o);
+        }
+    }
+    const Owner* owner = nullptr;
+    std::string ownerPath;
+    const std::int64_t outside = ledgerBytes - inForward; // made outside any forward, or before the trace
+    if (inForward >= outside && !rows.empty()) {
+        // Down the tree while a child holds more than half of the ledger's bytes at the peak.
+        std::string at;
+        while (true) {
+            const Owner* best = nullptr;
+            std::string bestPath;
+            for (const auto& [path, o] : rows)
+                if (o.parent == at && (!best || o.bytes > best->bytes)) {
+                    best = &o;
+                    bestPath = path;
+                }
+            if (!best || (owner && best->bytes * 2 <= ledgerBytes))
+                break;
+            owner = best;
+            ownerPath = at = bestPath;
+            if (best->bytes * 2 <= ledgerBytes)
+                break;
+        }
+    } else {
+        for (const auto& [where, o] : frames)
+            if (!owner || o.bytes > owner->bytes) {
+                owner = &o;
+                ownerPath = where;
+            }
+    }
+    const bool module = owner && rows.count(ownerPath) > 0;
+
+    Remedy m;
+    m.kind = RemedyKind::SnapshotPeak;
+    m.method = FigureMethod::Estimate;
+    m.peak_total_before = r.peak_total_bytes;
+    m.peak_total_after = r.peak_total_bytes;
+    const std::string label = ledgerLabel(ledger);
+    const std::string share = std::to_string(
+        static_cast<int>(std::lround(100.0 * static_cast<double>(ledgerBytes) / static_cast<double>(r.peak_bytes))));
+    const std::string ownerText = !owner ? std::string("blocks alive before the trace")
+        : module                         ? owner->name + (owner->depth > 1 ? " (in " + ownerPath + ")" : "")
+                                         : owner->name;
+    m.title = "Peak in " + holder + ": " + label + " " + formatBytes(ledgerBytes) + " (" + share + "%)";
+    m.details.push_back("the peak: " + formatBytes(r.peak_bytes) + " alive in " + holder + ", "
+        + std::to_string(r.peak_time_ns / 1000000) + " ms into the trace");
+    m.details.push_back("dominant ledger: " + label + ", " + formatBytes(ledgerBytes) + " of it at the peak");
+    if (owner)
+        m.details.push_back(std::string("its largest owner: ") + (module ? "the forward " : "the frame ") + ownerText
+            + ", " + formatBytes(owner->bytes) + " (largest block " + formatBytes(owner->largest) + ")");
+    std::int64_t saving = 0;
+    switch (ledger) {
+    case Ledger::SavedActivations:
+        if (owner && module) {
+            saving = std::max<std::int64_t>(0, owner->bytes - owner->largest);
+            m.change = "saved activations of " + owner->name + ": " + formatBytes(owner->bytes)
+                + " at the peak; activation checkpointing of its calls (torch.utils.checkpoint.checkpoint around "
+                  "them) would save up to "
+                + formatBytes(saving) + " (estimate), for a second forward of them in the backward";
+            m.details.push_back("estimate: " + formatBytes(owner->bytes) + " its calls saved for backward alive at the "
+                + "peak, minus " + formatBytes(owner->largest) + ", its largest such block, which the backward "
+                + "holds again while it recomputes one call; the inputs of the calls, which checkpointing keeps, "
+                + "are not subtracted: the real saving is lower by them");
+        } else {
+            m.change = "saved for backward by code outside any forward: checkpointing needs a module to wrap";
+        }
+        break;
+    case Ledger::Gradients:
+        saving = ledgerBytes / 2;
+        m.change = "gradients: " + formatBytes(ledgerBytes) + " at the peak; ZeRO-2 / FSDP sharding keeps 1/N of them "
+            + "on each of N ranks (2 ranks save " + formatBytes(saving) + ", 8 save "
+            + formatBytes(ledgerBytes - ledgerBytes / 8) + "); bfloat16 gradients halve float32 ones (estimate)";
+        m.details.push_back("estimate: half of the gradients at the peak (2 ranks, or bfloat16 for float32)");
+        break;
+    case Ledger::OptimizerState:
+        saving = ledgerBytes * 3 / 4;
+        m.change = "optimizer state: " + formatBytes(ledgerBytes) + " at the peak; 8-bit optimizer state "
+            + "(bitsandbytes' Adam8bit) keeps a quarter of float32 moments, saving " + formatBytes(saving)
+            + "; ZeRO-1 sharding keeps 1/N of it on each of N ranks (estimate)";
+        m.details.push_back("estimate: three quarters of the optimizer state at the peak (8-bit for float32 state)");
+        break;
+    default:
+        m.change = label + " hold the peak; no remedy is estimated "
+            + "for this ledger from a snapshot";
+        break;
+    }
+    m.peak_total_after = r.peak_total_bytes - saving;
+    return m;
 }
 
 std::vector<Remedy> remediesForModel(Model& model, const Report& report, std::int64_t budget,

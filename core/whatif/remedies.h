@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
@@ -86,6 +87,17 @@ struct AllocatorSuggestion {
     std::int64_t reserve_after = 0;
 };
 std::vector<AllocatorSuggestion> allocatorSuggestions(const Report& r);
+
+// A snapshot's peak (docs/snapshots.md, "What holds the peak"): the annotation or phase that holds it, the
+// ledger with the most bytes at it, and that ledger's largest owner at it: the deepest row of the module tree
+// that holds more than half of the ledger's bytes at the peak (else the largest top row); the naming frame
+// with the most of them where most are made outside any forward. Saved for backward: checkpointing the owner's
+// calls would save up to S - B, S what its calls saved for backward alive at the peak, B the largest of those
+// blocks (the backward recomputes one call at a time and holds at least that block again; the calls' inputs,
+// which checkpointing keeps, are not subtracted). Gradients: half of them (sharded over 2 ranks, or bfloat16
+// when float32). Optimizer state: three quarters (8-bit state, when float32). Other ledgers: named, no saving.
+// Every figure's method is "estimate". Nothing for a report without a snapshot's traced peak.
+std::optional<Remedy> snapshotPeakRemedy(const Report& r);
 
 // The predicted figures of a run whose trace, weights and inputs are edited: the peak total (weights +
 // optimizer state + inputs + the edited trace's peak) and the simulated reserve.
