@@ -7,11 +7,12 @@
 #include <qcustomplot.h>
 
 #include <QFileInfo>
+#include <QFontMetrics>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
 #include <QPushButton>
-#include <QSplitter>
+#include <QScrollBar>
 #include <QTableWidget>
 #include <QVBoxLayout>
 
@@ -85,7 +86,8 @@ RanksView::RanksView(QWidget* parent)
 
     rows_->setColumnCount(ColumnCount);
     rows_->setHorizontalHeaderLabels({tr("Rank"), tr("File"), tr("Peak total"), tr("Reserved peak"), tr("Peak at"),
-        tr("At the peak: annotation or phase"), tr("Ledgers at the peak")});
+        tr("Ledgers at the peak"), tr("Annotation at the peak")});
+    rows_->horizontalHeaderItem(Phase)->setToolTip(tr("The record_function range (or a model run's phase) holding the peak"));
     rows_->horizontalHeaderItem(ReservedPeak)
         ->setToolTip(tr("The most the caching allocator held; ~: simulated, the file records no segment events"));
     rows_->horizontalHeaderItem(PeakAt)->setToolTip(tr("When the peak falls, from the trace's start"));
@@ -116,10 +118,12 @@ RanksView::RanksView(QWidget* parent)
     plot_->yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new ByteAxisTicker));
     plot_->yAxis->setLabel(tr("live bytes"));
     plot_->xAxis->setLabel(tr("ms from each trace's start"));
-    // The legend right of the curves, never over them.
+    // The legend a row above the curves, never over them; ranks side by side, as many as the width takes.
     plot_->legend->setVisible(true);
-    plot_->plotLayout()->addElement(0, 1, plot_->legend);
-    plot_->plotLayout()->setColumnStretchFactor(1, 0.001);
+    plot_->legend->setFillOrder(QCPLegend::foColumnsFirst);
+    plot_->plotLayout()->insertRow(0);
+    plot_->plotLayout()->addElement(0, 0, plot_->legend);
+    plot_->plotLayout()->setRowStretchFactor(0, 0.001);
     plot_->legend->setMargins(QMargins(4, 2, 4, 2));
     plot_->legend->setSelectableParts(QCPLegend::spNone);
     connect(plot_, &QCustomPlot::plottableClick, this, [this](QCPAbstractPlottable* p, int, QMouseEvent*) {
@@ -137,15 +141,12 @@ RanksView::RanksView(QWidget* parent)
         plot_->replot();
     });
 
-    auto* split = new QSplitter(Qt::Horizontal);
-    split->addWidget(rows_);
-    split->addWidget(plot_);
-    split->setStretchFactor(0, 3);
-    split->setStretchFactor(1, 2);
+    // The table over the curves: both take the tab's whole width, the table as tall as its rows (up to eight).
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(6, 6, 6, 6);
     layout->addLayout(head);
-    layout->addWidget(split, 1);
+    layout->addWidget(rows_);
+    layout->addWidget(plot_, 1);
 }
 
 void RanksView::setTable(std::shared_ptr<const RankTable> table)
@@ -197,7 +198,7 @@ void RanksView::fillRows()
         phaseItem->setToolTip(phase);
         auto* ledgers = new QTableWidgetItem(ledgersText(r, 2));
         ledgers->setToolTip(ledgersText(r, kLedgerCount + 100));
-        QTableWidgetItem* items[ColumnCount] = {rank, name, peak, reserved, at, phaseItem, ledgers};
+        QTableWidgetItem* items[ColumnCount] = {rank, name, peak, reserved, at, ledgers, phaseItem};
         for (int c = 0; c < ColumnCount; ++c) {
             if (top) {
                 auto f = items[c]->font();
@@ -210,8 +211,14 @@ void RanksView::fillRows()
     rows_->setSortingEnabled(true);
     rows_->sortItems(Rank, Qt::AscendingOrder);
     rows_->resizeColumnsToContents();
-    rows_->setColumnWidth(File, std::min(rows_->columnWidth(File), 260));
-    rows_->setColumnWidth(Phase, std::min(rows_->columnWidth(Phase), 240));
+    rows_->setColumnWidth(File, std::min(rows_->columnWidth(File), 240));
+    rows_->setColumnWidth(Ledgers, std::min(rows_->columnWidth(Ledgers), 300));
+    // As tall as its rows, up to eight (then it scrolls); the curves take the rest.
+    const int shown = std::clamp(rows_->rowCount(), 1, 8);
+    rows_->setMinimumHeight(rows_->horizontalHeader()->height() + rows_->verticalHeader()->defaultSectionSize() * std::min(shown, 2) + 4);
+    rows_->setMaximumHeight(rows_->horizontalHeader()->sizeHint().height()
+        + rows_->verticalHeader()->defaultSectionSize() * shown + 2 * rows_->frameWidth()
+        + rows_->horizontalScrollBar()->sizeHint().height());
 }
 
 void RanksView::plotTimelines()
@@ -227,8 +234,10 @@ void RanksView::plotTimelines()
     for (std::size_t i = 0; i < table_->ranks.size(); ++i) {
         const auto& r = table_->ranks[i];
         auto* g = plot_->addGraph();
-        g->setName(tr("rank %1: %2").arg(i).arg(QFileInfo(QString::fromStdString(r.file)).fileName()));
-        g->setPen(QPen(rankColour(i), 1.6));
+        // "rank 1  training-loop-…-frames.pickle": short enough for several ranks on one legend row.
+        auto name = QFileInfo(QString::fromStdString(r.file)).fileName();
+        g->setName(tr("rank %1  %2").arg(i).arg(QFontMetrics(plot_->legend->font()).elidedText(name, Qt::ElideMiddle, 220)));
+        g->setPen(QPen(rankColour(i), 1.4));
         QVector<double> keys, values;
         for (const auto& [x, y] : r.timeline) {
             keys << x;
@@ -273,7 +282,7 @@ void RanksView::emphasize(int rank)
     emphasized_ = rank;
     for (std::size_t i = 0; i < graphs_.size(); ++i) {
         const bool on = static_cast<int>(i) == rank;
-        graphs_[i]->setPen(QPen(rankColour(i), on ? 2.8 : 1.6));
+        graphs_[i]->setPen(QPen(rankColour(i), on ? 2.4 : 1.4));
         // The chosen rank's curve is drawn last, so that no other rank's hides it.
         graphs_[i]->setLayer(on ? QStringLiteral("overlay") : QStringLiteral("main"));
     }

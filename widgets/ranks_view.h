@@ -21,7 +21,7 @@ namespace memledger {
 class RanksView : public QWidget {
     Q_OBJECT
 public:
-    enum Column { Rank, File, PeakTotal, ReservedPeak, PeakAt, Phase, Ledgers, ColumnCount };
+    enum Column { Rank, File, PeakTotal, ReservedPeak, PeakAt, Ledgers, Phase, ColumnCount };
     static constexpr int kRankRole = Qt::UserRole + 1; // column Rank: the rank's index into the table
     static constexpr int kValueRole = Qt::UserRole + 2; // the number a cell shows (bytes, ms)
 
