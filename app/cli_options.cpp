@@ -42,6 +42,7 @@ std::string usageText()
 {
     return "Usage:\n"
            "  memledger [MODEL.pt | REPORT.json | SNAPSHOT.pickle]   open the window (no file: the demo model)\n"
+           "  memledger SNAPSHOT.pickle SNAPSHOT.pickle...           the window with one snapshot per rank (Ranks tab)\n"
            "  memledger analyze [FILE] [--input SHAPE] [--batch N] [--dtype T] [RUN] [--json FILE] [--html FILE]\n"
            "                    [--png FILE] [--snapshot FILE] [--depth N] [--tensors] [--whatif 8,32,64 [--budget "
            "16GiB]]\n"
@@ -210,6 +211,11 @@ CliOptions parseCli(const std::vector<std::string>& args)
             throw std::invalid_argument("unknown option " + a);
         else if (o.command == "ranks")
             o.rank_files.push_back(a);
+        else if (o.command == "gui" && !o.model.empty()) { // the window with one file per rank
+            if (o.rank_files.empty())
+                o.rank_files.push_back(o.model);
+            o.rank_files.push_back(a);
+        }
         else if (o.model.empty())
             o.model = a;
         else

@@ -9,7 +9,7 @@ namespace memledger {
 
 struct CliOptions {
     std::string command = "analyze"; // analyze | whatif | diff | ranks | gui
-    std::vector<std::string> rank_files; // ranks: the files (or folders) to compare
+    std::vector<std::string> rank_files; // ranks (and the window given several files): the files or folders
     std::string model; // empty: the built-in demo
     RunOptions run;
     std::vector<std::int64_t> batches; // whatif

@@ -6,6 +6,7 @@
 #ifdef MEMLEDGER_HAS_GUI
 #include "layer_tree_panel.h"
 #include "main_window.h"
+#include "ranks_view.h"
 #include "run_panel.h"
 #include "stack_pane.h"
 #include "timeline_plot.h"
@@ -47,7 +48,21 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
     // --device: the first run, and every run after, on that device (the Run panel's choice).
     if (options.run.device != "cpu" && !window.runPanel()->setDevice(options.run.device))
         std::cerr << "memledger: --device " << options.run.device << " is not available here; running on the cpu\n";
-    window.openFile(QString::fromStdString(options.model));
+    if (options.rank_files.empty()) {
+        window.openFile(QString::fromStdString(options.model));
+    } else { // several files: the Ranks tab, and the rank with the highest peak in the main views
+        QStringList paths;
+        for (const auto& f : options.rank_files)
+            paths << QString::fromStdString(f);
+        QObject::connect(
+            &window, &memledger::MainWindow::ranksShown, &window,
+            [&window] {
+                const auto& t = *window.ranksView()->table();
+                window.openFile(QString::fromStdString(t.ranks[static_cast<std::size_t>(t.highest_peak_rank)].file));
+            },
+            Qt::SingleShotConnection);
+        window.openRanks(paths);
+    }
     // MEMLEDGER_SCREENSHOT=FILE.png: save the window once the first report is shown, then quit.
     auto shot = qEnvironmentVariable("MEMLEDGER_SCREENSHOT");
     if (!shot.isEmpty()) {
@@ -104,6 +119,7 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
         else
             QObject::connect(&window, &memledger::MainWindow::reportChanged, &window, save);
         QObject::connect(&window, &memledger::MainWindow::runFailed, &window, save);
+        QObject::connect(&window, &memledger::MainWindow::ranksFailed, &window, save);
     }
     return app.exec();
 }

@@ -13,6 +13,8 @@
 #include "flame_graph.h"
 #include "layer_tree_panel.h"
 #include "ledger_summary.h"
+#include "ranks_controller.h"
+#include "ranks_view.h"
 #include "recent_files.h"
 #include "remedies_panel.h"
 #include "remedies_controller.h"
@@ -94,6 +96,7 @@ MainWindow::MainWindow(QWidget* parent)
     , whatIf_(new WhatIfController(this))
     , remedies_(new RemediesController(whatIf_, this, this))
     , comparison_(new ComparisonController(this))
+    , ranks_(new RanksController(this))
 {
     setWindowTitle(QStringLiteral("memledger"));
     setAcceptDrops(true);
@@ -159,6 +162,10 @@ QWidget* MainWindow::buildCentralWidget()
     contextTable_ = new ContextTable;
     tabs_->addTab(contextTable_, tr("Metadata"));
     tabs_->addTab(remedies_->panel(), tr("What would help"));
+    // File > Open ranks…: one snapshot per rank, side by side (only once ranks are open).
+    ranksView_ = new RanksView;
+    tabs_->addTab(ranksView_, tr("Ranks"));
+    tabs_->setTabVisible(tabs_->indexOf(ranksView_), false);
     // MEMLEDGER_SCREENSHOT_REMEDIES=1 shows this tab (main.cpp waits for the remedies with the what-if).
     if (qEnvironmentVariableIsSet("MEMLEDGER_SCREENSHOT_REMEDIES"))
         tabs_->setCurrentWidget(remedies_->panel());
@@ -217,6 +224,18 @@ void MainWindow::buildMenus()
         auto* action = demos->addAction(QString::fromUtf8(d.title), this, [this, name] { openFile(name); });
         action->setToolTip(name);
     }
+    file->addAction(tr("Open ran&ks…"), this, [this] {
+        auto paths = QFileDialog::getOpenFileNames(this,
+            tr("Open ranks: one CUDA memory snapshot (or report) per rank"), QString(), tr(kFileFilter));
+        if (!paths.isEmpty())
+            openRanks(paths);
+    });
+    file->addAction(tr("Open ranks from a &folder…"), this, [this] {
+        auto dir = QFileDialog::getExistingDirectory(
+            this, tr("Open ranks: a folder of snapshots (.pickle, .pkl) or reports (.json), one per rank"));
+        if (!dir.isEmpty())
+            openRanks({dir});
+    });
     recent_ = new RecentFiles(file->addMenu(tr("Open &recent")), this);
     connect(recent_, &RecentFiles::openRequested, this, &MainWindow::openFile);
     file->addSeparator();
@@ -295,6 +314,24 @@ void MainWindow::connectViews()
         showError(message);
         emit comparisonFailed(message);
     });
+    connect(ranks_, &RanksController::statusMessage, this, &MainWindow::showStatus);
+    connect(ranks_, &RanksController::ready, this, [this](std::shared_ptr<const RankTable> table) {
+        clearError();
+        ranksView_->setTable(std::move(table));
+        ranksView_->setCurrentFile(session_->path());
+        tabs_->setTabVisible(tabs_->indexOf(ranksView_), true);
+        tabs_->setCurrentWidget(ranksView_);
+        emit ranksShown();
+    });
+    connect(ranks_, &RanksController::failed, this, [this](const QString& message) {
+        showError(message);
+        emit ranksFailed(message);
+    });
+    connect(ranksView_, &RanksView::rankChosen, this, &MainWindow::openFile);
+    connect(ranksView_, &RanksView::closeRequested, this, [this] {
+        tabs_->setTabVisible(tabs_->indexOf(ranksView_), false);
+        ranksView_->setTable(nullptr);
+    });
     // Another file or run shown is another A: the comparison no longer describes it.
     connect(this, &MainWindow::reportChanged, comparison_, &ComparisonController::close);
     connect(this, &MainWindow::reportChanged, this,
@@ -341,6 +378,7 @@ void MainWindow::fileOpened()
     timelineBar_->setWeightsOffered(session_->file()->kind != FileKind::Snapshot);
     if (!session_->path().isEmpty())
         recent_->add(session_->path());
+    ranksView_->setCurrentFile(session_->path());
 }
 
 void MainWindow::startRun()
@@ -430,7 +468,8 @@ void MainWindow::showSegments()
                                 .arg(bytesText(report_->peak_bytes),
                                     bytesText(s.reservedBytes()),
                                     bytesText(s.allocatedBytes())));
-        tabs_->setCurrentIndex(1);
+        if (tabs_->currentWidget() != ranksView_) // a rank opened from the Ranks tab keeps it in sight
+            tabs_->setCurrentIndex(1);
     }
     // A snapshot has no model to record: the What if dock stays away.
     whatIfDock_->setVisible(!snapshot);
@@ -604,6 +643,12 @@ void MainWindow::compareWith(const QString& path)
 void MainWindow::closeComparison()
 {
     comparison_->close();
+}
+
+void MainWindow::openRanks(const QStringList& paths)
+{
+    clearError();
+    ranks_->open(paths);
 }
 
 bool MainWindow::isComparing() const

@@ -2,9 +2,11 @@
 #include "report/report.h"
 #include "analysis/timeline_series.h"
 #include "session/open_file.h"
+#include "session/ranks.h"
 
 #include <QElapsedTimer>
 #include <QMainWindow>
+#include <QStringList>
 
 #include <memory>
 
@@ -30,6 +32,8 @@ class LedgerSummary;
 class RecentFiles;
 class RemediesController;
 class RemediesPanel;
+class RanksController;
+class RanksView;
 class RunPanel;
 class RunWorker;
 class SegmentMapView;
@@ -100,6 +104,11 @@ public:
     bool isComparing() const;
     DiffView* diffView() const;
 
+    // File > Open ranks…: one snapshot (or report) per rank of a job, files or folders, read off the GUI thread
+    // into the Ranks tab; a click there opens a rank's file here as File > Open does.
+    void openRanks(const QStringList& paths);
+    RanksView* ranksView() const { return ranksView_; }
+
 signals:
     void reportChanged(std::shared_ptr<const memledger::Report> report); // a report is shown; never nullptr
     void runFailed(const QString& message);
@@ -109,6 +118,8 @@ signals:
     void comparisonShown(); // compareWith() has its B and shows the comparison
     void comparisonFailed(const QString& message);
     void remediesReady(bool withWhatIf); // the "What would help" tab shows its remedies
+    void ranksShown(); // openRanks() has its table in the Ranks tab
+    void ranksFailed(const QString& message); // names the file
 
 protected:
     void dragEnterEvent(QDragEnterEvent* event) override;
@@ -147,11 +158,13 @@ private:
     FlameGraph* flame_ = nullptr;
     StackPane* stackPane_ = nullptr;
     ContextTable* contextTable_ = nullptr;
+    RanksView* ranksView_ = nullptr;
     QDockWidget* stackDock_ = nullptr;
     FileSession* session_;
     WhatIfController* whatIf_;
     RemediesController* remedies_;
     ComparisonController* comparison_;
+    RanksController* ranks_;
     RecentFiles* recent_ = nullptr;
     QList<QAction*> needReport_;
 

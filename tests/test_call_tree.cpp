@@ -2,6 +2,7 @@
 // from the pickle by Python (tests/fixtures/call_tree_truth.py).
 #include "analysis/call_tree.h"
 #include "snapshot/snapshot.h"
+#include "snapshot/snapshot_contexts.h"
 
 #include "call_tree_hand_trace.h"
 #include "run_command.h"
@@ -10,13 +11,23 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <array>
+#include <cstdlib>
 #include <map>
+#include <unistd.h>
 
 using namespace memledger;
 
 namespace {
 
 using memledger::test::HandTrace;
+
+// MEMLEDGER_SNAPSHOTS in the environment names another folder (a worktree's ../shared is elsewhere).
+std::string snapshotDir()
+{
+    const char* env = std::getenv("MEMLEDGER_SNAPSHOTS");
+    return env && *env ? env : MEMLEDGER_SNAPSHOTS;
+}
 
 const CallTreeNode* find(const CallTree& tree, const std::vector<std::string>& path)
 {
@@ -151,7 +162,7 @@ namespace {
 
 void compareWithPython(const std::string& file)
 {
-    auto path = std::string(MEMLEDGER_SNAPSHOTS) + "/" + file;
+    auto path = snapshotDir() + "/" + file;
     if (!std::filesystem::exists(path))
         GTEST_SKIP() << path << " is absent: real-snapshot checks skipped";
     auto run = test::runCommand(std::string("/usr/bin/python3 ") + MEMLEDGER_SOURCE_DIR
@@ -196,4 +207,102 @@ TEST(CallTree, ManySegmentsSnapshotAsPythonSumsIt)
 TEST(CallTree, SmallAllocFreeSnapshotAsPythonSumsIt)
 {
     compareWithPython("small-alloc-free.pickle");
+}
+
+namespace {
+
+// The call tree grouped by user_metadata or compile_context: each value's node holds what Python sums for that
+// value on its own (tests/fixtures/snapshot_keys.py: allocations, bytes, bytes alive at the peak), the values'
+// nodes add up to the root, and beneath each value the frames add up to it.
+void expectGroupsAsPythonSumsThem(const std::string& path, const nlohmann::json& truth)
+{
+    Snapshot s = readSnapshotFile(path);
+    ASSERT_TRUE(s.trace);
+    for (auto kind : {ContextKind::UserMetadata, ContextKind::CompileContext}) {
+        const auto& want = truth[kind == ContextKind::UserMetadata ? "user_metadata" : "compile_contexts"];
+        for (bool bottomUp : {false, true}) {
+            CallTreeOptions o;
+            o.group = kind;
+            o.bottom_up = bottomUp;
+            CallTree tree = buildCallTree(*s.trace, o, &s.trace_context);
+            const auto& root = tree.nodes[0];
+            std::map<std::string, std::array<std::int64_t, 3>> ours, python;
+            std::int64_t allocated = 0, count = 0, alive = 0;
+            for (auto g : root.children) {
+                const auto& n = tree.nodes[static_cast<std::size_t>(g)];
+                const auto& label = tree.labels[n.label];
+                EXPECT_TRUE(label.group) << label.text;
+                auto value = label.text == "(no " + std::string(contextKindName(kind)) + ")" ? std::string() : label.text;
+                ours[value] = {n.count, n.allocated, n.alive};
+                allocated += n.allocated;
+                count += n.count;
+                alive += n.alive;
+                std::int64_t below = 0, belowCount = 0;
+                for (auto c : n.children) {
+                    below += tree.nodes[static_cast<std::size_t>(c)].allocated;
+                    belowCount += tree.nodes[static_cast<std::size_t>(c)].count;
+                    EXPECT_FALSE(tree.labels[tree.nodes[static_cast<std::size_t>(c)].label].group);
+                }
+                EXPECT_EQ(below, n.allocated) << label.text;
+                EXPECT_EQ(belowCount, n.count) << label.text;
+            }
+            EXPECT_EQ(allocated, root.allocated);
+            EXPECT_EQ(count, root.count);
+            EXPECT_EQ(alive, root.alive);
+            if (want.empty()) { // no value in the file: one node, every allocation without one
+                EXPECT_EQ(root.children.size(), 1u);
+                continue;
+            }
+            for (const auto& f : want)
+                python[f["value"].is_null() ? std::string() : f["value"].get<std::string>()]
+                    = {f["allocations"].get<std::int64_t>(), f["allocated_bytes"].get<std::int64_t>(),
+                        f["peak_bytes"].get<std::int64_t>()};
+            // Python lists a value only for the allocations; the tree also holds a value whose blocks are
+            // only alive (none here: every value allocates).
+            EXPECT_EQ(ours, python) << contextKindName(kind) << (bottomUp ? " bottom-up" : " top-down");
+        }
+    }
+}
+
+nlohmann::json snapshotKeysTruth(const std::string& mode, const std::string& path)
+{
+    auto run = test::runCommand("/usr/bin/python3 " + std::string(MEMLEDGER_SOURCE_DIR)
+        + "/tests/fixtures/snapshot_keys.py " + mode + " " + path + " 2>/dev/null");
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    return nlohmann::json::parse(run.output);
+}
+
+} // namespace
+
+TEST(CallTree, GroupedByUserMetadataAndCompileContextOfASyntheticSnapshot)
+{
+    auto path = (std::filesystem::temp_directory_path()
+        / ("memledger-call-tree-groups-" + std::to_string(::getpid()) + ".pickle"))
+                    .string();
+    auto truth = snapshotKeysTruth("write", path);
+    expectGroupsAsPythonSumsThem(path, truth);
+    std::filesystem::remove(path);
+}
+
+// The shared real snapshots carry the keys (torch-compile-run.pickle both on every entry) but no value: one node.
+TEST(CallTree, GroupingRealSnapshotsThatHaveTheKeysButNoValues)
+{
+    for (const char* file : {"torch-compile-run.pickle", "training-loop-annotations-python-frames.pickle"}) {
+        auto path = snapshotDir() + "/" + file;
+        if (!std::filesystem::exists(path))
+            GTEST_SKIP() << path << " is absent: real-snapshot checks skipped";
+        expectGroupsAsPythonSumsThem(path, snapshotKeysTruth("truth", path));
+    }
+}
+
+TEST(CallTree, GroupingWithoutContextsHoldsEveryAllocationInOneNode)
+{
+    HandTrace h;
+    CallTreeOptions o;
+    o.group = ContextKind::UserMetadata;
+    CallTree tree = buildCallTree(h.t, o);
+    ASSERT_EQ(tree.nodes[0].children.size(), 1u);
+    EXPECT_EQ(tree.text(tree.nodes[0].children[0]), "(no user_metadata)");
+    expectNode(tree, {"(no user_metadata)"}, 410, 6, 200, 280);
+    expectNode(tree, {"(no user_metadata)", kMod, kFwd10}, 130, 2, 100, 30);
 }

@@ -1,6 +1,7 @@
 // The call-stack views: the call tree, the stack pane, the flame graph, the timeline's hover, and the window
 // with a real snapshot (its tabs) and without stacks (a model run: the views stay hidden or say so).
 #include "call_tree_hand_trace.h"
+#include "run_command.h"
 #include "call_tree_view.h"
 #include "flame_graph.h"
 #include "main_window.h"
@@ -12,16 +13,20 @@
 #include "timeline_plot.h"
 
 #include "snapshot/snapshot.h"
+#include "snapshot/snapshot_contexts.h"
 
 #include <QAbstractItemModelTester>
 #include <QComboBox>
 #include <QDir>
 #include <QDockWidget>
+#include <QFile>
+#include <QFont>
 #include <QHeaderView>
 #include <QLineEdit>
 #include <QSignalSpy>
 #include <QSortFilterProxyModel>
 #include <QTabWidget>
+#include <QTemporaryDir>
 #include <QTest>
 #include <QTreeView>
 
@@ -41,9 +46,11 @@ std::shared_ptr<const Report> handReport()
     return r;
 }
 
+// MEMLEDGER_SNAPSHOTS in the environment names another folder (a worktree's ../shared is elsewhere).
 QString snapshotPath(const char* name)
 {
-    return QStringLiteral(MEMLEDGER_SNAPSHOTS "/") + QString::fromLatin1(name);
+    auto env = qEnvironmentVariable("MEMLEDGER_SNAPSHOTS");
+    return (env.isEmpty() ? QStringLiteral(MEMLEDGER_SNAPSHOTS) : env) + QStringLiteral("/") + QString::fromLatin1(name);
 }
 
 // Rows under `parent` of the view's proxy, by their Frame column's full text (SortRole).
@@ -278,4 +285,67 @@ TEST(ModelWindow, NoCallStackViewsForAModelRun)
     ASSERT_TRUE(waitForReport(w, 300000));
     EXPECT_FALSE(w.tabs()->isTabVisible(w.tabs()->indexOf(w.callTree())));
     EXPECT_FALSE(w.stackDock()->isVisible());
+}
+
+TEST(SnapshotWindow, TheCallTreeGroupsByUserMetadataAndCompileContext)
+{
+    qtTestApp();
+    // A snapshot with values of both (the shared real files have none): tests/fixtures/snapshot_keys.py writes it.
+    QTemporaryDir dir;
+    auto path = dir.filePath(QStringLiteral("keys.pickle"));
+    auto run = test::runCommand("/usr/bin/python3 " MEMLEDGER_SOURCE_DIR "/tests/fixtures/snapshot_keys.py write "
+        + path.toStdString() + " >/dev/null 2>&1");
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    MainWindow w;
+    w.show();
+    w.openFile(path);
+    ASSERT_TRUE(waitForReport(w));
+    auto* view = w.callTree();
+    auto* box = view->groupBox();
+    ASSERT_TRUE(box->isEnabled()); // the file has values of both
+    for (auto kind : {ContextKind::UserMetadata, ContextKind::CompileContext}) {
+        // Chosen as a user does: the combo's item.
+        const int item = box->findData(static_cast<int>(kind));
+        ASSERT_GE(item, 0);
+        box->setCurrentIndex(item);
+        emit box->activated(item);
+        ASSERT_EQ(view->options().group, kind);
+        auto* proxy = view->proxy();
+        auto root = proxy->index(0, 0);
+        // The top level: one row per value, with what the Metadata tab's figures say of it (context_table).
+        auto figures = contextFigures(*w.report(), kind);
+        ASSERT_FALSE(figures.empty());
+        ASSERT_EQ(proxy->rowCount(root), static_cast<int>(figures.size())) << contextKindName(kind);
+        for (const auto& f : figures) {
+            auto text = f.value.empty() ? QStringLiteral("(no %1)").arg(contextKindName(kind))
+                                        : QString::fromStdString(f.value);
+            auto row = childNamed(proxy, root, text);
+            ASSERT_TRUE(row.isValid()) << text.toStdString();
+            EXPECT_EQ(cell(proxy, row, CallTreeModel::Allocated), f.allocated_bytes) << text.toStdString();
+            EXPECT_EQ(cell(proxy, row, CallTreeModel::Count), f.allocations) << text.toStdString();
+            EXPECT_TRUE(row.data(Qt::FontRole).value<QFont>().italic());
+        }
+        EXPECT_TRUE(view->model()->headerData(CallTreeModel::Frame, Qt::Horizontal).toString().startsWith(
+            QString::fromUtf8(contextKindName(kind))));
+        // Selecting a frame under a value lists the frames only, never the value.
+        auto value = proxy->index(0, 0, root);
+        auto frame = proxy->index(0, 0, value);
+        ASSERT_TRUE(frame.isValid());
+        QSignalSpy selected(view, &CallTreeView::nodeSelected);
+        view->view()->setCurrentIndex(frame);
+        ASSERT_EQ(selected.size(), 1);
+        auto frames = selected.at(0).at(1).value<std::vector<CallTreeLabel>>();
+        ASSERT_EQ(frames.size(), 1u);
+        EXPECT_FALSE(frames[0].group);
+    }
+    view->setGroup(std::nullopt);
+    EXPECT_EQ(box->currentIndex(), box->findData(-1));
+
+    // A snapshot without values: the choice is greyed out.
+    auto plain = snapshotPath("segment-alloc-and-free.pickle");
+    if (!QFile::exists(plain))
+        return;
+    w.openFile(plain);
+    ASSERT_TRUE(waitForReport(w));
+    EXPECT_FALSE(box->isEnabled());
 }

@@ -5,6 +5,7 @@
 #include "bar_delegate.h"
 #include "ledger_colors.h"
 #include "stack_pane.h"
+#include "snapshot/snapshot.h"
 #include "support/format.h"
 
 #include <QComboBox>
@@ -121,9 +122,10 @@ QVariant CallTreeModel::data(const QModelIndex& index, int role) const
     case BarColorRole:
         return c == AtPeak ? ledgerColor(Ledger::Unattributed) : reservedColor();
     case Qt::FontRole:
-        if (c == Frame && label.user) {
+        if (c == Frame && (label.user || label.group)) {
             QFont f;
-            f.setBold(true);
+            f.setBold(label.user);
+            f.setItalic(label.group); // a user_metadata or compile_context value, not a frame
             return f;
         }
         return {};
@@ -148,8 +150,12 @@ QVariant CallTreeModel::headerData(int section, Qt::Orientation orientation, int
         return {};
     if (role == Qt::DisplayRole) {
         switch (section) {
-        case Frame:
-            return tree_ && tree_->bottom_up ? tr("Allocating frame, then its callers") : tr("Frame (outermost first)");
+        case Frame: {
+            auto frames = tree_ && tree_->bottom_up ? tr("Allocating frame, then its callers") : tr("Frame (outermost first)");
+            if (tree_ && tree_->group)
+                return tr("%1, then: %2").arg(QString::fromUtf8(contextKindName(*tree_->group)), frames);
+            return frames;
+        }
         case Allocated:
             return tr("Allocated");
         case AtPeak:
@@ -187,6 +193,7 @@ CallTreeView::CallTreeView(QWidget* parent)
     , filter_(new QLineEdit)
     , direction_(new QComboBox)
     , frames_(new QComboBox)
+    , group_(new QComboBox)
     , summary_(new QLabel)
     , empty_(new QLabel)
     , stack_(new QStackedWidget)
@@ -208,6 +215,16 @@ CallTreeView::CallTreeView(QWidget* parent)
     frames_->setToolTip(tr("Which frames make the tree: Python frames and the ATen operators the stacks pass "
                            "through, or every frame (the allocator's and the unwinder's own are always left out)"));
     options_.frames = CallTreeFrames::PythonAndOps;
+    group_->addItem(tr("No grouping"), -1);
+    group_->addItem(tr("By user_metadata"), static_cast<int>(ContextKind::UserMetadata));
+    group_->addItem(tr("By compile_context"), static_cast<int>(ContextKind::CompileContext));
+    group_->setToolTip(tr("A top level per value of the allocations' user_metadata "
+                          "(torch.cuda.memory._set_memory_metadata) or compile_context (torch.compile's frame), "
+                          "the frames beneath; for snapshots that record them"));
+    connect(group_, QOverload<int>::of(&QComboBox::activated), this, [this](int i) {
+        auto v = group_->itemData(i).toInt();
+        setGroup(v < 0 ? std::nullopt : std::optional<ContextKind>(static_cast<ContextKind>(v)));
+    });
     filter_->setPlaceholderText(tr("Filter frames"));
     filter_->setClearButtonEnabled(true);
     connect(filter_, &QLineEdit::textChanged, this, [this](const QString& text) {
@@ -245,7 +262,8 @@ CallTreeView::CallTreeView(QWidget* parent)
         auto node = static_cast<std::int32_t>(current.data(CallTreeModel::NodeRole).toLongLong());
         std::vector<CallTreeLabel> frames;
         for (auto at = node; at > 0; at = tree->nodes[static_cast<std::size_t>(at)].parent)
-            frames.push_back(tree->labels[tree->nodes[static_cast<std::size_t>(at)].label]);
+            if (const auto& l = tree->labels[tree->nodes[static_cast<std::size_t>(at)].label]; !l.group)
+                frames.push_back(l); // a group's value is no frame of the stack
         if (tree->bottom_up)
             std::reverse(frames.begin(), frames.end());
         const auto& n = tree->nodes[static_cast<std::size_t>(node)];
@@ -258,6 +276,7 @@ CallTreeView::CallTreeView(QWidget* parent)
     bar->setContentsMargins(0, 0, 0, 0);
     bar->addWidget(direction_);
     bar->addWidget(frames_);
+    bar->addWidget(group_);
     bar->addWidget(filter_, 1);
     summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
     auto* page = new QWidget;
@@ -315,6 +334,13 @@ void CallTreeView::setFrames(CallTreeFrames frames)
     emit framesChanged(frames);
 }
 
+void CallTreeView::setGroup(std::optional<ContextKind> group)
+{
+    options_.group = group;
+    group_->setCurrentIndex(group_->findData(group ? static_cast<int>(*group) : -1));
+    rebuild();
+}
+
 bool CallTreeView::hasStacks() const
 {
     return model_->tree() && model_->tree()->has_stacks;
@@ -327,7 +353,14 @@ void CallTreeView::rebuild()
         stack_->setCurrentWidget(empty_);
         return;
     }
-    auto tree = std::make_shared<CallTree>(buildCallTree(*report_->trace, options_));
+    const TraceContextColumn* contexts = report_->snapshot ? &report_->snapshot->trace_context : nullptr;
+    // Grouping needs values: a file without any keeps its frames at the top (the choice is greyed out).
+    const bool values = contexts && !contexts->empty();
+    group_->setEnabled(values);
+    auto options = options_;
+    if (!values)
+        options.group.reset();
+    auto tree = std::make_shared<CallTree>(buildCallTree(*report_->trace, options, contexts));
     const auto& root = tree->nodes[0];
     summary_->setText(tr("%1 allocated in %2 allocations; %3 of them alive at the peak (after event %4)")
                           .arg(bytesText(root.allocated), QString::number(root.count), bytesText(root.alive),

@@ -55,6 +55,8 @@ public:
     void setRange(std::size_t first, std::size_t last);
     void setBottomUp(bool bottomUp);
     void setFrames(CallTreeFrames frames);
+    // A top level per user_metadata or compile_context value (a snapshot that has them); nullopt: none.
+    void setGroup(std::optional<ContextKind> group);
 
     bool hasStacks() const; // the trace has call stacks: the view has something to show
     const CallTreeOptions& options() const { return options_; }
@@ -64,6 +66,7 @@ public:
     QLineEdit* filterEdit() const { return filter_; }
     QComboBox* directionBox() const { return direction_; }
     QComboBox* framesBox() const { return frames_; }
+    QComboBox* groupBox() const { return group_; }
 
 signals:
     // A node was selected: its frames innermost first (the bottom-up path as it is, the top-down one reversed).
@@ -81,6 +84,7 @@ private:
     QLineEdit* filter_;
     QComboBox* direction_;
     QComboBox* frames_;
+    QComboBox* group_;
     QLabel* summary_;
     QLabel* empty_;
     QStackedWidget* stack_;

@@ -1,6 +1,7 @@
 #include "analysis/call_tree.h"
 
 #include "snapshot/frames.h"
+#include "snapshot/snapshot.h"
 
 #include <algorithm>
 #include <unordered_map>
@@ -131,7 +132,7 @@ std::int64_t peakMoment(const Trace& t, std::size_t first, std::size_t last, int
     return moment;
 }
 
-StackTotalsResult stackTotals(const Trace& t, const CallTreeOptions& o)
+StackTotalsResult stackTotals(const Trace& t, const CallTreeOptions& o, const TraceContextColumn* contexts)
 {
     StackTotalsResult r;
     const std::size_t last = std::min(o.last, t.size());
@@ -139,13 +140,28 @@ StackTotalsResult stackTotals(const Trace& t, const CallTreeOptions& o)
     r.moment = o.moment == CallTreeOptions::kRangePeak
         ? peakMoment(t, first, last, o.device)
         : std::clamp<std::int64_t>(o.moment, -1, static_cast<std::int64_t>(t.size()) - 1);
-    std::vector<StackTotals> by(t.stacks.stackCount());
     const bool hasStacks = t.stack.size() == t.size();
     auto stackOf = [&](std::size_t i) { return hasStacks ? t.stack[i] : 0u; };
+    // Ungrouped: one slot per stack id. Grouped: one per (value, stack) met, made as they come.
+    const bool grouped = o.group && contexts && !contexts->empty();
+    std::vector<StackTotals> by(grouped ? 0 : t.stacks.stackCount());
+    std::unordered_map<std::uint64_t, std::size_t> slots;
+    auto slot = [&](std::size_t i) -> StackTotals& {
+        if (!grouped)
+            return by[stackOf(i)];
+        const std::uint32_t group = contextId((*contexts)[i], *o.group);
+        auto [it, added] = slots.emplace((static_cast<std::uint64_t>(group) << 32) | stackOf(i), by.size());
+        if (added) {
+            by.emplace_back();
+            by.back().stack = stackOf(i);
+            by.back().group = group;
+        }
+        return by[it->second];
+    };
     for (std::size_t i = first; i < last; ++i) {
         if (t.action[i] != Action::Alloc || !onDevice(t, i, o.device))
             continue;
-        auto& s = by[stackOf(i)];
+        auto& s = slot(i);
         s.allocated += t.bytes[i];
         ++s.count;
         s.largest = std::max(s.largest, t.bytes[i]);
@@ -156,12 +172,17 @@ StackTotalsResult stackTotals(const Trace& t, const CallTreeOptions& o)
         if (t.action[k] != Action::Alloc || !onDevice(t, k, o.device))
             continue;
         if (t.partner[k] == kNoPartner || t.partner[k] > r.moment)
-            by[stackOf(k)].alive += t.bytes[k];
+            slot(k).alive += t.bytes[k];
     }
+    if (grouped)
+        std::sort(by.begin(), by.end(), [](const StackTotals& a, const StackTotals& b) {
+            return a.group != b.group ? a.group < b.group : a.stack < b.stack;
+        });
     for (std::size_t s = 0; s < by.size(); ++s) {
         if (by[s].count == 0 && by[s].alive == 0)
             continue;
-        by[s].stack = static_cast<std::uint32_t>(s);
+        if (!grouped)
+            by[s].stack = static_cast<std::uint32_t>(s);
         r.allocated += by[s].allocated;
         r.count += by[s].count;
         r.alive += by[s].alive;
@@ -179,11 +200,12 @@ std::vector<std::string> CallTree::path(std::int32_t node) const
     return out;
 }
 
-CallTree buildCallTree(const Trace& t, const CallTreeOptions& o)
+CallTree buildCallTree(const Trace& t, const CallTreeOptions& o, const TraceContextColumn* contexts)
 {
     CallTree tree;
     tree.bottom_up = o.bottom_up;
-    auto totals = stackTotals(t, o);
+    tree.group = o.group;
+    auto totals = stackTotals(t, o, contexts);
     tree.moment = totals.moment;
     tree.labels.push_back({"all allocations", -1, false});
     tree.nodes.emplace_back();
@@ -193,6 +215,7 @@ CallTree buildCallTree(const Trace& t, const CallTreeOptions& o)
     root.alive = totals.alive;
     Labeller labeller(t, o.frames, tree.labels);
     std::unordered_map<std::uint64_t, std::int32_t> child; // (parent, label) -> node
+    std::unordered_map<std::uint32_t, std::uint32_t> groupLabel; // a value's string id -> its label
     std::vector<std::uint32_t> path;
     for (const auto& s : totals.stacks) {
         tree.nodes[0].largest = std::max(tree.nodes[0].largest, s.largest);
@@ -200,6 +223,14 @@ CallTree buildCallTree(const Trace& t, const CallTreeOptions& o)
         labeller.pathOf(s.stack, path);
         if (!o.bottom_up)
             std::reverse(path.begin(), path.end());
+        if (o.group) { // the value first, whichever way the frames go
+            auto [it, added] = groupLabel.emplace(s.group, static_cast<std::uint32_t>(tree.labels.size()));
+            if (added)
+                tree.labels.push_back({s.group == 0 ? "(no " + std::string(contextKindName(*o.group)) + ")"
+                                                    : std::string(t.strings.at(s.group)),
+                    -1, false, true});
+            path.insert(path.begin(), it->second);
+        }
         std::int32_t at = 0;
         for (auto label : path) {
             auto key = (static_cast<std::uint64_t>(at) << 32) | label;

@@ -150,6 +150,12 @@ RankTable compareRanks(const std::vector<std::string>& files, int threads)
     return t;
 }
 
+const char* rankColourHex(std::size_t rank)
+{
+    static const char* kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"};
+    return kColours[rank % 8];
+}
+
 nlohmann::json ranksToJson(const RankTable& t)
 {
     nlohmann::json rows = nlohmann::json::array();
@@ -209,13 +215,12 @@ std::string ranksToHtml(const RankTable& t)
     }
     out << "<table><tr><th>rank</th><th class=l>file</th><th>peak total</th><th>reserved peak</th><th>peak at</th>"
            "<th class=l>phase at the peak</th></tr>\n";
-    static const char* kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"};
     for (std::size_t i = 0; i < t.ranks.size(); ++i) {
         const auto& r = t.ranks[i];
         char at[32];
         std::snprintf(at, sizeof at, "%.1f ms", static_cast<double>(r.peak_time_ns) / 1e6);
         out << "<tr" << (static_cast<int>(i) == t.highest_peak_rank ? " class=top" : "") << "><td style=\"color:"
-            << kColours[i % 8] << "\">" << i << "</td><td class=l>" << htmlEscape(r.file) << "</td><td>"
+            << rankColourHex(i) << "\">" << i << "</td><td class=l>" << htmlEscape(r.file) << "</td><td>"
             << formatBytes(r.peak_total_bytes) << "</td><td>" << formatBytes(r.reserved_peak_bytes)
             << (r.reserved_simulated ? " (simulated)" : "") << "</td><td>" << at << "</td><td class=l>"
             << htmlEscape(r.peak_phase) << "</td></tr>\n";
@@ -233,7 +238,7 @@ std::string ranksToHtml(const RankTable& t)
         << " y=" << H - 8 << " font-size=11>" << static_cast<std::int64_t>(end) << " ms</text>";
     out << "<line x1=" << L << " y1=" << H - B << " x2=" << W << " y2=" << H - B << " stroke=#999 />";
     for (std::size_t i = 0; i < t.ranks.size(); ++i) {
-        out << "<polyline fill=none stroke-width=1.5 stroke=\"" << kColours[i % 8] << "\" points=\"";
+        out << "<polyline fill=none stroke-width=1.5 stroke=\"" << rankColourHex(i) << "\" points=\"";
         for (const auto& [x, y] : t.ranks[i].timeline)
             out << static_cast<int>(L + (W - L - 10) * x / end) << ',' << static_cast<int>(H - B - (H - B - 20) * y / top)
                 << ' ';

@@ -37,6 +37,9 @@ RankTable compareRanks(const std::vector<std::string>& files, int threads = 0);
 // The files a list of paths stands for (folders expanded). Throws FileError for a missing path.
 std::vector<std::string> rankFiles(const std::vector<std::string>& paths);
 
+// Rank i's colour in every view of ranks (the HTML, the window): "#1f77b4", ...; eight, then again.
+const char* rankColourHex(std::size_t rank);
+
 nlohmann::json ranksToJson(const RankTable& t);
 std::string ranksToText(const RankTable& t);
 std::string ranksToHtml(const RankTable& t);

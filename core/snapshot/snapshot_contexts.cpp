@@ -11,12 +11,12 @@ const char* contextKindName(ContextKind k)
     return k == ContextKind::UserMetadata ? "user_metadata" : "compile_context";
 }
 
-namespace {
-
-std::uint32_t idOf(const TraceContext& c, ContextKind kind)
+std::uint32_t contextId(const TraceContext& c, ContextKind kind)
 {
     return kind == ContextKind::UserMetadata ? c.user_metadata : c.compile_context;
 }
+
+namespace {
 
 const std::string& noValue()
 {
@@ -35,7 +35,7 @@ const std::string& contextOfEvent(const Snapshot& s, std::size_t event, ContextK
 {
     if (!s.trace || event >= s.trace->size())
         return noValue();
-    const auto id = idOf(s.trace_context[event], kind);
+    const auto id = contextId(s.trace_context[event], kind);
     return id == 0 ? noValue() : s.trace->strings.at(id);
 }
 
@@ -53,7 +53,7 @@ std::vector<ContextFigure> contextFigures(const Report& r, ContextKind kind)
     out.push_back({}); // none
     bool any = false;
     for (std::size_t v = 0; v < values.size(); ++v) {
-        const auto id = idOf(values[v], kind);
+        const auto id = contextId(values[v], kind);
         if (id == 0) {
             slotOfValue[v] = 0;
             continue;

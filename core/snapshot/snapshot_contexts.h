@@ -15,6 +15,10 @@ enum class ContextKind : std::uint8_t { UserMetadata, CompileContext };
 // "user_metadata" | "compile_context": as the file and the JSON spell them.
 const char* contextKindName(ContextKind k);
 
+struct TraceContext;
+// The string id (in the trace's strings) of `kind`'s value in an event's context; 0: none.
+std::uint32_t contextId(const TraceContext& c, ContextKind kind);
+
 struct ContextFigure {
     std::string value; // "": the allocations without one
     std::int64_t allocations = 0; // alloc events of the report's events (its range, when it has one)
