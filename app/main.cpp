@@ -46,7 +46,7 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
     memledger::MainWindow window;
     window.show();
     // --device: the first run, and every run after, on that device (the Run panel's choice).
-    if (options.run.device != "cpu" && !window.runPanel()->setDevice(options.run.device))
+    if (!options.run.device.empty() && options.run.device != "cpu" && !window.runPanel()->setDevice(options.run.device))
         std::cerr << "memledger: --device " << options.run.device << " is not available here; running on the cpu\n";
     if (options.rank_files.empty()) {
         window.openFile(QString::fromStdString(options.model));

@@ -1,5 +1,7 @@
 #include "session/ranks.h"
 
+#include "snapshot/snapshot_ledgers.h"
+
 #include "analysis/segment_history.h"
 #include "exports/report_html.h"
 #include "session/open_file.h"
@@ -24,21 +26,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The annotation (or a model run's phase) whose range holds the moment `ns` (from the trace's start).
-std::string phaseAt(const Report& r, std::int64_t ns)
+// Where the peak falls: a snapshot's innermost annotation (record_function range) holding it, else the phase its
+// ledgers tell (forward, backward, optimizer...); a model run's phase.
+std::string peakPhase(const Report& r)
 {
     if (r.snapshot) {
-        std::string found;
-        for (const auto& a : r.snapshot->annotations) {
-            auto start = r.snapshot->startNs(a);
-            auto end = a.end_us >= 0 ? r.snapshot->endNs(a) : INT64_MAX;
-            if (start <= ns && ns <= end)
-                found = a.name; // the innermost: the latest to start
-        }
+        std::string found = annotationAt(*r.snapshot, r.peak_time_ns);
+        if (found.empty() && r.trace && r.peak_event >= 0 && static_cast<std::size_t>(r.peak_event) < r.trace->size())
+            found = snapshotPhaseAt(*r.trace, *r.snapshot, static_cast<std::size_t>(r.peak_event));
         return found;
     }
     for (const auto& p : r.phases)
-        if (p.start_ns <= ns && ns <= p.end_ns)
+        if (p.start_ns <= r.peak_time_ns && r.peak_time_ns <= p.end_ns)
             return p.name;
     return {};
 }
@@ -57,7 +56,7 @@ RankRow rowOf(const std::string& file)
     row.peak_time_ns = r.peak_time_ns;
     for (int l = 0; l < kLedgerCount; ++l)
         row.ledgers_at_peak[static_cast<std::size_t>(l)] = r.ledgers[static_cast<std::size_t>(l)].at_peak;
-    row.peak_phase = phaseAt(r, r.peak_time_ns);
+    row.peak_phase = peakPhase(r);
     auto history = SegmentHistory::build(r, TimelineAxis::Milliseconds);
     for (auto v : history.reserved)
         row.reserved_peak_bytes = std::max(row.reserved_peak_bytes, static_cast<std::int64_t>(v));
