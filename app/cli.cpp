@@ -95,7 +95,7 @@ int runAnalyze(const CliOptions& o)
                   << remediesToText(*report.remedies);
     try {
         if (!o.json.empty()) {
-            writeFileAtomically(o.json, reportToJson(report).dump() + "\n");
+            writeFileAtomically(o.json, reportToJsonText(report));
             std::cout << "Wrote " << o.json << "\n";
         }
         if (!o.html.empty()) {

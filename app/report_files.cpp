@@ -32,7 +32,7 @@ QString writeWithQSaveFile(const QString& path, const QByteArray& bytes)
 
 QString saveReportJson(const Report& report, const QString& path)
 {
-    return writeWithQSaveFile(path, QByteArray::fromStdString(reportToJson(report).dump() + "\n"));
+    return writeWithQSaveFile(path, QByteArray::fromStdString(reportToJsonText(report)));
 }
 
 bool canWriteHtml()

@@ -4,7 +4,8 @@
 // model (--version; analyze, diff and ranks of a 1,000-entry snapshot): wall time and peak resident memory, which
 // show that libtorch is not loaded (recording/torch_library.h).
 // Targets (issue 20): analyze --json >= 5x faster than pickle.load; start-up under 0.1 s and 50 MB.
-// Usage: bench_cli [--entries N] [FILE]
+// Then `memledger ranks` of eight such files (different seeds), one per rank: time and peak memory.
+// Usage: bench_cli [--entries N] [--ranks K (default 8; 0: none)] [FILE]
 #include "bench_files.h"
 
 #include <algorithm>
@@ -40,11 +41,14 @@ ProcessCost best(const std::vector<std::string>& argv, int runs)
 int main(int argc, char** argv)
 {
     std::size_t entries = 1000000;
+    int ranks = 8;
     std::string file;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         if (a == "--entries" && i + 1 < argc)
             entries = std::stoull(argv[++i]);
+        else if (a == "--ranks" && i + 1 < argc)
+            ranks = std::stoi(argv[++i]);
         else
             file = a;
     }
@@ -105,6 +109,27 @@ int main(int argc, char** argv)
         }
         std::printf("%-58s %8.3fs %7.1f MiB\n", s.what, c.seconds, c.peak_mib);
         ok = ok && c.seconds < 0.1 && c.peak_mib < 50;
+    }
+
+    // A multi-GPU job: eight 1,000,000-entry snapshots (one per rank, each its own trace) compared at once.
+    if (ranks > 0) {
+        std::vector<std::string> rankArgs {bin, "ranks"};
+        try {
+            for (int k = 0; k < ranks; ++k)
+                rankArgs.push_back(pytorchLayoutSnapshot("rank" + std::to_string(k), entries, "--seed " + std::to_string(k + 1)));
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "bench_cli: %s\n", e.what());
+            return 2;
+        }
+        rankArgs.insert(rankArgs.end(), {"--json", out});
+        auto c = best(rankArgs, 2);
+        if (c.seconds < 0) {
+            std::fprintf(stderr, "bench_cli: memledger ranks failed\n");
+            return 2;
+        }
+        std::printf("\n%-58s %8.3fs %7.0f MiB   (this machine: 2 cores, 24 GiB)\n",
+            ("memledger ranks, " + std::to_string(ranks) + " files of " + std::to_string(entries) + " entries --json").c_str(),
+            c.seconds, c.peak_mib);
     }
     std::printf("%s\n", ok ? "PASS" : "MISSED A TARGET");
     return ok ? 0 : 1;

@@ -208,6 +208,28 @@ TEST(Snapshot, ReportAndJson)
     EXPECT_EQ(j["allocator_model"]["settings"]["default"], true);
 }
 
+// `analyze --json` writes the events' columns straight to text (reportToJsonText): the document is the one the
+// JSON values make, for every shared file, and it reads back as the same report.
+TEST(Snapshot, JsonTextIsTheJsonDocument)
+{
+    SKIP_WITHOUT_SNAPSHOTS();
+    for (const auto& entry : std::filesystem::directory_iterator(MEMLEDGER_SNAPSHOTS)) {
+        if (!looksLikePickleFile(entry.path().string()))
+            continue;
+        SCOPED_TRACE(entry.path().filename().string());
+        Report r = readSnapshotReport(entry.path().string());
+        const std::string text = reportToJsonText(r);
+        ASSERT_FALSE(text.empty());
+        EXPECT_EQ(text.back(), '\n');
+        const auto parsed = nlohmann::json::parse(text);
+        EXPECT_EQ(parsed, reportToJson(r));
+        Report back = reportFromJson(parsed, "text");
+        ASSERT_TRUE(back.trace);
+        EXPECT_EQ(back.trace->size(), r.trace->size());
+        EXPECT_EQ(back.peak_bytes, r.peak_bytes);
+    }
+}
+
 TEST(Snapshot, WriterRoundTrip)
 {
     SKIP_WITHOUT_SNAPSHOTS();

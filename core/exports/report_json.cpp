@@ -10,6 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <charconv>
+#include <type_traits>
+
 namespace memledger {
 
 using nlohmann::json;
@@ -24,16 +27,40 @@ json ledgerNames()
     return names;
 }
 
-json eventsToJson(const Trace& t)
+// The event columns of a report's JSON, in the order of "columns". Each is written by appendColumns (text, for
+// reportToJsonText) or columnsToJson (a DOM, for reportToJson): one list of the columns for both.
+template <class Visit>
+void forEachColumn(const Trace& t, Visit&& visit)
+{
+    visit("time_ns", t.time_ns);
+    visit("bytes", t.bytes);
+    visit("address", t.address);
+    visit("action", t.action);
+    visit("device", t.device);
+    visit("ledger", t.ledger);
+    visit("op_seq", t.op_seq);
+    visit("outer_op", t.outer_op);
+    visit("inner_op", t.inner_op);
+    visit("where", t.where);
+    visit("partner", t.partner);
+    visit("stack", t.stack);
+}
+
+template <class T>
+long long columnValue(T v)
+{
+    if constexpr (std::is_enum_v<T>)
+        return static_cast<long long>(static_cast<std::underlying_type_t<T>>(v));
+    else
+        return static_cast<long long>(v);
+}
+
+// Everything of the events but their columns: strings, frames, stacks, names.
+json eventsHead(const Trace& t)
 {
     json strings = json::array();
     for (std::size_t i = 0; i < t.strings.size(); ++i)
         strings.push_back(t.strings.at(static_cast<std::uint32_t>(i)));
-    json actions = json::array(), ledgers = json::array();
-    for (std::size_t i = 0; i < t.size(); ++i) {
-        actions.push_back(static_cast<int>(t.action[i]));
-        ledgers.push_back(static_cast<int>(t.ledger[i]));
-    }
     // Call stacks: each frame [file, line, name] (string ids) once, each stack (frame ids, innermost first) once.
     json frames = json::array(), stacks = json::array();
     for (std::size_t f = 0; f < t.stacks.frameCount(); ++f) {
@@ -43,18 +70,45 @@ json eventsToJson(const Trace& t)
     for (std::size_t s = 1; s < t.stacks.stackCount(); ++s)
         stacks.push_back(std::vector<std::uint32_t>(
             t.stacks.begin(static_cast<std::uint32_t>(s)), t.stacks.end(static_cast<std::uint32_t>(s))));
+    json columns = json::array();
+    forEachColumn(t, [&](const char* name, const auto&) { columns.push_back(name); });
     return json {{"count", t.size()}, {"strings", strings}, {"frames", frames}, {"stacks", stacks},
-        {"stack", t.stack},
-        {"columns",
-            {"time_ns", "bytes", "address", "action", "device", "ledger", "op_seq", "outer_op", "inner_op", "where",
-                "partner", "stack"}},
+        {"columns", columns},
         {"action_names",
             {"alloc", "free", "free_requested", "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom",
                 "snapshot"}},
-        {"ledger_names", ledgerNames()}, {"time_ns", t.time_ns},
-        {"bytes", t.bytes}, {"address", t.address}, {"action", actions}, {"device", t.device}, {"ledger", ledgers},
-        {"op_seq", t.op_seq}, {"outer_op", t.outer_op}, {"inner_op", t.inner_op}, {"where", t.where},
-        {"partner", t.partner}};
+        {"ledger_names", ledgerNames()}};
+}
+
+json eventsToJson(const Trace& t)
+{
+    json e = eventsHead(t);
+    forEachColumn(t, [&](const char* name, const auto& column) {
+        json values = json::array();
+        for (auto v : column)
+            values.push_back(columnValue(v));
+        e[name] = std::move(values);
+    });
+    return e;
+}
+
+// `,"name":[v,v,...]` for every column, as nlohmann would write them, without building them as JSON values: a
+// 1,000,000-entry trace is 12 million numbers.
+void appendColumns(const Trace& t, std::string& out)
+{
+    forEachColumn(t, [&](const char* name, const auto& column) {
+        out += ",\"";
+        out += name;
+        out += "\":[";
+        char buf[24];
+        for (std::size_t i = 0; i < column.size(); ++i) {
+            if (i)
+                out += ',';
+            auto [end, ec] = std::to_chars(buf, buf + sizeof buf, columnValue(column[i]));
+            out.append(buf, end);
+        }
+        out += ']';
+    });
 }
 
 // The forward's tensor uses, column by column (event: the allocation; op: Trace::op_seq; op_name and module:
@@ -317,6 +371,25 @@ json reportToJson(const Report& r, bool withEvents)
         usesToJson(r, j["events"]);
     }
     return j;
+}
+
+std::string reportToJsonText(const Report& r)
+{
+    std::string out = reportToJson(r, false).dump();
+    if (r.trace) {
+        json head = eventsHead(*r.trace);
+        usesToJson(r, head);
+        std::string events = head.dump(); // an object: its closing brace goes after the columns
+        // Room for every column at its widest (untouched pages cost nothing): no copy while it grows.
+        out.reserve(out.size() + events.size() + r.trace->size() * 128);
+        out.pop_back();
+        out += ",\"events\":";
+        out.append(events, 0, events.size() - 1);
+        appendColumns(*r.trace, out);
+        out += "}}";
+    }
+    out += '\n';
+    return out;
 }
 
 Report reportFromJson(const json& j, const std::string& name)
