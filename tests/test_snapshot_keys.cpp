@@ -189,7 +189,11 @@ struct GpuFigures {
     std::size_t rows;
     std::int64_t peak, peakEvent, reserved, allocated;
     std::vector<int> devices;
-    bool operator==(const GpuFigures&) const = default;
+    bool operator==(const GpuFigures& o) const
+    {
+        return rows == o.rows && peak == o.peak && peakEvent == o.peakEvent && reserved == o.reserved
+            && allocated == o.allocated && devices == o.devices;
+    }
 };
 
 GpuFigures gpuFigures(const Report& r)
