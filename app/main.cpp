@@ -78,6 +78,9 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
                 for (int i = 0; i < window.tabs()->count(); ++i)
                     if (window.tabs()->tabText(i) == qEnvironmentVariable("MEMLEDGER_TAB"))
                         window.tabs()->setCurrentIndex(i);
+            // MEMLEDGER_DEVICE=N picks a snapshot's device in the timeline's toolbar (-3: host (pinned)).
+            if (qEnvironmentVariableIsSet("MEMLEDGER_DEVICE"))
+                window.setDevice(qEnvironmentVariable("MEMLEDGER_DEVICE").toInt());
             // MEMLEDGER_RANGE=FIRST:END selects the events [FIRST, END) on the timeline first.
             if (auto range = qEnvironmentVariable("MEMLEDGER_RANGE").split(QLatin1Char(':')); range.size() == 2)
                 window.timeline()->setRange(range[0].toUInt(), range[1].toUInt());

@@ -414,6 +414,10 @@ bool MainWindow::fileIsSnapshot() const
 
 void MainWindow::showReport(std::shared_ptr<const Report> report)
 {
+    if (!report || report != hostReport_) { // another file: its own host, if any, when picked
+        fileReport_ = report;
+        hostReport_.reset();
+    }
     report_ = std::move(report);
     rangeReport_.reset();
     timeline_->setReport(report_);
@@ -460,7 +464,16 @@ void MainWindow::showSegments()
     const auto& history = segmentTimeline_->history();
     if (report_ && !snapshot && history.simulated)
         timeline_->setReservedLine(history.reserved, tr("reserved (simulated GPU)"));
-    timelineBar_->setDevices(snapshot ? report_->snapshot->devices : std::vector<int> {}, TimelineSeries::kAllDevices);
+    // The file's devices, its pinned host memory last ("all devices" is the GPUs': host memory is not GPU memory).
+    std::vector<int> devices;
+    if (fileReport_ && fileReport_->snapshot) {
+        devices = fileReport_->snapshot->devices;
+        if (fileReport_->snapshot->host)
+            devices.push_back(kHostDevice);
+    }
+    timelineBar_->setDevices(snapshot ? devices : std::vector<int> {}, TimelineSeries::kAllDevices);
+    if (report_ && report_ == hostReport_)
+        setDevice(kHostDevice);
     if (snapshot) {
         const auto& s = *report_->snapshot;
         runPanel_->setStatus(tr("CUDA memory snapshot"));
@@ -535,6 +548,16 @@ QComboBox* MainWindow::deviceSelector() const
 
 void MainWindow::setDevice(int device)
 {
+    // The host's pinned memory is a report of its own (hostReport): picking it shows that report, picking a
+    // GPU or all devices the file's again.
+    if (device == kHostDevice && fileReport_ && fileReport_->snapshot && fileReport_->snapshot->host
+        && report_ != hostReport_) {
+        if (!hostReport_)
+            hostReport_ = std::make_shared<const Report>(hostReport(*fileReport_));
+        showReport(hostReport_);
+    } else if (device != kHostDevice && hostReport_ && report_ == hostReport_) {
+        showReport(fileReport_);
+    }
     callTree_->setDevice(device);
     flame_->setDevice(device);
     summary_->setDevice(device);

@@ -170,6 +170,10 @@ private:
 
     std::shared_ptr<const Report> report_;
     std::shared_ptr<const Report> rangeReport_;
+    // A snapshot with pinned host memory: the file's report (its GPUs) and, once picked, its host's, shown in
+    // report_ while the device picker says "host (pinned)".
+    std::shared_ptr<const Report> fileReport_;
+    std::shared_ptr<const Report> hostReport_;
     QElapsedTimer openClock_; // since a file was chosen (MEMLEDGER_TIMING=1 prints when its timeline is drawn)
 };
 

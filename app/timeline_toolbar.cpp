@@ -2,6 +2,8 @@
 
 #include "timeline_plot.h"
 
+#include "snapshot/snapshot.h"
+
 #include <QActionGroup>
 #include <QComboBox>
 #include <QLabel>
@@ -65,7 +67,7 @@ void TimelineToolbar::setDevices(const std::vector<int>& devices, int allDevices
     if (!devices.empty()) {
         deviceBox_->addItem(tr("all devices"), allDevices);
         for (int d : devices)
-            deviceBox_->addItem(QStringLiteral("cuda:%1").arg(d), d);
+            deviceBox_->addItem(QString::fromStdString(snapshotDeviceName(d)), d);
     }
     deviceAction_->setVisible(devices.size() > 1);
 }

@@ -96,10 +96,11 @@ TEST(SnapshotKeys, ASnapshotWithEveryKeyOpens)
     EXPECT_TRUE(s.settings.expandable_segments);
     ASSERT_EQ(s.annotations.size(), 1u);
     EXPECT_EQ(s.devices, (std::vector<int> {0, 1}));
-    // Read past and listed: host memory, the entries' pool_id and forward_frames.
-    for (const char* key :
-        {"host_segments", "host_traces", "device_traces[].pool_id", "device_traces[].forward_frames"})
+    // Read past and listed: the entries' pool_id and forward_frames. Host memory is read (HostMemory below).
+    for (const char* key : {"device_traces[].pool_id", "device_traces[].forward_frames"})
         EXPECT_TRUE(contains(s.ignored_keys, key)) << key;
+    EXPECT_FALSE(contains(s.ignored_keys, "host_segments"));
+    EXPECT_FALSE(contains(s.ignored_keys, "host_traces"));
     EXPECT_FALSE(contains(s.ignored_keys, "device_traces[].user_metadata"));
     EXPECT_FALSE(contains(s.ignored_keys, "device_traces[].compile_context"));
 }
@@ -177,8 +178,112 @@ TEST(SnapshotKeys, FiguresPerValueArePythons)
     EXPECT_TRUE(j["snapshot"]["ignored_keys"].is_array());
     bool hostNote = false;
     for (const auto& n : r.notes)
-        hostNote = hostNote || n.find("host (pinned)") != std::string::npos;
+        hostNote = hostNote || n.find("host (pinned): 4 allocations") != std::string::npos;
     EXPECT_TRUE(hostNote);
+}
+
+namespace {
+
+// The GPU figures of a snapshot, which its host memory must leave as they are.
+struct GpuFigures {
+    std::size_t rows;
+    std::int64_t peak, peakEvent, reserved, allocated;
+    std::vector<int> devices;
+    bool operator==(const GpuFigures& o) const
+    {
+        return rows == o.rows && peak == o.peak && peakEvent == o.peakEvent && reserved == o.reserved
+            && allocated == o.allocated && devices == o.devices;
+    }
+};
+
+GpuFigures gpuFigures(const Report& r)
+{
+    return {r.trace->size(), r.peak_bytes, r.peak_event, r.snapshot->reservedBytes(), r.snapshot->allocatedBytes(),
+        r.snapshot->devices};
+}
+
+void expectHostIsPythons(const Report& r, const nlohmann::json& truth)
+{
+    ASSERT_TRUE(r.snapshot->host);
+    const auto h = hostFigures(*r.snapshot);
+    ASSERT_TRUE(h.present);
+    EXPECT_EQ(h.allocations, truth["allocations"].get<std::int64_t>());
+    EXPECT_EQ(h.allocated_bytes, truth["allocated_bytes"].get<std::int64_t>());
+    EXPECT_EQ(h.peak_bytes, truth["peak_bytes"].get<std::int64_t>());
+    EXPECT_EQ(h.segments, truth["segments"].get<std::int64_t>());
+    EXPECT_EQ(h.reserved_bytes, truth["reserved_bytes"].get<std::int64_t>());
+}
+
+} // namespace
+
+TEST(SnapshotKeys, HostMemoryIsADeviceOfItsOwn)
+{
+    const auto& syn = synthetic();
+    Report r = readSnapshotReport(syn.path);
+    const Snapshot& s = *r.snapshot;
+    ASSERT_TRUE(s.host);
+    // Its allocations, bytes and peak are Python's sums.
+    expectHostIsPythons(r, syn.truth["host"]);
+    // Every host row on the host device, none in the GPUs' trace; its device named in text and JSON.
+    const Snapshot& h = *s.host;
+    EXPECT_EQ(h.devices, (std::vector<int> {kHostDevice}));
+    ASSERT_TRUE(h.trace);
+    EXPECT_EQ(h.trace->size(), 11u);
+    for (std::size_t i = 0; i < h.trace->size(); ++i)
+        EXPECT_EQ(h.trace->device[i], kHostDevice);
+    for (std::size_t i = 0; i < r.trace->size(); ++i)
+        EXPECT_NE(r.trace->device[i], kHostDevice);
+    for (const auto& g : h.segments)
+        EXPECT_EQ(g.device, kHostDevice);
+    EXPECT_TRUE(h.trace_has_time);
+    EXPECT_EQ(h.trace_start_us, 99);
+    EXPECT_NE(kHostDevice, -1);
+    EXPECT_NE(kHostDevice, -2); // TimelineSeries::kAllDevices
+    EXPECT_EQ(snapshotDeviceName(kHostDevice), "host (pinned)");
+    // The GPU figures are those of the same file without its host keys (Python's peak event too).
+    EXPECT_EQ(r.peak_event, syn.truth["peak_event"].get<std::int32_t>());
+    EXPECT_EQ(r.trace->size(), syn.truth["rows"].get<std::size_t>());
+    auto j = reportToJson(r, false);
+    EXPECT_EQ(j["snapshot"]["devices"], nlohmann::json::array({0, 1}));
+    EXPECT_EQ(j["snapshot"]["device_names"], nlohmann::json::array({"cuda:0", "cuda:1", "host (pinned)"}));
+    EXPECT_EQ(j["snapshot"]["host"]["name"], "host (pinned)");
+    EXPECT_EQ(j["snapshot"]["host"]["peak_bytes"], syn.truth["host"]["peak_bytes"]);
+    EXPECT_EQ(j["snapshot"]["host"]["allocations"], syn.truth["host"]["allocations"]);
+    // Ledgers by the same rules: every host alloc has one; the host report's ledgers sum to its allocations.
+    Report hr = hostReport(r);
+    EXPECT_EQ(hr.run.device, "host (pinned)");
+    EXPECT_EQ(hr.peak_bytes, syn.truth["host"]["peak_bytes"].get<std::int64_t>());
+    std::int64_t total = 0;
+    for (const auto& f : hr.ledgers)
+        total += f.total;
+    EXPECT_EQ(total, syn.truth["host"]["allocated_bytes"].get<std::int64_t>());
+}
+
+TEST(SnapshotKeys, MalformedHostEntriesLeaveTheFileOpenAndTheGpusAlone)
+{
+    const auto& syn = synthetic();
+    const auto bad = std::filesystem::temp_directory_path()
+        / ("memledger-snapshot-keys-bad-" + std::to_string(::getpid()) + ".pickle");
+    auto truth = runTruth("malformed", bad.string());
+    Report r = readSnapshotReport(bad.string());
+    Report good = readSnapshotReport(syn.path);
+    EXPECT_EQ(gpuFigures(r), gpuFigures(good));
+    expectHostIsPythons(r, truth["host"]);
+    EXPECT_GT(r.snapshot->host_skipped, 0);
+    bool note = false;
+    for (const auto& n : r.notes)
+        note = note || n.find("of another shape were left out") != std::string::npos;
+    EXPECT_TRUE(note);
+    std::error_code ec;
+    std::filesystem::remove(bad, ec);
+
+    // host_traces and host_segments that are not lists: noted, never fatal.
+    static const char kOdd[] = "\x80\x02\x7d\x71\x00\x28\x58\x08\x00\x00\x00\x73\x65\x67\x6d\x65\x6e\x74\x73\x71\x01\x5d\x71\x02\x58\x0d\x00\x00\x00\x64\x65\x76\x69\x63\x65\x5f\x74\x72\x61\x63\x65\x73\x71\x03\x5d\x71\x04\x5d\x71\x05\x61\x58\x0d\x00\x00\x00\x68\x6f\x73\x74\x5f\x73\x65\x67\x6d\x65\x6e\x74\x73\x71\x06\x58\x01\x00\x00\x00\x78\x71\x07\x58\x0b\x00\x00\x00\x68\x6f\x73\x74\x5f\x74\x72\x61\x63\x65\x73\x71\x08\x58\x01\x00\x00\x00\x79\x71\x09\x75\x2e"; // {"segments": [], "device_traces": [[]], "host_segments": "x", "host_traces": "y"}
+    const std::string odd(kOdd, sizeof kOdd - 1);
+    Snapshot s = decodeSnapshot(odd, "odd.pickle");
+    ASSERT_TRUE(s.host);
+    EXPECT_EQ(s.host_skipped, 2);
+    EXPECT_EQ(s.devices, (std::vector<int> {0}));
 }
 
 TEST(SnapshotKeys, RealFilesWithCompileContextOpen)

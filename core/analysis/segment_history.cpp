@@ -75,7 +75,7 @@ std::string snapshotCause(const Snapshot& s, int device)
             std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(worst.address));
             return std::string(buf);
         }()
-        + " on cuda:" + std::to_string(worst.device) + " (" + formatBytes(worst.total_size) + ", "
+        + " on " + snapshotDeviceName(worst.device) + " (" + formatBytes(worst.total_size) + ", "
         + formatBytes(segs.front().inactive) + " not allocated, largest free block "
         + formatBytes(segs.front().largestFree) + ")";
     // The biggest block still allocated there is what keeps the segment from being released.

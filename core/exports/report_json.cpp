@@ -245,6 +245,23 @@ void snapshotToJson(const Snapshot& s, json& j)
             {"end_ms", a.end_us >= 0 ? json(static_cast<double>(s.endNs(a)) / 1e6) : json(nullptr)}});
     j["snapshot"]["annotations"] = annotations;
     j["snapshot"]["annotation_entries"] = s.annotation_entries;
+    // Devices by name ("cuda:0", "host (pinned)"); `devices` stays the GPUs' indices. The host's pinned memory
+    // is a device of its own: none of the GPU figures above count it.
+    json names = json::array();
+    for (int d : s.devices)
+        names.push_back(snapshotDeviceName(d));
+    if (const auto h = hostFigures(s); h.present) {
+        names.push_back(snapshotDeviceName(kHostDevice));
+        j["snapshot"]["host"] = {{"device", kHostDevice}, {"name", snapshotDeviceName(kHostDevice)},
+            {"allocations", h.allocations}, {"allocated_bytes", h.allocated_bytes}, {"peak_bytes", h.peak_bytes},
+            {"segments", h.segments}, {"reserved_bytes", h.reserved_bytes},
+            {"allocated_at_end_bytes", h.allocated_at_end_bytes}, {"trace_entries", h.trace_entries},
+            {"skipped", h.skipped}};
+    } else if (h.skipped > 0) {
+        j["snapshot"]["host"] = {{"device", kHostDevice}, {"name", snapshotDeviceName(kHostDevice)},
+            {"skipped", h.skipped}};
+    }
+    j["snapshot"]["device_names"] = names;
     const auto c = s.allocator_check.done ? s.allocator_check : checkAllocatorModel(s);
     j["allocator_model"] = {{"unit", c.unit}, {"recorded_segment_allocs", c.recorded},
         {"reproduced_segment_allocs", c.reproduced}, {"model_segment_allocs", c.model_total},

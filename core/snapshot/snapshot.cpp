@@ -339,6 +339,7 @@ struct TraceRows {
     StreamColumn& streams;
     TraceContextColumn& contexts;
     std::size_t untimed = 0; // rows without a time_us
+    std::vector<bool> untimedRow; // which rows, filled from the first one on (a timed file holds none)
 
     std::uint32_t push(std::int64_t timeUs, bool timed, std::int64_t size, std::uint64_t addr, Action a,
         std::int8_t device, std::uint64_t stream, std::uint32_t stack, std::uint32_t where, TraceContext context)
@@ -349,7 +350,11 @@ struct TraceRows {
         streams.push_back(stream);
         if (context.user_metadata != 0 || context.compile_context != 0)
             contexts.set(i, context);
-        untimed += !timed;
+        if (!timed) {
+            ++untimed;
+            untimedRow.resize(i + 1, false);
+            untimedRow[i] = true;
+        }
         return static_cast<std::uint32_t>(i);
     }
 };
@@ -533,97 +538,99 @@ private:
     std::string fxName_;
 };
 
-// Makes the snapshot's trace of its device_traces lists: rows the reducer made and entries left in the tree,
-// in list order; lists of several devices merged on one clock.
-void decodeTraces(const PickleValue& traces, Snapshot& s, std::shared_ptr<Trace> trace, TraceRows& rows,
-    StackTables& tables)
-{
-    std::uint32_t devIndex = 0;
-    std::size_t nonEmpty = 0;
-    for (const auto& dev : traces.items()) {
-        if (!dev.isSequence())
-            throw ShapeError("device_traces[" + std::to_string(devIndex) + "] is not a list");
-        nonEmpty += !dev.items().empty();
-        ++devIndex;
-    }
-    std::set<int> devices(s.devices.begin(), s.devices.end());
-    for (std::uint32_t d = 0; d < devIndex; ++d)
-        devices.insert(static_cast<int>(d)); // one list per device, even an empty one
-
-    // The rows in list order, with the list each is in. Entries the reducer left become rows here.
+// The rows of one trace of the file, in list order, with the list each is in: device_traces' lists (list d is
+// device d) or host_traces (every row on kHostDevice).
+struct TracePart {
     struct Ref {
         std::uint32_t row;
         std::uint32_t list;
     };
     std::vector<Ref> order;
     std::vector<std::pair<std::uint32_t, std::int64_t>> oomFree; // row, device_free
-    KeySlots keys;
-    ActionNames actions;
-    bool inOrder = true;
-    std::uint32_t d = 0;
-    for (const auto& dev : traces.items()) {
-        for (const auto& e : dev.items()) {
-            std::uint32_t row;
-            if (e.isReduced() && e.reducedType() == kRowValue) {
-                row = e.reducedId();
-            } else if (e.isReduced() && (e.reducedType() == kSkippedValue || e.reducedType() == kFrameValue)) {
-                ++s.skipped_entries;
-                continue;
-            } else {
-                if (!e.isDict())
-                    throw ShapeError("a trace entry is not a dict");
-                const PickleValue* f[kSlotCount] = {};
-                const auto items = e.entries();
-                for (std::size_t i = 0; i + 1 < items.size(); i += 2)
-                    if (items[i].isStr()) {
-                        if (int slot = keys.slotOf(items[i].asStr()); slot != kOtherKey)
-                            f[slot] = &items[i + 1];
-                        else
-                            noteIgnoredEntryKey(s.ignored_keys, items[i].asStr());
-                    }
-                Action a = Action::Alloc;
-                if (!f[kAction] || !f[kAction]->isStr() || !actions.find(f[kAction]->asStr(), a)) {
-                    ++s.skipped_entries;
-                    continue;
-                }
-                const PickleValue* t = f[kTime];
-                const bool timed = t && t->isNumber();
-                std::int64_t timeUs = timed ? numberOr(t, "time_us", 0) : 0;
-                auto device = numberOr(f[kDevice], "device", kNoDevice);
-                if (device == kNoDevice)
-                    device = kDeviceOfList;
-                else if (device < -1 || device > 127)
-                    throw ShapeError("a trace entry names device " + std::to_string(device));
-                std::int64_t size = numberOr(f[kSize], "size", 0);
-                std::uint64_t addr
-                    = a == Action::Oom ? 0 : static_cast<std::uint64_t>(numberOr(f[kAddr], "addr", 0));
-                auto stream = static_cast<std::uint64_t>(numberOr(f[kStream], "stream", 0));
-                auto stack = tables.stackOfTree(f[kFrames]);
-                row = rows.push(timeUs, timed, size, addr, a, static_cast<std::int8_t>(device), stream, stack,
-                    tables.where(stack), contextOf(f[kUserMetadata], f[kCompileContext], trace->strings));
-                if (a == Action::Oom)
-                    oomFree.push_back({row, numberOr(f[kDeviceFree], "device_free", 0)});
-            }
-            inOrder = inOrder && row == order.size();
-            order.push_back({row, d});
-        }
-        ++d;
+    std::size_t nonEmpty = 0; // lists with entries
+    int device = kDeviceOfList; // kHostDevice: every row's device, whatever its entry says
+};
+
+// Makes a row of a trace entry: the row the reducer made, or the entry read from the tree (its errors are
+// ShapeErrors). Returns false for an entry memledger skips (an action it does not model).
+bool entryRow(const PickleValue& e, TraceRows& rows, StackTables& tables, KeySlots& keys, ActionNames& actions,
+    std::vector<std::string>& ignored, std::uint32_t& row, std::vector<std::pair<std::uint32_t, std::int64_t>>& oomFree)
+{
+    if (e.isReduced() && e.reducedType() == kRowValue) {
+        row = e.reducedId();
+        return true;
     }
+    if (e.isReduced() && (e.reducedType() == kSkippedValue || e.reducedType() == kFrameValue))
+        return false;
+    if (!e.isDict())
+        throw ShapeError("a trace entry is not a dict");
+    const PickleValue* f[kSlotCount] = {};
+    const auto items = e.entries();
+    for (std::size_t i = 0; i + 1 < items.size(); i += 2)
+        if (items[i].isStr()) {
+            if (int slot = keys.slotOf(items[i].asStr()); slot != kOtherKey)
+                f[slot] = &items[i + 1];
+            else
+                noteIgnoredEntryKey(ignored, items[i].asStr());
+        }
+    Action a = Action::Alloc;
+    if (!f[kAction] || !f[kAction]->isStr() || !actions.find(f[kAction]->asStr(), a))
+        return false;
+    const PickleValue* t = f[kTime];
+    const bool timed = t && t->isNumber();
+    std::int64_t timeUs = timed ? numberOr(t, "time_us", 0) : 0;
+    auto device = numberOr(f[kDevice], "device", kNoDevice);
+    if (device == kNoDevice)
+        device = kDeviceOfList;
+    else if (device < -1 || device > 127)
+        throw ShapeError("a trace entry names device " + std::to_string(device));
+    std::int64_t size = numberOr(f[kSize], "size", 0);
+    std::uint64_t addr = a == Action::Oom ? 0 : static_cast<std::uint64_t>(numberOr(f[kAddr], "addr", 0));
+    auto stream = static_cast<std::uint64_t>(numberOr(f[kStream], "stream", 0));
+    auto stack = tables.stackOfTree(f[kFrames]);
+    row = rows.push(timeUs, timed, size, addr, a, static_cast<std::int8_t>(device), stream, stack, tables.where(stack),
+        contextOf(f[kUserMetadata], f[kCompileContext], rows.trace.strings));
+    if (a == Action::Oom)
+        oomFree.push_back({row, numberOr(f[kDeviceFree], "device_free", 0)});
+    return true;
+}
+
+// Makes `out`'s trace of `part`'s rows of `trace` (in place when `inPlace`: the rows the reducer made are then
+// the device traces' own, gathered only when another order or rows of another trace say so); lists of several
+// devices merged on one clock; partners, out-of-memory events, times from the trace's start.
+void finishTrace(TracePart& part, std::shared_ptr<Trace> trace, const TraceRows& rows, Snapshot& src, Snapshot& out,
+    bool inPlace, std::set<int>& devices)
+{
+    using Ref = TracePart::Ref;
+    auto& order = part.order;
+    bool inOrder = inPlace;
+    for (std::size_t k = 0; inOrder && k < order.size(); ++k)
+        inOrder = order[k].row == k;
     inOrder = inOrder && order.size() == trace->size();
+    bool timed = true;
+    if (rows.untimed > 0)
+        for (const auto& r : order)
+            if (r.row < rows.untimedRow.size() && rows.untimedRow[r.row]) {
+                timed = false;
+                break;
+            }
 
     // Devices are recorded in separate ring buffers: merge them on one clock (list order without times).
-    const bool timed = rows.untimed == 0;
-    if (nonEmpty > 1 && timed) {
+    if (part.nonEmpty > 1 && timed) {
         std::stable_sort(order.begin(), order.end(),
             [&](const Ref& a, const Ref& b) { return trace->time_ns[a.row] < trace->time_ns[b.row]; });
         inOrder = false;
     }
+    auto deviceOf = [&](std::int8_t dev, std::uint32_t list) {
+        if (part.device != kDeviceOfList)
+            return static_cast<std::int8_t>(part.device);
+        return dev == kDeviceOfList ? static_cast<std::int8_t>(list) : dev;
+    };
     if (inOrder) {
         for (const auto& r : order)
-            if (trace->device[r.row] == kDeviceOfList)
-                trace->device[r.row] = static_cast<std::int8_t>(r.list);
+            trace->device[r.row] = deviceOf(trace->device[r.row], r.list);
     } else {
-        // Rows in another order, twice, or not at all (entries outside device_traces): gather them.
+        // Rows in another order, twice, or not at all (entries outside these lists): gather them.
         auto t = std::make_shared<Trace>();
         t->strings = trace->strings;
         t->stacks = trace->stacks;
@@ -633,30 +640,33 @@ void decodeTraces(const PickleValue& traces, Snapshot& s, std::shared_ptr<Trace>
         TraceContextColumn contexts;
         std::vector<std::int32_t> newIndex(trace->size(), -1);
         for (const auto& r : order) {
-            auto dev = trace->device[r.row];
             auto i = t->push(trace->time_ns[r.row], trace->bytes[r.row], trace->address[r.row],
-                trace->action[r.row], dev == kDeviceOfList ? static_cast<std::int8_t>(r.list) : dev);
+                trace->action[r.row], deviceOf(trace->device[r.row], r.list));
             t->where[i] = trace->where[r.row];
             t->stack[i] = trace->stack[r.row];
-            streams.push_back(s.trace_stream[r.row]);
-            if (const auto& c = s.trace_context[r.row]; c.user_metadata != 0 || c.compile_context != 0)
+            streams.push_back(src.trace_stream[r.row]);
+            if (const auto& c = src.trace_context[r.row]; c.user_metadata != 0 || c.compile_context != 0)
                 contexts.set(i, c);
             newIndex[r.row] = static_cast<std::int32_t>(i);
         }
-        for (auto& [row, free] : oomFree)
+        for (auto& [row, free] : part.oomFree)
             row = newIndex[row] < 0 ? UINT32_MAX : static_cast<std::uint32_t>(newIndex[row]);
-        *trace = std::move(*t);
-        s.trace_stream = std::move(streams);
-        s.trace_context = std::move(contexts);
+        if (inPlace)
+            *trace = std::move(*t);
+        else
+            trace = std::move(t);
+        out.trace_stream = std::move(streams);
+        out.trace_context = std::move(contexts);
     }
 
     // One pass in time order: devices, alloc/free partners, out-of-memory events, times from the start.
+    auto& oomFree = part.oomFree;
     std::size_t nextOom = 0;
     std::sort(oomFree.begin(), oomFree.end());
     NodeRecycler nodes; // hash nodes: allocs and frees churn them
     std::pmr::unordered_map<std::uint64_t, std::int32_t> openAlloc(&nodes); // (device, addr) -> alloc event
     openAlloc.reserve(4096);
-    std::int64_t lastDevice = -2;
+    std::int64_t lastDevice = -128;
     std::int64_t minTime = INT64_MAX;
     const std::size_t n = trace->size();
     for (std::size_t i = 0; i < n; ++i) {
@@ -687,23 +697,85 @@ void decodeTraces(const PickleValue& traces, Snapshot& s, std::shared_ptr<Trace>
             oom.device_free = nextOom < oomFree.size() && oomFree[nextOom].first == i ? oomFree[nextOom].second : 0;
             oom.time_ns = static_cast<std::int64_t>(i); // made a time below
             oom.where = trace->strings.at(trace->where[i]);
-            s.ooms.push_back(std::move(oom));
+            out.ooms.push_back(std::move(oom));
         }
     }
 
-    s.trace_has_time = timed && n > 0;
-    s.trace_start_us = s.trace_has_time ? minTime : 0;
+    out.trace_has_time = timed && n > 0;
+    out.trace_start_us = out.trace_has_time ? minTime : 0;
     for (std::size_t i = 0; i < n; ++i)
-        trace->time_ns[i] = s.trace_has_time // wrapping, never undefined, for a damaged file's times
+        trace->time_ns[i] = out.trace_has_time // wrapping, never undefined, for a damaged file's times
             ? static_cast<std::int64_t>(
                 (static_cast<std::uint64_t>(trace->time_ns[i]) - static_cast<std::uint64_t>(minTime)) * 1000u)
             : static_cast<std::int64_t>(i) * 1000;
-    for (auto& oom : s.ooms)
+    for (auto& oom : out.ooms)
         oom.time_ns = trace->time_ns[static_cast<std::size_t>(oom.time_ns)];
-    s.devices.assign(devices.begin(), devices.end());
     // Never shrunk to fit: the columns were reserved for the most entries the file could hold, and the pages
     // past the last entry were never touched, so they take no memory; copying them smaller would (twice).
-    s.trace = std::move(trace);
+    out.trace = std::move(trace);
+}
+
+// Makes the snapshot's trace of its device_traces lists (`traces`, may be null) and its host's of host_traces
+// (`hostTraces`, may be null): rows the reducer made and entries left in the tree, in list order. A device list
+// of another shape fails the file; a host entry of another shape is counted in host_skipped and left out.
+void decodeTraces(const PickleValue* traces, const PickleValue* hostTraces, Snapshot& s, Snapshot* host,
+    std::shared_ptr<Trace> trace, TraceRows& rows, StackTables& tables)
+{
+    KeySlots keys;
+    ActionNames actions;
+    TracePart gpu;
+    std::uint32_t lists = 0;
+    if (traces)
+        for (const auto& dev : traces->items()) {
+            if (!dev.isSequence())
+                throw ShapeError("device_traces[" + std::to_string(lists) + "] is not a list");
+            gpu.nonEmpty += !dev.items().empty();
+            ++lists;
+        }
+    std::set<int> devices(s.devices.begin(), s.devices.end());
+    for (std::uint32_t d = 0; d < lists; ++d)
+        devices.insert(static_cast<int>(d)); // one list per device, even an empty one
+    if (traces) {
+        std::uint32_t d = 0;
+        for (const auto& dev : traces->items()) {
+            for (const auto& e : dev.items()) {
+                std::uint32_t row = 0;
+                if (entryRow(e, rows, tables, keys, actions, s.ignored_keys, row, gpu.oomFree))
+                    gpu.order.push_back({row, d});
+                else
+                    ++s.skipped_entries;
+            }
+            ++d;
+        }
+    }
+    // The host's first: the device traces' own may be gathered in place below.
+    if (host && hostTraces) {
+        TracePart part;
+        part.device = kHostDevice;
+        if (hostTraces->isSequence()) {
+            part.nonEmpty = !hostTraces->items().empty();
+            std::vector<std::string> hostIgnored; // the host's entries say nothing of device_traces' keys
+            for (const auto& e : hostTraces->items()) {
+                std::uint32_t row = 0;
+                try {
+                    if (entryRow(e, rows, tables, keys, actions, hostIgnored, row, part.oomFree))
+                        part.order.push_back({row, 0});
+                    else
+                        ++host->skipped_entries;
+                } catch (const ShapeError&) {
+                    ++s.host_skipped;
+                }
+            }
+        } else {
+            ++s.host_skipped;
+        }
+        std::set<int> hostDevices {kHostDevice};
+        finishTrace(part, trace, rows, s, *host, false, hostDevices);
+    }
+    if (traces || !gpu.order.empty()) {
+        finishTrace(gpu, trace, rows, s, s, true, devices);
+        s.devices.assign(devices.begin(), devices.end());
+    }
 }
 
 SnapshotSegment segmentOf(const PickleValue& s, bool& legacy, StackTables& tables)
@@ -818,6 +890,53 @@ void decodeAnnotations(const PickleValue& list, Snapshot& s)
         [](const SnapshotAnnotation& a, const SnapshotAnnotation& b) { return a.start_us < b.start_us; });
 }
 
+// host_segments: PyTorch's host allocator never splits a segment (HostSegmentInfo: address, size, allocated,
+// active, segment_pool_id, frames), so each is one block; a segment written with the device's keys
+// (total_size, blocks) reads as one. An entry of another shape is counted in `skipped` and left out.
+void decodeHostSegments(const PickleValue& list, Snapshot& host, std::int64_t& skipped, StackTables& tables)
+{
+    if (!list.isSequence()) {
+        ++skipped;
+        return;
+    }
+    for (const auto& v : list.items()) {
+        try {
+            if (!v.isDict())
+                throw ShapeError("a host segment is not a dict");
+            bool legacy = false;
+            SnapshotSegment seg = segmentOf(v, legacy, tables);
+            seg.device = kHostDevice;
+            if (!v.get("total_size"))
+                seg.total_size = intOr(v, "size", 0);
+            if (seg.total_size < 0)
+                throw ShapeError("a host segment has a negative size");
+            if (!v.get("blocks")) {
+                SnapshotBlock b;
+                b.address = seg.address;
+                b.size = b.requested_size = seg.total_size;
+                auto flag = [&](const char* key) {
+                    const PickleValue* f = v.get(key);
+                    return f && f->isInt() && f->asBool();
+                };
+                b.state = flag("allocated") ? BlockState::ActiveAllocated
+                    : flag("active")        ? BlockState::ActivePendingFree
+                                            : BlockState::Inactive;
+                b.frames = framesOf(v.get("frames"), tables);
+                seg.blocks.push_back(std::move(b));
+            }
+            for (const auto& b : seg.blocks) {
+                if (b.state == BlockState::ActiveAllocated)
+                    seg.allocated_size += v.get("allocated_size") ? 0 : b.size;
+                if (b.state != BlockState::Inactive)
+                    seg.active_size += v.get("active_size") ? 0 : b.size;
+            }
+            host.segments.push_back(std::move(seg));
+        } catch (const ShapeError&) {
+            ++skipped;
+        }
+    }
+}
+
 // `trace`, `rows` and `tables` hold what the reducer made of the pickle while it was read.
 Snapshot decodeTree(const PickleValue& root, Snapshot&& s, std::shared_ptr<Trace> trace, TraceRows& rows,
     StackTables& tables)
@@ -843,29 +962,51 @@ Snapshot decodeTree(const PickleValue& root, Snapshot&& s, std::shared_ptr<Trace
     s.devices.assign(devices.begin(), devices.end());
     if (legacy)
         s.layout = "legacy-history";
+    std::shared_ptr<Snapshot> host;
     if (root.isDict()) {
-        if (const PickleValue* t = root.get("device_traces")) {
-            if (!t->isSequence())
-                throw ShapeError("'device_traces' is not a list");
-            decodeTraces(*t, s, trace, rows, tables);
+        const PickleValue* t = root.get("device_traces");
+        if (t && !t->isSequence())
+            throw ShapeError("'device_traces' is not a list");
+        const PickleValue* hs = root.get("host_segments");
+        const PickleValue* ht = root.get("host_traces");
+        if (hs || ht) {
+            host = std::make_shared<Snapshot>();
+            host->layout = s.layout;
+            host->devices = {kHostDevice};
+            if (hs)
+                decodeHostSegments(*hs, *host, s.host_skipped, tables);
         }
         if (const PickleValue* st = root.get("allocator_settings"))
             decodeSettings(*st, s.settings);
         if (const PickleValue* a = root.get("external_annotations"))
             decodeAnnotations(*a, s);
-        // Top-level keys memledger reads past: host_segments and host_traces (pinned host memory), newer ones.
+        if (t || ht)
+            decodeTraces(t, ht, s, host.get(), trace, rows, tables);
+        // Top-level keys memledger reads past: newer ones.
         const auto& e = root.entries();
         for (std::size_t i = 0; i + 1 < e.size(); i += 2) {
             if (!e[i].isStr())
                 continue;
             const std::string_view key = e[i].asStr();
             if (key != "segments" && key != "device_traces" && key != "allocator_settings"
-                && key != "external_annotations")
+                && key != "external_annotations" && key != "host_segments" && key != "host_traces")
                 s.ignored_keys.push_back(std::string(key));
         }
     }
     if (trace && s.trace == trace) // the annotations first: they tell the optimizer's ranges
         assignSnapshotLedgers(*trace, s);
+    if (host) {
+        // The host's allocations get ledgers by the same rules, with the same record_function ranges.
+        host->annotations = s.annotations;
+        host->annotation_entries = s.annotation_entries;
+        if (!host->trace) {
+            host->trace = std::make_shared<Trace>();
+        } else {
+            auto ht = std::const_pointer_cast<Trace>(host->trace);
+            assignSnapshotLedgers(*ht, *host);
+        }
+        s.host = std::move(host);
+    }
     if (!s.trace) {
         s.trace = std::make_shared<Trace>();
         s.trace_stream.clear();
@@ -1065,6 +1206,15 @@ Snapshot readSnapshotFile(const std::string& path, const SnapshotReadOptions& op
     FileReader file(path); // names the problem (missing, a directory, cannot be opened)
     FileSource source(file);
     return decodeSnapshotStream(source, file.size(), path, options);
+}
+
+std::string snapshotDeviceName(int device)
+{
+    if (device == kHostDevice)
+        return "host (pinned)";
+    if (device == -1)
+        return "cpu";
+    return "cuda:" + std::to_string(device);
 }
 
 const char* blockStateName(BlockState s)

@@ -127,6 +127,12 @@ private:
     std::size_t reserve_ = 0;
 };
 
+// The device id of a snapshot's pinned host memory (host_segments, host_traces): no GPU index (0..127), not
+// TimelineSeries::kAllDevices (-2) nor the CPU (-1). Its figures are never summed into the GPUs'.
+constexpr int kHostDevice = -3;
+// "cuda:N", "host (pinned)" for kHostDevice, "cpu" for -1.
+std::string snapshotDeviceName(int device);
+
 struct Snapshot {
     std::string layout; // "dict", "dict-2.1" (no allocator_settings), "legacy-history", "segment-list"
     std::vector<int> devices;
@@ -145,6 +151,11 @@ struct Snapshot {
     // Keys memledger reads past (docs/snapshots.md, "Keys"): top-level ones ("host_traces") and trace entries'
     // ("device_traces[].pool_id"), first met first.
     std::vector<std::string> ignored_keys;
+    // Pinned host memory (host_segments, host_traces), read by the same decoder as the devices' into a snapshot
+    // of its own on kHostDevice, so that no GPU figure (peak, reserved, fragmentation) counts it. Null when the
+    // file has neither key. host_skipped: host entries or segments of another shape, left out (never fatal).
+    std::shared_ptr<const Snapshot> host;
+    std::int64_t host_skipped = 0;
 
     // An annotation's range on the trace's clock: ns from the trace's start; end -1 for a range never closed.
     std::int64_t startNs(const SnapshotAnnotation& a) const { return (a.start_us - trace_start_us) * 1000; }
@@ -200,6 +211,23 @@ void summarizeSnapshotEvents(
     Report& r, const Snapshot& s, const std::string& path, std::uint32_t first, std::uint32_t end);
 // Bytes alive when the trace began: what the segments hold at the end minus what the trace did.
 std::int64_t aliveBeforeTrace(const Snapshot& s);
+// What a snapshot's pinned host memory holds (Snapshot::host), by the rules of the devices' figures: its
+// allocations in the trace, their bytes, the most alive at once (the host report's peak_bytes), its segments.
+struct SnapshotHostFigures {
+    bool present = false;
+    std::int64_t allocations = 0;
+    std::int64_t allocated_bytes = 0;
+    std::int64_t peak_bytes = 0;
+    std::int64_t segments = 0;
+    std::int64_t reserved_bytes = 0;
+    std::int64_t allocated_at_end_bytes = 0;
+    std::int64_t trace_entries = 0;
+    std::int64_t skipped = 0; // host entries or segments of another shape, left out
+};
+SnapshotHostFigures hostFigures(const Snapshot& s);
+// A snapshot report's host memory as a report of its own (device "host (pinned)"): its timeline, ledgers,
+// module tree and peak; the report itself when it holds no host memory.
+Report hostReport(const Report& r);
 // Open, decode, (check) and report.
 Report readSnapshotReport(
     const std::string& path, bool checkAllocator = true, const SnapshotReadOptions& options = {});

@@ -380,7 +380,7 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAlloc
     r.run.dtype = "";
     std::string devs;
     for (int d : s.devices)
-        devs += (devs.empty() ? "cuda:" : ",cuda:") + std::to_string(d);
+        devs += (devs.empty() ? "" : ",") + snapshotDeviceName(d);
     r.run.device = devs.empty() ? "cuda" : devs;
 
     const Trace& t = *s.trace;
@@ -408,18 +408,55 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAlloc
         r.notes.push_back(allocatorNote(s.allocator_check));
     if (!s.ignored_keys.empty()) { // docs/snapshots.md, "Keys"
         std::string keys;
-        bool host = false;
-        for (const auto& k : s.ignored_keys) {
+        for (const auto& k : s.ignored_keys)
             keys += (keys.empty() ? "" : ", ") + k;
-            host = host || k.rfind("host_", 0) == 0;
-        }
         r.notes.push_back("keys of the file memledger reads past: " + keys);
-        if (host)
-            r.notes.push_back("the file records host (pinned) memory; memledger does not show it yet");
+    }
+    if (const auto h = hostFigures(s); h.present) {
+        r.notes.push_back(snapshotDeviceName(kHostDevice) + ": " + std::to_string(h.allocations) + " allocations, "
+            + formatBytes(h.allocated_bytes) + " allocated, peak " + formatBytes(h.peak_bytes) + ", "
+            + std::to_string(h.segments) + " segments, " + formatBytes(h.reserved_bytes)
+            + " reserved (a device of its own, not counted in the GPU figures)");
+        if (h.skipped > 0)
+            r.notes.push_back(snapshotDeviceName(kHostDevice) + ": " + std::to_string(h.skipped)
+                + " host entries or segments of another shape were left out");
     }
     r.trace = s.trace;
     r.snapshot = std::make_shared<const Snapshot>(std::move(s));
     return r;
+}
+
+SnapshotHostFigures hostFigures(const Snapshot& s)
+{
+    SnapshotHostFigures f;
+    f.skipped = s.host_skipped;
+    if (!s.host)
+        return f;
+    const Snapshot& h = *s.host;
+    f.present = true;
+    f.segments = static_cast<std::int64_t>(h.segments.size());
+    f.reserved_bytes = h.reservedBytes();
+    f.allocated_at_end_bytes = h.allocatedBytes();
+    if (h.trace) {
+        const Trace& t = *h.trace;
+        f.trace_entries = static_cast<std::int64_t>(t.size());
+        for (std::size_t i = 0; i < t.size(); ++i)
+            if (t.action[i] == Action::Alloc) {
+                ++f.allocations;
+                f.allocated_bytes += t.bytes[i];
+            }
+    }
+    f.peak_bytes = reportFromSnapshot(h, s.layout, false).peak_bytes;
+    return f;
+}
+
+Report hostReport(const Report& r)
+{
+    if (!r.snapshot || !r.snapshot->host)
+        return r;
+    Report h = reportFromSnapshot(*r.snapshot->host, r.model.path, false);
+    h.model.file_bytes = r.model.file_bytes;
+    return h;
 }
 
 Report readSnapshotReport(const std::string& path, bool checkAllocator, const SnapshotReadOptions& options)
