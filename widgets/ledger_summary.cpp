@@ -81,7 +81,7 @@ std::vector<SummarySection> snapshotSections(const Report& r, int device)
     auto onDevice = [&](int d) { return device == TimelineSeries::kAllDevices || d == device; };
     const QString where = device == TimelineSeries::kAllDevices || snap.devices.size() < 2
         ? QString()
-        : QStringLiteral(" (cuda:%1)").arg(device);
+        : QStringLiteral(" (%1)").arg(QString::fromStdString(snapshotDeviceName(device)));
     const bool traced = r.trace && std::any_of(r.trace->action.begin(), r.trace->action.end(),
         [](Action a) { return a == Action::Alloc || a == Action::Free; });
     if (traced) {

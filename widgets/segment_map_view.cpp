@@ -1,4 +1,5 @@
 #include "segment_map_view.h"
+#include "snapshot/snapshot.h"
 #include "bytes_text.h"
 
 #include "ledger_colors.h"
@@ -248,7 +249,7 @@ QString SegmentMapView::labelOf(const SnapshotSegment& g) const
 {
     bool multiDevice = report_ && report_->snapshot && report_->snapshot->devices.size() > 1;
     return QStringLiteral("%1%2  %3")
-        .arg(multiDevice ? QStringLiteral("cuda:%1 ").arg(g.device) : QString(), hex(g.address),
+        .arg(multiDevice ? QString::fromStdString(snapshotDeviceName(g.device)) + QLatin1Char(' ') : QString(), hex(g.address),
             bytesText(g.total_size));
 }
 
@@ -338,9 +339,9 @@ QString SegmentMapView::describeAt(const QPoint& pos) const
         || pos.x() > bar.right())
         return {};
     const auto& g = *rows_[static_cast<std::size_t>(row)];
-    QString segment = tr("segment %1 on cuda:%2<br>%3 reserved, %4 allocated, %5 active, %6%7")
+    QString segment = tr("segment %1 on %2<br>%3 reserved, %4 allocated, %5 active, %6%7")
                           .arg(hex(g.address))
-                          .arg(g.device)
+                          .arg(QString::fromStdString(snapshotDeviceName(g.device)))
                           .arg(bytesText(g.total_size), bytesText(g.allocated_size), bytesText(g.active_size),
                               QString::fromStdString(g.segment_type.empty() ? "" : g.segment_type + " pool"),
                               g.is_expandable ? tr(", expandable") : QString());

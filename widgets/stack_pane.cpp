@@ -150,7 +150,7 @@ void StackPane::showAllocation(std::int64_t event)
                                         : tr("freed at %1").arg(msText(*t, static_cast<std::size_t>(partner))))
         : tr("%1 at %2").arg(QString::fromLatin1(actionName(t->action[i])), msText(*t, i));
     auto context = contextLinesHtml(*report_, i);
-    title_->setText(tr("<b>%1</b> on cuda:%2, %3").arg(bytesText(t->bytes[i]), QString::number(t->device[i]), when)
+    title_->setText(tr("<b>%1</b> on %2, %3").arg(bytesText(t->bytes[i]), QString::fromStdString(snapshotDeviceName(t->device[i])), when)
         + (context.isEmpty() ? QString() : QStringLiteral("<br>") + context));
     std::uint32_t stack = i < t->stack.size() ? t->stack[i] : 0;
     if (stack == 0 || stack >= t->stacks.stackCount()) {

@@ -155,9 +155,9 @@ QString TimelinePlot::describeSnapshotAt(int band, std::size_t p, double bytes) 
             stack = tr("<br><br>call stack, innermost first:<br>") + stack;
         if (auto context = contextLinesHtml(*report_, i); !context.isEmpty())
             stack = QStringLiteral("<br>") + context + stack;
-        return tr("<b>%1</b> %2 on cuda:%3<br>where: %4<br>address: 0x%5<br>allocated at %6<br>%7%8")
+        return tr("<b>%1</b> %2 on %3<br>where: %4<br>address: 0x%5<br>allocated at %6<br>%7%8")
             .arg(bytesText(static_cast<double>(t.bytes[i])), pendingBand ? tr("pending free") : QString::fromUtf8(ledgerLabel(t.ledger[i])),
-                QString::number(static_cast<int>(t.device[i])),
+                QString::fromStdString(snapshotDeviceName(t.device[i])),
                 (where.isEmpty() ? tr("(no stack)") : where).toHtmlEscaped(), QString::number(t.address[i], 16),
                 keyText(*report_, i),
                 pending ? tr("free requested at %1<br>").arg(keyText(*report_, static_cast<std::size_t>(requested)))

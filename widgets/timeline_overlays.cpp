@@ -94,8 +94,8 @@ void TimelinePlot::updateOomMarkers()
         label->setBrush(palette().color(QPalette::Base));
         label->setPen(QPen(fragmentationColor()));
         std::int64_t requested = oom ? oom->bytes_requested : t.bytes[i];
-        QString text = tr("out of memory on cuda:%1: %2 requested")
-                           .arg(static_cast<int>(t.device[i]))
+        QString text = tr("out of memory on %1: %2 requested")
+                           .arg(QString::fromStdString(snapshotDeviceName(t.device[i])))
                            .arg(bytesText(static_cast<double>(requested)));
         if (oom)
             text += tr(", %1 free").arg(bytesText(static_cast<double>(oom->device_free)));
