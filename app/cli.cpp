@@ -91,8 +91,10 @@ int runAnalyze(const CliOptions& o)
         std::cout << whatIfToText(*report.whatif);
     }
     if (report.remedies)
-        std::cout << "\nWhat would help (ranked by the saving on the peak total, then on the reserve):\n"
-                  << remediesToText(*report.remedies);
+        std::cout << "\nWhat would help (ranked by the saving on the peak total, then on the reserve"
+                  << (report.run.device == "meta" ? "; every figure computed on the meta device, from shapes" : "")
+                  << "):\n"
+                  << remediesToText(*report.remedies, report.run.device);
     try {
         if (!o.json.empty()) {
             writeFileAtomically(o.json, reportToJsonText(report));

@@ -109,8 +109,11 @@ int runCheckpointWhatIf(const CliOptions& o)
         } else {
             p = predictCheckpoint(recorded, o.checkpoint, impl);
         }
+        // A meta run's step is computed from shapes, not measured: said in the header and the JSON.
+        const bool meta = recorded.run.device == "meta";
         std::cout << "Checkpointing what-if for " << name << " (one training step recorded at batch "
-                  << recorded.run.batch << " without checkpoints, peak " << formatBytes(recorded.peak_bytes)
+                  << recorded.run.batch << (meta ? " on the meta device, from shapes," : "")
+                  << " without checkpoints, peak " << formatBytes(recorded.peak_bytes)
                   << ", peak total " << formatBytes(recorded.peak_total_bytes) << ")\n\n";
         if (plan) {
             std::cout << "Auto plan for a budget of " << formatBytes(plan->budget_bytes) << " (peak total): "
@@ -136,6 +139,8 @@ int runCheckpointWhatIf(const CliOptions& o)
         out["version"] = 1;
         out["model"] = name;
         out["batch"] = recorded.run.batch;
+        if (meta)
+            out["device"] = "meta";
         out["recorded_peak_bytes"] = recorded.peak_bytes;
         out["recorded_peak_total_bytes"] = recorded.peak_total_bytes;
         out["recorded_reserved_bytes"] = recorded.simulated_reserved_peak_bytes;

@@ -36,7 +36,9 @@ run() { # NAME FILE ARGS...
   rss[$name]=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$work/$name.time")
   printf '%-24s %8.2f s  %8.0f MiB  peak total %s\n' "$name" "${secs[$name]}" "$(awk -v k="${rss[$name]}" 'BEGIN { print k / 1024 }')" \
     "$("$python" -c 'import json, sys; r = json.load(open(sys.argv[1])); g = r.get("simulated_gpu", {}); print("%.2f GiB, simulated GPU reserve %.2f GiB" % (r["peak_total_bytes"] / 2**30, g.get("reserved_peak_bytes", 0) / 2**30))' "$work/$name.json" 2>/dev/null || echo ?)"
+  figures[$name]=$("$python" -c 'import json, sys; r = json.load(open(sys.argv[1])); g = r.get("simulated_gpu", {}); print("%.2f GiB | %.2f GiB" % (r["peak_total_bytes"] / 2**30, g.get("reserved_peak_bytes", 0) / 2**30))' "$work/$name.json" 2>/dev/null || echo "? | ?")
 }
+declare -A figures
 train=(--mode train --optimizer adamw)
 run 7b_inference llama7b.pt2
 run 7b_adamw llama7b.pt2 "${train[@]}"
@@ -49,3 +51,35 @@ for m in inference adamw; do
     "$(awk -v a="${secs[small_meta_$m]}" -v b="${secs[small_cpu_$m]}" 'BEGIN { print a / b }')" \
     "$(awk -v a="${rss[small_meta_$m]}" -v b="${rss[small_cpu_$m]}" 'BEGIN { print a / b }')"
 done
+
+# The same as a markdown table (docs/meta.md, "Speed: a 7B model on this machine", is this output pasted, with
+# its date), then the 7B what-if the doc reads.
+mib() { awk -v k="$1" 'BEGIN { printf "%.0f MiB", k / 1024 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
+echo
+echo "| run (1x512) | time | max RSS | peak total | simulated GPU reserve |"
+echo "| --- | ---: | ---: | ---: | ---: |"
+if [ -f "$work/llama7b.pt2.time" ]; then
+  e=$(sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$work/llama7b.pt2.time" | awk -F: '{ if (NF == 3) print $1 * 3600 + $2 * 60 + $3; else print $1 * 60 + $2 }')
+  r=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$work/llama7b.pt2.time")
+  printf '| export the 7B on meta (Python, `torch.export.save`, %s bytes) | %.1f s | %s | | |\n' \
+    "$(stat -c %s "$work/llama7b.pt2")" "$e" "$(mib "$r")"
+fi
+row() { # NAME LABEL [CPU NAME to compare with]
+  local extra_t="" extra_r=""
+  if [ -n "${3:-}" ]; then
+    extra_t=" ($(ratio "${secs[$1]}" "${secs[$3]}"))"
+    extra_r=" ($(ratio "${rss[$1]}" "${rss[$3]}"))"
+  fi
+  printf '| %s | %.2f s%s | %s%s | %s |\n' "$2" "${secs[$1]}" "$extra_t" "$(mib "${rss[$1]}")" "$extra_r" "${figures[$1]}"
+}
+row 7b_inference "7B inference on meta"
+row 7b_adamw "7B AdamW step on meta"
+row small_cpu_inference "small inference, CPU (real weights)"
+row small_meta_inference "small inference, meta" small_cpu_inference
+row small_cpu_adamw "small AdamW step, CPU (real weights)"
+row small_meta_adamw "small AdamW step, meta" small_cpu_adamw
+echo
+echo "\$ memledger whatif llama7b.pt2 --input 1x512:int64 --mode train --optimizer adamw --batch 1,2,4,8 --dtype float32,bfloat16 --budget 80GiB"
+"$memledger" whatif "$work/llama7b.pt2" --input 1x512:int64 --mode train --optimizer adamw --batch 1,2,4,8 \
+  --dtype float32,bfloat16 --budget 80GiB 2>/dev/null

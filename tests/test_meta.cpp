@@ -5,6 +5,7 @@
 // allocate inside themselves (oneDNN scratch, im2col), which a meta kernel does not. Skipped, with the reason,
 // where the build's libtorch has no meta runs (1.13).
 #include "demo_model.h"
+#include "doc_table.h"
 #include "fixture_paths.h"
 #include "recording/build_report.h"
 #include "recording/model.h"
@@ -13,6 +14,8 @@
 #include "session/open_file.h"
 #include "support/errors.h"
 #include "support/format.h"
+#include "whatif/checkpoint.h"
+#include "whatif/whatif.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -20,12 +23,15 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
 using namespace memledger;
 using memledger::test::fixture;
 using memledger::test::runCommand;
+using memledger::test::docTableRow;
+using memledger::test::groupedBytes;
 
 namespace {
 
@@ -108,12 +114,19 @@ void expectSameButTemporaries(const Report& cpu, const Report& meta, const std::
         static_cast<long long>(temporariesAtPeak));
     EXPECT_LE(meta.peak_bytes, cpu.peak_bytes) << what;
     EXPECT_GE(meta.peak_bytes, cpu.peak_bytes - temporariesAtPeak) << what;
+    // docs/meta.md, "Measured: CPU against meta": this run's row.
+    docTableRow("meta.md", "cpu-vs-meta",
+        {what, groupedBytes(cpu.peak_bytes), groupedBytes(meta.peak_bytes),
+            groupedBytes(meta.ledgers[static_cast<std::size_t>(Ledger::Activations)].total
+                    - cpu.ledgers[static_cast<std::size_t>(Ledger::Activations)].total,
+                true)});
 }
 
 // The built-in demo run on the CPU and on meta, each from a model of its own (weights on meta do not come back).
 void compareDemo(const std::string& demo, RunMode mode, const std::string& optimizer, bool smallInput = true)
 {
-    auto what = demo + " " + (mode == RunMode::Train ? optimizer + " step" : std::string("inference"));
+    auto what = demo + (smallInput ? " (2x64)" : "") + " "
+        + (mode == RunMode::Train ? optimizer + " step" : std::string("inference"));
     auto run = [&](const std::string& device) {
         auto file = openFileOrDemo(demo);
         auto o = optionsFor("", device);
@@ -312,6 +325,12 @@ TEST(MetaDevice, WhatIfRowsAreTheCpusButTemporaries)
                 c["method"].get<std::string>().c_str(), c["predicted_peak_bytes"].get<long long>(),
                 m["predicted_peak_bytes"].get<long long>(), c["predicted_reserved_bytes"].get<long long>(),
                 m["predicted_reserved_bytes"].get<long long>());
+            docTableRow("meta.md", "whatif-cpu-vs-meta",
+                {row, m["method"] == "measured" ? "computed on meta" : m["method"].get<std::string>(),
+                    groupedBytes(c["predicted_peak_bytes"].get<std::int64_t>()),
+                    groupedBytes(m["predicted_peak_bytes"].get<std::int64_t>()),
+                    groupedBytes(c["predicted_reserved_bytes"].get<std::int64_t>()),
+                    groupedBytes(m["predicted_reserved_bytes"].get<std::int64_t>())});
             EXPECT_EQ(m["batch"], c["batch"]) << row;
             EXPECT_EQ(m["dtype"], c["dtype"]) << row;
             EXPECT_EQ(m["method"], c["method"]) << row;
@@ -338,4 +357,229 @@ TEST(MetaDevice, AnUnknownDeviceNamesMeta)
     auto r = runCommand(std::string(MEMLEDGER_BINARY) + " analyze demo:gpt.pt2 --device metal");
     EXPECT_NE(r.exit_code, 0);
     EXPECT_NE(r.output.find("meta"), std::string::npos) << r.output;
+}
+
+namespace {
+
+const nlohmann::json& metaTruth()
+{
+    static const nlohmann::json truth = test::readTruth("meta/meta_truth.json", "make_meta_fixtures");
+    return truth;
+}
+
+// The tied decoder of tests/fixtures/meta_weights.py (its LM head is its token embedding), exported on meta and on
+// the CPU; skips with the reason where there is none.
+#define SKIP_WITHOUT_TIED_FIXTURE()                                                                                    \
+    do {                                                                                                               \
+        SKIP_WITHOUT_META();                                                                                           \
+        if (!canRunExportedPrograms())                                                                                 \
+            GTEST_SKIP() << "this build runs no torch.export programs";                                               \
+        if (metaTruth().contains("skipped"))                                                                           \
+            GTEST_SKIP() << metaTruth()["skipped"].get<std::string>();                                                \
+        if (!metaTruth().contains("tied"))                                                                             \
+            GTEST_SKIP() << "meta/meta_truth.json has no tied model (make_meta_fixtures is older)";                   \
+    } while (0)
+
+std::string tiedInput()
+{
+    return metaTruth()["tied"]["input"].get<std::string>();
+}
+
+Report runTied(const std::string& file, const std::string& device, RunMode mode, std::optional<Shape> input = {})
+{
+    auto model = Model::open(fixture("meta/" + file));
+    auto o = optionsFor(tiedInput(), device);
+    if (input)
+        o.inputs = {*input};
+    o.mode = mode;
+    o.optimizer = "adamw";
+    return analyzeModel(model, o);
+}
+
+} // namespace
+
+// A tied LM head (output.weight is tok_embeddings.weight) in a program exported on meta. torch.export.save keys
+// weights by storage, which a meta tensor lacks (every meta weight names the same record), but the graph uses a
+// tied parameter through one placeholder only: the other name's placeholder is read by no node. memledger takes
+// such a parameter as the storage of the one used parameter of its shape, dtype and strides, so the weights are
+// counted once, as PyTorch's parameters() counts them and as the CPU run of the same model exported with real
+// weights (where the file names one record for both) does; gradients and optimizer state too.
+TEST(MetaDevice, TiedWeightsAreCountedOnce)
+{
+    SKIP_WITHOUT_TIED_FIXTURE();
+    const auto& tied = metaTruth()["tied"];
+    const auto pytorch = tied["parameter_bytes"].get<std::int64_t>() + tied["buffer_bytes"].get<std::int64_t>();
+    EXPECT_EQ(tied["parameter_bytes_meta"], tied["parameter_bytes"]);
+    EXPECT_LT(tied["parameter_bytes"].get<std::int64_t>(), tied["untied_parameter_bytes"].get<std::int64_t>());
+    for (auto mode : {RunMode::Inference, RunMode::Train}) {
+        const std::string what = std::string("tied_meta.pt2 ") + (mode == RunMode::Train ? "adamw step" : "inference");
+        SCOPED_TRACE(what);
+        auto meta = runTied("tied_meta.pt2", "", mode);
+        auto cpu = runTied("tied_real.pt2", "cpu", mode);
+        std::printf("[ tied     ] %s: weights meta %lld cpu %lld pytorch %lld (untied count %lld)\n", what.c_str(),
+            static_cast<long long>(meta.weight_bytes), static_cast<long long>(cpu.weight_bytes),
+            static_cast<long long>(pytorch),
+            static_cast<long long>(tied["untied_parameter_bytes"].get<std::int64_t>() + tied["buffer_bytes"].get<std::int64_t>()));
+        EXPECT_EQ(meta.weight_bytes, pytorch);
+        EXPECT_EQ(meta.ledgers[static_cast<std::size_t>(Ledger::Weights)].total, pytorch);
+        EXPECT_EQ(cpu.weight_bytes, pytorch);
+        if (mode == RunMode::Train) {
+            EXPECT_EQ(meta.gradient_bytes, tied["parameter_bytes"].get<std::int64_t>());
+            EXPECT_EQ(meta.optimizer_state_bytes, 2 * tied["parameter_bytes"].get<std::int64_t>()); // AdamW: 2 moments
+        }
+        // The rest as any CPU-against-meta pair: RMSNorm's `+ eps` scalars (5, 8 bytes each) as llama_gqa's.
+        expectSameButTemporaries(cpu, meta, what, Extra {-40});
+    }
+}
+
+// The sequence what-if on meta (`whatif --device meta --seq`): each row it ran at exactly its length is a direct meta
+// analyze at that length, figure for figure; and a length between or beyond its records, predicted from the
+// records' fit (a * T^2 + b * T + c through three neighbours), against a direct meta analyze there.
+TEST(MetaDevice, SequenceWhatIfRowsAreDirectMetaRuns)
+{
+    SKIP_WITHOUT_TIED_FIXTURE();
+    const auto file = fixture("meta/tied_meta.pt2");
+    auto json = ::testing::TempDir() + "meta_seq_whatif.json";
+    auto r = runCommand(std::string(MEMLEDGER_BINARY) + " whatif " + file
+        + " --device meta --input 1x128:int64 --seq 128,256,512 --dtype float32 --threads 1 --json " + json);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("on the meta device"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find(" measured "), std::string::npos) << r.output;
+    std::ifstream in(json);
+    auto table = nlohmann::json::parse(in);
+    EXPECT_EQ(table.value("device", ""), "meta");
+    EXPECT_EQ(table["axis"], "seq");
+    int direct = 0;
+    for (const auto& row : table["predictions"]) {
+        const auto seq = row["seq"].get<std::int64_t>();
+        SCOPED_TRACE("seq " + std::to_string(seq));
+        if (row["method"] != "measured")
+            continue;
+        ++direct;
+        auto a = runTied("tied_meta.pt2", "meta", RunMode::Inference, Shape {1, seq});
+        std::printf("[ seq      ] %lld: whatif peak %lld total %lld reserved %lld; analyze %lld %lld %lld\n",
+            static_cast<long long>(seq), row["predicted_peak_bytes"].get<long long>(),
+            row["predicted_peak_total_bytes"].get<long long>(), row["predicted_reserved_bytes"].get<long long>(),
+            static_cast<long long>(a.peak_bytes), static_cast<long long>(a.peak_total_bytes),
+            static_cast<long long>(a.simulated_reserved_peak_bytes));
+        docTableRow("meta.md", "seq-whatif",
+            {std::to_string(seq), "computed on meta (`whatif --seq`)",
+                groupedBytes(row["predicted_peak_bytes"].get<std::int64_t>()), groupedBytes(a.peak_bytes),
+                groupedBytes(row["predicted_peak_bytes"].get<std::int64_t>() - a.peak_bytes, true)});
+        EXPECT_EQ(row["predicted_peak_bytes"].get<std::int64_t>(), a.peak_bytes);
+        EXPECT_EQ(row["predicted_peak_total_bytes"].get<std::int64_t>(), a.peak_total_bytes);
+        EXPECT_EQ(row["predicted_reserved_bytes"].get<std::int64_t>(), a.simulated_reserved_peak_bytes);
+        EXPECT_EQ(row["weight_bytes"].get<std::int64_t>(), a.weight_bytes);
+        EXPECT_EQ(row["input_bytes"].get<std::int64_t>(), a.input_bytes);
+        for (int l = 0; l < kLedgerCount; ++l)
+            EXPECT_EQ(row["ledgers_at_peak"][ledgerName(static_cast<Ledger>(l))].get<std::int64_t>(),
+                a.ledgers[static_cast<std::size_t>(l)].at_peak)
+                << ledgerName(static_cast<Ledger>(l));
+    }
+    EXPECT_EQ(direct, 3) << "128, 256 and 512 are each run on meta";
+
+    // Predicted lengths: the records at 128, 256 and 512 on meta, asked for lengths they do not hold.
+    auto model = Model::open(file);
+    auto base = optionsFor("1x128:int64", "meta");
+    auto w = WhatIf::recordSeq(model, base, {128, 256, 512}, {"float32"});
+    EXPECT_EQ(w.device(), "meta");
+    for (std::int64_t seq : {64, 160, 192, 320, 384, 448}) {
+        auto p = w.predict(seq, "float32");
+        auto a = runTied("tied_meta.pt2", "meta", RunMode::Inference, Shape {1, seq});
+        const double error = 100.0 * static_cast<double>(p.predicted_peak_bytes - a.peak_bytes) / static_cast<double>(a.peak_bytes);
+        std::printf("[ seq pred ] %lld (%s): predicted peak %lld, analyze %lld (%+.4f%%); reserved %lld, %lld\n",
+            static_cast<long long>(seq), nameOf(p.method), static_cast<long long>(p.predicted_peak_bytes),
+            static_cast<long long>(a.peak_bytes), error, static_cast<long long>(p.predicted_reserved_bytes),
+            static_cast<long long>(a.simulated_reserved_peak_bytes));
+        char percent[32];
+        std::snprintf(percent, sizeof percent, " (%+.4f%%)", error);
+        docTableRow("meta.md", "seq-whatif",
+            {std::to_string(seq), std::string(nameOf(p.method)) + " from 128, 256, 512",
+                groupedBytes(p.predicted_peak_bytes), groupedBytes(a.peak_bytes),
+                groupedBytes(p.predicted_peak_bytes - a.peak_bytes, true) + (p.predicted_peak_bytes == a.peak_bytes ? "" : percent)});
+        EXPECT_EQ(p.predicted_peak_bytes, a.peak_bytes) << "seq " << seq;
+        EXPECT_EQ(p.predicted_peak_total_bytes, a.peak_total_bytes) << "seq " << seq;
+    }
+}
+
+// The checkpointing what-if and the remedies on a meta run: they run, say their figures are computed on meta
+// (never "measured"), and checkpointing a decoder layer predicts the peak the CPU run of the same model predicts,
+// but for the kernel temporaries the CPU's peak holds (test_meta's CPU-against-meta rule).
+TEST(MetaDevice, CheckpointingAndRemediesOnMeta)
+{
+    SKIP_WITHOUT_TIED_FIXTURE();
+    const auto file = fixture("meta/tied_meta.pt2");
+    auto meta = runTied("tied_meta.pt2", "", RunMode::Train);
+    auto cpu = runTied("tied_real.pt2", "cpu", RunMode::Train);
+    for (const std::string module : {"layers.0", "layers.1", "layers.0.feed_forward"}) {
+        SCOPED_TRACE(module);
+        auto m = predictCheckpoint(meta, {module});
+        auto c = predictCheckpoint(cpu, {module});
+        const auto temporaries = c.report->ledgers[static_cast<std::size_t>(Ledger::Temporaries)].at_peak;
+        std::printf("[ ckpt     ] %s: predicted peak cpu %lld meta %lld (cpu temporaries at its peak %lld), "
+                    "total cpu %lld meta %lld\n",
+            module.c_str(), static_cast<long long>(c.predicted_peak_bytes), static_cast<long long>(m.predicted_peak_bytes),
+            static_cast<long long>(temporaries), static_cast<long long>(c.predicted_peak_total_bytes),
+            static_cast<long long>(m.predicted_peak_total_bytes));
+        docTableRow("meta.md", "checkpoint-meta",
+            {module, groupedBytes(c.predicted_peak_bytes), groupedBytes(m.predicted_peak_bytes), groupedBytes(temporaries)});
+        EXPECT_LE(m.predicted_peak_bytes, c.predicted_peak_bytes);
+        EXPECT_GE(m.predicted_peak_bytes, c.predicted_peak_bytes - temporaries);
+        EXPECT_EQ(m.predicted_peak_total_bytes - m.predicted_peak_bytes, c.predicted_peak_total_bytes - c.predicted_peak_bytes)
+            << "weights, optimizer state and inputs";
+    }
+
+    auto json = ::testing::TempDir() + "meta_ckpt.json";
+    auto r = runCommand(std::string(MEMLEDGER_BINARY) + " whatif " + file + " --device meta --input " + tiedInput()
+        + " --mode train --optimizer adamw --checkpoint auto --budget " + std::to_string(meta.peak_total_bytes - 1)
+        + " --threads 1 --json " + json);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("on the meta device"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("measured"), std::string::npos) << r.output;
+    std::ifstream in(json);
+    auto ckpt = nlohmann::json::parse(in);
+    EXPECT_EQ(ckpt.value("device", ""), "meta");
+    EXPECT_EQ(ckpt["recorded_peak_total_bytes"].get<std::int64_t>(), meta.peak_total_bytes);
+
+    auto rem = runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + file + " --device meta --input " + tiedInput()
+        + " --remedies --budget " + std::to_string(meta.peak_total_bytes) + " --threads 1");
+    ASSERT_EQ(rem.exit_code, 0) << rem.output;
+    EXPECT_NE(rem.output.find("What would help"), std::string::npos) << rem.output;
+    EXPECT_NE(rem.output.find("computed on the meta device"), std::string::npos) << rem.output;
+    EXPECT_EQ(rem.output.find("[measured]"), std::string::npos) << rem.output;
+    EXPECT_EQ(rem.output.find("     measured: "), std::string::npos) << rem.output;
+}
+
+// A batch what-if of a training step on meta, from records at batch 2 and 4, against direct meta runs: between the
+// records, below them and far beyond them, where the peak moves to another moment of the backward (it grows slowly up
+// to batch 8, then in proportion to the batch). Equal to the byte. (docs/meta.md's 7B float32 step, whose peak moves
+// from the optimizer step at batch 4 to the backward at batch 8, was checked the same way by hand.)
+TEST(MetaDevice, BatchWhatIfOnMetaPredictsDirectRuns)
+{
+    SKIP_WITHOUT_TIED_FIXTURE();
+    auto model = Model::open(fixture("meta/tied_meta.pt2"));
+    // 8 tokens: at a small batch the activations are small beside the optimizer step's temporaries.
+    auto base = optionsFor("2x8:int64", "meta");
+    base.mode = RunMode::Train;
+    base.optimizer = "adamw";
+    auto w = WhatIf::record(model, base, {2, 4}, {"float32"});
+    for (std::int64_t batch : {1, 3, 8, 16, 32, 64}) {
+        auto p = w.predict(batch, "float32");
+        Shape shape {batch, 8};
+        auto a = runTied("tied_meta.pt2", "meta", RunMode::Train, shape);
+        std::string phase;
+        for (const auto& ph : a.phases)
+            if (ph.peak_bytes == a.peak_bytes)
+                phase = ph.name;
+        std::printf("[ batch    ] %lld (%s): predicted peak %lld total %lld reserved %lld; analyze %lld %lld %lld (peak in %s)\n",
+            static_cast<long long>(batch), nameOf(p.method), static_cast<long long>(p.predicted_peak_bytes),
+            static_cast<long long>(p.predicted_peak_total_bytes), static_cast<long long>(p.predicted_reserved_bytes),
+            static_cast<long long>(a.peak_bytes), static_cast<long long>(a.peak_total_bytes),
+            static_cast<long long>(a.simulated_reserved_peak_bytes), phase.c_str());
+        docTableRow("meta.md", "batch-whatif",
+            {std::to_string(batch), std::string(nameOf(p.method)) + " from 2, 4", groupedBytes(p.predicted_peak_bytes),
+                groupedBytes(a.peak_bytes), phase});
+        EXPECT_EQ(p.predicted_peak_bytes, a.peak_bytes) << "batch " << batch;
+        EXPECT_EQ(p.predicted_peak_total_bytes, a.peak_total_bytes) << "batch " << batch;
+    }
 }

@@ -3,6 +3,7 @@
 // record what the same program with real weights records; and a larger one against PyTorch's own estimate,
 // torch.distributed._tools.mem_tracker.MemTracker under FakeTensorMode. Skipped, with the reason, where the build's
 // libtorch has no meta runs (1.13) or the fixtures' PyTorch has no MemTracker.
+#include "doc_table.h"
 #include "fixture_paths.h"
 #include "recording/build_report.h"
 #include "recording/model.h"
@@ -186,4 +187,33 @@ TEST_F(MetaWeights, MemTrackerAgrees)
     const double ours = static_cast<double>(r.peak_total_bytes);
     std::printf("[ peak     ] memledger %.0f MemTracker %.0f (%+.3f%%)\n", ours, theirs, 100.0 * (ours - theirs) / theirs);
     EXPECT_NEAR(ours, theirs, 0.02 * theirs);
+    // The peaks differ by what the Python script still holds through opt.step() (MemTracker's "Activation": the
+    // logits, the targets, the loss), less the targets, which memledger counts as an input, plus the step tensors.
+    const auto held = after["Activation"].get<std::int64_t>();
+    const auto steps = mt["step_tensor_bytes"].get<std::int64_t>();
+    const auto targets = r.input_bytes - after["Other"].get<std::int64_t>();
+    EXPECT_EQ(mt["peak"]["Total"].get<std::int64_t>() - r.peak_total_bytes, held - targets + steps);
+
+    // docs/meta.md, "Against PyTorch's own estimate: MemTracker".
+    using test::docTableRow;
+    using test::groupedBytes;
+    const std::string table = "memtracker";
+    docTableRow("meta.md", table,
+        {"parameters + buffers", groupedBytes(after["Parameter"].get<std::int64_t>()) + " + " + groupedBytes(after["Buffer"].get<std::int64_t>()),
+            groupedBytes(r.weight_bytes)});
+    docTableRow("meta.md", table, {"gradients", groupedBytes(after["Gradient"].get<std::int64_t>()), groupedBytes(r.gradient_bytes)});
+    docTableRow("meta.md", table,
+        {"optimizer state", groupedBytes(after["Optstate"].get<std::int64_t>()), groupedBytes(r.optimizer_state_bytes)});
+    docTableRow("meta.md", table, {"of it, AdamW's `step` tensors (host)", groupedBytes(steps), "0 (a number)"});
+    docTableRow("meta.md", table,
+        {"inputs", groupedBytes(after["Other"].get<std::int64_t>()) + " (\"Other\": the tokens)",
+            groupedBytes(r.input_bytes) + " (tokens and the loss's targets)"});
+    docTableRow("meta.md", table, {"held by the script through `opt.step()`", groupedBytes(held) + " (\"Activation\")", "0"});
+    char percent[32];
+    std::snprintf(percent, sizeof percent, " (%+.2f%%)", 100.0 * (ours - theirs) / theirs);
+    std::string pct = percent;
+    if (auto minus = pct.find('-'); minus != std::string::npos)
+        pct.replace(minus, 1, "\u2212");
+    docTableRow("meta.md", table,
+        {"peak total", groupedBytes(mt["peak"]["Total"].get<std::int64_t>()), groupedBytes(r.peak_total_bytes) + pct});
 }

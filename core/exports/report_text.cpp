@@ -249,13 +249,14 @@ std::string whatIfToText(const WhatIfTable& table)
     const auto budget = table.budget_bytes;
     std::ostringstream out;
     const bool seq = table.axis == WhatIfAxis::Seq;
-    out << cell("batch", 8) << (seq ? cell("seq", 8) : std::string()) << cell("dtype", 10) << cell("method", 11) << cell("peak", 12) << cell("peak total", 12)
+    const std::size_t methodWidth = table.device == "meta" ? 18 : 11; // "computed on meta"
+    out << cell("batch", 8) << (seq ? cell("seq", 8) : std::string()) << cell("dtype", 10) << cell("method", methodWidth) << cell("peak", 12) << cell("peak total", 12)
         << cell("reserved", 12) << (budget > 0 ? "fits " + formatBytes(budget) : "") << "\n";
     for (const auto& p : table.predictions) {
         auto peak = p.measured_peak_bytes.value_or(p.predicted_peak_bytes);
         auto total = p.measured_peak_total_bytes.value_or(p.predicted_peak_total_bytes);
         out << cell(std::to_string(p.batch), 8) << (seq ? cell(std::to_string(p.seq), 8) : std::string())
-            << cell(p.dtype, 10) << cell(table.methodText(p), 11)
+            << cell(p.dtype, 10) << cell(table.methodText(p), methodWidth)
             << cell(formatBytes(peak), 12) << cell(formatBytes(total), 12)
             << cell(formatBytes(p.predicted_reserved_bytes), 12);
         if (budget > 0)

@@ -21,6 +21,7 @@
 #include <limits>
 #include <map>
 #include <regex>
+#include <set>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -335,16 +336,55 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
                                      "PyTorch 2 build to run on the meta device");
         installMetaDevice(); // their storages are the recorder's meta blocks, as weights moved to meta are
     }
+    // Tied meta weights. Every meta weight names the same empty record (torch.export.save keys weights by their
+    // storage, which a meta tensor lacks), so the weights config cannot tell a tied weight from two. The graph can:
+    // export reads a tied parameter through one placeholder only, and the other names' placeholders are read by no
+    // node (a tied LM head: p_output_weight feeds both the embedding and the head, p_tok_embeddings_weight
+    // nothing). A meta parameter no node reads is taken as the storage of the one parameter the graph reads with
+    // its dtype, sizes and strides, when there is exactly one (else it is a parameter of its own, as an unused
+    // one is).
+    std::map<std::string, std::string> tiedTo; // parameter name -> the read parameter whose storage it is
+    if (d.meta_weights) {
+        std::vector<std::string> names;
+        for (const auto& n : graph.at("nodes"))
+            for (const auto& in : n.at("inputs"))
+                if (in.contains("arg"))
+                    namesIn(in.at("arg"), names);
+        for (const auto& spec : signature.at("output_specs"))
+            namesIn(spec, names);
+        const std::set<std::string> read(names.begin(), names.end());
+        std::map<std::string, std::vector<std::string>> readByShape; // tensor_meta -> read parameters
+        std::vector<std::pair<std::string, std::string>> unread; // parameter, tensor_meta
+        for (const auto& spec : signature.at("input_specs")) {
+            if (!spec.contains("parameter"))
+                continue;
+            const auto& s = spec.at("parameter");
+            auto name = s.at("parameter_name").get<std::string>();
+            auto it = weightConfig.find(name);
+            if (it == weightConfig.end() || !isMetaEntry(it->second))
+                continue;
+            auto shape = it->second.at("tensor_meta").dump();
+            if (read.count(s.at("arg").at("name").get<std::string>()))
+                readByShape[shape].push_back(name);
+            else
+                unread.emplace_back(name, shape);
+        }
+        for (const auto& [name, shape] : unread) {
+            auto r = readByShape.find(shape);
+            if (r != readByShape.end() && r->second.size() == 1)
+                tiedTo[name] = r->second.front();
+        }
+    }
     std::map<std::string, at::Tensor> byFile; // "data/weights/weight_0" -> the tensor read from it
     auto tensorFor = [&](const std::map<std::string, json>& config, const std::string& dir, const std::string& name) {
         auto it = config.find(name);
         if (it == config.end())
             throw std::runtime_error("the archive holds no data for " + name
                 + " (a program saved with its weights elsewhere is not supported)");
-        // Every meta weight names the same empty record (torch.export.save keys them by a storage they lack), so
-        // the file cannot tell a tied meta weight from two: each name is a tensor of its own.
+        // A meta weight: a tensor of its own, or the one it is tied to (above).
+        auto tied = tiedTo.find(name);
         auto file = isMetaEntry(it->second)
-            ? "meta|" + name
+            ? "meta|" + (tied == tiedTo.end() ? name : tied->second)
             : dir + it->second.at("path_name").get<std::string>() + "|" + it->second.at("tensor_meta").dump();
         auto f = byFile.find(file);
         if (f != byFile.end())

@@ -952,8 +952,12 @@ std::vector<Remedy> remediesFromJson(const nlohmann::json& j)
     return out;
 }
 
-std::string remediesToText(const std::vector<Remedy>& remedies)
+std::string remediesToText(const std::vector<Remedy>& remedies, const std::string& device)
 {
+    const bool meta = device == "meta";
+    auto method = [&](FigureMethod m) {
+        return meta && m == FigureMethod::Measured ? std::string("computed on meta") : std::string(nameOf(m));
+    };
     std::ostringstream s;
     if (remedies.empty()) {
         s << "  (nothing found that would help without changing the result)\n";
@@ -961,7 +965,7 @@ std::string remediesToText(const std::vector<Remedy>& remedies)
     }
     int n = 0;
     for (const auto& m : remedies) {
-        s << "  " << ++n << ". " << m.title << "  [" << nameOf(m.method) << "]\n";
+        s << "  " << ++n << ". " << m.title << "  [" << method(m.method) << "]\n";
         s << "     peak total " << formatBytes(m.peak_total_before) << " -> " << formatBytes(m.peak_total_after) << " ("
           << signedBytes(m.peakSaving()) << ")";
         if (m.reserve_before > 0 || m.reserve_after > 0)
@@ -969,7 +973,7 @@ std::string remediesToText(const std::vector<Remedy>& remedies)
               << signedBytes(m.reserveSaving()) << ")";
         s << "\n";
         if (m.measured_peak_total && m.method == FigureMethod::Measured && m.kind != RemedyKind::Tiling)
-            s << "     measured: peak total " << formatBytes(*m.measured_peak_total)
+            s << (meta ? "     computed on meta: peak total " : "     measured: peak total ") << formatBytes(*m.measured_peak_total)
               << (m.measured_reserve ? ", reserve " + formatBytes(*m.measured_reserve) : std::string()) << "\n";
         s << "     " << m.change << "\n";
         const std::size_t shown = 12;

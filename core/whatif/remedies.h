@@ -113,6 +113,7 @@ EditedRun predictEditedRun(const Report& r, const std::vector<char>& drop,
 
 nlohmann::json remediesToJson(const std::vector<Remedy>& remedies);
 std::vector<Remedy> remediesFromJson(const nlohmann::json& j); // throws nlohmann::json::exception
-std::string remediesToText(const std::vector<Remedy>& remedies);
+// `device` "meta": a figure a run made is "computed on meta", never "measured" (a meta run has no memory).
+std::string remediesToText(const std::vector<Remedy>& remedies, const std::string& device = "cpu");
 
 } // namespace memledger

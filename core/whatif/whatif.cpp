@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 #include <unistd.h>
@@ -290,11 +291,23 @@ WhatIf WhatIf::recordAt(Model& model, RunOptions base, const std::vector<std::in
     return w;
 }
 
+namespace {
+
+// The memory a plan lets a record take: what it says, else a quarter of this machine's; on the meta device, where
+// a record holds shapes and no memory, no limit (a 7B training step at batch 8 is as cheap as at batch 1).
+std::int64_t planMemory(const Model& model, const RunOptions& base, const WhatIf::Plan& plan)
+{
+    if (base.device == "meta" || (base.device.empty() && model.metaWeights()))
+        return std::numeric_limits<std::int64_t>::max();
+    return plan.memory_budget > 0 ? plan.memory_budget : machineMemoryBytes() / 4;
+}
+
+} // namespace
+
 WhatIf WhatIf::recordPlanned(Model& model, RunOptions base, const std::vector<std::string>& dtypes, const Plan& plan)
 {
     const auto [b1, b2] = recordedBatchesFor(base.mode.value_or(RunMode::Inference));
-    const std::int64_t memory
-        = plan.memory_budget > 0 ? plan.memory_budget : machineMemoryBytes() / 4;
+    const std::int64_t memory = planMemory(model, base, plan);
     const auto started = std::chrono::steady_clock::now();
     WhatIf all;
     all.model_ = std::make_shared<const ModelInfo>(model.info());
@@ -405,8 +418,7 @@ WhatIf WhatIf::recordSeq(
 WhatIf WhatIf::recordSeqPlanned(Model& model, RunOptions base, const std::vector<std::string>& dtypes, const Plan& plan)
 {
     const auto t0 = baseSequence(model, base);
-    const std::int64_t memory
-        = plan.memory_budget > 0 ? plan.memory_budget : machineMemoryBytes() / 4;
+    const std::int64_t memory = planMemory(model, base, plan);
     const auto started = std::chrono::steady_clock::now();
     WhatIf all;
     all.model_ = std::make_shared<const ModelInfo>(model.info());
