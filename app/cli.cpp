@@ -97,7 +97,7 @@ int runAnalyze(const CliOptions& o)
                   << remediesToText(*report.remedies, report.run.device);
     try {
         if (!o.json.empty()) {
-            writeFileAtomically(o.json, reportToJsonText(report));
+            writeReportJsonFile(report, o.json);
             std::cout << "Wrote " << o.json << "\n";
         }
         if (!o.html.empty()) {

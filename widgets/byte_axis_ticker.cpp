@@ -51,4 +51,20 @@ QString ByteAxisTicker::getTickLabel(double tick, const QLocale& locale, QChar, 
     return locale.toString(v, 'f', std::min(decimals, 3)) + QLatin1Char(' ') + unitName(unit_);
 }
 
+void setUpCurvesPlot(QCustomPlot* plot, int minimumHeight)
+{
+    plot->setMinimumHeight(minimumHeight);
+    plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+    plot->axisRect()->setRangeDrag(Qt::Horizontal);
+    plot->axisRect()->setRangeZoom(Qt::Horizontal);
+    plot->yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new ByteAxisTicker));
+    plot->yAxis->setLabel(QObject::tr("live bytes"));
+    plot->legend->setVisible(true);
+    plot->legend->setFillOrder(QCPLegend::foColumnsFirst);
+    plot->plotLayout()->insertRow(0);
+    plot->plotLayout()->addElement(0, 0, plot->legend);
+    plot->plotLayout()->setRowStretchFactor(0, 0.001);
+    plot->legend->setMargins(QMargins(4, 2, 4, 2));
+}
+
 } // namespace memledger

@@ -21,4 +21,8 @@ private:
     double step_ = 1;
 };
 
+// A chart of live bytes over time with one curve per recording (the comparison, the ranks): drag and zoom along
+// the time axis only, byte ticks, and the legend in a row of its own above the curves, entries side by side.
+void setUpCurvesPlot(QCustomPlot* plot, int minimumHeight);
+
 } // namespace memledger

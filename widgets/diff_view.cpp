@@ -110,18 +110,7 @@ DiffView::DiffView(QWidget* parent)
     head->addWidget(heading_, 1);
     head->addWidget(close_, 0, Qt::AlignTop);
 
-    plot_->setMinimumHeight(180);
-    plot_->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
-    plot_->axisRect()->setRangeDrag(Qt::Horizontal);
-    plot_->axisRect()->setRangeZoom(Qt::Horizontal);
-    plot_->yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new ByteAxisTicker));
-    plot_->yAxis->setLabel(tr("live bytes"));
-    plot_->legend->setVisible(true);
-    plot_->legend->setFillOrder(QCPLegend::foColumnsFirst);
-    plot_->plotLayout()->insertRow(0);
-    plot_->plotLayout()->addElement(0, 0, plot_->legend);
-    plot_->plotLayout()->setRowStretchFactor(0, 0.001);
-    plot_->legend->setMargins(QMargins(4, 2, 4, 2));
+    setUpCurvesPlot(plot_, 180);
     const char* colours[] = {kDiffAColourHex, kDiffBColourHex};
     for (int k = 0; k < 2; ++k) {
         QColor colour(QString::fromUtf8(colours[k]));

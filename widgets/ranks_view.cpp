@@ -111,20 +111,9 @@ RanksView::RanksView(QWidget* parent)
         emit rankChosen(QString::fromStdString(table_->ranks[static_cast<std::size_t>(rank)].file));
     });
 
-    plot_->setMinimumHeight(160);
-    plot_->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
-    plot_->axisRect()->setRangeDrag(Qt::Horizontal);
-    plot_->axisRect()->setRangeZoom(Qt::Horizontal);
-    plot_->yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new ByteAxisTicker));
-    plot_->yAxis->setLabel(tr("live bytes"));
-    plot_->xAxis->setLabel(tr("ms from each trace's start"));
     // The legend a row above the curves, never over them; ranks side by side, as many as the width takes.
-    plot_->legend->setVisible(true);
-    plot_->legend->setFillOrder(QCPLegend::foColumnsFirst);
-    plot_->plotLayout()->insertRow(0);
-    plot_->plotLayout()->addElement(0, 0, plot_->legend);
-    plot_->plotLayout()->setRowStretchFactor(0, 0.001);
-    plot_->legend->setMargins(QMargins(4, 2, 4, 2));
+    setUpCurvesPlot(plot_, 160);
+    plot_->xAxis->setLabel(tr("ms from each trace's start"));
     plot_->legend->setSelectableParts(QCPLegend::spNone);
     connect(plot_, &QCustomPlot::plottableClick, this, [this](QCPAbstractPlottable* p, int, QMouseEvent*) {
         auto it = std::find(graphs_.begin(), graphs_.end(), p);

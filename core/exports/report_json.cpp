@@ -28,7 +28,7 @@ json ledgerNames()
 }
 
 // The event columns of a report's JSON, in the order of "columns". Each is written by appendColumns (text, for
-// reportToJsonText) or columnsToJson (a DOM, for reportToJson): one list of the columns for both.
+// writeReportJson) or eventsToJson (JSON values, for reportToJson): one list of the columns for both.
 template <class Visit>
 void forEachColumn(const Trace& t, Visit&& visit)
 {
@@ -92,23 +92,40 @@ json eventsToJson(const Trace& t)
     return e;
 }
 
-// `,"name":[v,v,...]` for every column, as nlohmann would write them, without building them as JSON values: a
-// 1,000,000-entry trace is 12 million numbers.
-void appendColumns(const Trace& t, std::string& out)
+// `,"name":[v,v,...]` for every column, as nlohmann would write them, without building them as JSON values (a
+// 1,000,000-entry trace is 12 million numbers), handed to `sink` in pieces of about 1 MiB.
+void appendColumns(const Trace& t, std::string& out, const JsonSink& sink)
 {
-    forEachColumn(t, [&](const char* name, const auto& column) {
-        out += ",\"";
-        out += name;
-        out += "\":[";
-        char buf[24];
-        for (std::size_t i = 0; i < column.size(); ++i) {
-            if (i)
-                out += ',';
-            auto [end, ec] = std::to_chars(buf, buf + sizeof buf, columnValue(column[i]));
-            out.append(buf, end);
+    constexpr std::size_t kPiece = std::size_t {1} << 20;
+    std::vector<char> piece(kPiece + 64);
+    char* const begin = piece.data();
+    char* const full = begin + kPiece;
+    char* p = begin;
+    auto flush = [&] {
+        sink(begin, static_cast<std::size_t>(p - begin));
+        p = begin;
+    };
+    auto text = [&](const std::string& s) {
+        for (char c : s) {
+            if (p >= full)
+                flush();
+            *p++ = c;
         }
-        out += ']';
+    };
+    text(out);
+    out.clear();
+    forEachColumn(t, [&](const char* name, const auto& column) {
+        text(std::string(",\"") + name + "\":[");
+        for (std::size_t i = 0; i < column.size(); ++i) {
+            if (p >= full)
+                flush();
+            if (i)
+                *p++ = ',';
+            p = std::to_chars(p, p + 24, columnValue(column[i])).ptr;
+        }
+        text("]");
     });
+    flush();
 }
 
 // The forward's tensor uses, column by column (event: the allocation; op: Trace::op_seq; op_name and module:
@@ -390,23 +407,35 @@ json reportToJson(const Report& r, bool withEvents)
     return j;
 }
 
-std::string reportToJsonText(const Report& r)
+void writeReportJson(const Report& r, const JsonSink& sink)
 {
     std::string out = reportToJson(r, false).dump();
     if (r.trace) {
         json head = eventsHead(*r.trace);
         usesToJson(r, head);
         std::string events = head.dump(); // an object: its closing brace goes after the columns
-        // Room for every column at its widest (untouched pages cost nothing): no copy while it grows.
-        out.reserve(out.size() + events.size() + r.trace->size() * 128);
         out.pop_back();
         out += ",\"events\":";
         out.append(events, 0, events.size() - 1);
-        appendColumns(*r.trace, out);
+        appendColumns(*r.trace, out, sink);
         out += "}}";
     }
     out += '\n';
-    return out;
+    sink(out.data(), out.size());
+}
+
+std::string reportToJsonText(const Report& r)
+{
+    std::string text;
+    writeReportJson(r, [&](const char* data, std::size_t n) { text.append(data, n); });
+    return text;
+}
+
+void writeReportJsonFile(const Report& r, const std::string& path)
+{
+    AtomicFileWriter file(path);
+    writeReportJson(r, [&](const char* data, std::size_t n) { file.write(data, n); });
+    file.commit();
 }
 
 Report reportFromJson(const json& j, const std::string& name)

@@ -16,22 +16,52 @@
 
 namespace memledger {
 
-void writeFileAtomically(const std::string& path, const std::string& contents)
+AtomicFileWriter::AtomicFileWriter(const std::string& path)
+    : path_(path)
+    , tmp_(path + ".tmp-" + std::to_string(::getpid()))
 {
-    std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (!f)
-        throw std::runtime_error(path + ": cannot write: " + std::strerror(errno));
-    bool ok = std::fwrite(contents.data(), 1, contents.size(), f) == contents.size();
-    ok = std::fflush(f) == 0 && ok;
+    file_ = std::fopen(tmp_.c_str(), "wb");
+    if (!file_)
+        throw std::runtime_error(path_ + ": cannot write: " + std::strerror(errno));
+}
+
+AtomicFileWriter::~AtomicFileWriter()
+{
+    if (file_) {
+        std::fclose(file_);
+        std::remove(tmp_.c_str());
+    }
+}
+
+void AtomicFileWriter::write(const char* data, std::size_t n)
+{
+    if (!file_)
+        throw std::runtime_error(path_ + ": cannot write: the file is closed");
+    if (std::fwrite(data, 1, n, file_) != n)
+        throw std::runtime_error(path_ + ": cannot write: " + std::strerror(errno));
+}
+
+void AtomicFileWriter::commit()
+{
+    if (!file_)
+        throw std::runtime_error(path_ + ": cannot write: the file is closed");
+    bool ok = std::fflush(file_) == 0;
     int err = errno;
-    ok = std::fclose(f) == 0 && ok;
-    if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    ok = std::fclose(file_) == 0 && ok;
+    file_ = nullptr;
+    if (!ok || std::rename(tmp_.c_str(), path_.c_str()) != 0) {
         if (ok)
             err = errno;
-        std::remove(tmp.c_str());
-        throw std::runtime_error(path + ": cannot write: " + std::strerror(err));
+        std::remove(tmp_.c_str());
+        throw std::runtime_error(path_ + ": cannot write: " + std::strerror(err));
     }
+}
+
+void writeFileAtomically(const std::string& path, const std::string& contents)
+{
+    AtomicFileWriter w(path);
+    w.write(contents.data(), contents.size());
+    w.commit();
 }
 
 FileReader::FileReader(const std::string& path)
