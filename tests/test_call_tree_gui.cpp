@@ -30,6 +30,8 @@
 #include <QTest>
 #include <QTreeView>
 
+#include <QCheckBox>
+
 #include <gtest/gtest.h>
 
 using namespace memledger;
@@ -147,12 +149,20 @@ TEST(StackPane, ListsEveryFrameOfAnAllocation)
     StackPane pane;
     pane.setReport(handReport());
     pane.showAllocation(0); // 100 B with stack A: unwinder, allocator, mul, model.py:10, train.py:5
+    // The Python frames first, innermost first, then the C++ ones in their order.
     ASSERT_EQ(pane.frameCount(), 5);
-    EXPECT_EQ(pane.frameText(0), QStringLiteral("torch::unwind::unwind()"));
-    EXPECT_EQ(pane.frameText(3), QStringLiteral("u/model.py:10 forward"));
+    EXPECT_EQ(pane.frameText(0), QStringLiteral("u/model.py:10 forward"));
+    EXPECT_TRUE(pane.frameIsUser(0));
+    EXPECT_TRUE(pane.frameIsUser(1));
+    EXPECT_EQ(pane.frameText(2), QStringLiteral("torch::unwind::unwind()"));
     EXPECT_FALSE(pane.frameIsUser(2));
-    EXPECT_TRUE(pane.frameIsUser(3));
-    EXPECT_TRUE(pane.frameIsUser(4));
+    EXPECT_FALSE(pane.frameIsUser(4));
+    // Python frames only: the two .py frames.
+    pane.pythonOnlyBox()->setChecked(true);
+    ASSERT_EQ(pane.frameCount(), 2);
+    EXPECT_EQ(pane.frameText(1), QStringLiteral("u/train.py:5 <module>"));
+    pane.pythonOnlyBox()->setChecked(false);
+    EXPECT_EQ(pane.frameCount(), 5);
     EXPECT_TRUE(pane.title().contains(QStringLiteral("100 B")));
     pane.showAllocation(4); // the free of event 0: its allocation's stack
     EXPECT_EQ(pane.frameCount(), 5);

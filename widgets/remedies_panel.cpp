@@ -49,7 +49,7 @@ RemediesPanel::RemediesPanel(QWidget* parent)
 {
     auto* layout = new QVBoxLayout(this);
     auto* title = new QLabel(tr("<b>What would help</b> &mdash; ranked by the saving on the peak total, then on "
-                                "the reserve (simulated for a CPU run)"));
+                                "the reserve (the caching-allocator model's replay of the run or the snapshot)"));
     title->setWordWrap(true);
     layout->addWidget(title);
     status_ = new QLabel;

@@ -7,6 +7,7 @@
 #include "support/format.h"
 
 #include <QFont>
+#include <QCheckBox>
 #include <QLabel>
 #include <QListWidget>
 #include <QPalette>
@@ -84,21 +85,27 @@ QString stackTooltipHtml(const Trace& t, std::uint32_t stack, int maxFrames)
 
 QString stackTooltipHtml(const std::vector<FrameView>& frames, int maxFrames)
 {
-    auto b = frames.begin();
-    while (b != frames.end() && isAllocatorFrame(b->name))
-        ++b;
+    // Python frames first (pythonFirstOrder), the allocator's and unwinder's own left out.
+    std::vector<std::size_t> order;
+    for (auto i : pythonFirstOrder(frames, false))
+        if (!isAllocatorFrame(frames[i].name))
+            order.push_back(i);
     QString out;
     int shown = 0;
-    for (auto f = b; f != frames.end() && shown < maxFrames; ++f, ++shown) {
-        auto text = shortFrameText(QString::fromStdString(frameText(*f)));
+    for (auto i : order) {
+        if (shown == maxFrames)
+            break;
+        const auto& f = frames[i];
+        auto text = shortFrameText(QString::fromStdString(frameText(f)));
         if (text.size() > 110)
             text = text.left(109) + QChar(0x2026);
         text = text.toHtmlEscaped();
-        out += (classifyFrame(f->filename) == FrameKind::User ? QStringLiteral("<b>%1</b>") : QStringLiteral("%1"))
+        out += (classifyFrame(f.filename) == FrameKind::User ? QStringLiteral("<b>%1</b>") : QStringLiteral("%1"))
                    .arg(text)
             + QStringLiteral("<br>");
+        ++shown;
     }
-    auto rest = static_cast<int>(frames.end() - b) - shown;
+    auto rest = static_cast<int>(order.size()) - shown;
     if (rest > 0)
         out += (rest == 1 ? QObject::tr("… 1 more frame") : QObject::tr("… %1 more frames").arg(rest))
             + QStringLiteral("<br>");
@@ -110,8 +117,15 @@ QString stackTooltipHtml(const std::vector<FrameView>& frames, int maxFrames)
 StackPane::StackPane(QWidget* parent)
     : QWidget(parent)
     , title_(new QLabel)
+    , pythonOnly_(new QCheckBox(tr("Python frames only")))
     , list_(new QListWidget)
 {
+    pythonOnly_->setToolTip(tr("Python frames are listed first, innermost first; this hides the C++ and the "
+                               "interpreter's frames after them"));
+    connect(pythonOnly_, &QCheckBox::toggled, this, [this] {
+        if (shown_ >= 0)
+            showAllocation(shown_);
+    });
     title_->setWordWrap(true);
     title_->setTextInteractionFlags(Qt::TextSelectableByMouse);
     list_->setSelectionMode(QAbstractItemView::ExtendedSelection); // frames can be copied
@@ -121,6 +135,7 @@ StackPane::StackPane(QWidget* parent)
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addWidget(title_);
+    layout->addWidget(pythonOnly_);
     layout->addWidget(list_, 1);
     showAllocation(-1);
 }
@@ -134,6 +149,7 @@ void StackPane::setReport(std::shared_ptr<const Report> report)
 void StackPane::showAllocation(std::int64_t event)
 {
     list_->clear();
+    shown_ = event;
     const Trace* t = report_ ? report_->trace.get() : nullptr;
     if (!t || event < 0 || static_cast<std::size_t>(event) >= t->size()) {
         title_->setText(tr("Click an allocation on the timeline, or a frame in the call tree, to see its call stack"));
@@ -158,9 +174,13 @@ void StackPane::showAllocation(std::int64_t event)
         return;
     }
     const QColor dim = palette().color(QPalette::Disabled, QPalette::Text);
+    std::vector<FrameView> frames;
     for (auto f = t->stacks.begin(stack); f != t->stacks.end(stack); ++f) {
         const auto& fr = t->stacks.frame(*f);
-        FrameView v {t->strings.at(fr.file), fr.line, t->strings.at(fr.name)};
+        frames.push_back({t->strings.at(fr.file), fr.line, t->strings.at(fr.name)});
+    }
+    for (auto k : pythonFirstOrder(frames, pythonOnly_->isChecked())) {
+        const FrameView& v = frames[k];
         auto full = QString::fromStdString(memledger::frameText(v));
         auto* item = new QListWidgetItem(shortFrameText(full));
         item->setToolTip(full);
@@ -182,6 +202,7 @@ void StackPane::showAllocation(std::int64_t event)
 void StackPane::showFrames(const QString& title, const std::vector<CallTreeLabel>& frames)
 {
     list_->clear();
+    shown_ = -1;
     title_->setText(title);
     for (const auto& f : frames) {
         auto full = QString::fromStdString(f.text);

@@ -10,6 +10,7 @@
 
 #include <memory>
 
+class QCheckBox;
 class QLabel;
 class QListWidget;
 
@@ -34,7 +35,8 @@ public:
     explicit StackPane(QWidget* parent = nullptr);
     void setReport(std::shared_ptr<const Report> report);
 
-    // The allocation of trace event `event` (its alloc or free); -1 clears.
+    // The allocation of trace event `event` (its alloc or free); -1 clears. Its Python frames first, innermost
+    // first, then the C++ and interpreter frames (hidden with "Python frames only", pythonOnlyBox()).
     void showAllocation(std::int64_t event);
     // Frames as a call tree shows them, innermost first.
     void showFrames(const QString& title, const std::vector<CallTreeLabel>& frames);
@@ -44,11 +46,14 @@ public:
     QString frameText(int row) const;
     bool frameIsUser(int row) const;
     QListWidget* list() const { return list_; }
+    QCheckBox* pythonOnlyBox() const { return pythonOnly_; }
 
 private:
     std::shared_ptr<const Report> report_;
     QLabel* title_;
+    QCheckBox* pythonOnly_;
     QListWidget* list_;
+    std::int64_t shown_ = -1; // the event showAllocation shows; -1: none (or a call tree node's frames)
 };
 
 } // namespace memledger

@@ -162,6 +162,25 @@ std::string allocationSite(const std::vector<SnapshotFrame>& frames)
     return allocationSite(views);
 }
 
+bool isPythonFrame(const FrameView& f)
+{
+    return endsWith(f.filename, ".py");
+}
+
+std::vector<std::size_t> pythonFirstOrder(const std::vector<FrameView>& frames, bool pythonOnly)
+{
+    std::vector<std::size_t> order;
+    order.reserve(frames.size());
+    for (std::size_t i = 0; i < frames.size(); ++i)
+        if (isPythonFrame(frames[i]))
+            order.push_back(i);
+    if (!pythonOnly)
+        for (std::size_t i = 0; i < frames.size(); ++i)
+            if (!isPythonFrame(frames[i]))
+                order.push_back(i);
+    return order;
+}
+
 bool isForwardFrame(const FrameView& f)
 {
     return endsWith(f.filename, ".py") && (f.name == "forward" || f.name.rfind("forward (fx:", 0) == 0);

@@ -46,6 +46,12 @@ std::string atenOpOfFrame(std::string_view name);
 // caching allocator): the innermost frames of every C++ stack, the same for every allocation.
 bool isAllocatorFrame(std::string_view name);
 
+// A frame of Python code (a .py file: the user's, a library's, torch's or the standard library's).
+bool isPythonFrame(const FrameView& f);
+// The order a stack is read in (the call stack dock, the hover): its Python frames first, innermost first, then
+// the others (C++, the interpreter) in their order; `pythonOnly` leaves the others out. Indices into `frames`.
+std::vector<std::size_t> pythonFirstOrder(const std::vector<FrameView>& frames, bool pythonOnly);
+
 // What names an allocation: the first frame of user code; for a stack with none (backward, optimizer, C++
 // only), the ATen op the stack passes through, past the allocator's and unwinder's frames; otherwise the
 // first known frame, or the first frame. "" for an empty stack.
