@@ -1,5 +1,7 @@
 #include "remedies_controller.h"
 
+#include "report/meta_run.h"
+
 #include "remedies_panel.h"
 #include "remedies_worker.h"
 #include "whatif_controller.h"
@@ -29,6 +31,7 @@ RemediesController::RemediesController(WhatIfController* whatIf, QWidget* dialog
         compute();
     });
     connect(worker_, &RemediesWorker::computed, this, [this](quint64, const std::vector<Remedy>& remedies) {
+        panel_->setMetaRun(report_ && isMetaRun(*report_));
         panel_->setRemedies(remedies);
         panel_->setStatus(isModelRun() && !withWhatIf_
                 ? tr("Lower precision and batch sizes follow once the what-if records are made.")

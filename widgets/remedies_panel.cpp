@@ -21,11 +21,14 @@ namespace {
 
 // How a remedy's "after" figures are known: predicted until Measure (tiling is measured when computed); a
 // snapshot's remedy is an estimate by a stated rule.
-QString figureText(const Remedy& m)
+// `meta`: the report is a meta-device run, whose runs compute figures from shapes and never measure them.
+QString figureText(const Remedy& m, bool meta)
 {
     if (m.method == FigureMethod::Estimate)
         return QObject::tr("estimate");
-    return m.kind == RemedyKind::Tiling ? QObject::tr("measured") : QObject::tr("predicted");
+    if (m.kind == RemedyKind::Tiling)
+        return meta ? QObject::tr("computed on meta") : QObject::tr("measured");
+    return QObject::tr("predicted");
 }
 
 // "1.52 MiB (−936 KiB)"
@@ -143,6 +146,11 @@ void RemediesPanel::setTile(const QString& text)
     tile_->setText(text);
 }
 
+void RemediesPanel::setMetaRun(bool meta)
+{
+    meta_ = meta;
+}
+
 void RemediesPanel::setRemedies(const std::vector<Remedy>& remedies)
 {
     remedies_ = remedies;
@@ -173,11 +181,12 @@ void RemediesPanel::fillRow(int row)
         item(m.reserve_after > 0 ? afterAndSaving(m.reserve_before, m.reserve_after) : QStringLiteral("-"), true));
     // A remedy measured when it was computed (tiling) says so; a prediction says predicted until Measure.
     const bool measuredNow = m.measured_peak_total.has_value();
-    table_->setItem(row, 4, item(figureText(m)));
+    table_->setItem(row, 4, item(figureText(m, meta_)));
     table_->removeCellWidget(row, kMeasuredColumn);
     if (measuredNow && m.kind != RemedyKind::Tiling) {
         auto text = bytesText(*m.measured_peak_total) + QStringLiteral("  ")
-            + tr("error %1").arg(errorText(m.peak_total_after, *m.measured_peak_total));
+            + tr("error %1").arg(errorText(m.peak_total_after, *m.measured_peak_total))
+            + (meta_ ? tr(" (computed on meta)") : QString());
         table_->setItem(row, kMeasuredColumn, item(text, true));
         table_->item(row, kMeasuredColumn)->setToolTip(QString::fromStdString(m.measure_note));
     } else if ((m.measure_how == MeasureHow::Run || m.measure_how == MeasureHow::Variant) && m.kind != RemedyKind::Tiling) {
@@ -250,9 +259,10 @@ void RemediesPanel::showDetails()
     html += tr("<p>Peak total %1 &rarr; %2").arg(bytesText(m.peak_total_before), bytesText(m.peak_total_after));
     if (m.reserve_after > 0)
         html += tr(", reserve %1 &rarr; %2").arg(bytesText(m.reserve_before), bytesText(m.reserve_after));
-    html += tr(" (%1)</p>").arg(figureText(m));
+    html += tr(" (%1)</p>").arg(figureText(m, meta_));
     if (m.measured_peak_total && m.kind != RemedyKind::Tiling)
-        html += tr("<p>Measured: peak total %1%2 &mdash; %3</p>")
+        html += (meta_ ? tr("<p>Computed on meta: peak total %1%2 &mdash; %3</p>")
+                       : tr("<p>Measured: peak total %1%2 &mdash; %3</p>"))
                     .arg(bytesText(*m.measured_peak_total),
                         m.measured_reserve ? tr(", reserve %1").arg(bytesText(*m.measured_reserve)) : QString(),
                         QString::fromStdString(m.measure_note).toHtmlEscaped());

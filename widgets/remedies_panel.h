@@ -23,6 +23,8 @@ class RemediesPanel : public QWidget {
 public:
     explicit RemediesPanel(QWidget* parent = nullptr);
 
+    // The report is a meta-device run: what a run makes reads "computed on meta", never "measured".
+    void setMetaRun(bool meta);
     void setRemedies(const std::vector<Remedy>& remedies); // ranked, best first
     void setStatus(const QString& text); // "Recording what-if runs ..."; "" hides it
     // false for a snapshot or a saved report: no model to run, so no tile to measure.
@@ -58,6 +60,7 @@ private:
     void hideMinorRows();
     QPushButton* tileButton_ = nullptr;
     QLabel* tileError_ = nullptr;
+    bool meta_ = false;
 };
 
 } // namespace memledger

@@ -402,7 +402,8 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
             for (const auto& n : p.notes)
                 m.details.push_back(n);
             if (!w->isRecorded(d))
-                m.details.push_back("rescaled by element width: this CPU cannot run " + d + " for this model");
+                m.details.push_back("rescaled by element width from the " + r.run.dtype + " records (it could not "
+                    + "be recorded in " + d + " here)");
             out.push_back(std::move(m));
         }
         // The largest batch within the budget, and micro-batches.
