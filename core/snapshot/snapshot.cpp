@@ -1112,7 +1112,7 @@ Snapshot decodeWith(std::size_t size, int firstByte, const std::string& name, co
         trace->reserve(expected);
         s.trace_stream.reserve(expected);
         s.trace_context.reserve(expected);
-        TraceRows rows {*trace, s.trace_stream, s.trace_context};
+        TraceRows rows {*trace, s.trace_stream, s.trace_context, 0, {}};
         StackTables tables(*trace);
         SnapshotReducer reducer(tables, rows, s.ignored_keys);
         PickleReadHooks hooks;
