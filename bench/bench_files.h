@@ -9,7 +9,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -36,6 +38,18 @@ inline std::string pytorchLayoutSnapshot(const std::string& name, std::size_t en
         fs::rename(path + ".part", path);
     }
     return path;
+}
+
+// A /proc/self/status field in bytes ("VmRSS", "VmHWM"); 0 when unknown.
+inline std::size_t statusBytes(const char* field)
+{
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    const std::size_t n = std::strlen(field);
+    while (std::getline(in, line))
+        if (line.compare(0, n, field) == 0 && line.size() > n && line[n] == ':')
+            return static_cast<std::size_t>(std::atoll(line.c_str() + n + 1)) * 1024;
+    return 0;
 }
 
 struct ProcessCost {

@@ -29,26 +29,6 @@ double seconds(std::chrono::steady_clock::duration d)
     return std::chrono::duration<double>(d).count();
 }
 
-// A /proc/self/status field in bytes ("VmRSS", "VmHWM"); 0 when unknown.
-std::size_t statusBytes(const char* field)
-{
-    std::ifstream in("/proc/self/status");
-    std::string line;
-    const std::size_t n = std::strlen(field);
-    while (std::getline(in, line))
-        if (line.compare(0, n, field) == 0 && line.size() > n && line[n] == ':')
-            return static_cast<std::size_t>(std::atoll(line.c_str() + n + 1)) * 1024;
-    return 0;
-}
-
-double wallOf(const std::string& cmd)
-{
-    auto t0 = std::chrono::steady_clock::now();
-    int rc = std::system(cmd.c_str());
-    double s = seconds(std::chrono::steady_clock::now() - t0);
-    return rc == 0 ? s : -1.0;
-}
-
 struct Result {
     std::string file;
     double mb = 0;
@@ -60,11 +40,11 @@ struct Result {
 // memory, and what the window does next (the report its timeline shows, the allocator check).
 int child(const std::string& file)
 {
-    const std::size_t before = statusBytes("VmRSS");
+    const std::size_t before = bench::statusBytes("VmRSS");
     auto t0 = std::chrono::steady_clock::now();
     Snapshot s = readSnapshotFile(file);
     const double read = seconds(std::chrono::steady_clock::now() - t0);
-    const std::size_t peak = statusBytes("VmHWM"), kept = statusBytes("VmRSS");
+    const std::size_t peak = bench::statusBytes("VmHWM"), kept = bench::statusBytes("VmRSS");
     const auto& t = *s.trace;
     const std::size_t entries = t.size(), frames = t.stacks.frameCount(), stacks = t.stacks.stackCount() - 1;
     auto t1 = std::chrono::steady_clock::now();
@@ -92,7 +72,8 @@ Result measure(const std::string& file)
     // Python: the same file with pickle.load, and the interpreter alone. All three interleaved, best of 3;
     // memory: the largest of the three children's.
     const std::string ours = "'" + selfPath() + "' --child '" + file + "'";
-    const std::string load = "/usr/bin/python3 -c \"import pickle, sys; pickle.load(open(sys.argv[1], 'rb'))\" '" + file + "'";
+    const std::vector<std::string> load {
+        "/usr/bin/python3", "-c", "import pickle, sys; pickle.load(open(sys.argv[1], 'rb'))", file};
     double best = 1e9, py = 1e9, bare = 1e9;
     std::size_t peak = 0, kept = 0;
     for (int run = 0; run < 3; ++run) {
@@ -112,7 +93,7 @@ Result measure(const std::string& file)
             r.report = rep;
             r.check = chk;
         }
-        double a = wallOf(load), b = wallOf("/usr/bin/python3 -c pass");
+        double a = bench::runProcess(load).seconds, b = bench::runProcess({"/usr/bin/python3", "-c", "pass"}).seconds;
         if (a < 0 || b < 0)
             continue;
         py = std::min(py, a);

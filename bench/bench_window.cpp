@@ -19,17 +19,6 @@
 
 namespace {
 
-double statusMib(const char* field)
-{
-    std::ifstream in("/proc/self/status");
-    std::string line;
-    const std::string key = std::string(field) + ":";
-    while (std::getline(in, line))
-        if (line.rfind(key, 0) == 0)
-            return std::atof(line.c_str() + key.size()) / 1024.0;
-    return 0;
-}
-
 int child(int argc, char** argv, const QString& file)
 {
     QElapsedTimer clock;
@@ -42,7 +31,7 @@ int child(int argc, char** argv, const QString& file)
     QObject::connect(&window, &memledger::MainWindow::reportChanged, &window, [&] {
         // The first paint of every visible view with the report (the timeline, the tab shown, the docks).
         window.grab();
-        std::printf("%.3f %.1f\n", static_cast<double>(clock.nsecsElapsed()) / 1e9, statusMib("VmHWM"));
+        std::printf("%.3f %.1f\n", static_cast<double>(clock.nsecsElapsed()) / 1e9, static_cast<double>(memledger::bench::statusBytes("VmHWM")) / (1024.0 * 1024.0));
         std::fflush(stdout);
         rc = 0;
         QCoreApplication::quit();
