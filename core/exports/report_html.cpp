@@ -300,7 +300,7 @@ void remediesSection(std::ostringstream& out, const std::vector<Remedy>& remedie
             << nameOf(m.method);
         if (m.measured_peak_total && m.kind != RemedyKind::Tiling)
             out << ": " << formatBytes(*m.measured_peak_total) << " measured";
-        out << "</td><td class=l style=\"white-space:normal;min-width:320px;max-width:560px\">" << htmlEscape(m.change);
+        out << "</td><td class=l style=\"white-space:normal;overflow-wrap:anywhere;min-width:320px;max-width:560px\">" << htmlEscape(m.change);
         if (!m.details.empty()) {
             out << "<ul>";
             for (std::size_t i = 0; i < m.details.size() && i < 20; ++i)
@@ -311,8 +311,8 @@ void remediesSection(std::ostringstream& out, const std::vector<Remedy>& remedie
         }
         out << "</td></tr>\n";
     }
-    out << "</table>\n<p class=muted>Ranked by the saving on the peak total, then on the reserve (the reserve of a "
-           "CPU run is the simulated caching allocator's). Predicted figures come from the recorded run; measured "
+    out << "</table>\n<p class=muted>Ranked by the saving on the peak total, then on the reserve (the caching-allocator "
+           "model's replay of the run or the snapshot). Predicted figures come from the recorded run; measured "
            "ones from a real run at the changed setting.</p>\n";
 }
 
