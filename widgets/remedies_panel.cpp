@@ -27,7 +27,7 @@ QString figureText(const Remedy& m, bool meta)
     if (m.method == FigureMethod::Estimate)
         return QObject::tr("estimate");
     if (m.kind == RemedyKind::Tiling)
-        return meta ? QObject::tr("computed on meta") : QObject::tr("measured");
+        return QObject::tr(figureMethodText(m.method, meta));
     return QObject::tr("predicted");
 }
 

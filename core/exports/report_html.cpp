@@ -276,7 +276,7 @@ void whatIfSection(std::ostringstream& out, const WhatIfTable& w)
 }
 
 // "What would help": the remedies, ranked, with their predicted (and measured) savings.
-void remediesSection(std::ostringstream& out, const std::vector<Remedy>& remedies)
+void remediesSection(std::ostringstream& out, const std::vector<Remedy>& remedies, bool meta)
 {
     auto change = [](std::int64_t before, std::int64_t after) { return formatByteChange(before, after, "&minus;"); };
     out << "<h2>What would help</h2>\n";
@@ -297,9 +297,9 @@ void remediesSection(std::ostringstream& out, const std::vector<Remedy>& remedie
             << formatBytes(m.peak_total_after) << "</td><td>" << change(m.peak_total_before, m.peak_total_after)
             << "</td><td>" << (m.reserve_after > 0 ? formatBytes(m.reserve_after) : "-") << "</td><td>"
             << (m.reserve_after > 0 ? change(m.reserve_before, m.reserve_after) : "-") << "</td><td class=l>"
-            << nameOf(m.method);
+            << figureMethodText(m.method, meta);
         if (m.measured_peak_total && m.kind != RemedyKind::Tiling)
-            out << ": " << formatBytes(*m.measured_peak_total) << " measured";
+            out << ": " << formatBytes(*m.measured_peak_total) << (meta ? " computed on meta" : " measured");
         out << "</td><td class=l style=\"white-space:normal;overflow-wrap:anywhere;min-width:320px;max-width:560px\">" << htmlEscape(m.change);
         if (!m.details.empty()) {
             out << "<ul>";
@@ -312,8 +312,10 @@ void remediesSection(std::ostringstream& out, const std::vector<Remedy>& remedie
         out << "</td></tr>\n";
     }
     out << "</table>\n<p class=muted>Ranked by the saving on the peak total, then on the reserve (the caching-allocator "
-           "model's replay of the run or the snapshot). Predicted figures come from the recorded run; measured "
-           "ones from a real run at the changed setting.</p>\n";
+           "model's replay of the run or the snapshot). Predicted figures come from the recorded run; "
+        << (meta ? "those computed on meta from a meta-device run at the changed setting (shapes only: no memory measured)"
+                 : "measured ones from a real run at the changed setting")
+        << ".</p>\n";
 }
 
 } // namespace
@@ -457,7 +459,7 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
     if (r.whatif)
         whatIfSection(out, *r.whatif);
     if (r.remedies)
-        remediesSection(out, *r.remedies);
+        remediesSection(out, *r.remedies, r.run.device == "meta");
     out << extraSectionsHtml;
     if (!r.alive_at_peak.empty()) {
         out << "<h2>Alive at the peak</h2>\n<table><tr><th>bytes</th><th>ledger</th><th>module</th><th>op</th></tr>\n";

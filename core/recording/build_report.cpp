@@ -89,6 +89,7 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
         r.notes.push_back("the weights are meta tensors: this run is on the meta device, shapes only");
     if (raw.info.device == "meta")
         r.notes.push_back(metaRunNote());
+    r.notes.insert(r.notes.end(), raw.notes.begin(), raw.notes.end());
     if (raw.info.input_guessed)
         r.notes.push_back("input shape " + shapeToString(raw.info.input_shapes.front())
             + " is a guess from the first layer's weight; give the real one with --input");

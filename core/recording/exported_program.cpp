@@ -8,6 +8,7 @@
 #include "recording/model.h"
 
 #include "recording/model_impl.h"
+#include "support/dtype.h"
 #include "support/errors.h"
 
 #include <ATen/ScalarOps.h>
@@ -203,6 +204,83 @@ void namesIn(const json& v, std::vector<std::string>& out)
     }
 }
 
+// The arguments of each `.to(...)` and `.type(...)` call in a line of Python, in the order they appear.
+std::vector<std::string> castArguments(const std::string& line)
+{
+    std::vector<std::pair<std::size_t, std::string>> out; // where each call starts, its arguments
+    for (const char* call : {".to(", ".type("}) {
+        for (auto at = line.find(call); at != std::string::npos; at = line.find(call, at + 1)) {
+            auto open = at + std::char_traits<char>::length(call);
+            int depth = 1;
+            auto end = open;
+            while (end < line.size() && depth > 0) {
+                depth += line[end] == '(' ? 1 : line[end] == ')' ? -1 : 0;
+                ++end;
+            }
+            out.emplace_back(at, line.substr(open, end - open - (depth == 0 ? 1 : 0)));
+        }
+    }
+    std::sort(out.begin(), out.end());
+    std::vector<std::string> args;
+    for (auto& [at, text] : out)
+        args.push_back(std::move(text));
+    return args;
+}
+
+// The names Python spells a floating-point type with ("torch.float32" or "torch.float"), as a pattern, and the
+// method that casts to it (x.float()).
+std::pair<std::string, std::string> pythonSpelling(c10::ScalarType t)
+{
+    switch (t) {
+    case c10::kFloat:
+        return {R"(torch\.(float32|float)\b)", "float"};
+    case c10::kHalf:
+        return {R"(torch\.(float16|half)\b)", "half"};
+    case c10::kBFloat16:
+        return {R"(torch\.bfloat16\b)", "bfloat16"};
+    case c10::kDouble:
+        return {R"(torch\.(float64|double)\b)", "double"};
+    default:
+        return {R"(\b\B)", ""}; // matches nothing
+    }
+}
+
+// Whether node `n`, which passes the exported type `exported` as an argument, does so because the model's own
+// source names that type, and not because it follows the type of a tensor (.to(h.dtype), type_as). In a float32
+// program both read to(float32); its source line tells them apart:
+//   - x.float() (torch_fn "method_descriptor.float") names it;
+//   - a cast (aten.to.*, _to_copy) on a line with .to(...) or .type(...) calls: the k-th cast node of that line
+//     is its k-th call, which names it when its argument spells the type (.to(torch.float32), not .to(x.dtype));
+//   - any other op: the line passes dtype=torch.float32 (F.softmax(x, dim=-1, dtype=torch.float32)).
+// `castsOnLine` counts the cast nodes seen per source line. Without a source line (stack_trace), no.
+bool namesTypeOnPurpose(const json& n, c10::ScalarType exported, std::map<std::string, std::size_t>& castsOnLine)
+{
+    const auto& meta = n.value("metadata", json::object());
+    const auto [pattern, method] = pythonSpelling(exported);
+    const auto target = n.at("target").get<std::string>();
+    const bool cast = target.rfind("torch.ops.aten.to.", 0) == 0 || target.rfind("torch.ops.aten._to_copy.", 0) == 0;
+    // "float_1;method_descriptor.float": the Python call that made the node.
+    auto fn = meta.value("torch_fn", std::string());
+    auto called = fn.substr(fn.rfind('.') == std::string::npos ? fn.size() : fn.rfind('.') + 1);
+    if (cast && !called.empty() && called != "to" && called != "type")
+        return called == method; // x.float(), x.half(), ...: named by the method
+    auto trace = meta.value("stack_trace", std::string());
+    while (!trace.empty() && std::isspace(static_cast<unsigned char>(trace.back())))
+        trace.pop_back();
+    auto line = trace.substr(trace.rfind('\n') == std::string::npos ? 0 : trace.rfind('\n') + 1);
+    if (line.empty())
+        return false;
+    const std::regex spelled(pattern);
+    if (cast) {
+        auto calls = castArguments(line);
+        auto k = castsOnLine[trace]++;
+        if (k < calls.size())
+            return std::regex_search(calls[k], spelled);
+        return !calls.empty() && std::all_of(calls.begin(), calls.end(), [&](const std::string& a) { return std::regex_search(a, spelled); });
+    }
+    return std::regex_search(line, std::regex(R"(dtype\s*=\s*)" + pattern));
+}
+
 } // namespace
 
 struct ExportedProgram::Impl {
@@ -212,6 +290,11 @@ struct ExportedProgram::Impl {
     std::vector<Module> modules;
     std::string root_type = "ExportedProgram";
     bool meta_weights = false; // saved from the meta device: shapes only
+    c10::ScalarType exported = c10::kFloat; // the floating-point type it was exported in
+    c10::ScalarType run_scalar = c10::kFloat; // the one it runs in now (convert)
+    std::vector<std::string> notes; // loadNotes()
+    std::size_t kept_casts = 0; // nodes that keep the exported type in a converted run
+    bool source_lines = false; // whether the nodes carry their source (stack_trace), which tells those
 
     // The graph's placeholders that are weights: graph name -> (parameter or buffer list, index).
     struct WeightRef {
@@ -233,6 +316,9 @@ struct ExportedProgram::Impl {
         // aten::_assert_tensor_metadata: checks the dtype the program was exported with, which --dtype changes;
         // it allocates nothing and is not run.
         bool assertion = false;
+        // Its type argument names the exported type because the model's source does (x.float(),
+        // .to(torch.float32), softmax(..., dtype=torch.float32)): it keeps it in a converted run.
+        bool keeps_type = false;
     };
     std::vector<Node> nodes;
     json outputs;
@@ -371,8 +457,12 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
         }
         for (const auto& [name, shape] : unread) {
             auto r = readByShape.find(shape);
-            if (r != readByShape.end() && r->second.size() == 1)
+            if (r != readByShape.end() && r->second.size() == 1) {
                 tiedTo[name] = r->second.front();
+                d.notes.push_back("the meta weight " + name + " is read by no node of the graph: counted as the storage of "
+                    + r->second.front() + ", the one weight of its shape the graph reads (a tied weight; a meta tensor has "
+                    "no storage to tell)");
+            }
         }
     }
     std::map<std::string, at::Tensor> byFile; // "data/weights/weight_0" -> the tensor read from it
@@ -475,9 +565,23 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
         }
     }
 
+    // The precision it was exported in: its weights', else its float inputs'.
+    {
+        std::optional<c10::ScalarType> found;
+        for (const auto* list : {&d.parameters, &d.buffers})
+            for (const auto& t : *list)
+                if (!found && t.value.is_floating_point())
+                    found = t.value.scalar_type();
+        for (const auto& in : d.inputs)
+            if (!found && in.tensor && isFloatingDtype(in.dtype))
+                found = scalarOf(graph.at("tensor_values").at(in.name).at("dtype").get<int>());
+        d.exported = d.run_scalar = found.value_or(c10::kFloat);
+    }
+
     // Nodes: each operator looked up once; the modules from their nn_module_stack.
     std::map<std::string, std::string> typeOf;
     std::vector<std::string> order;
+    std::map<std::string, std::size_t> castsOnLine;
     auto addModule = [&](const Module& m) {
         if (typeOf.emplace(m.path, m.type).second)
             order.push_back(m.path);
@@ -517,7 +621,60 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
                 addModule(s);
             node.module = m.path;
         }
+        if (!meta.value("stack_trace", std::string()).empty())
+            d.source_lines = true;
+        std::optional<bool> passesExported; // set when it passes a type: whether that is the exported one
+        for (const auto& in : n.at("inputs"))
+            if (in.contains("arg") && in.at("arg").contains("as_scalar_type"))
+                passesExported = passesExported.value_or(false)
+                    || scalarOf(in.at("arg").at("as_scalar_type").get<int>()) == d.exported;
+        if (passesExported && !node.assertion && namesTypeOnPurpose(n, d.exported, castsOnLine) && *passesExported) {
+            node.keeps_type = true;
+            ++d.kept_casts;
+        }
         d.nodes.push_back(std::move(node));
+    }
+    // A cast the source names that cost nothing at export (x.float() of a float32 x returns x itself) leaves one
+    // name for two tensors: export's tracer gives every later read of x the cast's name. Run in another type they
+    // differ again: a read that means x reads x: a type_as's `other` (only its type is read), and any read outside
+    // the module that made the cast, as a residual `x + attention(norm(x))` around an RMSNorm that computes in
+    // float32 (Llama's `self._norm(x.float()).type_as(x)`); reads inside that module take the cast.
+    {
+        struct Alias {
+            std::string input, module;
+        };
+        std::unordered_map<std::string, Alias> aliasOf; // a kept cast's output -> its input
+        auto inside = [](const std::string& path, const std::string& module) {
+            return module.empty() || path == module || path.rfind(module + ".", 0) == 0;
+        };
+        const auto& values = graph.at("tensor_values");
+        for (std::size_t i = 0; i < d.nodes.size(); ++i) {
+            auto& node = d.nodes[i];
+            auto& inputs = d.program.at("nodes").at(i).at("inputs");
+            for (auto& in : inputs) {
+                if (!in.contains("arg") || !in.at("arg").contains("as_tensor"))
+                    continue;
+                auto& name = in.at("arg").at("as_tensor").at("name");
+                auto a = aliasOf.find(name.get<std::string>());
+                if (a == aliasOf.end())
+                    continue;
+                const bool typeOnly = node.target == "torch.ops.aten.type_as.default" && in.value("name", "") == "other";
+                if (typeOnly || !inside(node.module, a->second.module))
+                    name = a->second.input;
+            }
+            if (!node.keeps_type || node.target.rfind("torch.ops.aten.to.", 0) != 0 || node.outputs->size() != 1
+                || !node.outputs->front().contains("as_tensor"))
+                continue;
+            for (const auto& in : inputs) {
+                if (in.value("name", "") != "self" || !in.at("arg").contains("as_tensor"))
+                    continue;
+                auto input = in.at("arg").at("as_tensor").at("name").get<std::string>();
+                auto output = node.outputs->front().at("as_tensor").at("name").get<std::string>();
+                if (values.contains(input) && values.contains(output)
+                    && values.at(input).at("dtype") == values.at(output).at("dtype"))
+                    aliasOf[output] = {input, node.module};
+            }
+        }
     }
     // Each value is dropped after the last node that reads it, as the Python code FX generates does: an
     // activation is freed when nothing needs it any more, not at the end of the run.
@@ -712,6 +869,33 @@ c10::IValue pythonOperator(const std::string& target, const std::vector<c10::IVa
 struct Env {
     std::unordered_map<std::string, c10::IValue> values;
     c10::Device device {c10::kCPU};
+    // The type the program was exported in, and the one it runs in (ExportedProgram::convert).
+    c10::ScalarType exported = c10::kFloat, runs = c10::kFloat;
+    bool keep_type = false; // the node being run keeps the exported type (its source names it)
+
+    // torch.finfo(dtype).max of a floating type.
+    static double largest(c10::ScalarType t)
+    {
+        switch (t) {
+        case c10::kHalf:
+            return static_cast<double>(std::numeric_limits<c10::Half>::max());
+        case c10::kBFloat16:
+            return static_cast<double>(std::numeric_limits<c10::BFloat16>::max());
+        case c10::kFloat:
+            return static_cast<double>(std::numeric_limits<float>::max());
+        default:
+            return std::numeric_limits<double>::max();
+        }
+    }
+    // A float the program passes: torch.finfo(x.dtype).min or .max of the exported type (an additive mask's fill)
+    // becomes the run type's, as the program exported in that type has it.
+    double floating(const json& v) const
+    {
+        const double x = number(v);
+        if (exported == runs || std::abs(x) != largest(exported))
+            return x;
+        return std::copysign(largest(runs), x);
+    }
 
     const c10::IValue& get(const std::string& name) const
     {
@@ -764,11 +948,11 @@ struct Env {
         if (kind == "as_ints")
             return v.get<std::vector<std::int64_t>>();
         if (kind == "as_float")
-            return number(v);
+            return floating(v);
         if (kind == "as_floats") {
             std::vector<double> out;
             for (const auto& f : v)
-                out.push_back(number(f));
+                out.push_back(floating(f));
             return out;
         }
         if (kind == "as_string")
@@ -807,8 +991,10 @@ struct Env {
                 out.push_back(sym(s).toBool());
             return out;
         }
-        if (kind == "as_scalar_type")
-            return static_cast<std::int64_t>(scalarOf(v.get<int>()));
+        if (kind == "as_scalar_type") {
+            auto t = scalarOf(v.get<int>());
+            return static_cast<std::int64_t>(t == exported && !keep_type ? runs : t);
+        }
         if (kind == "as_memory_format")
             return static_cast<std::int64_t>(memoryFormatOf(v.get<int>()));
         if (kind == "as_layout")
@@ -861,6 +1047,8 @@ c10::IValue ExportedProgram::run(const std::vector<at::Tensor>& inputs, const st
 {
     auto& d = *d_;
     Env env;
+    env.exported = d.exported;
+    env.runs = d.run_scalar;
     if (!inputs.empty())
         env.device = inputs.front().device();
     else if (!d.parameters.empty())
@@ -879,6 +1067,7 @@ c10::IValue ExportedProgram::run(const std::vector<at::Tensor>& inputs, const st
         }
         if (onNode)
             onNode(node.module);
+        env.keep_type = node.keeps_type;
         if (!node.op) {
             std::vector<c10::IValue> args;
             for (const auto& in : *node.inputs)
@@ -942,9 +1131,34 @@ bool ExportedProgram::metaWeights() const
     return d_->meta_weights;
 }
 
+c10::ScalarType ExportedProgram::exportedScalar() const
+{
+    return d_->exported;
+}
+
+const std::vector<std::string>& ExportedProgram::loadNotes() const
+{
+    return d_->notes;
+}
+
+std::string ExportedProgram::conversionNote(c10::ScalarType runs) const
+{
+    const auto& d = *d_;
+    const auto from = dtypeName(d.exported), to = dtypeName(runs);
+    std::string note = "converted: exported in " + from + ", run in " + to + " (its floating weights, and each " + from
+        + " type its graph passes, as the program exported from model.to(torch." + to + ") would)";
+    if (!d.source_lines)
+        return note + "; its nodes carry no source lines, so a cast to " + from + " the model makes on purpose (an "
+            "RMSNorm's x.float()) ran in " + to + " too: export from model.to(torch." + to + ") to record those as they are";
+    return note + "; " + std::to_string(d.kept_casts) + (d.kept_casts == 1 ? " op keeps " : " ops keep ") + from
+        + " because the model's source names it (x.float(), .to(torch." + from + "), dtype=torch." + from + ")";
+}
+
 void ExportedProgram::convert(std::optional<c10::ScalarType> scalar, std::optional<c10::Device> device)
 {
     auto& d = *d_;
+    if (scalar)
+        d.run_scalar = *scalar;
     for (auto* list : {&d.parameters, &d.buffers})
         for (auto& t : *list) {
             auto& v = t.value;
@@ -1003,6 +1217,19 @@ void ExportedProgram::convert(std::optional<c10::ScalarType>, std::optional<c10:
 bool ExportedProgram::metaWeights() const
 {
     return false;
+}
+c10::ScalarType ExportedProgram::exportedScalar() const
+{
+    return c10::kFloat;
+}
+const std::vector<std::string>& ExportedProgram::loadNotes() const
+{
+    static const std::vector<std::string> none;
+    return none;
+}
+std::string ExportedProgram::conversionNote(c10::ScalarType) const
+{
+    return {};
 }
 
 #endif

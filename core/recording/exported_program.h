@@ -72,8 +72,23 @@ public:
     // meta tensors, shapes only, and the program runs on the meta device alone.
     bool metaWeights() const;
 
-    // Floating-point weights to `scalar`, or all to `device`: new leaves, as nn.Module.to() makes.
+    // The floating-point type it was exported in: its first floating parameter's (else buffer's, else float
+    // input's), float32 when it has none.
+    c10::ScalarType exportedScalar() const;
+
+    // Floating-point weights to `scalar`, or all to `device`: new leaves, as nn.Module.to() makes. A `scalar`
+    // other than exportedScalar() also runs the graph in it: every type argument that names the exported type
+    // (to(), _to_copy(), full(), softmax's dtype, ...) names `scalar` instead, as the graph of the same model
+    // exported after model.to(scalar) would, but for the ops whose source line names the exported type (an
+    // RMSNorm's x.float() or .to(torch.float32), softmax(..., dtype=torch.float32)): those keep it, as in
+    // the model's own code. Without source lines in the graph every such type is converted.
     void convert(std::optional<c10::ScalarType> scalar, std::optional<c10::Device> device);
+
+    // What a report of a run converted to `runs` says: what was converted and which ops kept the exported type.
+    std::string conversionNote(c10::ScalarType runs) const;
+
+    // What loading decided that a report should say (a meta weight taken as a tied weight's storage).
+    const std::vector<std::string>& loadNotes() const;
 
     struct Impl;
 

@@ -57,6 +57,7 @@ struct RawRun {
     std::vector<std::string> unread_buffers;
     bool buffer_reads_recorded = false;
     bool meta_weights = false; // the model's weights are meta tensors (Model::metaWeights)
+    std::vector<std::string> notes; // what the model's loading or conversion makes a report say
 };
 
 // A model file (TorchScript or a torch.export program) loaded on the CPU. libtorch stays behind the pointer, in

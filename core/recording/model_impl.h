@@ -17,7 +17,6 @@ struct Model::Impl {
     ModelInfo info;
     std::vector<LayerStats> modules;
     std::string current_dtype; // dtype the weights are converted to now; "" = as loaded
-    std::string exported_dtype; // an exported program's floating-point dtype, the only one it runs in
     std::string current_device = "cpu"; // where the weights are now
     mutable std::mutex run_mutex; // one run at a time: a run converts the weights and records thread-locally
 

@@ -480,23 +480,14 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
             "from a model built on the meta device), which hold shapes and no values: run it with --device meta");
     const bool gpu = device.is_cuda();
     std::lock_guard<std::mutex> lock(d.run_mutex);
-    // An exported program's graph fixes its types (casts, dtype arguments, metadata checks): it runs in the
-    // precision it was exported in, as PyTorch runs it (ep.module().to(bfloat16) fails there too).
-    if (d.program && d.current_dtype.empty()) {
-        for (const auto& [name, p] : d.namedParameters())
-            if (p.is_floating_point()) {
-                d.current_dtype = dtypeName(p.scalar_type());
-                break;
-            }
+    // An exported program runs in another precision as the graph exported from model.to(dtype) would
+    // (ExportedProgram::convert), but for the casts to its exported type the model makes on purpose: say so.
+    std::string exportedDtype;
+    if (d.program) {
+        exportedDtype = dtypeName(d.program->exportedScalar());
         if (d.current_dtype.empty())
-            d.current_dtype = "float32";
-        d.exported_dtype = d.current_dtype;
+            d.current_dtype = exportedDtype;
     }
-    if (d.program && options.dtype != d.exported_dtype)
-        throw RunError("a torch.export program runs in the precision it was exported in (" + d.exported_dtype
-            + "), not " + options.dtype + ": export it from model.to(torch." + options.dtype
-            + ") to record that; the what-if predicts " + options.dtype + " from the " + d.exported_dtype
-            + " records meanwhile"); // the window's run and what-if records share one Model
     std::optional<MetaOpTrail> metaTrail; // a meta run's failure names its op
     if (device.is_meta())
         metaTrail.emplace();
@@ -506,6 +497,11 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
     RawRun raw;
     raw.info.device = device.str();
     raw.meta_weights = metaWeights;
+    if (d.program) {
+        raw.notes = d.program->loadNotes();
+        if (options.dtype != exportedDtype)
+            raw.notes.push_back(d.program->conversionNote(scalarTypeFor(options.dtype)));
+    }
     raw.info.dtype = options.dtype;
     raw.info.mode = mode;
     raw.info.input_shapes = options.inputs;

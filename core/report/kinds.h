@@ -91,6 +91,13 @@ constexpr const char* nameOf(E value)
     return "";
 }
 
+// How a figure is known, for people: nameOf(m), but "computed on meta" for a figure a run on the meta device made
+// (a meta run has no memory to measure: it computes from shapes).
+inline const char* figureMethodText(FigureMethod m, bool meta)
+{
+    return meta && m == FigureMethod::Measured ? "computed on meta" : nameOf(m);
+}
+
 // The value a text names, or nothing: for the JSON a report is read from, the CLI's flags, a combo box's data.
 template <typename E>
 constexpr std::optional<E> fromName(std::string_view text)

@@ -55,7 +55,7 @@ struct WhatIfTable {
     // run at exactly its setting on the meta device.
     std::string methodText(const Prediction& p) const
     {
-        return device == "meta" && p.method == FigureMethod::Measured ? "computed on meta" : nameOf(p.method);
+        return figureMethodText(p.method, device == "meta");
     }
 
     // Peak total (measured where there is a measurement) and reserved within the budget.

@@ -623,7 +623,8 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
         m.measured_reserve = m.reserve_after;
         m.tile = options.tile;
         m.measure_how = MeasureHow::Run;
-        m.details.push_back("peak per tile, measured by a run at " + shapeToString(o.inputs.front()));
+        m.details.push_back(std::string("peak per tile, ") + (r.run.device == "meta" ? "computed on meta" : "measured")
+            + " by a run at " + shapeToString(o.inputs.front()));
         out.push_back(std::move(m));
     }
 
@@ -956,9 +957,7 @@ std::vector<Remedy> remediesFromJson(const nlohmann::json& j)
 std::string remediesToText(const std::vector<Remedy>& remedies, const std::string& device)
 {
     const bool meta = device == "meta";
-    auto method = [&](FigureMethod m) {
-        return meta && m == FigureMethod::Measured ? std::string("computed on meta") : std::string(nameOf(m));
-    };
+    auto method = [&](FigureMethod m) { return std::string(figureMethodText(m, meta)); };
     std::ostringstream s;
     if (remedies.empty()) {
         s << "  (nothing found that would help without changing the result)\n";
