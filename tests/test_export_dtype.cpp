@@ -213,3 +213,40 @@ TEST(ExportDtype, WithoutSourceLinesTheNoteSaysWhatIsMissed)
     EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("ops keep float32 because the model's source names it"), std::string::npos) << r.output;
 }
+
+// A precision the what-if did not record is rescaled from another by element width: the gradients and the optimizer
+// state too (they are the parameters' type). GPT passes no type of its own, so on meta (no kernel scratch) the
+// bfloat16 rows rescaled from float32 records are the converted program's direct runs: the optimizer state to the
+// byte, the peak total within 0.5% (the rescaling scales every allocation, the loss's integer targets too).
+TEST(ExportDtype, RescaledPrecisionsScaleTheOptimizerState)
+{
+    SKIP_WITHOUT_DTYPE_FIXTURES();
+    if (!metaRunsSupported())
+        GTEST_SKIP() << "this build's libtorch has no meta runs";
+    auto model = Model::open(fixture("dtype/gpt_f32.pt2"));
+    RunOptions base;
+    auto parsed = parseInputs(dtypeTruth()["input"].get<std::string>());
+    base.inputs = parsed.shapes;
+    base.input_types = parsed.types;
+    base.threads = 1;
+    base.device = "meta";
+    base.mode = RunMode::Train;
+    base.optimizer = "adamw";
+    auto w = WhatIf::record(model, base, {2, 4}, {"float32"});
+    ASSERT_FALSE(w.isRecorded("bfloat16"));
+    for (std::int64_t batch : {2, 4}) {
+        auto p = w.predict(batch, "bfloat16");
+        auto o = base;
+        o.inputs.front().front() = batch;
+        o.dtype = "bfloat16";
+        auto m = Model::open(fixture("dtype/gpt_f32.pt2"));
+        auto direct = analyzeModel(m, o);
+        EXPECT_EQ(p.ledgers_at_peak[static_cast<std::size_t>(Ledger::OptimizerState)], direct.optimizer_state_bytes)
+            << "batch " << batch;
+        std::printf("[ rescaled ] batch %lld: predicted peak total %lld, direct %lld\n", static_cast<long long>(batch),
+            static_cast<long long>(p.predicted_peak_total_bytes), static_cast<long long>(direct.peak_total_bytes));
+        EXPECT_NEAR(static_cast<double>(p.predicted_peak_total_bytes), static_cast<double>(direct.peak_total_bytes),
+            0.005 * static_cast<double>(direct.peak_total_bytes))
+            << "batch " << batch;
+    }
+}

@@ -134,6 +134,9 @@ std::shared_ptr<WhatIf::Fit> rescaleFit(
         for (auto& v : f->quad)
             v *= factor;
     }
+    // The optimizer's state and the gradients are the parameters' type (their allocations are scaled above).
+    f->optimizer_state_bytes = static_cast<std::int64_t>(static_cast<double>(from.optimizer_state_bytes) * factor);
+    f->gradient_bytes = static_cast<std::int64_t>(static_cast<double>(from.gradient_bytes) * factor);
     if (!weightsFromTensors(model, dtype, f->parameter_bytes, f->buffer_bytes)) {
         f->parameter_bytes = static_cast<std::int64_t>(static_cast<double>(from.parameter_bytes) * factor);
         f->buffer_bytes = static_cast<std::int64_t>(static_cast<double>(from.buffer_bytes) * factor);
