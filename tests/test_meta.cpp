@@ -424,6 +424,14 @@ TEST(MetaDevice, TiedWeightsAreCountedOnce)
         EXPECT_EQ(meta.weight_bytes, pytorch);
         EXPECT_EQ(meta.ledgers[static_cast<std::size_t>(Ledger::Weights)].total, pytorch);
         EXPECT_EQ(cpu.weight_bytes, pytorch);
+        // The report says the rule applied, naming both weights; the real-weights file needs no rule.
+        bool noted = false;
+        for (const auto& n : meta.notes)
+            noted = noted || (n.find("is read by no node") != std::string::npos && n.find("output.weight") != std::string::npos
+                                 && n.find("tok_embeddings.weight") != std::string::npos);
+        EXPECT_TRUE(noted) << "the meta report notes the tied weight";
+        for (const auto& n : cpu.notes)
+            EXPECT_EQ(n.find("read by no node"), std::string::npos) << n;
         if (mode == RunMode::Train) {
             EXPECT_EQ(meta.gradient_bytes, tied["parameter_bytes"].get<std::int64_t>());
             EXPECT_EQ(meta.optimizer_state_bytes, 2 * tied["parameter_bytes"].get<std::int64_t>()); // AdamW: 2 moments
