@@ -19,10 +19,9 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures"))
-from meta_weights import converted  # noqa: E402  (model.to(dtype) for fake tensors)
+from meta_weights import mem_tracker_step  # noqa: E402
 
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
@@ -53,37 +52,6 @@ def export(path):
     return time.time() - start
 
 
-def mem_tracker(dtype):
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed._tools.mem_tracker import MemTracker
-
-    with FakeTensorMode():
-        model = converted(LlamaForCausalLM(LlamaConfig(**CONFIG)), dtype)
-        model.train()
-        opt = torch.optim.AdamW(model.parameters(), foreach=False)
-        tokens = torch.zeros(SHAPE, dtype=torch.long)
-        mt = MemTracker()
-        mt.track_external(model, opt, tokens)
-        with mt:
-            logits = model(input_ids=tokens, use_cache=False).logits
-            loss = F.cross_entropy(logits.flatten(0, 1), torch.zeros(SHAPE[0] * SHAPE[1], dtype=torch.long))
-            loss.backward()
-            opt.step()
-            after = mt.get_tracker_snapshot("current")
-            steps = sum(s["step"].nbytes for s in opt.state.values() if torch.is_tensor(s.get("step")))
-        peak = mt.get_tracker_snapshot("peak")
-
-    def plain(snap):
-        out = {}
-        for cats in snap.values():
-            for k, v in cats.items():
-                key = str(k.value) if hasattr(k, "value") else str(k)
-                out[key] = out.get(key, 0) + int(v)
-        return out
-
-    return {"after_step": plain(after), "peak": plain(peak), "step_tensor_bytes": int(steps)}
-
-
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
@@ -92,7 +60,8 @@ def main():
     result = {"transformers": transformers.__version__, "torch": torch.__version__,
               "export_seconds": round(export(os.path.join(out, "hf_llama7b.pt2")), 1)}
     for dtype in ("float32", "bfloat16"):
-        result[dtype] = mem_tracker(getattr(torch, dtype))
+        result[dtype] = mem_tracker_step(lambda: Logits(LlamaForCausalLM(LlamaConfig(**CONFIG))), SHAPE,
+                                         getattr(torch, dtype))
     print(json.dumps(result, indent=1))
 
 

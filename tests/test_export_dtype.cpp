@@ -41,9 +41,10 @@ const nlohmann::json& dtypeTruth()
             GTEST_SKIP() << dtypeTruth()["skipped"].get<std::string>();                                                \
     } while (0)
 
-Report run(const std::string& file, const std::string& dtype, const std::string& device, RunMode mode)
+// The fixtures' input (at `batch` when given) in `dtype` on `device` ("" for the file's default), an AdamW step in
+// training.
+RunOptions options(const std::string& dtype, const std::string& device, RunMode mode, std::int64_t batch = 0)
 {
-    auto model = Model::open(fixture("dtype/" + file));
     RunOptions o;
     auto parsed = parseInputs(dtypeTruth()["input"].get<std::string>());
     o.inputs = parsed.shapes;
@@ -53,7 +54,15 @@ Report run(const std::string& file, const std::string& dtype, const std::string&
     o.device = device;
     o.mode = mode;
     o.optimizer = "adamw";
-    return analyzeModel(model, o);
+    if (batch > 0)
+        o.inputs.front().front() = batch;
+    return o;
+}
+
+Report run(const std::string& file, const std::string& dtype, const std::string& device, RunMode mode, std::int64_t batch = 0)
+{
+    auto model = Model::open(fixture("dtype/" + file));
+    return analyzeModel(model, options(dtype, device, mode, batch));
 }
 
 std::string noteWith(const Report& r, const std::string& text)
@@ -175,24 +184,12 @@ TEST(ExportDtype, WhatIfRecordsTheConvertedPrecision)
     if (!metaRunsSupported())
         GTEST_SKIP() << "this build's libtorch has no meta runs";
     auto model = Model::open(fixture("dtype/llama_meta_f32.pt2"));
-    RunOptions base;
-    auto parsed = parseInputs(dtypeTruth()["input"].get<std::string>());
-    base.inputs = parsed.shapes;
-    base.input_types = parsed.types;
-    base.threads = 1;
-    base.mode = RunMode::Train;
-    base.optimizer = "adamw";
+    auto base = options("float32", "", RunMode::Train);
     auto w = WhatIf::record(model, base, {2, 4}, {"float32", "bfloat16"});
     EXPECT_TRUE(w.isRecorded("bfloat16")) << "bfloat16 recorded, not rescaled from float32";
     for (std::int64_t batch : {1, 3, 8}) {
         auto p = w.predict(batch, "bfloat16");
-        auto direct = [&] {
-            auto m = Model::open(fixture("dtype/llama_meta_f32.pt2"));
-            auto o = base;
-            o.inputs.front().front() = batch;
-            o.dtype = "bfloat16";
-            return analyzeModel(m, o);
-        }();
+        auto direct = run("llama_meta_f32.pt2", "bfloat16", "", RunMode::Train, batch);
         EXPECT_EQ(p.predicted_peak_bytes, direct.peak_bytes) << "batch " << batch;
         EXPECT_EQ(p.predicted_peak_total_bytes, direct.peak_total_bytes) << "batch " << batch;
     }
@@ -224,23 +221,12 @@ TEST(ExportDtype, RescaledPrecisionsScaleTheOptimizerState)
     if (!metaRunsSupported())
         GTEST_SKIP() << "this build's libtorch has no meta runs";
     auto model = Model::open(fixture("dtype/gpt_f32.pt2"));
-    RunOptions base;
-    auto parsed = parseInputs(dtypeTruth()["input"].get<std::string>());
-    base.inputs = parsed.shapes;
-    base.input_types = parsed.types;
-    base.threads = 1;
-    base.device = "meta";
-    base.mode = RunMode::Train;
-    base.optimizer = "adamw";
+    auto base = options("float32", "meta", RunMode::Train);
     auto w = WhatIf::record(model, base, {2, 4}, {"float32"});
     ASSERT_FALSE(w.isRecorded("bfloat16"));
     for (std::int64_t batch : {2, 4}) {
         auto p = w.predict(batch, "bfloat16");
-        auto o = base;
-        o.inputs.front().front() = batch;
-        o.dtype = "bfloat16";
-        auto m = Model::open(fixture("dtype/gpt_f32.pt2"));
-        auto direct = analyzeModel(m, o);
+        auto direct = run("gpt_f32.pt2", "bfloat16", "meta", RunMode::Train, batch);
         EXPECT_EQ(p.ledgers_at_peak[static_cast<std::size_t>(Ledger::OptimizerState)], direct.optimizer_state_bytes)
             << "batch " << batch;
         std::printf("[ rescaled ] batch %lld: predicted peak total %lld, direct %lld\n", static_cast<long long>(batch),
