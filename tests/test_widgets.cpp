@@ -127,7 +127,8 @@ TEST(TimelineSeries, StacksLedgersAndFindsThePeak)
     EXPECT_EQ(s.peak_value, peak);
     EXPECT_EQ(s.tops[0][0], static_cast<double>(report.weight_bytes));
     auto ops = TimelineSeries::build(report, TimelineAxis::OpSequence);
-    EXPECT_TRUE(std::is_sorted(ops.keys.begin(), ops.keys.end()));
+    const auto opKeys = ops.keys.toVector();
+    EXPECT_TRUE(std::is_sorted(opKeys.begin(), opKeys.end()));
     EXPECT_EQ(ops.peak_value, peak);
 }
 
