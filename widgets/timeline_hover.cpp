@@ -110,7 +110,7 @@ LiveStackIndex& TimelinePlot::hoverIndex(int band) const
         if (device_ != TimelineSeries::kAllDevices && t.device[a] != device_)
             continue;
         // A snapshot's block is in its ledger until its free is requested, then pending until the free completes.
-        auto requested = a < series_->free_requested_at.size() ? series_->free_requested_at[a] : -1;
+        auto requested = series_->freeRequestedAt(a);
         if (band == TimelineSeries::kPendingFree) {
             if (requested < 0)
                 continue;
@@ -144,7 +144,7 @@ QString TimelinePlot::describeSnapshotAt(int band, std::size_t p, double bytes) 
     if (found >= 0) {
         auto i = static_cast<std::size_t>(found);
         auto partner = t.partner[i];
-        auto requested = i < series_->free_requested_at.size() ? series_->free_requested_at[i] : -1;
+        auto requested = series_->freeRequestedAt(i);
         bool pending = requested >= 0 && requested <= event;
         auto where = QString::fromStdString(t.strings.at(t.where[i]));
         QString until

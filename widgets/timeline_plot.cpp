@@ -203,7 +203,9 @@ bool TimelinePlot::showsEndStateOnly() const
 {
     if (!report_ || !report_->snapshot)
         return false;
-    const auto& a = report_->trace ? report_->trace->action : std::vector<Action> {};
+    if (!report_->trace)
+        return true;
+    const auto& a = report_->trace->action;
     return std::none_of(a.begin(), a.end(), [](Action x) { return x == Action::Alloc || x == Action::Free; });
 }
 

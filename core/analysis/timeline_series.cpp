@@ -61,7 +61,7 @@ struct StackedBands {
 };
 
 // Walks the points in order: what each event moves (event()) after the bytes at the start (start()), keeping what
-// StackedBands needs, the tops' block summaries and the peak.
+// StackedBands needs, the tops' block summaries, the peak and which bands ever hold bytes.
 class BandsBuilder {
 public:
     BandsBuilder(TimelineSeries& s, StackedBands& bands, const Trace& t)
@@ -76,6 +76,8 @@ public:
     void start(const Bands& bytes)
     {
         bytes_ = bytes;
+        for (std::size_t b = 0; b < bytes.size(); ++b)
+            s_.present[b] = bytes[b] > 0;
         point();
     }
     // Event i moves its bytes out of band `from` and into band `to` (kNoBand: neither).
@@ -85,8 +87,10 @@ public:
         const auto b = static_cast<double>(t_.bytes[i]);
         if (from != kNoBand)
             bytes_[static_cast<std::size_t>(from)] -= b;
-        if (to != kNoBand)
+        if (to != kNoBand) {
             bytes_[static_cast<std::size_t>(to)] += b;
+            s_.present[static_cast<std::size_t>(to)] = true;
+        }
         point();
     }
     std::array<StepBlocks, TimelineSeries::kBands> finish()
@@ -132,13 +136,14 @@ private:
 };
 
 // Live bytes of a snapshot per ledger (Trace::ledger, as snapshot/snapshot_ledgers.h tells it), with the blocks
-// freed by the caller but not yet by the stream apart. The sum follows reportFromSnapshot: the blocks alive at the
-// end, minus what the trace did, were alive at its start; every free_completed takes its bytes away. As in
-// snapshotLedgerFigures, a block alive before the trace is in the ledger its free in the trace tells, the rest of
-// those bytes are Resident.
-void buildSnapshotBands(const Report& r, const Trace& t, int device, TimelineSeries& s, BandsBuilder& out)
+// freed by the caller but not yet by the stream apart, told to `out` (when given). The sum follows
+// reportFromSnapshot: the blocks alive at the end, minus what the trace did, were alive at its start; every
+// free_completed takes its bytes away. As in snapshotLedgerFigures, a block alive before the trace is in the ledger
+// its free in the trace tells, the rest of those bytes are Resident. `requested` (when given) gets, per event, the
+// free_requested event of an alloc still waiting for its free_completed (-1: none).
+void walkSnapshotBands(const Snapshot& snap, const Trace& t, int device, BandsBuilder* out,
+    std::vector<std::int32_t>* requested)
 {
-    const auto& snap = *r.snapshot;
     auto onDevice = [&](std::size_t i) { return device == TimelineSeries::kAllDevices || t.device[i] == device; };
     std::int64_t allocatedEnd = 0;
     for (const auto& seg : snap.segments)
@@ -164,8 +169,6 @@ void buildSnapshotBands(const Report& r, const Trace& t, int device, TimelineSer
     const std::int64_t before = std::max<std::int64_t>(0, allocatedEnd - net);
     constexpr auto kResident = static_cast<std::size_t>(Ledger::Resident);
     live[kResident] = std::max<std::int64_t>(0, before - told + live[kResident]);
-    for (std::size_t b = 0; b < live.size(); ++b)
-        s.present[b] = live[b] > 0;
 
     // The ledger of a block alive before the trace whose free is requested: that of its free_completed, found
     // walking back (an alloc at the address means the request belongs to an older block).
@@ -188,7 +191,8 @@ void buildSnapshotBands(const Report& r, const Trace& t, int device, TimelineSer
             }
         }
 
-    s.free_requested_at.assign(t.size(), -1);
+    if (requested)
+        requested->assign(t.size(), -1);
     struct Live {
         std::int32_t alloc; // -1: alive before the trace
         Ledger ledger;
@@ -199,19 +203,22 @@ void buildSnapshotBands(const Report& r, const Trace& t, int device, TimelineSer
     Bands start {};
     for (std::size_t b = 0; b < start.size(); ++b)
         start[b] = static_cast<double>(live[b]);
-    out.start(start);
+    auto move = [out](std::size_t i, int from = kNoBand, int to = kNoBand) {
+        if (out)
+            out->event(i, from, to);
+    };
+    if (out)
+        out->start(start);
     constexpr int kPending = TimelineSeries::kPendingFree;
     for (std::size_t i = 0; i < t.size(); ++i) {
         if (!onDevice(i)) {
-            out.event(i);
+            move(i);
             continue;
         }
         const auto key = keyOf(i);
         if (t.action[i] == Action::Alloc) {
-            const auto l = static_cast<int>(t.ledger[i]);
             open[key] = {static_cast<std::int32_t>(i), t.ledger[i], false};
-            s.present[static_cast<std::size_t>(l)] = true;
-            out.event(i, kNoBand, l);
+            move(i, kNoBand, static_cast<int>(t.ledger[i]));
         } else if (t.action[i] == Action::FreeRequested) {
             auto it = open.find(key);
             if (it == open.end()) {
@@ -220,50 +227,45 @@ void buildSnapshotBands(const Report& r, const Trace& t, int device, TimelineSer
                 it = open.emplace(key, Live {-1, l, false}).first;
             }
             if (it->second.pending) {
-                out.event(i);
+                move(i);
                 continue;
             }
             it->second.pending = true;
-            s.present[kPending] = true;
-            if (it->second.alloc >= 0)
-                s.free_requested_at[static_cast<std::size_t>(it->second.alloc)] = static_cast<std::int32_t>(i);
-            out.event(i, static_cast<int>(it->second.ledger), kPending);
+            if (requested && it->second.alloc >= 0)
+                (*requested)[static_cast<std::size_t>(it->second.alloc)] = static_cast<std::int32_t>(i);
+            move(i, static_cast<int>(it->second.ledger), kPending);
         } else if (t.action[i] == Action::Free) {
             auto it = open.find(key);
             if (it == open.end()) {
-                out.event(i, static_cast<int>(t.ledger[i]));
+                move(i, static_cast<int>(t.ledger[i]));
             } else {
-                out.event(i, it->second.pending ? kPending : static_cast<int>(it->second.ledger));
+                move(i, it->second.pending ? kPending : static_cast<int>(it->second.ledger));
                 open.erase(it);
             }
         } else {
-            out.event(i);
+            move(i);
         }
     }
 }
 
 // A model run: weights, optimizer state and inputs resident throughout; each ledger's allocations on top.
-void buildRunBands(const Report& r, const Trace& t, TimelineSeries& s, BandsBuilder& out)
+void walkRunBands(const Report& r, const Trace& t, BandsBuilder& out)
 {
     Bands constant {};
     constant[static_cast<int>(Ledger::Weights)] = static_cast<double>(r.weight_bytes);
     constant[static_cast<int>(Ledger::Inputs)] = static_cast<double>(r.input_bytes);
     constant[static_cast<int>(Ledger::OptimizerState)] = static_cast<double>(r.optimizer_state_bytes);
-    for (std::size_t b = 0; b < constant.size(); ++b)
-        s.present[b] = constant[b] > 0;
     out.start(constant);
     for (std::size_t i = 0; i < t.size(); ++i) {
         const auto b = static_cast<int>(t.ledger[i]);
-        if (b >= kLedgerKinds) {
+        if (b >= kLedgerKinds)
             out.event(i);
-        } else if (t.action[i] == Action::Alloc) {
-            s.present[static_cast<std::size_t>(b)] = true;
+        else if (t.action[i] == Action::Alloc)
             out.event(i, kNoBand, b);
-        } else if (t.action[i] == Action::Free && t.partner[i] != kNoPartner) {
+        else if (t.action[i] == Action::Free && t.partner[i] != kNoPartner)
             out.event(i, b);
-        } else {
+        else
             out.event(i);
-        }
     }
 }
 
@@ -349,6 +351,14 @@ double TimelineSeries::bottomOf(int band, std::size_t p) const
     return bottom;
 }
 
+struct TimelineSeries::Requests {
+    std::shared_ptr<const Trace> trace;
+    std::shared_ptr<const Snapshot> snapshot;
+    int device = kAllDevices;
+    std::once_flag once;
+    std::vector<std::int32_t> at; // per event
+};
+
 TimelineSeries TimelineSeries::build(const Report& r, TimelineAxis axis, int device)
 {
     TimelineSeries s;
@@ -359,10 +369,15 @@ TimelineSeries TimelineSeries::build(const Report& r, TimelineAxis axis, int dev
     bands->trace = r.trace;
     bands->snapshot = r.snapshot;
     BandsBuilder builder(s, *bands, t);
-    if (r.snapshot)
-        buildSnapshotBands(r, t, device, s, builder);
-    else
-        buildRunBands(r, t, s, builder);
+    if (r.snapshot) {
+        walkSnapshotBands(*r.snapshot, t, device, &builder, nullptr);
+        s.requests_ = std::make_shared<Requests>();
+        s.requests_->trace = r.trace;
+        s.requests_->snapshot = r.snapshot;
+        s.requests_->device = device;
+    } else {
+        walkRunBands(r, t, builder);
+    }
     auto blocks = builder.finish();
     const auto points = t.size() + 1;
     std::shared_ptr<const StackedBands> kept = std::move(bands);
@@ -408,6 +423,18 @@ std::shared_ptr<const TimelineSeries> TimelineSeries::shared(const Report& r, Ti
     entries.push_back(key);
     entries.back().series = built;
     return built;
+}
+
+std::int32_t TimelineSeries::freeRequestedAt(std::size_t alloc) const
+{
+    if (!requests_)
+        return -1;
+    auto& r = *requests_;
+    std::call_once(r.once, [&r] {
+        if (r.trace)
+            walkSnapshotBands(*r.snapshot, *r.trace, r.device, nullptr, &r.at);
+    });
+    return alloc < r.at.size() ? r.at[alloc] : -1;
 }
 
 std::size_t TimelineSeries::pointAt(double x) const

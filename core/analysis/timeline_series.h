@@ -77,8 +77,6 @@ struct TimelineSeries {
     std::array<bool, kBands> present {}; // band holds bytes somewhere in the run
     double peak_key = 0;
     double peak_value = 0;
-    // Snapshots: per event, the free_requested event of an alloc still waiting for free_completed (-1: none).
-    std::vector<std::int32_t> free_requested_at;
 
     // `device`: a snapshot's events on one device only (kAllDevices: all of them); ignored for model runs.
     static TimelineSeries build(const Report& report, TimelineAxis axis, int device = kAllDevices);
@@ -94,7 +92,15 @@ struct TimelineSeries {
     std::size_t pointAt(double x) const;
     double firstKey() const { return keys.empty() ? 0 : keys.front(); }
     double lastKey() const { return keys.empty() ? 0 : keys.back(); }
+    // Snapshots: the free_requested event of the alloc event `alloc` while it waits for its free_completed (-1: none,
+    // and for model runs). The first call walks the trace once more for every alloc's (what a hover asks).
+    std::int32_t freeRequestedAt(std::size_t alloc) const;
+
+private:
+    struct Requests; // what freeRequestedAt finds, when first asked
+    std::shared_ptr<Requests> requests_;
 };
+
 
 // False for a snapshot whose trace has no timestamps: its "time" keys are then the events' order (0, 1, 2...).
 bool timelineHasTime(const Report& report);
