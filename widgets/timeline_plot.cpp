@@ -162,8 +162,7 @@ void TimelinePlot::setAxis(TimelineAxis axis)
 
 void TimelinePlot::rebuildSeries()
 {
-    static const auto none = std::make_shared<const TimelineSeries>();
-    series_ = report_ ? TimelineSeries::shared(*report_, axis_, device_) : none;
+    series_ = report_ ? TimelineSeries::shared(*report_, axis_, device_) : std::make_shared<const TimelineSeries>();
     hoverIndexes_.clear();
     for (int b = 0; b < TimelineSeries::kBands; ++b) {
         auto* g = bands_[static_cast<std::size_t>(b)];

@@ -134,7 +134,8 @@ private:
     std::vector<QCPItemRect*> phaseRects_;
     std::vector<QCPItemText*> phaseLabels_;
     std::vector<QCPItemLine*> phaseDividers_; // where each phase after the first begins
-    std::shared_ptr<const TimelineSeries> series_; // never null; shared with the other views of the report
+    // Never null; shared with the other views of the report (TimelineSeries::shared).
+    std::shared_ptr<const TimelineSeries> series_ = std::make_shared<const TimelineSeries>();
     StepValues highlightSeries_;
     std::shared_ptr<const Report> predicted_;
     TimelineSeries predictedSeries_;

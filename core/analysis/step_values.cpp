@@ -7,15 +7,19 @@ namespace memledger {
 
 void StepBlocks::add(const double* values, std::size_t count)
 {
-    std::size_t low = 0, high = 0;
+    // The extremes first (no branch to mispredict), then where each first is.
+    double lowest = values[0], highest = values[0];
     for (std::size_t i = 1; i < count; ++i) {
-        if (values[i] < values[low])
-            low = i;
-        if (values[i] > values[high])
-            high = i;
+        lowest = std::min(lowest, values[i]);
+        highest = std::max(highest, values[i]);
     }
-    min.push_back(values[low]);
-    max.push_back(values[high]);
+    std::size_t low = 0, high = 0;
+    while (values[low] != lowest)
+        ++low;
+    while (values[high] != highest)
+        ++high;
+    min.push_back(lowest);
+    max.push_back(highest);
     min_at.push_back(static_cast<std::uint8_t>(low));
     max_at.push_back(static_cast<std::uint8_t>(high));
 }
