@@ -100,8 +100,8 @@ LiveStackIndex& TimelinePlot::hoverIndex(int band) const
         if (t.action[a] != Action::Alloc)
             continue;
         auto partner = t.partner[a];
-        LiveStackIndex::Interval i {static_cast<std::uint32_t>(a), static_cast<std::int64_t>(a),
-            partner == kNoPartner ? LiveStackIndex::kForever : static_cast<std::int64_t>(partner), t.bytes[a]};
+        LiveStackIndex::Interval i {static_cast<std::uint32_t>(a), static_cast<std::uint32_t>(a),
+            partner == kNoPartner ? LiveStackIndex::kForever : static_cast<std::uint32_t>(partner), t.bytes[a]};
         if (!snapshot) {
             if (static_cast<int>(t.ledger[a]) == band)
                 intervals.push_back(i);
@@ -114,11 +114,11 @@ LiveStackIndex& TimelinePlot::hoverIndex(int band) const
         if (band == TimelineSeries::kPendingFree) {
             if (requested < 0)
                 continue;
-            i.begin = requested;
+            i.begin = static_cast<std::uint32_t>(requested);
         } else if (static_cast<int>(t.ledger[a]) != band) {
             continue;
         } else if (requested >= 0) {
-            i.end = std::min<std::int64_t>(i.end, requested);
+            i.end = std::min(i.end, static_cast<std::uint32_t>(requested));
         }
         intervals.push_back(i);
     }
