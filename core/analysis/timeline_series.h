@@ -101,7 +101,6 @@ private:
     std::shared_ptr<Requests> requests_;
 };
 
-
 // False for a snapshot whose trace has no timestamps: its "time" keys are then the events' order (0, 1, 2...).
 bool timelineHasTime(const Report& report);
 // The x axis' name: "time (ms)", "op sequence", or "event (in order; the trace has no timestamps)".
