@@ -51,8 +51,7 @@ int main()
     for (int i = 0; i < 10; ++i)
         for (int b = 0; b < TimelineSeries::kBands; ++b)
             if (plot.series().present[b])
-                reduceSteps(plot.series().keys, plot.series().tops[b], full.lower + i, full.upper - i, 2800,
-                    &plot.series().blocks[b]);
+                reduceSteps(plot.series().keys, plot.series().tops[b], full.lower + i, full.upper - i, 2800);
     std::printf("reduceSteps alone: %.2f ms\n", clock.nsecsElapsed() / 1e7);
     clock.restart();
     for (int i = 0; i < 10; ++i)

@@ -200,7 +200,7 @@ TEST(LiveStackIndex, AgreesWithAScanOfTheTrace)
         LiveStackIndex::Interval i;
         i.order = a;
         i.begin = a;
-        i.end = rng() % 7 == 0 ? LiveStackIndex::kForever : a + 1 + static_cast<std::int64_t>(rng() % 600);
+        i.end = rng() % 7 == 0 ? LiveStackIndex::kForever : a + 1 + static_cast<std::uint32_t>(rng() % 600);
         i.bytes = 1 + static_cast<std::int64_t>(rng() % 5000);
         intervals.push_back(i);
     }

@@ -314,6 +314,35 @@ TEST(RangeReport, TheFragmentationSentenceNeverContradictsTheChart)
                     frag += v["reserved"].get<std::int64_t>() - v["allocated"].get<std::int64_t>();
             auto h = SegmentHistory::build(r, TimelineAxis::Milliseconds, d);
             ASSERT_FALSE(h.fragmentation.empty());
+            // Read a block at a time, every point is what the segments held: those at the end (Python's count),
+            // walked back over the trace's segment events; fragmentation is what is reserved but not allocated.
+            const auto reserved = h.reserved.toVector(), allocated = h.allocated.toVector();
+            const auto fragmentation = h.fragmentation.toVector();
+            ASSERT_EQ(reserved.size(), h.keys.size());
+            if (!h.simulated) {
+                std::int64_t bytes = 0;
+                for (const auto& [dev, v] : truth["devices"].items())
+                    if (d == TimelineSeries::kAllDevices || std::stoi(dev) == d)
+                        bytes += v["reserved"].get<std::int64_t>();
+                const auto& t = *r.trace;
+                for (std::size_t p = reserved.size(); p-- > 0;) {
+                    ASSERT_EQ(reserved[p], static_cast<double>(bytes)) << p;
+                    if (p == 0 || (d != TimelineSeries::kAllDevices && t.device[p - 1] != d))
+                        continue;
+                    const auto a = t.action[p - 1];
+                    const auto delta = a == Action::SegmentAlloc || a == Action::SegmentMap ? t.bytes[p - 1]
+                        : a == Action::SegmentFree || a == Action::SegmentUnmap             ? -t.bytes[p - 1]
+                                                                                           : 0;
+                    bytes = std::max<std::int64_t>(0, bytes - delta);
+                }
+            }
+            for (std::size_t p = 0; p < fragmentation.size(); ++p)
+                ASSERT_EQ(fragmentation[p], std::max(0.0, reserved[p] - allocated[p])) << p;
+            for (const auto* values : {&reserved, &fragmentation}) {
+                const auto e = (values == &reserved ? h.reserved : h.fragmentation).extremes();
+                EXPECT_EQ(e.high, *std::max_element(values->begin(), values->end()));
+                EXPECT_EQ(e.low, *std::min_element(values->begin(), values->end()));
+            }
             EXPECT_EQ(h.cause.rfind("No fragmentation", 0) == 0, frag == 0) << h.cause;
             if (!h.simulated)
                 EXPECT_EQ(static_cast<std::int64_t>(h.fragmentation.back()), frag);

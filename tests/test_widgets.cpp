@@ -127,8 +127,57 @@ TEST(TimelineSeries, StacksLedgersAndFindsThePeak)
     EXPECT_EQ(s.peak_value, peak);
     EXPECT_EQ(s.tops[0][0], static_cast<double>(report.weight_bytes));
     auto ops = TimelineSeries::build(report, TimelineAxis::OpSequence);
-    EXPECT_TRUE(std::is_sorted(ops.keys.begin(), ops.keys.end()));
+    const auto opKeys = ops.keys.toVector();
+    EXPECT_TRUE(std::is_sorted(opKeys.begin(), opKeys.end()));
     EXPECT_EQ(ops.peak_value, peak);
+}
+
+// The series keeps a byte an event and every band's bytes at each block's start: each band, replayed from there, is
+// the stack of the ledgers' live bytes counted event by event here, and reducing it through the block summaries gives
+// the points a scan of every value gives, over the whole run and zoomed in down to a few events a column.
+TEST(TimelineSeries, ReplayedBandsAreTheLedgersStackedAndReduceAsEveryValueDoes)
+{
+    auto report = makeSyntheticReport(30000);
+    const auto& t = *report.trace;
+    auto s = TimelineSeries::build(report, TimelineAxis::Milliseconds);
+    ASSERT_EQ(s.keys.size(), t.size() + 1);
+    std::array<double, TimelineSeries::kBands> bytes {};
+    bytes[static_cast<int>(Ledger::Weights)] = static_cast<double>(report.weight_bytes);
+    bytes[static_cast<int>(Ledger::Inputs)] = static_cast<double>(report.input_bytes);
+    std::array<std::vector<double>, TimelineSeries::kBands> truth;
+    for (std::size_t p = 0; p <= t.size(); ++p) {
+        if (p > 0) {
+            const auto i = p - 1;
+            const auto l = static_cast<std::size_t>(t.ledger[i]);
+            if (t.action[i] == Action::Alloc)
+                bytes[l] += static_cast<double>(t.bytes[i]);
+            else if (t.action[i] == Action::Free && t.partner[i] != kNoPartner)
+                bytes[l] -= static_cast<double>(t.bytes[i]);
+        }
+        double top = 0;
+        for (int b : TimelineSeries::kStackOrder) {
+            top += bytes[static_cast<std::size_t>(b)];
+            truth[static_cast<std::size_t>(b)].push_back(top);
+        }
+    }
+    const auto keys = s.keys.toVector();
+    std::mt19937 rng(11);
+    for (int b = 0; b < TimelineSeries::kBands; ++b) {
+        SCOPED_TRACE(b);
+        const auto& band = s.tops[static_cast<std::size_t>(b)];
+        ASSERT_EQ(band.toVector(), truth[static_cast<std::size_t>(b)]);
+        for (std::size_t p = 0; p < keys.size(); p += 997)
+            EXPECT_EQ(band[p], truth[static_cast<std::size_t>(b)][p]) << p;
+        for (int round = 0; round < 6; ++round) {
+            const double span = (keys.back() - keys.front()) / (1 << (3 * round));
+            const double lo = keys.front() + std::uniform_real_distribution<double>(0, keys.back() - keys.front() - span)(rng);
+            const int columns = 50 + static_cast<int>(rng() % 3000);
+            auto blocked = reduceSteps(s.keys, band, lo, lo + span, columns);
+            auto scanned = reduceSteps(keys, truth[static_cast<std::size_t>(b)], lo, lo + span, columns);
+            EXPECT_EQ(blocked.keys, scanned.keys) << round;
+            EXPECT_EQ(blocked.values, scanned.values) << round;
+        }
+    }
 }
 
 TEST(LayerTreeModel, PassesTheModelTester)

@@ -85,17 +85,15 @@ std::vector<SummarySection> snapshotSections(const Report& r, int device)
     const bool traced = r.trace && std::any_of(r.trace->action.begin(), r.trace->action.end(),
         [](Action a) { return a == Action::Alloc || a == Action::Free; });
     if (traced) {
-        auto series = TimelineSeries::build(r, TimelineAxis::Milliseconds, device);
+        const auto shared = TimelineSeries::shared(r, TimelineAxis::Milliseconds, device); // the timeline's
+        const auto& series = *shared;
         const auto& total = series.tops[static_cast<std::size_t>(TimelineSeries::kPendingFree)];
         std::size_t from = 0, to = total.size(); // points of the range: its start and after each of its events
         if (r.range_end > 0) {
             from = r.range_first;
             to = std::min<std::size_t>(total.size(), std::size_t {r.range_end} + 1);
         }
-        std::size_t p = from;
-        for (std::size_t q = from; q < to; ++q)
-            if (total[q] > total[p])
-                p = q;
+        const std::size_t p = from < to ? total.extremes(from, to).high_at : from; // its first highest point
         // The ledgers at that moment, in the timeline's stacking order (its bands, read off the same series).
         auto height = [&](int band) {
             return static_cast<std::int64_t>(

@@ -87,8 +87,6 @@ QString SegmentTimeline::causeText() const
 void SegmentTimeline::rebuild()
 {
     history_ = report_ ? SegmentHistory::build(*report_, TimelineAxis::Milliseconds, device_) : SegmentHistory {};
-    blocks_ = {StepBlocks::build(history_.fragmentation), StepBlocks::build(history_.reserved),
-        StepBlocks::build(history_.active), StepBlocks::build(history_.allocated)};
     bool simulated = history_.simulated;
     if (report_) // a trace without timestamps is laid out in order
         plot_->xAxis->setLabel(QString::fromStdString(timelineAxisLabel(*report_, TimelineAxis::Milliseconds)));
@@ -126,23 +124,20 @@ void SegmentTimeline::reduceToView()
     auto range = plot_->xAxis->range();
     int columns = 2 * std::max(100, plot_->axisRect()->width());
     double top = 0;
-    const std::vector<double>* values[]
-        = {&history_.fragmentation, &history_.reserved, &history_.active, &history_.allocated};
+    const StepValues* values[] = {&history_.fragmentation, &history_.reserved, &history_.active, &history_.allocated};
     QCPGraph* graphs[] = {fragmentation_, reserved_, active_, allocated_};
+    const auto& keys = history_.keys;
+    const auto shared = StepColumns::of(keys, range.lower, range.upper, columns); // the four lines'
     for (std::size_t k = 0; k < 4; ++k) {
-        if (values[k]->size() != history_.keys.size() || history_.keys.empty()) {
+        if (values[k]->size() != keys.size() || keys.empty()) {
             graphs[k]->data()->clear();
             continue;
         }
         // A snapshot without a trace has one point: draw it as a flat line.
-        auto keys = history_.keys;
-        auto vals = *values[k];
-        if (keys.size() == 1) {
-            keys.push_back(keys.front() + 1);
-            vals.push_back(vals.front());
-        }
-        auto r = reduceSteps(
-            keys, vals, range.lower, range.upper, columns, keys.size() == history_.keys.size() ? &blocks_[k] : nullptr);
+        auto r = keys.size() == 1
+            ? reduceSteps(std::vector<double> {keys.front(), keys.front() + 1},
+                std::vector<double> {values[k]->front(), values[k]->front()}, range.lower, range.upper, columns)
+            : reduceSteps(shared, *values[k]);
         graphs[k]->setData(
             QVector<double>(r.keys.begin(), r.keys.end()), QVector<double>(r.values.begin(), r.values.end()), true);
         for (double v : r.values)

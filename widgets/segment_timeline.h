@@ -41,7 +41,6 @@ private:
     std::shared_ptr<const Report> report_;
     int device_ = TimelineSeries::kAllDevices;
     SegmentHistory history_;
-    std::vector<StepBlocks> blocks_;
     QCustomPlot* plot_;
     QLabel* cause_;
     StepAreaGraph* fragmentation_;

@@ -14,13 +14,13 @@ namespace memledger {
 
 QString TimelinePlot::describeAt(double key, double bytes, QString* modulePath) const
 {
-    if (!report_ || series_.keys.empty() || key < series_.firstKey() || key > series_.lastKey() || bytes < 0)
+    if (!report_ || series_->keys.empty() || key < series_->firstKey() || key > series_->lastKey() || bytes < 0)
         return {};
-    auto p = series_.pointAt(key);
+    auto p = series_->pointAt(key);
     int band = -1;
     for (int b : TimelineSeries::kStackOrder)
-        if (band < 0 && series_.present[static_cast<std::size_t>(b)]
-            && bytes <= series_.tops[static_cast<std::size_t>(b)][p])
+        if (band < 0 && series_->present[static_cast<std::size_t>(b)]
+            && bytes <= series_->tops[static_cast<std::size_t>(b)][p])
             band = b;
     if (band < 0) { // above the stack: the phase of a training step, whose label may not fit its band
         const Phase* phase = p > 0 ? phaseOfEvent(p - 1) : nullptr;
@@ -34,7 +34,7 @@ QString TimelinePlot::describeAt(double key, double bytes, QString* modulePath) 
     }
     if (report_->snapshot)
         return describeSnapshotAt(band, p, bytes);
-    double bottom = series_.bottomOf(band, p);
+    double bottom = series_->bottomOf(band, p);
     auto ledger = static_cast<Ledger>(band);
     double constant = ledger == Ledger::Weights ? static_cast<double>(report_->weight_bytes)
         : ledger == Ledger::Inputs              ? static_cast<double>(report_->input_bytes)
@@ -100,8 +100,8 @@ LiveStackIndex& TimelinePlot::hoverIndex(int band) const
         if (t.action[a] != Action::Alloc)
             continue;
         auto partner = t.partner[a];
-        LiveStackIndex::Interval i {static_cast<std::uint32_t>(a), static_cast<std::int64_t>(a),
-            partner == kNoPartner ? LiveStackIndex::kForever : static_cast<std::int64_t>(partner), t.bytes[a]};
+        LiveStackIndex::Interval i {static_cast<std::uint32_t>(a), static_cast<std::uint32_t>(a),
+            partner == kNoPartner ? LiveStackIndex::kForever : static_cast<std::uint32_t>(partner), t.bytes[a]};
         if (!snapshot) {
             if (static_cast<int>(t.ledger[a]) == band)
                 intervals.push_back(i);
@@ -110,15 +110,15 @@ LiveStackIndex& TimelinePlot::hoverIndex(int band) const
         if (device_ != TimelineSeries::kAllDevices && t.device[a] != device_)
             continue;
         // A snapshot's block is in its ledger until its free is requested, then pending until the free completes.
-        auto requested = a < series_.free_requested_at.size() ? series_.free_requested_at[a] : -1;
+        auto requested = series_->freeRequestedAt(a);
         if (band == TimelineSeries::kPendingFree) {
             if (requested < 0)
                 continue;
-            i.begin = requested;
+            i.begin = static_cast<std::uint32_t>(requested);
         } else if (static_cast<int>(t.ledger[a]) != band) {
             continue;
         } else if (requested >= 0) {
-            i.end = std::min<std::int64_t>(i.end, requested);
+            i.end = std::min(i.end, static_cast<std::uint32_t>(requested));
         }
         intervals.push_back(i);
     }
@@ -128,8 +128,8 @@ LiveStackIndex& TimelinePlot::hoverIndex(int band) const
 
 QString TimelinePlot::describeSnapshotAt(int band, std::size_t p, double bytes) const
 {
-    double bottom = series_.bottomOf(band, p);
-    double top = series_.tops[static_cast<std::size_t>(band)][p];
+    double bottom = series_->bottomOf(band, p);
+    double top = series_->tops[static_cast<std::size_t>(band)][p];
     if (band == static_cast<int>(Ledger::Resident))
         return tr("<b>%1</b> resident (before the trace)<br>blocks allocated before the trace's first entry (it is a "
                   "ring buffer) that nothing in the trace tells more of; the band shrinks as the trace frees them")
@@ -144,7 +144,7 @@ QString TimelinePlot::describeSnapshotAt(int band, std::size_t p, double bytes) 
     if (found >= 0) {
         auto i = static_cast<std::size_t>(found);
         auto partner = t.partner[i];
-        auto requested = i < series_.free_requested_at.size() ? series_.free_requested_at[i] : -1;
+        auto requested = series_->freeRequestedAt(i);
         bool pending = requested >= 0 && requested <= event;
         auto where = QString::fromStdString(t.strings.at(t.where[i]));
         QString until

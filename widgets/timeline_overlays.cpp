@@ -23,12 +23,19 @@ void TimelinePlot::setPredictedReport(std::shared_ptr<const Report> predicted, c
 void TimelinePlot::rebuildPredicted()
 {
     predictedSeries_ = predicted_ ? TimelineSeries::build(*predicted_, axis_) : TimelineSeries {};
-    predictedTotal_.assign(predictedSeries_.keys.size(), 0.0);
-    for (int b = 0; b < TimelineSeries::kBands; ++b)
-        if (predictedSeries_.present[static_cast<std::size_t>(b)])
-            for (std::size_t p = 0; p < predictedTotal_.size(); ++p)
-                predictedTotal_[p] = std::max(predictedTotal_[p], predictedSeries_.tops[static_cast<std::size_t>(b)][p]);
-    predictedBlocks_ = StepBlocks::build(predictedTotal_);
+    // The highest top of the bands present at each point.
+    predictedTotal_ = StepValues(predictedSeries_.keys.size(),
+        [tops = predictedSeries_.tops, present = predictedSeries_.present](
+            std::size_t first, std::size_t count, double* out) {
+            double top[StepBlocks::kSize];
+            std::fill_n(out, count, 0.0);
+            for (int b = 0; b < TimelineSeries::kBands; ++b)
+                if (present[static_cast<std::size_t>(b)]) {
+                    tops[static_cast<std::size_t>(b)].read(first, count, top);
+                    for (std::size_t k = 0; k < count; ++k)
+                        out[k] = std::max(out[k], top[k]);
+                }
+        });
     bool show = predicted_ && !predictedTotal_.empty();
     predictedGraph_->setVisible(show);
     if (show)
@@ -37,11 +44,10 @@ void TimelinePlot::rebuildPredicted()
         predictedGraph_->removeFromLegend();
 }
 
-void TimelinePlot::setReservedLine(std::vector<double> values, const QString& name)
+void TimelinePlot::setReservedLine(StepValues values, const QString& name)
 {
     reserved_ = std::move(values);
-    reservedBlocks_ = StepBlocks::build(reserved_);
-    bool show = !reserved_.empty() && reserved_.size() == series_.keys.size();
+    bool show = !reserved_.empty() && reserved_.size() == series_->keys.size();
     reservedGraph_->setVisible(show);
     reservedGraph_->setName(name);
     if (show)
@@ -79,7 +85,7 @@ void TimelinePlot::updateOomMarkers()
         ++k;
         if (device_ != TimelineSeries::kAllDevices && t.device[i] != device_)
             continue;
-        double key = series_.keys[i + 1];
+        double key = series_->keys[i + 1];
         auto* line = new QCPItemStraightLine(this);
         line->point1->setCoords(key, 0);
         line->point2->setCoords(key, 1);
@@ -118,7 +124,7 @@ void TimelinePlot::updateMomentMarker()
     momentLine_->setVisible(show);
     if (!show)
         return;
-    double key = series_.keys[moment_];
+    double key = series_->keys[moment_];
     momentLine_->point1->setCoords(key, 0);
     momentLine_->point2->setCoords(key, 1);
 }
@@ -126,18 +132,18 @@ void TimelinePlot::updateMomentMarker()
 bool TimelinePlot::momentMarkerVisible() const
 {
     return report_ && report_->snapshot && report_->trace && moment_ < report_->trace->size()
-        && moment_ < series_.keys.size();
+        && moment_ < series_->keys.size();
 }
 
 void TimelinePlot::updatePeakMarker()
 {
-    bool show = report_ && series_.peak_value > 0 && !showsEndStateOnly();
+    bool show = report_ && series_->peak_value > 0 && !showsEndStateOnly();
     peakTracer_->setVisible(show);
     peakLabel_->setVisible(show);
     if (!show)
         return;
-    peakTracer_->position->setCoords(series_.peak_key, series_.peak_value);
-    peakLabel_->setText(tr("peak %1").arg(bytesText(series_.peak_value)));
+    peakTracer_->position->setCoords(series_->peak_key, series_->peak_value);
+    peakLabel_->setText(tr("peak %1").arg(bytesText(series_->peak_value)));
 }
 
 void TimelinePlot::placePeakLabel()
@@ -179,7 +185,7 @@ void TimelinePlot::setRangeMode(bool on)
 
 void TimelinePlot::setRange(std::uint32_t first, std::uint32_t end)
 {
-    const auto events = static_cast<std::uint32_t>(series_.keys.empty() ? 0 : series_.keys.size() - 1);
+    const auto events = static_cast<std::uint32_t>(series_->keys.empty() ? 0 : series_->keys.size() - 1);
     end = std::min(end, events);
     if (first >= end)
         first = end = 0;
@@ -198,11 +204,10 @@ void TimelinePlot::clearRange()
 
 std::pair<std::uint32_t, std::uint32_t> TimelinePlot::eventsBetween(double a, double b) const
 {
-    const auto& k = series_.keys; // k[0]: the start; k[i + 1]: event i
+    const auto& k = series_->keys; // k[0]: the start; k[i + 1]: event i
     if (k.size() < 2 || b < a)
         return {0, 0};
-    auto first = std::lower_bound(k.begin() + 1, k.end(), a) - (k.begin() + 1);
-    auto end = std::upper_bound(k.begin() + 1, k.end(), b) - (k.begin() + 1);
+    const auto first = k.lowerBound(a, 1) - 1, end = k.upperBound(b, 1) - 1;
     return {static_cast<std::uint32_t>(first), static_cast<std::uint32_t>(std::max(first, end))};
 }
 
@@ -230,11 +235,11 @@ QString TimelinePlot::rangeText() const
 
 void TimelinePlot::updateRangeShade()
 {
-    const bool show = hasRange() && series_.keys.size() > rangeEnd_;
+    const bool show = hasRange() && series_->keys.size() > rangeEnd_;
     rangeRect_->setVisible(show);
     rangeLabel_->setVisible(show);
     if (show) {
-        double a = series_.keys[rangeFirst_ + 1], b = series_.keys[rangeEnd_];
+        double a = series_->keys[rangeFirst_ + 1], b = series_->keys[rangeEnd_];
         rangeRect_->topLeft->setCoords(a, 0);
         rangeRect_->bottomRight->setCoords(b, 1);
         rangeLabel_->position->setCoords((a + b) / 2, 1);
@@ -264,13 +269,13 @@ void TimelinePlot::updatePhaseBands()
     phaseRects_.clear();
     phaseLabels_.clear();
     phaseDividers_.clear();
-    if (!report_ || series_.keys.empty())
+    if (!report_ || series_->keys.empty())
         return;
     // A training step's phases tile the run; a snapshot's record_function ranges (external_annotations) are bands
     // where the file has them. On the op axis a band spans its events' keys: from its first event to the first
     // event after it.
-    const auto events = series_.keys.size() - 1;
-    auto eventKey = [&](std::uint32_t e) { return e < events ? series_.keys[e + 1] : series_.lastKey(); };
+    const auto events = series_->keys.size() - 1;
+    auto eventKey = [&](std::uint32_t e) { return e < events ? series_->keys[e + 1] : series_->lastKey(); };
     struct Band {
         std::string name;
         std::int64_t start_ns, end_ns;
@@ -304,9 +309,9 @@ void TimelinePlot::updatePhaseBands()
         double end
             = axis_ == TimelineAxis::Milliseconds ? static_cast<double>(phase.end_ns) / 1e6 : eventKey(phase.end_event);
         if (i == 0 && tiled)
-            start = std::min(start, series_.firstKey());
+            start = std::min(start, series_->firstKey());
         if (i + 1 == phases.size() && tiled)
-            end = std::max(end, series_.lastKey());
+            end = std::max(end, series_->lastKey());
         auto* rect = new QCPItemRect(this);
         rect->setLayer(QStringLiteral("phases"));
         rect->setSelectable(false);

@@ -126,12 +126,11 @@ void TimelinePlot::setReport(std::shared_ptr<const Report> report)
     report_ = std::move(report);
     // A module selected in the previous report is not this one's: its band and legend entry go.
     highlighted_.clear();
-    highlightSeries_.clear();
-    highlightBlocks_ = StepBlocks::build(highlightSeries_);
+    highlightSeries_ = {};
     highlight_->setName(tr("selected module"));
     highlight_->removeFromLegend();
     moment_ = report_ && report_->trace ? report_->trace->size() : 0;
-    reserved_.clear();
+    reserved_ = {};
     reservedGraph_->setVisible(false);
     reservedGraph_->removeFromLegend();
     predicted_.reset();
@@ -163,11 +162,11 @@ void TimelinePlot::setAxis(TimelineAxis axis)
 
 void TimelinePlot::rebuildSeries()
 {
-    series_ = report_ ? TimelineSeries::build(*report_, axis_, device_) : TimelineSeries {};
+    series_ = report_ ? TimelineSeries::shared(*report_, axis_, device_) : std::make_shared<const TimelineSeries>();
     hoverIndexes_.clear();
     for (int b = 0; b < TimelineSeries::kBands; ++b) {
         auto* g = bands_[static_cast<std::size_t>(b)];
-        g->setVisible(series_.present[static_cast<std::size_t>(b)]);
+        g->setVisible(series_->present[static_cast<std::size_t>(b)]);
         g->setName(QString::fromUtf8(TimelineSeries::bandName(b))); // showEndStateOnly() renames one
         if (g->visible())
             g->addToLegend();
@@ -175,19 +174,17 @@ void TimelinePlot::rebuildSeries()
             g->removeFromLegend();
     }
     if (!highlighted_.isEmpty() && report_ && report_->trace) {
-        highlightSeries_ = moduleLiveSeries(*report_->trace, highlighted_.toStdString(), residentBytes());
-        highlightBlocks_ = StepBlocks::build(highlightSeries_);
+        highlightSeries_ = StepValues(moduleLiveSeries(*report_->trace, highlighted_.toStdString(), residentBytes()));
     }
     emptyLabel_->setVisible(report_ && (!report_->trace || report_->trace->size() == 0));
     if (report_)
         xAxis->setLabel(QString::fromStdString(timelineAxisLabel(*report_, axis_)));
     showEndStateOnly();
     updateRangeShade();
-    const auto& weights = series_.tops[static_cast<std::size_t>(Ledger::Weights)];
-    weightsTop_ = series_.present[static_cast<std::size_t>(Ledger::Weights)] && !weights.empty()
-        ? *std::min_element(weights.begin(), weights.end())
-        : 0;
-    if (reserved_.size() != series_.keys.size()) {
+    const auto& weights = series_->tops[static_cast<std::size_t>(Ledger::Weights)];
+    weightsTop_
+        = series_->present[static_cast<std::size_t>(Ledger::Weights)] && !weights.empty() ? weights.extremes().low : 0;
+    if (reserved_.size() != series_->keys.size()) {
         reservedGraph_->setVisible(false);
         reservedGraph_->removeFromLegend();
     }
@@ -205,7 +202,9 @@ bool TimelinePlot::showsEndStateOnly() const
 {
     if (!report_ || !report_->snapshot)
         return false;
-    const auto& a = report_->trace ? report_->trace->action : std::vector<Action> {};
+    if (!report_->trace)
+        return true;
+    const auto& a = report_->trace->action;
     return std::none_of(a.begin(), a.end(), [](Action x) { return x == Action::Alloc || x == Action::Free; });
 }
 
@@ -226,7 +225,7 @@ void TimelinePlot::showEndStateOnly()
         emptyLabel_->setBrush(Qt::NoBrush);
         return;
     }
-    const auto& total = series_.tops[TimelineSeries::kPendingFree];
+    const auto& total = series_->tops[TimelineSeries::kPendingFree];
     const double bytes = total.empty() ? 0 : total.back();
     std::int64_t blocks = 0;
     for (const auto& seg : report_->snapshot->segments)
@@ -250,7 +249,7 @@ void TimelinePlot::showEndStateOnly()
 void TimelinePlot::clampKeyRange()
 {
     // No panning before the first event or after the last: there is nothing there, not even negative time.
-    double lo = series_.firstKey(), hi = series_.lastKey();
+    double lo = series_->firstKey(), hi = series_->lastKey();
     if (predicted_ && !predictedSeries_.keys.empty()) // a predicted step runs longer (its recomputation)
         hi = std::max(hi, predictedSeries_.lastKey());
     if (hi <= lo)
@@ -276,7 +275,7 @@ void TimelinePlot::setWeightsHidden(bool hidden)
 
 void TimelinePlot::resetZoom()
 {
-    double lo = series_.firstKey(), hi = series_.lastKey();
+    double lo = series_->firstKey(), hi = series_->lastKey();
     if (predicted_ && !predictedSeries_.keys.empty())
         hi = std::max(hi, predictedSeries_.lastKey());
     if (hi <= lo)
@@ -295,30 +294,25 @@ void TimelinePlot::reduceToView()
     auto range = xAxis->range();
     int columns = 2 * std::max(100, axisRect()->width() > 0 ? axisRect()->width() : width());
     double top = 0;
-    auto plot = [&](QCPGraph* g, const std::vector<double>& values, const StepBlocks& blocks) {
-        auto r = reduceSteps(series_.keys, values, range.lower, range.upper, columns, &blocks);
+    const auto shared = StepColumns::of(series_->keys, range.lower, range.upper, columns); // the bands' columns
+    auto plot = [&](QCPGraph* g, const StepColumns& in, const StepValues& values) {
+        auto r = reduceSteps(in, values);
         g->setData(
             QVector<double>(r.keys.begin(), r.keys.end()), QVector<double>(r.values.begin(), r.values.end()), true);
         for (double v : r.values)
             top = std::max(top, v);
     };
     for (int b = 0; b < TimelineSeries::kBands; ++b)
-        if (series_.present[static_cast<std::size_t>(b)])
-            plot(bands_[static_cast<std::size_t>(b)], series_.tops[static_cast<std::size_t>(b)],
-                series_.blocks[static_cast<std::size_t>(b)]);
+        if (series_->present[static_cast<std::size_t>(b)])
+            plot(bands_[static_cast<std::size_t>(b)], shared, series_->tops[static_cast<std::size_t>(b)]);
     if (reservedGraph_->visible())
-        plot(reservedGraph_, reserved_, reservedBlocks_);
-    if (predictedGraph_->visible()) {
-        auto r = reduceSteps(predictedSeries_.keys, predictedTotal_, range.lower, range.upper, columns, &predictedBlocks_);
-        predictedGraph_->setData(
-            QVector<double>(r.keys.begin(), r.keys.end()), QVector<double>(r.values.begin(), r.values.end()), true);
-        for (double v : r.values)
-            top = std::max(top, v);
-    }
-    bool highlighting = !highlighted_.isEmpty() && highlightSeries_.size() == series_.keys.size();
+        plot(reservedGraph_, shared, reserved_);
+    if (predictedGraph_->visible())
+        plot(predictedGraph_, StepColumns::of(predictedSeries_.keys, range.lower, range.upper, columns), predictedTotal_);
+    bool highlighting = !highlighted_.isEmpty() && highlightSeries_.size() == series_->keys.size();
     highlight_->setVisible(highlighting);
     if (highlighting) {
-        plot(highlight_, highlightSeries_, highlightBlocks_);
+        plot(highlight_, shared, highlightSeries_);
         highlight_->setFillBase(residentBytes());
     }
     if (autoValueRange_) {
@@ -350,10 +344,9 @@ void TimelinePlot::highlightModule(const QString& path)
     if (path == highlighted_)
         return;
     highlighted_ = path;
-    highlightSeries_.clear();
+    highlightSeries_ = {};
     if (!path.isEmpty() && report_ && report_->trace)
-        highlightSeries_ = moduleLiveSeries(*report_->trace, path.toStdString(), residentBytes());
-    highlightBlocks_ = StepBlocks::build(highlightSeries_);
+        highlightSeries_ = StepValues(moduleLiveSeries(*report_->trace, path.toStdString(), residentBytes()));
     highlight_->setName(path.isEmpty() ? tr("selected module") : path);
     if (path.isEmpty())
         highlight_->removeFromLegend();
@@ -368,7 +361,7 @@ void TimelinePlot::mousePressEvent(QMouseEvent* event)
 {
     pressPos_ = event->pos();
     if (event->button() == Qt::LeftButton && (rangeMode_ || (event->modifiers() & Qt::ControlModifier))
-        && report_ && series_.keys.size() > 1 && axisRect()->rect().contains(event->pos())) {
+        && report_ && series_->keys.size() > 1 && axisRect()->rect().contains(event->pos())) {
         rangeDragging_ = true;
         rangeAnchor_ = xAxis->pixelToCoord(event->pos().x());
         return; // no pan while a range is drawn
@@ -408,8 +401,8 @@ void TimelinePlot::mouseReleaseEvent(QMouseEvent* event)
     QCustomPlot::mouseReleaseEvent(event);
     if (event->button() != Qt::LeftButton || (event->pos() - pressPos_).manhattanLength() > 3)
         return;
-    if (report_ && report_->snapshot && !series_.keys.empty() && axisRect()->rect().contains(event->pos()))
-        emit momentClicked(series_.pointAt(xAxis->pixelToCoord(event->pos().x())));
+    if (report_ && report_->snapshot && !series_->keys.empty() && axisRect()->rect().contains(event->pos()))
+        emit momentClicked(series_->pointAt(xAxis->pixelToCoord(event->pos().x())));
     QString path;
     hoveredEvent_ = -1;
     describeAt(xAxis->pixelToCoord(event->pos().x()), yAxis->pixelToCoord(event->pos().y()), &path);

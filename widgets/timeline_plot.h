@@ -30,7 +30,7 @@ public:
     void setDevice(int device);
     int device() const { return device_; }
     // A line of reserved bytes per point of the series (empty: none), e.g. "reserved (simulated GPU)".
-    void setReservedLine(std::vector<double> values, const QString& name);
+    void setReservedLine(StepValues values, const QString& name);
     bool hasReservedLine() const { return !reserved_.empty(); }
     // A predicted step drawn as a line over the recorded one (the checkpointing what-if); nullptr removes it.
     void setPredictedReport(std::shared_ptr<const Report> predicted, const QString& name);
@@ -39,7 +39,7 @@ public:
     // Out-of-memory events of a snapshot, as vertical lines with a label.
     int oomMarkerCount() const { return static_cast<int>(oomLines_.size()); }
     QString oomMarkerText(int i) const;
-    const TimelineSeries& series() const { return series_; }
+    const TimelineSeries& series() const { return *series_; }
     bool weightsHidden() const { return weightsHidden_; }
     // What the plot shows now (axis, weights hidden, module, zoom): an exported PNG shows the same.
     TimelineView view() const;
@@ -127,21 +127,19 @@ private:
     std::shared_ptr<const Report> report_;
     TimelineAxis axis_ = TimelineAxis::Milliseconds;
     int device_ = TimelineSeries::kAllDevices;
-    std::vector<double> reserved_;
-    StepBlocks reservedBlocks_;
+    StepValues reserved_;
     QCPGraph* reservedGraph_ = nullptr;
     std::vector<QCPItemStraightLine*> oomLines_;
     std::vector<QCPItemText*> oomLabels_;
     std::vector<QCPItemRect*> phaseRects_;
     std::vector<QCPItemText*> phaseLabels_;
     std::vector<QCPItemLine*> phaseDividers_; // where each phase after the first begins
-    TimelineSeries series_;
-    std::vector<double> highlightSeries_;
-    StepBlocks highlightBlocks_;
+    // Never null; shared with the other views of the report (TimelineSeries::shared).
+    std::shared_ptr<const TimelineSeries> series_ = std::make_shared<const TimelineSeries>();
+    StepValues highlightSeries_;
     std::shared_ptr<const Report> predicted_;
     TimelineSeries predictedSeries_;
-    std::vector<double> predictedTotal_;
-    StepBlocks predictedBlocks_;
+    StepValues predictedTotal_;
     QCPGraph* predictedGraph_ = nullptr;
     void rebuildPredicted();
     QString highlighted_;

@@ -59,7 +59,7 @@ QString renderTimelinePng(const Report& report, const QString& path, QSize size,
     if (!report.snapshot && report.trace) {
         auto reserved = simulatedReservedBytes(report);
         if (std::any_of(reserved.begin(), reserved.end(), [](double v) { return v > 0; }))
-            plot.setReservedLine(std::move(reserved), QStringLiteral("reserved (simulated GPU)"));
+            plot.setReservedLine(StepValues(std::move(reserved)), QStringLiteral("reserved (simulated GPU)"));
     }
     // The window's view: its module and its zoom.
     if (!view.module.isEmpty())

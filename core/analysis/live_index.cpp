@@ -8,17 +8,25 @@ LiveStackIndex::LiveStackIndex(std::vector<Interval> intervals)
 {
     std::sort(intervals.begin(), intervals.end(), [](const Interval& a, const Interval& b) { return a.order < b.order; });
     slots_.reserve(intervals.size());
-    changes_.reserve(intervals.size() * 2);
+    bytes_.reserve(intervals.size());
+    std::size_t count = 0;
+    for (const auto& i : intervals)
+        if (i.end > i.begin && i.bytes != 0)
+            count += i.end == kForever ? 1 : 2;
+    changes_.reserve(count);
     for (std::size_t s = 0; s < intervals.size(); ++s) {
         const auto& i = intervals[s];
         slots_.push_back(i.order);
+        bytes_.push_back(i.bytes);
         if (i.end <= i.begin || i.bytes == 0)
             continue;
-        changes_.push_back({i.begin, static_cast<std::uint32_t>(s), i.bytes});
+        changes_.push_back({i.begin, static_cast<std::uint32_t>(s)});
         if (i.end != kForever)
-            changes_.push_back({i.end, static_cast<std::uint32_t>(s), -i.bytes});
+            changes_.push_back({i.end, static_cast<std::uint32_t>(s) | kEnd});
     }
-    std::stable_sort(changes_.begin(), changes_.end(), [](const Change& a, const Change& b) { return a.event < b.event; });
+    intervals = {};
+    // The changes at one event are applied or taken back together: their order among themselves does not matter.
+    std::sort(changes_.begin(), changes_.end(), [](const Change& a, const Change& b) { return a.event < b.event; });
     tree_.assign(slots_.size() + 1, 0);
 }
 
@@ -32,14 +40,14 @@ void LiveStackIndex::add(std::size_t slot, std::int64_t bytes)
 void LiveStackIndex::moveTo(std::int64_t event)
 {
     // Every change at or before `event` applied, none after.
-    while (applied_ < changes_.size() && changes_[applied_].event <= event) {
-        add(changes_[applied_].slot, changes_[applied_].bytes);
-        ++applied_;
-    }
-    while (applied_ > 0 && changes_[applied_ - 1].event > event) {
-        --applied_;
-        add(changes_[applied_].slot, -changes_[applied_].bytes);
-    }
+    auto apply = [this](const Change& c, std::int64_t sign) {
+        const auto slot = c.slot & ~kEnd;
+        add(slot, (c.slot & kEnd ? -sign : sign) * bytes_[slot]);
+    };
+    while (applied_ < changes_.size() && changes_[applied_].event <= event)
+        apply(changes_[applied_++], 1);
+    while (applied_ > 0 && changes_[applied_ - 1].event > event)
+        apply(changes_[--applied_], -1);
 }
 
 std::int64_t LiveStackIndex::liveBytes(std::int64_t event)

@@ -85,9 +85,9 @@ DiffSeries seriesOf(const Report& r, TimelineAxis axis)
 {
     DiffSeries d;
     auto s = TimelineSeries::build(r, axis);
-    d.keys = std::move(s.keys);
+    d.keys = s.keys.toVector();
     // Stacked bands: the top of the last one is the total of every band.
-    d.values = std::move(s.tops[static_cast<std::size_t>(TimelineSeries::kStackOrder.back())]);
+    d.values = s.tops[static_cast<std::size_t>(TimelineSeries::kStackOrder.back())].toVector();
     d.peak_key = s.peak_key;
     d.peak_value = s.peak_value;
     return d;

@@ -14,6 +14,8 @@ namespace memledger {
 
 namespace {
 
+constexpr std::size_t kBlock = StepBlocks::kSize;
+
 bool isSegmentEvent(Action a)
 {
     return a == Action::SegmentAlloc || a == Action::SegmentFree || a == Action::SegmentMap
@@ -150,17 +152,20 @@ std::vector<double> simulatedReservedBytes(const Report& r, std::string* cause)
 SegmentHistory SegmentHistory::build(const Report& r, TimelineAxis axis, int device)
 {
     SegmentHistory h;
-    auto series = TimelineSeries::build(r, axis, device);
-    h.keys = series.keys;
+    const auto series = TimelineSeries::shared(r, axis, device);
+    h.keys = series->keys;
     const auto points = h.keys.size();
-    h.active = series.tops[static_cast<std::size_t>(TimelineSeries::kStackOrder.back())];
+    h.active = series->tops[static_cast<std::size_t>(TimelineSeries::kStackOrder.back())];
     h.allocated = h.active;
+    auto constant = [points](double value) {
+        return StepValues(points, [value](std::size_t, std::size_t count, double* out) { std::fill_n(out, count, value); });
+    };
     if (r.snapshot) {
-        h.allocated = series.tops[static_cast<int>(Ledger::Unattributed)]; // alive-before and traced, stacked
+        h.allocated = series->tops[static_cast<int>(Ledger::Unattributed)]; // alive-before and traced, stacked
         const auto& s = *r.snapshot;
         const Trace empty;
         const Trace& t = r.trace ? *r.trace : empty;
-        auto onDevice = [&](int d) { return device == TimelineSeries::kAllDevices || d == device; };
+        auto onDevice = [device](int d) { return device == TimelineSeries::kAllDevices || d == device; };
         bool recorded = false;
         for (std::size_t i = 0; i < t.size(); ++i)
             if (isSegmentEvent(t.action[i]) && onDevice(t.device[i])) {
@@ -171,23 +176,43 @@ SegmentHistory SegmentHistory::build(const Report& r, TimelineAxis axis, int dev
         for (const auto& g : s.segments)
             if (onDevice(g.device))
                 end += g.total_size;
-        h.reserved.assign(points, static_cast<double>(end));
+        h.reserved = constant(static_cast<double>(end));
         const auto& after = s.allocator_check.replay.reserved_after;
-        if (recorded || t.size() == 0) {
+        if (recorded && t.size() > 0) {
             // Walked back from the end, so that the chart ends where the segments are (a device the trace
-            // maps memory on but the segment list leaves out ends at 0, not at what the trace mapped).
-            std::int64_t reserved = end;
-            h.reserved[t.size()] = static_cast<double>(reserved);
-            for (std::size_t i = t.size(); i-- > 0;) {
-                if (onDevice(t.device[i]))
-                    reserved = std::max<std::int64_t>(0, reserved - segmentDelta(t, i));
-                h.reserved[i] = static_cast<double>(reserved);
+            // maps memory on but the segment list leaves out ends at 0, not at what the trace mapped): each block
+            // keeps its last point's bytes and walks back from there when read.
+            auto reserved = std::make_shared<std::vector<std::int64_t>>((points + kBlock - 1) / kBlock);
+            std::int64_t bytes = end;
+            for (std::size_t p = points; p-- > 0;) {
+                if (p + 1 == points || p % kBlock == kBlock - 1)
+                    (*reserved)[p / kBlock] = bytes;
+                if (p > 0 && onDevice(t.device[p - 1]))
+                    bytes = std::max<std::int64_t>(0, bytes - segmentDelta(t, p - 1));
             }
-        } else if (after.size() == t.size()) {
+            h.reserved = StepValues(points,
+                [trace = r.trace, last = std::shared_ptr<const std::vector<std::int64_t>>(std::move(reserved)),
+                    onDevice, points](std::size_t first, std::size_t count, double* out) {
+                    const auto block = first / kBlock;
+                    auto p = std::min(points, (block + 1) * kBlock) - 1;
+                    std::int64_t bytes = (*last)[block];
+                    for (;; --p) {
+                        if (p < first + count)
+                            out[p - first] = static_cast<double>(bytes);
+                        if (p == first)
+                            break;
+                        if (onDevice(trace->device[p - 1]))
+                            bytes = std::max<std::int64_t>(0, bytes - segmentDelta(*trace, p - 1));
+                    }
+                });
+        } else if (!recorded && t.size() > 0 && after.size() == t.size()) {
             h.simulated = true;
-            h.reserved[0] = static_cast<double>(after.front());
-            for (std::size_t i = 0; i < t.size(); ++i)
-                h.reserved[i + 1] = static_cast<double>(after[i]);
+            h.reserved = StepValues(points,
+                [snapshot = r.snapshot](std::size_t first, std::size_t count, double* out) {
+                    const auto& after = snapshot->allocator_check.replay.reserved_after;
+                    for (std::size_t k = 0; k < count; ++k)
+                        out[k] = static_cast<double>(after[first + k == 0 ? 0 : first + k - 1]);
+                });
         }
         h.cause = snapshotCause(s, device);
         // A simulated reserve that ends elsewhere than the segments says so, so that the sentence and the chart
@@ -198,13 +223,17 @@ SegmentHistory SegmentHistory::build(const Report& r, TimelineAxis axis, int dev
                 + formatBytes(end) + ".";
     } else {
         h.simulated = true;
-        h.reserved = simulatedReservedBytes(r, &h.cause);
-        if (h.reserved.size() != points)
-            h.reserved.assign(points, 0.0);
+        auto reserved = simulatedReservedBytes(r, &h.cause);
+        h.reserved = reserved.size() == points ? StepValues(std::move(reserved)) : constant(0);
     }
-    h.fragmentation.resize(points);
-    for (std::size_t p = 0; p < points; ++p)
-        h.fragmentation[p] = std::max(0.0, h.reserved[p] - h.allocated[p]);
+    h.fragmentation = StepValues(points,
+        [reserved = h.reserved, allocated = h.allocated](std::size_t first, std::size_t count, double* out) {
+            double below[kBlock];
+            reserved.read(first, count, out);
+            allocated.read(first, count, below);
+            for (std::size_t k = 0; k < count; ++k)
+                out[k] = std::max(0.0, out[k] - below[k]);
+        });
     return h;
 }
 

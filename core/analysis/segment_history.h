@@ -7,15 +7,16 @@
 
 namespace memledger {
 
-// Reserved, allocated and active bytes over a report, per point of its TimelineSeries. A snapshot whose
-// trace records segment events gives the reserved bytes as recorded; otherwise (older snapshots, model
-// runs) they come from the caching-allocator model and are `simulated`.
+// Reserved, allocated and active bytes over a report, per point of its TimelineSeries (whose keys and bands it
+// shares). A snapshot whose trace records segment events gives the reserved bytes as recorded; otherwise (older
+// snapshots, model runs) they come from the caching-allocator model and are `simulated`. A snapshot's values are
+// read from its trace a block at a time (core/analysis/step_values.h), a model run's are kept.
 struct SegmentHistory {
-    std::vector<double> keys;
-    std::vector<double> reserved;
-    std::vector<double> allocated; // live blocks, pending frees excluded
-    std::vector<double> active; // allocated + pending frees
-    std::vector<double> fragmentation; // reserved - allocated, never below 0
+    TimelineKeys keys;
+    StepValues reserved;
+    StepValues allocated; // live blocks, pending frees excluded
+    StepValues active; // allocated + pending frees
+    StepValues fragmentation; // reserved - allocated, never below 0
     bool simulated = false;
     std::string cause; // what holds most of the fragmentation, as a sentence
 

@@ -3,44 +3,147 @@
 #include "snapshot/snapshot.h"
 
 #include <algorithm>
-#include <functional>
-#include <limits>
+#include <mutex>
 #include <unordered_map>
 
 namespace memledger {
 
-std::vector<double> timelineKeys(const Trace& t, TimelineAxis axis)
-{
-    std::vector<double> keys(t.size());
-    if (axis == TimelineAxis::Milliseconds) {
-        for (std::size_t i = 0; i < t.size(); ++i)
-            keys[i] = static_cast<double>(t.time_ns[i]) / 1e6;
-        return keys;
-    }
-    // Op sequence: the events of op k spread evenly over [k, k+1) so that none hide behind another.
-    std::size_t i = 0;
-    while (i < t.size()) {
-        std::size_t j = i;
-        while (j < t.size() && t.op_seq[j] == t.op_seq[i])
-            ++j;
-        for (std::size_t k = i; k < j; ++k)
-            keys[k] = t.op_seq[i] + static_cast<double>(k - i) / static_cast<double>(j - i);
-        i = j;
-    }
-    return keys;
-}
-
 namespace {
 
+constexpr std::size_t kBlock = StepBlocks::kSize;
+constexpr int kNoBand = 0xF;
+using Bands = std::array<double, TimelineSeries::kBands>;
+
+// What a TimelineSeries keeps of its bands: per event, the band its bytes leave and the band they join (kNoBand:
+// none), and every band's bytes at the first point of each block. A band's top at a point is the bytes of the bands
+// stacked up to it at its block's start, moved by the events between.
+struct StackedBands {
+    std::shared_ptr<const Trace> trace; // the events' bytes
+    std::shared_ptr<const Snapshot> snapshot; // what the series was made of, held as long as it is
+    std::vector<std::uint8_t> moves; // per event: from << 4 | to
+    std::vector<Bands> starts; // per block
+    std::array<int, TimelineSeries::kBands> position {}; // band -> its place in kStackOrder
+
+    StackedBands()
+    {
+        for (int k = 0; k < TimelineSeries::kBands; ++k)
+            position[static_cast<std::size_t>(TimelineSeries::kStackOrder[static_cast<std::size_t>(k)])] = k;
+    }
+
+    void decode(int band, std::size_t first, std::size_t count, double* out) const
+    {
+        const auto block = first / kBlock;
+        const auto& bytes = starts[block];
+        const int at = position[static_cast<std::size_t>(band)];
+        // An event's bytes raise the band's top when they move into a band stacked at or under it (under[] 1), and
+        // lower it when they move out of one.
+        std::array<double, 16> under {}; // by band; kNoBand: 0
+        double top = 0;
+        for (int k = 0; k <= at; ++k) {
+            const auto b = static_cast<std::size_t>(TimelineSeries::kStackOrder[static_cast<std::size_t>(k)]);
+            top += bytes[b];
+            under[b] = 1;
+        }
+        const auto* move = moves.data();
+        const auto* eventBytes = trace ? trace->bytes.data() : nullptr;
+        const auto end = first + count;
+        auto p = block * kBlock;
+        // Point p + 1 follows event p.
+        for (; p < first; ++p)
+            top += static_cast<double>(eventBytes[p]) * (under[move[p] & 0xF] - under[move[p] >> 4]);
+        for (;; ++p) {
+            out[p - first] = top;
+            if (p + 1 == end)
+                break;
+            top += static_cast<double>(eventBytes[p]) * (under[move[p] & 0xF] - under[move[p] >> 4]);
+        }
+    }
+};
+
+// Walks the points in order: what each event moves (event()) after the bytes at the start (start()), keeping what
+// StackedBands needs, the tops' block summaries, the peak and which bands ever hold bytes.
+class BandsBuilder {
+public:
+    BandsBuilder(TimelineSeries& s, StackedBands& bands, const Trace& t)
+        : s_(s)
+        , bands_(bands)
+        , t_(t)
+    {
+        bands_.moves.resize(t.size());
+        bands_.starts.reserve((t.size() + kBlock) / kBlock);
+    }
+
+    void start(const Bands& bytes)
+    {
+        bytes_ = bytes;
+        for (std::size_t b = 0; b < bytes.size(); ++b)
+            s_.present[b] = bytes[b] > 0;
+        point();
+    }
+    // Event i moves its bytes out of band `from` and into band `to` (kNoBand: neither).
+    void event(std::size_t i, int from = kNoBand, int to = kNoBand)
+    {
+        bands_.moves[i] = static_cast<std::uint8_t>(from << 4 | to);
+        const auto b = static_cast<double>(t_.bytes[i]);
+        if (from != kNoBand)
+            bytes_[static_cast<std::size_t>(from)] -= b;
+        if (to != kNoBand) {
+            bytes_[static_cast<std::size_t>(to)] += b;
+            s_.present[static_cast<std::size_t>(to)] = true;
+        }
+        point();
+    }
+    std::array<StepBlocks, TimelineSeries::kBands> finish()
+    {
+        flush();
+        return std::move(blocks_);
+    }
+
+private:
+    void point()
+    {
+        if (at_ == 0)
+            bands_.starts.push_back(bytes_);
+        double top = 0;
+        for (int b : TimelineSeries::kStackOrder) {
+            top += bytes_[static_cast<std::size_t>(b)];
+            tops_[static_cast<std::size_t>(b)][at_] = top;
+        }
+        if (top > s_.peak_value) {
+            s_.peak_value = top;
+            s_.peak_key = s_.keys[p_];
+        }
+        ++p_;
+        if (++at_ == kBlock)
+            flush();
+    }
+    void flush()
+    {
+        if (at_ == 0)
+            return;
+        for (std::size_t b = 0; b < blocks_.size(); ++b)
+            blocks_[b].add(tops_[b].data(), at_);
+        at_ = 0;
+    }
+
+    TimelineSeries& s_;
+    StackedBands& bands_;
+    const Trace& t_;
+    Bands bytes_ {};
+    std::array<std::array<double, kBlock>, TimelineSeries::kBands> tops_ {}; // the block being walked
+    std::array<StepBlocks, TimelineSeries::kBands> blocks_;
+    std::size_t p_ = 0, at_ = 0;
+};
+
 // Live bytes of a snapshot per ledger (Trace::ledger, as snapshot/snapshot_ledgers.h tells it), with the blocks
-// freed by the caller but not yet by the stream apart. The sum follows reportFromSnapshot: the blocks alive at the
-// end, minus what the trace did, were alive at its start; every free_completed takes its bytes away. As in
-// snapshotLedgerFigures, a block alive before the trace is in the ledger its free in the trace tells, the rest of
-// those bytes are Resident.
-void buildSnapshotBands(const Report& r, const Trace& t, int device, TimelineSeries& s,
-    const std::function<void(std::size_t, const std::array<double, TimelineSeries::kBands>&)>& store)
+// freed by the caller but not yet by the stream apart, told to `out` (when given). The sum follows
+// reportFromSnapshot: the blocks alive at the end, minus what the trace did, were alive at its start; every
+// free_completed takes its bytes away. As in snapshotLedgerFigures, a block alive before the trace is in the ledger
+// its free in the trace tells, the rest of those bytes are Resident. `requested` (when given) gets, per event, the
+// free_requested event of an alloc still waiting for its free_completed (-1: none).
+void walkSnapshotBands(const Snapshot& snap, const Trace& t, int device, BandsBuilder* out,
+    std::vector<std::int32_t>* requested)
 {
-    const auto& snap = *r.snapshot;
     auto onDevice = [&](std::size_t i) { return device == TimelineSeries::kAllDevices || t.device[i] == device; };
     std::int64_t allocatedEnd = 0;
     for (const auto& seg : snap.segments)
@@ -66,8 +169,6 @@ void buildSnapshotBands(const Report& r, const Trace& t, int device, TimelineSer
     const std::int64_t before = std::max<std::int64_t>(0, allocatedEnd - net);
     constexpr auto kResident = static_cast<std::size_t>(Ledger::Resident);
     live[kResident] = std::max<std::int64_t>(0, before - told + live[kResident]);
-    for (std::size_t b = 0; b < live.size(); ++b)
-        s.present[b] = live[b] > 0;
 
     // The ledger of a block alive before the trace whose free is requested: that of its free_completed, found
     // walking back (an alloc at the address means the request belongs to an older block).
@@ -90,7 +191,8 @@ void buildSnapshotBands(const Report& r, const Trace& t, int device, TimelineSer
             }
         }
 
-    s.free_requested_at.assign(t.size(), -1);
+    if (requested)
+        requested->assign(t.size(), -1);
     struct Live {
         std::int32_t alloc; // -1: alive before the trace
         Ledger ledger;
@@ -98,53 +200,123 @@ void buildSnapshotBands(const Report& r, const Trace& t, int device, TimelineSer
     };
     std::unordered_map<std::uint64_t, Live> open;
     open.reserve(4096);
-    std::array<double, TimelineSeries::kBands> band {};
-    auto put = [&](std::size_t p) {
-        for (std::size_t b = 0; b < band.size(); ++b)
-            band[b] = static_cast<double>(live[b]);
-        store(p, band);
+    Bands start {};
+    for (std::size_t b = 0; b < start.size(); ++b)
+        start[b] = static_cast<double>(live[b]);
+    auto move = [out](std::size_t i, int from = kNoBand, int to = kNoBand) {
+        if (out)
+            out->event(i, from, to);
     };
-    constexpr auto kPending = static_cast<std::size_t>(TimelineSeries::kPendingFree);
-    put(0);
+    if (out)
+        out->start(start);
+    constexpr int kPending = TimelineSeries::kPendingFree;
     for (std::size_t i = 0; i < t.size(); ++i) {
-        if (onDevice(i)) {
-            const auto key = keyOf(i);
-            const auto b = t.bytes[i];
-            if (t.action[i] == Action::Alloc) {
-                const auto l = static_cast<std::size_t>(t.ledger[i]);
-                live[l] += b;
-                open[key] = {static_cast<std::int32_t>(i), t.ledger[i], false};
-                s.present[l] = true;
-            } else if (t.action[i] == Action::FreeRequested) {
-                auto it = open.find(key);
-                if (it == open.end()) {
-                    auto known = requestLedger.find(static_cast<std::uint32_t>(i));
-                    const Ledger l = known == requestLedger.end() ? Ledger::Resident : known->second;
-                    it = open.emplace(key, Live {-1, l, false}).first;
-                }
-                if (!it->second.pending) {
-                    it->second.pending = true;
-                    live[static_cast<std::size_t>(it->second.ledger)] -= b;
-                    live[kPending] += b;
-                    s.present[kPending] = true;
-                    if (it->second.alloc >= 0)
-                        s.free_requested_at[static_cast<std::size_t>(it->second.alloc)] = static_cast<std::int32_t>(i);
-                }
-            } else if (t.action[i] == Action::Free) {
-                auto it = open.find(key);
-                if (it == open.end()) {
-                    live[static_cast<std::size_t>(t.ledger[i])] -= b;
-                } else {
-                    live[it->second.pending ? kPending : static_cast<std::size_t>(it->second.ledger)] -= b;
-                    open.erase(it);
-                }
-            }
+        if (!onDevice(i)) {
+            move(i);
+            continue;
         }
-        put(i + 1);
+        const auto key = keyOf(i);
+        if (t.action[i] == Action::Alloc) {
+            open[key] = {static_cast<std::int32_t>(i), t.ledger[i], false};
+            move(i, kNoBand, static_cast<int>(t.ledger[i]));
+        } else if (t.action[i] == Action::FreeRequested) {
+            auto it = open.find(key);
+            if (it == open.end()) {
+                auto known = requestLedger.find(static_cast<std::uint32_t>(i));
+                const Ledger l = known == requestLedger.end() ? Ledger::Resident : known->second;
+                it = open.emplace(key, Live {-1, l, false}).first;
+            }
+            if (it->second.pending) {
+                move(i);
+                continue;
+            }
+            it->second.pending = true;
+            if (requested && it->second.alloc >= 0)
+                (*requested)[static_cast<std::size_t>(it->second.alloc)] = static_cast<std::int32_t>(i);
+            move(i, static_cast<int>(it->second.ledger), kPending);
+        } else if (t.action[i] == Action::Free) {
+            auto it = open.find(key);
+            if (it == open.end()) {
+                move(i, static_cast<int>(t.ledger[i]));
+            } else {
+                move(i, it->second.pending ? kPending : static_cast<int>(it->second.ledger));
+                open.erase(it);
+            }
+        } else {
+            move(i);
+        }
+    }
+}
+
+// A model run: weights, optimizer state and inputs resident throughout; each ledger's allocations on top.
+void walkRunBands(const Report& r, const Trace& t, BandsBuilder& out)
+{
+    Bands constant {};
+    constant[static_cast<int>(Ledger::Weights)] = static_cast<double>(r.weight_bytes);
+    constant[static_cast<int>(Ledger::Inputs)] = static_cast<double>(r.input_bytes);
+    constant[static_cast<int>(Ledger::OptimizerState)] = static_cast<double>(r.optimizer_state_bytes);
+    out.start(constant);
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        const auto b = static_cast<int>(t.ledger[i]);
+        if (b >= kLedgerKinds)
+            out.event(i);
+        else if (t.action[i] == Action::Alloc)
+            out.event(i, kNoBand, b);
+        else if (t.action[i] == Action::Free && t.partner[i] != kNoPartner)
+            out.event(i, b);
+        else
+            out.event(i);
     }
 }
 
 } // namespace
+
+TimelineKeys::TimelineKeys(const Report& r, TimelineAxis axis)
+    : trace_(r.trace)
+{
+    const std::size_t events = trace_ ? trace_->size() : 0;
+    points_ = events + 1;
+    if (axis == TimelineAxis::OpSequence) {
+        kind_ = Kind::Ops;
+        const auto& op = trace_ ? trace_->op_seq : std::vector<std::uint32_t> {};
+        for (std::size_t i = 0; i < events;) {
+            opRuns_.push_back(static_cast<std::uint32_t>(i));
+            const auto j = i;
+            while (i < events && op[i] == op[j])
+                ++i;
+        }
+        opRuns_.push_back(static_cast<std::uint32_t>(events));
+    } else {
+        kind_ = timelineHasTime(r) ? Kind::Time : Kind::Order;
+    }
+    first_ = events == 0 ? 0.0 : std::min(0.0, eventKey(0));
+}
+
+double TimelineKeys::opKey(std::size_t i) const
+{
+    // The events of op k spread evenly over [k, k+1).
+    const auto run = std::upper_bound(opRuns_.begin(), opRuns_.end(), static_cast<std::uint32_t>(i)) - 1;
+    const std::size_t first = *run, end = *(run + 1);
+    return trace_->op_seq[first] + static_cast<double>(i - first) / static_cast<double>(end - first);
+}
+
+std::size_t TimelineKeys::lowerBound(double key, std::size_t from) const
+{
+    return step_detail::lowerBound(*this, from, points_, key);
+}
+
+std::size_t TimelineKeys::upperBound(double key, std::size_t from) const
+{
+    return step_detail::upperBound(*this, from, points_, key);
+}
+
+std::vector<double> TimelineKeys::toVector() const
+{
+    std::vector<double> out(points_);
+    for (std::size_t p = 0; p < points_; ++p)
+        out[p] = (*this)[p];
+    return out;
+}
 
 bool timelineHasTime(const Report& r)
 {
@@ -179,75 +351,96 @@ double TimelineSeries::bottomOf(int band, std::size_t p) const
     return bottom;
 }
 
+struct TimelineSeries::Requests {
+    std::shared_ptr<const Trace> trace;
+    std::shared_ptr<const Snapshot> snapshot;
+    int device = kAllDevices;
+    std::once_flag once;
+    std::vector<std::int32_t> at; // per event
+};
+
 TimelineSeries TimelineSeries::build(const Report& r, TimelineAxis axis, int device)
 {
     TimelineSeries s;
+    s.keys = TimelineKeys(r, axis);
     const Trace empty;
     const Trace& t = r.trace ? *r.trace : empty;
-    auto eventKeys = timelineKeys(t, axis);
-    if (axis == TimelineAxis::Milliseconds && !timelineHasTime(r))
-        for (std::size_t i = 0; i < eventKeys.size(); ++i)
-            eventKeys[i] = static_cast<double>(i);
-    std::size_t points = t.size() + 1;
-    s.keys.reserve(points);
-    s.keys.push_back(eventKeys.empty() ? 0.0 : std::min(0.0, eventKeys.front()));
-    s.keys.insert(s.keys.end(), eventKeys.begin(), eventKeys.end());
-    for (auto& band : s.tops)
-        band.resize(points);
+    auto bands = std::make_shared<StackedBands>();
+    bands->trace = r.trace;
+    bands->snapshot = r.snapshot;
+    BandsBuilder builder(s, *bands, t);
+    if (r.snapshot) {
+        walkSnapshotBands(*r.snapshot, t, device, &builder, nullptr);
+        s.requests_ = std::make_shared<Requests>();
+        s.requests_->trace = r.trace;
+        s.requests_->snapshot = r.snapshot;
+        s.requests_->device = device;
+    } else {
+        walkRunBands(r, t, builder);
+    }
+    auto blocks = builder.finish();
+    const auto points = t.size() + 1;
+    std::shared_ptr<const StackedBands> kept = std::move(bands);
+    for (int b = 0; b < kBands; ++b)
+        s.tops[static_cast<std::size_t>(b)] = StepValues(
+            points, [kept, b](std::size_t first, std::size_t count, double* out) { kept->decode(b, first, count, out); },
+            std::move(blocks[static_cast<std::size_t>(b)]));
+    return s;
+}
 
-    // `bytes` per band, stacked in kStackOrder.
-    auto store = [&](std::size_t p, const std::array<double, kBands>& bytes) {
-        double top = 0;
-        for (int b : kStackOrder) {
-            top += bytes[static_cast<std::size_t>(b)];
-            s.tops[static_cast<std::size_t>(b)][p] = top;
-        }
-        if (top > s.peak_value) {
-            s.peak_value = top;
-            s.peak_key = s.keys[p];
+std::shared_ptr<const TimelineSeries> TimelineSeries::shared(const Report& r, TimelineAxis axis, int device)
+{
+    // What a series is made of. An entry lives as long as its series, which holds the trace and the snapshot:
+    // their addresses cannot be another's meanwhile.
+    struct Entry {
+        const Trace* trace;
+        const Snapshot* snapshot;
+        TimelineAxis axis;
+        int device;
+        std::int64_t weights, inputs, optimizer;
+        std::weak_ptr<const TimelineSeries> series;
+        bool operator==(const Entry& o) const
+        {
+            return trace == o.trace && snapshot == o.snapshot && axis == o.axis && device == o.device
+                && weights == o.weights && inputs == o.inputs && optimizer == o.optimizer;
         }
     };
-    if (r.snapshot) {
-        buildSnapshotBands(r, t, device, s, store);
-    } else {
-        std::array<double, kBands> constant {};
-        constant[static_cast<int>(Ledger::Weights)] = static_cast<double>(r.weight_bytes);
-        constant[static_cast<int>(Ledger::Inputs)] = static_cast<double>(r.input_bytes);
-        constant[static_cast<int>(Ledger::OptimizerState)] = static_cast<double>(r.optimizer_state_bytes);
-        std::array<std::int64_t, kBands> live {};
-        for (int b = 0; b < kBands; ++b)
-            s.present[static_cast<std::size_t>(b)] = constant[static_cast<std::size_t>(b)] > 0;
-        std::array<double, kBands> bytes {};
-        auto put = [&](std::size_t p) {
-            for (int b = 0; b < kBands; ++b)
-                bytes[static_cast<std::size_t>(b)]
-                    = constant[static_cast<std::size_t>(b)] + static_cast<double>(live[static_cast<std::size_t>(b)]);
-            store(p, bytes);
-        };
-        put(0);
-        for (std::size_t i = 0; i < t.size(); ++i) {
-            auto b = static_cast<int>(t.ledger[i]);
-            if (b < kLedgerKinds) {
-                if (t.action[i] == Action::Alloc) {
-                    live[static_cast<std::size_t>(b)] += t.bytes[i];
-                    s.present[static_cast<std::size_t>(b)] = true;
-                } else if (t.action[i] == Action::Free && t.partner[i] != kNoPartner) {
-                    live[static_cast<std::size_t>(b)] -= t.bytes[i];
-                }
-            }
-            put(i + 1);
-        }
+    static std::mutex mutex;
+    static std::vector<Entry> entries;
+    const Entry key {r.trace.get(), r.snapshot.get(), axis, r.snapshot ? device : kAllDevices, r.weight_bytes,
+        r.input_bytes, r.optimizer_state_bytes, {}};
+    {
+        std::lock_guard<std::mutex> lock(mutex);
+        entries.erase(std::remove_if(entries.begin(), entries.end(), [](const Entry& e) { return e.series.expired(); }),
+            entries.end());
+        for (const auto& e : entries)
+            if (e == key)
+                if (auto alive = e.series.lock())
+                    return alive;
     }
-    for (int b = 0; b < kBands; ++b)
-        if (s.present[static_cast<std::size_t>(b)])
-            s.blocks[static_cast<std::size_t>(b)] = StepBlocks::build(s.tops[static_cast<std::size_t>(b)]);
-    return s;
+    auto built = std::make_shared<const TimelineSeries>(build(r, axis, device));
+    std::lock_guard<std::mutex> lock(mutex);
+    entries.push_back(key);
+    entries.back().series = built;
+    return built;
+}
+
+std::int32_t TimelineSeries::freeRequestedAt(std::size_t alloc) const
+{
+    if (!requests_)
+        return -1;
+    auto& r = *requests_;
+    std::call_once(r.once, [&r] {
+        if (r.trace)
+            walkSnapshotBands(*r.snapshot, *r.trace, r.device, nullptr, &r.at);
+    });
+    return alloc < r.at.size() ? r.at[alloc] : -1;
 }
 
 std::size_t TimelineSeries::pointAt(double x) const
 {
-    auto it = std::upper_bound(keys.begin(), keys.end(), x);
-    return it == keys.begin() ? 0 : static_cast<std::size_t>(it - keys.begin()) - 1;
+    const auto p = keys.upperBound(x);
+    return p == 0 ? 0 : p - 1;
 }
 
 std::vector<double> moduleLiveSeries(const Trace& t, const std::string& path, double base)
@@ -271,104 +464,6 @@ std::vector<double> moduleLiveSeries(const Trace& t, const std::string& path, do
         }
         out[i + 1] = live;
     }
-    return out;
-}
-
-StepBlocks StepBlocks::build(const std::vector<double>& values)
-{
-    StepBlocks b;
-    auto count = (values.size() + kSize - 1) / kSize;
-    b.min_at.resize(count);
-    b.max_at.resize(count);
-    for (std::size_t k = 0; k < count; ++k) {
-        auto first = k * kSize, end = std::min(values.size(), first + kSize);
-        std::size_t low = first, high = first;
-        for (auto i = first + 1; i < end; ++i) {
-            if (values[i] < values[low])
-                low = i;
-            if (values[i] > values[high])
-                high = i;
-        }
-        b.min_at[k] = static_cast<std::uint32_t>(low);
-        b.max_at[k] = static_cast<std::uint32_t>(high);
-    }
-    return b;
-}
-
-namespace {
-
-// Indices of the first minimum and first maximum of values[begin, end).
-std::pair<std::size_t, std::size_t> minMaxAt(
-    const std::vector<double>& values, std::size_t begin, std::size_t end, const StepBlocks* blocks)
-{
-    std::size_t low = begin, high = begin;
-    auto consider = [&](std::size_t lowAt, std::size_t highAt) {
-        if (values[lowAt] < values[low])
-            low = lowAt;
-        if (values[highAt] > values[high])
-            high = highAt;
-    };
-    std::size_t i = begin;
-    if (blocks) {
-        constexpr auto n = StepBlocks::kSize;
-        for (; i < end && i % n; ++i)
-            consider(i, i);
-        for (; i + n <= end; i += n)
-            consider(blocks->min_at[i / n], blocks->max_at[i / n]);
-    }
-    for (; i < end; ++i)
-        consider(i, i);
-    return {low, high};
-}
-
-} // namespace
-
-ReducedSteps reduceSteps(const std::vector<double>& keys, const std::vector<double>& values, double lo, double hi,
-    int columns, const StepBlocks* blocks)
-{
-    ReducedSteps out;
-    if (keys.empty() || hi <= lo || columns <= 0)
-        return out;
-    out.keys.reserve(static_cast<std::size_t>(columns) * 4 + 2);
-    out.values.reserve(out.keys.capacity());
-    auto push = [&](double k, double v) {
-        out.keys.push_back(k);
-        out.values.push_back(v);
-    };
-    auto at = [&](double key) {
-        return static_cast<std::size_t>(std::lower_bound(keys.begin(), keys.end(), key) - keys.begin());
-    };
-    // First index in [from, end) whose key is >= key, searching outwards from `from`: a column's events
-    // are near, and a search over the whole trace misses the cache at every step.
-    auto gallop = [&](std::size_t from, std::size_t end, double key) {
-        std::size_t step = 1;
-        while (from + step < end && keys[from + step] < key)
-            step *= 2;
-        auto first = keys.begin() + static_cast<std::ptrdiff_t>(from + step / 2);
-        auto last = keys.begin() + static_cast<std::ptrdiff_t>(std::min(from + step, end));
-        return static_cast<std::size_t>(std::lower_bound(first, last, key) - keys.begin());
-    };
-    std::size_t i = at(lo);
-    auto end = static_cast<std::size_t>(std::upper_bound(keys.begin(), keys.end(), hi) - keys.begin());
-    // The value held when the range starts.
-    if (i > 0)
-        push(lo, values[i - 1]);
-    double width = (hi - lo) / columns;
-    while (i < end) {
-        auto column = std::min(columns - 1, static_cast<int>((keys[i] - lo) / width));
-        double x = keys[i];
-        auto next = column == columns - 1 ? end : std::max(i + 1, gallop(i, end, lo + (column + 1) * width));
-        auto [lowAt, highAt] = minMaxAt(values, i, next, blocks);
-        // First, the two extremes in the order they came, then the value the column ends on.
-        std::size_t order[4] = {i, std::min(lowAt, highAt), std::max(lowAt, highAt), next - 1};
-        for (std::size_t k = 0; k < 4; ++k)
-            if (out.keys.empty() || out.keys.back() != x || out.values.back() != values[order[k]])
-                push(x, values[order[k]]);
-        i = next;
-    }
-    // More data lies right of the range: hold the last value to the edge so the step does not stop short.
-    if (!out.keys.empty() && end < keys.size() && out.keys.back() < hi)
-        push(hi, out.values.back());
     return out;
 }
 

@@ -36,22 +36,26 @@ nlohmann::json chartSeries(const Report& r)
 {
     using nlohmann::json;
     json out = json::object();
-    auto s = TimelineSeries::build(r, TimelineAxis::Milliseconds);
+    const auto shared = TimelineSeries::shared(r, TimelineAxis::Milliseconds);
+    const auto& s = *shared;
     const std::size_t points = s.keys.size();
     const auto& total = s.tops[static_cast<std::size_t>(TimelineSeries::kStackOrder.back())];
     const double lo = s.firstKey(), hi = s.lastKey();
     const double span = std::max(1e-9, hi - lo);
     std::vector<std::size_t> chosen;
     std::int64_t column = -1;
-    for (std::size_t p = 0; p < points; ++p) {
+    double best = 0; // the total at chosen.back()
+    total.forEach(0, points, [&](std::size_t p, double v) {
         auto c = static_cast<std::int64_t>((s.keys[p] - lo) / span * (kChartPoints - 1));
         if (c != column) {
             chosen.push_back(p);
             column = c;
-        } else if (total[p] > total[chosen.back()]) {
+            best = v;
+        } else if (v > best) {
             chosen.back() = p;
+            best = v;
         }
-    }
+    });
     std::vector<double> x;
     for (auto p : chosen)
         x.push_back(s.keys[p]);

@@ -57,23 +57,25 @@ RankRow rowOf(const std::string& file)
     for (int l = 0; l < kLedgerCount; ++l)
         row.ledgers_at_peak[static_cast<std::size_t>(l)] = r.ledgers[static_cast<std::size_t>(l)].at_peak;
     row.peak_phase = peakPhase(r);
+    // One series for the reserve and the live bytes (SegmentHistory reads its bands).
+    const auto series = TimelineSeries::shared(r, TimelineAxis::Milliseconds);
     auto history = SegmentHistory::build(r, TimelineAxis::Milliseconds);
-    for (auto v : history.reserved)
-        row.reserved_peak_bytes = std::max(row.reserved_peak_bytes, static_cast<std::int64_t>(v));
+    if (!history.reserved.empty())
+        row.reserved_peak_bytes = std::max<std::int64_t>(0, static_cast<std::int64_t>(history.reserved.extremes().high));
     row.reserved_simulated = history.simulated;
     if (r.gpu)
         row.reserved_peak_bytes = r.gpu->reserved_peak_bytes;
     // The live bytes, thinned: the largest value in each of 400 slices of the time axis.
-    auto series = TimelineSeries::build(r, TimelineAxis::Milliseconds);
-    if (!series.keys.empty()) {
-        const auto& top = series.tops[static_cast<std::size_t>(TimelineSeries::kStackOrder.back())];
-        const double end = std::max(series.keys.back(), 1e-9);
+    const auto& keys = series->keys;
+    if (!keys.empty()) {
+        const auto& top = series->tops[static_cast<std::size_t>(TimelineSeries::kStackOrder.back())];
+        const double end = std::max(keys.back(), 1e-9);
         constexpr int kSlices = 400;
         std::vector<double> best(kSlices, -1);
-        for (std::size_t p = 0; p < series.keys.size() && p < top.size(); ++p) {
-            auto s = std::min(kSlices - 1, static_cast<int>(series.keys[p] / end * kSlices));
-            best[static_cast<std::size_t>(s)] = std::max(best[static_cast<std::size_t>(s)], top[p]);
-        }
+        top.forEach(0, std::min(keys.size(), top.size()), [&](std::size_t p, double v) {
+            auto s = std::min(kSlices - 1, static_cast<int>(keys[p] / end * kSlices));
+            best[static_cast<std::size_t>(s)] = std::max(best[static_cast<std::size_t>(s)], v);
+        });
         for (int s = 0; s < kSlices; ++s)
             if (best[static_cast<std::size_t>(s)] >= 0)
                 row.timeline.emplace_back(end * (s + 0.5) / kSlices, best[static_cast<std::size_t>(s)]);
