@@ -327,7 +327,7 @@ void WhatIfPanel::showPrediction(const Prediction& p, bool reservedKnown)
     // Beyond the largest record a figure is the last fit carried on: another style, and it says so.
     // A meta what-if ran on shapes: its "measured" figures are computed, and never say measured.
     const bool meta = whatIf_->device() == "meta";
-    const QString tag = p.method == FigureMethod::Measured ? (meta ? tr("computed on meta") : tr("measured"))
+    const QString tag = p.method == FigureMethod::Measured ? tr(figureMethodText(p.method, meta))
         : p.extrapolated                       ? tr("extrapolated")
                                                : tr("predicted");
     auto mark = [&](std::int64_t v) { return QString("%1  (%2)").arg(bytesText(v), tag); };

@@ -303,7 +303,7 @@ void remediesSection(std::ostringstream& out, const std::vector<Remedy>& remedie
             << (m.reserve_after > 0 ? change(m.reserve_before, m.reserve_after) : "-") << "</td><td class=l>"
             << figureMethodText(m.method, meta);
         if (m.measured_peak_total && m.kind != RemedyKind::Tiling)
-            out << ": " << formatBytes(*m.measured_peak_total) << (meta ? " computed on meta" : " measured");
+            out << ": " << formatBytes(*m.measured_peak_total) << " " << figureMethodText(FigureMethod::Measured, meta);
         out << "</td><td class=l style=\"white-space:normal;overflow-wrap:anywhere;min-width:320px;max-width:560px\">" << htmlEscape(m.change);
         if (!m.details.empty()) {
             out << "<ul>";

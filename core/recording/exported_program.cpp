@@ -628,9 +628,12 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
             if (in.contains("arg") && in.at("arg").contains("as_scalar_type"))
                 passesExported = passesExported.value_or(false)
                     || scalarOf(in.at("arg").at("as_scalar_type").get<int>()) == d.exported;
-        if (passesExported && !node.assertion && namesTypeOnPurpose(n, d.exported, castsOnLine) && *passesExported) {
-            node.keeps_type = true;
-            ++d.kept_casts;
+        // Every cast that passes a type is counted on its line (namesTypeOnPurpose), so that the k-th cast node of a
+        // line is its k-th call; only one that passes the exported type can keep it.
+        if (passesExported && !node.assertion) {
+            const bool named = namesTypeOnPurpose(n, d.exported, castsOnLine);
+            node.keeps_type = named && *passesExported;
+            d.kept_casts += node.keeps_type ? 1 : 0;
         }
         d.nodes.push_back(std::move(node));
     }

@@ -623,7 +623,7 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
         m.measured_reserve = m.reserve_after;
         m.tile = options.tile;
         m.measure_how = MeasureHow::Run;
-        m.details.push_back(std::string("peak per tile, ") + (r.run.device == "meta" ? "computed on meta" : "measured")
+        m.details.push_back(std::string("peak per tile, ") + figureMethodText(FigureMethod::Measured, r.run.device == "meta")
             + " by a run at " + shapeToString(o.inputs.front()));
         out.push_back(std::move(m));
     }
@@ -973,7 +973,7 @@ std::string remediesToText(const std::vector<Remedy>& remedies, const std::strin
               << signedBytes(m.reserveSaving()) << ")";
         s << "\n";
         if (m.measured_peak_total && m.method == FigureMethod::Measured && m.kind != RemedyKind::Tiling)
-            s << (meta ? "     computed on meta: peak total " : "     measured: peak total ") << formatBytes(*m.measured_peak_total)
+            s << "     " << method(FigureMethod::Measured) << ": peak total " << formatBytes(*m.measured_peak_total)
               << (m.measured_reserve ? ", reserve " + formatBytes(*m.measured_reserve) : std::string()) << "\n";
         s << "     " << m.change << "\n";
         const std::size_t shown = 12;

@@ -812,7 +812,7 @@ Prediction WhatIf::measure(Model& model, std::int64_t batch, const std::string& 
         = peak + raw.parameter_bytes + raw.buffer_bytes + raw.optimizer_state_bytes + raw.input_bytes;
     p.error_percent
         = peak > 0 ? 100.0 * static_cast<double>(p.predicted_peak_bytes - peak) / static_cast<double>(peak) : 0.0;
-    p.notes.push_back(std::string(o.device == "meta" ? "computed on meta at " : "measured at ") + axisWord(f.axis) + " " + std::to_string(batch) + " in " + dtype + ": peak " + formatBytes(peak)
+    p.notes.push_back(std::string(figureMethodText(FigureMethod::Measured, o.device == "meta")) + " at " + axisWord(f.axis) + " " + std::to_string(batch) + " in " + dtype + ": peak " + formatBytes(peak)
         + ", prediction off by " + percent(*p.error_percent));
     return p;
 }
