@@ -384,9 +384,10 @@ public:
     {
         if (kind == PickleKind::Dict)
             return reduceDict(items, out);
-        if (items.empty())
+        // Frames lists are most of a snapshot: one pass without a branch per frame. Other lists (the trace's
+        // million rows) are told by their first item.
+        if (items.empty() || !items[0].isReduced() || items[0].reducedType() != kFrameValue)
             return false;
-        // Frames lists are most of a snapshot: one pass without a branch per frame.
         ids_.resize(items.size());
         bool frames = true;
         for (std::size_t i = 0; i < items.size(); ++i) {
@@ -725,13 +726,16 @@ void decodeTraces(const PickleValue* traces, const PickleValue* hostTraces, Snap
     ActionNames actions;
     TracePart gpu;
     std::uint32_t lists = 0;
+    std::size_t entries = 0;
     if (traces)
         for (const auto& dev : traces->items()) {
             if (!dev.isSequence())
                 throw ShapeError("device_traces[" + std::to_string(lists) + "] is not a list");
             gpu.nonEmpty += !dev.items().empty();
+            entries += dev.items().size();
             ++lists;
         }
+    gpu.order.reserve(entries);
     std::set<int> devices(s.devices.begin(), s.devices.end());
     for (std::uint32_t d = 0; d < lists; ++d)
         devices.insert(static_cast<int>(d)); // one list per device, even an empty one
