@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstdint>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <unordered_map>
 
@@ -368,8 +369,10 @@ void summarizeSnapshotEvents(Report& r, const Snapshot& s, const std::string& pa
 
 Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAllocator)
 {
+    // The allocator model's replay (a third of the work after reading) runs on a second thread meanwhile.
+    std::future<SnapshotAllocatorCheck> check;
     if (checkAllocator && !s.allocator_check.done)
-        s.allocator_check = checkAllocatorModel(s);
+        check = std::async(std::launch::async, [&s] { return checkAllocatorModel(s); });
     Report r;
     r.source = ReportSource::Snapshot;
     r.model.path = path;
@@ -404,6 +407,8 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAlloc
         r.notes.push_back("out of memory on cuda:" + std::to_string(o.device) + ": " + formatBytes(o.bytes_requested)
             + " requested, " + formatBytes(o.device_free) + " free on the device"
             + (o.where.empty() ? "" : " at " + o.where));
+    if (check.valid())
+        s.allocator_check = check.get();
     if (s.allocator_check.recorded > 0)
         r.notes.push_back(allocatorNote(s.allocator_check));
     if (!s.ignored_keys.empty()) { // docs/snapshots.md, "Keys"
