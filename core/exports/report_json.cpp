@@ -396,10 +396,14 @@ Trace eventsFromJson(const json& e)
 void snapshotToJson(const Snapshot& s, json& j)
 {
     json counts = json::object();
-    if (s.trace)
+    if (s.trace) {
+        std::array<std::size_t, 256> perAction {}; // one pass over the actions, not one per action
+        for (Action a : s.trace->action)
+            ++perAction[static_cast<std::uint8_t>(a)];
         for (int a = 0; a <= static_cast<int>(Action::Snapshot); ++a)
-            if (auto n = s.traceCount(static_cast<Action>(a)))
+            if (auto n = perAction[static_cast<std::size_t>(a)])
                 counts[actionName(static_cast<Action>(a))] = n;
+    }
     j["snapshot"] = {{"layout", s.layout}, {"devices", s.devices}, {"segments", s.segments.size()},
         {"reserved_bytes", s.reservedBytes()}, {"allocated_bytes", s.allocatedBytes()},
         {"trace_entries", s.trace ? s.trace->size() : 0}, {"trace_actions", counts}, {"ooms", s.ooms.size()}};

@@ -486,7 +486,7 @@ std::vector<AnnotationFigures> annotationFigures(const Report& r)
     if (!r.snapshot)
         return out;
     out.resize(r.snapshot->annotations.size());
-    if (!r.trace || !r.snapshot->trace_has_time || r.trace->size() == 0)
+    if (out.empty() || !r.trace || !r.snapshot->trace_has_time || r.trace->size() == 0)
         return out;
     const auto& time = r.trace->time_ns;
     const auto live = liveBytesAfterEachEvent(*r.trace);
