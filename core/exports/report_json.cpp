@@ -16,6 +16,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 
@@ -196,16 +197,21 @@ void makePiecesInOrder(std::size_t n, std::size_t capacity, const std::function<
         s.ready = true;
         changed.notify_all();
     };
-    std::thread helper([&] {
-        std::unique_lock<std::mutex> lock(m);
-        for (;;) {
-            changed.wait(lock, [&] { return stop || nextMake >= n || nextMake < handedOn + kSlots; });
-            const std::size_t k = stop ? n : claim();
-            if (k == n)
-                return;
-            makeInSlot(lock, k);
-        }
-    });
+    std::thread helper;
+    try {
+        helper = std::thread([&] {
+            std::unique_lock<std::mutex> lock(m);
+            for (;;) {
+                changed.wait(lock, [&] { return stop || nextMake >= n || nextMake < handedOn + kSlots; });
+                const std::size_t k = stop ? n : claim();
+                if (k == n)
+                    return;
+                makeInSlot(lock, k);
+            }
+        });
+    } catch (const std::system_error&) {
+        // no thread to be had: this one makes every piece
+    }
     try {
         for (std::size_t k = 0; k < n; ++k) {
             Slot& s = slots[k % kSlots];
@@ -229,10 +235,12 @@ void makePiecesInOrder(std::size_t n, std::size_t capacity, const std::function<
             stop = true;
         }
         changed.notify_all();
-        helper.join();
+        if (helper.joinable())
+            helper.join();
         throw;
     }
-    helper.join();
+    if (helper.joinable())
+        helper.join();
 }
 
 // `,"name":[v,v,...]` for every column, as nlohmann would write them, without building them as JSON values (a

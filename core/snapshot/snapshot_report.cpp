@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <future>
+#include <system_error>
 #include <map>
 #include <unordered_map>
 
@@ -371,8 +372,13 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAlloc
 {
     // The allocator model's replay (a third of the work after reading) runs on a second thread meanwhile.
     std::future<SnapshotAllocatorCheck> check;
-    if (checkAllocator && !s.allocator_check.done)
-        check = std::async(std::launch::async, [&s] { return checkAllocatorModel(s); });
+    if (checkAllocator && !s.allocator_check.done) {
+        try {
+            check = std::async(std::launch::async, [&s] { return checkAllocatorModel(s); });
+        } catch (const std::system_error&) { // no thread to be had: here, first
+            s.allocator_check = checkAllocatorModel(s);
+        }
+    }
     Report r;
     r.source = ReportSource::Snapshot;
     r.model.path = path;
