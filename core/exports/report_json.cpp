@@ -5,6 +5,7 @@
 
 #include "support/atomic_file.h"
 #include "support/errors.h"
+#include "support/second_thread.h"
 #include "snapshot/snapshot.h"
 #include "snapshot/snapshot_contexts.h"
 
@@ -16,7 +17,6 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
-#include <system_error>
 #include <thread>
 #include <type_traits>
 
@@ -162,8 +162,8 @@ template <class T> char* writeValues(const void* values, std::size_t first, std:
 }
 
 // Makes pieces 0 to n - 1 of a text (make(k, out) writes piece k at out, at most `capacity` bytes, and returns its
-// size) and hands them to `sink` in order, from this thread. A second thread, when the machine has a second core,
-// makes pieces ahead while this one makes and hands on the others: at most kSlots pieces wait.
+// size) and hands them to `sink` in order, from this thread, which makes what nobody else has taken. A second
+// thread (support/second_thread.h) makes pieces ahead meanwhile: at most kSlots pieces wait.
 void makePiecesInOrder(std::size_t n, std::size_t capacity, const std::function<std::size_t(std::size_t, char*)>& make,
     const JsonSink& sink)
 {
@@ -173,12 +173,6 @@ void makePiecesInOrder(std::size_t n, std::size_t capacity, const std::function<
         std::size_t size = 0;
         bool ready = false;
     };
-    if (n < kSlots || std::thread::hardware_concurrency() < 2) {
-        std::unique_ptr<char[]> data(new char[capacity]);
-        for (std::size_t k = 0; k < n; ++k)
-            sink(data.get(), make(k, data.get()));
-        return;
-    }
     std::array<Slot, kSlots> slots;
     for (auto& s : slots)
         s.data.reset(new char[capacity]);
@@ -197,21 +191,16 @@ void makePiecesInOrder(std::size_t n, std::size_t capacity, const std::function<
         s.ready = true;
         changed.notify_all();
     };
-    std::thread helper;
-    try {
-        helper = std::thread([&] {
-            std::unique_lock<std::mutex> lock(m);
-            for (;;) {
-                changed.wait(lock, [&] { return stop || nextMake >= n || nextMake < handedOn + kSlots; });
-                const std::size_t k = stop ? n : claim();
-                if (k == n)
-                    return;
-                makeInSlot(lock, k);
-            }
-        });
-    } catch (const std::system_error&) {
-        // no thread to be had: this one makes every piece
-    }
+    std::thread helper = secondThread([&] {
+        std::unique_lock<std::mutex> lock(m);
+        for (;;) {
+            changed.wait(lock, [&] { return stop || nextMake >= n || nextMake < handedOn + kSlots; });
+            const std::size_t k = stop ? n : claim();
+            if (k == n)
+                return;
+            makeInSlot(lock, k);
+        }
+    });
     try {
         for (std::size_t k = 0; k < n; ++k) {
             Slot& s = slots[k % kSlots];

@@ -7,6 +7,7 @@
 #include "support/errors.h"
 #include "snapshot/pickle_reader.h"
 #include "support/node_recycler.h"
+#include "support/second_thread.h"
 
 #include <algorithm>
 #include <condition_variable>
@@ -25,7 +26,6 @@
 #include <mutex>
 #include <numeric>
 #include <set>
-#include <system_error>
 #include <thread>
 #include <unordered_map>
 
@@ -416,12 +416,9 @@ private:
     // The current block to the second thread (started with the first full block), or into the columns here.
     void handOver()
     {
-        if (!filler_.joinable() && !finished_ && !threadless_ && std::thread::hardware_concurrency() > 1) {
-            try {
-                filler_ = std::thread([this] { run(); });
-            } catch (const std::system_error&) {
-                threadless_ = true; // no thread to be had: filled here
-            }
+        if (!filler_.joinable() && !finished_ && !threadless_) {
+            filler_ = secondThread([this] { run(); });
+            threadless_ = !filler_.joinable(); // none to be had: filled here
         }
         if (!filler_.joinable()) {
             fill(current_);
