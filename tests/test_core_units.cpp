@@ -4,10 +4,12 @@
 #include "support/format.h"
 #include "recording/module_path.h"
 #include "session/open_file.h"
+#include "support/atomic_file.h"
 #include "support/errors.h"
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -158,6 +160,47 @@ TEST(OpenFile, DetectsTheKindByContentNotByName)
         }
     }
     std::filesystem::remove_all(dir);
+}
+
+// A file written over an existing one is replaced whole (the two exchanged, then the old one removed); nothing is
+// left under a temporary name; a folder in the way is an error naming the path, and leaves the folder as it was.
+TEST(AtomicFile, ReplacesAFileWholeAndLeavesNothingBehind)
+{
+    namespace fs = std::filesystem;
+    auto dir = fs::temp_directory_path() / ("memledger-atomic-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    auto read = [](const fs::path& p) {
+        std::ifstream in(p, std::ios::binary);
+        return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    const auto file = (dir / "report.json").string();
+    writeFileAtomically(file, "first, and longer than the second");
+    EXPECT_EQ(read(file), "first, and longer than the second");
+    {
+        AtomicFileWriter w(file);
+        w.write("sec", 3);
+        w.write("ond", 3);
+        EXPECT_EQ(read(file), "first, and longer than the second"); // not until commit()
+        w.commit();
+    }
+    EXPECT_EQ(read(file), "second");
+    { AtomicFileWriter abandoned(file); abandoned.write("third", 5); } // no commit: the file stays
+    EXPECT_EQ(read(file), "second");
+    fs::create_directories(dir / "folder");
+    try {
+        writeFileAtomically((dir / "folder").string(), "text");
+        ADD_FAILURE() << "a folder was replaced";
+    } catch (const std::runtime_error& e) {
+        EXPECT_NE(std::string(e.what()).find((dir / "folder").string()), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(fs::is_directory(dir / "folder"));
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir))
+        names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(names, (std::vector<std::string> {"folder", "report.json"}));
+    fs::remove_all(dir);
 }
 
 TEST(Format, ByteTicksAreRound)

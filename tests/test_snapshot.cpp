@@ -230,6 +230,35 @@ TEST(Snapshot, JsonTextIsTheJsonDocument)
     }
 }
 
+// The columns' text of a long trace (several pieces a column, made on two threads where there are two cores):
+// every number as the JSON values write it, from 0 to the widest, negative ones included.
+TEST(Snapshot, JsonTextOfALongTraceIsTheJsonDocument)
+{
+    auto t = std::make_shared<Trace>();
+    const std::int64_t wide[] = {0, 1, 9, 10, 99, 100, 999, 1000, 9999, 10000, 99999999, 100000000, 4294967295,
+        4294967296, 999999999999999999, 1000000000000000000, INT64_MAX};
+    const std::size_t n = 300000;
+    t->reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::int64_t w = wide[i % std::size(wide)];
+        auto k = t->push(w, static_cast<std::int64_t>(i * 7919 % 100003), i % 5 == 0 ? ~std::uint64_t {0} - i : 0x7f0000000000 + i,
+            i % 2 ? Action::Alloc : Action::Free, static_cast<std::int8_t>(i % 7 == 0 ? -3 : i % 3 - 1));
+        t->partner[k] = i % 4 == 0 ? kNoPartner : static_cast<std::int32_t>(n - i);
+        t->op_seq[k] = static_cast<std::uint32_t>(i % 11 == 0 ? UINT32_MAX : i);
+        t->stack[k] = 0;
+    }
+    Report r;
+    r.trace = t;
+    const std::string text = reportToJsonText(r);
+    ASSERT_FALSE(text.empty());
+    EXPECT_EQ(text.back(), '\n');
+    const auto parsed = nlohmann::json::parse(text);
+    EXPECT_EQ(parsed, reportToJson(r));
+    EXPECT_EQ(parsed["events"]["time_ns"][16], INT64_MAX);
+    EXPECT_EQ(parsed["events"]["address"][0], -1); // the columns are written as signed 64-bit numbers
+    EXPECT_EQ(parsed["events"]["partner"][0], kNoPartner);
+}
+
 TEST(Snapshot, WriterRoundTrip)
 {
     SKIP_WITHOUT_SNAPSHOTS();

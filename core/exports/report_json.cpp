@@ -5,12 +5,19 @@
 
 #include "support/atomic_file.h"
 #include "support/errors.h"
+#include "support/second_thread.h"
 #include "snapshot/snapshot.h"
 #include "snapshot/snapshot_contexts.h"
 
 #include <nlohmann/json.hpp>
 
-#include <charconv>
+#include <array>
+#include <bit>
+#include <condition_variable>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <thread>
 #include <type_traits>
 
 namespace memledger {
@@ -92,40 +99,180 @@ json eventsToJson(const Trace& t)
     return e;
 }
 
-// `,"name":[v,v,...]` for every column, as nlohmann would write them, without building them as JSON values (a
-// 1,000,000-entry trace is 12 million numbers), handed to `sink` in pieces of about 1 MiB.
-void appendColumns(const Trace& t, std::string& out, const JsonSink& sink)
+// Decimal digits of 0 to 99, two by two.
+constexpr char kDigitPairs[] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+                               "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+                               "8081828384858687888990919293949596979899";
+
+// `v` in decimal at `p` (as std::to_chars writes it, a little faster: most of a column's values are one digit);
+// returns the end.
+char* writeDecimal(char* p, std::uint64_t v)
 {
-    constexpr std::size_t kPiece = std::size_t {1} << 20;
-    std::vector<char> piece(kPiece + 64);
-    char* const begin = piece.data();
-    char* const full = begin + kPiece;
-    char* p = begin;
-    auto flush = [&] {
-        sink(begin, static_cast<std::size_t>(p - begin));
-        p = begin;
+    if (v < 10) {
+        *p = static_cast<char>('0' + v);
+        return p + 1;
+    }
+    static constexpr std::uint64_t kPowers[] = {0, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000,
+        1000000000, 10000000000, 100000000000, 1000000000000, 10000000000000, 100000000000000, 1000000000000000,
+        10000000000000000, 100000000000000000, 1000000000000000000, 10000000000000000000u};
+    const int guess = static_cast<int>(std::bit_width(v)) * 1233 >> 12; // log10 from log2, at most one too small
+    char* const end = p + guess + (v >= kPowers[guess]);
+    char* q = end;
+    for (; v >= 100; v /= 100) {
+        q -= 2;
+        std::memcpy(q, kDigitPairs + (v % 100) * 2, 2);
+    }
+    if (v < 10) {
+        *--q = static_cast<char>('0' + v);
+    } else {
+        q -= 2;
+        std::memcpy(q, kDigitPairs + v * 2, 2);
+    }
+    return end;
+}
+
+template <class T> char* writeValue(char* p, T value)
+{
+    const long long v = columnValue(value);
+    if (v >= 0)
+        return writeDecimal(p, static_cast<std::uint64_t>(v));
+    *p = '-';
+    return writeDecimal(p + 1, static_cast<std::uint64_t>(0) - static_cast<std::uint64_t>(v));
+}
+
+// One column's text to write: its name, its values and how to write some of them.
+struct ColumnText {
+    const char* name;
+    const void* values;
+    std::size_t size;
+    std::size_t perPiece; // values per piece of at most kJsonPiece bytes
+    char* (*write)(const void* values, std::size_t first, std::size_t end, char* out); // ",v" each (no comma first)
+};
+constexpr std::size_t kJsonPiece = std::size_t {1} << 20;
+
+template <class T> char* writeValues(const void* values, std::size_t first, std::size_t end, char* p)
+{
+    const T* v = static_cast<const T*>(values);
+    for (std::size_t i = first; i < end; ++i) {
+        if (i)
+            *p++ = ',';
+        p = writeValue(p, v[i]);
+    }
+    return p;
+}
+
+// Makes pieces 0 to n - 1 of a text (make(k, out) writes piece k at out, at most `capacity` bytes, and returns its
+// size) and hands them to `sink` in order, from this thread, which makes what nobody else has taken. A second
+// thread (support/second_thread.h) makes pieces ahead meanwhile: at most kSlots pieces wait.
+void makePiecesInOrder(std::size_t n, std::size_t capacity, const std::function<std::size_t(std::size_t, char*)>& make,
+    const JsonSink& sink)
+{
+    constexpr std::size_t kSlots = 4;
+    struct Slot {
+        std::unique_ptr<char[]> data; // never value-initialised: pages are touched as written
+        std::size_t size = 0;
+        bool ready = false;
     };
-    auto text = [&](const std::string& s) {
-        for (char c : s) {
-            if (p >= full)
-                flush();
-            *p++ = c;
-        }
+    std::array<Slot, kSlots> slots;
+    for (auto& s : slots)
+        s.data.reset(new char[capacity]);
+    std::mutex m;
+    std::condition_variable changed;
+    std::size_t nextMake = 0, handedOn = 0; // guarded by m
+    bool stop = false;
+    // Takes the next piece to make when its slot is free (under the lock); n when there is none now.
+    auto claim = [&] { return nextMake < n && nextMake < handedOn + kSlots ? nextMake++ : n; };
+    auto makeInSlot = [&](std::unique_lock<std::mutex>& lock, std::size_t k) {
+        Slot& s = slots[k % kSlots];
+        lock.unlock();
+        const std::size_t size = make(k, s.data.get());
+        lock.lock();
+        s.size = size;
+        s.ready = true;
+        changed.notify_all();
     };
-    text(out);
-    out.clear();
-    forEachColumn(t, [&](const char* name, const auto& column) {
-        text(std::string(",\"") + name + "\":[");
-        for (std::size_t i = 0; i < column.size(); ++i) {
-            if (p >= full)
-                flush();
-            if (i)
-                *p++ = ',';
-            p = std::to_chars(p, p + 24, columnValue(column[i])).ptr;
+    std::thread helper = secondThread([&] {
+        std::unique_lock<std::mutex> lock(m);
+        for (;;) {
+            changed.wait(lock, [&] { return stop || nextMake >= n || nextMake < handedOn + kSlots; });
+            const std::size_t k = stop ? n : claim();
+            if (k == n)
+                return;
+            makeInSlot(lock, k);
         }
-        text("]");
     });
-    flush();
+    try {
+        for (std::size_t k = 0; k < n; ++k) {
+            Slot& s = slots[k % kSlots];
+            std::unique_lock<std::mutex> lock(m);
+            while (!s.ready) {
+                if (const std::size_t ahead = claim(); ahead < n)
+                    makeInSlot(lock, ahead);
+                else
+                    changed.wait(lock);
+            }
+            lock.unlock();
+            sink(s.data.get(), s.size); // the helper leaves a ready slot alone
+            lock.lock();
+            s.ready = false;
+            handedOn = k + 1;
+            changed.notify_all();
+        }
+    } catch (...) {
+        {
+            std::lock_guard<std::mutex> lock(m);
+            stop = true;
+        }
+        changed.notify_all();
+        if (helper.joinable())
+            helper.join();
+        throw;
+    }
+    if (helper.joinable())
+        helper.join();
+}
+
+// `,"name":[v,v,...]` for every column, as nlohmann would write them, without building them as JSON values (a
+// 1,000,000-entry trace is 12 million numbers), handed to `sink` in pieces of at most about 1 MiB after `head`.
+void writeColumns(const Trace& t, const std::string& head, const JsonSink& sink)
+{
+    sink(head.data(), head.size());
+    std::vector<ColumnText> columns;
+    forEachColumn(t, [&](const char* name, const auto& column) {
+        using T = typename std::decay_t<decltype(column)>::value_type;
+        using Number = typename std::conditional_t<std::is_enum_v<T>, std::underlying_type<T>, std::type_identity<T>>::type;
+        constexpr std::size_t kWidest = std::numeric_limits<Number>::digits10 + 3; // a comma, a sign, the digits
+        columns.push_back({name, column.data(), column.size(), (kJsonPiece - 64) / kWidest, &writeValues<T>});
+    });
+    struct Piece {
+        const ColumnText* column;
+        std::size_t first, end;
+    };
+    std::vector<Piece> pieces;
+    for (const auto& c : columns) {
+        std::size_t first = 0;
+        do {
+            const std::size_t end = std::min(c.size, first + c.perPiece);
+            pieces.push_back({&c, first, end});
+            first = end;
+        } while (first < c.size);
+    }
+    makePiecesInOrder(pieces.size(), kJsonPiece, [&](std::size_t k, char* out) {
+        const Piece& piece = pieces[k];
+        const ColumnText& c = *piece.column;
+        char* p = out;
+        if (piece.first == 0) {
+            const std::size_t len = std::strlen(c.name);
+            std::memcpy(p, ",\"", 2);
+            std::memcpy(p + 2, c.name, len);
+            std::memcpy(p + 2 + len, "\":[", 3);
+            p += len + 5;
+        }
+        p = c.write(c.values, piece.first, piece.end, p);
+        if (piece.end == c.size)
+            *p++ = ']';
+        return static_cast<std::size_t>(p - out);
+    }, sink);
 }
 
 // The forward's tensor uses, column by column (event: the allocation; op: Trace::op_seq; op_name and module:
@@ -246,10 +393,14 @@ Trace eventsFromJson(const json& e)
 void snapshotToJson(const Snapshot& s, json& j)
 {
     json counts = json::object();
-    if (s.trace)
+    if (s.trace) {
+        std::array<std::size_t, 256> perAction {}; // one pass over the actions, not one per action
+        for (Action a : s.trace->action)
+            ++perAction[static_cast<std::uint8_t>(a)];
         for (int a = 0; a <= static_cast<int>(Action::Snapshot); ++a)
-            if (auto n = s.traceCount(static_cast<Action>(a)))
+            if (auto n = perAction[static_cast<std::size_t>(a)])
                 counts[actionName(static_cast<Action>(a))] = n;
+    }
     j["snapshot"] = {{"layout", s.layout}, {"devices", s.devices}, {"segments", s.segments.size()},
         {"reserved_bytes", s.reservedBytes()}, {"allocated_bytes", s.allocatedBytes()},
         {"trace_entries", s.trace ? s.trace->size() : 0}, {"trace_actions", counts}, {"ooms", s.ooms.size()}};
@@ -417,8 +568,8 @@ void writeReportJson(const Report& r, const JsonSink& sink)
         out.pop_back();
         out += ",\"events\":";
         out.append(events, 0, events.size() - 1);
-        appendColumns(*r.trace, out, sink);
-        out += "}}";
+        writeColumns(*r.trace, out, sink);
+        out = "}}";
     }
     out += '\n';
     sink(out.data(), out.size());

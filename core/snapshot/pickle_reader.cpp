@@ -3,6 +3,7 @@
 #include "support/huge_pages.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -144,6 +145,40 @@ void* allocatePickleChunk(std::size_t bytes)
     return p;
 }
 
+// The parser's stack of values: what it needs of a vector, and its end as a pointer, so that the loop of gets
+// pushes through a local copy of it.
+class ValueStack {
+public:
+    std::size_t size() const { return static_cast<std::size_t>(end_ - slots_.data()); }
+    bool empty() const { return end_ == slots_.data(); }
+    PickleValue* data() { return slots_.data(); }
+    PickleValue& operator[](std::size_t i) { return slots_[i]; }
+    PickleValue& back() { return end_[-1]; }
+    void push_back(const PickleValue& v) { *room(1) = v, ++end_; }
+    void pop_back() { --end_; }
+    void truncate(std::size_t n) { end_ = slots_.data() + std::min(n, size()); } // never grows
+    // Makes room for at least n more values; returns where they go (the end).
+    PickleValue* room(std::size_t n)
+    {
+        if (static_cast<std::size_t>(cap_ - end_) < n)
+            grow(n);
+        return end_;
+    }
+    void setEnd(PickleValue* end) { end_ = end; } // after writing values from the end up to `end`
+
+private:
+    [[gnu::noinline]] void grow(std::size_t n)
+    {
+        const std::size_t used = size();
+        slots_.resize(std::max(used + n, slots_.size() * 2));
+        end_ = slots_.data() + used;
+        cap_ = slots_.data() + slots_.size();
+    }
+    std::vector<PickleValue> slots_; // its size is the capacity
+    PickleValue* end_ = nullptr;
+    PickleValue* cap_ = nullptr;
+};
+
 // The parser is a loop over opcodes with an explicit stack: no recursion, so nesting cannot overflow the
 // C++ stack, and every declared length is checked against the bytes left before anything is allocated.
 class PickleParser {
@@ -178,11 +213,12 @@ public:
 
     PickleDocument run()
     {
-        stack_.reserve(256);
+        stack_.room(256);
         // Every item costs at least one opcode byte, two on average in real files: reserving that much
         // address space up front spares the copies of a growing arena (pages are only touched when used).
         growArena(total_ / 2 + 16);
         memo_.reserve(std::min<std::size_t>(total_ / 8 + 16, std::size_t {1} << 24));
+        adviseHugePages(memo_.data(), memo_.capacity() * sizeof(PickleValue));
         const bool hooked = hooks_.progress || hooks_.cancel;
         std::size_t nextReport = hooked ? kReportEvery : SIZE_MAX;
         for (;;) {
@@ -202,28 +238,43 @@ public:
                 // BINGET ('h') or LONG_BINGET ('j'), one path without a branch, and the gets that follow it (most
                 // of a snapshot: a frame of a stack is one) in a loop of their own. A get that is not plain goes
                 // to dispatch(), which gives its error.
+                // Everything the loop reads is local: the stack's end a pointer, writing through it no member.
                 std::size_t p = pos_; // past the op byte
-                bool first = true;
+                const unsigned char* const d = data_;
+                const std::size_t avail = avail_;
                 const std::size_t memoSize = memo_.size();
-                const PickleValue* memo = memo_.data();
-                std::size_t room = limits_.max_stack > stack_.size() ? limits_.max_stack - stack_.size() : 0;
-                for (;;) {
+                const PickleValue* const memo = memo_.data();
+                const std::size_t used = stack_.size();
+                const std::size_t room = limits_.max_stack > used ? std::min<std::size_t>(limits_.max_stack - used, 4096) : 0;
+                PickleValue* const begin = stack_.room(room);
+                PickleValue* top = begin;
+                PickleValue* const full = begin + room;
+                for (;;) { // op is a get, p past it, and 4 bytes readable from p
                     const bool shortGet = op == 'h';
-                    const std::uint32_t raw = loadLE32(data_ + p);
+                    const std::uint32_t raw = loadLE32(d + p);
                     const std::size_t idx = shortGet ? (raw & 0xffu) : raw;
-                    if (idx >= memoSize || memo[idx].bits_ == PickleValue::kUnset || room == 0) {
+                    if (idx >= memoSize || top == full) {
                         --p; // back to its op byte
                         break;
                     }
-                    p += shortGet ? 1 : 4;
-                    --room;
-                    pushShared(memo[idx]);
-                    first = false;
-                    if (avail_ - p < 5 || (data_[p] | 2) != 'j')
+                    const PickleValue v = memo[idx];
+                    if (v.bits_ == PickleValue::kUnset) {
+                        --p;
                         break;
-                    op = data_[p++];
+                    }
+                    p += shortGet ? 1 : 4;
+                    if (v.isContainerKind()) // a second reference: it can no longer be reused when reduced
+                        v.container()->flags |= PickleContainer::kShared;
+                    *top++ = v;
+                    if (avail - p < 5)
+                        break;
+                    op = d[p];
+                    if ((op | 2) != 'j')
+                        break;
+                    ++p;
                 }
-                if (!first) {
+                stack_.setEnd(top);
+                if (top != begin) {
                     pos_ = p;
                     continue;
                 }
@@ -232,6 +283,19 @@ public:
                 continue;
             } else if (op == 'K' && left >= 1 && stack_.size() < limits_.max_stack) { // BININT1
                 stack_.push_back(bits((static_cast<std::uint64_t>(data_[pos_++]) << 3) | PickleValue::kTagInt));
+                continue;
+            } else if (op == 0x8a && left >= 9 && data_[pos_] - 1u < 8u && stack_.size() < limits_.max_stack) {
+                // LONG1 of up to 8 bytes (an address, a size, a time): two's complement, little-endian
+                const std::size_t n = data_[pos_];
+                std::uint64_t v = 0;
+                std::memcpy(&v, data_ + pos_ + 1, 8);
+                v = fromLE(v);
+                pos_ += 1 + n;
+                stack_.push_back(longOfBits(v, n));
+                continue;
+            } else if (op == 'J' && left >= 4 && stack_.size() < limits_.max_stack) { // BININT: 32 bits, signed
+                stack_.push_back(integer(static_cast<std::int32_t>(loadLE32(data_ + pos_))));
+                pos_ += 4;
                 continue;
             } else if (op == 'M' && left >= 2 && stack_.size() < limits_.max_stack) { // BININT2
                 std::uint64_t v = data_[pos_] | (std::uint64_t {data_[pos_ + 1]} << 8);
@@ -302,10 +366,19 @@ private:
         return avail_ - pos_ >= n;
     }
     std::size_t leftInData() const { return total_ - (base_ + pos_); }
+    static std::uint64_t fromLE(std::uint64_t v)
+    {
+        if constexpr (std::endian::native == std::endian::big)
+            v = __builtin_bswap64(v);
+        return v;
+    }
     static std::uint32_t loadLE32(const unsigned char* p)
     {
-        return std::uint32_t {p[0]} | (std::uint32_t {p[1]} << 8) | (std::uint32_t {p[2]} << 16)
-            | (std::uint32_t {p[3]} << 24);
+        std::uint32_t v;
+        std::memcpy(&v, p, sizeof v);
+        if constexpr (std::endian::native == std::endian::big)
+            v = __builtin_bswap32(v);
+        return v;
     }
 
     [[noreturn]] void fail(const std::string& reason) const { throw PickleError(op_start_, reason); }
@@ -529,7 +602,7 @@ private:
     void appendFromStack(PickleContainer& c, std::size_t first)
     {
         append(c, stack_.data() + first, stack_.size() - first);
-        stack_.resize(first);
+        stack_.truncate(first);
     }
 
     PickleValue tupleFrom(std::size_t first)
@@ -583,12 +656,11 @@ private:
         need(n);
         const unsigned char* p = data_ + pos_;
         pos_ += n;
-        if (n <= 8) { // the common case (addresses take 7 or 8 bytes): sign-extend the top byte
+        if (n <= 8) { // the common case (addresses take 7 or 8 bytes)
             std::uint64_t v = 0;
             for (std::size_t i = n; i-- > 0;)
                 v = (v << 8) | p[i];
-            const unsigned shift = static_cast<unsigned>(64 - 8 * n);
-            return integer(static_cast<std::int64_t>(v << shift) >> shift);
+            return longOfBits(v, n);
         }
         bool negative = (p[n - 1] & 0x80) != 0;
         std::size_t used = n;
@@ -610,6 +682,14 @@ private:
         sc.kind = PickleKind::Float;
         sc.f = negative ? -(value + 1.0) : value;
         return newScalar(sc);
+    }
+
+    // The int of a LONG1 or LONG4 of n bytes (1 to 8) whose little-endian bytes, and any after them, are `bits`:
+    // the top byte sign-extended.
+    PickleValue longOfBits(std::uint64_t bits, std::size_t n)
+    {
+        const unsigned shift = static_cast<unsigned>(64 - 8 * n);
+        return integer(static_cast<std::int64_t>(bits << shift) >> shift);
     }
 
     PickleValue text(PickleKind k, std::size_t n)
@@ -775,7 +855,7 @@ private:
             pop();
             return false; // POP
         case '1':
-            stack_.resize(popMark());
+            stack_.truncate(popMark());
             return false; // POP_MARK
         case '2': {
             auto v = top();
@@ -925,7 +1005,7 @@ private:
     char* textAt_ = nullptr;
     std::size_t textLeft_ = 0;
     std::size_t op_start_ = 0;
-    std::vector<PickleValue> stack_;
+    ValueStack stack_;
     std::vector<std::size_t> marks_;
     std::vector<PickleValue> memo_;
     PickleValue* arena_ = nullptr; // handed to the document at STOP

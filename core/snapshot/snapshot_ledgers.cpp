@@ -303,8 +303,11 @@ std::array<LedgerFigure, kLedgerKinds> snapshotLedgerFigures(
         } else if (t.action[i] == Action::Free) {
             live[l] -= t.bytes[i];
         }
-        if (i >= first)
-            keep(static_cast<std::int32_t>(i) == peakEvent);
+        if (i >= first) { // keep(), for the one ledger an event changes
+            out[l].max = std::max(out[l].max, live[l]);
+            if (static_cast<std::int32_t>(i) == peakEvent)
+                keep(true);
+        }
     }
     if (first >= end)
         keep(true);

@@ -9,6 +9,8 @@
 #include <climits>
 #include <cstdint>
 #include <filesystem>
+#include <future>
+#include <system_error>
 #include <map>
 #include <unordered_map>
 
@@ -368,8 +370,15 @@ void summarizeSnapshotEvents(Report& r, const Snapshot& s, const std::string& pa
 
 Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAllocator)
 {
-    if (checkAllocator && !s.allocator_check.done)
-        s.allocator_check = checkAllocatorModel(s);
+    // The allocator model's replay (a third of the work after reading) runs on a second thread meanwhile.
+    std::future<SnapshotAllocatorCheck> check;
+    if (checkAllocator && !s.allocator_check.done) {
+        try {
+            check = std::async(std::launch::async, [&s] { return checkAllocatorModel(s); });
+        } catch (const std::system_error&) { // no thread to be had: here, first
+            s.allocator_check = checkAllocatorModel(s);
+        }
+    }
     Report r;
     r.source = ReportSource::Snapshot;
     r.model.path = path;
@@ -404,6 +413,8 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAlloc
         r.notes.push_back("out of memory on cuda:" + std::to_string(o.device) + ": " + formatBytes(o.bytes_requested)
             + " requested, " + formatBytes(o.device_free) + " free on the device"
             + (o.where.empty() ? "" : " at " + o.where));
+    if (check.valid())
+        s.allocator_check = check.get();
     if (s.allocator_check.recorded > 0)
         r.notes.push_back(allocatorNote(s.allocator_check));
     if (!s.ignored_keys.empty()) { // docs/snapshots.md, "Keys"
@@ -481,7 +492,7 @@ std::vector<AnnotationFigures> annotationFigures(const Report& r)
     if (!r.snapshot)
         return out;
     out.resize(r.snapshot->annotations.size());
-    if (!r.trace || !r.snapshot->trace_has_time || r.trace->size() == 0)
+    if (out.empty() || !r.trace || !r.snapshot->trace_has_time || r.trace->size() == 0)
         return out;
     const auto& time = r.trace->time_ns;
     const auto live = liveBytesAfterEachEvent(*r.trace);

