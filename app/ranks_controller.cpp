@@ -27,7 +27,10 @@ void RanksController::open(const QStringList& paths)
             auto table = std::make_shared<const RankTable>(compareRanks(rankFiles(list)));
             jobs_->deliver(job, [this, table] {
                 reading_ = false;
-                emit statusMessage(tr("%n rank(s) read", nullptr, static_cast<int>(table->ranks.size())), 4000);
+                auto text = tr("%n rank(s) read", nullptr, static_cast<int>(table->ranks.size()));
+                for (const auto& l : table->left_out)
+                    text += tr("; left out: %1").arg(QString::fromStdString(l.reason));
+                emit statusMessage(text, table->left_out.empty() ? 4000 : 15000);
                 emit ready(table);
             });
         } catch (const std::exception& e) {

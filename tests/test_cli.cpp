@@ -240,6 +240,16 @@ TEST(Cli, RanksCompareSnapshotsAsAnalyzeReadsThemOneByOne)
     std::ifstream again(json);
     EXPECT_GE(nlohmann::json::parse(again)["ranks"].size(), 10u);
     // A model is not a recording: exit 3, naming it.
-    auto model = runCommand(memledgerBinary() + " ranks " + files[0] + " demo:rfbnet.pt");
+    auto model = runCommand(memledgerBinary() + " ranks demo:rfbnet.pt");
     EXPECT_NE(model.exit_code, 0);
+    EXPECT_NE(model.output.find("demo:rfbnet.pt"), std::string::npos) << model.output;
+    // Beside recordings, a file that is none is left out and named; the others are ranked.
+    auto mixed = runCommand(memledgerBinary() + " ranks " + files[0] + " demo:rfbnet.pt --json " + json);
+    ASSERT_EQ(mixed.exit_code, 0) << mixed.output;
+    EXPECT_NE(mixed.output.find("left out: "), std::string::npos) << mixed.output;
+    std::ifstream mixedIn(json);
+    auto mj = nlohmann::json::parse(mixedIn);
+    EXPECT_EQ(mj["ranks"].size(), 1u);
+    ASSERT_EQ(mj["left_out"].size(), 1u);
+    EXPECT_EQ(mj["left_out"][0]["file"], "demo:rfbnet.pt");
 }

@@ -170,9 +170,17 @@ TEST(RanksGui, ABadFileFailsWithItsNameAndTheWindowKeepsWorking)
     ASSERT_TRUE(f.open(QIODevice::WriteOnly));
     f.write("\x80\x04not a snapshot at all");
     f.close();
-    EXPECT_FALSE(openRanksAndWait(w, {snapshot(kFiles[2]), bad}));
+    // Alone, it fails with its name; beside a good file, it is left out and named, the good one ranked.
+    EXPECT_FALSE(openRanksAndWait(w, {bad}));
     EXPECT_TRUE(w.errorText().contains(bad)) << w.errorText().toStdString();
     EXPECT_FALSE(w.tabs()->isTabVisible(w.tabs()->indexOf(w.ranksView())));
+    ASSERT_TRUE(openRanksAndWait(w, {snapshot(kFiles[2]), bad}));
+    EXPECT_EQ(w.ranksView()->tableWidget()->rowCount(), 1);
+    ASSERT_EQ(w.ranksView()->table()->left_out.size(), 1u);
+    EXPECT_EQ(w.ranksView()->table()->left_out[0].file, bad.toStdString());
+    EXPECT_TRUE(w.ranksView()->heading()->text().contains(QStringLiteral("Left out: ")))
+        << w.ranksView()->heading()->text().toStdString();
+    EXPECT_TRUE(w.ranksView()->heading()->text().contains(bad)) << w.ranksView()->heading()->text().toStdString();
     // A folder of good files opens afterwards.
     QTemporaryDir good;
     ASSERT_TRUE(QFile::link(snapshot(kFiles[2]), good.filePath(QStringLiteral("rank0.pickle"))));

@@ -154,6 +154,10 @@ void RanksView::setTable(std::shared_ptr<const RankTable> table)
     } else {
         heading_->setText(table_ ? tr("No ranks") : QString());
     }
+    if (table_)
+        for (const auto& l : table_->left_out) // files that could not be read: named, the others shown
+            heading_->setText(heading_->text() + QStringLiteral("<br><span style=\"color:#b03030\">")
+                + tr("Left out: %1").arg(QString::fromStdString(l.reason).toHtmlEscaped()) + QStringLiteral("</span>"));
     fillRows();
     plotTimelines();
 }

@@ -101,10 +101,8 @@ std::vector<std::string> rankFiles(const std::vector<std::string>& paths)
             if (inside.empty())
                 throw FileError(p, "a folder without snapshots (.pickle, .pkl) or reports (.json)");
             out.insert(out.end(), inside.begin(), inside.end());
-        } else if (!fs::exists(p, ec)) {
-            throw FileError(p, "no such file");
         } else {
-            out.push_back(p);
+            out.push_back(p); // a missing file or a model: its reader says so (compareRanks lists it)
         }
     }
     return out;
@@ -133,9 +131,25 @@ RankTable compareRanks(const std::vector<std::string>& files, int threads)
     work();
     for (auto& th : pool)
         th.join();
-    for (const auto& e : errors)
-        if (e)
-            std::rethrow_exception(e);
+    std::exception_ptr first;
+    std::vector<RankRow> read;
+    for (std::size_t i = 0; i < files.size(); ++i) {
+        if (!errors[i]) {
+            read.push_back(std::move(t.ranks[i]));
+            continue;
+        }
+        first = first ? first : errors[i];
+        try {
+            std::rethrow_exception(errors[i]);
+        } catch (const std::exception& e) {
+            t.left_out.push_back({files[i], e.what()});
+        } catch (...) {
+            t.left_out.push_back({files[i], "could not be read"});
+        }
+    }
+    if (read.empty() && first)
+        std::rethrow_exception(first);
+    t.ranks = std::move(read);
     if (t.ranks.empty())
         return t;
     std::int64_t lowest = INT64_MAX, highest = -1;
@@ -170,8 +184,11 @@ nlohmann::json ranksToJson(const RankTable& t)
             {"peak_time_ms", static_cast<double>(r.peak_time_ns) / 1e6}, {"ledgers_at_peak", ledgers},
             {"peak_phase", r.peak_phase}});
     }
+    nlohmann::json leftOut = nlohmann::json::array();
+    for (const auto& l : t.left_out)
+        leftOut.push_back({{"file", l.file}, {"reason", l.reason}});
     return {{"format", "memledger-ranks"}, {"version", 1}, {"ranks", rows}, {"highest_peak_rank", t.highest_peak_rank},
-        {"peak_spread", t.peak_spread}};
+        {"peak_spread", t.peak_spread}, {"left_out", leftOut}};
 }
 
 std::string ranksToText(const RankTable& t)
@@ -196,6 +213,8 @@ std::string ranksToText(const RankTable& t)
             << formatBytes(h.peak_total_bytes) << "; spread " << spread << " (highest / lowest peak total)\n";
     }
     out << "(~: reserved simulated by the caching-allocator model; the file records no segment events)\n";
+    for (const auto& l : t.left_out)
+        out << "left out: " << l.reason << "\n";
     return out.str();
 }
 
@@ -214,6 +233,8 @@ std::string ranksToHtml(const RankTable& t)
         out << "<p>Highest peak: rank " << t.highest_peak_rank << " (" << htmlEscape(h.file) << "), "
             << formatBytes(h.peak_total_bytes) << "; spread " << spread << "&times; (highest / lowest peak total).</p>\n";
     }
+    for (const auto& l : t.left_out)
+        out << "<p>Left out: " << htmlEscape(l.reason) << "</p>\n";
     out << "<table><tr><th>rank</th><th class=l>file</th><th>peak total</th><th>reserved peak</th><th>peak at</th>"
            "<th class=l>phase at the peak</th></tr>\n";
     for (std::size_t i = 0; i < t.ranks.size(); ++i) {

@@ -26,15 +26,21 @@ struct RankRow {
 };
 
 struct RankTable {
-    std::vector<RankRow> ranks; // in the order the files were given
+    std::vector<RankRow> ranks; // in the order the files were given, those that could be read
+    struct LeftOut {
+        std::string file;
+        std::string reason; // the reader's error, naming the file
+    };
+    std::vector<LeftOut> left_out; // files that could not be read (not a snapshot, damaged): listed, not ranked
     int highest_peak_rank = -1; // index into ranks
     double peak_spread = 0.0; // highest peak total / lowest peak total
 };
 
 // Reads every file (CUDA snapshots or memledger JSON reports; a folder stands for its .pickle/.pkl/.json files,
-// sorted) with the streaming reader, `threads` at a time. Throws FileError naming a file that cannot be read.
+// sorted) with the streaming reader, `threads` at a time. A file that cannot be read is left out and listed
+// (RankTable::left_out); when none can be read, throws the first one's FileError.
 RankTable compareRanks(const std::vector<std::string>& files, int threads = 0);
-// The files a list of paths stands for (folders expanded). Throws FileError for a missing path.
+// The files a list of paths stands for (folders expanded). Throws FileError for a folder without recordings.
 std::vector<std::string> rankFiles(const std::vector<std::string>& paths);
 
 // Rank i's colour in every view of ranks (the HTML, the window): "#1f77b4", ...; eight, then again.
