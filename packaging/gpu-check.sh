@@ -5,6 +5,8 @@
 #   peak_total_bytes   against torch.cuda.max_memory_allocated()  (must agree within 1%)
 #   reserved peak      against torch.cuda.max_memory_reserved()   (must agree within 2%)
 #   simulated reserve  (memledger's allocator model) against the real one (shown, not judged)
+#   then packaging/gpu_snapshots.py: a real snapshot of two AdamW steps whose weights, gradients, optimizer
+#   state, ranges, tensor annotation and pinned host memory the model tells, against memledger's analyze
 # Exits 0 only when every row agrees. Needs: cmake, a C++20 compiler, the CUDA toolkit (nvcc) of the torch's
 # CUDA major version, and .gpu-deps/ (made by packaging/gpu-deps.sh on a Debian machine) for nlohmann_json.
 # PYTHON (default python3) is the Python with torch; torchvision is needed for the fixtures.
@@ -39,4 +41,8 @@ cmake --build build-gpu -j"$jobs" --target memledger >>build-gpu.log 2>&1 || {
 }
 build-gpu/app/memledger --version
 "$python" tests/fixtures/make_fixtures.py build-gpu/fixtures
-exec "$python" packaging/gpu_check.py build-gpu/app/memledger build-gpu/fixtures
+status=0
+"$python" packaging/gpu_check.py build-gpu/app/memledger build-gpu/fixtures || status=1
+# Real snapshots whose contents the model tells: ledgers, ranges, annotations, pinned host memory.
+"$python" packaging/gpu_snapshots.py build-gpu/app/memledger build-gpu/snapshots || status=1
+exit $status

@@ -36,7 +36,7 @@ TEST(Device, VersionNamesTheLibtorchAndWhetherCudaIsIn)
 {
     auto r = runCommand(memledgerBinary() + " --version");
     EXPECT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_EQ(r.output.rfind("memledger 0.2.0 (libtorch ", 0), 0u) << r.output;
+    EXPECT_EQ(r.output.rfind("memledger 0.4.0 (libtorch ", 0), 0u) << r.output;
     if (builtWithCuda())
         EXPECT_NE(r.output.find(", CUDA "), std::string::npos) << r.output;
     else

@@ -132,12 +132,21 @@ for path in sys.argv[1:]:
     segments = d if isinstance(d, list) else d.get("segments", [])
     traces = [] if isinstance(d, list) else d.get("device_traces", [])
     allocs = [e for t in traces for e in t if e["action"] == "alloc"]
-    frees = [e for t in traces for e in t if e["action"] == "free_completed"]
-    active = sum(b["size"] for s in segments for b in s["blocks"] if b["state"] == "active_allocated")
-    net = sum(e["size"] for e in allocs) - sum(e["size"] for e in frees)
+    # Alive when the trace began, in the trace's unit (bytes requested): the blocks alive at the end that no
+    # alloc of the trace made, and those the trace frees without having allocated them.
+    made, before = {}, 0
+    for device, t in enumerate(traces):
+        for e in t:
+            key = (device, e.get("addr"))
+            if e["action"] == "alloc":
+                made[key] = e["size"]
+            elif e["action"] == "free_completed":
+                before += 0 if made.pop(key, None) is not None else e["size"]
+    before += sum(b.get("requested_size") or b["size"] for s in segments for b in s["blocks"]
+                  if b["state"] == "active_allocated" and (s["device"], b["address"]) not in made)
     out[path] = {"reserved": sum(s["total_size"] for s in segments),
                  "allocated": sum(e["size"] for e in allocs), "allocations": len(allocs),
-                 "alive_before": max(0, active - net)}
+                 "alive_before": before}
 print(json.dumps(out))
 )PY";
 

@@ -293,7 +293,8 @@ TEST(RangeReport, ATraceWithoutTimestampsIsLaidOutInOrder)
 }
 
 // The segment chart and the sentence under it agree about the end: fragmentation at the end (reserved minus
-// allocated, as Python's pickle counts it per device) is never called "no fragmentation".
+// what the blocks alive hold in the trace's unit, the bytes requested, as Python's pickle counts it per device) is
+// never called "no fragmentation".
 TEST(RangeReport, TheFragmentationSentenceNeverContradictsTheChart)
 {
     SKIP_WITHOUT_SNAPSHOTS();
@@ -311,7 +312,7 @@ TEST(RangeReport, TheFragmentationSentenceNeverContradictsTheChart)
             std::int64_t frag = 0;
             for (const auto& [dev, v] : truth["devices"].items())
                 if (d == TimelineSeries::kAllDevices || std::stoi(dev) == d)
-                    frag += v["reserved"].get<std::int64_t>() - v["allocated"].get<std::int64_t>();
+                    frag += v["reserved"].get<std::int64_t>() - v["requested"].get<std::int64_t>();
             auto h = SegmentHistory::build(r, TimelineAxis::Milliseconds, d);
             ASSERT_FALSE(h.fragmentation.empty());
             // Read a block at a time, every point is what the segments held: those at the end (Python's count),

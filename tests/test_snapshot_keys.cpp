@@ -82,8 +82,8 @@ TEST(SnapshotKeys, ASnapshotWithEveryKeyOpens)
     const auto& syn = synthetic();
     Snapshot s = readSnapshotFile(syn.path);
     ASSERT_TRUE(s.trace);
-    EXPECT_EQ(s.trace->size(), syn.truth["rows"].get<std::size_t>()); // annotate is skipped, oom kept
-    EXPECT_EQ(s.skipped_entries, 1);
+    EXPECT_EQ(s.trace->size(), syn.truth["rows"].get<std::size_t>()); // annotate is no row, oom is one
+    EXPECT_EQ(s.skipped_entries, 0); // annotate is read (AnnotationsNameTheirAllocations)
     EXPECT_EQ(s.traceCount(Action::SegmentMap), 1u);
     EXPECT_EQ(s.traceCount(Action::SegmentUnmap), 1u);
     ASSERT_EQ(s.ooms.size(), 1u);
@@ -97,12 +97,50 @@ TEST(SnapshotKeys, ASnapshotWithEveryKeyOpens)
     ASSERT_EQ(s.annotations.size(), 1u);
     EXPECT_EQ(s.devices, (std::vector<int> {0, 1}));
     // Read past and listed: the entries' pool_id and forward_frames. Host memory is read (HostMemory below).
-    for (const char* key : {"device_traces[].pool_id", "device_traces[].forward_frames"})
+    for (const char* key : {"device_traces[].pool_id", "device_traces[].forward_frames", "device_traces[].internal_metadata"})
         EXPECT_TRUE(contains(s.ignored_keys, key)) << key;
     EXPECT_FALSE(contains(s.ignored_keys, "host_segments"));
     EXPECT_FALSE(contains(s.ignored_keys, "host_traces"));
     EXPECT_FALSE(contains(s.ignored_keys, "device_traces[].user_metadata"));
     EXPECT_FALSE(contains(s.ignored_keys, "device_traces[].compile_context"));
+}
+
+// torch.cuda.memory._annotate_tensor's `annotate` entries name the allocation alive at their address, as Python
+// finds it in the pickle; one names a block of before the trace.
+TEST(SnapshotKeys, AnnotationsNameTheirAllocations)
+{
+    const auto& syn = synthetic();
+    Report r = readSnapshotReport(syn.path);
+    ASSERT_TRUE(r.snapshot && r.trace);
+    const auto& truth = syn.truth["tensor_annotations"];
+    const auto& ours = r.snapshot->tensor_annotations;
+    ASSERT_EQ(ours.size(), truth.size());
+    ASSERT_EQ(ours.size(), 2u);
+    auto j = reportToJson(r, false);
+    const auto& listed = j["snapshot"]["tensor_annotations"];
+    ASSERT_EQ(listed.size(), truth.size());
+    for (std::size_t k = 0; k < ours.size(); ++k) {
+        const auto& a = ours[k];
+        EXPECT_EQ(a.text, truth[k]["text"].get<std::string>());
+        EXPECT_EQ(listed[k]["text"], truth[k]["text"]);
+        EXPECT_EQ(listed[k]["bytes"], truth[k]["bytes"]) << a.text;
+        if (truth[k]["bytes"].is_null()) {
+            EXPECT_EQ(a.event, TensorAnnotation::kBeforeTrace);
+            EXPECT_TRUE(listed[k]["alloc_event"].is_null());
+            continue;
+        }
+        ASSERT_LT(a.event, r.trace->size());
+        EXPECT_EQ(r.trace->action[a.event], Action::Alloc);
+        EXPECT_EQ(r.trace->address[a.event], a.address);
+        EXPECT_EQ(r.trace->bytes[a.event], truth[k]["bytes"].get<std::int64_t>());
+        EXPECT_EQ(listed[k]["alloc_event"], a.event);
+        ASSERT_EQ(annotationsOfEvent(*r.snapshot, a.event).size(), 1u);
+        EXPECT_NE(a.stack, 0u); // the annotation site's frames
+    }
+    bool note = false;
+    for (const auto& n : r.notes)
+        note = note || n.find("2 allocation annotations") != std::string::npos;
+    EXPECT_TRUE(note);
 }
 
 TEST(SnapshotKeys, EachEventKeepsItsUserMetadataAndCompileContext)

@@ -92,6 +92,8 @@ TEST(SnapshotKeysGui, CallStackDockNamesTheValues)
     const auto lines = contextLinesHtml(*r, i);
     EXPECT_TRUE(lines.contains(QStringLiteral("user_metadata: step 2"))) << lines.toStdString();
     EXPECT_TRUE(lines.contains(QStringLiteral("compile_context: torch-compiled frame 0/0"))) << lines.toStdString();
+    // and its annotation (torch.cuda.memory._annotate_tensor)
+    EXPECT_TRUE(lines.contains(QStringLiteral("annotated at 0.009 ms: packed for backward"))) << lines.toStdString();
     EXPECT_TRUE(contextLinesHtml(*r, allocOf(*r->trace, 4096)).isEmpty()); // neither
     StackPane pane;
     pane.setReport(r);

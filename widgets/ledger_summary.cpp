@@ -114,17 +114,25 @@ std::vector<SummarySection> snapshotSections(const Report& r, int device)
         peak.caption = p == 0 ? QObject::tr("when the trace begins") : QObject::tr("at %1").arg(keyText(r, p - 1));
         out.push_back(std::move(peak));
     }
-    std::int64_t reserved = 0, allocated = 0;
+    std::int64_t reserved = 0, allocated = 0, requested = 0;
     for (const auto& seg : snap.segments)
         if (onDevice(seg.device)) {
             reserved += seg.total_size;
             for (const auto& b : seg.blocks)
-                if (b.state == BlockState::ActiveAllocated)
+                if (b.state == BlockState::ActiveAllocated) {
                     allocated += b.size;
+                    requested += requestedOrSize(snap, b);
+                }
         }
     SummarySection end;
     end.title = QObject::tr("At the end%1: %2 reserved").arg(where, bytesText(reserved));
-    end.rows.push_back({QObject::tr("allocated"), allocated, ledgerColor(Ledger::Unattributed)});
+    if (requested != allocated) { // the timeline counts the bytes requested, the blocks hold them rounded up
+        end.rows.push_back({QObject::tr("allocated, as requested"), requested, ledgerColor(Ledger::Unattributed)});
+        end.rows.push_back({QObject::tr("rounded up into blocks"), allocated - requested,
+            ledgerColor(Ledger::Unattributed).lighter(135)});
+    } else {
+        end.rows.push_back({QObject::tr("allocated"), allocated, ledgerColor(Ledger::Unattributed)});
+    }
     end.rows.push_back({QObject::tr("not allocated (fragmentation)"), reserved - allocated, fragmentationColor()});
     if (!traced)
         end.caption = QObject::tr("the snapshot has no trace: this is all it shows");

@@ -54,19 +54,23 @@ QString shortFrameText(const QString& text)
 
 QString contextLinesHtml(const Report& r, std::size_t event)
 {
-    if (!r.snapshot || r.snapshot->trace != r.trace || !hasContexts(*r.snapshot))
+    if (!r.snapshot || r.snapshot->trace != r.trace)
         return {};
     QString out;
-    for (auto kind : {ContextKind::UserMetadata, ContextKind::CompileContext}) {
-        const auto& value = contextOfEvent(*r.snapshot, event, kind);
-        if (value.empty())
-            continue;
+    auto line = [&](const QString& label, const std::string& value) {
         auto text = QString::fromStdString(value);
         if (text.size() > 110)
             text = text.left(109) + QChar(0x2026);
-        out += (out.isEmpty() ? QString() : QStringLiteral("<br>")) + QString::fromLatin1(contextKindName(kind))
-            + QStringLiteral(": ") + text.toHtmlEscaped();
-    }
+        out += (out.isEmpty() ? QString() : QStringLiteral("<br>")) + label + QStringLiteral(": ") + text.toHtmlEscaped();
+    };
+    if (hasContexts(*r.snapshot))
+        for (auto kind : {ContextKind::UserMetadata, ContextKind::CompileContext})
+            if (const auto& value = contextOfEvent(*r.snapshot, event, kind); !value.empty())
+                line(QString::fromLatin1(contextKindName(kind)), value);
+    for (const auto* a : annotationsOfEvent(*r.snapshot, event))
+        line(a->time_ns == INT64_MAX ? QObject::tr("annotated")
+                                     : QObject::tr("annotated at %1 ms").arg(static_cast<double>(a->time_ns) / 1e6, 0, 'f', 3),
+            a->text);
     return out;
 }
 

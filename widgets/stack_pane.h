@@ -25,8 +25,9 @@ QString shortFrameText(const QString& text);
 QString stackTooltipHtml(const Trace& trace, std::uint32_t stack, int maxFrames = 12);
 QString stackTooltipHtml(const std::vector<FrameView>& frames, int maxFrames = 12);
 
-// The user_metadata and compile_context of a snapshot report's trace event, as rich text lines
-// ("user_metadata: step 3<br>compile_context: …"); "" when the event has neither.
+// The user_metadata and compile_context of a snapshot report's trace event and the annotations of the allocation
+// it made (torch.cuda.memory._annotate_tensor), as rich text lines ("user_metadata: step 3<br>compile_context:
+// …<br>annotated at 12.500 ms: packed"); "" when it has none.
 QString contextLinesHtml(const Report& report, std::size_t event);
 
 class StackPane : public QWidget {

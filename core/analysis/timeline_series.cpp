@@ -137,36 +137,23 @@ private:
 
 // Live bytes of a snapshot per ledger (Trace::ledger, as snapshot/snapshot_ledgers.h tells it), with the blocks
 // freed by the caller but not yet by the stream apart, told to `out` (when given). The sum follows
-// reportFromSnapshot: the blocks alive at the end, minus what the trace did, were alive at its start; every
-// free_completed takes its bytes away. As in snapshotLedgerFigures, a block alive before the trace is in the ledger
+// reportFromSnapshot: it starts from what was alive before the trace (aliveBeforeTrace); every free_completed
+// takes its bytes away. As in snapshotLedgerFigures, a block alive before the trace is in the ledger
 // its free in the trace tells, the rest of those bytes are Resident. `requested` (when given) gets, per event, the
 // free_requested event of an alloc still waiting for its free_completed (-1: none).
 void walkSnapshotBands(const Snapshot& snap, const Trace& t, int device, BandsBuilder* out,
     std::vector<std::int32_t>* requested)
 {
     auto onDevice = [&](std::size_t i) { return device == TimelineSeries::kAllDevices || t.device[i] == device; };
-    std::int64_t allocatedEnd = 0;
-    for (const auto& seg : snap.segments)
-        if (device == TimelineSeries::kAllDevices || seg.device == device)
-            for (const auto& b : seg.blocks)
-                if (b.state == BlockState::ActiveAllocated)
-                    allocatedEnd += b.size;
     std::array<std::int64_t, TimelineSeries::kBands> live {};
-    std::int64_t net = 0, told = 0;
-    for (std::size_t i = 0; i < t.size(); ++i) {
-        if (!onDevice(i))
-            continue;
-        if (t.action[i] == Action::Alloc) {
-            net += t.bytes[i];
-        } else if (t.action[i] == Action::Free) {
-            net -= t.bytes[i];
-            if (t.partner[i] == kNoPartner) {
-                live[static_cast<std::size_t>(t.ledger[i])] += t.bytes[i];
-                told += t.bytes[i];
-            }
+    std::int64_t told = 0;
+    for (std::size_t i = 0; i < t.size(); ++i)
+        if (onDevice(i) && t.action[i] == Action::Free && t.partner[i] == kNoPartner) {
+            live[static_cast<std::size_t>(t.ledger[i])] += t.bytes[i];
+            told += t.bytes[i];
         }
-    }
-    const std::int64_t before = std::max<std::int64_t>(0, allocatedEnd - net);
+    const std::int64_t before = aliveBeforeTrace(
+        snap, device == TimelineSeries::kAllDevices ? std::nullopt : std::optional<int>(device));
     constexpr auto kResident = static_cast<std::size_t>(Ledger::Resident);
     live[kResident] = std::max<std::int64_t>(0, before - told + live[kResident]);
 

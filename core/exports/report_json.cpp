@@ -413,6 +413,16 @@ void snapshotToJson(const Snapshot& s, json& j)
             {"end_ms", a.end_us >= 0 ? json(static_cast<double>(s.endNs(a)) / 1e6) : json(nullptr)}});
     j["snapshot"]["annotations"] = annotations;
     j["snapshot"]["annotation_entries"] = s.annotation_entries;
+    // Allocations annotated after the fact (torch.cuda.memory._annotate_tensor): `annotate` entries.
+    json tensorAnnotations = json::array();
+    for (const auto& a : s.tensor_annotations) {
+        const bool inTrace = a.event != TensorAnnotation::kBeforeTrace && s.trace;
+        tensorAnnotations.push_back({{"text", a.text}, {"device", a.device}, {"address", a.address},
+            {"time_ms", a.time_ns == INT64_MAX ? json(nullptr) : json(static_cast<double>(a.time_ns) / 1e6)},
+            {"alloc_event", inTrace ? json(a.event) : json(nullptr)},
+            {"bytes", inTrace ? json(s.trace->bytes[a.event]) : json(nullptr)}});
+    }
+    j["snapshot"]["tensor_annotations"] = tensorAnnotations;
     // Devices by name ("cuda:0", "host (pinned)"); `devices` stays the GPUs' indices. The host's pinned memory
     // is a device of its own: none of the GPU figures above count it.
     json names = json::array();

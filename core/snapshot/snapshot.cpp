@@ -209,6 +209,8 @@ std::vector<SnapshotFrame> framesOf(const PickleValue* frames, StackTables& tabl
 // `device` field: the index of the list it is in.
 constexpr std::int8_t kDeviceOfList = -128;
 constexpr std::int64_t kNoDevice = INT64_MIN;
+// The action of torch.cuda.memory._annotate_tensor's entries (Snapshot::tensor_annotations).
+constexpr std::string_view kAnnotateAction = "annotate";
 
 // Slots of the keys the decoder reads in trace entries and frames.
 // Entry keys come before kName, frame keys from kName on (the reducer tells frames from entries by them).
@@ -616,6 +618,8 @@ private:
             return false;
         Action a = Action::Alloc;
         if (!actions_.find(f[kAction]->asStr(), a)) {
+            if (f[kAction]->asStr() == kAnnotateAction)
+                return false; // rare: decodeTraces reads it from the tree
             out = PickleValue::reduced(kSkippedValue, 0);
             return true;
         }
@@ -685,17 +689,30 @@ struct TracePart {
     int device = kDeviceOfList; // kHostDevice: every row's device, whatever its entry says
 };
 
+// An `annotate` entry as read, before the trace's clock and the allocation it names are known.
+struct PendingAnnotation {
+    std::int64_t time_us = 0;
+    bool timed = false;
+    std::uint64_t addr = 0;
+    std::int64_t device = kNoDevice; // kNoDevice: its list's
+    std::string text;
+    std::uint32_t stack = 0;
+};
+
+enum class EntryKind { Row, Skipped, Annotation };
+
 // Makes a row of a trace entry: the row the reducer made, or the entry read from the tree (its errors are
-// ShapeErrors). Returns false for an entry memledger skips (an action it does not model).
-bool entryRow(const PickleValue& e, TraceRows& rows, StackTables& tables, KeySlots& keys, ActionNames& actions,
-    std::vector<std::string>& ignored, std::uint32_t& row, std::vector<std::pair<std::uint32_t, std::int64_t>>& oomFree)
+// ShapeErrors). Skipped: an action memledger does not know; Annotation: an `annotate` entry, read into `ann`.
+EntryKind entryRow(const PickleValue& e, TraceRows& rows, StackTables& tables, KeySlots& keys, ActionNames& actions,
+    std::vector<std::string>& ignored, std::uint32_t& row, std::vector<std::pair<std::uint32_t, std::int64_t>>& oomFree,
+    PendingAnnotation& ann)
 {
     if (e.isReduced() && e.reducedType() == kRowValue) {
         row = e.reducedId();
-        return true;
+        return EntryKind::Row;
     }
     if (e.isReduced() && (e.reducedType() == kSkippedValue || e.reducedType() == kFrameValue))
-        return false;
+        return EntryKind::Skipped;
     if (!e.isDict())
         throw ShapeError("a trace entry is not a dict");
     const PickleValue* f[kSlotCount] = {};
@@ -708,8 +725,19 @@ bool entryRow(const PickleValue& e, TraceRows& rows, StackTables& tables, KeySlo
                 noteIgnoredEntryKey(ignored, items[i].asStr());
         }
     Action a = Action::Alloc;
+    if (f[kAction] && f[kAction]->isStr() && f[kAction]->asStr() == kAnnotateAction) {
+        const PickleValue* t = f[kTime];
+        ann.timed = t && t->isNumber();
+        ann.time_us = ann.timed ? numberOr(t, "time_us", 0) : 0;
+        ann.addr = static_cast<std::uint64_t>(numberOr(f[kAddr], "addr", 0));
+        ann.device = numberOr(f[kDevice], "device", kNoDevice);
+        const PickleValue* um = f[kUserMetadata];
+        ann.text = um && um->isStr() ? std::string(um->asStr()) : std::string();
+        ann.stack = tables.stackOfTree(f[kFrames]);
+        return EntryKind::Annotation;
+    }
     if (!f[kAction] || !f[kAction]->isStr() || !actions.find(f[kAction]->asStr(), a))
-        return false;
+        return EntryKind::Skipped;
     const PickleValue* t = f[kTime];
     const bool timed = t && t->isNumber();
     std::int64_t timeUs = timed ? numberOr(t, "time_us", 0) : 0;
@@ -726,7 +754,7 @@ bool entryRow(const PickleValue& e, TraceRows& rows, StackTables& tables, KeySlo
         contextOf(f[kUserMetadata], f[kCompileContext], rows.trace.strings));
     if (a == Action::Oom)
         oomFree.push_back({row, numberOr(f[kDeviceFree], "device_free", 0)});
-    return true;
+    return EntryKind::Row;
 }
 
 // Makes `out`'s trace of `part`'s rows of `trace` (in place when `inPlace`: the rows the reducer made are then
@@ -850,6 +878,57 @@ void finishTrace(TracePart& part, std::shared_ptr<Trace> trace, TraceRows& rows,
     out.trace = std::move(trace);
 }
 
+// Puts the `annotate` entries on the trace's clock and finds the allocation each names: the one at its address
+// on its device, allocated at or before it and not yet freed (kBeforeTrace: none in the trace, so one made
+// before the trace began). One pass over the trace, looking up only the addresses annotated.
+void resolveAnnotations(std::vector<PendingAnnotation>& pending, Snapshot& s)
+{
+    if (pending.empty())
+        return;
+    using Key = std::pair<int, std::uint64_t>;
+    std::vector<TensorAnnotation> out(pending.size());
+    std::set<Key> wanted;
+    for (std::size_t k = 0; k < pending.size(); ++k) {
+        auto& p = pending[k];
+        auto& a = out[k];
+        a.address = p.addr;
+        a.device = static_cast<int>(std::clamp<std::int64_t>(p.device, -1, 127));
+        // Untimed (or a trace without times): after every event, so the last allocation at the address.
+        a.time_ns = p.timed && s.trace_has_time
+            ? static_cast<std::int64_t>(
+                (static_cast<std::uint64_t>(p.time_us) - static_cast<std::uint64_t>(s.trace_start_us)) * 1000u)
+            : INT64_MAX;
+        a.text = std::move(p.text);
+        a.stack = p.stack;
+        wanted.insert({a.device, a.address});
+    }
+    std::stable_sort(out.begin(), out.end(),
+        [](const TensorAnnotation& a, const TensorAnnotation& b) { return a.time_ns < b.time_ns; });
+    std::map<Key, std::uint32_t> live;
+    std::size_t next = 0;
+    auto settle = [&](std::int64_t before) {
+        for (; next < out.size() && out[next].time_ns < before; ++next)
+            if (auto it = live.find({out[next].device, out[next].address}); it != live.end())
+                out[next].event = it->second;
+    };
+    if (s.trace) {
+        const Trace& t = *s.trace;
+        for (std::size_t i = 0; i < t.size(); ++i) {
+            settle(t.time_ns[i]); // an annotation at the time of an alloc comes after it
+            const Key key {t.device[i], t.address[i]};
+            if (t.action[i] == Action::Alloc && wanted.count(key))
+                live[key] = static_cast<std::uint32_t>(i);
+            else if (t.action[i] == Action::Free)
+                live.erase(key);
+        }
+    }
+    settle(INT64_MAX);
+    for (; next < out.size(); ++next) // untimed ones
+        if (auto it = live.find({out[next].device, out[next].address}); it != live.end())
+            out[next].event = it->second;
+    s.tensor_annotations = std::move(out);
+}
+
 // Makes the snapshot's trace of its device_traces lists (`traces`, may be null) and its host's of host_traces
 // (`hostTraces`, may be null): rows the reducer made and entries left in the tree, in list order. A device list
 // of another shape fails the file; a host entry of another shape is counted in host_skipped and left out.
@@ -873,15 +952,27 @@ void decodeTraces(const PickleValue* traces, const PickleValue* hostTraces, Snap
     std::set<int> devices(s.devices.begin(), s.devices.end());
     for (std::uint32_t d = 0; d < lists; ++d)
         devices.insert(static_cast<int>(d)); // one list per device, even an empty one
+    std::vector<PendingAnnotation> annotated;
+    PendingAnnotation ann;
     if (traces) {
         std::uint32_t d = 0;
         for (const auto& dev : traces->items()) {
             for (const auto& e : dev.items()) {
                 std::uint32_t row = 0;
-                if (entryRow(e, rows, tables, keys, actions, s.ignored_keys, row, gpu.oomFree))
+                switch (entryRow(e, rows, tables, keys, actions, s.ignored_keys, row, gpu.oomFree, ann)) {
+                case EntryKind::Row:
                     gpu.order.push_back({row, d});
-                else
+                    break;
+                case EntryKind::Skipped:
                     ++s.skipped_entries;
+                    break;
+                case EntryKind::Annotation:
+                    if (ann.device == kNoDevice)
+                        ann.device = d;
+                    annotated.push_back(std::move(ann));
+                    ann = {};
+                    break;
+                }
             }
             ++d;
         }
@@ -896,10 +987,10 @@ void decodeTraces(const PickleValue* traces, const PickleValue* hostTraces, Snap
             for (const auto& e : hostTraces->items()) {
                 std::uint32_t row = 0;
                 try {
-                    if (entryRow(e, rows, tables, keys, actions, hostIgnored, row, part.oomFree))
+                    if (entryRow(e, rows, tables, keys, actions, hostIgnored, row, part.oomFree, ann) == EntryKind::Row)
                         part.order.push_back({row, 0});
                     else
-                        ++host->skipped_entries;
+                        ++host->skipped_entries; // _annotate_tensor takes CUDA tensors only
                 } catch (const ShapeError&) {
                     ++s.host_skipped;
                 }
@@ -914,6 +1005,7 @@ void decodeTraces(const PickleValue* traces, const PickleValue* hostTraces, Snap
         finishTrace(gpu, trace, rows, s, s, true, devices);
         s.devices.assign(devices.begin(), devices.end());
     }
+    resolveAnnotations(annotated, s);
 }
 
 SnapshotSegment segmentOf(const PickleValue& s, bool& legacy, StackTables& tables)

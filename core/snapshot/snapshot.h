@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -127,6 +128,18 @@ private:
     std::size_t reserve_ = 0;
 };
 
+// An annotation attached to a live allocation after the fact (torch.cuda.memory._annotate_tensor, torch 2.15):
+// an `annotate` trace entry keyed to the allocation's base address, its text in the entry's user_metadata.
+struct TensorAnnotation {
+    static constexpr std::uint32_t kBeforeTrace = UINT32_MAX;
+    std::uint32_t event = kBeforeTrace; // the alloc event of the allocation it names; kBeforeTrace: none in the trace
+    std::uint64_t address = 0;
+    int device = 0;
+    std::int64_t time_ns = 0; // on the trace's clock
+    std::string text;
+    std::uint32_t stack = 0; // the annotation site's frames (in the trace's stacks); 0: none
+};
+
 // The device id of a snapshot's pinned host memory (host_segments, host_traces): no GPU index (0..127), not
 // TimelineSeries::kAllDevices (-2) nor the CPU (-1). Its figures are never summed into the GPUs'.
 constexpr int kHostDevice = -3;
@@ -142,7 +155,8 @@ struct Snapshot {
     TraceContextColumn trace_context; // user_metadata and compile_context of each trace event
     bool trace_has_time = false; // older files have no time_us: time_ns is then the entry's index
     std::int64_t trace_start_us = 0;
-    std::int64_t skipped_entries = 0; // actions memledger does not model (annotate, ...)
+    std::int64_t skipped_entries = 0; // actions memledger does not know
+    std::vector<TensorAnnotation> tensor_annotations; // `annotate` entries, by time
     std::vector<SnapshotOom> ooms;
     std::vector<SnapshotAnnotation> annotations; // START/END pairs of external_annotations, by start
     std::int64_t annotation_entries = 0; // entries of external_annotations (an END without its START counts here)
@@ -209,8 +223,12 @@ Report reportFromSnapshot(const Snapshot& s, const std::string& path, bool check
 // rows of their own frames.
 void summarizeSnapshotEvents(
     Report& r, const Snapshot& s, const std::string& path, std::uint32_t first, std::uint32_t end);
-// Bytes alive when the trace began: what the segments hold at the end minus what the trace did.
-std::int64_t aliveBeforeTrace(const Snapshot& s);
+// Bytes alive when the trace began (on `device`; every device when none), in the trace's unit (bytes requested):
+// the blocks alive at the end that no allocation of the trace made, and those the trace frees without an alloc.
+std::int64_t aliveBeforeTrace(const Snapshot& s, std::optional<int> device = std::nullopt);
+// A block's bytes in the unit of the snapshot's trace: those requested (a block's size is rounded up, or holds an
+// unsplit remainder); its size when the file has no trace or no requested_size.
+std::int64_t requestedOrSize(const Snapshot& s, const SnapshotBlock& b);
 // What a snapshot's pinned host memory holds (Snapshot::host), by the rules of the devices' figures: its
 // allocations in the trace, their bytes, the most alive at once (the host report's peak_bytes), its segments.
 struct SnapshotHostFigures {

@@ -39,6 +39,15 @@ const std::string& contextOfEvent(const Snapshot& s, std::size_t event, ContextK
     return id == 0 ? noValue() : s.trace->strings.at(id);
 }
 
+std::vector<const TensorAnnotation*> annotationsOfEvent(const Snapshot& s, std::size_t event)
+{
+    std::vector<const TensorAnnotation*> out;
+    for (const auto& a : s.tensor_annotations)
+        if (a.event == event)
+            out.push_back(&a);
+    return out;
+}
+
 std::vector<ContextFigure> contextFigures(const Report& r, ContextKind kind)
 {
     std::vector<ContextFigure> out;

@@ -36,4 +36,8 @@ const std::string& contextOfEvent(const Snapshot& s, std::size_t event, ContextK
 // True when some event of the snapshot's trace has a user_metadata or a compile_context.
 bool hasContexts(const Snapshot& s);
 
+struct TensorAnnotation;
+// The annotations (torch.cuda.memory._annotate_tensor) of the allocation made by alloc event `event`, by time.
+std::vector<const TensorAnnotation*> annotationsOfEvent(const Snapshot& s, std::size_t event);
+
 } // namespace memledger

@@ -12,6 +12,7 @@
 #include <future>
 #include <system_error>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 namespace memledger {
@@ -200,17 +201,35 @@ Report addAllocatorCheck(const Report& r)
     return out;
 }
 
-std::int64_t aliveBeforeTrace(const Snapshot& s)
+std::int64_t requestedOrSize(const Snapshot& s, const SnapshotBlock& b)
 {
-    std::int64_t net = 0;
-    if (s.trace)
-        for (std::size_t i = 0; i < s.trace->size(); ++i) {
-            if (s.trace->action[i] == Action::Alloc)
-                net += s.trace->bytes[i];
-            else if (s.trace->action[i] == Action::Free)
-                net -= s.trace->bytes[i];
+    return s.trace && s.trace->size() > 0 && b.requested_size > 0 ? b.requested_size : b.size;
+}
+
+std::int64_t aliveBeforeTrace(const Snapshot& s, std::optional<int> device)
+{
+    // Block by block, in the trace's unit (its entries carry the bytes requested; a block's size is rounded
+    // up): the blocks alive at the end that no allocation of the trace made, and the blocks the trace frees
+    // without having allocated them. (The end's allocated bytes less the trace's net would mix the two units.)
+    std::int64_t before = 0;
+    std::set<std::pair<int, std::uint64_t>> madeInTrace; // allocations of the trace still alive at its end
+    if (s.trace) {
+        const Trace& t = *s.trace;
+        for (std::size_t i = 0; i < t.size(); ++i) {
+            if (t.partner[i] != kNoPartner || (device && t.device[i] != *device))
+                continue;
+            if (t.action[i] == Action::Alloc)
+                madeInTrace.insert({t.device[i], t.address[i]});
+            else if (t.action[i] == Action::Free)
+                before += t.bytes[i];
         }
-    return std::max<std::int64_t>(0, s.allocatedBytes() - net);
+    }
+    for (const auto& seg : s.segments)
+        for (const auto& b : seg.blocks)
+            if ((!device || seg.device == *device) && b.state == BlockState::ActiveAllocated
+                && !madeInTrace.count({seg.device, b.address}))
+                before += requestedOrSize(s, b);
+    return before;
 }
 
 void summarizeSnapshotEvents(Report& r, const Snapshot& s, const std::string& path, std::uint32_t first, std::uint32_t end)
@@ -338,10 +357,11 @@ void summarizeSnapshotEvents(Report& r, const Snapshot& s, const std::string& pa
                 if (b.state != BlockState::ActiveAllocated)
                     continue;
                 auto where = allocationSite(b.frames);
-                add(rowOfFrames(framesOf(b.frames), where), b.size, Ledger::Resident, true, true);
-                tracedAtPeak += b.size;
+                const auto bytes = requestedOrSize(s, b); // a trace of frees only counts requests
+                add(rowOfFrames(framesOf(b.frames), where), bytes, Ledger::Resident, true, true);
+                tracedAtPeak += bytes;
                 PeakItem p;
-                p.bytes = b.size;
+                p.bytes = bytes;
                 p.ledger = Ledger::Resident;
                 p.where = where;
                 alive.push_back(std::move(p));
@@ -417,6 +437,14 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAlloc
         s.allocator_check = check.get();
     if (s.allocator_check.recorded > 0)
         r.notes.push_back(allocatorNote(s.allocator_check));
+    if (!s.tensor_annotations.empty()) {
+        std::size_t before = 0;
+        for (const auto& a : s.tensor_annotations)
+            before += a.event == TensorAnnotation::kBeforeTrace;
+        r.notes.push_back(std::to_string(s.tensor_annotations.size())
+            + " allocation annotations (torch.cuda.memory._annotate_tensor), shown with their allocations"
+            + (before > 0 ? "; " + std::to_string(before) + " name allocations made before the trace" : ""));
+    }
     if (!s.ignored_keys.empty()) { // docs/snapshots.md, "Keys"
         std::string keys;
         for (const auto& k : s.ignored_keys)
