@@ -41,6 +41,10 @@ What is compared (docs/snapshots.md says what memledger means by each):
   reports the lowest `start` that keeps the replay from going below zero (`start_min`); a file where
   start < start_min makes memledger's live bytes go negative somewhere (noted, not a failure: the peak is
   still the figure memledger documents). Per-device peaks are listed in the notes for files of several GPUs.
+  It also tells the same start block by block (a block alive at the end that a trace alloc made was not alive
+  before the trace): the notes give that figure where it differs, and by how much.
+- annotation ranges' peak_bytes / added_bytes, as docs/snapshots.md defines them (see truths()).
+Listed, not compared: the allocator model's reproduced segment allocations (allocator_model).
 """
 from __future__ import annotations
 
@@ -373,6 +377,11 @@ def compare(t, m):
         notes.append(f"by address {t['start_by_address']:,} B alive before the trace: the {t['slack_blocks']:,} "
                      f"blocks the trace allocated and the end holds are {t['slack']:,} B over their requests "
                      "(counted in memledger's start, peak and resident)")
+    am = m["json"].get("allocator_model") or {}
+    if am.get("recorded_segment_allocs"):
+        notes.append(f"allocator model: {am.get('reproduced_segment_allocs')} of {am.get('recorded_segment_allocs')} "
+                     f"{am.get('unit')} sizes reproduced" + ("" if am.get("matched") else
+                                                             f" (model made {am.get('model_segment_allocs')})"))
     if "peak_per_device" in t:
         notes.append("per-device peaks " + ", ".join(f"cuda:{d} {p:,}" for d, p in t["peak_per_device"].items()))
     if t["unknown_actions"]:
