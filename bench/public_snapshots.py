@@ -28,21 +28,17 @@ What is compared (docs/snapshots.md says what memledger means by each):
   and bytes they allocated: snapshot.user_metadata[] / compile_contexts[] (value, allocations, allocated_bytes).
 - host_segments / host_traces (pinned host memory): counts, reserved (size or total_size) and entries:
   snapshot.host.
-- peak (peak_bytes): an independent replay of the trace. The trace is a ring buffer, so the bytes alive
-  before its first entry are unknown; as memledger documents, they are taken as
-      start = max(0, allocated at the end - (sum of alloc sizes - sum of free_completed sizes))
-  over all GPU entries. The entries are merged in time order (a stable sort on time_us, when more than one list
-  has entries and all have times; else list order); an alloc adds its size, a free_completed subtracts it; the
-  peak is the most bytes alive at once, from `start` on. Without entries (a bare list of segments, an empty
-  trace) that is the allocated bytes at the end; a trace of frees only (a file dumped just after recording
-  began) peaks at its start: the freed blocks were alive before the trace.
-  Note the mix this makes: a trace entry's size is the REQUESTED size, a block's size the ROUNDED one, so
-  `start` also holds the rounding of the blocks still alive at the end (see the notes). The script also
-  reports the lowest `start` that keeps the replay from going below zero (`start_min`); a file where
-  start < start_min makes memledger's live bytes go negative somewhere (noted, not a failure: the peak is
-  still the figure memledger documents). Per-device peaks are listed in the notes for files of several GPUs.
-  It also tells the same start block by block (a block alive at the end that a trace alloc made was not alive
-  before the trace): the notes give that figure where it differs, and by how much.
+- peak (peak_bytes): an independent replay of the trace. The trace is a ring buffer, so what was alive before
+  its first entry is told block by block, in the trace's unit (its entries carry the bytes requested; a block's
+  size is rounded up): the blocks alive at the end that no alloc of the trace made, by their requested_size,
+  and each block a free_completed frees without its alloc in the trace (alive_before()). The entries are merged
+  in time order (a stable sort on time_us, when more than one list has entries and all have times; else list
+  order); an alloc adds its size, a free_completed subtracts it; the peak is the most bytes alive at once, from
+  that start on. Without entries (a bare list of segments, an empty trace) it is the blocks' sizes at the end;
+  a trace of frees only (a file dumped just after recording began) peaks at its start. The script also reports
+  the lowest start that keeps the replay from going below zero (`start_min`), and how much larger than their
+  requests the blocks are that the trace allocated and the end holds (the notes). Per-device peaks are listed in
+  the notes for files of several GPUs.
 - annotation ranges' peak_bytes / added_bytes, as docs/snapshots.md defines them (see truths()).
 Listed, not compared: the allocator model's reproduced segment allocations (allocator_model).
 """
@@ -117,27 +113,59 @@ def size_of_segment(s):
     return v if isinstance(v, int) else 0
 
 
-def replay_peak(entries, allocated_end):
-    """entries: list of (device, action, size) in the merged order. Returns (peak, start, start_min)."""
-    net = 0
-    low = 0
-    for _, a, size in entries:
+def alive_before(segs, addr_rows, device=None):
+    """Bytes alive when the trace began, block by block, in the trace's unit (a trace entry carries the bytes
+    requested, a block's size is rounded up): the blocks alive at the end that no alloc of the trace made
+    (same device and address, not freed since), by their requested_size, and each block a free_completed frees
+    without its alloc in the trace. A file without a trace has no unit of its own: the blocks' sizes.
+    Returns (start, slack, traced): slack is how much larger than their requests the blocks are that the trace
+    allocated and the end holds (the 512-byte rounding, a remainder the allocator did not split off)."""
+    open_allocs, freed_before = {}, 0
+    for d, a, size, addr in addr_rows:
+        if device is not None and d != device:
+            continue
         if a == "alloc":
-            net += size
-        elif a == "free_completed":
-            net -= size
-        low = min(low, net)
-    start = max(0, allocated_end - net)
+            open_allocs[(d, addr)] = size
+        elif a == "free_completed" and open_allocs.pop((d, addr), None) is None:
+            freed_before += size
+    start, slack, traced = freed_before, 0, 0
+    for s in segs:
+        if not isinstance(s, dict) or (device is not None and s.get("device") != device):
+            continue
+        off = s.get("address", 0) if isinstance(s.get("address"), int) else 0
+        for b in s.get("blocks") or []:
+            if not isinstance(b, dict):
+                continue
+            bsize = b.get("size", 0) if isinstance(b.get("size"), int) else 0
+            addr = b.get("address", off)
+            if b.get("state") == "active_allocated":
+                if (s.get("device"), addr) in open_allocs:
+                    slack += bsize - open_allocs[(s.get("device"), addr)]
+                    traced += 1
+                else:
+                    req = b.get("requested_size")
+                    start += req if addr_rows and isinstance(req, int) and req > 0 else bsize
+            off += bsize
+    return start, slack, traced
+
+
+def replay_peak(entries, start):
+    """entries: list of (device, action, size) in the merged order. Returns (peak, start_min): the most bytes
+    alive at once from `start` on, and the least start that keeps the replay from going below zero."""
+    net = low = 0
     live = peak = start
     for _, a, size in entries:
         if a == "alloc":
+            net += size
             live += size
         elif a == "free_completed":
+            net -= size
             live -= size
         else:
             continue
+        low = min(low, net)
         peak = max(peak, live)
-    return peak, start, -low
+    return peak, -low
 
 
 def truths(path: str) -> dict:
@@ -208,46 +236,14 @@ def truths(path: str) -> dict:
     t["compile_context_key"] = "compile_context" in entry_keys
     rows = [(d, a, s) for _, d, a, s, _ in merged]
     addr_rows = [(d, a, s, addr) for _, d, a, s, addr in merged]
-    t["peak"], t["start"], t["start_min"] = replay_peak(rows, t["allocated"])
-    # The same start told block by block: a block alive at the end that a trace alloc made (same device and
-    # address, not freed since) was not alive before the trace; every other block was, and so was each block a
-    # free_completed frees without its alloc in the trace. `slack`: how much larger those traced blocks are than
-    # their requests (the 512-byte rounding, a remainder the allocator did not split off).
-    open_allocs = {}
-    freed_before = 0
-    for d, a, size, addr in addr_rows:
-        if a == "alloc":
-            open_allocs[(d, addr)] = size
-        elif a == "free_completed":
-            if open_allocs.pop((d, addr), None) is None:
-                freed_before += size
-    end_untraced = slack = traced_blocks = 0
-    for s in segs:
-        if not isinstance(s, dict):
-            continue
-        off = s.get("address", 0) if isinstance(s.get("address"), int) else 0
-        for b in s.get("blocks") or []:
-            if not isinstance(b, dict):
-                continue
-            bsize = b.get("size", 0) if isinstance(b.get("size"), int) else 0
-            addr = b.get("address", off)
-            if b.get("state") == "active_allocated":
-                if (s.get("device"), addr) in open_allocs:
-                    slack += bsize - open_allocs[(s.get("device"), addr)]
-                    traced_blocks += 1
-                else:
-                    end_untraced += bsize
-            off += bsize
-    t["start_by_address"] = freed_before + end_untraced
-    t["slack"], t["slack_blocks"] = slack, traced_blocks
+    t["start"], t["slack"], t["slack_blocks"] = alive_before(segs, addr_rows)
+    t["peak"], t["start_min"] = replay_peak(rows, t["start"])
     busy = {s.get("device") for s in segs if isinstance(s, dict)} | {r[0] for r in rows}
     if len(busy) > 1:
         per = {}
         for d in sorted(busy):
-            alloc_d = sum(b.get("size", 0) for s in segs if isinstance(s, dict) and s.get("device") == d
-                          for b in (s.get("blocks") or []) if isinstance(b, dict) and b.get("state") == "active_allocated")
             rd = [r for r in rows if r[0] == d]
-            per[d] = replay_peak(rd, alloc_d)[0]
+            per[d] = replay_peak(rd, alive_before(segs, addr_rows, d)[0])[0]
         t["peak_per_device"] = per
     ann = root_d.get("external_annotations") or []
     t["annotation_entries"] = len(ann) if isinstance(ann, list) else 0
@@ -373,10 +369,9 @@ def compare(t, m):
                      "the replay goes below zero")
     elif t["start"] and t["entries"]:
         notes.append(f"alive before the trace {t['start']:,} B (min {t['start_min']:,})")
-    if t["start"] != t["start_by_address"]:
-        notes.append(f"by address {t['start_by_address']:,} B alive before the trace: the {t['slack_blocks']:,} "
-                     f"blocks the trace allocated and the end holds are {t['slack']:,} B over their requests "
-                     "(counted in memledger's start, peak and resident)")
+    if t["slack"]:
+        notes.append(f"the {t['slack_blocks']:,} blocks the trace allocated and the end holds are {t['slack']:,} B "
+                     "over their requests (the timeline and the peak count requests)")
     am = m["json"].get("allocator_model") or {}
     if am.get("recorded_segment_allocs"):
         notes.append(f"allocator model: {am.get('reproduced_segment_allocs')} of {am.get('recorded_segment_allocs')} "
