@@ -144,13 +144,15 @@ void RanksView::setTable(std::shared_ptr<const RankTable> table)
     emphasized_ = -1;
     if (table_ && table_->highest_peak_rank >= 0) {
         const auto& h = table_->ranks[static_cast<std::size_t>(table_->highest_peak_rank)];
-        heading_->setText(tr("<b>%1 ranks.</b> Highest peak: <b>rank %2</b> (%3), %4; spread <b>%5&times;</b> "
+        const auto spread = table_->peak_spread > 0
+            ? QStringLiteral("%1&times;").arg(table_->peak_spread, 0, 'f', 3)
+            : tr("not defined"); // a rank holds nothing
+        heading_->setText(tr("<b>%1 ranks.</b> Highest peak: <b>rank %2</b> (%3), %4; spread <b>%5</b> "
                              "(highest / lowest peak total). Click a rank to open it.")
                               .arg(table_->ranks.size())
                               .arg(table_->highest_peak_rank)
                               .arg(QFileInfo(QString::fromStdString(h.file)).fileName().toHtmlEscaped(),
-                                  bytesText(h.peak_total_bytes))
-                              .arg(table_->peak_spread, 0, 'f', 3));
+                                  bytesText(h.peak_total_bytes), spread));
     } else {
         heading_->setText(table_ ? tr("No ranks") : QString());
     }

@@ -188,7 +188,8 @@ nlohmann::json ranksToJson(const RankTable& t)
     for (const auto& l : t.left_out)
         leftOut.push_back({{"file", l.file}, {"reason", l.reason}});
     return {{"format", "memledger-ranks"}, {"version", 1}, {"ranks", rows}, {"highest_peak_rank", t.highest_peak_rank},
-        {"peak_spread", t.peak_spread}, {"left_out", leftOut}};
+        {"peak_spread", t.peak_spread > 0 ? nlohmann::json(t.peak_spread) : nlohmann::json(nullptr)},
+        {"left_out", leftOut}};
 }
 
 std::string ranksToText(const RankTable& t)
@@ -209,8 +210,11 @@ std::string ranksToText(const RankTable& t)
         const auto& h = t.ranks[static_cast<std::size_t>(t.highest_peak_rank)];
         char spread[32];
         std::snprintf(spread, sizeof spread, "%.3fx", t.peak_spread);
+        if (t.peak_spread <= 0) // a rank holds nothing: no ratio to give
+            std::snprintf(spread, sizeof spread, "not defined");
         out << "\nHighest peak: rank " << t.highest_peak_rank << " (" << fs::path(h.file).filename().string() << "), "
-            << formatBytes(h.peak_total_bytes) << "; spread " << spread << " (highest / lowest peak total)\n";
+            << formatBytes(h.peak_total_bytes) << "; spread " << spread
+            << (t.peak_spread > 0 ? " (highest / lowest peak total)\n" : " (a rank holds nothing)\n");
     }
     out << "(~: reserved simulated by the caching-allocator model; the file records no segment events)\n";
     for (const auto& l : t.left_out)
@@ -229,9 +233,12 @@ std::string ranksToHtml(const RankTable& t)
     if (t.highest_peak_rank >= 0) {
         const auto& h = t.ranks[static_cast<std::size_t>(t.highest_peak_rank)];
         char spread[32];
-        std::snprintf(spread, sizeof spread, "%.3f", t.peak_spread);
+        std::snprintf(spread, sizeof spread, "%.3f&times;", t.peak_spread);
+        if (t.peak_spread <= 0)
+            std::snprintf(spread, sizeof spread, "not defined");
         out << "<p>Highest peak: rank " << t.highest_peak_rank << " (" << htmlEscape(h.file) << "), "
-            << formatBytes(h.peak_total_bytes) << "; spread " << spread << "&times; (highest / lowest peak total).</p>\n";
+            << formatBytes(h.peak_total_bytes) << "; spread " << spread
+            << (t.peak_spread > 0 ? " (highest / lowest peak total).</p>\n" : " (a rank holds nothing).</p>\n");
     }
     for (const auto& l : t.left_out)
         out << "<p>Left out: " << htmlEscape(l.reason) << "</p>\n";

@@ -33,7 +33,7 @@ struct RankTable {
     };
     std::vector<LeftOut> left_out; // files that could not be read (not a snapshot, damaged): listed, not ranked
     int highest_peak_rank = -1; // index into ranks
-    double peak_spread = 0.0; // highest peak total / lowest peak total
+    double peak_spread = 0.0; // highest peak total / lowest peak total; 0 when a rank holds nothing (JSON null)
 };
 
 // Reads every file (CUDA snapshots or memledger JSON reports; a folder stands for its .pickle/.pkl/.json files,
