@@ -252,4 +252,13 @@ TEST(Cli, RanksCompareSnapshotsAsAnalyzeReadsThemOneByOne)
     EXPECT_EQ(mj["ranks"].size(), 1u);
     ASSERT_EQ(mj["left_out"].size(), 1u);
     EXPECT_EQ(mj["left_out"][0]["file"], "demo:rfbnet.pt");
+    // A rank that holds nothing (an empty snapshot): the spread is not defined, not 0.
+    const std::string empty = memledger::test::fixture("empty-rank.pickle");
+    ASSERT_EQ(runCommand("/usr/bin/python3 -c \"import pickle; pickle.dump({'segments': [], 'device_traces': [[]]}, "
+                         "open('" + empty + "', 'wb'), protocol=4)\"").exit_code, 0);
+    auto withEmpty = runCommand(memledgerBinary() + " ranks " + files[0] + " " + empty + " --json " + json);
+    ASSERT_EQ(withEmpty.exit_code, 0) << withEmpty.output;
+    EXPECT_NE(withEmpty.output.find("spread not defined"), std::string::npos) << withEmpty.output;
+    std::ifstream emptyIn(json);
+    EXPECT_TRUE(nlohmann::json::parse(emptyIn)["peak_spread"].is_null());
 }

@@ -12,7 +12,6 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
-#include <bit>
 #include <condition_variable>
 #include <cstring>
 #include <limits>
@@ -21,6 +20,14 @@
 #include <type_traits>
 
 namespace memledger {
+
+namespace {
+template <class T>
+struct Identity { // std::type_identity is C++20; the Debian build is C++17
+    using type = T;
+};
+} // namespace
+
 
 using nlohmann::json;
 
@@ -115,7 +122,7 @@ char* writeDecimal(char* p, std::uint64_t v)
     static constexpr std::uint64_t kPowers[] = {0, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000,
         1000000000, 10000000000, 100000000000, 1000000000000, 10000000000000, 100000000000000, 1000000000000000,
         10000000000000000, 100000000000000000, 1000000000000000000, 10000000000000000000u};
-    const int guess = static_cast<int>(std::bit_width(v)) * 1233 >> 12; // log10 from log2, at most one too small
+    const int guess = (64 - __builtin_clzll(v)) * 1233 >> 12; // log10 from log2 (v >= 10), at most one too small
     char* const end = p + guess + (v >= kPowers[guess]);
     char* q = end;
     for (; v >= 100; v /= 100) {
@@ -240,7 +247,7 @@ void writeColumns(const Trace& t, const std::string& head, const JsonSink& sink)
     std::vector<ColumnText> columns;
     forEachColumn(t, [&](const char* name, const auto& column) {
         using T = typename std::decay_t<decltype(column)>::value_type;
-        using Number = typename std::conditional_t<std::is_enum_v<T>, std::underlying_type<T>, std::type_identity<T>>::type;
+        using Number = typename std::conditional_t<std::is_enum_v<T>, std::underlying_type<T>, Identity<T>>::type;
         constexpr std::size_t kWidest = std::numeric_limits<Number>::digits10 + 3; // a comma, a sign, the digits
         columns.push_back({name, column.data(), column.size(), (kJsonPiece - 64) / kWidest, &writeValues<T>});
     });

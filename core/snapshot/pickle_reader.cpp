@@ -3,7 +3,6 @@
 #include "support/huge_pages.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstdlib>
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -366,9 +365,11 @@ private:
         return avail_ - pos_ >= n;
     }
     std::size_t leftInData() const { return total_ - (base_ + pos_); }
+    // std::endian is C++20; the Debian build is C++17 (GCC and Clang predefine the byte order).
+    static constexpr bool kBigEndian = __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__;
     static std::uint64_t fromLE(std::uint64_t v)
     {
-        if constexpr (std::endian::native == std::endian::big)
+        if constexpr (kBigEndian)
             v = __builtin_bswap64(v);
         return v;
     }
@@ -376,7 +377,7 @@ private:
     {
         std::uint32_t v;
         std::memcpy(&v, p, sizeof v);
-        if constexpr (std::endian::native == std::endian::big)
+        if constexpr (kBigEndian)
             v = __builtin_bswap32(v);
         return v;
     }
