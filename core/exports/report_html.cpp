@@ -172,6 +172,7 @@ const char* kStyle = R"(
 #chart{border:1px solid #ddd;max-width:100%} #tip{position:absolute;background:#fffbe6;border:1px solid #cca;
 padding:4px 8px;font-size:12px;pointer-events:none;display:none;white-space:pre}
 .inbar{display:inline-block;height:8px;background:#dd8452;vertical-align:middle}
+.wide{overflow-x:auto;max-width:100%} #layers td:first-child{white-space:normal;overflow-wrap:anywhere;min-width:200px;max-width:420px}
 #allrem:not(:checked)~#remedies tr.minor{display:none}
 )";
 
@@ -480,14 +481,16 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
         for (const auto& l : r.layers)
             if (l.parent >= 0)
                 largest = std::max(largest, l.peak_bytes);
-        out << "<h2>Layers</h2>\n<table id=layers><tr><th>module</th><th class=l>type</th><th class=l>output</th>"
+        // A snapshot's frame paths are long and a training run has twelve columns: the module column wraps and
+        // the table scrolls inside its box, never the page.
+        out << "<h2>Layers</h2>\n<div class=wide><table id=layers><tr><th>module</th><th class=l>type</th><th class=l>output</th>"
                "<th>weights</th><th>activations</th><th>temporaries (peak)</th><th>peak delta</th>";
         if (r.run.mode == RunMode::Train || r.snapshot)
             out << "<th>gradients</th><th>saved for backward</th><th>backward temporaries (peak)</th>"
                    "<th>backward peak delta</th>";
         out << "<th>calls</th></tr>\n";
         layerRows(out, r, 0, std::max<std::int64_t>(largest, 1));
-        out << "</table>\n";
+        out << "</table></div>\n";
     }
 
     nlohmann::json data;
