@@ -306,6 +306,8 @@ TEST(SnapshotKeys, MalformedHostEntriesLeaveTheFileOpenAndTheGpusAlone)
     Report r = readSnapshotReport(bad.string());
     Report good = readSnapshotReport(syn.path);
     EXPECT_EQ(gpuFigures(r), gpuFigures(good));
+    EXPECT_EQ(r.snapshot->tensor_annotations.size(), truth["tensor_annotations"].size()); // the bad ones skipped
+    EXPECT_EQ(r.snapshot->tensor_annotations.size(), good.snapshot->tensor_annotations.size());
     expectHostIsPythons(r, truth["host"]);
     EXPECT_GT(r.snapshot->host_skipped, 0);
     bool note = false;

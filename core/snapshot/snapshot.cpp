@@ -726,14 +726,20 @@ EntryKind entryRow(const PickleValue& e, TraceRows& rows, StackTables& tables, K
         }
     Action a = Action::Alloc;
     if (f[kAction] && f[kAction]->isStr() && f[kAction]->asStr() == kAnnotateAction) {
-        const PickleValue* t = f[kTime];
-        ann.timed = t && t->isNumber();
-        ann.time_us = ann.timed ? numberOr(t, "time_us", 0) : 0;
-        ann.addr = static_cast<std::uint64_t>(numberOr(f[kAddr], "addr", 0));
-        ann.device = numberOr(f[kDevice], "device", kNoDevice);
-        const PickleValue* um = f[kUserMetadata];
-        ann.text = um && um->isStr() ? std::string(um->asStr()) : std::string();
-        ann.stack = tables.stackOfTree(f[kFrames]);
+        try { // an annotation of another shape is skipped, never fatal
+            const PickleValue* t = f[kTime];
+            ann.timed = t && t->isNumber();
+            ann.time_us = ann.timed ? numberOr(t, "time_us", 0) : 0;
+            ann.addr = static_cast<std::uint64_t>(numberOr(f[kAddr], "addr", 0));
+            ann.device = numberOr(f[kDevice], "device", kNoDevice);
+            const PickleValue* um = f[kUserMetadata];
+            if (!um || !um->isStr() || um->asStr().empty())
+                return EntryKind::Skipped; // an annotation without its text names nothing
+            ann.text = std::string(um->asStr());
+            ann.stack = tables.stackOfTree(f[kFrames]);
+        } catch (const ShapeError&) {
+            return EntryKind::Skipped;
+        }
         return EntryKind::Annotation;
     }
     if (!f[kAction] || !f[kAction]->isStr() || !actions.find(f[kAction]->asStr(), a))
