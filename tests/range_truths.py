@@ -17,7 +17,8 @@ class RefuseGlobals(pickle.Unpickler):
 
 def alive_before(segments, traces):
     """Bytes alive when the trace began, in the trace's unit (the bytes requested): the blocks alive at the end
-    that no alloc of the trace made, and the blocks the trace frees without having allocated them."""
+    that no alloc of the trace made, and the blocks the trace frees without having allocated them. Also the
+    truth of tests/test_diff.cpp."""
     made, freed_unmade = {}, 0
     for device, entries in enumerate(traces):
         for e in entries:
@@ -29,7 +30,9 @@ def alive_before(segments, traces):
                     del made[key]
                 else:
                     freed_unmade += e["size"]
-    return freed_unmade + sum(b.get("requested_size") or b["size"] for seg in segments for b in seg["blocks"]
+    traced = any(entries for entries in traces)  # without a trace, no unit of its own: the blocks' sizes
+    return freed_unmade + sum((b.get("requested_size") if traced else None) or b["size"]
+                              for seg in segments for b in seg["blocks"]
                               if b["state"] == "active_allocated" and (seg["device"], b["address"]) not in made)
 
 

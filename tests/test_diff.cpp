@@ -121,10 +121,12 @@ for name, cls in (("net", Net), ("fixed", Fixed)):
 json.dump(truth, open(os.path.join(out, "truth.json"), "w"), indent=1)
 )PY";
 
-// What Python's pickle reads from a CUDA snapshot: reserved (the segments' total_size), and the trace's
-// alloc entries (count and bytes, all devices).
+// What Python's pickle reads from a CUDA snapshot: reserved (the segments' total_size), the trace's alloc
+// entries (count and bytes, all devices), and what was alive before the trace (tests/range_truths.py's rule).
 const char* kSnapshotScript = R"PY(
 import json, pickle, sys
+sys.path.insert(0, ")PY" MEMLEDGER_SOURCE_DIR R"PY(/tests")
+from range_truths import alive_before
 out = {}
 for path in sys.argv[1:]:
     with open(path, "rb") as f:
@@ -132,21 +134,9 @@ for path in sys.argv[1:]:
     segments = d if isinstance(d, list) else d.get("segments", [])
     traces = [] if isinstance(d, list) else d.get("device_traces", [])
     allocs = [e for t in traces for e in t if e["action"] == "alloc"]
-    # Alive when the trace began, in the trace's unit (bytes requested): the blocks alive at the end that no
-    # alloc of the trace made, and those the trace frees without having allocated them.
-    made, before = {}, 0
-    for device, t in enumerate(traces):
-        for e in t:
-            key = (device, e.get("addr"))
-            if e["action"] == "alloc":
-                made[key] = e["size"]
-            elif e["action"] == "free_completed":
-                before += 0 if made.pop(key, None) is not None else e["size"]
-    before += sum(b.get("requested_size") or b["size"] for s in segments for b in s["blocks"]
-                  if b["state"] == "active_allocated" and (s["device"], b["address"]) not in made)
     out[path] = {"reserved": sum(s["total_size"] for s in segments),
                  "allocated": sum(e["size"] for e in allocs), "allocations": len(allocs),
-                 "alive_before": before}
+                 "alive_before": alive_before(segments, traces)}
 print(json.dumps(out))
 )PY";
 

@@ -732,6 +732,8 @@ EntryKind entryRow(const PickleValue& e, TraceRows& rows, StackTables& tables, K
             ann.time_us = ann.timed ? numberOr(t, "time_us", 0) : 0;
             ann.addr = static_cast<std::uint64_t>(numberOr(f[kAddr], "addr", 0));
             ann.device = numberOr(f[kDevice], "device", kNoDevice);
+            if (ann.device != kNoDevice && (ann.device < -1 || ann.device > 127))
+                return EntryKind::Skipped; // as a row naming such a device would be refused
             const PickleValue* um = f[kUserMetadata];
             if (!um || !um->isStr() || um->asStr().empty())
                 return EntryKind::Skipped; // an annotation without its text names nothing
@@ -898,7 +900,7 @@ void resolveAnnotations(std::vector<PendingAnnotation>& pending, Snapshot& s)
         auto& p = pending[k];
         auto& a = out[k];
         a.address = p.addr;
-        a.device = static_cast<int>(std::clamp<std::int64_t>(p.device, -1, 127));
+        a.device = static_cast<int>(p.device); // -1..127, or its list's index
         // Untimed (or a trace without times): after every event, so the last allocation at the address.
         a.time_ns = p.timed && s.trace_has_time
             ? static_cast<std::int64_t>(
