@@ -63,6 +63,8 @@ std::string usageText()
            "          2x512:int64,2x512:bool (token ids filled with 0, masks with false; =V fills V: 2x512:int64=7);\n"
            "          types float32 (default), float16, bfloat16, int64, int32, bool\n"
            "  T       float32 | bfloat16 | float16 (floating-point weights and inputs are converted before the run)\n"
+           "  SIZE    a budget: 16GiB, 80GB (powers of 1000), or a GPU by name, its memory as PyTorch reports it:\n"
+           "          H200, H100-80GB, A100-80GB, A100-40GB, L40S, L4, A10G, 4090, 3090, V100-32GB, V100-16GB, T4\n"
            "  RUN     --mode inference|train (train: one training step: forward, loss, backward, optimizer)\n"
            "          --optimizer sgd|adam|adamw|none (train; sgd: momentum 0.9)  --loss auto|sum|cross_entropy|next_token\n"
            "          --threads N (libtorch's intra-op threads)  --seq N (dimension 1 of every token input)\n"
@@ -156,9 +158,10 @@ CliOptions parseCli(const std::vector<std::string>& args)
                 throw std::invalid_argument("--whatif needs batch sizes like 1,8,32");
         } else if (a == "--budget") {
             auto v = value(a);
-            o.budget = parseBytes(v);
+            o.budget = parseBudget(v);
             if (!o.budget || *o.budget <= 0)
-                throw std::invalid_argument("--budget '" + v + "' is not a size like 16GiB");
+                throw std::invalid_argument("--budget '" + v + "' is not a size like 16GiB nor a GPU (" + gpuPresetList() + ")");
+            o.budget_text = v;
         } else if (a == "--mode") {
             const std::string mode = value(a);
             o.run.mode = fromName<RunMode>(mode);

@@ -17,6 +17,7 @@ struct CliOptions {
     std::vector<std::string> dtypes; // whatif
     std::vector<std::int64_t> whatif_batches; // analyze --whatif: add the what-if table to the reports
     std::optional<std::int64_t> budget;
+    std::string budget_text; // --budget as typed: "80GB", "H100-80GB"
     std::string json, html, png, snapshot_out;
     int depth = 64;
     bool help = false, version = false;

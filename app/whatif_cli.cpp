@@ -54,6 +54,7 @@ WhatIfTable computeWhatIfTable(const OpenedFile& file, const CliOptions& o, std:
             std::cerr << "memledger: what-if record " << done << " in " << dtype << " at batch " << batch << "\n";
         });
         auto table = whatIfTableFor(w, request, file.model.get());
+        table.budget_text = o.budget_text;
         addNotes(w, table);
         return table;
     }
@@ -64,6 +65,7 @@ WhatIfTable computeWhatIfTable(const OpenedFile& file, const CliOptions& o, std:
     if (seqBatches.empty())
         seqBatches.push_back(base.inputs.empty() ? 1 : base.inputs.front().front());
     WhatIfTable table;
+    table.budget_text = o.budget_text;
     for (auto batch : seqBatches) {
         request.current_batch = batch;
         auto w = recordWhatIf(*file.model, base, request, [batch](const std::string& dtype, std::int64_t seq, int done) {
@@ -73,6 +75,7 @@ WhatIfTable computeWhatIfTable(const OpenedFile& file, const CliOptions& o, std:
         auto part = whatIfTableFor(w, request, file.model.get());
         addNotes(w, part);
         if (table.predictions.empty()) {
+            part.budget_text = o.budget_text;
             table = part;
             continue;
         }

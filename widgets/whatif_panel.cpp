@@ -20,6 +20,7 @@
 #include <QVBoxLayout>
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 #include <cmath>
 
@@ -237,8 +238,11 @@ QString WhatIfPanel::dtype() const
 
 std::int64_t WhatIfPanel::budget() const
 {
-    // "80 GiB (A100/H100 80GB)": the size is what comes before the GPUs' names.
-    return parseBytes(budgetBox_->currentText().section(QLatin1Char('('), 0, 0).toStdString()).value_or(0);
+    // A GPU typed by name ("H100-80GB"), or "80 GiB (A100/H100 80GB)": the size is what comes before the names.
+    const auto text = budgetBox_->currentText();
+    if (auto gpu = parseBudget(text.trimmed().toStdString()))
+        return *gpu;
+    return parseBytes(text.section(QLatin1Char('('), 0, 0).toStdString()).value_or(0);
 }
 
 void WhatIfPanel::setBatch(std::int64_t batch)
@@ -293,8 +297,14 @@ void WhatIfPanel::repredict()
         return;
     // Away from the run's sequence, the figures are the sequence what-if's, at the batch it recorded.
     const bool seqMode = seqActive();
-    slider_->setEnabled(!seqMode);
-    batchBox_->setEnabled(!seqMode);
+    // Only what cannot move is greyed out: a batch the program fixed, and the batch while a sequence is chosen.
+    const auto& batches = whatIf_->runnableRange();
+    const bool fixedBatch = batches.min == batches.max;
+    slider_->setEnabled(!seqMode && !fixedBatch);
+    batchBox_->setEnabled(!seqMode && !fixedBatch);
+    const QString why = fixedBatch ? tr("The batch cannot move: %1").arg(QString::fromStdString(batches.why)) : QString();
+    slider_->setToolTip(fixedBatch ? why : tr("Batch size, in powers of two"));
+    batchBox_->setToolTip(why);
     if (seqMode) {
         current_ = seqWhatIf_->predict(seq(), dtype().toStdString(), false);
         QSignalBlocker block(batchBox_);
@@ -315,8 +325,9 @@ void WhatIfPanel::updateReserved()
 {
     if (!whatIf_)
         return;
-    current_ = seqActive() ? seqWhatIf_->predict(seq(), dtype().toStdString(), true)
-                           : whatIf_->predict(batch(), dtype().toStdString(), true);
+    // On a device of the budget's size: its allocator releases cached blocks before it runs out of memory.
+    current_ = seqActive() ? seqWhatIf_->predict(seq(), dtype().toStdString(), true, budget())
+                           : whatIf_->predict(batch(), dtype().toStdString(), true, budget());
     showPrediction(current_, true);
 }
 
@@ -351,9 +362,23 @@ void WhatIfPanel::showPrediction(const Prediction& p, bool reservedKnown)
         fits_->setText(tr("type a size such as 16 GiB"));
         decides_->clear();
     } else {
-        fitsBudget_ = binding <= b;
-        fits_->setText(fitsBudget_ ? tr("fits in %1").arg(bytesText(b)) : tr("does not fit in %1").arg(bytesText(b)));
-        if (reserveBinds)
+        // The table's rule (fitsWithin), and never above the largest size the fit table found.
+        const std::int64_t x = p.seq > 0 ? p.seq : p.batch;
+        std::optional<std::int64_t> largest;
+        for (const auto& l : largest_)
+            if (l.dtype == p.dtype && l.budget == b && l.seq == (p.seq > 0))
+                largest = l.n;
+        const bool aboveLargest = largest && x > *largest;
+        fitsBudget_ = p.runnable && !p.out_of_memory && binding <= b && !aboveLargest;
+        fits_->setText(!p.runnable   ? QString::fromStdString(p.not_runnable)
+                : fitsBudget_       ? tr("fits in %1").arg(bytesText(b))
+                : p.out_of_memory   ? tr("does not fit in %1: out of memory on a device of that size").arg(bytesText(b))
+                : aboveLargest && binding <= b
+                ? tr("not called fits: %1 %2, smaller, does not fit").arg(p.seq > 0 ? tr("sequence") : tr("batch")).arg(*largest + 1)
+                                    : tr("does not fit in %1").arg(bytesText(b)));
+        if (!p.runnable)
+            decides_->clear();
+        else if (reserveBinds)
             decides_->setText(tr("Decided by the simulated GPU reserve, %1: a caching allocator holds more than the "
                                  "peak total of %2.")
                                   .arg(bytesText(p.predicted_reserved_bytes), bytesText(p.predicted_peak_total_bytes)));
@@ -376,18 +401,25 @@ void WhatIfPanel::showPrediction(const Prediction& p, bool reservedKnown)
             notes << note;
     }
     notes_->setText(notes.join(QLatin1Char('\n')));
+    // The records of the what-if this figure came from (along the sequence: the sequence what-if's), in its precision.
+    const auto& source = p.seq > 0 && seqWhatIf_ ? *seqWhatIf_ : *whatIf_;
+    const QString word = p.seq > 0 ? tr("sequence") : tr("batch");
     QStringList records;
-    for (auto r : whatIf_->recordedBatches())
+    const auto recorded = source.recordedBatches(p.dtype);
+    for (auto r : recorded)
         records << QString::number(r);
+    const QString from = source.isRecorded(p.dtype) ? QString::fromStdString(p.dtype)
+                                                     : tr("%1 (rescaled)").arg(QString::fromStdString(p.dtype));
     QString method = p.method == FigureMethod::Measured
-        ? (meta ? tr("Computed on meta: the model ran at this batch and precision on the meta device, from shapes "
-                     "(not measured; kernel temporaries absent)")
-                : tr("Measured: the model ran at this batch and precision"))
-        : p.extrapolated ? tr("Extrapolated beyond the largest record (batch %1) from the runs at batch %2: use Measure "
-                              "to check")
-                               .arg(whatIf_->batch2())
+        ? (meta ? tr("Computed on meta: the model ran at this %1 and precision on the meta device, from shapes "
+                     "(not measured; kernel temporaries absent)").arg(word)
+                : tr("Measured: the model ran at this %1 and precision").arg(word))
+        : p.extrapolated ? tr("Extrapolated beyond the records (%1 %2) from the %3 runs at %1 %4: use Measure to check")
+                               .arg(word)
+                               .arg(recorded.empty() ? 0 : recorded.back())
+                               .arg(from)
                                .arg(records.join(QStringLiteral(", ")))
-                         : tr("Predicted from the runs at batch %1").arg(records.join(QStringLiteral(", ")));
+                         : tr("Predicted from the %1 runs at %2 %3").arg(from, word, records.join(QStringLiteral(", ")));
     if (!p.reliable)
         method += tr(" — rough: the two runs did not line up; use Measure");
     method_->setText(method);
@@ -454,7 +486,12 @@ void WhatIfPanel::updateFitTable()
         QString text = tr("—");
         if (b > 0) {
             auto n = w.maxBatch(d, b, withReserved);
-            text = n == 0 ? tr("none") : n >= kMaxBatch ? tr("≥ %1").arg(kMaxBatch) : QString::number(n);
+            text = QString::fromStdString(WhatIfTable::largestText(n));
+            const bool seq = w.axis() == WhatIfAxis::Seq;
+            largest_.erase(std::remove_if(largest_.begin(), largest_.end(),
+                               [&](const Largest& l) { return l.dtype == d && l.seq == seq; }),
+                largest_.end());
+            largest_.push_back({d, b, seq, n});
         }
         auto* name
             = new QTableWidgetItem(QString::fromStdString(d) + (w.isRecorded(d) ? "" : tr(" (rescaled)")));
@@ -463,6 +500,8 @@ void WhatIfPanel::updateFitTable()
         fitTable_->setItem(static_cast<int>(i), 0, name);
         fitTable_->setItem(static_cast<int>(i), 1, value);
     }
+    if (b > 0) // the verdict above the table follows the largest sizes it found
+        showPrediction(current_, !reservedTimer_->isActive());
 }
 
 } // namespace memledger

@@ -6,6 +6,7 @@
 #include <QWidget>
 
 #include <memory>
+#include <vector>
 
 class QComboBox;
 class QLabel;
@@ -97,6 +98,15 @@ private:
     QTimer* reservedTimer_ = nullptr; // the allocator replay waits until the slider rests
     QTimer* fitTimer_ = nullptr;
     QTimer* budgetTimer_ = nullptr;
+    // The fit table's largest size per precision, for the budget and axis it was found for: a size above it is
+    // never called fits here either (the same verdict as the table's, monotone along the batch).
+    struct Largest {
+        std::string dtype;
+        std::int64_t budget = 0;
+        bool seq = false;
+        std::int64_t n = 0;
+    };
+    std::vector<Largest> largest_;
 };
 
 } // namespace memledger

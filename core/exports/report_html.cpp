@@ -248,6 +248,7 @@ void layerRows(std::ostringstream& out, const Report& r, int i, std::int64_t lar
 // The what-if table, as the text report prints it.
 void whatIfSection(std::ostringstream& out, const WhatIfTable& w)
 {
+    const bool seq = w.axis == WhatIfAxis::Seq;
     auto records = w.recorded_batches.empty() ? std::vector<std::int64_t> {w.recorded_batch1, w.recorded_batch2}
                                               : w.recorded_batches;
     std::string list;
@@ -256,28 +257,47 @@ void whatIfSection(std::ostringstream& out, const WhatIfTable& w)
     out << "<h2>What if: other batch sizes and precisions</h2>\n<p>Predicted from runs at "
         << (w.axis == WhatIfAxis::Seq ? "sequence " : "batch ") << list
         << (w.device == "meta" ? " on the meta device (computed from shapes, not measured)" : "")
-        << ".</p>\n<table id=whatif><tr><th>batch</th><th class=l>dtype</th>"
+        << ".</p>\n<table id=whatif><tr><th>batch</th>" << (seq ? "<th>seq</th>" : "") << "<th class=l>dtype</th>"
            "<th class=l>method</th><th>peak</th><th>peak total</th><th>reserved (simulated GPU)</th>";
     if (w.budget_bytes > 0)
-        out << "<th class=l>fits " << formatBytes(w.budget_bytes) << "</th>";
+        out << "<th class=l>fits " << htmlEscape(w.budgetText()) << "</th>";
     out << "</tr>\n";
     for (const auto& p : w.predictions) {
         auto peak = p.measured_peak_bytes.value_or(p.predicted_peak_bytes);
         auto total = p.measured_peak_total_bytes.value_or(p.predicted_peak_total_bytes);
-        out << "<tr><td>" << p.batch << "</td><td class=l>" << htmlEscape(p.dtype) << "</td><td class=l>"
+        out << "<tr><td>" << p.batch << "</td>";
+        if (seq)
+            out << "<td>" << p.seq << "</td>";
+        out << "<td class=l>" << htmlEscape(p.dtype) << "</td><td class=l>"
             << w.methodText(p) << "</td><td>" << formatBytes(peak) << "</td><td>" << formatBytes(total)
             << "</td><td>" << formatBytes(p.predicted_reserved_bytes) << "</td>";
-        if (w.budget_bytes > 0)
-            out << "<td class=l>" << (w.fits(p) ? "yes" : "<b class=no>no</b>") << "</td>";
+        if (w.budget_bytes > 0) {
+            const auto verdict = htmlEscape(w.fitsText(p));
+            out << "<td class=l" << (p.runnable ? "" : " title=\"" + htmlEscape(p.not_runnable) + "\"") << ">"
+                << (w.fits(p) ? verdict : "<b class=no>" + verdict + "</b>") << "</td>";
+        }
         out << "</tr>\n";
     }
     out << "</table>\n";
     if (w.budget_bytes > 0 && !w.max_batch.empty()) {
-        out << "<p>Largest batch within " << formatBytes(w.budget_bytes) << ":";
-        for (const auto& [dtype, n] : w.max_batch)
-            out << " " << htmlEscape(dtype) << " <b>" << n << "</b>";
+        out << "<p>" << (seq ? "Longest sequence" : "Largest batch") << " within " << htmlEscape(w.budgetText());
+        if (w.runnable.bounded())
+            out << " (within " << w.runnable.text() << ", the sizes the model accepts)";
+        out << ":";
+        for (std::size_t i = 0; i < w.max_batch.size(); ++i) {
+            const auto& [dtype, n] = w.max_batch[i];
+            out << " " << htmlEscape(dtype) << " <b>" << WhatIfTable::largestText(n) << "</b>";
+            if (seq && i < w.max_seq_batch.size())
+                out << " at batch " << w.max_seq_batch[i];
+        }
         out << "</p>\n";
     }
+    std::vector<std::string> refused;
+    for (const auto& p : w.predictions)
+        if (!p.runnable && std::find(refused.begin(), refused.end(), p.not_runnable) == refused.end())
+            refused.push_back(p.not_runnable);
+    for (const auto& why : refused)
+        out << "<p class=note>" << htmlEscape(why) << "</p>\n";
 }
 
 // "What would help": the remedies, ranked, with their predicted (and measured) savings.

@@ -251,7 +251,7 @@ std::string whatIfToText(const WhatIfTable& table)
     const bool seq = table.axis == WhatIfAxis::Seq;
     const std::size_t methodWidth = table.device == "meta" ? 18 : 11; // "computed on meta"
     out << cell("batch", 8) << (seq ? cell("seq", 8) : std::string()) << cell("dtype", 10) << cell("method", methodWidth) << cell("peak", 12) << cell("peak total", 12)
-        << cell("reserved", 12) << (budget > 0 ? "fits " + formatBytes(budget) : "") << "\n";
+        << cell("reserved", 12) << (budget > 0 ? "fits " + table.budgetText() : "") << "\n";
     for (const auto& p : table.predictions) {
         auto peak = p.measured_peak_bytes.value_or(p.predicted_peak_bytes);
         auto total = p.measured_peak_total_bytes.value_or(p.predicted_peak_total_bytes);
@@ -260,15 +260,17 @@ std::string whatIfToText(const WhatIfTable& table)
             << cell(formatBytes(peak), 12) << cell(formatBytes(total), 12)
             << cell(formatBytes(p.predicted_reserved_bytes), 12);
         if (budget > 0)
-            out << (table.fits(p) ? "yes" : "no");
+            out << table.fitsText(p);
         out << "\n";
     }
     if (budget > 0) {
-        out << "\nLargest " << (seq ? "sequence" : "batch") << " within " << formatBytes(budget)
-            << " (peak total and reserved):\n";
+        out << "\nLargest " << (seq ? "sequence" : "batch") << " within " << table.budgetText()
+            << " (peak total, and the reserve on a device of that size"
+            << (table.runnable.bounded() ? ", within " + table.runnable.text() + ", the sizes the model accepts" : std::string())
+            << "):\n";
         for (std::size_t i = 0; i < table.max_batch.size(); ++i) {
             const auto& [dtype, n] = table.max_batch[i];
-            out << "  " << cell(dtype, 10) << (n >= 1000000 ? ">= 1000000" : std::to_string(n));
+            out << "  " << cell(dtype, 10) << WhatIfTable::largestText(n);
             if (seq && i < table.max_seq_batch.size())
                 out << " at batch " << table.max_seq_batch[i];
             out << "\n";

@@ -106,6 +106,39 @@ std::string explainLoadFailure(const std::string& head, const std::string& tail,
     return "not a TorchScript model (expected a zip archive written by torch.jit.save)";
 }
 
+// The batch (dimension 0 of every input) and the sequence (dimension 1 of every token input) the program's range
+// constraints allow: a fixed dimension allows its size alone, a symbol its range.
+void collectRanges(const ExportedProgram& program, ModelInfo& info)
+{
+    const auto& inputs = program.inputs();
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+        const auto& in = inputs[i];
+        if (!in.tensor)
+            continue;
+        InputType type;
+        type.dtype = in.dtype;
+        auto limit = [&](std::size_t k, SizeRange& range) {
+            if (in.dims.size() <= k)
+                return;
+            const auto& dim = in.dims[k];
+            auto where = "input " + std::to_string(i + 1) + " (" + in.name + "): dimension " + std::to_string(k);
+            if (dim.fixed)
+                range.narrow(*dim.fixed, *dim.fixed,
+                    where + " was exported fixed at " + std::to_string(*dim.fixed)
+                        + " (export it with a dynamic dimension to vary it)");
+            else if (!dim.symbol.empty()) {
+                SizeRange r;
+                r.min = std::max<std::int64_t>(1, dim.min);
+                r.max = dim.max;
+                range.narrow(r.min, r.max, where + " was exported for " + r.text() + " (" + dim.symbol + ")");
+            }
+        };
+        limit(0, info.batch_range);
+        if (type.isToken())
+            limit(1, info.seq_range);
+    }
+}
+
 void collect(Model::Impl& d)
 {
     auto& info = d.info;
@@ -155,6 +188,8 @@ void collect(Model::Impl& d)
         addTensor(name, t, false);
     for (const auto& [name, t] : d.namedBuffers())
         addTensor(name, t, true);
+    if (d.program)
+        collectRanges(*d.program, info);
 }
 
 bool isZip(const std::string& head)

@@ -130,6 +130,9 @@ struct ModelInfo {
     std::int64_t buffer_bytes = 0;
     std::map<std::string, std::int64_t> bytes_by_dtype; // as stored in the file
     std::vector<TensorInfo> tensors;
+    // The sizes the model accepts along the batch and the sequence (a torch.export program's range
+    // constraints; unbounded for TorchScript, whose limits only a run finds).
+    SizeRange batch_range, seq_range;
 };
 
 struct RunInfo {

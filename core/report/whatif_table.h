@@ -5,12 +5,28 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace memledger {
+
+// The sizes a model accepts along one what-if axis (the batch: dimension 0 of every input; the sequence:
+// dimension 1 of its token inputs): a torch.export program's range constraints, narrowed by a size the model
+// refused to run. A size outside it is never "fits", whatever its figures.
+struct SizeRange {
+    std::int64_t min = 1;
+    std::int64_t max = std::numeric_limits<std::int64_t>::max();
+    std::string why; // what bounds it: "input 1 (idx): dimension 1 was exported for 2..256"; empty: nothing does
+    bool contains(std::int64_t x) const { return x >= min && x <= max; }
+    bool bounded() const { return min > 1 || max < std::numeric_limits<std::int64_t>::max(); }
+    // Narrows to [lo, hi] when that is tighter on either side, taking `reason` as the why.
+    void narrow(std::int64_t lo, std::int64_t hi, const std::string& reason);
+    // "2..256", "1", "2..inf"
+    std::string text() const;
+};
 
 struct Prediction {
     std::int64_t batch = 1;
@@ -26,6 +42,17 @@ struct Prediction {
     std::int32_t peak_event = -1; // in the predicted trace
     bool reliable = true; // false: the two records did not align; measure() instead
     bool extrapolated = false; // beyond the largest record: the last fit carried on
+    // False: the model cannot run at this size (outside the program's range, or at or past a size it refused);
+    // the figures are what the fit says, and the row never fits. `not_runnable` says why.
+    bool runnable = true;
+    std::string not_runnable;
+    // The reserve was replayed on a device of the budget's size (WhatIf::predict's capacity): 0 when not.
+    std::int64_t capacity_bytes = 0;
+    // That replay ran out of memory: live blocks and the fragmentation the allocator cannot avoid exceed the
+    // device even after its cached blocks were released.
+    bool out_of_memory = false;
+    // Set by the table: fits the budget (monotone along the rows of one precision: once lost, never back).
+    std::optional<bool> fits;
     std::vector<std::string> notes;
 
     // Set by WhatIf::measure() only.
@@ -50,6 +77,7 @@ struct WhatIfTable {
     WhatIfAxis axis = WhatIfAxis::Batch;
     std::vector<std::int64_t> max_seq_batch; // axis "seq": the batch of each max_batch entry
     std::string device = "cpu"; // where the records ran; "meta": figures computed from shapes, never measured
+    SizeRange runnable; // the sizes the model accepts along the axis (WhatIf::runnableRange)
 
     // How a row is known, for people: "measured", "predicted", "extrapolated", or "computed on meta" for a row
     // run at exactly its setting on the meta device.
@@ -58,8 +86,20 @@ struct WhatIfTable {
         return figureMethodText(p.method, device == "meta");
     }
 
-    // Peak total (measured where there is a measurement) and reserved within the budget.
+    std::string budget_text; // the budget as the user typed it ("80GB", "H100-80GB"); empty: its bytes say it
+
+    // The table's verdict for a row (Prediction::fits); a row it did not judge: fitsWithin(p, budget_bytes).
     bool fits(const Prediction& p) const;
+    // For people, in every export alike: "yes", "no", "no (out of memory)", "cannot run".
+    std::string fitsText(const Prediction& p) const;
+    // "H100-80GB (79.10 GiB)", "74.51 GiB": the budget as typed, with what it means.
+    std::string budgetText() const;
+    // A largest batch or sequence: "none" when not even the smallest fits, ">= 1000000" at the search's end.
+    static std::string largestText(std::int64_t n);
 };
+
+// The one rule for one prediction: runnable, no out of memory on a device of the budget's size, and the peak
+// total (measured where there is a measurement) and the reserve within the budget. 0: no budget, false.
+bool fitsWithin(const Prediction& p, std::int64_t budget);
 
 } // namespace memledger

@@ -1,5 +1,7 @@
 #include "support/format.h"
 
+#include <cstring>
+
 #include <cctype>
 #include <cmath>
 #include <algorithm>
@@ -69,6 +71,65 @@ std::optional<std::int64_t> parseBytes(const std::string& text)
     else
         return std::nullopt;
     return static_cast<std::int64_t>(std::llround(v * scale));
+}
+
+namespace {
+
+struct GpuPreset {
+    const char* name;
+    double gib; // total memory as PyTorch reports it for the card, the smallest of its variants
+};
+// Rounded down over the variants (PCIe, SXM, drivers) seen in PyTorch's own out-of-memory messages ("GPU 0 has a
+// total capacity of 79.15 GiB"), so that a "fits" on the preset fits the card.
+constexpr GpuPreset kGpuPresets[] = {
+    {"H200", 139.70},
+    {"H100-80GB", 79.10},
+    {"H100", 79.10},
+    {"A100-80GB", 79.15},
+    {"A100-40GB", 39.39},
+    {"L40S", 44.39},
+    {"L4", 22.05},
+    {"A10G", 22.05},
+    {"4090", 23.64},
+    {"3090", 23.68},
+    {"V100-32GB", 31.73},
+    {"V100-16GB", 15.77},
+    {"T4", 14.74},
+};
+
+std::string presetKey(const std::string& text)
+{
+    std::string key;
+    for (char c : text)
+        if (std::isalnum(static_cast<unsigned char>(c)))
+            key += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    for (const char* prefix : {"NVIDIA", "RTX", "GEFORCE"})
+        if (key.rfind(prefix, 0) == 0 && key.size() > std::strlen(prefix))
+            key = key.substr(std::strlen(prefix));
+    return key;
+}
+
+} // namespace
+
+std::optional<std::int64_t> parseBudget(const std::string& text)
+{
+    // A card first: "4090" is the GPU, not 4,090 bytes.
+    const auto key = presetKey(text);
+    for (const auto& p : kGpuPresets)
+        if (presetKey(p.name) == key)
+            return static_cast<std::int64_t>(p.gib * 1024.0 * 1024 * 1024);
+    return parseBytes(text);
+}
+
+std::string gpuPresetList()
+{
+    std::string out;
+    for (const auto& p : kGpuPresets) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%s (%.2f GiB)", p.name, p.gib);
+        out += (out.empty() ? "" : ", ") + std::string(buf);
+    }
+    return out;
 }
 
 namespace {

@@ -18,6 +18,13 @@ std::string padCell(std::string s, std::size_t width, bool right = false);
 // "16GiB", "16 GB", "512MiB", "1024" (bytes). KiB, MiB, GiB, TiB (and K, M, G, T) are powers of 1024;
 // kB, MB, GB, TB are powers of 1000, as on a disk's label. nullopt if not a size.
 std::optional<std::int64_t> parseBytes(const std::string& text);
+// A memory budget: a size as parseBytes reads it, or a GPU by name ("H100-80GB", "A100-40GB", "H200", "4090";
+// case, spaces, dashes and an "RTX " prefix do not matter), which means the total memory PyTorch reports for
+// that card (torch.cuda.get_device_properties().total_memory, rounded down over the cards' variants; the
+// CUDA context is not subtracted). nullopt if neither.
+std::optional<std::int64_t> parseBudget(const std::string& text);
+// The GPU names parseBudget knows, with their sizes, for --help and error messages: "A100-40GB (39.39 GiB), ..."
+std::string gpuPresetList();
 // Round axis ticks for bytes: a 1-2-5 step in the unit (B, KiB, MiB, GiB) that the largest value reads in,
 // and labels with as many decimals as the step needs ("0", "512 MiB", "1.5 GiB"). The window's axis, the
 // PNG export and the HTML chart all label their byte axes with it.

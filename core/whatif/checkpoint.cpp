@@ -639,15 +639,62 @@ CheckpointPrediction predictCheckpoint(
     return p;
 }
 
+namespace {
+
+// The numeric suffix of a path ("layers.12" -> 12), for the order of a ModuleList's items; -1 when none.
+long itemIndex(const std::string& path)
+{
+    auto dot = path.rfind('.');
+    auto last = dot == std::string::npos ? path : path.substr(dot + 1);
+    if (last.empty() || last.size() > 9 || last.find_first_not_of("0123456789") != std::string::npos)
+        return -1;
+    return std::stol(last);
+}
+
+} // namespace
+
+std::vector<std::string> repeatedBlocks(const Report& r, const std::vector<std::string>& candidates)
+{
+    std::set<std::string> usable(candidates.begin(), candidates.end());
+    std::vector<std::string> best;
+    for (const auto& l : r.layers) {
+        std::map<std::string, std::vector<std::string>> byType;
+        for (int c : l.children) {
+            if (c < 0 || static_cast<std::size_t>(c) >= r.layers.size())
+                continue;
+            const auto& child = r.layers[static_cast<std::size_t>(c)];
+            if (usable.count(child.path))
+                byType[child.type].push_back(child.path);
+        }
+        for (auto& [type, paths] : byType)
+            if (paths.size() >= 2 && paths.size() > best.size())
+                best = paths;
+    }
+    std::stable_sort(best.begin(), best.end(),
+        [](const std::string& a, const std::string& b) { return itemIndex(a) < itemIndex(b); });
+    return best;
+}
+
 CheckpointPlan planCheckpoints(const Report& r, std::int64_t budget, CheckpointImpl impl)
 {
     checkReport(r);
     CheckpointPlan plan;
     plan.budget_bytes = budget;
     auto candidates = checkpointableModules(r);
+    // A plan lists its modules in the model's order (call order of the layers), never sorted as text.
+    std::map<std::string, std::size_t> order;
+    for (std::size_t i = 0; i < r.layers.size(); ++i)
+        order.emplace(r.layers[i].path, i);
+    auto rank = [&](const std::string& path) {
+        auto it = order.find(path);
+        return it == order.end() ? r.layers.size() : it->second;
+    };
     std::map<std::vector<std::string>, CheckpointPrediction> cache;
-    auto normal = [](std::vector<std::string> set) {
-        std::sort(set.begin(), set.end());
+    auto normal = [&](std::vector<std::string> set) {
+        std::sort(set.begin(), set.end(), [&](const std::string& a, const std::string& b) {
+            auto ra = rank(a), rb = rank(b);
+            return ra != rb ? ra < rb : a < b;
+        });
         set.erase(std::unique(set.begin(), set.end()), set.end());
         std::vector<std::string> out;
         for (const auto& a : set) {
@@ -690,64 +737,86 @@ CheckpointPlan planCheckpoints(const Report& r, std::int64_t budget, CheckpointI
                 || (a.recompute_ms == b.recompute_ms && a.predicted_peak_bytes < b.predicted_peak_bytes);
         return a.predicted_peak_total_bytes < b.predicted_peak_total_bytes;
     };
-    std::vector<std::string> current;
-    CheckpointPrediction best = eval(current);
-    // Greedy: add the module that lowers the peak most per recompute time until the plan fits.
-    for (int round = 0; round < 64 && !fits(eval(current)); ++round) {
-        const auto& now = eval(current);
-        double bestScore = 0.0;
-        std::vector<std::string> next;
-        for (const auto& c : candidates) {
-            if (std::find(current.begin(), current.end(), c) != current.end())
-                continue;
-            auto set = current;
-            set.push_back(c);
-            set = normal(set);
-            if (set == current)
-                continue;
-            const auto& p = eval(set);
-            auto gain = static_cast<double>(now.predicted_peak_bytes - p.predicted_peak_bytes);
-            if (gain <= 0)
-                continue;
-            auto cost = std::max(1e-3, p.recompute_ms - now.recompute_ms);
-            auto score = fits(p) ? 1e30 / std::max(1e-3, p.recompute_ms) : gain / cost;
-            if (score > bestScore) {
-                bestScore = score;
-                next = set;
-            }
-        }
-        if (next.empty())
-            break;
-        current = next;
-    }
-    best = eval(current);
-    // Local improvement: drop a module, or swap one for another candidate, while the plan gets better.
-    for (bool improved = true; improved;) {
-        improved = false;
-        std::vector<std::vector<std::string>> moves;
-        for (std::size_t k = 0; k < current.size(); ++k) {
-            auto drop = current;
-            drop.erase(drop.begin() + static_cast<std::ptrdiff_t>(k));
-            moves.push_back(drop);
-            for (const auto& c : candidates) {
+    // Greedy over `pool`: add the module that lowers the peak most per recompute time until the plan fits.
+    auto greedy = [&](std::vector<std::string> current, const std::vector<std::string>& pool) {
+        for (int round = 0; round < 64 && !fits(eval(current)); ++round) {
+            const auto& now = eval(current);
+            double bestScore = 0.0;
+            std::vector<std::string> next;
+            for (const auto& c : pool) {
                 if (std::find(current.begin(), current.end(), c) != current.end())
                     continue;
-                auto swap = drop;
-                swap.push_back(c);
-                moves.push_back(normal(swap));
+                auto set = current;
+                set.push_back(c);
+                set = normal(set);
+                if (set == current)
+                    continue;
+                const auto& p = eval(set);
+                auto gain = static_cast<double>(now.predicted_peak_bytes - p.predicted_peak_bytes);
+                if (gain <= 0)
+                    continue;
+                auto cost = std::max(1e-3, p.recompute_ms - now.recompute_ms);
+                auto score = fits(p) ? 1e30 / std::max(1e-3, p.recompute_ms) : gain / cost;
+                if (score > bestScore) {
+                    bestScore = score;
+                    next = set;
+                }
+            }
+            if (next.empty())
+                break;
+            current = next;
+        }
+        return current;
+    };
+    // Local improvement: drop a module, or (with `swaps`) swap one for another of `pool`, while the plan gets better.
+    auto improve = [&](std::vector<std::string> current, const std::vector<std::string>& pool, bool swaps) {
+        CheckpointPrediction best = eval(current);
+        for (bool improved = true; improved;) {
+            improved = false;
+            std::vector<std::vector<std::string>> moves;
+            for (std::size_t k = 0; k < current.size(); ++k) {
+                auto drop = current;
+                drop.erase(drop.begin() + static_cast<std::ptrdiff_t>(k));
+                moves.push_back(drop);
+                if (!swaps)
+                    continue;
+                for (const auto& c : pool) {
+                    if (std::find(current.begin(), current.end(), c) != current.end())
+                        continue;
+                    auto swap = drop;
+                    swap.push_back(c);
+                    moves.push_back(normal(swap));
+                }
+            }
+            for (const auto& m : moves) {
+                const auto& p = eval(m);
+                if (better(p, best)) {
+                    best = p;
+                    current = m;
+                    improved = true;
+                }
             }
         }
-        for (const auto& m : moves) {
-            const auto& p = eval(m);
-            if (better(p, best)) {
-                best = p;
-                current = m;
-                improved = true;
-            }
-        }
+        return current;
+    };
+    // The repeated blocks first (each decoder layer, as users wrap them with torch.utils.checkpoint): a plan of
+    // whole blocks where one fits, the fewest recomputed; scattered submodules only where whole blocks do not.
+    std::vector<std::string> current;
+    const auto blocks = repeatedBlocks(r, candidates);
+    bool byBlocks = false;
+    if (blocks.size() >= 2 && !fits(eval(current)) && fits(eval(normal(blocks)))) {
+        current = improve(greedy({}, blocks), blocks, false);
+        byBlocks = true;
+    } else {
+        current = greedy(blocks.size() >= 2 && !fits(eval(current)) ? normal(blocks) : current, candidates);
+        current = improve(current, candidates, true);
     }
     plan.prediction = predictCheckpoint(r, current, impl, true);
     plan.fits = fits(plan.prediction);
+    if (byBlocks)
+        plan.prediction.notes.push_back("planned by whole blocks: " + std::to_string(current.size()) + " of the "
+            + std::to_string(blocks.size()) + " " + r.layers[rank(blocks.front()) < r.layers.size() ? rank(blocks.front()) : 0].type
+            + " blocks, as torch.utils.checkpoint wraps a model's layers");
     if (!plan.fits)
         plan.prediction.notes.push_back("no set of checkpoints found brings the peak total within "
             + formatBytes(budget) + "; this plan has the lowest peak found");

@@ -70,7 +70,13 @@ struct CheckpointPlan {
     int evaluated = 0; // predictions tried
     std::vector<CheckpointPrediction> tried; // each of them, in the order tried (without their reports)
 };
+// The plan: whole repeated blocks first (repeatedBlocks, the fewest whose checkpointing fits, none of which can
+// be dropped), and only where even all of them do not fit, the greedy search over every module from there.
+// The CLI and the window both call it. Its modules are listed in the model's order.
 CheckpointPlan planCheckpoints(const Report& r, std::int64_t budget, CheckpointImpl impl = CheckpointImpl::Reentrant);
+// The blocks users wrap: the children of one module that share a type, the most of them among `candidates`
+// (a decoder's layers.0 ... layers.N, a ResNet stage's blocks), in item order. Empty when none repeats.
+std::vector<std::string> repeatedBlocks(const Report& r, const std::vector<std::string>& candidates);
 
 // One row: {checkpoint: [...], implementation, predicted_peak_bytes, predicted_peak_total_bytes,
 // predicted_reserved_bytes, recompute_ms, recorded_peak_bytes, saving_bytes, worse, notes}.

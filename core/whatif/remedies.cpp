@@ -412,11 +412,14 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
         if (options.budget > 0) {
             fitting = w->maxBatch(r.run.dtype, options.budget, true);
             if (fitting > 0) {
-                auto p = w->predict(fitting, r.run.dtype, true);
+                auto p = w->predict(fitting, r.run.dtype, true, options.budget);
                 auto m = base(RemedyKind::LargestBatch, "Largest batch within " + formatBytes(options.budget) + ": "
                     + std::to_string(fitting) + " (now " + std::to_string(batch) + ")");
                 m.change = "run at batch " + std::to_string(fitting)
                     + ": the largest whose peak total and reserve stay within " + formatBytes(options.budget);
+                if (w->runnableRange().bounded()) // never beyond what the program accepts
+                    m.details.push_back("the program accepts batches " + w->runnableRange().text()
+                        + (w->runnableRange().why.empty() ? "" : ": " + w->runnableRange().why));
                 m.peak_total_after = p.predicted_peak_total_bytes;
                 m.reserve_after = p.predicted_reserved_bytes;
                 m.batch = fitting;

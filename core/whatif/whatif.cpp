@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <stdexcept>
 
@@ -59,8 +60,14 @@ std::shared_ptr<WhatIf::Fit> makeFit(const ModelInfo& model, const std::vector<L
     f->dtype = r2.info.dtype;
     f->b1 = b1;
     f->b2 = b2;
-    auto sizes = runs.size() == 3 ? fitSizesQuadratic(runs[0], xs[0], runs[1], xs[1], runs[2], xs[2], f->quad)
-                                  : fitSizes(runs.front(), b1, r2, b2);
+    SizeFit sizes;
+    if (runs.size() == 1) { // one size is all the model runs (a fixed dimension): the record itself, no growth
+        sizes.slope.assign(r2.trace.size(), 0.0);
+        sizes.intercept.assign(r2.trace.bytes.begin(), r2.trace.bytes.end());
+    } else {
+        sizes = runs.size() == 3 ? fitSizesQuadratic(runs[0], xs[0], runs[1], xs[1], runs[2], xs[2], f->quad)
+                                 : fitSizes(runs.front(), b1, r2, b2);
+    }
     f->slope = std::move(sizes.slope);
     f->intercept = std::move(sizes.intercept);
     f->ops = std::make_shared<const std::vector<OpCall>>(r2.ops);
@@ -214,6 +221,33 @@ std::vector<std::string> dtypeOrder(const std::string& base, const std::vector<s
     return order;
 }
 
+// A run that failed for want of memory, as libtorch's CPU and CUDA allocators word it, rather than a size the
+// model refuses (outside a program's range, past a position table).
+bool isOutOfMemory(const std::string& why)
+{
+    for (const char* word : {"out of memory", "can't allocate memory", "cannot allocate memory", "bad_alloc",
+             "Cancelled", "cancelled"})
+        if (why.find(word) != std::string::npos)
+            return true;
+    return false;
+}
+
+// A record at `x` failed where `ran` (< x) ran: unless for want of memory, the model refuses x, and no size
+// above `ran` is known to run (a position table's length lies somewhere between): the range ends at `ran`.
+void refusedAt(SizeRange& range, WhatIfAxis axis, std::int64_t ran, std::int64_t x, const std::string& why)
+{
+    if (isOutOfMemory(why) || ran < range.min || ran >= x)
+        return;
+    const std::string word = axis == WhatIfAxis::Seq ? "sequence " : "batch ";
+    range.narrow(range.min, ran,
+        "not known to run: " + word + std::to_string(ran) + " ran, " + word + std::to_string(x)
+            + " was refused by the model (" + why + ")");
+}
+
+// Records a sequence what-if makes beyond its plan to find three that lie past a kernel switch (CPU attention
+// settles its blocks by sequence 768; from 64 that is four doublings).
+constexpr int kMoreRecordsPastASwitch = 6;
+
 std::int64_t machineMemoryBytes()
 {
     long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
@@ -236,10 +270,12 @@ std::int64_t nextRecord(std::int64_t last, std::int64_t step, const WhatIf::Plan
 // (false); the base one's failure is thrown.
 bool recordRuns(Model& model, RunOptions& base, RunOptions& o, const std::vector<std::int64_t>& batches,
     std::vector<RawRun>& runs, std::vector<std::pair<std::string, std::string>>& cannotRun,
-    WhatIfAxis axis = WhatIfAxis::Batch)
+    WhatIfAxis axis = WhatIfAxis::Batch, const WhatIf::Plan* plan = nullptr)
 {
     try {
         for (auto b : batches) {
+            if (plan && plan->progress) // told each record as it starts, so that a failure names the one told
+                plan->progress(o.dtype, b, static_cast<int>(runs.size()) + 1);
             (axis == WhatIfAxis::Batch ? o.batch : o.seq) = b;
             runs.push_back(model.run(o));
             if (base.inputs.empty()) { // guessed once: the same guess for every batch and dtype
@@ -273,6 +309,7 @@ WhatIf WhatIf::recordAt(Model& model, RunOptions base, const std::vector<std::in
     const std::size_t window = axis == WhatIfAxis::Seq ? 3 : 2; // a parabola needs three records, a line two
     WhatIf w;
     w.model_ = std::make_shared<const ModelInfo>(model.info());
+    w.range_ = axis == WhatIfAxis::Seq ? w.model_->seq_range : w.model_->batch_range;
     w.modules_ = std::make_shared<const std::vector<LayerStats>>(model.modules());
     std::vector<std::pair<std::string, std::string>> cannotRun; // dtype, why
     for (const auto& dtype : dtypeOrder(base.dtype, dtypes)) {
@@ -309,24 +346,29 @@ std::int64_t planMemory(const Model& model, const RunOptions& base, const WhatIf
 
 WhatIf WhatIf::recordPlanned(Model& model, RunOptions base, const std::vector<std::string>& dtypes, const Plan& plan)
 {
-    const auto [b1, b2] = recordedBatchesFor(base.mode.value_or(RunMode::Inference));
-    const std::int64_t memory = planMemory(model, base, plan);
-    const auto started = std::chrono::steady_clock::now();
     WhatIf all;
     all.model_ = std::make_shared<const ModelInfo>(model.info());
     all.modules_ = std::make_shared<const std::vector<LayerStats>>(model.modules());
+    all.range_ = all.model_->batch_range;
+    // The first two records, inside the batches the program accepts: one alone where its batch is fixed.
+    auto [b1, b2] = recordedBatchesFor(base.mode.value_or(RunMode::Inference));
+    b1 = std::clamp(b1, all.range_.min, all.range_.max);
+    b2 = std::min(std::max(b2, b1 * 2), all.range_.max);
+    const std::vector<std::int64_t> firstRecords = b2 > b1 ? std::vector<std::int64_t> {b1, b2} : std::vector<std::int64_t> {b1};
+    const std::int64_t memory = planMemory(model, base, plan);
+    const auto started = std::chrono::steady_clock::now();
     std::vector<std::pair<std::string, std::string>> cannotRun; // dtype, why
     // Each precision on its own plan: a precision the CPU runs slowly (float16 convolutions) stops earlier.
     for (const auto& dtype : dtypeOrder(base.dtype, dtypes)) {
         RunOptions o = base;
         o.dtype = dtype;
-        std::vector<std::int64_t> batches {b1, b2};
+        std::vector<std::int64_t> batches = firstRecords;
         std::vector<RawRun> runs;
-        if (plan.progress)
-            plan.progress(dtype, b2, 2);
-        if (!recordRuns(model, base, o, batches, runs, cannotRun))
+        if (!recordRuns(model, base, o, batches, runs, cannotRun, WhatIfAxis::Batch, &plan))
             continue;
         auto fitOf = [&](std::size_t k) {
+            if (runs.size() == 1)
+                return makeFit(*all.model_, *all.modules_, {runs[0]}, {batches[0]}, WhatIfAxis::Batch);
             return makeFit(*all.model_, *all.modules_, {runs[k], runs[k + 1]}, {batches[k], batches[k + 1]},
                 WhatIfAxis::Batch);
         };
@@ -337,8 +379,9 @@ WhatIf WhatIf::recordPlanned(Model& model, RunOptions base, const std::vector<st
             first.addRescaledFits({});
             plan.first_records(first);
         }
-        while (batches.back() < plan.largest) {
-            auto next = nextRecord(batches.back(), batches.back() * 4, plan);
+        const auto largest = std::min(plan.largest, all.range_.max);
+        while (batches.back() < largest) {
+            auto next = std::min(nextRecord(batches.back(), batches.back() * 4, plan), largest);
             WhatIf last = all;
             last.fits_ = {fits.back()};
             // The records so far say what a record costs: its peak, and the time of a warm-up and a recorded run.
@@ -369,8 +412,10 @@ WhatIf WhatIf::recordPlanned(Model& model, RunOptions base, const std::vector<st
             o.batch = next;
             try {
                 runs.push_back(model.run(o));
-            } catch (const RunError&) {
-                break; // the larger run fails (memory): the records so far stand
+            } catch (const RunError& e) {
+                // The larger run fails: for want of memory, or the model refuses that batch. The records so far stand.
+                refusedAt(all.range_, WhatIfAxis::Batch, batches.back(), next, e.what());
+                break;
             }
             batches.push_back(next);
             fits.push_back(fitOf(runs.size() - 2));
@@ -426,6 +471,7 @@ WhatIf WhatIf::recordSeqPlanned(Model& model, RunOptions base, const std::vector
     WhatIf all;
     all.model_ = std::make_shared<const ModelInfo>(model.info());
     all.modules_ = std::make_shared<const std::vector<LayerStats>>(model.modules());
+    all.range_ = all.model_->seq_range;
     std::vector<std::pair<std::string, std::string>> cannotRun;
     std::vector<std::int64_t> start;
     for (const auto& dtype : dtypeOrder(base.dtype, dtypes)) {
@@ -437,21 +483,30 @@ WhatIf WhatIf::recordSeqPlanned(Model& model, RunOptions base, const std::vector
         std::vector<std::int64_t> seqs = start;
         std::vector<RawRun> runs;
         bool ran = false;
+        std::vector<std::vector<std::int64_t>> all3, candidates;
         for (auto first : {std::vector<std::int64_t> {t0 / 2, t0, t0 * 2}, std::vector<std::int64_t> {t0 / 4, t0 / 2, t0}}) {
+            if (first[0] < 1 || first[0] == first[1])
+                first = {t0, t0 * 2, t0 * 4};
+            all3.push_back(first);
+            // Where the program's range says a record cannot run, the next candidate is tried without running it.
+            if (all.range_.contains(first.front()) && all.range_.contains(first.back()))
+                candidates.push_back(first);
+        }
+        if (candidates.empty())
+            candidates = all3; // nothing fits the range: the runs say why
+        for (auto first : candidates) {
             if (!start.empty())
                 first = start;
-            else if (first[0] < 1 || first[0] == first[1])
-                first = {t0, t0 * 2, t0 * 4};
             seqs = first;
             runs.clear();
-            if (plan.progress)
-                plan.progress(dtype, seqs.back(), 3);
             try {
-                ran = recordRuns(model, base, o, seqs, runs, cannotRun, WhatIfAxis::Seq);
+                ran = recordRuns(model, base, o, seqs, runs, cannotRun, WhatIfAxis::Seq, &plan);
                 break;
-            } catch (const RunError&) {
-                if (first.back() == t0)
+            } catch (const RunError& e) {
+                if (first.back() == t0 || !start.empty())
                     throw;
+                if (!runs.empty())
+                    refusedAt(all.range_, WhatIfAxis::Seq, first[runs.size() - 1], first[runs.size()], e.what());
             }
         }
         if (!ran)
@@ -463,8 +518,10 @@ WhatIf WhatIf::recordSeqPlanned(Model& model, RunOptions base, const std::vector
         };
         std::vector<std::shared_ptr<const Fit>> fits {fitOf(0)};
         std::string stopped;
-        while (seqs.back() < plan.largest) {
-            auto next = nextRecord(seqs.back(), seqs.back() * 2, plan);
+        const auto largest = std::min(plan.largest, all.range_.max);
+        // One more record at `next`, when this machine's memory and time allow it (`anyTotal`: the plan's time in
+        // all is no bar); false, with `stopped` saying why, when not.
+        auto recordNext = [&](std::int64_t next, bool anyTotal) {
             WhatIf last = all;
             last.fits_ = {fits.back()};
             auto p = last.predict(next, dtype, false);
@@ -473,9 +530,9 @@ WhatIf WhatIf::recordSeqPlanned(Model& model, RunOptions base, const std::vector
             double seconds = runs.back().info.duration_ms / 1000.0 * ratio * ratio;
             const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
             if (p.predicted_peak_total_bytes > memory || seconds * 2 > plan.seconds_budget
-                || (plan.total_seconds_budget > 0 && spent + seconds * 2 > plan.total_seconds_budget)) {
+                || (!anyTotal && plan.total_seconds_budget > 0 && spent + seconds * 2 > plan.total_seconds_budget)) {
                 stopped = p.predicted_peak_total_bytes > memory ? "memory" : "time";
-                break;
+                return false;
             }
             if (plan.progress)
                 plan.progress(dtype, next, static_cast<int>(seqs.size()) + 1);
@@ -483,12 +540,57 @@ WhatIf WhatIf::recordSeqPlanned(Model& model, RunOptions base, const std::vector
             try {
                 runs.push_back(model.run(o));
             } catch (const RunError& e) {
-                stopped = e.what(); // beyond an exported program's range, or out of memory
-                break;
+                stopped = e.what(); // beyond what the model takes (a position table), or out of memory
+                refusedAt(all.range_, WhatIfAxis::Seq, seqs.back(), next, e.what());
+                return false;
             }
             seqs.push_back(next);
             fits.push_back(fitOf(runs.size() - 3));
             runs[runs.size() - 4] = RawRun {}; // only the last two records are needed for the next fit
+            return true;
+        };
+        while (seqs.back() < largest)
+            if (!recordNext(std::min(nextRecord(seqs.back(), seqs.back() * 2, plan), largest), false))
+                break;
+        // Beyond the largest record the last parabola carries on. It is trusted only when the record before its
+        // three lies on it too: else a kernel switched between them (CPU attention changes its blocks with the
+        // sequence), and the parabola would take the jump for growth. More records are made past the switch while
+        // this machine can (the plan's time in all is no bar here), so that the last three lie past it.
+        auto lastAgrees = [&] {
+            if (fits.size() < 2)
+                return true;
+            WhatIf last = all;
+            last.fits_ = {fits.back()};
+            const auto& before = fits[fits.size() - 2]->recorded.front();
+            auto predicted = last.predict(before.batch, dtype, false).predicted_peak_bytes;
+            return std::llabs(predicted - before.peak) <= std::max<std::int64_t>(before.peak / 100, 4096);
+        };
+        // Four records at least, so that the last parabola can be checked at all.
+        for (int extra = 0; (fits.size() < 2 || !lastAgrees()) && extra < kMoreRecordsPastASwitch
+             && seqs.back() < all.range_.max;
+             ++extra)
+            if (!recordNext(std::min(seqs.back() * 2, all.range_.max), true))
+                break;
+        if (fits.size() >= 2 && !lastAgrees()) {
+            auto rough = std::make_shared<Fit>(*fits.back());
+            rough->reliable = false;
+            const auto n = seqs.size();
+            rough->notes.push_back(dtype + ": the records at sequence " + std::to_string(seqs[n - 4]) + ", "
+                + std::to_string(seqs[n - 3]) + ", " + std::to_string(seqs[n - 2]) + " and " + std::to_string(seqs[n - 1])
+                + " do not lie on one parabola (a kernel switches between them) and no record past the switch could be"
+                  " made here: figures beyond sequence "
+                + std::to_string(seqs[n - 3]) + " are rough; measure instead");
+            fits.back() = rough;
+        } else if (fits.size() >= 2) {
+            const auto n = seqs.size();
+            fits.back() = [&] {
+                auto checked = std::make_shared<Fit>(*fits.back());
+                checked->notes.push_back(dtype + ": beyond sequence " + std::to_string(seqs[n - 1])
+                    + " from the parabola through the records at " + std::to_string(seqs[n - 3]) + ", "
+                    + std::to_string(seqs[n - 2]) + " and " + std::to_string(seqs[n - 1]) + ", which the record at "
+                    + std::to_string(seqs[n - 4]) + " lies on too (no kernel switch among them)");
+                return std::shared_ptr<const Fit>(checked);
+            }();
         }
         all.fits_.insert(all.fits_.end(), fits.begin(), fits.end());
         std::string list;
@@ -574,10 +676,15 @@ std::vector<std::int64_t> WhatIf::recordedBatches(const std::string& dtype) cons
     for (const auto& f : fits_) {
         if (f->dtype != dtype)
             continue;
-        if (out.empty())
+        if (f->recorded.empty()) { // rescaled: the records of the precision it came from
             out.push_back(f->b1);
-        out.push_back(f->b2);
+            out.push_back(f->b2);
+        }
+        for (const auto& r : f->recorded) // every record, the middle one of a sequence fit's three too
+            out.push_back(r.batch);
     }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
     return out;
 }
 
@@ -622,7 +729,7 @@ std::size_t WhatIf::eventCount(const std::string& dtype) const
     return fit(dtype).trace->size();
 }
 
-Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool withReserved) const
+Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool withReserved, std::int64_t capacity) const
 {
     if (batch < 1)
         throw std::invalid_argument(std::string(axisWord(axis())) + " must be at least 1, not " + std::to_string(batch));
@@ -638,6 +745,11 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
     p.input_bytes = f.inputBytes(batch);
     p.reliable = f.reliable;
     p.notes = f.notes;
+    if (!range_.contains(batch)) {
+        p.runnable = false;
+        p.not_runnable = std::string(axisWord(f.axis)) + " " + std::to_string(batch) + " cannot run: "
+            + (range_.why.empty() ? "outside " + range_.text() + ", the sizes the model accepts" : range_.why);
+    }
 
     auto recorded
         = std::find_if(f.recorded.begin(), f.recorded.end(), [&](const Fit::Recorded& r) { return r.batch == batch; });
@@ -703,37 +815,68 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
             replay.push(0, f.sizeAt(i, static_cast<double>(batch)), t.address[i],
                 f.sign[i] > 0 ? Action::Alloc : Action::Free, t.device[i]);
         }
-        p.predicted_reserved_bytes = replayCachingAllocator(replay).peak_reserved;
+        // On a device of the budget's size the allocator releases its cached blocks and retries before it
+        // fails, so the reserve never exceeds the device: out of memory is what does not fit.
+        AllocatorSettings settings;
+        settings.device_memory = capacity > 0 ? capacity : 0;
+        auto r = replayCachingAllocator(replay, settings);
+        p.predicted_reserved_bytes = r.peak_reserved;
+        p.capacity_bytes = settings.device_memory;
+        p.out_of_memory = r.ooms > 0;
     }
-    std::int64_t largest = 0; // this precision's largest record
+    std::int64_t largest = 0, smallest = 0; // this precision's largest and smallest records
     for (const auto& g : fits_)
-        if (g->dtype == dtype)
+        if (g->dtype == dtype) {
             largest = std::max(largest, g->b2);
-    p.extrapolated = batch > largest;
-    if (p.method == FigureMethod::Predicted)
+            smallest = smallest == 0 ? g->b1 : std::min(smallest, g->b1);
+        }
+    p.extrapolated = batch > largest || batch < smallest;
+    // Each row names its own precision and the records it came from.
+    const std::string word = axisWord(f.axis);
+    if (p.method == FigureMethod::Predicted) {
+        std::string from = f.b1 == f.b2 ? word + " " + std::to_string(f.b1)
+                                        : word + " " + std::to_string(f.b1) + (f.quad.empty() ? " and " : " to ")
+                + std::to_string(f.b2);
+        std::string beyond;
+        if (batch > largest)
+            beyond = "; extrapolated to " + percent(100.0 * static_cast<double>(batch) / static_cast<double>(largest))
+                + " of the largest record (" + word + " " + std::to_string(largest) + ")";
+        else if (batch < smallest)
+            beyond = "; below the smallest record (" + word + " " + std::to_string(smallest) + ")";
         p.notes.insert(p.notes.begin(),
-            std::string(axisWord(f.axis)) + " " + std::to_string(batch) + ": predicted from the runs at "
-                + axisWord(f.axis) + " " + std::to_string(f.b1) + (f.quad.empty() ? " and " : " to ")
-                + std::to_string(f.b2) + (f.rescaled_from.empty() ? "" : " in " + f.rescaled_from) + ", not measured"
-                + (p.extrapolated ? "; extrapolated " + percent(100.0 * static_cast<double>(batch)
-                                                                    / static_cast<double>(largest))
-                            + " of the largest record (" + axisWord(f.axis) + " " + std::to_string(largest) + ")"
-                                  : ""));
+            dtype + ", " + word + " " + std::to_string(batch) + ": predicted from the "
+                + (f.rescaled_from.empty() ? dtype + " records at " + from
+                                           : f.rescaled_from + " records at " + from + ", rescaled to " + dtype)
+                + ", not measured" + beyond);
+    }
+    if (!p.runnable)
+        p.notes.insert(p.notes.begin(), dtype + ", " + p.not_runnable);
     return p;
 }
 
-std::int64_t WhatIf::maxBatch(const std::string& dtype, std::int64_t budget, bool withReserved) const
+std::int64_t WhatIf::maxBatch(const std::string& dtype, std::int64_t budget, bool withReserved, std::int64_t upTo) const
 {
-    auto fits = [&](std::int64_t b) {
-        auto p = predict(b, dtype, withReserved);
-        return p.predicted_peak_total_bytes <= budget && (!withReserved || p.predicted_reserved_bytes <= budget);
-    };
+    auto fits = [&](std::int64_t b) { return fitsWithin(predict(b, dtype, withReserved, budget), budget); };
     constexpr std::int64_t kMost = 1000000;
-    if (!fits(1))
+    const std::int64_t first = range_.min;
+    std::int64_t last = std::min(range_.max, kMost);
+    if (upTo > 0)
+        last = std::min(last, upTo);
+    if (last < first || !fits(first))
         return 0;
-    if (fits(kMost))
-        return kMost;
-    std::int64_t lo = 1, hi = kMost; // fits(lo), !fits(hi)
+    // Doubling walks up to the first size that does not fit; nothing beyond it is ever the answer, so that the
+    // verdict is the same along a growing batch however the allocator's fragmentation moves above it.
+    std::int64_t lo = first, hi = 0; // fits(lo), !fits(hi)
+    while (lo < last) {
+        auto next = std::min(last, lo * 2);
+        if (!fits(next)) {
+            hi = next;
+            break;
+        }
+        lo = next;
+    }
+    if (hi == 0)
+        return lo;
     while (hi - lo > 1) {
         auto mid = lo + (hi - lo) / 2;
         (fits(mid) ? lo : hi) = mid;
@@ -787,9 +930,9 @@ Report WhatIf::predictedReport(std::int64_t batch, const std::string& dtype) con
     return report;
 }
 
-Prediction WhatIf::measure(Model& model, std::int64_t batch, const std::string& dtype) const
+Prediction WhatIf::measure(Model& model, std::int64_t batch, const std::string& dtype, std::int64_t capacity) const
 {
-    auto p = predict(batch, dtype);
+    auto p = predict(batch, dtype, true, capacity);
     const auto& f = fit(dtype, batch);
     RunOptions o;
     o.inputs = f.info.input_shapes;

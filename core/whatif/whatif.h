@@ -76,16 +76,26 @@ public:
 
     // O(events): one pass over precomputed sizes. The reserved figure replays the caching allocator
     // (slower); leave it out for live slider feedback and fetch it after the slider rests.
-    Prediction predict(std::int64_t batch, const std::string& dtype, bool withReserved = true) const;
-    // The largest batch in [1, 1,000,000] whose peak total (and reserved, if withReserved) is <= budget;
-    // 0 if not even batch 1 fits.
-    std::int64_t maxBatch(const std::string& dtype, std::int64_t budget, bool withReserved = true) const;
+    // `capacity` > 0: the reserve is replayed on a device of that size, whose allocator releases its cached
+    // blocks and retries before it runs out of memory (Prediction::out_of_memory), so it never exceeds it.
+    // A size outside runnableRange() is predicted all the same, marked not runnable.
+    Prediction predict(std::int64_t batch, const std::string& dtype, bool withReserved = true,
+        std::int64_t capacity = 0) const;
+    // The largest batch (or sequence) within the runnable range and at most `upTo` (and 1,000,000) that fits
+    // `budget` (fitsWithin: peak total, and with withReserved a replay on a device of the budget's size), found
+    // by doubling from the smallest runnable size until the first that does not fit, then halving the gap: the
+    // answer never lies beyond a size found not to fit. 0 if not even the smallest fits.
+    std::int64_t maxBatch(const std::string& dtype, std::int64_t budget, bool withReserved = true,
+        std::int64_t upTo = 0) const;
+    // The sizes the model runs along this what-if's axis: the program's range, narrowed by a size a record
+    // refused (not for want of memory).
+    const SizeRange& runnableRange() const { return range_; }
     // The full report of a predicted run (ledgers, layer tree, timeline trace), marked predicted in notes.
     Report predictedReport(std::int64_t batch, const std::string& dtype) const;
     // Allocation sizes of the predicted run; events, ops and partners are the larger record's.
     Trace predictedTrace(std::int64_t batch, const std::string& dtype) const;
     // Runs the model at batch/dtype (throws RunError where the CPU has no kernel) and compares.
-    Prediction measure(Model& model, std::int64_t batch, const std::string& dtype) const;
+    Prediction measure(Model& model, std::int64_t batch, const std::string& dtype, std::int64_t capacity = 0) const;
 
     std::vector<std::string> dtypes() const; // every dtype predict() accepts
     bool isRecorded(const std::string& dtype) const; // recorded, not rescaled
@@ -105,6 +115,7 @@ private:
     std::shared_ptr<const std::vector<LayerStats>> modules_;
     std::vector<std::shared_ptr<const Fit>> fits_;
     std::vector<std::string> notes_;
+    SizeRange range_;
     const Fit& fit(const std::string& dtype) const; // the first fit of dtype; throws std::invalid_argument
     const Fit& fit(const std::string& dtype, std::int64_t batch) const; // the fit whose records surround batch
     void addRescaledFits(const std::vector<std::pair<std::string, std::string>>& cannotRun);

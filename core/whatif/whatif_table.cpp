@@ -1,6 +1,11 @@
 #include "whatif/whatif.h"
 
+#include "support/dtype.h"
 #include "support/errors.h"
+#include "support/format.h"
+
+#include <algorithm>
+#include <chrono>
 
 #include <nlohmann/json.hpp>
 
@@ -10,12 +15,6 @@ std::pair<std::int64_t, std::int64_t> recordedBatchesFor(RunMode mode)
 {
     return mode == RunMode::Train ? std::make_pair(std::int64_t {2}, std::int64_t {4})
                            : std::make_pair(std::int64_t {1}, std::int64_t {2});
-}
-
-bool WhatIfTable::fits(const Prediction& p) const
-{
-    auto total = p.measured_peak_total_bytes.value_or(p.predicted_peak_total_bytes);
-    return budget_bytes > 0 && total <= budget_bytes && p.predicted_reserved_bytes <= budget_bytes;
 }
 
 WhatIfTable makeWhatIfTable(const WhatIf& w, const std::vector<std::int64_t>& batches,
@@ -29,33 +28,93 @@ WhatIfTable makeWhatIfTable(const WhatIf& w, const std::vector<std::int64_t>& ba
     t.mode = w.mode();
     t.axis = w.axis();
     t.device = w.device();
+    t.runnable = w.runnableRange();
+    // The rows of each precision in increasing order, so that "fits" once lost is never given back.
+    std::vector<std::int64_t> rows = batches;
+    std::sort(rows.begin(), rows.end());
+    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+    const char* word = t.axis == WhatIfAxis::Seq ? "sequence " : "batch ";
+    // Runs that check a figure share half a minute: beyond it the figure stays predicted and says so, so that a
+    // table is made within a minute on this machine whatever its rows.
+    constexpr double kMeasureSeconds = 30.0;
+    const auto started = std::chrono::steady_clock::now();
+    auto timeLeft = [&] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() < kMeasureSeconds;
+    };
     for (const auto& dtype : dtypes) {
-        for (auto batch : batches) {
-            auto p = w.predict(batch, dtype);
+        const auto first = t.predictions.size();
+        for (auto batch : rows) {
+            auto p = w.predict(batch, dtype, true, budget);
             // Where the two records did not line up, a prediction is a guess: run it instead.
-            if (!p.reliable && model && w.isRecorded(dtype))
-                p = w.measure(*model, batch, dtype);
-            t.predictions.push_back(std::move(p));
-        }
-        if (budget > 0) {
-            auto n = w.maxBatch(dtype, budget);
-            t.max_batch.emplace_back(dtype, n);
-            if (t.axis == WhatIfAxis::Seq)
-                t.max_seq_batch.push_back(w.predict(1, dtype, false).batch);
-            // Confirmed by a real run where the machine can make it (within the records' reach, recorded
-            // dtype); otherwise the figure says how it is known.
-            FigureMethod how = n >= 1 && w.predict(n, dtype, false).extrapolated ? FigureMethod::Extrapolated : FigureMethod::Predicted;
-            if (model && n >= 1 && how == FigureMethod::Predicted && w.isRecorded(dtype)) {
+            if (!p.reliable && p.runnable && model && w.isRecorded(dtype) && !timeLeft())
+                p.notes.push_back(dtype + ", " + word + std::to_string(batch)
+                    + ": not measured: the table's half minute for measurements was spent");
+            else if (!p.reliable && p.runnable && model && w.isRecorded(dtype)) {
                 try {
-                    auto m = w.measure(*model, n, dtype);
-                    if (m.measured_peak_total_bytes && *m.measured_peak_total_bytes <= budget)
-                        how = FigureMethod::Measured;
-                } catch (const RunError&) {
+                    p = w.measure(*model, batch, dtype, budget);
+                } catch (const RunError& e) {
+                    p.notes.push_back(dtype + ", " + word + std::to_string(batch) + ": could not be measured: " + e.what());
                 }
             }
-            t.max_batch_method.emplace_back(dtype, how);
+            t.predictions.push_back(std::move(p));
         }
+        if (budget <= 0)
+            continue;
+        // The largest size that fits, and every row's verdict from it: a row fits when it is runnable, fits by
+        // its own figures and lies at or below the largest. A row that does not fit by its own figures below
+        // that largest lowers it, so that the rows and the summary never disagree.
+        auto n = w.maxBatch(dtype, budget);
+        for (std::size_t i = first; i < t.predictions.size(); ++i) {
+            auto& p = t.predictions[i];
+            const auto x = t.axis == WhatIfAxis::Seq ? p.seq : p.batch;
+            const bool own = fitsWithin(p, budget);
+            if (!own && x <= n && x >= t.runnable.min)
+                n = w.maxBatch(dtype, budget, true, x - 1);
+        }
+        for (std::size_t i = first; i < t.predictions.size(); ++i) {
+            auto& p = t.predictions[i];
+            const auto x = t.axis == WhatIfAxis::Seq ? p.seq : p.batch;
+            const bool own = fitsWithin(p, budget);
+            p.fits = own && x <= n;
+            if (own && x > n)
+                p.notes.push_back(dtype + ", " + word + std::to_string(x) + ": not called fits: " + word
+                    + std::to_string(n + 1) + ", smaller, does not fit (the simulated fragmentation is not monotone)");
+            else if (p.out_of_memory && p.runnable)
+                p.notes.push_back(dtype + ", " + word + std::to_string(x) + ": out of memory on a device of "
+                    + formatBytes(budget) + ", after the allocator released its cached blocks");
+        }
+        t.max_batch.emplace_back(dtype, n);
+        if (t.axis == WhatIfAxis::Seq)
+            t.max_seq_batch.push_back(w.predict(std::max<std::int64_t>(1, t.runnable.min), dtype, false).batch);
+        // Confirmed by a real run where the machine can make it (within the records' reach, recorded
+        // dtype); otherwise the figure says how it is known.
+        FigureMethod how = n >= 1 && w.predict(n, dtype, false).extrapolated ? FigureMethod::Extrapolated : FigureMethod::Predicted;
+        if (model && n >= 1 && how == FigureMethod::Predicted && w.isRecorded(dtype) && timeLeft()) {
+            try {
+                auto m = w.measure(*model, n, dtype, budget);
+                if (m.measured_peak_total_bytes && *m.measured_peak_total_bytes <= budget)
+                    how = FigureMethod::Measured;
+            } catch (const RunError&) {
+            }
+        }
+        t.max_batch_method.emplace_back(dtype, how);
     }
+    // A narrower precision predicted above a wider one at the same row, with no run that shows it: the narrower
+    // one's records end sooner and its fit carried a jump on. Said, and marked rough.
+    for (auto& narrow : t.predictions)
+        for (const auto& wide : t.predictions) {
+            if (narrow.batch != wide.batch || narrow.seq != wide.seq || dtypeSize(narrow.dtype) >= dtypeSize(wide.dtype)
+                || narrow.method == FigureMethod::Measured || !narrow.runnable)
+                continue;
+            auto total = [](const Prediction& p) { return p.measured_peak_total_bytes.value_or(p.predicted_peak_total_bytes); };
+            if (total(narrow) <= total(wide))
+                continue;
+            narrow.reliable = false;
+            narrow.notes.push_back(narrow.dtype + ", " + word
+                + std::to_string(t.axis == WhatIfAxis::Seq ? narrow.seq : narrow.batch) + ": predicted above " + wide.dtype
+                + " (" + formatBytes(total(narrow)) + " against " + formatBytes(total(wide))
+                + ") with no record that shows why: rough; measure instead");
+        }
     return t;
 }
 
@@ -72,8 +131,15 @@ nlohmann::json predictionToJson(const Prediction& p)
         {"input_bytes", p.input_bytes},
         {"reliable", p.reliable},
         {"extrapolated", p.extrapolated},
+        {"runnable", p.runnable},
         {"notes", p.notes},
     };
+    if (!p.runnable)
+        j["not_runnable"] = p.not_runnable;
+    if (p.capacity_bytes > 0) {
+        j["capacity_bytes"] = p.capacity_bytes;
+        j["out_of_memory"] = p.out_of_memory;
+    }
     if (p.seq > 0)
         j["seq"] = p.seq;
     auto& ledgers = j["ledgers_at_peak"] = nlohmann::json::object();
@@ -96,6 +162,8 @@ nlohmann::json whatIfToJson(const WhatIfTable& t)
         {"mode", nameOf(t.mode)}, {"axis", nameOf(t.axis)}};
     if (t.device != "cpu")
         j["device"] = t.device;
+    if (t.runnable.bounded()) // the sizes the model accepts along the axis, and what bounds them
+        j["runnable"] = {{"min", t.runnable.min}, {"max", t.runnable.max}, {"why", t.runnable.why}};
     auto& rows = j["predictions"] = nlohmann::json::array();
     for (const auto& p : t.predictions) {
         auto row = predictionToJson(p);
@@ -138,6 +206,11 @@ WhatIfTable whatIfFromJson(const nlohmann::json& j)
     t.mode = fromName(j.value("mode", "inference"), RunMode::Inference);
     t.axis = fromName(j.value("axis", "batch"), WhatIfAxis::Batch);
     t.device = j.value("device", "cpu");
+    if (j.contains("runnable") && j["runnable"].is_object()) {
+        t.runnable.min = j["runnable"].value("min", std::int64_t {1});
+        t.runnable.max = j["runnable"].value("max", t.runnable.max);
+        t.runnable.why = j["runnable"].value("why", std::string());
+    }
     if (j.contains("recorded_seqs") && j["recorded_seqs"].size() >= 2) {
         t.recorded_batches = j["recorded_seqs"].get<std::vector<std::int64_t>>();
         t.recorded_batch1 = t.recorded_batches.front();
@@ -163,6 +236,12 @@ WhatIfTable whatIfFromJson(const nlohmann::json& j)
         p.input_bytes = row.value("input_bytes", std::int64_t {0});
         p.reliable = row.value("reliable", true);
         p.extrapolated = row.value("extrapolated", false);
+        p.runnable = row.value("runnable", true);
+        p.not_runnable = row.value("not_runnable", std::string());
+        p.capacity_bytes = row.value("capacity_bytes", std::int64_t {0});
+        p.out_of_memory = row.value("out_of_memory", false);
+        if (row.contains("fits") && row["fits"].is_boolean())
+            p.fits = row["fits"].get<bool>();
         p.notes = row.value("notes", std::vector<std::string> {});
         if (row.contains("ledgers_at_peak"))
             for (int l = 0; l < kLedgerCount; ++l)

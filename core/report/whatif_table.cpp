@@ -1,0 +1,67 @@
+#include "report/whatif_table.h"
+
+#include "support/format.h"
+
+#include <algorithm>
+#include <cctype>
+
+namespace memledger {
+
+void SizeRange::narrow(std::int64_t lo, std::int64_t hi, const std::string& reason)
+{
+    if (lo <= min && hi >= max)
+        return;
+    min = std::max(min, lo);
+    max = std::min(max, hi);
+    why = reason;
+}
+
+std::string SizeRange::text() const
+{
+    if (min == max)
+        return std::to_string(min);
+    return std::to_string(min) + ".."
+        + (max == std::numeric_limits<std::int64_t>::max() ? std::string("inf") : std::to_string(max));
+}
+
+bool fitsWithin(const Prediction& p, std::int64_t budget)
+{
+    if (budget <= 0 || !p.runnable || p.out_of_memory)
+        return false;
+    auto total = p.measured_peak_total_bytes.value_or(p.predicted_peak_total_bytes);
+    return total <= budget && p.predicted_reserved_bytes <= budget;
+}
+
+bool WhatIfTable::fits(const Prediction& p) const
+{
+    return budget_bytes > 0 && p.fits.value_or(fitsWithin(p, budget_bytes));
+}
+
+std::string WhatIfTable::fitsText(const Prediction& p) const
+{
+    if (!p.runnable)
+        return "cannot run";
+    if (fits(p))
+        return "yes";
+    return p.out_of_memory ? "no (out of memory)" : "no";
+}
+
+std::string WhatIfTable::budgetText() const
+{
+    auto bytes = formatBytes(budget_bytes);
+    // A size in powers of 1024 reads as its bytes do; "80GB" (powers of 1000) and a GPU's name keep what was typed.
+    std::string unit;
+    for (char c : budget_text)
+        if (std::isalpha(static_cast<unsigned char>(c)))
+            unit += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const bool binary = parseBytes(budget_text).has_value() && parseBytes(budget_text) == parseBudget(budget_text)
+        && (unit.empty() || unit == "b" || unit.size() == 1 || (unit.size() == 3 && unit.substr(1) == "ib"));
+    return budget_text.empty() || binary ? bytes : budget_text + " (" + bytes + ")";
+}
+
+std::string WhatIfTable::largestText(std::int64_t n)
+{
+    return n <= 0 ? "none" : n >= 1000000 ? ">= 1000000" : std::to_string(n);
+}
+
+} // namespace memledger

@@ -1,0 +1,294 @@
+// The rules every "fits" and "largest" answer follows (issue: what-if answers to trust): a size the model cannot
+// run is never "fits"; the reserve is replayed on a device of the budget's size and never exceeds it; "fits" is
+// monotone along the rows; a program with a fixed batch keeps its other answers; budgets by GPU name.
+#include "fixture_paths.h"
+#include "recording/model.h"
+#include "run_command.h"
+#include "support/format.h"
+#include "synthetic_run.h"
+#include "whatif/whatif.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <string>
+
+using namespace memledger;
+using memledger::test::fixture;
+using memledger::test::runCommand;
+using memledger::test::syntheticRun;
+
+namespace {
+
+const nlohmann::json& lmTruth()
+{
+    static const nlohmann::json truth = test::readTruth("lm/lm_truth.json", "make_lm_fixtures");
+    return truth;
+}
+
+const nlohmann::json& metaTruth()
+{
+    static const nlohmann::json truth = test::readTruth("meta/meta_truth.json", "make_meta_fixtures");
+    return truth;
+}
+
+#define SKIP_WITHOUT_EXPORT(truth)                                                                                     \
+    do {                                                                                                               \
+        if ((truth).contains("skipped"))                                                                               \
+            GTEST_SKIP() << (truth)["skipped"].get<std::string>();                                                     \
+        if (!canRunExportedPrograms())                                                                                 \
+            GTEST_SKIP() << "this build's libtorch runs no torch.export programs (the PyTorch 2 build does)";          \
+    } while (0)
+
+std::string lmFile(const std::string& model, const std::string& kind)
+{
+    return fixture("lm/" + lmTruth()["models"][model][kind].get<std::string>());
+}
+
+// `memledger whatif ARGS --json OUT`: exit code, output and the JSON.
+struct WhatIfRun {
+    int exit_code = 0;
+    std::string output;
+    nlohmann::json json;
+};
+
+WhatIfRun whatIf(const std::string& args, const std::string& name)
+{
+    auto path = ::testing::TempDir() + "fit_rules_" + name + ".json";
+    std::remove(path.c_str());
+    auto r = runCommand(std::string(MEMLEDGER_BINARY) + " whatif " + args + " --threads 1 --json " + path);
+    WhatIfRun out {r.exit_code, r.output, {}};
+    std::ifstream in(path);
+    if (in)
+        out.json = nlohmann::json::parse(in);
+    return out;
+}
+
+// The row of `x` (a batch, or a sequence with `seq`) in `dtype`.
+const nlohmann::json* row(const nlohmann::json& j, std::int64_t x, const std::string& dtype, bool seq = false)
+{
+    for (const auto& r : j["predictions"])
+        if (r["dtype"] == dtype && r.value(seq ? "seq" : "batch", std::int64_t {0}) == x)
+            return &r;
+    return nullptr;
+}
+
+// Along the rows of one precision, "fits" once lost never comes back.
+void expectMonotone(const nlohmann::json& j, bool seq)
+{
+    std::map<std::string, std::pair<std::int64_t, bool>> last; // dtype: (x, fits)
+    for (const auto& r : j["predictions"]) {
+        const auto x = r.value(seq ? "seq" : "batch", std::int64_t {0});
+        const auto dtype = r["dtype"].get<std::string>();
+        const bool fits = r.value("fits", false);
+        auto it = last.find(dtype);
+        if (it != last.end() && it->second.first < x && !it->second.second)
+            EXPECT_FALSE(fits) << dtype << " " << x << " fits after " << it->second.first << " did not";
+        last[dtype] = {x, fits};
+        if (r.contains("capacity_bytes"))
+            EXPECT_LE(r["predicted_reserved_bytes"].get<std::int64_t>(), r["capacity_bytes"].get<std::int64_t>());
+    }
+}
+
+} // namespace
+
+// The program was exported for sequences 2..256: 1024 is never "fits", however large the budget, and the longest
+// sequence is searched inside the range.
+TEST(FitRules, ASequenceOutsideTheProgramsRangeIsNeverFits)
+{
+    SKIP_WITHOUT_EXPORT(lmTruth());
+    const auto max = lmTruth()["models"]["gpt_sdpa"]["dynamic"]["seq"][1].get<std::int64_t>();
+    auto r = whatIf(lmFile("gpt_sdpa", "pt2") + " --input 2x16:int64 --seq 16,128,1024 --dtype float32 --budget 16GiB",
+        "seq_range");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto* far = row(r.json, 1024, "float32", true);
+    ASSERT_NE(far, nullptr) << r.json.dump(1);
+    EXPECT_FALSE((*far)["runnable"].get<bool>());
+    EXPECT_FALSE((*far)["fits"].get<bool>());
+    EXPECT_NE((*far)["not_runnable"].get<std::string>().find("2.." + std::to_string(max)), std::string::npos)
+        << (*far)["not_runnable"];
+    auto* near = row(r.json, 128, "float32", true);
+    ASSERT_NE(near, nullptr);
+    EXPECT_TRUE((*near)["fits"].get<bool>());
+    ASSERT_TRUE(r.json.contains("max_seq"));
+    EXPECT_EQ(r.json["max_seq"][0]["seq"].get<std::int64_t>(), max); // 16 GiB holds the whole range
+    EXPECT_EQ(r.json["runnable"]["max"].get<std::int64_t>(), max);
+    EXPECT_NE(r.output.find("cannot run"), std::string::npos) << r.output;
+    expectMonotone(r.json, true);
+}
+
+// The batch likewise: exported for 1..64, batch 128 cannot run and the largest batch is 64 at most.
+TEST(FitRules, ABatchOutsideTheProgramsRangeIsNeverFits)
+{
+    SKIP_WITHOUT_EXPORT(lmTruth());
+    const auto max = lmTruth()["models"]["gpt_sdpa"]["dynamic"]["batch"][1].get<std::int64_t>();
+    auto r = whatIf(lmFile("gpt_sdpa", "pt2") + " --input 2x16:int64 --batch 1,8,128 --dtype float32 --budget 16GiB",
+        "batch_range");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto* far = row(r.json, 128, "float32");
+    ASSERT_NE(far, nullptr);
+    EXPECT_FALSE((*far)["runnable"].get<bool>());
+    EXPECT_FALSE((*far)["fits"].get<bool>());
+    EXPECT_EQ(r.json["max_batch"]["float32"].get<std::int64_t>(), max);
+    expectMonotone(r.json, false);
+}
+
+// A TorchScript model has no range; it refuses sequence 512 itself (its position table has 256 rows). Nothing at
+// or past the refusal is "fits", nor anything above the last sequence that ran.
+TEST(FitRules, ASequenceTheModelRefusedIsNeverFits)
+{
+    SKIP_WITHOUT_EXPORT(lmTruth());
+    const auto max = lmTruth()["models"]["gpt_sdpa"]["dynamic"]["seq"][1].get<std::int64_t>();
+    auto r = whatIf(lmFile("gpt_sdpa", "pt") + " --input 2x32:int64 --seq 32,512,4096 --dtype float32 --budget 16GiB",
+        "seq_refused");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    for (std::int64_t seq : {512, 4096}) {
+        auto* p = row(r.json, seq, "float32", true);
+        ASSERT_NE(p, nullptr);
+        EXPECT_FALSE((*p)["runnable"].get<bool>()) << seq;
+        EXPECT_FALSE((*p)["fits"].get<bool>()) << seq;
+        EXPECT_NE((*p)["not_runnable"].get<std::string>().find("refused"), std::string::npos) << (*p)["not_runnable"];
+    }
+    EXPECT_LE(r.json["max_seq"][0]["seq"].get<std::int64_t>(), max);
+    expectMonotone(r.json, true);
+}
+
+// A 7B-shaped program on meta exported with its batch fixed at 1 (and its sequence at 512): the rows beyond the
+// fixed batch are refused by name, batch 1 is answered, and the command succeeds.
+TEST(FitRules, AFixedBatchRefusesTheOtherRowsByNameAndAnswersItsOwn)
+{
+    SKIP_WITHOUT_EXPORT(metaTruth());
+    if (!metaRunsSupported())
+        GTEST_SKIP() << "this build has no meta runs";
+    auto r = whatIf(fixture("meta/llama_mt.pt2") + " --input 1x512:int64 --mode train --optimizer adamw --batch 1,2,4,8"
+            " --dtype float32 --budget 80GB",
+        "fixed_batch");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto* one = row(r.json, 1, "float32");
+    ASSERT_NE(one, nullptr) << r.json.dump(1);
+    EXPECT_TRUE((*one)["runnable"].get<bool>());
+    EXPECT_EQ((*one)["method"], "measured"); // run at exactly this setting (on meta: computed, said so in text)
+    EXPECT_TRUE((*one)["fits"].get<bool>());
+    for (std::int64_t b : {2, 4, 8}) {
+        auto* p = row(r.json, b, "float32");
+        ASSERT_NE(p, nullptr);
+        EXPECT_FALSE((*p)["runnable"].get<bool>());
+        EXPECT_FALSE((*p)["fits"].get<bool>());
+        EXPECT_NE((*p)["not_runnable"].get<std::string>().find("fixed at 1"), std::string::npos) << (*p)["not_runnable"];
+    }
+    EXPECT_EQ(r.json["max_batch"]["float32"].get<std::int64_t>(), 1);
+    // The budget as typed, with its meaning.
+    EXPECT_NE(r.output.find("80GB (74.51 GiB)"), std::string::npos) << r.output;
+}
+
+// The reserve on a device of the budget's size: a caching allocator that releases its cached blocks before it
+// gives up never holds more than the device; past that it is out of memory, and not "fits".
+TEST(FitRules, TheReserveNeverExceedsTheDeviceAndFitsIsMonotone)
+{
+    auto w = WhatIf::fromRuns({}, {}, syntheticRun(1, 10), 1, syntheticRun(2, 10), 2);
+    const std::int64_t budget = std::int64_t {64} << 20;
+    auto n = w.maxBatch("float32", budget);
+    ASSERT_GT(n, 1);
+    bool lost = false;
+    for (std::int64_t b = 1; b <= 4 * n; b += std::max<std::int64_t>(1, n / 16)) {
+        auto p = w.predict(b, "float32", true, budget);
+        EXPECT_EQ(p.capacity_bytes, budget);
+        EXPECT_LE(p.predicted_reserved_bytes, budget) << b;
+        const bool fits = fitsWithin(p, budget);
+        if (b <= n)
+            EXPECT_TRUE(fits) << b;
+        if (lost)
+            EXPECT_FALSE(fits && b > n) << "batch " << b << " fits after a smaller one did not";
+        lost = lost || !fits;
+    }
+    auto above = w.predict(n + 1, "float32", true, budget);
+    EXPECT_FALSE(fitsWithin(above, budget));
+    // Without a ceiling the same replay reserves beyond the budget at 4x the largest batch.
+    auto unbounded = w.predict(4 * n, "float32", true);
+    EXPECT_GT(unbounded.predicted_reserved_bytes, budget);
+    // The table says the same, row by row, and its largest agrees.
+    auto table = makeWhatIfTable(w, {1, n, n + 1, 4 * n}, {"float32"}, budget);
+    ASSERT_EQ(table.max_batch.size(), 1u);
+    EXPECT_EQ(table.max_batch[0].second, n);
+    for (const auto& p : table.predictions)
+        EXPECT_EQ(table.fits(p), p.batch <= n) << p.batch;
+    EXPECT_EQ(WhatIfTable::largestText(0), "none");
+}
+
+TEST(FitRules, BudgetsByGpuName)
+{
+    auto gib = [](double v) { return static_cast<std::int64_t>(v * 1024.0 * 1024 * 1024); };
+    EXPECT_EQ(parseBudget("H100-80GB"), gib(79.10));
+    EXPECT_EQ(parseBudget("h100 80gb"), gib(79.10));
+    EXPECT_EQ(parseBudget("A100-40GB"), gib(39.39));
+    EXPECT_EQ(parseBudget("RTX 4090"), gib(23.64));
+    EXPECT_EQ(parseBudget("4090"), gib(23.64)); // the card, not 4,090 bytes
+    EXPECT_EQ(parseBudget("H200"), gib(139.70));
+    EXPECT_EQ(parseBudget("80GB"), std::int64_t {80000000000});
+    EXPECT_EQ(parseBudget("16GiB"), std::int64_t {16} << 30);
+    EXPECT_FALSE(parseBudget("Z9000").has_value());
+    auto r = runCommand(std::string(MEMLEDGER_BINARY) + " whatif --batch 1,2 --budget Z9000");
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("H100-80GB"), std::string::npos) << r.output;
+}
+
+// The sequence what-if beyond its records, against direct runs of the same model: a long-context decoder whose CPU
+// attention changes its kernels' blocks with the sequence (its temporaries jump between sequence 128 and 1024).
+// Planned up to sequence 128, the what-if records more until four records lie on one parabola, then predicts 4x and
+// 16x its largest record within 1% of the runs there, in float32 and in bfloat16.
+TEST(FitRules, TheSequenceWhatIfPastAKernelSwitchEqualsDirectRuns)
+{
+    SKIP_WITHOUT_EXPORT(lmTruth());
+    if (!lmTruth()["models"].contains("long_gpt"))
+        GTEST_FAIL() << "lm_truth.json has no long_gpt: remake the fixtures";
+    const auto longest = lmTruth()["models"]["long_gpt"]["config"]["max_seq"].get<std::int64_t>();
+    auto model = Model::open(fixture("lm/long_gpt.pt"));
+    for (const std::string dtype : {"float32", "bfloat16"}) {
+        SCOPED_TRACE(dtype);
+        RunOptions base;
+        base.inputs = {{1, 64}};
+        InputType tokens;
+        tokens.dtype = "int64";
+        base.input_types = {tokens};
+        base.threads = 1;
+        base.dtype = dtype;
+        WhatIf::Plan plan;
+        plan.largest = 128;
+        plan.seconds_budget = 60;
+        plan.total_seconds_budget = 60;
+        auto w = WhatIf::recordSeqPlanned(model, base, {dtype}, plan);
+        const auto records = w.recordedBatches(dtype);
+        ASSERT_GE(records.size(), 4u);
+        const auto largest = records.back();
+        std::string list;
+        for (auto r : records)
+            list += std::to_string(r) + " ";
+        for (std::int64_t times : {4, 16}) {
+            const auto seq = largest * times;
+            if (seq > longest)
+                continue;
+            auto p = w.predict(seq, dtype, false);
+            RunOptions o = base;
+            o.seq = seq;
+            auto raw = model.run(o);
+            std::int64_t peak = 0, now = 0;
+            for (std::size_t i = 0; i < raw.trace.size(); ++i) {
+                if (raw.trace.action[i] == Action::Alloc)
+                    now += raw.trace.bytes[i];
+                else if (raw.trace.action[i] == Action::Free && raw.trace.partner[i] != kNoPartner)
+                    now -= raw.trace.bytes[i];
+                peak = std::max(peak, now);
+            }
+            const double err = 100.0 * static_cast<double>(p.predicted_peak_bytes - peak) / static_cast<double>(peak);
+            std::printf("[ seq      ] %s records %s-> sequence %lld: predicted %lld, run %lld (%+.3f%%)\n", dtype.c_str(),
+                list.c_str(), static_cast<long long>(seq), static_cast<long long>(p.predicted_peak_bytes),
+                static_cast<long long>(peak), err);
+            EXPECT_LE(std::abs(err), 1.0) << "sequence " << seq << " from records " << list;
+            EXPECT_TRUE(p.reliable);
+        }
+    }
+}
