@@ -238,8 +238,9 @@ TEST(FitRules, BudgetsByGpuName)
 
 // The sequence what-if beyond its records, against direct runs of the same model: a long-context decoder whose CPU
 // attention changes its kernels' blocks with the sequence (its temporaries jump between sequence 128 and 1024).
-// Planned up to sequence 128, the what-if records more until four records lie on one parabola, then predicts 4x and
-// 16x its largest record within 1% of the runs there, in float32 and in bfloat16.
+// Planned up to sequence 128, the what-if records more, past sequence 1024 and until four records lie on one parabola
+// (peak, bytes allocated and largest allocation), then predicts 2x and 4x its largest record within 1% of the runs
+// there, in float32 and in bfloat16. (16x, sequence 131072, is beyond what a CPU run in a test can afford.)
 TEST(FitRules, TheSequenceWhatIfPastAKernelSwitchEqualsDirectRuns)
 {
     SKIP_WITHOUT_EXPORT(lmTruth());
@@ -267,10 +268,9 @@ TEST(FitRules, TheSequenceWhatIfPastAKernelSwitchEqualsDirectRuns)
         std::string list;
         for (auto r : records)
             list += std::to_string(r) + " ";
-        for (std::int64_t times : {4, 16}) {
+        for (std::int64_t times : {2, 4}) {
             const auto seq = largest * times;
-            if (seq > longest)
-                continue;
+            ASSERT_LE(seq, longest);
             auto p = w.predict(seq, dtype, false);
             RunOptions o = base;
             o.seq = seq;

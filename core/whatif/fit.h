@@ -34,6 +34,8 @@ struct WhatIf::Fit {
         std::int64_t peak = 0;
         std::int32_t peak_event = -1;
         std::array<std::int64_t, kLedgerCount> at_peak {};
+        std::int64_t allocated = 0; // every allocation's bytes, summed: a kernel switch shows here before the peak
+        std::int64_t largest = 0; // the largest allocation
     };
     std::vector<Recorded> recorded;
     bool reliable = true;

@@ -90,6 +90,11 @@ std::shared_ptr<WhatIf::Fit> makeFit(const ModelInfo& model, const std::vector<L
         rec.batch = batch;
         rec.peak = report.peak_bytes;
         rec.peak_event = report.peak_event;
+        for (std::size_t i = 0; i < report.trace->size(); ++i)
+            if (report.trace->action[i] == Action::Alloc) {
+                rec.allocated += report.trace->bytes[i];
+                rec.largest = std::max(rec.largest, report.trace->bytes[i]);
+            }
         for (int l = 0; l < kLedgerCount; ++l)
             rec.at_peak[static_cast<std::size_t>(l)] = report.ledgers[static_cast<std::size_t>(l)].at_peak;
         f->recorded.push_back(rec);
@@ -244,9 +249,11 @@ void refusedAt(SizeRange& range, WhatIfAxis axis, std::int64_t ran, std::int64_t
             + " was refused by the model (" + why + ")");
 }
 
-// Records a sequence what-if makes beyond its plan to find three that lie past a kernel switch (CPU attention
-// settles its blocks by sequence 768; from 64 that is four doublings).
-constexpr int kMoreRecordsPastASwitch = 6;
+// Records a sequence what-if makes beyond its plan to find three that lie past a kernel switch, and the sequence
+// from which CPU attention keeps its blocks (PyTorch's CPU flash attention takes query blocks of 32, 64 or 256 rows
+// as the sequence passes 192 and 768, and key blocks of up to 512): from 64 to 1024 and three past it, seven.
+constexpr int kMoreRecordsPastASwitch = 8;
+constexpr std::int64_t kAttentionSettled = 1024;
 
 std::int64_t machineMemoryBytes()
 {
@@ -556,18 +563,31 @@ WhatIf WhatIf::recordSeqPlanned(Model& model, RunOptions base, const std::vector
         // three lies on it too: else a kernel switched between them (CPU attention changes its blocks with the
         // sequence), and the parabola would take the jump for growth. More records are made past the switch while
         // this machine can (the plan's time in all is no bar here), so that the last three lie past it.
+        // The peak, every allocation's bytes summed and the largest allocation, each within 1%: a temporary that
+        // jumped between two records shows in the sum long before it reaches the peak.
         auto lastAgrees = [&] {
             if (fits.size() < 2)
                 return true;
+            const auto& f = *fits.back();
             WhatIf last = all;
             last.fits_ = {fits.back()};
             const auto& before = fits[fits.size() - 2]->recorded.front();
-            auto predicted = last.predict(before.batch, dtype, false).predicted_peak_bytes;
-            return std::llabs(predicted - before.peak) <= std::max<std::int64_t>(before.peak / 100, 4096);
+            const double x = static_cast<double>(before.batch);
+            std::int64_t allocated = 0, biggest = 0;
+            for (std::size_t i = 0; i < f.sign.size(); ++i)
+                if (f.sign[i] > 0) {
+                    auto bytes = f.sizeAt(i, x);
+                    allocated += bytes;
+                    biggest = std::max(biggest, bytes);
+                }
+            auto near = [](std::int64_t a, std::int64_t b) { return std::llabs(a - b) <= std::max<std::int64_t>(b / 100, 4096); };
+            return near(last.predict(before.batch, dtype, false).predicted_peak_bytes, before.peak)
+                && near(allocated, before.allocated) && near(biggest, before.largest);
         };
-        // Four records at least, so that the last parabola can be checked at all.
-        for (int extra = 0; (fits.size() < 2 || !lastAgrees()) && extra < kMoreRecordsPastASwitch
-             && seqs.back() < all.range_.max;
+        // Four records at least, so that the last parabola can be checked at all, and records up to the sequence
+        // where CPU attention has settled its blocks, where this machine runs them.
+        for (int extra = 0; (fits.size() < 2 || seqs.back() < kAttentionSettled || !lastAgrees())
+             && extra < kMoreRecordsPastASwitch && seqs.back() < all.range_.max;
              ++extra)
             if (!recordNext(std::min(seqs.back() * 2, all.range_.max), true))
                 break;
