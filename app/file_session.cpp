@@ -20,7 +20,9 @@ FileSession::FileSession(RunPanel* panel, QObject* parent)
     connect(worker_, &RunWorker::reading, this,
         [this](quint64, qint64 done, qint64 total) { panel_->setReadProgress(done, total); });
     connect(worker_, &RunWorker::inputsGuessed, this,
-        [this](quint64, const QString& shapes, const QString& how) { panel_->setInputs(shapes, tr("(guess)"), how); });
+        [this](quint64, const QString& shapes, const QString& how, bool example) {
+            panel_->setInputs(shapes, example ? tr("(the export's example)") : tr("(guess)"), how);
+        });
     connect(worker_, &RunWorker::opened, this, [this](quint64, std::shared_ptr<const OpenedFile> file) {
         file_ = std::move(file);
         path_ = QString::fromStdString(file_->path);

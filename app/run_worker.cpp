@@ -61,7 +61,8 @@ quint64 RunWorker::start(RunRequest request)
                       auto guess = file->model->guessInputs(&how, &types);
                       auto text = shapesToText(guess, types);
                       auto howText = QString::fromStdString(how);
-                      deliver(job, [this, job, text, howText] { emit inputsGuessed(job, text, howText); });
+                      const bool example = file->model->info().example_inputs;
+                      deliver(job, [this, job, text, howText, example] { emit inputsGuessed(job, text, howText, example); });
                   }
                   auto shared = std::make_shared<const Report>(analyzeOpened(*file, options));
                   deliver(job, [this, job, shared] {

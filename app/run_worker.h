@@ -40,7 +40,8 @@ signals:
     // A requested path was opened (before it is run); a file that cannot be opened gives failed() instead.
     void opened(quint64 job, std::shared_ptr<const memledger::OpenedFile> file);
     // The inputs the model will be run with, when they are a guess from its first layer.
-    void inputsGuessed(quint64 job, const QString& shapes, const QString& how);
+    // `example`: the inputs are the example a torch.export program was exported with, not a guess.
+    void inputsGuessed(quint64 job, const QString& shapes, const QString& how, bool example);
     void progress(quint64 job, int done, int total); // total 0: not known yet
     void reading(quint64 job, qint64 done, qint64 total); // bytes of a snapshot read so far
     void finished(quint64 job, std::shared_ptr<const memledger::Report> report);

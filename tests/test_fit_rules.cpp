@@ -292,3 +292,15 @@ TEST(FitRules, TheSequenceWhatIfPastAKernelSwitchEqualsDirectRuns)
         }
     }
 }
+
+// A program run on the example it was exported with is not labelled a guess (a TorchScript model's guessed input is).
+TEST(FitRules, AProgramsOwnExampleIsNotAGuess)
+{
+    SKIP_WITHOUT_EXPORT(lmTruth());
+    auto program = runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + lmFile("gpt_sdpa", "pt2") + " --threads 1");
+    ASSERT_EQ(program.exit_code, 0) << program.output;
+    EXPECT_EQ(program.output.find("(guessed)"), std::string::npos) << program.output;
+    auto script = runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + lmFile("gpt_sdpa", "pt") + " --threads 1");
+    ASSERT_EQ(script.exit_code, 0) << script.output;
+    EXPECT_NE(script.output.find("(guessed)"), std::string::npos) << script.output;
+}

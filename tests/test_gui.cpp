@@ -1,4 +1,5 @@
 // The window: opens the demo and runs it off the GUI thread, shows bad files as errors, exports.
+#include "support/format.h"
 #include "layer_tree_model.h"
 #include "layer_tree_panel.h"
 #include "ledger_summary.h"
@@ -460,9 +461,11 @@ TEST(Window, MetaRunIsShownAsComputedFromShapes)
     QStringList presets;
     for (int i = 0; i < whatIf->budgetBox()->count(); ++i)
         presets << whatIf->budgetBox()->itemText(i);
-    for (const char* gpu : {"16 GiB", "24 GiB", "40 GiB", "48 GiB", "80 GiB (A100/H100 80GB)", "94 GiB", "141 GiB (H200)",
-             "192 GiB (B200/MI300X)"})
-        EXPECT_TRUE(presets.join(QLatin1Char('|')).contains(QLatin1String(gpu))) << gpu;
-    whatIf->budgetBox()->setCurrentIndex(whatIf->budgetBox()->findText(QStringLiteral("141 GiB (H200)")));
-    EXPECT_EQ(whatIf->budget(), std::int64_t {141} << 30);
+    // The GPUs by name, at the memory PyTorch reports for them (the same table as --budget).
+    for (const char* gpu : {"16 GiB", "H200 (139.7 GiB)", "H100-80GB (79.10 GiB)", "A100-40GB (39.39 GiB)", "4090 (23.64 GiB)"})
+        EXPECT_TRUE(presets.join(QLatin1Char('|')).contains(QLatin1String(gpu))) << gpu << ": " << presets.join(QLatin1Char('|')).toStdString();
+    whatIf->budgetBox()->setCurrentIndex(whatIf->budgetBox()->findText(QStringLiteral("H100-80GB (79.10 GiB)")));
+    EXPECT_EQ(whatIf->budget(), *parseBudget("H100-80GB"));
+    whatIf->budgetBox()->setEditText(QStringLiteral("a100 40gb"));
+    EXPECT_EQ(whatIf->budget(), *parseBudget("A100-40GB"));
 }

@@ -50,14 +50,14 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     dtypeBox_->addItems({"float32", "bfloat16", "float16"});
     budgetBox_ = new QComboBox(this);
     budgetBox_->setEditable(true);
-    // The common GPUs' memory; budget() reads the size before the bracket, so a typed "12 GiB" works the same.
-    const std::pair<int, const char*> presets[] = {{8, nullptr}, {16, nullptr}, {24, "RTX 4090, L4, A10"},
-        {40, "A100 40GB"}, {48, "L40S, RTX 6000 Ada"}, {80, "A100/H100 80GB"}, {94, "H100 NVL"}, {141, "H200"},
-        {192, "B200/MI300X"}};
-    for (const auto& [gib, gpus] : presets)
-        budgetBox_->addItem(gpus ? QString("%1 GiB (%2)").arg(gib).arg(QLatin1String(gpus)) : QString("%1 GiB").arg(gib));
+    // Two plain sizes, then the GPUs by name with the memory PyTorch reports for them (support/format.h, the same
+    // table as --budget): "H100-80GB (79.10 GiB)" means 79.10 GiB, not 80. budget() reads what is before the bracket.
+    budgetBox_->addItem(QStringLiteral("8 GiB"));
+    budgetBox_->addItem(QStringLiteral("16 GiB"));
+    for (const auto& [name, bytes] : gpuPresets())
+        budgetBox_->addItem(QStringLiteral("%1 (%2)").arg(QString::fromStdString(name), bytesText(bytes)));
     budgetBox_->setCurrentIndex(1);
-    budgetBox_->setToolTip(tr("GPU memory to fit in; type a size such as 12 GiB or 512 MiB"));
+    budgetBox_->setToolTip(tr("GPU memory to fit in: a GPU, or a size such as 12 GiB or 512 MiB"));
 
     peak_ = new QLabel(this);
     total_ = new QLabel(this);
@@ -238,11 +238,8 @@ QString WhatIfPanel::dtype() const
 
 std::int64_t WhatIfPanel::budget() const
 {
-    // A GPU typed by name ("H100-80GB"), or "80 GiB (A100/H100 80GB)": the size is what comes before the names.
-    const auto text = budgetBox_->currentText();
-    if (auto gpu = parseBudget(text.trimmed().toStdString()))
-        return *gpu;
-    return parseBytes(text.section(QLatin1Char('('), 0, 0).toStdString()).value_or(0);
+    // A size, a GPU typed by name ("H100-80GB"), or a listed "H100-80GB (79.10 GiB)": what comes before the bracket.
+    return parseBudget(budgetBox_->currentText().section(QLatin1Char('('), 0, 0).trimmed().toStdString()).value_or(0);
 }
 
 void WhatIfPanel::setBatch(std::int64_t batch)

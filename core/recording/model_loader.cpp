@@ -188,8 +188,10 @@ void collect(Model::Impl& d)
         addTensor(name, t, false);
     for (const auto& [name, t] : d.namedBuffers())
         addTensor(name, t, true);
-    if (d.program)
+    if (d.program) {
         collectRanges(*d.program, info);
+        info.example_inputs = true;
+    }
 }
 
 bool isZip(const std::string& head)

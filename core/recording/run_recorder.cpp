@@ -518,7 +518,7 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
         raw.info.input_shapes = guessInputsLocked(d, &how, &raw.info.input_types);
         if (raw.info.input_shapes.empty())
             throw RunError("cannot guess the input shape (no Embedding, Conv2d or Linear weight): give it with --input");
-        raw.info.input_guessed = true;
+        raw.info.input_guessed = !d.program; // a program's own export example is what it was made for, not a guess
     }
     for (auto& shape : raw.info.input_shapes) {
         if (shape.empty())

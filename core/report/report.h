@@ -133,6 +133,8 @@ struct ModelInfo {
     // The sizes the model accepts along the batch and the sequence (a torch.export program's range
     // constraints; unbounded for TorchScript, whose limits only a run finds).
     SizeRange batch_range, seq_range;
+    // A run without inputs takes the example the program was exported with (a torch.export program): not a guess.
+    bool example_inputs = false;
 };
 
 struct RunInfo {

@@ -121,6 +121,16 @@ std::optional<std::int64_t> parseBudget(const std::string& text)
     return parseBytes(text);
 }
 
+std::vector<std::pair<std::string, std::int64_t>> gpuPresets()
+{
+    std::vector<std::pair<std::string, std::int64_t>> out;
+    for (const auto& p : kGpuPresets)
+        if (std::string(p.name) != "H100") // an alias of H100-80GB
+            out.emplace_back(p.name, static_cast<std::int64_t>(p.gib * 1024.0 * 1024 * 1024));
+    std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    return out;
+}
+
 std::string gpuPresetList()
 {
     std::string out;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace memledger {
@@ -25,6 +26,8 @@ std::optional<std::int64_t> parseBytes(const std::string& text);
 std::optional<std::int64_t> parseBudget(const std::string& text);
 // The GPU names parseBudget knows, with their sizes, for --help and error messages: "A100-40GB (39.39 GiB), ..."
 std::string gpuPresetList();
+// The same GPUs as (name, bytes), largest first, each once (no aliases): the window's budget list.
+std::vector<std::pair<std::string, std::int64_t>> gpuPresets();
 // Round axis ticks for bytes: a 1-2-5 step in the unit (B, KiB, MiB, GiB) that the largest value reads in,
 // and labels with as many decimals as the step needs ("0", "512 MiB", "1.5 GiB"). The window's axis, the
 // PNG export and the HTML chart all label their byte axes with it.
