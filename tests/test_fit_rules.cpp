@@ -1,8 +1,11 @@
 // The rules every "fits" and "largest" answer follows (issue: what-if answers to trust): a size the model cannot
 // run is never "fits"; the reserve is replayed on a device of the budget's size and never exceeds it; "fits" is
 // monotone along the rows; a program with a fixed batch keeps its other answers; budgets by GPU name.
+#include "demo_model.h"
 #include "fixture_paths.h"
 #include "recording/model.h"
+#include "session/open_file.h"
+#include "whatif/checkpoint.h"
 #include "run_command.h"
 #include "support/format.h"
 #include "synthetic_run.h"
@@ -12,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -303,4 +307,52 @@ TEST(FitRules, AProgramsOwnExampleIsNotAGuess)
     auto script = runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + lmFile("gpt_sdpa", "pt") + " --threads 1");
     ASSERT_EQ(script.exit_code, 0) << script.output;
     EXPECT_NE(script.output.find("(guessed)"), std::string::npos) << script.output;
+}
+
+// The checkpoint plan by whole repeated blocks: the GPT demo's AdamW step (4 blocks) at 16x256 on meta, with a
+// budget that checkpointing every block meets. The plan is whole blocks only, in the model's order, none of which can
+// be dropped, and it says so.
+TEST(FitRules, TheCheckpointPlanWrapsWholeBlocksInOrder)
+{
+    if (!canRunExportedPrograms() || !metaRunsSupported())
+        GTEST_SKIP() << "this build's libtorch runs no torch.export programs on meta (the PyTorch 2 build does)";
+    auto file = openFileOrDemo("demo:gpt-train.pt2");
+    RunOptions o;
+    o.inputs = {{16, 256}};
+    o.input_types = file.default_input_types;
+    o.mode = RunMode::Train;
+    o.optimizer = "adamw";
+    o.threads = 1;
+    o.device = "meta";
+    auto r = analyzeOpened(file, o);
+    auto blocks = repeatedBlocks(r, checkpointableModules(r));
+    ASSERT_EQ(blocks.size(), 4u);
+    for (std::size_t i = 0; i < blocks.size(); ++i)
+        EXPECT_EQ(blocks[i], "blocks." + std::to_string(i));
+    const auto all = predictCheckpoint(r, blocks, CheckpointImpl::Reentrant, false);
+    ASSERT_LT(all.predicted_peak_total_bytes, r.peak_total_bytes) << "checkpointing every layer saves nothing here";
+    const auto budget = (all.predicted_peak_total_bytes + r.peak_total_bytes) / 2;
+    auto plan = planCheckpoints(r, budget, CheckpointImpl::Reentrant);
+    ASSERT_TRUE(plan.fits);
+    const auto& chosen = plan.prediction.checkpoint;
+    ASSERT_FALSE(chosen.empty());
+    std::size_t last = 0;
+    for (std::size_t k = 0; k < chosen.size(); ++k) {
+        auto it = std::find(blocks.begin(), blocks.end(), chosen[k]);
+        ASSERT_NE(it, blocks.end()) << chosen[k] << " is not a whole layer";
+        auto at = static_cast<std::size_t>(it - blocks.begin());
+        if (k > 0)
+            EXPECT_GT(at, last) << "not in the model's order";
+        last = at;
+    }
+    bool said = false;
+    for (const auto& n : plan.prediction.notes)
+        said = said || n.find("planned by whole blocks") != std::string::npos;
+    EXPECT_TRUE(said);
+    // No layer of the plan can be dropped and still fit.
+    for (std::size_t k = 0; k < chosen.size(); ++k) {
+        auto fewer = chosen;
+        fewer.erase(fewer.begin() + static_cast<std::ptrdiff_t>(k));
+        EXPECT_GT(predictCheckpoint(r, fewer, CheckpointImpl::Reentrant, false).predicted_peak_total_bytes, budget);
+    }
 }

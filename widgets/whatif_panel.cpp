@@ -312,9 +312,11 @@ void WhatIfPanel::repredict()
     }
     showPrediction(current_, false);
     reservedTimer_->start();
-    measure_->setEnabled(activeWhatIf()->isRecorded(dtype().toStdString()));
-    measure_->setToolTip(measure_->isEnabled() ? tr("Run the model at this batch and precision on the CPU and compare")
-                                               : tr("The CPU build of libtorch cannot run %1").arg(dtype()));
+    const bool recorded = activeWhatIf()->isRecorded(dtype().toStdString());
+    measure_->setEnabled(recorded && current_.runnable);
+    measure_->setToolTip(!current_.runnable ? QString::fromStdString(current_.not_runnable)
+            : recorded                       ? tr("Run the model at this batch and precision on the CPU and compare")
+                                             : tr("The CPU build of libtorch cannot run %1").arg(dtype()));
     emit predictionChanged(current_);
 }
 

@@ -805,7 +805,15 @@ CheckpointPlan planCheckpoints(const Report& r, std::int64_t budget, CheckpointI
     const auto blocks = repeatedBlocks(r, candidates);
     bool byBlocks = false;
     if (blocks.size() >= 2 && !fits(eval(current)) && fits(eval(normal(blocks)))) {
-        current = improve(greedy({}, blocks), blocks, false);
+        // The first k blocks, the fewest that fit (as users wrap layers[:k]), then any block that is not needed
+        // dropped (blocks of unequal size, as a CNN's stages).
+        std::size_t lo = 0, hi = blocks.size(); // !fits(first lo), fits(first hi)
+        auto first = [&](std::size_t k) { return normal(std::vector<std::string>(blocks.begin(), blocks.begin() + static_cast<std::ptrdiff_t>(k))); };
+        while (hi - lo > 1) {
+            auto mid = lo + (hi - lo) / 2;
+            (fits(eval(first(mid))) ? hi : lo) = mid;
+        }
+        current = improve(first(hi), blocks, false);
         byBlocks = true;
     } else {
         current = greedy(blocks.size() >= 2 && !fits(eval(current)) ? normal(blocks) : current, candidates);
