@@ -970,6 +970,10 @@ Prediction WhatIf::measure(Model& model, std::int64_t batch, const std::string& 
     for (auto v : live)
         peak = std::max(peak, v);
     p.method = FigureMethod::Measured;
+    // The row is a run now: the prediction's own "predicted from ..., not measured" note no longer holds.
+    p.notes.erase(std::remove_if(p.notes.begin(), p.notes.end(),
+                      [](const std::string& n) { return n.find(": predicted from the ") != std::string::npos; }),
+        p.notes.end());
     p.measured_peak_bytes = peak;
     p.measured_peak_total_bytes
         = peak + raw.parameter_bytes + raw.buffer_bytes + raw.optimizer_state_bytes + raw.input_bytes;
