@@ -82,6 +82,10 @@ std::shared_ptr<WhatIf::Fit> makeFit(const ModelInfo& model, const std::vector<L
     // does not scale: the batch's does).
     f->target_bytes_per_sample = b2 > 0 ? std::max<std::int64_t>(0, r2.input_bytes - f->inputBytes(b2)) / b2 : 0;
 
+    std::vector<std::string> converted; // read before the runs are moved into their reports
+    for (const auto& n : r2.notes)
+        if (n.rfind("converted: ", 0) == 0)
+            converted.push_back(n);
     for (std::size_t k = 0; k < runs.size(); ++k) {
         auto* raw = &runs[k];
         auto batch = xs[k];
@@ -110,6 +114,9 @@ std::shared_ptr<WhatIf::Fit> makeFit(const ModelInfo& model, const std::vector<L
             f->sign[i] = -1;
     }
 
+    // A program exported in another precision ran converted: its rows are runs of the converted program, and say so.
+    for (const auto& n : converted)
+        f->notes.push_back(f->dtype + ": its runs are of the program " + n);
     auto b1s = std::to_string(b1), b2s = std::to_string(b2);
     const std::string word = axisWord(axis);
     if (sizes.matched_allocs < sizes.allocs)
