@@ -162,30 +162,44 @@ TEST(FitRules, ASequenceTheModelRefusedIsNeverFits)
     expectMonotone(r.json, true);
 }
 
-// A 7B-shaped program on meta exported with its batch fixed at 1 (and its sequence at 512): the rows beyond the
-// fixed batch are refused by name, batch 1 is answered, and the command succeeds.
+// Llama-2-7B's shape on meta, exported at 1x4096 with its batch fixed at 1 (the reproduction): the rows
+// beyond the fixed batch are refused by name in every precision, batch 1 is answered (computed on meta) and judged
+// against the budget like any row, and the command succeeds.
 TEST(FitRules, AFixedBatchRefusesTheOtherRowsByNameAndAnswersItsOwn)
 {
     SKIP_WITHOUT_EXPORT(metaTruth());
     if (!metaRunsSupported())
         GTEST_SKIP() << "this build has no meta runs";
-    auto r = whatIf(fixture("meta/llama_mt.pt2") + " --input 1x512:int64 --mode train --optimizer adamw --batch 1,2,4,8"
-            " --dtype float32 --budget 80GB",
+    if (!metaTruth().contains("fixed_7b"))
+        GTEST_FAIL() << "meta_truth.json has no fixed_7b: remake the fixtures";
+    const auto& fixed = metaTruth()["fixed_7b"];
+    auto r = whatIf(fixture("meta/" + fixed["file"].get<std::string>()) + " --input " + fixed["input"].get<std::string>()
+            + " --mode train --optimizer adamw --batch 1,2,4,8 --dtype float32,bfloat16 --budget 80GB",
         "fixed_batch");
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    auto* one = row(r.json, 1, "float32");
-    ASSERT_NE(one, nullptr) << r.json.dump(1);
-    EXPECT_TRUE((*one)["runnable"].get<bool>());
-    EXPECT_EQ((*one)["method"], "measured"); // run at exactly this setting (on meta: computed, said so in text)
-    EXPECT_TRUE((*one)["fits"].get<bool>());
-    for (std::int64_t b : {2, 4, 8}) {
-        auto* p = row(r.json, b, "float32");
-        ASSERT_NE(p, nullptr);
-        EXPECT_FALSE((*p)["runnable"].get<bool>());
-        EXPECT_FALSE((*p)["fits"].get<bool>());
-        EXPECT_NE((*p)["not_runnable"].get<std::string>().find("fixed at 1"), std::string::npos) << (*p)["not_runnable"];
+    for (const std::string dtype : {"float32", "bfloat16"}) {
+        SCOPED_TRACE(dtype);
+        auto* one = row(r.json, 1, dtype);
+        ASSERT_NE(one, nullptr) << r.json.dump(1);
+        EXPECT_TRUE((*one)["runnable"].get<bool>());
+        EXPECT_EQ((*one)["method"], "measured"); // run at exactly this setting (on meta: "computed on meta" in text)
+        // Its verdict is the budget's rule: fits exactly when it holds within 80 GB, reserve included.
+        const auto total = (*one)["predicted_peak_total_bytes"].get<std::int64_t>();
+        const bool inBudget = total <= 80000000000 && !(*one).value("out_of_memory", false);
+        EXPECT_EQ((*one)["fits"].get<bool>(), inBudget);
+        EXPECT_EQ(r.json["max_batch"][dtype].get<std::int64_t>(), inBudget ? 1 : 0);
+        for (std::int64_t b : {2, 4, 8}) {
+            auto* p = row(r.json, b, dtype);
+            ASSERT_NE(p, nullptr);
+            EXPECT_FALSE((*p)["runnable"].get<bool>());
+            EXPECT_FALSE((*p)["fits"].get<bool>());
+            EXPECT_NE((*p)["not_runnable"].get<std::string>().find("fixed at 1"), std::string::npos)
+                << (*p)["not_runnable"];
+        }
     }
-    EXPECT_EQ(r.json["max_batch"]["float32"].get<std::int64_t>(), 1);
+    // A float32 AdamW step of 6.7 B parameters holds 16 bytes a parameter before any activation: it cannot fit.
+    EXPECT_FALSE((*row(r.json, 1, "float32"))["fits"].get<bool>());
+    EXPECT_NE(r.output.find("none"), std::string::npos) << r.output;
     // The budget as typed, with its meaning.
     EXPECT_NE(r.output.find("80GB (74.51 GiB)"), std::string::npos) << r.output;
 }

@@ -269,8 +269,9 @@ void whatIfSection(std::ostringstream& out, const WhatIfTable& w)
         if (seq)
             out << "<td>" << p.seq << "</td>";
         out << "<td class=l>" << htmlEscape(p.dtype) << "</td><td class=l>"
-            << w.methodText(p) << "</td><td>" << formatBytes(peak) << "</td><td>" << formatBytes(total)
-            << "</td><td>" << formatBytes(p.predicted_reserved_bytes) << "</td>";
+            << w.methodText(p) << "</td><td>" << (p.runnable ? formatBytes(peak) : "&ndash;") << "</td><td>"
+            << (p.runnable ? formatBytes(total) : "&ndash;") << "</td><td>"
+            << (p.runnable ? formatBytes(p.predicted_reserved_bytes) : "&ndash;") << "</td>";
         if (w.budget_bytes > 0) {
             const auto verdict = htmlEscape(w.fitsText(p));
             out << "<td class=l" << (p.runnable ? "" : " title=\"" + htmlEscape(p.not_runnable) + "\"") << ">"

@@ -257,8 +257,9 @@ std::string whatIfToText(const WhatIfTable& table)
         auto total = p.measured_peak_total_bytes.value_or(p.predicted_peak_total_bytes);
         out << cell(std::to_string(p.batch), 8) << (seq ? cell(std::to_string(p.seq), 8) : std::string())
             << cell(p.dtype, 10) << cell(table.methodText(p), methodWidth)
-            << cell(formatBytes(peak), 12) << cell(formatBytes(total), 12)
-            << cell(formatBytes(p.predicted_reserved_bytes), 12);
+            // A size the model cannot run has no figures a user could act on: its row says why instead (notes).
+            << cell(p.runnable ? formatBytes(peak) : "-", 12) << cell(p.runnable ? formatBytes(total) : "-", 12)
+            << cell(p.runnable ? formatBytes(p.predicted_reserved_bytes) : "-", 12);
         if (budget > 0)
             out << table.fitsText(p);
         out << "\n";
