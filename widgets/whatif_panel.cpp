@@ -354,7 +354,6 @@ void WhatIfPanel::showPrediction(const Prediction& p, bool reservedKnown)
     }
     // The larger of the two figures decides: a GPU needs the peak total, and its caching allocator holds more.
     const bool reserveBinds = reservedKnown && p.predicted_reserved_bytes > p.predicted_peak_total_bytes;
-    const std::int64_t binding = reserveBinds ? p.predicted_reserved_bytes : p.predicted_peak_total_bytes;
     auto b = budget();
     if (b <= 0) {
         fitsBudget_ = true;
@@ -368,11 +367,11 @@ void WhatIfPanel::showPrediction(const Prediction& p, bool reservedKnown)
             if (l.dtype == p.dtype && l.budget == b && l.seq == (p.seq > 0))
                 largest = l.n;
         const bool aboveLargest = largest && x > *largest;
-        fitsBudget_ = p.runnable && !p.out_of_memory && binding <= b && !aboveLargest;
+        fitsBudget_ = fitsWithin(p, b) && !aboveLargest;
         fits_->setText(!p.runnable   ? QString::fromStdString(p.not_runnable)
                 : fitsBudget_       ? tr("fits in %1").arg(bytesText(b))
                 : p.out_of_memory   ? tr("does not fit in %1: out of memory on a device of that size").arg(bytesText(b))
-                : aboveLargest && binding <= b
+                : aboveLargest && fitsWithin(p, b)
                 ? tr("not called fits: %1 %2, smaller, does not fit").arg(p.seq > 0 ? tr("sequence") : tr("batch")).arg(*largest + 1)
                                     : tr("does not fit in %1").arg(bytesText(b)));
         if (!p.runnable)

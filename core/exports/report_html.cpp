@@ -264,7 +264,7 @@ void whatIfSection(std::ostringstream& out, const WhatIfTable& w)
     out << "</tr>\n";
     for (const auto& p : w.predictions) {
         auto peak = p.measured_peak_bytes.value_or(p.predicted_peak_bytes);
-        auto total = p.measured_peak_total_bytes.value_or(p.predicted_peak_total_bytes);
+        auto total = p.peakTotal();
         out << "<tr><td>" << p.batch << "</td>";
         if (seq)
             out << "<td>" << p.seq << "</td>";

@@ -254,7 +254,7 @@ std::string whatIfToText(const WhatIfTable& table)
         << cell("reserved", 12) << (budget > 0 ? "fits " + table.budgetText() : "") << "\n";
     for (const auto& p : table.predictions) {
         auto peak = p.measured_peak_bytes.value_or(p.predicted_peak_bytes);
-        auto total = p.measured_peak_total_bytes.value_or(p.predicted_peak_total_bytes);
+        auto total = p.peakTotal();
         out << cell(std::to_string(p.batch), 8) << (seq ? cell(std::to_string(p.seq), 8) : std::string())
             << cell(p.dtype, 10) << cell(table.methodText(p), methodWidth)
             // A size the model cannot run has no figures a user could act on: its row says why instead (notes).

@@ -28,8 +28,7 @@ bool fitsWithin(const Prediction& p, std::int64_t budget)
 {
     if (budget <= 0 || !p.runnable || p.out_of_memory)
         return false;
-    auto total = p.measured_peak_total_bytes.value_or(p.predicted_peak_total_bytes);
-    return total <= budget && p.predicted_reserved_bytes <= budget;
+    return p.peakTotal() <= budget && p.predicted_reserved_bytes <= budget;
 }
 
 bool WhatIfTable::fits(const Prediction& p) const

@@ -59,6 +59,9 @@ struct Prediction {
     std::optional<std::int64_t> measured_peak_bytes;
     std::optional<std::int64_t> measured_peak_total_bytes;
     std::optional<double> error_percent; // (predicted - measured) / measured of the peak, in percent
+
+    // The peak total a verdict and a table use: the measured one where there is a measurement.
+    std::int64_t peakTotal() const { return measured_peak_total_bytes.value_or(predicted_peak_total_bytes); }
 };
 
 struct WhatIfTable {

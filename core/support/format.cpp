@@ -97,6 +97,11 @@ constexpr GpuPreset kGpuPresets[] = {
     {"T4", 14.74},
 };
 
+std::int64_t presetBytes(const GpuPreset& p)
+{
+    return static_cast<std::int64_t>(p.gib * 1024.0 * 1024 * 1024);
+}
+
 std::string presetKey(const std::string& text)
 {
     std::string key;
@@ -117,7 +122,7 @@ std::optional<std::int64_t> parseBudget(const std::string& text)
     const auto key = presetKey(text);
     for (const auto& p : kGpuPresets)
         if (presetKey(p.name) == key)
-            return static_cast<std::int64_t>(p.gib * 1024.0 * 1024 * 1024);
+            return presetBytes(p);
     return parseBytes(text);
 }
 
@@ -126,7 +131,7 @@ std::vector<std::pair<std::string, std::int64_t>> gpuPresets()
     std::vector<std::pair<std::string, std::int64_t>> out;
     for (const auto& p : kGpuPresets)
         if (std::string(p.name) != "H100") // an alias of H100-80GB
-            out.emplace_back(p.name, static_cast<std::int64_t>(p.gib * 1024.0 * 1024 * 1024));
+            out.emplace_back(p.name, presetBytes(p));
     std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
     return out;
 }

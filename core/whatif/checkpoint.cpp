@@ -823,7 +823,7 @@ CheckpointPlan planCheckpoints(const Report& r, std::int64_t budget, CheckpointI
     plan.fits = fits(plan.prediction);
     if (byBlocks)
         plan.prediction.notes.push_back("planned by whole blocks: " + std::to_string(current.size()) + " of the "
-            + std::to_string(blocks.size()) + " " + r.layers[rank(blocks.front()) < r.layers.size() ? rank(blocks.front()) : 0].type
+            + std::to_string(blocks.size()) + " " + r.layers[rank(blocks.front())].type
             + " blocks, as torch.utils.checkpoint wraps a model's layers");
     if (!plan.fits)
         plan.prediction.notes.push_back("no set of checkpoints found brings the peak total within "

@@ -598,26 +598,24 @@ WhatIf WhatIf::recordSeqPlanned(Model& model, RunOptions base, const std::vector
              ++extra)
             if (!recordNext(std::min(seqs.back() * 2, all.range_.max), true))
                 break;
-        if (fits.size() >= 2 && !lastAgrees()) {
-            auto rough = std::make_shared<Fit>(*fits.back());
-            rough->reliable = false;
+        if (fits.size() >= 2) { // the last fit says how far it is trusted
             const auto n = seqs.size();
-            rough->notes.push_back(dtype + ": the records at sequence " + std::to_string(seqs[n - 4]) + ", "
-                + std::to_string(seqs[n - 3]) + ", " + std::to_string(seqs[n - 2]) + " and " + std::to_string(seqs[n - 1])
-                + " do not lie on one parabola (a kernel switches between them) and no record past the switch could be"
-                  " made here: figures beyond sequence "
-                + std::to_string(seqs[n - 3]) + " are rough; measure instead");
-            fits.back() = rough;
-        } else if (fits.size() >= 2) {
-            const auto n = seqs.size();
-            fits.back() = [&] {
-                auto checked = std::make_shared<Fit>(*fits.back());
-                checked->notes.push_back(dtype + ": beyond sequence " + std::to_string(seqs[n - 1])
+            auto last = std::make_shared<Fit>(*fits.back());
+            if (!lastAgrees()) {
+                last->reliable = false;
+                last->notes.push_back(dtype + ": the records at sequence " + std::to_string(seqs[n - 4]) + ", "
+                    + std::to_string(seqs[n - 3]) + ", " + std::to_string(seqs[n - 2]) + " and "
+                    + std::to_string(seqs[n - 1])
+                    + " do not lie on one parabola (a kernel switches between them) and no record past the switch"
+                      " could be made here: figures beyond sequence "
+                    + std::to_string(seqs[n - 3]) + " are rough; measure instead");
+            } else {
+                last->notes.push_back(dtype + ": beyond sequence " + std::to_string(seqs[n - 1])
                     + " from the parabola through the records at " + std::to_string(seqs[n - 3]) + ", "
                     + std::to_string(seqs[n - 2]) + " and " + std::to_string(seqs[n - 1]) + ", which the record at "
                     + std::to_string(seqs[n - 4]) + " lies on too (no kernel switch among them)");
-                return std::shared_ptr<const Fit>(checked);
-            }();
+            }
+            fits.back() = std::move(last);
         }
         all.fits_.insert(all.fits_.end(), fits.begin(), fits.end());
         std::string list;

@@ -34,6 +34,7 @@ WhatIfTable makeWhatIfTable(const WhatIf& w, const std::vector<std::int64_t>& ba
     std::sort(rows.begin(), rows.end());
     rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
     const char* word = t.axis == WhatIfAxis::Seq ? "sequence " : "batch ";
+    auto xOf = [&](const Prediction& p) { return t.axis == WhatIfAxis::Seq ? p.seq : p.batch; };
     // Runs that check a figure share half a minute: beyond it the figure stays predicted and says so, so that a
     // table is made within a minute on this machine whatever its rows.
     constexpr double kMeasureSeconds = 30.0;
@@ -46,10 +47,11 @@ WhatIfTable makeWhatIfTable(const WhatIf& w, const std::vector<std::int64_t>& ba
         for (auto batch : rows) {
             auto p = w.predict(batch, dtype, true, budget);
             // Where the two records did not line up, a prediction is a guess: run it instead.
-            if (!p.reliable && p.runnable && model && w.isRecorded(dtype) && !timeLeft())
+            const bool check = !p.reliable && p.runnable && model && w.isRecorded(dtype);
+            if (check && !timeLeft())
                 p.notes.push_back(dtype + ", " + word + std::to_string(batch)
                     + ": not measured: the table's half minute for measurements was spent");
-            else if (!p.reliable && p.runnable && model && w.isRecorded(dtype)) {
+            else if (check) {
                 try {
                     p = w.measure(*model, batch, dtype, budget);
                 } catch (const RunError& e) {
@@ -65,15 +67,14 @@ WhatIfTable makeWhatIfTable(const WhatIf& w, const std::vector<std::int64_t>& ba
         // that largest lowers it, so that the rows and the summary never disagree.
         auto n = w.maxBatch(dtype, budget);
         for (std::size_t i = first; i < t.predictions.size(); ++i) {
-            auto& p = t.predictions[i];
-            const auto x = t.axis == WhatIfAxis::Seq ? p.seq : p.batch;
-            const bool own = fitsWithin(p, budget);
-            if (!own && x <= n && x >= t.runnable.min)
+            const auto& p = t.predictions[i];
+            const auto x = xOf(p);
+            if (!fitsWithin(p, budget) && x <= n && x >= t.runnable.min)
                 n = w.maxBatch(dtype, budget, true, x - 1);
         }
         for (std::size_t i = first; i < t.predictions.size(); ++i) {
             auto& p = t.predictions[i];
-            const auto x = t.axis == WhatIfAxis::Seq ? p.seq : p.batch;
+            const auto x = xOf(p);
             const bool own = fitsWithin(p, budget);
             p.fits = own && x <= n;
             if (own && x > n)
@@ -106,13 +107,11 @@ WhatIfTable makeWhatIfTable(const WhatIf& w, const std::vector<std::int64_t>& ba
             if (narrow.batch != wide.batch || narrow.seq != wide.seq || dtypeSize(narrow.dtype) >= dtypeSize(wide.dtype)
                 || narrow.method == FigureMethod::Measured || !narrow.runnable)
                 continue;
-            auto total = [](const Prediction& p) { return p.measured_peak_total_bytes.value_or(p.predicted_peak_total_bytes); };
-            if (total(narrow) <= total(wide))
+            if (narrow.peakTotal() <= wide.peakTotal())
                 continue;
             narrow.reliable = false;
-            narrow.notes.push_back(narrow.dtype + ", " + word
-                + std::to_string(t.axis == WhatIfAxis::Seq ? narrow.seq : narrow.batch) + ": predicted above " + wide.dtype
-                + " (" + formatBytes(total(narrow)) + " against " + formatBytes(total(wide))
+            narrow.notes.push_back(narrow.dtype + ", " + word + std::to_string(xOf(narrow)) + ": predicted above "
+                + wide.dtype + " (" + formatBytes(narrow.peakTotal()) + " against " + formatBytes(wide.peakTotal())
                 + ") with no record that shows why: rough; measure instead");
         }
     return t;
