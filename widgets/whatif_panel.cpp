@@ -376,6 +376,10 @@ void WhatIfPanel::showPrediction(const Prediction& p, bool reservedKnown)
                                     : tr("does not fit in %1").arg(bytesText(b)));
         if (!p.runnable)
             decides_->clear();
+        else if (reservedKnown && p.out_of_memory)
+            decides_->setText(tr("Decided by the simulated GPU: its caching allocator ran out of memory on a device of "
+                                 "%1, after releasing its cached blocks (peak total %2).")
+                                  .arg(bytesText(b), bytesText(p.predicted_peak_total_bytes)));
         else if (reserveBinds)
             decides_->setText(tr("Decided by the simulated GPU reserve, %1: a caching allocator holds more than the "
                                  "peak total of %2.")
