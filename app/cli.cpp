@@ -1,5 +1,6 @@
 #include "cli.h"
 #include "whatif_cli.h"
+#include "parallel_cli.h"
 #include "diff_cli.h"
 
 #include "demo_model.h"
@@ -57,7 +58,15 @@ int runAnalyze(const CliOptions& o)
     OpenedFile file;
     try {
         file = openFileOrDemo(o.model);
-        report = analyzeOpened(file, o.run);
+        if (o.parallel()) {
+            // One rank: the step recorded in the dtype the ranks compute in, the schedule laid over it.
+            auto plan = parallelPlanFromCli(o, file.model ? file.model->modules() : std::vector<LayerStats> {});
+            RunOptions run = o.run;
+            run.dtype = recordingDtype(plan);
+            report = rankReport(analyzeOpened(file, run), plan);
+        } else {
+            report = analyzeOpened(file, o.run);
+        }
     } catch (const std::exception&) {
         return failureExit({}, name);
     }
@@ -162,6 +171,8 @@ int runCli(const CliOptions& o)
         return runWhatIf(o);
     if (o.command == "diff")
         return runDiff(o);
+    if (o.command == "fit")
+        return runFit(o);
     return runAnalyze(o);
 }
 

@@ -1,7 +1,10 @@
 #include "cli_options.h"
 #include "diff_cli.h"
 
+#include "support/dtype.h"
 #include "support/format.h"
+#include "whatif/gpu_fit.h"
+#include "whatif/parallel.h"
 
 #include <algorithm>
 #include <sstream>
@@ -56,6 +59,13 @@ std::string usageText()
            "                    [--json FILE]   along the sequence length of the token inputs\n"
            "  memledger whatif MODEL.pt --mode train --checkpoint PATH[,PATH...]|auto [--budget SIZE]\n"
            "                    [--checkpoint-impl reentrant|non-reentrant] [RUN] [--json FILE]\n"
+           "  memledger analyze MODEL --mode train --gpus N --shard fsdp|zero2|zero1|ddp [--param-dtype T]\n"
+           "                    [--reduce-dtype T] [--no-reshard-after-forward] [--shard-units PATH.*,PATH]\n"
+           "                    [--gradient-as-bucket-view] [RUN]   one rank of a data-parallel job (rank 0)\n"
+           "  memledger whatif MODEL --mode train --gpus 1,8,64 --shard fsdp,zero1,ddp [--batch ...] [--budget SIZE]\n"
+           "  memledger fit MODEL --budget SIZE [--input SHAPE] [--precision bfloat16-mixed,bfloat16,float32]\n"
+           "                    [--shard fsdp,zero2,zero1,ddp] [--gpus 1,2,...,1024] [--optimizer O] [--json FILE]\n"
+           "                    the fewest GPUs and the largest micro-batch per rank that fit, per precision and strategy\n"
            "  memledger ranks FILE... | FOLDER [--json FILE] [--html FILE]   one snapshot (or report) per rank: which\n"
            "                    rank peaks highest, the spread, where each peak falls\n"
            "  memledger --help | --version\n\n"
@@ -85,9 +95,13 @@ CliOptions parseCli(const std::vector<std::string>& args)
         return parseDiffCli(std::vector<std::string>(args.begin() + 1, args.end()));
     CliOptions o;
     std::size_t i = 0;
-    if (i < args.size() && (args[i] == "analyze" || args[i] == "whatif" || args[i] == "ranks")) {
+    if (i < args.size() && (args[i] == "analyze" || args[i] == "whatif" || args[i] == "ranks" || args[i] == "fit")) {
         o.command = args[i];
         ++i;
+        if (o.command == "fit") { // a fine-tune's question: an AdamW training step unless told otherwise
+            o.run.mode = RunMode::Train;
+            o.run.optimizer = "adamw";
+        }
     } else {
         o.command = "gui";
     }
@@ -200,7 +214,34 @@ CliOptions parseCli(const std::vector<std::string>& args)
             if (o.checkpoint_impl != "reentrant" && o.checkpoint_impl != "non-reentrant")
                 throw std::invalid_argument("--checkpoint-impl '" + o.checkpoint_impl
                     + "' is not reentrant or non-reentrant");
-        } else if (a == "--json")
+        } else if (a == "--gpus") {
+            o.gpus.clear();
+            for (const auto& n : splitComma(value(a)))
+                o.gpus.push_back(parsePositive(a, n));
+            if (o.gpus.empty() || (o.command != "whatif" && o.command != "fit" && o.gpus.size() != 1))
+                throw std::invalid_argument("--gpus takes one number here (several are for 'whatif')");
+        } else if (a == "--shard") {
+            o.shards = splitComma(value(a));
+            for (const auto& s : o.shards)
+                if (!shardingFromName(s))
+                    throw std::invalid_argument("--shard '" + s + "' is not one of fsdp, zero2, zero1, ddp");
+            if (o.shards.empty() || (o.command != "whatif" && o.command != "fit" && o.shards.size() != 1))
+                throw std::invalid_argument("--shard takes one strategy here (several are for 'whatif')");
+        } else if (a == "--param-dtype" || a == "--reduce-dtype") {
+            auto d = value(a);
+            if (!isSupportedDtype(d) && d != "float64")
+                throw std::invalid_argument(a + " '" + d + "' is not one of float32, bfloat16, float16");
+            (a == "--param-dtype" ? o.param_dtype : o.reduce_dtype) = d;
+        } else if (a == "--precision") {
+            o.precisions = splitComma(value(a));
+            checkPrecisions(o.precisions);
+        } else if (a == "--no-reshard-after-forward")
+            o.reshard_after_forward = false;
+        else if (a == "--shard-units")
+            o.shard_units = value(a);
+        else if (a == "--gradient-as-bucket-view")
+            o.gradient_as_bucket_view = true;
+        else if (a == "--json")
             o.json = value(a);
         else if (a == "--html")
             o.html = value(a);
@@ -230,6 +271,20 @@ CliOptions parseCli(const std::vector<std::string>& args)
         throw std::invalid_argument("--checkpoint is for 'memledger whatif MODEL --mode train --checkpoint ...'");
     if (!o.checkpoint.empty() && o.run.mode == RunMode::Inference)
         throw std::invalid_argument("--checkpoint predicts a training step: use --mode train");
+    if (o.command == "fit" && !o.budget && !o.help)
+        throw std::invalid_argument("fit needs --budget: a GPU (H100-80GB, A100-40GB, H200, ...) or a size (80GB)");
+    if (!o.precisions.empty() && o.command != "fit")
+        throw std::invalid_argument("--precision is for 'memledger fit' (analyze and whatif take --dtype and --param-dtype)");
+    if (o.command == "fit") {
+    } else if (o.parallel() && o.command != "analyze" && o.command != "whatif")
+        throw std::invalid_argument("--gpus and --shard are for 'analyze' and 'whatif' with --mode train");
+    if (o.parallel() && o.run.mode != RunMode::Train)
+        throw std::invalid_argument("--gpus and --shard lay out a training step: add --mode train");
+    if ((!o.param_dtype.empty() || !o.reduce_dtype.empty() || !o.reshard_after_forward || !o.shard_units.empty()
+            || o.gradient_as_bucket_view)
+        && !o.parallel() && o.command != "fit")
+        throw std::invalid_argument("--param-dtype, --reduce-dtype, --no-reshard-after-forward, --shard-units and "
+                                    "--gradient-as-bucket-view describe a sharded job: add --gpus N --shard S");
     if (o.checkpoint.size() == 1 && o.checkpoint[0] == "auto" && !o.budget)
         throw std::invalid_argument("--checkpoint auto needs --budget SIZE (the peak total to fit)");
     return o;

@@ -8,7 +8,7 @@
 namespace memledger {
 
 struct CliOptions {
-    std::string command = "analyze"; // analyze | whatif | diff | ranks | gui
+    std::string command = "analyze"; // analyze | whatif | fit | diff | ranks | gui
     std::vector<std::string> rank_files; // ranks (and the window given several files): the files or folders
     std::string model; // empty: the built-in demo
     RunOptions run;
@@ -32,6 +32,15 @@ struct CliOptions {
     // whatif --mode train --checkpoint PATH,PATH | auto: torch.utils.checkpoint around those modules.
     std::vector<std::string> checkpoint;
     std::string checkpoint_impl = "reentrant"; // --checkpoint-impl reentrant|non-reentrant
+    // One rank of a data-parallel training job (whatif/parallel.h): --gpus N and --shard S (lists for whatif).
+    std::vector<std::int64_t> gpus;
+    std::vector<std::string> shards; // fsdp | zero2 | zero1 | ddp
+    std::string param_dtype, reduce_dtype; // --param-dtype, --reduce-dtype ("": --dtype)
+    bool reshard_after_forward = true; // --no-reshard-after-forward
+    std::string shard_units; // --shard-units PATTERN
+    bool gradient_as_bucket_view = false; // --gradient-as-bucket-view (ddp, zero1)
+    std::vector<std::string> precisions; // fit --precision: bfloat16-mixed, bfloat16, float32, ...
+    bool parallel() const { return !gpus.empty() || !shards.empty(); }
 };
 
 // Throws std::invalid_argument with a message for the user on a usage error.

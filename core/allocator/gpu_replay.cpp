@@ -64,6 +64,11 @@ ResidentSet residentBlocks(const ModelInfo& model, const std::string& dtype, std
 
 ResidentSet residentBlocksOf(const Report& r)
 {
+    if (r.run.parallel && !r.run.parallel->resident_blocks.empty()) { // one rank: its shards, then the inputs
+        auto set = residentBlocks(ModelInfo {}, r.run.dtype, 0, 0, r.run.input_shapes, r.run.input_types, r.input_bytes);
+        set.blocks.insert(set.blocks.begin(), r.run.parallel->resident_blocks.begin(), r.run.parallel->resident_blocks.end());
+        return set;
+    }
     return residentBlocks(r.model, r.run.dtype, r.weight_bytes, r.optimizer_state_bytes, r.run.input_shapes,
         r.run.input_types, r.input_bytes);
 }

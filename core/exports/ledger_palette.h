@@ -22,6 +22,12 @@ constexpr const char* ledgerColourHex(Ledger ledger)
         return "#c44e8a";
     case Ledger::OptimizerState:
         return "#64b5cd";
+    case Ledger::GatheredParameters:
+        return "#8da0cb"; // a lighter weights blue: the weights of one unit, gathered from every rank
+    case Ledger::Communication:
+        return "#e5c494"; // sand: buffers of the collectives
+    case Ledger::AutocastCache:
+        return "#b3b3e6"; // a pale inputs violet: copies of the weights in the lower precision
     case Ledger::Resident:
         return "#a8a8a8"; // a snapshot's blocks alive before its trace: kAliveBeforeColourHex
     case Ledger::Unattributed:

@@ -491,6 +491,12 @@ json reportToJson(const Report& r, bool withEvents)
                 {"first_event", p.first_event}, {"end_event", p.end_event}, {"peak_bytes", p.peak_bytes}});
         j["phases"] = phases;
     }
+    if (const auto& par = r.run.parallel) {
+        j["run"]["parallel"] = {{"gpus", par->gpus}, {"shard", par->shard}, {"param_dtype", par->param_dtype},
+            {"reduce_dtype", par->reduce_dtype}, {"master_dtype", par->master_dtype}, {"units", par->units},
+            {"reshard_after_forward", par->reshard_after_forward}, {"rank", par->rank},
+            {"resident_blocks", par->resident_blocks}, {"full_parameter_bytes", par->full_parameter_bytes}};
+    }
     j["load_tax"] = {{"file_tensor_bytes", r.load_tax.file_tensor_bytes}, {"file_dtype", r.load_tax.file_dtype},
         {"resident_bytes", r.load_tax.resident_bytes}, {"resident_dtype", r.load_tax.resident_dtype}};
     j["weight_bytes"] = r.weight_bytes;
@@ -647,6 +653,21 @@ Report reportFromJson(const json& j, const std::string& name)
         r.run.loss = run.value("loss", "");
         r.gradient_bytes = j.value("gradient_bytes", std::int64_t {0});
         r.optimizer_state_bytes = j.value("optimizer_state_bytes", std::int64_t {0});
+        if (run.contains("parallel")) {
+            const auto& pj = run.at("parallel");
+            ParallelInfo par;
+            par.gpus = pj.at("gpus").get<int>();
+            par.shard = pj.at("shard").get<std::string>();
+            par.param_dtype = pj.value("param_dtype", r.run.dtype);
+            par.reduce_dtype = pj.value("reduce_dtype", par.param_dtype);
+            par.master_dtype = pj.value("master_dtype", par.param_dtype);
+            par.units = pj.value("units", std::vector<std::string> {});
+            par.reshard_after_forward = pj.value("reshard_after_forward", true);
+            par.rank = pj.value("rank", 0);
+            par.resident_blocks = pj.value("resident_blocks", std::vector<std::int64_t> {});
+            par.full_parameter_bytes = pj.value("full_parameter_bytes", std::int64_t {0});
+            r.run.parallel = par;
+        }
         for (const auto& p : j.value("phases", json::array()))
             r.phases.push_back({p.at("name"), p.at("start_ns"), p.at("end_ns"), p.at("first_event"), p.at("end_event"),
                 p.at("peak_bytes")});

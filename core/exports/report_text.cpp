@@ -155,6 +155,18 @@ std::string reportToText(const Report& r, int maxDepth)
             << (r.run.loss.empty() ? "-" : r.run.loss) << ", " << r.run.threads
             << (r.run.threads == 1 ? " thread)" : " threads)");
     out << ", " << ms << " ms, " << (r.trace ? r.trace->size() : 0) << " events\n";
+    if (const auto& par = r.run.parallel) {
+        out << "  one rank of " << par->gpus << (par->gpus == 1 ? " GPU" : " GPUs") << ", " << par->shard;
+        if (par->shard == "fsdp" || par->shard == "zero2")
+            out << " (" << par->units.size() << " units, parameters gathered in " << par->param_dtype
+                << ", gradients reduced in " << par->reduce_dtype << ", "
+                << (par->reshard_after_forward ? "resharded after forward" : "kept from forward to backward") << ")";
+        out << ", master weights, gradients and optimizer state in " << par->master_dtype << "; rank " << par->rank
+            << " (the largest shards)\n";
+        out << "  per rank: weights " << formatBytes(r.weight_bytes) << " of " << formatBytes(par->full_parameter_bytes)
+            << " parameters, gradients " << formatBytes(r.gradient_bytes) << ", optimizer state "
+            << formatBytes(r.optimizer_state_bytes) << "\n";
+    }
     if (!r.model.bytes_by_dtype.empty()) {
         out << "  tensors in the file:";
         for (const auto& [dtype, bytes] : r.model.bytes_by_dtype)

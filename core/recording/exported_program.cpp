@@ -432,14 +432,23 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
     std::map<std::string, std::string> tiedTo; // parameter name -> the read parameter whose storage it is
     if (d.meta_weights) {
         std::vector<std::string> names;
-        for (const auto& n : graph.at("nodes"))
+        std::map<std::string, std::set<std::string>> readIn; // module path -> the names its nodes read
+        for (const auto& n : graph.at("nodes")) {
+            const auto before = names.size();
             for (const auto& in : n.at("inputs"))
                 if (in.contains("arg"))
                     namesIn(in.at("arg"), names);
+            const auto& meta = n.value("metadata", json::object());
+            if (meta.contains("nn_module_stack") && meta.at("nn_module_stack").is_string()) {
+                auto& set = readIn[innermostModule(meta.at("nn_module_stack").get<std::string>(), nullptr).path];
+                set.insert(names.begin() + static_cast<std::ptrdiff_t>(before), names.end());
+            }
+        }
         for (const auto& spec : signature.at("output_specs"))
             namesIn(spec, names);
         const std::set<std::string> read(names.begin(), names.end());
         std::map<std::string, std::vector<std::string>> readByShape; // tensor_meta -> read parameters
+        std::map<std::string, std::string> argOf; // parameter -> its placeholder
         std::vector<std::pair<std::string, std::string>> unread; // parameter, tensor_meta
         for (const auto& spec : signature.at("input_specs")) {
             if (!spec.contains("parameter"))
@@ -450,6 +459,7 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
             if (it == weightConfig.end() || !isMetaEntry(it->second))
                 continue;
             auto shape = it->second.at("tensor_meta").dump();
+            argOf[name] = s.at("arg").at("name").get<std::string>();
             if (read.count(s.at("arg").at("name").get<std::string>()))
                 readByShape[shape].push_back(name);
             else
@@ -457,11 +467,27 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
         }
         for (const auto& [name, shape] : unread) {
             auto r = readByShape.find(shape);
-            if (r != readByShape.end() && r->second.size() == 1) {
-                tiedTo[name] = r->second.front();
+            if (r == readByShape.end())
+                continue;
+            // Several read weights of its shape (a GPT whose MLP weight is vocab x d_model): the one that the
+            // nodes of its own module read instead (the embedding reads the head's weight).
+            std::vector<std::string> candidates = r->second;
+            if (candidates.size() > 1) {
+                auto dot = name.rfind('.');
+                auto owner = readIn.find(dot == std::string::npos ? std::string() : name.substr(0, dot));
+                std::vector<std::string> readByOwner;
+                if (owner != readIn.end())
+                    for (const auto& c : candidates)
+                        if (owner->second.count(argOf[c]))
+                            readByOwner.push_back(c);
+                candidates = readByOwner;
+            }
+            if (candidates.size() == 1) {
+                tiedTo[name] = candidates.front();
                 d.notes.push_back("the meta weight " + name + " is read by no node of the graph: counted as the storage of "
-                    + r->second.front() + ", the one weight of its shape the graph reads (a tied weight; a meta tensor has "
-                    "no storage to tell)");
+                    + candidates.front() + (r->second.size() == 1 ? ", the one weight of its shape the graph reads"
+                                                                 : ", the weight of its shape that its module's nodes read")
+                    + " (a tied weight; a meta tensor has no storage to tell)");
             }
         }
     }

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -18,6 +19,16 @@ namespace memledger {
 struct SimulatedGpu;
 
 struct Snapshot; // memledger/snapshot.h
+
+// Whether module path `path` is `module` or inside it ("layers.0.mlp" is inside "layers.0"; everything is
+// inside the root, "").
+bool isInsideModule(const std::string& path, const std::string& module);
+struct LayerStats;
+// The blocks a model repeats, as users wrap them (checkpointing, FSDP's units): the largest set of siblings of
+// one type (the items of a ModuleList: a Llama's decoder layers), in item order; only paths `usable` accepts
+// (empty: every one). Empty when no module has two children of one type.
+std::vector<std::string> largestRepeatedBlocks(
+    const std::vector<LayerStats>& layers, const std::function<bool(const std::string&)>& usable = {});
 using Shape = std::vector<std::int64_t>;
 std::string shapeToString(const Shape& s); // "1x3x224x224"
 
@@ -137,6 +148,22 @@ struct ModelInfo {
     bool example_inputs = false;
 };
 
+// One rank of a data-parallel training job (whatif/parallel.h): how its step was laid out.
+struct ParallelInfo {
+    int gpus = 1;
+    std::string shard; // fsdp | zero2 | zero1 | ddp
+    std::string param_dtype; // the parameters' dtype in the forward and backward (the run's dtype)
+    std::string reduce_dtype; // the gradients' dtype in the reduce-scatter or all-reduce
+    std::string master_dtype; // the sharded (or replicated) parameters', gradients' and optimizer state's
+    bool reshard_after_forward = true;
+    std::vector<std::string> units; // FSDP's units, in forward order ("" is the root)
+    int rank = 0; // the rank shown: rank 0, which holds the largest shards
+    // What the rank holds before the step, one block per tensor as the job allocates them: its parameter
+    // shards, the buffers, its optimizer state (inputs follow). The GPU replay starts from these.
+    std::vector<std::int64_t> resident_blocks;
+    std::int64_t full_parameter_bytes = 0; // every parameter at the master dtype, unsharded
+};
+
 struct RunInfo {
     std::vector<Shape> input_shapes;
     std::vector<InputType> input_types; // per input; float32 where shorter (reports written before types)
@@ -150,6 +177,7 @@ struct RunInfo {
     std::string loss; // train: sum | cross_entropy | next_token (what auto chose)
     int threads = 0; // intra-op threads the run used
     double duration_ms = 0.0;
+    std::optional<ParallelInfo> parallel; // one rank of a data-parallel job; none: one device
 };
 
 // Everything memledger knows about one run, built once and never mutated afterwards.

@@ -3,6 +3,7 @@
 
 
 #include <algorithm>
+#include <map>
 #include <array>
 #include <set>
 #include <unordered_map>
@@ -18,6 +19,50 @@ std::string shapeToString(const Shape& s)
         out += std::to_string(s[i]);
     }
     return out.empty() ? "scalar" : out;
+}
+
+bool isInsideModule(const std::string& path, const std::string& module)
+{
+    if (module.empty())
+        return true;
+    return path.size() >= module.size() && path.compare(0, module.size(), module) == 0
+        && (path.size() == module.size() || path[module.size()] == '.');
+}
+
+namespace {
+
+// The numeric suffix of a path ("layers.12" -> 12), for the order of a ModuleList's items; -1 when none.
+long itemIndex(const std::string& path)
+{
+    auto dot = path.rfind('.');
+    auto last = dot == std::string::npos ? path : path.substr(dot + 1);
+    if (last.empty() || last.size() > 9 || last.find_first_not_of("0123456789") != std::string::npos)
+        return -1;
+    return std::stol(last);
+}
+
+} // namespace
+
+std::vector<std::string> largestRepeatedBlocks(
+    const std::vector<LayerStats>& layers, const std::function<bool(const std::string&)>& usable)
+{
+    std::vector<std::string> best;
+    for (const auto& l : layers) {
+        std::map<std::string, std::vector<std::string>> byType;
+        for (int c : l.children) {
+            if (c < 0 || static_cast<std::size_t>(c) >= layers.size())
+                continue;
+            const auto& child = layers[static_cast<std::size_t>(c)];
+            if (!usable || usable(child.path))
+                byType[child.type].push_back(child.path);
+        }
+        for (auto& [type, paths] : byType)
+            if (paths.size() >= 2 && paths.size() > best.size())
+                best = paths;
+    }
+    std::stable_sort(best.begin(), best.end(),
+        [](const std::string& a, const std::string& b) { return itemIndex(a) < itemIndex(b); });
+    return best;
 }
 
 int Report::findLayer(const std::string& path) const

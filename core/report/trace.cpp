@@ -23,6 +23,12 @@ const char* ledgerName(Ledger l)
         return "gradients";
     case Ledger::OptimizerState:
         return "optimizer_state";
+    case Ledger::GatheredParameters:
+        return "gathered_parameters";
+    case Ledger::Communication:
+        return "communication";
+    case Ledger::AutocastCache:
+        return "autocast_cache";
     case Ledger::Unattributed:
         return "unattributed";
     case Ledger::Resident:
@@ -48,6 +54,12 @@ const char* ledgerLabel(Ledger l)
         return "optimizer state";
     case Ledger::Resident:
         return "resident (before the trace)";
+    case Ledger::GatheredParameters:
+        return "gathered parameters";
+    case Ledger::Communication:
+        return "communication buffers";
+    case Ledger::AutocastCache:
+        return "autocast weight casts";
     default:
         return ledgerName(l);
     }

@@ -23,11 +23,17 @@ enum class Ledger : std::uint8_t {
     Temporaries = 4,
     Gradients = 5,
     OptimizerState = 6,
-    Unattributed = 7, // snapshots: allocations no ledger can be told for
-    Resident = 8, // snapshots: alive before the trace began
+    // One rank of a sharded job (whatif/parallel.h): parameters all-gathered for a unit's forward or backward,
+    // and the buffers of the collectives (all-gather outputs, reduce-scatter inputs and outputs, DDP's buckets).
+    GatheredParameters = 7,
+    Communication = 8,
+    // Autocast's weight-cast cache: the lower-precision copies of float32 leaf weights, kept until the region ends.
+    AutocastCache = 9,
+    Unattributed = 10, // snapshots: allocations no ledger can be told for
+    Resident = 11, // snapshots: alive before the trace began
 };
-constexpr int kLedgerCount = 7; // the ledgers of a model run
-constexpr int kLedgerKinds = 9; // with a snapshot's Unattributed and Resident
+constexpr int kLedgerCount = 10; // the ledgers of a model run
+constexpr int kLedgerKinds = 12; // with a snapshot's Unattributed and Resident
 const char* ledgerName(Ledger l); // "weights", "saved_activations", ... as the JSON spells them
 const char* ledgerLabel(Ledger l); // "saved for backward", "resident (before the trace)": for people
 std::optional<Ledger> ledgerFromName(const std::string& name); // ledgerName's inverse

@@ -53,6 +53,13 @@ struct Prediction {
     bool out_of_memory = false;
     // Set by the table: fits the budget (monotone along the rows of one precision: once lost, never back).
     std::optional<bool> fits;
+    // One rank of a data-parallel job (whatif/parallel.h): gpus > 0, its strategy and the master dtype of the
+    // weights, gradients and optimizer state (dtype is what the forward and backward compute in).
+    int gpus = 0;
+    std::string shard;
+    std::string master_dtype;
+    std::int64_t gradient_bytes = 0; // a rank's: its gradient shards (or replicas) after the step
+    std::int64_t optimizer_state_bytes = 0;
     std::vector<std::string> notes;
 
     // Set by WhatIf::measure() only.
@@ -99,6 +106,44 @@ struct WhatIfTable {
     std::string budgetText() const;
     // A largest batch or sequence: "none" when not even the smallest fits, ">= 1000000" at the search's end.
     static std::string largestText(std::int64_t n);
+};
+
+// The fit table (whatif/gpu_fit.h): for a budget (a GPU's memory), each precision and each data-parallel
+// strategy, the fewest GPUs on which a rank's step fits and the largest micro-batch per rank there.
+struct GpuFitAnswer {
+    // "float32", "bfloat16" (pure: weights, gradients and optimizer state in bfloat16), "bfloat16-mixed" (float32
+    // master weights, gradients and optimizer state; the forward and backward in bfloat16).
+    std::string precision;
+    std::string shard; // fsdp | zero2 | zero1 | ddp
+    int fewest_gpus = 0; // 0: none of the GPU counts tried
+    std::int64_t micro_batch = 0; // the largest per rank at fewest_gpus
+    std::optional<Prediction> at; // the rank at fewest_gpus and micro_batch
+    std::vector<std::pair<int, std::int64_t>> largest; // per GPU count tried: its largest micro-batch (0: none)
+    std::string not_modelled; // set: no answer, and why
+};
+struct GpuFitTable {
+    std::int64_t budget_bytes = 0;
+    std::string budget_text;
+    // Outside PyTorch's allocator, per GPU: estimates with their sources, taken off the budget first.
+    std::int64_t cuda_context_bytes = 0;
+    std::int64_t nccl_bytes = 0; // on more than one GPU
+    std::string cuda_context_source, nccl_source;
+    std::vector<int> gpu_counts; // tried, increasing
+    std::vector<GpuFitAnswer> answers;
+    WhatIfAxis axis = WhatIfAxis::Batch;
+    std::int64_t seq = 0; // the sequence every row runs at (0: no token input)
+    std::string device = "cpu"; // where the step was recorded: meta, figures from shapes
+    std::string optimizer;
+    SizeRange runnable; // the micro-batches the program accepts
+    std::vector<std::string> notes;
+    double seconds = 0; // to compute
+
+    // The allocator's share of the budget on `gpus` GPUs: the budget less the CUDA context and, on more than
+    // one, NCCL's buffers.
+    std::int64_t allocatorBudget(int gpus) const
+    {
+        return budget_bytes - cuda_context_bytes - (gpus > 1 ? nccl_bytes : 0);
+    }
 };
 
 // The one rule for one prediction: runnable, no out of memory on a device of the budget's size, and the peak

@@ -28,7 +28,7 @@ bool startsWith(const std::string& s, const std::string& prefix)
 
 bool inSubtree(const std::string& where, const std::string& path)
 {
-    return where == path || (startsWith(where, path) && where.size() > path.size() && where[path.size()] == '.');
+    return path.empty() ? where.empty() : isInsideModule(where, path); // the root's own events only
 }
 
 // Whether the autograd node of a forward op keeps that op's tensor inputs (so that a tensor it took lives until
@@ -639,40 +639,10 @@ CheckpointPrediction predictCheckpoint(
     return p;
 }
 
-namespace {
-
-// The numeric suffix of a path ("layers.12" -> 12), for the order of a ModuleList's items; -1 when none.
-long itemIndex(const std::string& path)
-{
-    auto dot = path.rfind('.');
-    auto last = dot == std::string::npos ? path : path.substr(dot + 1);
-    if (last.empty() || last.size() > 9 || last.find_first_not_of("0123456789") != std::string::npos)
-        return -1;
-    return std::stol(last);
-}
-
-} // namespace
-
 std::vector<std::string> repeatedBlocks(const Report& r, const std::vector<std::string>& candidates)
 {
     std::set<std::string> usable(candidates.begin(), candidates.end());
-    std::vector<std::string> best;
-    for (const auto& l : r.layers) {
-        std::map<std::string, std::vector<std::string>> byType;
-        for (int c : l.children) {
-            if (c < 0 || static_cast<std::size_t>(c) >= r.layers.size())
-                continue;
-            const auto& child = r.layers[static_cast<std::size_t>(c)];
-            if (usable.count(child.path))
-                byType[child.type].push_back(child.path);
-        }
-        for (auto& [type, paths] : byType)
-            if (paths.size() >= 2 && paths.size() > best.size())
-                best = paths;
-    }
-    std::stable_sort(best.begin(), best.end(),
-        [](const std::string& a, const std::string& b) { return itemIndex(a) < itemIndex(b); });
-    return best;
+    return largestRepeatedBlocks(r.layers, [&usable](const std::string& path) { return usable.count(path) > 0; });
 }
 
 CheckpointPlan planCheckpoints(const Report& r, std::int64_t budget, CheckpointImpl impl)

@@ -794,7 +794,7 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
         const double* intercept = f.intercept.data();
         const double* quad = f.quad.empty() ? nullptr : f.quad.data();
         const Ledger* ledger = t.ledger.data();
-        std::array<std::int64_t, 8> live {}, atPeak {};
+        std::array<std::int64_t, kLedgerKinds> live {}, atPeak {};
         std::int64_t now = 0, peak = 0;
         std::int32_t peakEvent = -1;
         for (std::size_t i = 0; i < n; ++i) {
@@ -804,7 +804,7 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
             std::int64_t bytes = v > 0.0 ? static_cast<std::int64_t>(v + 0.5) : 0;
             bytes = sign[i] > 0 ? bytes : -bytes;
             now += bytes;
-            live[static_cast<std::size_t>(ledger[i]) & 7] += bytes;
+            live[std::min<std::size_t>(static_cast<std::size_t>(ledger[i]), kLedgerKinds - 1)] += bytes;
             if (now > peak) {
                 peak = now;
                 peakEvent = static_cast<std::int32_t>(i);
@@ -881,7 +881,21 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
 
 std::int64_t WhatIf::maxBatch(const std::string& dtype, std::int64_t budget, bool withReserved, std::int64_t upTo) const
 {
-    auto fits = [&](std::int64_t b) { return fitsWithin(predict(b, dtype, withReserved, budget), budget); };
+    return largestFitting(upTo, [&](std::int64_t b) { return fitsWithin(predict(b, dtype, withReserved, budget), budget); });
+}
+
+std::int64_t WhatIf::maxRankBatch(const ParallelPlan& plan, std::int64_t budget, bool withReserved, std::int64_t upTo) const
+{
+    return largestFitting(upTo, [&](std::int64_t b) {
+        auto p = predictRank(b, plan, false);
+        if (!p.runnable || p.predicted_peak_total_bytes > budget) // no replay needed to say no
+            return false;
+        return fitsWithin(withReserved ? predictRank(b, plan, true, budget) : p, budget);
+    });
+}
+
+std::int64_t WhatIf::largestFitting(std::int64_t upTo, const std::function<bool(std::int64_t)>& fits) const
+{
     constexpr std::int64_t kMost = 1000000;
     const std::int64_t first = range_.min;
     std::int64_t last = std::min(range_.max, kMost);
@@ -907,6 +921,84 @@ std::int64_t WhatIf::maxBatch(const std::string& dtype, std::int64_t budget, boo
         (fits(mid) ? lo : hi) = mid;
     }
     return lo;
+}
+
+Prediction WhatIf::predictRank(std::int64_t batch, const ParallelPlan& plan, bool withReserved, std::int64_t capacity) const
+{
+    const auto dtype = plan.paramDtype();
+    const auto& f = fit(dtype, batch);
+    if (f.info.mode != RunMode::Train)
+        throw std::invalid_argument("a rank of a data-parallel job is a training step's what-if: record with --mode train");
+    // The single-device row first: its inputs, range, notes and method; then its figures replaced by the rank's.
+    auto p = predict(batch, dtype, false);
+    Trace sized = predictedTrace(batch, dtype);
+    RunInfo info = f.info;
+    info.dtype = dtype;
+    auto layout = layOutRank(*model_, *modules_, sized, *f.ops, f.phases, info, f.optimizer_state_bytes, plan);
+    p.gpus = plan.gpus;
+    p.shard = shardingName(plan.shard);
+    p.master_dtype = plan.master_dtype;
+    p.weight_bytes = layout.weight_bytes;
+    p.gradient_bytes = layout.gradient_bytes;
+    p.optimizer_state_bytes = layout.optimizer_state_bytes;
+    std::array<std::int64_t, kLedgerKinds> live {}, atPeak {};
+    std::int64_t now = 0, peak = 0;
+    std::int32_t peakEvent = -1;
+    const auto& t = layout.trace;
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        std::int64_t bytes = 0;
+        if (t.action[i] == Action::Alloc)
+            bytes = t.bytes[i];
+        else if (t.action[i] == Action::Free && t.partner[i] != kNoPartner)
+            bytes = -t.bytes[i];
+        else
+            continue;
+        now += bytes;
+        live[std::min<std::size_t>(static_cast<std::size_t>(t.ledger[i]), kLedgerKinds - 1)] += bytes;
+        if (now > peak) {
+            peak = now;
+            peakEvent = static_cast<std::int32_t>(i);
+            atPeak = live;
+        }
+    }
+    p.predicted_peak_bytes = peak;
+    p.peak_event = peakEvent;
+    for (int l = 0; l < kLedgerCount; ++l)
+        p.ledgers_at_peak[static_cast<std::size_t>(l)] = atPeak[static_cast<std::size_t>(l)];
+    p.ledgers_at_peak[static_cast<std::size_t>(Ledger::Weights)] = p.weight_bytes;
+    p.ledgers_at_peak[static_cast<std::size_t>(Ledger::Inputs)] = p.input_bytes;
+    p.ledgers_at_peak[static_cast<std::size_t>(Ledger::OptimizerState)] = layout.optimizer_state_bytes;
+    p.predicted_peak_total_bytes = p.weight_bytes + layout.optimizer_state_bytes + p.input_bytes + peak;
+    if (p.method == FigureMethod::Measured) // the record was of one device: the rank is laid over it
+        p.method = FigureMethod::Predicted;
+    p.notes.insert(p.notes.begin(), layout.notes.begin(), layout.notes.end());
+    if (withReserved) {
+        thread_local Trace replay;
+        replay.clearEvents();
+        ResidentSet resident;
+        resident.blocks = layout.info.resident_blocks;
+        auto inputs = residentBlocks(ModelInfo {}, dtype, 0, 0, f.inputsAt(batch), f.info.input_types, p.input_bytes);
+        resident.blocks.insert(resident.blocks.end(), inputs.blocks.begin(), inputs.blocks.end());
+        replay.reserve(resident.blocks.size() + t.size());
+        pushResidentBlocks(replay, resident, t.size() ? t.device.front() : -1);
+        for (std::size_t i = 0; i < t.size(); ++i)
+            if (t.action[i] == Action::Alloc || (t.action[i] == Action::Free && t.partner[i] != kNoPartner))
+                replay.push(0, t.bytes[i], t.address[i], t.action[i], t.device[i]);
+        AllocatorSettings settings;
+        settings.device_memory = capacity > 0 ? capacity : 0;
+        auto r = replayCachingAllocator(replay, settings);
+        p.predicted_reserved_bytes = r.peak_reserved;
+        p.capacity_bytes = settings.device_memory;
+        p.out_of_memory = r.ooms > 0;
+    }
+    return p;
+}
+
+Report WhatIf::predictedRankReport(std::int64_t batch, const ParallelPlan& plan) const
+{
+    auto step = predictedReport(batch, plan.paramDtype());
+    auto r = rankReport(step, plan);
+    return r;
 }
 
 Trace WhatIf::predictedTrace(std::int64_t batch, const std::string& dtype) const

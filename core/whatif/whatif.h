@@ -10,6 +10,7 @@
 #include "recording/model.h"
 #include "report/report.h"
 #include "report/whatif_table.h"
+#include "whatif/parallel.h"
 
 #include <array>
 #include <cstdint>
@@ -87,6 +88,15 @@ public:
     // answer never lies beyond a size found not to fit. 0 if not even the smallest fits.
     std::int64_t maxBatch(const std::string& dtype, std::int64_t budget, bool withReserved = true,
         std::int64_t upTo = 0) const;
+    // One rank of a data-parallel job at this batch (or sequence): the step recorded in plan.paramDtype() with
+    // the plan's schedule laid over it (whatif/parallel.h). A training step's what-if only; throws
+    // std::invalid_argument where the plan's param dtype has no fit.
+    Prediction predictRank(std::int64_t batch, const ParallelPlan& plan, bool withReserved = true,
+        std::int64_t capacity = 0) const;
+    Report predictedRankReport(std::int64_t batch, const ParallelPlan& plan) const;
+    // The largest micro-batch (or sequence) per rank that fits `budget`, as maxBatch: 0 if not even the smallest.
+    std::int64_t maxRankBatch(const ParallelPlan& plan, std::int64_t budget, bool withReserved = true,
+        std::int64_t upTo = 0) const;
     // The sizes the model runs along this what-if's axis: the program's range, narrowed by a size a record
     // refused (not for want of memory).
     const SizeRange& runnableRange() const { return range_; }
@@ -116,6 +126,9 @@ private:
     std::vector<std::shared_ptr<const Fit>> fits_;
     std::vector<std::string> notes_;
     SizeRange range_;
+    // The largest size within the runnable range and `upTo` for which `fits` holds: doubling from the smallest
+    // to the first that does not, then halving the gap. 0 if not even the smallest.
+    std::int64_t largestFitting(std::int64_t upTo, const std::function<bool(std::int64_t)>& fits) const;
     const Fit& fit(const std::string& dtype) const; // the first fit of dtype; throws std::invalid_argument
     const Fit& fit(const std::string& dtype, std::int64_t batch) const; // the fit whose records surround batch
     void addRescaledFits(const std::vector<std::pair<std::string, std::string>>& cannotRun);

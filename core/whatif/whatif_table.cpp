@@ -141,6 +141,13 @@ nlohmann::json predictionToJson(const Prediction& p)
     }
     if (p.seq > 0)
         j["seq"] = p.seq;
+    if (p.gpus > 0) { // one rank of a data-parallel job
+        j["gpus"] = p.gpus;
+        j["shard"] = p.shard;
+        j["master_dtype"] = p.master_dtype;
+        j["gradient_bytes"] = p.gradient_bytes;
+        j["optimizer_state_bytes"] = p.optimizer_state_bytes;
+    }
     auto& ledgers = j["ledgers_at_peak"] = nlohmann::json::object();
     for (int l = 0; l < kLedgerCount; ++l)
         ledgers[ledgerName(static_cast<Ledger>(l))] = p.ledgers_at_peak[static_cast<std::size_t>(l)];

@@ -1,0 +1,165 @@
+#include "exports/gpu_fit_export.h"
+
+#include "support/format.h"
+#include "whatif/gpu_fit.h"
+#include "whatif/whatif.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <sstream>
+
+namespace memledger {
+
+namespace {
+
+std::string pad(const std::string& s, std::size_t width, bool right = false)
+{
+    if (s.size() >= width)
+        return s;
+    return right ? std::string(width - s.size(), ' ') + s : s + std::string(width - s.size(), ' ');
+}
+
+} // namespace
+
+std::string gpuFitToText(const GpuFitTable& t)
+{
+    std::ostringstream out;
+    GpuFitTable copy = t;
+    out << "Budget per GPU: " << (t.budget_text.empty() ? formatBytes(t.budget_bytes) : t.budget_text + " (" + formatBytes(t.budget_bytes) + ")")
+        << "; off it first, outside PyTorch's allocator:\n"
+        << "  CUDA context      " << pad(formatBytes(t.cuda_context_bytes), 10, true) << "  (" << t.cuda_context_source << ")\n"
+        << "  NCCL buffers      " << pad(formatBytes(t.nccl_bytes), 10, true) << "  (" << t.nccl_source << ")\n"
+        << "  left to the allocator: " << formatBytes(copy.allocatorBudget(1)) << " on one GPU, "
+        << formatBytes(copy.allocatorBudget(2)) << " on more\n\n";
+    out << pad("precision", 16) << pad("strategy", 10) << pad("fewest GPUs", 13, true) << pad("micro-batch", 13, true)
+        << pad("peak total", 13, true) << pad("reserved", 13, true) << pad("weights", 12, true)
+        << pad("grads", 12, true) << pad("optimizer", 12, true) << "\n";
+    for (const auto& a : t.answers) {
+        out << pad(a.precision, 16) << pad(a.shard, 10);
+        if (!a.not_modelled.empty()) {
+            out << "  not modelled: " << a.not_modelled << "\n";
+            continue;
+        }
+        if (a.fewest_gpus == 0 || !a.at) {
+            out << pad("none", 13, true) << "  (not even micro-batch " << (t.runnable.min) << " fits on "
+                << (t.gpu_counts.empty() ? 0 : t.gpu_counts.back()) << " GPUs)\n";
+            continue;
+        }
+        const auto& p = *a.at;
+        out << pad(std::to_string(a.fewest_gpus), 13, true) << pad(WhatIfTable::largestText(a.micro_batch), 13, true)
+            << pad(formatBytes(p.predicted_peak_total_bytes), 13, true)
+            << pad(p.predicted_reserved_bytes > 0 ? formatBytes(p.predicted_reserved_bytes) : "-", 13, true)
+            << pad(formatBytes(p.weight_bytes), 12, true) << pad(formatBytes(p.gradient_bytes), 12, true)
+            << pad(formatBytes(p.optimizer_state_bytes), 12, true) << "\n";
+    }
+    // The largest micro-batch per GPU count, one line per precision and strategy.
+    if (!t.gpu_counts.empty()) {
+        out << "\nLargest micro-batch per rank by GPU count (0: does not fit):\n" << pad("", 26);
+        for (int n : t.gpu_counts)
+            out << pad(std::to_string(n), 9, true);
+        out << "\n";
+        for (const auto& a : t.answers) {
+            if (!a.not_modelled.empty())
+                continue;
+            out << pad(a.precision, 16) << pad(a.shard, 10);
+            for (const auto& [n, b] : a.largest)
+                out << pad(b >= 1000000 ? ">=1e6" : std::to_string(b), 9, true);
+            out << "\n";
+        }
+    }
+    out << "\nPrecisions:\n";
+    std::vector<std::string> seen;
+    for (const auto& a : t.answers)
+        if (std::find(seen.begin(), seen.end(), a.precision) == seen.end()) {
+            seen.push_back(a.precision);
+            out << "  " << pad(a.precision, 16) << precisionText(a.precision) << "\n";
+        }
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.1f s", t.seconds);
+    out << "Each rank: rank 0 (the largest shards); " << (t.device == "meta" ? "the step computed on the meta device from shapes" : "the step recorded on the " + t.device)
+        << "; answered in " << secs << ".\n";
+    for (const auto& n : t.notes)
+        out << "Note: " << n << "\n";
+    return out.str();
+}
+
+nlohmann::json gpuFitToJson(const GpuFitTable& t)
+{
+    nlohmann::json j = {{"format", "memledger-fit"}, {"version", 1}, {"budget_bytes", t.budget_bytes},
+        {"budget_text", t.budget_text}, {"cuda_context_bytes", t.cuda_context_bytes},
+        {"cuda_context_source", t.cuda_context_source}, {"nccl_bytes", t.nccl_bytes}, {"nccl_source", t.nccl_source},
+        {"gpu_counts", t.gpu_counts}, {"axis", nameOf(t.axis)}, {"seq", t.seq}, {"device", t.device},
+        {"optimizer", t.optimizer}, {"runnable", {{"min", t.runnable.min}, {"max", t.runnable.max}, {"why", t.runnable.why}}},
+        {"notes", t.notes}, {"seconds", t.seconds}};
+    auto& answers = j["answers"] = nlohmann::json::array();
+    for (const auto& a : t.answers) {
+        nlohmann::json row = {{"precision", a.precision}, {"shard", a.shard}, {"fewest_gpus", a.fewest_gpus},
+            {"micro_batch", a.micro_batch}};
+        if (!a.not_modelled.empty())
+            row["not_modelled"] = a.not_modelled;
+        auto& largest = row["largest_micro_batch"] = nlohmann::json::array();
+        for (const auto& [n, b] : a.largest)
+            largest.push_back({{"gpus", n}, {"micro_batch", b}});
+        if (a.at) {
+            row["rank"] = predictionToJson(*a.at);
+        }
+        answers.push_back(row);
+    }
+    return j;
+}
+
+GpuFitTable gpuFitFromJson(const nlohmann::json& j)
+{
+    GpuFitTable t;
+    t.budget_bytes = j.at("budget_bytes").get<std::int64_t>();
+    t.budget_text = j.value("budget_text", std::string());
+    t.cuda_context_bytes = j.value("cuda_context_bytes", std::int64_t {0});
+    t.cuda_context_source = j.value("cuda_context_source", std::string());
+    t.nccl_bytes = j.value("nccl_bytes", std::int64_t {0});
+    t.nccl_source = j.value("nccl_source", std::string());
+    t.gpu_counts = j.value("gpu_counts", std::vector<int> {});
+    t.seq = j.value("seq", std::int64_t {0});
+    t.device = j.value("device", std::string("cpu"));
+    t.optimizer = j.value("optimizer", std::string());
+    t.notes = j.value("notes", std::vector<std::string> {});
+    t.seconds = j.value("seconds", 0.0);
+    if (j.contains("runnable")) {
+        t.runnable.min = j["runnable"].value("min", std::int64_t {1});
+        t.runnable.max = j["runnable"].value("max", t.runnable.max);
+        t.runnable.why = j["runnable"].value("why", std::string());
+    }
+    for (const auto& row : j.at("answers")) {
+        GpuFitAnswer a;
+        a.precision = row.at("precision").get<std::string>();
+        a.shard = row.at("shard").get<std::string>();
+        a.fewest_gpus = row.value("fewest_gpus", 0);
+        a.micro_batch = row.value("micro_batch", std::int64_t {0});
+        a.not_modelled = row.value("not_modelled", std::string());
+        for (const auto& l : row.value("largest_micro_batch", nlohmann::json::array()))
+            a.largest.emplace_back(l.at("gpus").get<int>(), l.at("micro_batch").get<std::int64_t>());
+        if (row.contains("rank")) {
+            const auto& r = row["rank"];
+            Prediction p;
+            p.batch = r.value("batch", std::int64_t {1});
+            p.seq = r.value("seq", std::int64_t {0});
+            p.dtype = r.value("dtype", std::string());
+            p.predicted_peak_bytes = r.value("predicted_peak_bytes", std::int64_t {0});
+            p.predicted_peak_total_bytes = r.value("predicted_peak_total_bytes", std::int64_t {0});
+            p.predicted_reserved_bytes = r.value("predicted_reserved_bytes", std::int64_t {0});
+            p.weight_bytes = r.value("weight_bytes", std::int64_t {0});
+            p.input_bytes = r.value("input_bytes", std::int64_t {0});
+            p.gpus = r.value("gpus", 0);
+            p.shard = r.value("shard", std::string());
+            p.master_dtype = r.value("master_dtype", std::string());
+            p.gradient_bytes = r.value("gradient_bytes", std::int64_t {0});
+            p.optimizer_state_bytes = r.value("optimizer_state_bytes", std::int64_t {0});
+            p.fits = true;
+            a.at = p;
+        }
+        t.answers.push_back(a);
+    }
+    return t;
+}
+
+} // namespace memledger

@@ -1,0 +1,154 @@
+#include "whatif/gpu_fit.h"
+
+#include "support/format.h"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+namespace memledger {
+
+namespace {
+
+constexpr std::int64_t kMiB = 1024 * 1024;
+
+struct Precision {
+    const char* name;
+    const char* master;
+    const char* compute;
+};
+constexpr Precision kPrecisions[] = {
+    {"float32", "float32", "float32"},
+    {"bfloat16", "bfloat16", "bfloat16"},
+    {"float16", "float16", "float16"},
+    {"bfloat16-mixed", "float32", "bfloat16"},
+    {"float16-mixed", "float32", "float16"},
+};
+
+const Precision* precisionNamed(const std::string& name)
+{
+    for (const auto& p : kPrecisions)
+        if (name == p.name)
+            return &p;
+    return nullptr;
+}
+
+} // namespace
+
+void checkPrecisions(const std::vector<std::string>& precisions)
+{
+    for (const auto& p : precisions)
+        if (!precisionNamed(p))
+            throw std::invalid_argument("precision '" + p
+                + "' is not one of float32, bfloat16, float16, bfloat16-mixed, float16-mixed");
+}
+
+std::vector<std::string> computeDtypesFor(const std::vector<std::string>& precisions)
+{
+    checkPrecisions(precisions);
+    std::vector<std::string> out;
+    for (const auto& p : precisions) {
+        std::string d = precisionNamed(p)->compute;
+        if (std::find(out.begin(), out.end(), d) == out.end())
+            out.push_back(d);
+    }
+    return out;
+}
+
+std::string precisionText(const std::string& precision)
+{
+    const auto* p = precisionNamed(precision);
+    if (!p)
+        return precision;
+    if (std::string(p->master) == p->compute)
+        return std::string(p->name) + " (pure: weights, gradients and optimizer state in " + p->name + ")";
+    return std::string(p->compute) + " mixed (" + p->master + " master weights, gradients and optimizer state; "
+        + p->compute + " forward and backward)";
+}
+
+ParallelPlan planFor(const GpuFitRequest& r, const std::string& precision, Sharding shard, int gpus, std::string* why)
+{
+    const auto* p = precisionNamed(precision);
+    if (!p)
+        throw std::invalid_argument("unknown precision '" + precision + "'");
+    ParallelPlan plan = r.base;
+    plan.gpus = gpus;
+    plan.shard = shard;
+    plan.master_dtype = p->master;
+    plan.param_dtype = p->compute;
+    plan.reduce_dtype.clear();
+    plan.reshard_after_forward = shard == Sharding::Fsdp && r.base.reshard_after_forward;
+    if (!plan.sharded()) {
+        plan.param_dtype.clear();
+        if (std::string(p->master) != p->compute && why)
+            *why = std::string(shardingName(shard)) + " in " + p->compute + " mixed precision is torch.autocast over "
+                + p->master + " weights: not modelled for " + shardingName(shard) + " yet (fsdp and zero2 are)";
+    }
+    return plan;
+}
+
+GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
+{
+    const auto started = std::chrono::steady_clock::now();
+    checkPrecisions(r.precisions);
+    if (w.mode() != RunMode::Train)
+        throw std::invalid_argument("the fit table answers for a training step: record with --mode train");
+    if (r.budget <= 0)
+        throw std::invalid_argument("the fit table needs a budget: --budget H100-80GB (or a size)");
+    GpuFitTable t;
+    t.budget_bytes = r.budget;
+    t.budget_text = r.budget_text;
+    t.axis = w.axis();
+    t.device = w.device();
+    t.runnable = w.runnableRange();
+    t.gpu_counts = r.gpu_counts;
+    if (t.gpu_counts.empty())
+        for (int n = 1; n <= 1024; n *= 2)
+            t.gpu_counts.push_back(n);
+    std::sort(t.gpu_counts.begin(), t.gpu_counts.end());
+    t.gpu_counts.erase(std::unique(t.gpu_counts.begin(), t.gpu_counts.end()), t.gpu_counts.end());
+    // Outside PyTorch's allocator: estimates, said as such.
+    t.cuda_context_bytes = 512 * kMiB;
+    t.cuda_context_source = "estimate: the CUDA context with lazy module loading (CUDA 12, the default since 11.7) "
+                            "takes 0.3-0.6 GiB of an H100 or A100 before PyTorch allocates anything";
+    t.nccl_bytes = 512 * kMiB;
+    t.nccl_source = "estimate: NCCL's communicator buffers, NCCL_BUFFSIZE (4 MiB) per channel and peer over up to "
+                    "32 channels on an NVLink node, on more than one GPU";
+    for (const auto& precision : r.precisions)
+        for (auto shard : r.shards) {
+            GpuFitAnswer a;
+            a.precision = precision;
+            a.shard = shardingName(shard);
+            std::string why;
+            planFor(r, precision, shard, 1, &why);
+            if (!why.empty()) {
+                a.not_modelled = why;
+                t.answers.push_back(a);
+                continue;
+            }
+            std::int64_t previous = -1;
+            for (int n : t.gpu_counts) {
+                auto plan = planFor(r, precision, shard, n, nullptr);
+                const auto budget = t.allocatorBudget(n);
+                // DDP's rank is the same on any number of GPUs (past one, NCCL's share off the budget).
+                std::int64_t largest = 0;
+                if (shard == Sharding::Ddp && previous >= 0 && n > 2)
+                    largest = previous;
+                else
+                    largest = budget > 0 ? w.maxRankBatch(plan, budget, r.with_reserved) : 0;
+                previous = largest;
+                a.largest.emplace_back(n, largest);
+                if (largest > 0 && a.fewest_gpus == 0) {
+                    a.fewest_gpus = n;
+                    a.micro_batch = largest;
+                    a.at = w.predictRank(largest, plan, r.with_reserved, budget);
+                    a.at->fits = true;
+                }
+            }
+            t.answers.push_back(a);
+        }
+    t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    return t;
+}
+
+} // namespace memledger

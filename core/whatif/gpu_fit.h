@@ -1,0 +1,38 @@
+#pragma once
+// The fit table: "will this fine-tune fit, on how many GPUs, at which micro-batch?" For a budget (a GPU's
+// memory), each precision and each data-parallel strategy, the fewest GPUs on which one rank's step fits, and the
+// largest micro-batch per rank there, from a training step's what-if (one record per compute dtype) laid out
+// per rank (whatif/parallel.h). "Fits" is the what-if's rule (fitsWithin: the peak total and the reserve on a
+// device of the allocator's share of the budget), inside the program's range, with the CUDA context and NCCL's
+// buffers (estimates, outside PyTorch's allocator) taken off the budget first.
+#include "report/whatif_table.h"
+#include "whatif/parallel.h"
+#include "whatif/whatif.h"
+
+#include <string>
+#include <vector>
+
+namespace memledger {
+
+struct GpuFitRequest {
+    std::vector<std::string> precisions = {"bfloat16-mixed", "bfloat16", "float32"};
+    std::vector<Sharding> shards = {Sharding::Fsdp, Sharding::Zero2, Sharding::Zero1, Sharding::Ddp};
+    std::vector<int> gpu_counts; // empty: 1, 2, 4, ..., 1024
+    std::int64_t budget = 0;
+    std::string budget_text;
+    ParallelPlan base; // units, reshard_after_forward, buckets: what the user set
+    bool with_reserved = true;
+};
+
+// The compute dtypes a what-if must record for these precisions ("bfloat16-mixed" computes in bfloat16).
+std::vector<std::string> computeDtypesFor(const std::vector<std::string>& precisions);
+// Throws std::invalid_argument naming an unknown precision.
+void checkPrecisions(const std::vector<std::string>& precisions);
+// The plan of one precision and strategy on `gpus` GPUs; empty `why` filled where it is not modelled.
+ParallelPlan planFor(const GpuFitRequest& r, const std::string& precision, Sharding shard, int gpus, std::string* why);
+// "bfloat16 mixed (float32 master weights, gradients and AdamW state; bfloat16 compute)": for people.
+std::string precisionText(const std::string& precision);
+
+GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r);
+
+} // namespace memledger

@@ -1,0 +1,550 @@
+#include "whatif/parallel.h"
+
+#include "allocator/gpu_replay.h"
+#include "report/report_summary.h"
+#include "report/trace_edit.h"
+#include "support/dtype.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <stdexcept>
+
+namespace memledger {
+
+const char* shardingName(Sharding s)
+{
+    switch (s) {
+    case Sharding::Fsdp:
+        return "fsdp";
+    case Sharding::Zero2:
+        return "zero2";
+    case Sharding::Zero1:
+        return "zero1";
+    case Sharding::Ddp:
+        return "ddp";
+    }
+    return "?";
+}
+
+std::optional<Sharding> shardingFromName(const std::string& name)
+{
+    for (auto s : {Sharding::Fsdp, Sharding::Zero2, Sharding::Zero1, Sharding::Ddp})
+        if (name == shardingName(s))
+            return s;
+    return std::nullopt;
+}
+
+std::string ParallelPlan::text() const
+{
+    std::string out = std::string(shardingName(shard)) + " on " + std::to_string(gpus) + (gpus == 1 ? " GPU" : " GPUs");
+    if (sharded()) {
+        out += ", " + paramDtype() + " parameters";
+        if (reduceDtype() != paramDtype())
+            out += ", " + reduceDtype() + " reduce-scatter";
+        out += ", " + master_dtype + " master";
+        if (shard == Sharding::Fsdp && !reshard_after_forward)
+            out += ", no reshard after forward";
+    } else {
+        out += ", " + master_dtype;
+    }
+    return out;
+}
+
+std::vector<std::string> defaultShardUnits(const std::vector<LayerStats>& layers)
+{
+    auto units = largestRepeatedBlocks(layers);
+    units.push_back("");
+    return units;
+}
+
+std::vector<std::string> shardUnitsMatching(const std::vector<LayerStats>& layers, const std::string& pattern)
+{
+    std::vector<std::string> units;
+    std::size_t start = 0;
+    while (start <= pattern.size()) {
+        auto comma = pattern.find(',', start);
+        auto item = pattern.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        start = comma == std::string::npos ? pattern.size() + 1 : comma + 1;
+        while (!item.empty() && item.front() == ' ')
+            item.erase(item.begin());
+        while (!item.empty() && item.back() == ' ')
+            item.pop_back();
+        if (item.empty())
+            continue;
+        const bool children = item.size() >= 2 && item.compare(item.size() - 2, 2, ".*") == 0;
+        const auto path = children ? item.substr(0, item.size() - 2) : item;
+        auto it = std::find_if(layers.begin(), layers.end(), [&](const LayerStats& l) { return l.path == path; });
+        if (it == layers.end())
+            throw std::invalid_argument("--shard-units: the model has no module '" + path + "'");
+        if (children) {
+            for (int c : it->children)
+                units.push_back(layers[static_cast<std::size_t>(c)].path);
+        } else if (!path.empty()) {
+            units.push_back(path);
+        }
+    }
+    units.push_back("");
+    return units;
+}
+
+void checkPlan(const ParallelPlan& plan, const RunInfo& run)
+{
+    if (run.mode != RunMode::Train)
+        throw std::invalid_argument("--gpus and --shard lay out a training step: record with --mode train");
+    if (plan.gpus < 1)
+        throw std::invalid_argument("--gpus must be at least 1");
+    for (const auto* d : {&plan.master_dtype, &plan.param_dtype, &plan.reduce_dtype})
+        if (!d->empty() && !isFloatingDtype(*d))
+            throw std::invalid_argument("not a floating-point dtype: '" + *d + "'");
+    if (!plan.sharded() && plan.paramDtype() != plan.master_dtype)
+        throw std::invalid_argument(std::string(shardingName(plan.shard))
+            + " has no param_dtype: its parameters compute in their own dtype (use --dtype, or fsdp)");
+    if (plan.paramDtype() != run.dtype)
+        throw std::invalid_argument("the step was recorded in " + run.dtype + ", the plan computes in "
+            + plan.paramDtype() + ": record it in " + plan.paramDtype());
+}
+
+namespace {
+
+// A parameter as one rank of FSDP holds it: dim 0 chunked into N parts of ceil(rows / N) rows, the last ones
+// shorter (or empty) and every shard padded to the first's size.
+struct ParamShard {
+    std::string name;
+    std::string unit;
+    std::int64_t numel = 0;
+    std::int64_t padded = 0; // elements of each rank's padded shard
+    std::int64_t local = 0; // rank 0's elements, unpadded (what its optimizer state covers)
+};
+
+std::string unitOf(const std::string& path, const std::vector<std::string>& units)
+{
+    const std::string* best = nullptr;
+    for (const auto& u : units)
+        if (isInsideModule(path, u) && (!best || u.size() > best->size()))
+            best = &u;
+    return best ? *best : std::string();
+}
+
+std::vector<ParamShard> shardParameters(const ModelInfo& model, const std::vector<std::string>& units, int gpus,
+    bool shard)
+{
+    std::vector<ParamShard> out;
+    for (const auto& t : model.tensors) {
+        if (t.is_buffer || !isFloatingDtype(t.dtype))
+            continue;
+        ParamShard p;
+        p.name = t.name;
+        auto dot = t.name.rfind('.');
+        p.unit = unitOf(dot == std::string::npos ? std::string() : t.name.substr(0, dot), units);
+        p.numel = numelOf(t.shape);
+        const std::int64_t rows = t.shape.empty() ? 1 : std::max<std::int64_t>(t.shape[0], 0);
+        const std::int64_t rest = rows > 0 ? p.numel / rows : 0;
+        if (!shard || gpus == 1) {
+            p.padded = p.local = p.numel;
+        } else {
+            const std::int64_t perRank = (rows + gpus - 1) / gpus;
+            p.padded = perRank * rest;
+            p.local = std::min(perRank, rows) * rest;
+        }
+        out.push_back(p);
+    }
+    return out;
+}
+
+// The step's parts that the schedule hooks onto.
+struct Hooks {
+    std::map<std::string, std::size_t> pre_forward, post_forward, pre_backward, post_backward;
+    std::vector<std::string> forward_order; // units whose forward ran, first first
+};
+
+const Phase* phaseNamed(const std::vector<Phase>& phases, const char* name)
+{
+    for (const auto& p : phases)
+        if (p.name == name)
+            return &p;
+    return nullptr;
+}
+
+Hooks findHooks(const Trace& t, const std::vector<OpCall>& ops, const std::vector<Phase>& phases,
+    const std::vector<std::string>& units)
+{
+    Hooks h;
+    std::optional<std::size_t> firstModelBackward; // the root's pre-backward: its output's gradient is ready
+    const Phase* forward = phaseNamed(phases, "forward");
+    const Phase* backward = phaseNamed(phases, "backward");
+    if (!forward || !backward)
+        throw std::invalid_argument("the step has no forward or backward phase to lay the schedule over");
+    for (const auto& op : ops) {
+        const auto& module = t.strings.at(op.module);
+        if (op.backward && !module.empty() && !firstModelBackward)
+            firstModelBackward = op.first_event;
+        const auto unit = unitOf(module, units);
+        if (unit.empty())
+            continue; // the root's hooks are the phases'
+        if (op.backward) {
+            if (!h.pre_backward.count(unit))
+                h.pre_backward[unit] = op.first_event;
+            h.post_backward[unit] = op.end_event;
+        } else if (op.first_event >= forward->first_event && op.first_event < forward->end_event) {
+            if (!h.pre_forward.count(unit)) {
+                h.pre_forward[unit] = op.first_event;
+                h.forward_order.push_back(unit);
+            }
+            h.post_forward[unit] = op.end_event;
+        }
+    }
+    h.pre_forward[""] = forward->first_event;
+    h.post_forward[""] = forward->end_event;
+    h.pre_backward[""] = firstModelBackward.value_or(backward->first_event);
+    h.post_backward[""] = backward->end_event;
+    h.forward_order.insert(h.forward_order.begin(), std::string());
+    return h;
+}
+
+std::int64_t ddpBucketsInto(std::vector<std::int64_t>& blocks, const std::vector<ParamShard>& params, int width,
+    const ParallelPlan& plan)
+{
+    // DDP fills its buckets in the reverse order of the parameters (the order their gradients are ready in).
+    std::int64_t total = 0, current = 0;
+    std::int64_t cap = plan.first_bucket_bytes;
+    for (auto it = params.rbegin(); it != params.rend(); ++it) {
+        const auto bytes = it->numel * width;
+        current += bytes;
+        total += bytes;
+        if (current >= cap) {
+            blocks.push_back(current);
+            current = 0;
+            cap = plan.bucket_bytes;
+        }
+    }
+    if (current > 0)
+        blocks.push_back(current);
+    return total;
+}
+
+} // namespace
+
+RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& layers, const Trace& step,
+    const std::vector<OpCall>& ops, const std::vector<Phase>& phases, const RunInfo& run,
+    std::int64_t optimizerStateBytes, const ParallelPlan& plan)
+{
+    checkPlan(plan, run);
+    const int n = plan.gpus;
+    const bool fsdp = plan.sharded();
+    const int md = dtypeSize(plan.master_dtype), pd = dtypeSize(plan.paramDtype()), rd = dtypeSize(plan.reduceDtype());
+    const int cd = dtypeSize(run.dtype);
+
+    RankLayout out;
+    auto& info = out.info;
+    info.gpus = n;
+    info.shard = shardingName(plan.shard);
+    info.master_dtype = plan.master_dtype;
+    info.param_dtype = plan.paramDtype();
+    info.reduce_dtype = plan.reduceDtype();
+    info.reshard_after_forward = plan.shard == Sharding::Fsdp && plan.reshard_after_forward;
+    info.units = fsdp ? (plan.units.empty() ? defaultShardUnits(layers) : plan.units) : std::vector<std::string> {};
+    if (fsdp && std::find(info.units.begin(), info.units.end(), std::string()) == info.units.end())
+        info.units.push_back("");
+
+    const auto params = shardParameters(model, fsdp ? info.units : std::vector<std::string> {""}, n, fsdp);
+    if (params.empty())
+        throw std::invalid_argument("the model lists no parameters to lay out across ranks");
+    std::int64_t fullNumel = 0, localNumel = 0;
+    for (const auto& p : params) {
+        fullNumel += p.numel;
+        localNumel += p.local;
+    }
+    info.full_parameter_bytes = fullNumel * md;
+
+    // Resident before the step: parameters (shards), buffers, optimizer state.
+    std::int64_t buffers = 0;
+    std::vector<std::int64_t> bufferBlocks;
+    for (const auto& t : model.tensors)
+        if (t.is_buffer) {
+            auto bytes = isFloatingDtype(t.dtype) ? numelOf(t.shape) * md : t.bytes;
+            buffers += bytes;
+            if (bytes > 0)
+                bufferBlocks.push_back(bytes);
+        }
+    for (const auto& p : params) {
+        auto bytes = (fsdp ? p.padded : p.numel) * md;
+        out.parameter_bytes += bytes;
+        if (bytes > 0)
+            info.resident_blocks.push_back(bytes);
+    }
+    info.resident_blocks.insert(info.resident_blocks.end(), bufferBlocks.begin(), bufferBlocks.end());
+    out.weight_bytes = out.parameter_bytes + buffers;
+    // The optimizer keeps as many tensors per parameter as recorded (momentum one, Adam two), over the elements
+    // it steps: the local shards (fsdp, zero2), 1/N of every element (zero1), or all of them (ddp).
+    const double perElement
+        = fullNumel > 0 ? static_cast<double>(optimizerStateBytes) / static_cast<double>(fullNumel * cd) : 0.0;
+    const int statesPerParameter = static_cast<int>(perElement + 0.5);
+    std::int64_t optimizerNumel = fsdp ? localNumel : plan.shard == Sharding::Zero1 ? (fullNumel + n - 1) / n : fullNumel;
+    out.optimizer_state_bytes = static_cast<std::int64_t>(perElement * static_cast<double>(optimizerNumel * md) + 0.5);
+    for (int k = 0; k < statesPerParameter; ++k) {
+        if (plan.shard == Sharding::Zero1) {
+            info.resident_blocks.push_back(optimizerNumel * md);
+            continue;
+        }
+        for (const auto& p : params)
+            if ((fsdp ? p.local : p.numel) > 0)
+                info.resident_blocks.push_back((fsdp ? p.local : p.numel) * md);
+    }
+
+    TraceEdit edit(step);
+    const Phase* backward = phaseNamed(phases, "backward");
+    const Phase* optimizer = phaseNamed(phases, "optimizer");
+
+    // The recorded gradients, by the unit of the parameter they belong to.
+    std::map<std::string, std::vector<std::size_t>> gradientsOf;
+    std::int64_t recordedGradients = 0;
+    for (std::size_t i = 0; i < step.size(); ++i)
+        if (step.action[i] == Action::Alloc && step.ledger[i] == Ledger::Gradients) {
+            gradientsOf[fsdp ? unitOf(step.strings.at(step.where[i]), info.units) : std::string()].push_back(i);
+            recordedGradients += step.bytes[i];
+        }
+
+    if (!fsdp) {
+        // DDP's buckets, made when the model is wrapped: alive through the step.
+        std::vector<std::int64_t> buckets;
+        ddpBucketsInto(buckets, params, md, plan);
+        for (auto b : buckets)
+            edit.addAlloc(0, b, Ledger::Communication, "", "ddp::bucket");
+        if (plan.gradient_as_bucket_view) // each gradient is a view of its bucket: no allocation of its own
+            for (auto& [unit, events] : gradientsOf)
+                for (auto e : events)
+                    edit.drop(e);
+        out.gradient_bytes = plan.gradient_as_bucket_view ? 0 : fullNumel * md;
+    } else {
+        const auto hooks = findHooks(step, ops, phases, info.units);
+        std::map<std::string, std::vector<const ParamShard*>> paramsOf;
+        for (const auto& p : params)
+            paramsOf[p.unit].push_back(&p);
+        std::int64_t shardedGradients = 0;
+        auto paddedOf = [&](const std::string& u) {
+            std::int64_t s = 0;
+            for (const auto* p : paramsOf[u])
+                s += p->padded;
+            return s;
+        };
+        // FSDP2's schedule (torch/distributed/fsdp/_fully_shard/, PyTorch 2.15), per unit:
+        // - issue: each shard cast to param_dtype (when it differs), the all-gather output of N padded shards;
+        //   the casts freed when the all-gather returns;
+        // - copy-out: one unsharded tensor per parameter (N padded shards); in the forward the all-gather output
+        //   is kept until the next unit's copy-out (the last until the root's forward ends), in the backward
+        //   freed at once;
+        // - backward: a unit's pre-backward copies out its own and issues the next unit's all-gather (prefetch),
+        //   whose output waits, not copied out, until that unit's pre-backward;
+        // - post-backward: the unsharded parameters freed, the previous unit's reduce-scatter input freed, the
+        //   gradients copied into this unit's reduce-scatter input and freed, the reduce-scatter output made
+        //   (and cast to the master dtype where reduce_dtype differs), the input kept until the next unit's
+        //   post-backward (the last until the backward ends).
+        struct UnitState {
+            std::vector<TraceEdit::Handle> params; // unsharded, while gathered
+            std::optional<TraceEdit::Handle> issued; // an all-gather output not yet copied out
+        };
+        std::map<std::string, UnitState> state;
+        std::optional<TraceEdit::Handle> forwardBuffer, pendingReduceInput;
+        auto issue = [&](const std::string& u, std::size_t pos) {
+            auto& st = state[u];
+            if (!st.params.empty() || st.issued || paramsOf[u].empty())
+                return;
+            std::vector<TraceEdit::Handle> casts;
+            if (pd != md)
+                for (const auto* p : paramsOf[u])
+                    casts.push_back(edit.addAlloc(pos, p->padded * pd, Ledger::Communication, u, "fsdp::all_gather_input"));
+            st.issued = edit.addAlloc(pos, paddedOf(u) * n * pd, Ledger::Communication, u, "fsdp::all_gather");
+            for (auto c : casts)
+                edit.addFree(pos, c);
+        };
+        auto copyOut = [&](const std::string& u, std::size_t pos, bool forward) {
+            auto& st = state[u];
+            if (!st.params.empty() || !st.issued)
+                return;
+            if (forward && forwardBuffer) {
+                edit.addFree(pos, *forwardBuffer);
+                forwardBuffer.reset();
+            }
+            for (const auto* p : paramsOf[u])
+                st.params.push_back(edit.addAlloc(pos, p->padded * n * pd, Ledger::GatheredParameters, u, "fsdp::unshard"));
+            if (forward)
+                forwardBuffer = st.issued;
+            else
+                edit.addFree(pos, *st.issued);
+            st.issued.reset();
+        };
+        auto reshard = [&](const std::string& u, std::size_t pos) {
+            auto& st = state[u];
+            for (auto h : st.params)
+                edit.addFree(pos, h);
+            st.params.clear();
+        };
+        auto postBackward = [&](const std::string& u, std::size_t pos) {
+            reshard(u, pos);
+            if (pendingReduceInput) {
+                edit.addFree(pos, *pendingReduceInput);
+                pendingReduceInput.reset();
+            }
+            if (paramsOf[u].empty())
+                return;
+            const auto shardNumel = paddedOf(u);
+            auto input = edit.addAlloc(pos, shardNumel * n * rd, Ledger::Communication, u, "fsdp::reduce_scatter_input");
+            for (auto g : gradientsOf[u])
+                if (g < pos)
+                    edit.addFree(pos, g);
+            auto output = edit.addAlloc(pos, shardNumel * rd, rd == md ? Ledger::Gradients : Ledger::Communication, u,
+                "fsdp::reduce_scatter");
+            if (rd != md) {
+                edit.addAlloc(pos, shardNumel * md, Ledger::Gradients, u, "fsdp::sharded_grad");
+                edit.addFree(pos, output);
+            }
+            pendingReduceInput = input;
+            shardedGradients += shardNumel * md;
+        };
+        // Hook points in step order; at one position a unit's post hooks come before the next unit's pre hooks.
+        struct Point {
+            std::size_t pos;
+            int order; // 0: post-forward, 1: post-backward, 2: pre-forward, 3: pre-backward, 4: the backward's end
+            std::string unit;
+        };
+        std::vector<Point> points;
+        for (const auto& u : hooks.forward_order) {
+            points.push_back({hooks.pre_forward.at(u), 2, u});
+            points.push_back({hooks.post_forward.at(u), 0, u});
+        }
+        for (const auto& [u, pos] : hooks.pre_backward)
+            points.push_back({pos, 3, u});
+        for (const auto& [u, pos] : hooks.post_backward)
+            points.push_back({pos, u.empty() ? 4 : 1, u});
+        std::stable_sort(points.begin(), points.end(),
+            [](const Point& a, const Point& b) { return a.pos != b.pos ? a.pos < b.pos : a.order < b.order; });
+        // The unit whose backward comes next (FSDP2 prefetches its all-gather): the one before it in the forward;
+        // the root's is the last block, the first block's none.
+        std::map<std::string, std::string> nextInBackward;
+        const auto& order = hooks.forward_order; // the root first
+        if (order.size() > 1)
+            nextInBackward[""] = order.back();
+        for (std::size_t k = 2; k < order.size(); ++k)
+            nextInBackward[order[k]] = order[k - 1];
+        const bool rootReshards = info.reshard_after_forward && plan.root_reshard_after_forward;
+        for (const auto& pt : points) {
+            const auto& u = pt.unit;
+            switch (pt.order) {
+            case 2:
+                issue(u, pt.pos);
+                copyOut(u, pt.pos, true);
+                break;
+            case 0:
+                if (u.empty()) { // the root's forward ends: the last all-gather output goes
+                    if (forwardBuffer) {
+                        edit.addFree(pt.pos, *forwardBuffer);
+                        forwardBuffer.reset();
+                    }
+                    if (rootReshards)
+                        reshard(u, pt.pos);
+                } else if (info.reshard_after_forward) {
+                    reshard(u, pt.pos);
+                }
+                break;
+            case 3:
+                issue(u, pt.pos);
+                copyOut(u, pt.pos, false);
+                if (auto next = nextInBackward.find(u); next != nextInBackward.end())
+                    issue(next->second, pt.pos);
+                break;
+            case 1:
+                postBackward(u, pt.pos);
+                break;
+            default: // the backward's end: the root's post-backward, then the last reduce-scatter input freed
+                postBackward(u, pt.pos);
+                if (pendingReduceInput) {
+                    edit.addFree(pt.pos, *pendingReduceInput);
+                    pendingReduceInput.reset();
+                }
+                break;
+            }
+        }
+        out.gradient_bytes = shardedGradients;
+    }
+
+    // The optimizer's temporaries are those of the elements it steps: the recorded ones (full parameters at the
+    // run's dtype) scaled to the rank's shard at the master dtype, matched to their parameter by size in
+    // parameter order.
+    if (optimizer && (fsdp || plan.shard == Sharding::Zero1 || md != cd)) {
+        std::size_t next = 0;
+        for (std::size_t i = optimizer->first_event; i < optimizer->end_event && i < step.size(); ++i) {
+            if (step.action[i] != Action::Alloc || edit.dropped(i))
+                continue;
+            const auto numel = cd > 0 ? step.bytes[i] / cd : 0;
+            std::size_t k = next;
+            for (std::size_t tries = 0; tries < params.size() && params[k].numel != numel; ++tries)
+                k = (k + 1) % params.size();
+            double share = 1.0;
+            if (params[k].numel == numel && numel > 0) {
+                next = k;
+                share = fsdp ? static_cast<double>(params[k].local) / static_cast<double>(numel)
+                             : plan.shard == Sharding::Zero1 ? 1.0 / n : 1.0;
+            } else if (fsdp || plan.shard == Sharding::Zero1) {
+                share = 1.0 / n;
+            }
+            edit.resize(i, static_cast<std::int64_t>(static_cast<double>(step.bytes[i]) * share * md / cd + 0.5));
+        }
+    }
+    (void)backward;
+    (void)recordedGradients;
+
+    out.ops = ops;
+    out.phases = phases;
+    out.trace = edit.build(&out.ops, &out.phases);
+    // A free's ledger follows its alloc's.
+    for (std::size_t i = 0; i < out.trace.size(); ++i)
+        if (out.trace.action[i] != Action::Alloc && out.trace.partner[i] != kNoPartner)
+            out.trace.ledger[i] = out.trace.ledger[static_cast<std::size_t>(out.trace.partner[i])];
+    out.notes.push_back("one rank of " + plan.text() + ": rank 0, which holds the largest shards; the step was "
+        + "recorded on one device at the rank's micro-batch and the " + info.shard + " schedule laid over it");
+    return out;
+}
+
+Report rankReport(const Report& step, const ParallelPlan& plan)
+{
+    if (!step.trace || !step.ops)
+        throw std::invalid_argument("the report has no recorded trace to lay a rank over");
+    auto layout = layOutRank(step.model, step.layers, *step.trace, *step.ops, step.phases, step.run,
+        step.optimizer_state_bytes, plan);
+    Report r = step;
+    r.run.parallel = layout.info;
+    r.weight_bytes = layout.weight_bytes;
+    r.model.parameter_bytes = layout.parameter_bytes;
+    r.model.buffer_bytes = layout.weight_bytes - layout.parameter_bytes;
+    r.optimizer_state_bytes = layout.optimizer_state_bytes;
+    r.gradient_bytes = layout.gradient_bytes;
+    r.phases = layout.phases;
+    r.whatif.reset();
+    r.remedies.reset();
+    r.forward_uses.clear();
+    r.forward_uses_recorded = false;
+    r.output_events.clear();
+    // The layer tree's weights: each module's parameter shards and buffers on this rank.
+    const int md = dtypeSize(layout.info.master_dtype), cd = dtypeSize(step.run.dtype);
+    const double share = layout.info.full_parameter_bytes > 0 && cd > 0
+        ? static_cast<double>(layout.parameter_bytes) / static_cast<double>(layout.info.full_parameter_bytes) * md / cd
+        : 1.0;
+    for (auto& l : r.layers)
+        l.weight_bytes = static_cast<std::int64_t>(static_cast<double>(l.weight_bytes) * share + 0.5);
+    for (auto& l : r.layers) {
+        l.gradient_bytes = l.saved_activation_bytes = l.activation_bytes = 0;
+        l.temporary_peak_bytes = l.peak_bytes = l.backward_temporary_peak_bytes = l.backward_peak_bytes = 0;
+    }
+    r.notes.insert(r.notes.begin(), layout.notes.begin(), layout.notes.end());
+    Trace t = std::move(layout.trace);
+    auto live = setPeakFromTrace(r, t);
+    summarizeRunEvents(r, t, layout.ops, live, 0, static_cast<std::uint32_t>(t.size()));
+    r.trace = std::make_shared<const Trace>(std::move(t));
+    r.ops = std::make_shared<const std::vector<OpCall>>(std::move(layout.ops));
+    r.simulated_gpu = std::make_shared<const SimulatedGpu>(simulateGpu(r));
+    r.simulated_reserved_peak_bytes = r.simulated_gpu->peak_reserved;
+    return r;
+}
+
+} // namespace memledger

@@ -1,0 +1,95 @@
+#pragma once
+// One rank of a data-parallel training job, laid over a training step recorded on one device.
+//
+// The step is recorded once, in the dtype the forward and backward compute in (FSDP's param_dtype), at the
+// rank's micro-batch. Its activations and temporaries are what one rank makes; what sharding changes is laid
+// over it as the job's hooks do it:
+// - fsdp (FSDP2's fully_shard): every parameter is sharded on dim 0, padded to a multiple of N rows; rank 0
+//   holds the first (largest) shard, in the master dtype. Before a unit's forward, and again before its
+//   backward, its parameters are all-gathered in param_dtype (an all-gather output of N padded shards, then
+//   one unsharded tensor per parameter); they are freed after the unit's forward (reshard_after_forward; the
+//   root keeps them until its backward ends) and after its backward. When a unit's backward starts, the next
+//   unit's all-gather is issued too (FSDP2's backward prefetch). After a unit's backward its gradients are
+//   copied into a reduce-scatter input (N padded shards, reduce_dtype), freed, and reduced into a sharded
+//   gradient (cast to the master dtype where reduce_dtype differs). The optimizer state and the optimizer's
+//   temporaries are those of the local shards.
+// - zero2: fsdp without reshard_after_forward (the parameters stay gathered from a unit's forward to the end
+//   of its backward).
+// - ddp: everything replicated, plus DDP's gradient buckets (25 MiB; the first 1 MiB), allocated when the
+//   model is wrapped; each gradient is a copy of its bucket slice unless gradient_as_bucket_view.
+// - zero1: ddp whose optimizer state (and the optimizer's temporaries) are sharded 1/N by element.
+// Not modelled: tensor and pipeline parallelism, activation offloading, NCCL's and the CUDA context's own
+// memory (outside PyTorch's allocator: see the fit table's estimates).
+#include "report/report.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace memledger {
+
+enum class Sharding { Fsdp, Zero2, Zero1, Ddp };
+const char* shardingName(Sharding s); // "fsdp" | "zero2" | "zero1" | "ddp"
+std::optional<Sharding> shardingFromName(const std::string& name);
+
+struct ParallelPlan {
+    int gpus = 1;
+    Sharding shard = Sharding::Fsdp;
+    std::string master_dtype = "float32"; // the model's own dtype: shards, gradients, optimizer state
+    std::string param_dtype; // fsdp/zero2: the gathered parameters' dtype ("": master_dtype)
+    // "": the master dtype, as FSDP2 in PyTorch 2.15 (reduce_dtype None: the parameter's own dtype; earlier
+    // versions reduced in param_dtype: give it)
+    std::string reduce_dtype;
+    bool reshard_after_forward = true; // fsdp (zero2: false)
+    // The root too (fully_shard(model, reshard_after_forward=True) given explicitly); FSDP2's default (None)
+    // keeps the root's parameters from its forward to its backward.
+    bool root_reshard_after_forward = false;
+    std::vector<std::string> units; // fsdp/zero2: module paths; empty: defaultShardUnits
+    bool gradient_as_bucket_view = false; // ddp, zero1
+    std::int64_t bucket_bytes = 25 * 1024 * 1024; // ddp, zero1: bucket_cap_mb
+    std::int64_t first_bucket_bytes = 1024 * 1024; // DDP's first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES)
+
+    std::string paramDtype() const { return param_dtype.empty() ? master_dtype : param_dtype; }
+    std::string reduceDtype() const { return reduce_dtype.empty() ? master_dtype : reduce_dtype; }
+    bool sharded() const { return shard == Sharding::Fsdp || shard == Sharding::Zero2; }
+    // "fsdp on 8 GPUs, bfloat16 parameters, float32 master": for notes and titles.
+    std::string text() const;
+};
+
+// FSDP's units as torchtitan and Hugging Face wrap a model: each of its repeated blocks (largestRepeatedBlocks: a
+// Llama's decoder layers), then the root (""). A model with no repeated block: the root alone.
+std::vector<std::string> defaultShardUnits(const std::vector<LayerStats>& layers);
+// --shard-units: a comma-separated list of module paths, each may end in ".*" (every child of that module),
+// e.g. "layers.*,tok_embeddings". The root is always added. Throws std::invalid_argument naming a path the
+// model does not have.
+std::vector<std::string> shardUnitsMatching(const std::vector<LayerStats>& layers, const std::string& pattern);
+
+// Checks a plan against a recorded step (a training step, in the plan's param dtype, gpus >= 1, the dtypes
+// known); throws std::invalid_argument with what to change.
+void checkPlan(const ParallelPlan& plan, const RunInfo& run);
+
+// The rank's step: the recorded step's trace with the schedule laid over it.
+struct RankLayout {
+    Trace trace;
+    std::vector<OpCall> ops;
+    std::vector<Phase> phases;
+    ParallelInfo info;
+    std::int64_t weight_bytes = 0; // the rank's parameter shards and the buffers, resident
+    std::int64_t parameter_bytes = 0; // of which parameter shards
+    std::int64_t optimizer_state_bytes = 0;
+    std::int64_t gradient_bytes = 0; // after the step: the rank's gradient shards (or replicas)
+    std::vector<std::string> notes;
+};
+// `step`: a training step's classified trace, ops and phases (a report's, or a what-if's predicted trace);
+// `model` and `layers` the model's tensors and tree; `run` its RunInfo; `optimizerStateBytes` the recorded
+// optimizer state (of the whole model at the run's dtype).
+RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& layers, const Trace& step,
+    const std::vector<OpCall>& ops, const std::vector<Phase>& phases, const RunInfo& run,
+    std::int64_t optimizerStateBytes, const ParallelPlan& plan);
+
+// The rank's report: figures, ledgers (gathered parameters and communication buffers their own), layer tree,
+// timeline and GPU replay of rank 0. Throws std::invalid_argument (checkPlan).
+Report rankReport(const Report& step, const ParallelPlan& plan);
+
+} // namespace memledger
