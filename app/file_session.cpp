@@ -100,6 +100,23 @@ void FileSession::open(const QString& path)
     // The mode stays unset: the file says what it is for (a training demo records a training step).
     request.options.optimizer = panel_->optimizer();
     request.options.loss = panel_->loss();
+    if (commandLine_) { // the window's first file, run as its command line says
+        const auto& c = *commandLine_;
+        if (!c.inputs.empty()) {
+            request.options.inputs = c.inputs;
+            request.options.input_types = c.input_types;
+        }
+        request.options.batch = c.batch;
+        request.options.seq = c.seq;
+        request.options.mode = c.mode;
+        if (c.optimizer != "sgd" || c.mode == RunMode::Train)
+            request.options.optimizer = c.optimizer;
+        if (c.loss != "auto")
+            request.options.loss = c.loss;
+        if (c.dtype != "float32")
+            request.options.dtype = c.dtype;
+        commandLine_.reset();
+    }
     opening_ = path.isEmpty() ? QString::fromUtf8(kDemoModelName) : QFileInfo(path).fileName();
     panel_->setRunning(true);
     panel_->setStatus(tr("Opening %1…").arg(opening_));

@@ -9,6 +9,7 @@
 #include <QString>
 
 #include <memory>
+#include <optional>
 
 namespace memledger {
 
@@ -22,6 +23,9 @@ public:
 
     // A model (run at once), a saved report or a snapshot (read); "" is the RFBNet demo, "demo:NAME" a built-in one.
     void open(const QString& path);
+    // The command line's --input, --batch, --seq, --mode, --optimizer, --loss and --dtype: the next open() runs
+    // with them (the window's first file), then the Run panel's settings again.
+    void setCommandLine(const RunOptions& options) { commandLine_ = options; }
     void run(); // the file shown again, at the Run panel's settings
     void cancel();
     bool isRunning() const;
@@ -44,6 +48,7 @@ private:
     QString path_;
     QString opening_; // a file being opened: until it opens, the one before is shown
     bool shown_ = false; // a report of file_ has been shown
+    std::optional<RunOptions> commandLine_;
 };
 
 } // namespace memledger

@@ -48,6 +48,7 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
     // --device: the first run, and every run after, on that device (the Run panel's choice).
     if (!options.run.device.empty() && options.run.device != "cpu" && !window.runPanel()->setDevice(options.run.device))
         std::cerr << "memledger: --device " << options.run.device << " is not available here; running on the cpu\n";
+    window.setCommandLineRun(options.run); // --input, --mode, ... for the first file
     if (options.rank_files.empty()) {
         window.openFile(QString::fromStdString(options.model));
     } else { // several files: the Ranks tab, and the rank with the highest peak in the main views
@@ -88,7 +89,20 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
             if (qEnvironmentVariableIsSet("MEMLEDGER_CHECKPOINT"))
                 window.layerTree()->model()->setCheckpointed(
                     qEnvironmentVariable("MEMLEDGER_CHECKPOINT").split(QLatin1Char(','), Qt::SkipEmptyParts));
-            QTimer::singleShot(500, &window, [&window, shot] {
+            // MEMLEDGER_GPUS=N, MEMLEDGER_SHARD=S and MEMLEDGER_PRECISION=P set the What if panel's GPUs, Sharding
+            // and Precision rows (a training step); MEMLEDGER_SHOW_RANK=1 then shows that rank in the window.
+            auto* panel = window.whatIfPanel();
+            if (qEnvironmentVariableIsSet("MEMLEDGER_PRECISION"))
+                panel->setDtype(qEnvironmentVariable("MEMLEDGER_PRECISION"));
+            if (qEnvironmentVariableIsSet("MEMLEDGER_GPUS"))
+                panel->setGpus(qEnvironmentVariable("MEMLEDGER_GPUS").toInt());
+            if (qEnvironmentVariableIsSet("MEMLEDGER_SHARD"))
+                panel->setShard(qEnvironmentVariable("MEMLEDGER_SHARD"));
+            if (qEnvironmentVariableIsSet("MEMLEDGER_BUDGET"))
+                panel->setBudget(qEnvironmentVariable("MEMLEDGER_BUDGET"));
+            if (qEnvironmentVariableIsSet("MEMLEDGER_SHOW_RANK"))
+                QTimer::singleShot(300, &window, [&window] { window.whatIfPanel()->requestRank(); });
+            QTimer::singleShot(1500, &window, [&window, shot] {
                 auto error = window.exportWindowPng(shot);
                 if (!error.isEmpty())
                     std::cerr << "memledger: " << error.toStdString() << "\n";

@@ -33,6 +33,7 @@
 #include "whatif_controller.h"
 #include "whatif_panel.h"
 
+#include <utility>
 #include <QCloseEvent>
 #include <QComboBox>
 #include <QDir>
@@ -278,6 +279,9 @@ void MainWindow::buildMenus()
         if (!path.isEmpty())
             compareWith(path);
     });
+    backToRun_ = file->addAction(tr("&Back to the run"), this, &MainWindow::backToRun);
+    backToRun_->setToolTip(tr("Show the recorded run again, in place of the rank the What if panel laid out"));
+    backToRun_->setVisible(false);
     file->addSeparator();
     file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
 }
@@ -306,6 +310,7 @@ void MainWindow::connectViews()
     connect(whatIf_, &WhatIfController::tableReady, this, &MainWindow::whatIfTableReady);
     connect(whatIf_, &WhatIfController::seqReady, this, &MainWindow::seqWhatIfReady);
     connect(whatIf_, &WhatIfController::statusMessage, this, &MainWindow::showStatus);
+    connect(whatIf_, &WhatIfController::rankReady, this, &MainWindow::showRank);
     connect(remedies_, &RemediesController::ready, this, &MainWindow::remediesReady);
     connect(remedies_, &RemediesController::statusMessage, this, &MainWindow::showStatus);
     connect(comparison_, &ComparisonController::statusMessage, this, &MainWindow::showStatus);
@@ -363,6 +368,11 @@ void MainWindow::connectRuns()
     });
 }
 
+void MainWindow::setCommandLineRun(const RunOptions& options)
+{
+    session_->setCommandLine(options);
+}
+
 void MainWindow::openFile(const QString& path)
 {
     clearError();
@@ -370,8 +380,25 @@ void MainWindow::openFile(const QString& path)
     session_->open(path);
 }
 
+void MainWindow::showRank(std::shared_ptr<const Report> rank)
+{
+    if (!runReport_)
+        runReport_ = report_;
+    showReport(std::move(rank));
+    backToRun_->setVisible(true);
+}
+
+void MainWindow::backToRun()
+{
+    if (runReport_)
+        showReport(std::exchange(runReport_, nullptr));
+    backToRun_->setVisible(false);
+}
+
 void MainWindow::fileOpened()
 {
+    runReport_.reset();
+    backToRun_->setVisible(false);
     whatIf_->clear();
     showReport(nullptr); // the previous file's report is not this one's
     setWindowTitle(QStringLiteral("%1 — memledger").arg(session_->displayName()));
@@ -433,6 +460,12 @@ void MainWindow::showReport(std::shared_ptr<const Report> report)
         peak = tr("peak %1 (weights %2, inputs %3, run %4)")
                    .arg(bytes(report_->peak_total_bytes), bytes(report_->weight_bytes), bytes(report_->input_bytes),
                        bytes(report_->peak_bytes));
+    if (report_ && report_->run.parallel) // one rank of a job, laid over the recorded step
+        peak = tr("rank %1 of %2 GPUs, %3 (predicted) \u00b7 ")
+                   .arg(report_->run.parallel->rank)
+                   .arg(report_->run.parallel->gpus)
+                   .arg(QString::fromStdString(report_->run.parallel->shard))
+            + peak;
     if (report_ && isMetaRun(*report_)) // computed from shapes: the status bar never shows it as measured
         peak = QString::fromUtf8(kMetaRunBadge) + QStringLiteral(" \u00b7 ") + peak;
     peakLabel_->setText(peak);

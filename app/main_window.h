@@ -57,6 +57,8 @@ public:
     // A .pt model (run at once), a .json report (shown as is); "" is the RFBNet demo, "demo:NAME" a built-in one
     // (demoModels()), run in the mode it is made for.
     void openFile(const QString& path);
+    // The command line's run options (--input, --mode, --optimizer, ...): the first file opened runs with them.
+    void setCommandLineRun(const RunOptions& options);
     void openDemo() { openFile(QString()); } // the RFBNet demo; File > Open demo lists every built-in one
     void startRun();
     void cancelRun();
@@ -135,6 +137,8 @@ private:
     void fileOpened();
     void showRange(std::uint32_t first, std::uint32_t end);
     void showReport(std::shared_ptr<const Report> report);
+    void showRank(std::shared_ptr<const Report> rank); // the What if panel's "Show this rank"
+    void backToRun();
     void showSegments();
     void showCallStacks();
     void showError(const QString& message);
@@ -167,6 +171,8 @@ private:
     RanksController* ranks_;
     RecentFiles* recent_ = nullptr;
     QList<QAction*> needReport_;
+    QAction* backToRun_ = nullptr; // File > Back to the run: shown while one rank of a job is
+    std::shared_ptr<const Report> runReport_; // the run, while a rank's predicted step is shown in its place
 
     std::shared_ptr<const Report> report_;
     std::shared_ptr<const Report> rangeReport_;

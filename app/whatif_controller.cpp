@@ -67,6 +67,22 @@ WhatIfController::WhatIfController(QObject* parent)
             emit statusMessage(tr("What-if: %1").arg(message), 8000);
     });
     connect(panel_, &WhatIfPanel::budgetChanged, this, &WhatIfController::budgetChanged);
+    connect(panel_, &WhatIfPanel::rankRequested, this, [this](std::int64_t x, const ParallelPlan& plan) {
+        auto w = panel_->activeWhatIf();
+        if (!w)
+            return;
+        try {
+            auto report = std::make_shared<const Report>(w->predictedRankReport(x, plan));
+            emit rankReady(report);
+            emit statusMessage(tr("Showing one rank: %1, %2 %3 (predicted; Back to the run in the File menu)")
+                                   .arg(QString::fromStdString(plan.text()),
+                                       w->axis() == WhatIfAxis::Seq ? tr("sequence") : tr("micro-batch"))
+                                   .arg(x),
+                8000);
+        } catch (const std::exception& e) {
+            emit statusMessage(tr("Could not lay out the rank: %1").arg(QString::fromUtf8(e.what())), 8000);
+        }
+    });
     connect(panel_, &WhatIfPanel::measureRequested, this, [this](std::int64_t batch, const QString& dtype) {
         if (auto w = panel_->activeWhatIf())
             worker_->measure(file_, w, batch, dtype);

@@ -41,6 +41,8 @@ signals:
     void tableReady(); // tableForExport() has the recording's own table
     void budgetChanged(std::int64_t bytes); // the budget typed in the panel, once it rests
     void statusMessage(const QString& text, int milliseconds);
+    // The panel's "Show this rank": one rank's predicted step, for the window to show in place of the run.
+    void rankReady(std::shared_ptr<const memledger::Report> report);
 
 private:
     WhatIfRequest exportRequest() const;

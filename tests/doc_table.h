@@ -48,7 +48,11 @@ inline std::string markdownRow(const std::vector<std::string>& cells)
 
 // Checks (or with MEMLEDGER_WRITE_DOCS=1 writes) the row whose first cell is cells[0] in table `name` of
 // docs/`doc` (relative to the source tree).
-inline void docTableRow(const std::string& doc, const std::string& name, const std::vector<std::string>& cells)
+// `exact` false: a row whose figures come from a truth made on this machine by another process (a torchrun job,
+// a PyTorch that pip may have moved) is checked for its key only; figures that differ here are printed, not
+// failed (the test's own bound checks them).
+inline void docTableRow(const std::string& doc, const std::string& name, const std::vector<std::string>& cells,
+    bool exact = true)
 {
     const std::string row = markdownRow(cells);
     const std::string key = "| " + cells.front() + " |";
@@ -102,6 +106,12 @@ inline void docTableRow(const std::string& doc, const std::string& name, const s
     }
     ASSERT_LT(at, e) << "docs/" << doc << ", table " << name << ", has no row " << key
                      << " (MEMLEDGER_WRITE_DOCS=1 writes it): " << row;
+    if (!exact) {
+        if (lines[at] != row)
+            std::printf("[ doc      ] docs/%s, table %s, says %s; this machine measured %s\n", doc.c_str(),
+                name.c_str(), lines[at].c_str(), row.c_str());
+        return;
+    }
     EXPECT_EQ(lines[at], row) << "docs/" << doc << ", table " << name
                               << ", is not what the test measured (MEMLEDGER_WRITE_DOCS=1 rewrites it)";
 }

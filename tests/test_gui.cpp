@@ -28,6 +28,7 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSignalSpy>
+#include <QTest>
 #include <QSortFilterProxyModel>
 #include <QTemporaryDir>
 #include <QTimer>
@@ -400,6 +401,64 @@ TEST(MainWindow, OpensTheMnistTrainingDemoFromTheMenuAndRunsATrainingStep)
     EXPECT_FALSE(w.runPanel()->trainingRowVisible());
     EXPECT_TRUE(w.layerTree()->view()->isColumnHidden(LayerTreeModel::Gradients));
     EXPECT_EQ(w.timeline()->phaseBandCount(), 0);
+}
+
+// A training step's What if panel: GPUs and Sharding rows give rank 0's figures (the what-if's own rank
+// prediction), the fewest GPUs per strategy for the budget, and "Show this rank" puts the rank's step in the window
+// until File > Back to the run.
+TEST(MainWindow, WhatIfPanelShowsOneRankOfAShardedJob)
+{
+    qtTestApp();
+    MainWindow w;
+    w.show();
+    QSignalSpy ready(&w, &MainWindow::whatIfReady);
+    w.openFile(QStringLiteral("demo:mnist-train.pt"));
+    ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
+    QElapsedTimer clock;
+    clock.start();
+    while (ready.isEmpty() && clock.elapsed() < 3 * kRunTimeoutMs)
+        ready.wait(100);
+    ASSERT_FALSE(ready.isEmpty()) << "the what-if records never arrived";
+    auto* panel = w.whatIfPanel();
+    const auto run = w.report();
+    ASSERT_EQ(run->run.mode, RunMode::Train);
+    panel->setDtype(QStringLiteral("float32"));
+    panel->setGpus(4); // more than one GPU: FSDP unless another strategy is chosen
+    EXPECT_EQ(panel->shard(), "fsdp");
+    auto plan = panel->rankPlan();
+    ASSERT_TRUE(plan);
+    auto expected = panel->activeWhatIf()->predictRank(panel->batch(), *plan, false);
+    EXPECT_TRUE(panel->peakTotalText().startsWith(QString::fromStdString(formatBytes(expected.predicted_peak_total_bytes))))
+        << panel->peakTotalText().toStdString();
+    panel->setShard(QStringLiteral("ddp"));
+    auto ddp = panel->activeWhatIf()->predictRank(panel->batch(), *panel->rankPlan(), false);
+    EXPECT_GT(ddp.predicted_peak_total_bytes, expected.predicted_peak_total_bytes); // replicated, and its buckets
+    panel->setBudget(QStringLiteral("64 MiB"));
+    clock.restart();
+    while (panel->gpuFitText().isEmpty() && clock.elapsed() < 10000)
+        QTest::qWait(50);
+    EXPECT_TRUE(panel->gpuFitText().contains("fsdp")) << panel->gpuFitText().toStdString();
+    // Mixed precision under DDP is autocast: said, not predicted.
+    panel->setDtype(QStringLiteral("bfloat16-mixed"));
+    EXPECT_TRUE(panel->fitsText().contains("autocast")) << panel->fitsText().toStdString();
+    panel->setDtype(QStringLiteral("float32"));
+    panel->setShard(QStringLiteral("fsdp"));
+    panel->requestRank();
+    ASSERT_TRUE(w.report());
+    ASSERT_TRUE(w.report()->run.parallel);
+    EXPECT_EQ(w.report()->run.parallel->gpus, 4);
+    EXPECT_EQ(w.report()->run.parallel->shard, "fsdp");
+    EXPECT_LT(w.report()->weight_bytes, run->weight_bytes);
+    EXPECT_GT(w.report()->ledgers[static_cast<std::size_t>(Ledger::GatheredParameters)].total, 0);
+    QAction* back = nullptr;
+    for (auto* a : w.menuBar()->findChildren<QAction*>())
+        if (a->text().remove('&') == "Back to the run")
+            back = a;
+    ASSERT_TRUE(back);
+    EXPECT_TRUE(back->isVisible());
+    back->trigger();
+    EXPECT_EQ(w.report(), run);
+    EXPECT_FALSE(back->isVisible());
 }
 
 // The Run panel's Device choice lists the CPU, then every CUDA GPU this libtorch sees (here, without a GPU or

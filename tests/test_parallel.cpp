@@ -114,9 +114,73 @@ TEST_F(Fsdp, RankAgreesWithFsdpMemTracker)
             groupedBytes(rank.peak_total_bytes).c_str(), groupedBytes(static_cast<std::int64_t>(theirs)).c_str(),
             100.0 * (ours - theirs) / theirs);
         EXPECT_NEAR(ours, theirs, 0.02 * theirs) << "peak " << peak.dump();
+        char pct[32];
+        std::snprintf(pct, sizeof pct, "%+.2f%%", 100.0 * (ours - theirs) / theirs);
+        test::docTableRow("distributed.md", "fsdp-memtracker",
+            {caseName(c), groupedBytes(c["padded_sharded_param_bytes"].get<std::int64_t>()),
+                groupedBytes(rank.model.parameter_bytes), groupedBytes(static_cast<std::int64_t>(theirs)),
+                groupedBytes(rank.peak_total_bytes), pct},
+            false);
         ++checked;
     }
     EXPECT_GE(checked, 10);
+}
+
+const nlohmann::json& distTruth()
+{
+    static const nlohmann::json truth = test::readTruth("dist/dist_truth.json", "make_dist_fixtures");
+    return truth;
+}
+
+// Real jobs on this machine: torchrun --nproc-per-node 2 and 4, gloo on the CPU, torch.profiler on each rank
+// (tests/fixtures/dist_truths.py). DDP (gradient_as_bucket_view off and on) and ZeRO-1 (ZeroRedundancyOptimizer):
+// rank 0's weights and optimizer state exact, its peak total within 1%. The step is recorded on the CPU.
+TEST(RealJobs, DdpAndZeroOneRanksAgreeWithTorchrun)
+{
+    if (torchBuildInfo().rfind("libtorch 1.", 0) == 0 || !canRunExportedPrograms())
+        GTEST_SKIP() << "this build runs no torch.export programs";
+    if (distTruth().contains("skipped"))
+        GTEST_SKIP() << distTruth()["skipped"].get<std::string>();
+    std::map<std::string, Report> steps;
+    int checked = 0;
+    for (const auto& c : distTruth()["cases"]) {
+        const auto shard = c["shard"].get<std::string>();
+        if (shard != "ddp" && shard != "zero1")
+            continue;
+        const auto& truth = c["ranks"][0];
+        if (truth.contains("skipped"))
+            continue;
+        const bool view = c["gradient_as_bucket_view"].is_boolean() && c["gradient_as_bucket_view"].get<bool>();
+        const auto name = c["model"].get<std::string>() + " " + c["input"].get<std::string>() + " " + shard + " on "
+            + std::to_string(c["nproc"].get<int>()) + (view ? ", bucket view" : "");
+        SCOPED_TRACE(name);
+        const auto file = fixture("dist/" + c["file"].get<std::string>());
+        if (!steps.count(file)) {
+            auto model = Model::open(file);
+            auto o = stepOptions(c["input"].get<std::string>(), "float32");
+            o.device = "cpu";
+            steps[file] = analyzeModel(model, o);
+        }
+        ParallelPlan plan;
+        plan.gpus = c["nproc"].get<int>();
+        plan.shard = *shardingFromName(shard);
+        plan.gradient_as_bucket_view = view;
+        auto rank = rankReport(steps[file], plan);
+        EXPECT_EQ(rank.model.parameter_bytes, truth["weight_bytes"].get<std::int64_t>());
+        EXPECT_EQ(rank.optimizer_state_bytes, truth["optimizer_state_bytes"].get<std::int64_t>());
+        const double theirs = static_cast<double>(truth["peak_total_bytes"].get<std::int64_t>() - truth["step_tensor_bytes"].get<std::int64_t>());
+        const double ours = static_cast<double>(rank.peak_total_bytes);
+        std::printf("[ torchrun ] %-40s memledger %12s profiler %12s (%+.2f%%)\n", name.c_str(),
+            groupedBytes(rank.peak_total_bytes).c_str(), groupedBytes(static_cast<std::int64_t>(theirs)).c_str(),
+            100.0 * (ours - theirs) / theirs);
+        EXPECT_NEAR(ours, theirs, 0.01 * theirs);
+        char pct[32];
+        std::snprintf(pct, sizeof pct, "%+.2f%%", 100.0 * (ours - theirs) / theirs);
+        test::docTableRow("distributed.md", "torchrun",
+            {name, groupedBytes(static_cast<std::int64_t>(theirs)), groupedBytes(rank.peak_total_bytes), pct}, false);
+        ++checked;
+    }
+    EXPECT_GE(checked, 4);
 }
 
 // The editor keeps the recorded events, places new ones before a position, gives an alloc without a free one,

@@ -3,6 +3,7 @@
 
 #include "ledger_colors.h"
 #include "support/format.h"
+#include "whatif/gpu_fit.h"
 
 #include <QComboBox>
 #include <QCoreApplication>
@@ -74,6 +75,30 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     measure_ = new QPushButton(tr("Measure"), this);
     measure_->setToolTip(tr("Run the model at this batch and precision on the CPU and compare"));
 
+    // One rank of a data-parallel job (a training step): GPUs and strategy, and the fewest GPUs that fit.
+    gpusBox_ = new QSpinBox(this);
+    gpusBox_->setRange(1, 1024);
+    gpusBox_->setToolTip(tr("GPUs the job runs on; the figures are one rank's (rank 0)"));
+    shardBox_ = new QComboBox(this);
+    shardBox_->addItem(tr("one device"), QString());
+    shardBox_->addItem(tr("FSDP (fully_shard)"), QStringLiteral("fsdp"));
+    shardBox_->addItem(tr("ZeRO-2 (FSDP, no reshard after forward)"), QStringLiteral("zero2"));
+    shardBox_->addItem(tr("ZeRO-1 (optimizer state sharded)"), QStringLiteral("zero1"));
+    shardBox_->addItem(tr("DDP (replicated)"), QStringLiteral("ddp"));
+    shardBox_->setToolTip(tr("How the job shards the parameters, gradients and optimizer state"));
+    gpusLabel_ = new QLabel(tr("GPUs"), this);
+    shardLabel_ = new QLabel(tr("Sharding"), this);
+    showRank_ = new QPushButton(tr("Show this rank"), this);
+    showRank_->setToolTip(tr("Show one rank's step in the timeline, the layer tree and the ledgers"));
+    gpuFitTitle_ = new QLabel(this);
+    gpuFitTitle_->setWordWrap(true);
+    gpuFit_ = new QTableWidget(0, 3, this);
+    gpuFit_->setHorizontalHeaderLabels({tr("Strategy"), tr("Fewest GPUs"), tr("Micro-batch")});
+    gpuFit_->verticalHeader()->hide();
+    gpuFit_->horizontalHeader()->setStretchLastSection(true);
+    gpuFit_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    gpuFit_->setSelectionMode(QAbstractItemView::NoSelection);
+
     fitTable_ = new QTableWidget(0, 2, this);
     fitTable_->setHorizontalHeaderLabels({tr("Precision"), tr("Largest batch")});
     fitTable_->verticalHeader()->hide();
@@ -102,6 +127,8 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     form->addRow(tr("Batch"), batchRow);
     form->addRow(seqLabel_, seqRow_);
     form->addRow(tr("Precision"), dtypeBox_);
+    form->addRow(gpusLabel_, gpusBox_);
+    form->addRow(shardLabel_, shardBox_);
     form->addRow(tr("Memory budget"), budgetBox_);
     form->addRow(tr("Peak"), peak_);
     form->addRow(tr("Peak total"), total_);
@@ -113,10 +140,16 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
     auto* layout = new QVBoxLayout(this);
     layout->addLayout(form);
-    layout->addWidget(measure_, 0, Qt::AlignLeft);
+    auto* buttons = new QHBoxLayout;
+    buttons->addWidget(measure_);
+    buttons->addWidget(showRank_);
+    buttons->addStretch(1);
+    layout->addLayout(buttons);
     fitTableTitle_ = new QLabel(tr("Largest batch that fits the budget:"), this);
     layout->addWidget(fitTableTitle_);
     layout->addWidget(fitTable_);
+    layout->addWidget(gpuFitTitle_);
+    layout->addWidget(gpuFit_);
     layout->addWidget(notes_);
     layout->addStretch(1);
 
@@ -151,7 +184,19 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
         repredict();
         fitTimer_->start();
     });
-    connect(dtypeBox_, &QComboBox::currentTextChanged, this, [this] { repredict(); });
+    connect(dtypeBox_, &QComboBox::currentTextChanged, this, [this] {
+        repredict();
+        fitTimer_->start();
+    });
+    connect(gpusBox_, qOverload<int>(&QSpinBox::valueChanged), this, [this](int gpus) {
+        if (gpus > 1 && shard().isEmpty()) { // more than one GPU: a job, FSDP unless another is chosen
+            QSignalBlocker block(shardBox_);
+            setShard(QStringLiteral("fsdp"));
+        }
+        repredict();
+    });
+    connect(shardBox_, &QComboBox::currentIndexChanged, this, [this] { repredict(); });
+    connect(showRank_, &QPushButton::clicked, this, &WhatIfPanel::requestRank);
     connect(budgetBox_, &QComboBox::currentTextChanged, this, [this] {
         showPrediction(current_, !reservedTimer_->isActive());
         fitTimer_->start();
@@ -165,7 +210,8 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
             emit budgetChanged(budget());
     });
     // The wheel scrolls the panel: a control takes it only once clicked or tabbed into.
-    for (QWidget* w : std::initializer_list<QWidget*> {slider_, batchBox_, seqSlider_, seqBox_, dtypeBox_, budgetBox_}) {
+    for (QWidget* w : std::initializer_list<QWidget*> {slider_, batchBox_, seqSlider_, seqBox_, dtypeBox_, budgetBox_,
+             gpusBox_, shardBox_}) {
         w->setFocusPolicy(Qt::StrongFocus);
         w->installEventFilter(this);
     }
@@ -231,9 +277,67 @@ std::int64_t WhatIfPanel::batch() const
 {
     return batchBox_->value();
 }
+QString WhatIfPanel::precision() const
+{
+    const auto data = dtypeBox_->currentData().toString();
+    return data.isEmpty() ? dtypeBox_->currentText() : data;
+}
+
 QString WhatIfPanel::dtype() const
 {
-    return dtypeBox_->currentText();
+    const auto p = precision();
+    return p.endsWith(QLatin1String("-mixed")) ? p.section(QLatin1Char('-'), 0, 0) : p;
+}
+
+QString WhatIfPanel::masterDtype() const
+{
+    return precision().endsWith(QLatin1String("-mixed")) ? QStringLiteral("float32") : dtype();
+}
+
+int WhatIfPanel::gpus() const
+{
+    return gpusBox_->value();
+}
+
+QString WhatIfPanel::shard() const
+{
+    return shardBox_->currentData().toString();
+}
+
+void WhatIfPanel::setGpus(int gpus)
+{
+    gpusBox_->setValue(gpus);
+}
+
+void WhatIfPanel::setShard(const QString& shard)
+{
+    auto i = shardBox_->findData(shard);
+    if (i >= 0)
+        shardBox_->setCurrentIndex(i);
+}
+
+std::optional<ParallelPlan> WhatIfPanel::rankPlan() const
+{
+    if (!whatIf_ || whatIf_->mode() != RunMode::Train || (shard().isEmpty() && gpus() == 1))
+        return std::nullopt;
+    GpuFitRequest request;
+    return planFor(request, precision().toStdString(), *shardingFromName(shard().isEmpty() ? "fsdp" : shard().toStdString()),
+        gpus(), nullptr);
+}
+
+void WhatIfPanel::requestRank()
+{
+    if (auto plan = rankPlan(); plan && showRank_->isEnabled())
+        emit rankRequested(seqActive() ? seq() : batch(), *plan);
+}
+
+QString WhatIfPanel::gpuFitText() const
+{
+    QStringList rows;
+    for (int r = 0; r < gpuFit_->rowCount(); ++r)
+        rows << QStringLiteral("%1: %2 GPUs, micro-batch %3")
+                    .arg(gpuFit_->item(r, 0)->text(), gpuFit_->item(r, 1)->text(), gpuFit_->item(r, 2)->text());
+    return rows.join(QLatin1Char('\n'));
 }
 
 std::int64_t WhatIfPanel::budget() const
@@ -248,7 +352,11 @@ void WhatIfPanel::setBatch(std::int64_t batch)
 }
 void WhatIfPanel::setDtype(const QString& dtype)
 {
-    dtypeBox_->setCurrentText(dtype);
+    auto i = dtypeBox_->findData(dtype);
+    if (i < 0)
+        i = dtypeBox_->findText(dtype);
+    if (i >= 0)
+        dtypeBox_->setCurrentIndex(i);
 }
 void WhatIfPanel::setBudget(const QString& text)
 {
@@ -276,6 +384,7 @@ void WhatIfPanel::setWhatIf(std::shared_ptr<const WhatIf> whatIf)
 {
     whatIf_ = std::move(whatIf);
     setEnabled(whatIf_ != nullptr);
+    updateParallelRows();
     if (!whatIf_) {
         for (auto* l : {peak_, total_, reserved_, fits_, decides_, method_, notes_})
             l->clear();
@@ -288,10 +397,65 @@ void WhatIfPanel::setWhatIf(std::shared_ptr<const WhatIf> whatIf)
     updateFitTable();
 }
 
+void WhatIfPanel::updateParallelRows()
+{
+    // A training step offers the precisions a fine-tune means, mixed first, and the GPUs and Sharding rows.
+    const bool train = whatIf_ && whatIf_->mode() == RunMode::Train;
+    const int mixed = dtypeBox_->findData(QStringLiteral("bfloat16-mixed"));
+    if (train && mixed < 0) {
+        QSignalBlocker block(dtypeBox_);
+        dtypeBox_->insertItem(0, tr("bfloat16 mixed"), QStringLiteral("bfloat16-mixed"));
+        dtypeBox_->setItemData(0, QString::fromStdString(precisionText("bfloat16-mixed")), Qt::ToolTipRole);
+        for (const char* d : {"float32", "bfloat16", "float16"}) {
+            auto i = dtypeBox_->findText(QString::fromLatin1(d));
+            if (i >= 0)
+                dtypeBox_->setItemData(i, QString::fromStdString(precisionText(d)), Qt::ToolTipRole);
+        }
+    } else if (!train && mixed >= 0) {
+        QSignalBlocker block(dtypeBox_);
+        dtypeBox_->removeItem(mixed);
+    }
+    for (QWidget* w : std::initializer_list<QWidget*> {gpusLabel_, gpusBox_, shardLabel_, shardBox_, showRank_, gpuFitTitle_, gpuFit_})
+        w->setVisible(train);
+}
+
 void WhatIfPanel::repredict()
 {
     if (!whatIf_)
         return;
+    if (auto plan = rankPlan()) { // one rank of a data-parallel job
+        std::string why;
+        planFor(GpuFitRequest {}, precision().toStdString(), plan->shard, plan->gpus, &why);
+        const auto& w = *activeWhatIf();
+        const std::int64_t x = seqActive() ? seq() : batch();
+        if (why.empty()) {
+            current_ = w.predictRank(x, *plan, false);
+        } else {
+            current_ = w.predict(x, dtype().toStdString(), false);
+            current_.runnable = false;
+            current_.not_runnable = why;
+        }
+        showPrediction(current_, false);
+        if (why.empty())
+            reservedTimer_->start();
+        measure_->setEnabled(false);
+        measure_->setToolTip(tr("A rank of a job is laid over the recorded step: there is nothing to run here"));
+        showRank_->setEnabled(why.empty());
+        emit predictionChanged(current_);
+        return;
+    }
+    showRank_->setEnabled(false);
+    if (precision().endsWith(QLatin1String("-mixed"))) { // mixed precision on one device is autocast
+        current_ = whatIf_->predict(batch(), dtype().toStdString(), false);
+        current_.runnable = false;
+        current_.not_runnable = tr("%1 on one device is torch.autocast over float32 weights: choose FSDP or ZeRO-2 "
+                                   "(float32 master weights, bfloat16 parameters), or record with --autocast")
+                                    .arg(precision())
+                                    .toStdString();
+        showPrediction(current_, false);
+        measure_->setEnabled(false);
+        return;
+    }
     // Away from the run's sequence, the figures are the sequence what-if's, at the batch it recorded.
     const bool seqMode = seqActive();
     // Only what cannot move is greyed out: a batch the program fixed, and the batch while a sequence is chosen.
@@ -325,6 +489,15 @@ void WhatIfPanel::updateReserved()
     if (!whatIf_)
         return;
     // On a device of the budget's size: its allocator releases cached blocks before it runs out of memory.
+    if (auto plan = rankPlan()) {
+        if (!current_.runnable)
+            return;
+        current_ = activeWhatIf()->predictRank(seqActive() ? seq() : batch(), *plan, true, budget());
+        showPrediction(current_, true);
+        return;
+    }
+    if (!current_.runnable && precision().endsWith(QLatin1String("-mixed")))
+        return;
     current_ = seqActive() ? seqWhatIf_->predict(seq(), dtype().toStdString(), true, budget())
                            : whatIf_->predict(batch(), dtype().toStdString(), true, budget());
     showPrediction(current_, true);
@@ -502,8 +675,48 @@ void WhatIfPanel::updateFitTable()
         fitTable_->setItem(static_cast<int>(i), 0, name);
         fitTable_->setItem(static_cast<int>(i), 1, value);
     }
+    updateGpuFit();
     if (b > 0) // the verdict above the table follows the largest sizes it found
         showPrediction(current_, !reservedTimer_->isActive());
+}
+
+void WhatIfPanel::updateGpuFit()
+{
+    if (!whatIf_ || whatIf_->mode() != RunMode::Train)
+        return;
+    const auto b = budget();
+    gpuFitTitle_->setText(tr("Fewest GPUs that fit the budget, %1, per rank (CUDA context and NCCL buffers "
+                             "estimated off it):")
+                              .arg(precision()));
+    gpuFit_->setRowCount(0);
+    if (b <= 0)
+        return;
+    GpuFitRequest request;
+    request.precisions = {precision().toStdString()};
+    request.budget = b;
+    request.with_reserved = whatIf_->eventCount(dtype().toStdString()) <= kReservedSearchEvents;
+    GpuFitTable table;
+    try {
+        table = makeGpuFitTable(*whatIf_, request);
+    } catch (const std::exception& e) {
+        gpuFitTitle_->setText(tr("Fewest GPUs: %1").arg(QString::fromUtf8(e.what())));
+        return;
+    }
+    gpuFit_->setRowCount(static_cast<int>(table.answers.size()));
+    for (std::size_t i = 0; i < table.answers.size(); ++i) {
+        const auto& a = table.answers[i];
+        const int row = static_cast<int>(i);
+        gpuFit_->setItem(row, 0, new QTableWidgetItem(QString::fromStdString(a.shard)));
+        QString fewest = !a.not_modelled.empty() ? tr("not modelled")
+            : a.fewest_gpus > 0                  ? QString::number(a.fewest_gpus)
+                                                 : tr("none up to %1").arg(table.gpu_counts.empty() ? 0 : table.gpu_counts.back());
+        auto* item = new QTableWidgetItem(fewest);
+        if (!a.not_modelled.empty())
+            item->setToolTip(QString::fromStdString(a.not_modelled));
+        gpuFit_->setItem(row, 1, item);
+        gpuFit_->setItem(row, 2,
+            new QTableWidgetItem(a.fewest_gpus > 0 ? QString::fromStdString(WhatIfTable::largestText(a.micro_batch)) : tr("—")));
+    }
 }
 
 } // namespace memledger

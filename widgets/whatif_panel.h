@@ -6,6 +6,7 @@
 #include <QWidget>
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 class QComboBox;
@@ -36,10 +37,23 @@ public:
     void showMeasurementFailed(const QString& reason);
 
     std::int64_t batch() const;
-    QString dtype() const;
+    QString dtype() const; // what the forward and backward compute in ("bfloat16 mixed": bfloat16)
+    // A training step's: the precision as chosen ("bfloat16-mixed", "bfloat16", ...), its master dtype (the
+    // weights', gradients' and optimizer state's), and the data-parallel job one rank of which is shown: GPUs
+    // and strategy (gpus() 1 and shard() empty: one device).
+    QString precision() const;
+    QString masterDtype() const;
+    int gpus() const;
+    QString shard() const;
+    void setGpus(int gpus);
+    void setShard(const QString& shard); // "" (one device), fsdp, zero2, zero1, ddp
+    // The plan of the rank shown; nullopt: one device.
+    std::optional<ParallelPlan> rankPlan() const;
+    QString gpuFitText() const;
+    void requestRank(); // "Show this rank", as if clicked (when a rank is chosen) // the fewest GPUs per strategy for the precision and budget, as shown
     std::int64_t budget() const; // 0 if the typed text is not a size
     void setBatch(std::int64_t batch);
-    void setDtype(const QString& dtype);
+    void setDtype(const QString& dtype); // a compute dtype, or a precision ("bfloat16-mixed")
     void setBudget(const QString& text); // "16 GiB", as typed in the budget box
 
     // What the panel shows, for tests and the window: the predicted peak total, "fits in ..." or
@@ -64,11 +78,15 @@ signals:
     void budgetChanged(std::int64_t bytes);
     // Batch or precision changed; the window may show predictedReport() in its other views.
     void predictionChanged(const memledger::Prediction& prediction);
+    // "Show this rank": the window shows the predicted step of one rank (timeline, tree, ledgers) at this batch.
+    void rankRequested(std::int64_t batch, const memledger::ParallelPlan& plan);
 
 private:
     void repredict();
     void updateReserved();
     void updateFitTable();
+    void updateGpuFit(); // the fewest GPUs per strategy, for a training step
+    void updateParallelRows();
     void showPrediction(const Prediction& p, bool reservedKnown);
     void applyFitsColour();
 
@@ -95,6 +113,13 @@ private:
     QLabel* notes_ = nullptr;
     QPushButton* measure_ = nullptr;
     QTableWidget* fitTable_ = nullptr;
+    QLabel* gpusLabel_ = nullptr;
+    QLabel* shardLabel_ = nullptr;
+    QSpinBox* gpusBox_ = nullptr;
+    QComboBox* shardBox_ = nullptr;
+    QPushButton* showRank_ = nullptr;
+    QLabel* gpuFitTitle_ = nullptr;
+    QTableWidget* gpuFit_ = nullptr;
     QTimer* reservedTimer_ = nullptr; // the allocator replay waits until the slider rests
     QTimer* fitTimer_ = nullptr;
     QTimer* budgetTimer_ = nullptr;

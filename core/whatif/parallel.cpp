@@ -276,33 +276,44 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
     info.resident_blocks.insert(info.resident_blocks.end(), bufferBlocks.begin(), bufferBlocks.end());
     out.weight_bytes = out.parameter_bytes + buffers;
     // The optimizer keeps as many tensors per parameter as recorded (momentum one, Adam two), over the elements
-    // it steps: the local shards (fsdp, zero2), 1/N of every element (zero1), or all of them (ddp).
+    // it steps: the local shards (fsdp, zero2), the parameters the rank owns (zero1), or all of them (ddp).
     const double perElement
         = fullNumel > 0 ? static_cast<double>(optimizerStateBytes) / static_cast<double>(fullNumel * cd) : 0.0;
     const int statesPerParameter = static_cast<int>(perElement + 0.5);
-    std::int64_t optimizerNumel = fsdp ? localNumel : plan.shard == Sharding::Zero1 ? (fullNumel + n - 1) / n : fullNumel;
-    out.optimizer_state_bytes = static_cast<std::int64_t>(perElement * static_cast<double>(optimizerNumel * md) + 0.5);
-    for (int k = 0; k < statesPerParameter; ++k) {
-        if (plan.shard == Sharding::Zero1) {
-            info.resident_blocks.push_back(optimizerNumel * md);
-            continue;
+    // ZeRO-1 as torch.distributed.optim.ZeroRedundancyOptimizer partitions: whole parameters, largest first, each
+    // to the rank with the fewest elements so far (the first on a tie).
+    std::vector<char> owned(params.size(), 1);
+    if (plan.shard == Sharding::Zero1 && n > 1) {
+        std::vector<std::size_t> order(params.size());
+        for (std::size_t k = 0; k < order.size(); ++k)
+            order[k] = k;
+        std::stable_sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return params[a].numel > params[b].numel; });
+        std::vector<std::int64_t> load(static_cast<std::size_t>(n), 0);
+        for (auto k : order) {
+            auto least = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+            load[least] += params[k].numel;
+            owned[k] = least == static_cast<std::size_t>(info.rank);
         }
-        for (const auto& p : params)
-            if ((fsdp ? p.local : p.numel) > 0)
-                info.resident_blocks.push_back((fsdp ? p.local : p.numel) * md);
     }
+    std::int64_t optimizerNumel = 0;
+    for (std::size_t k = 0; k < params.size(); ++k)
+        if (owned[k])
+            optimizerNumel += fsdp ? params[k].local : params[k].numel;
+    out.optimizer_state_bytes = static_cast<std::int64_t>(perElement * static_cast<double>(optimizerNumel * md) + 0.5);
+    for (int s = 0; s < statesPerParameter; ++s)
+        for (std::size_t k = 0; k < params.size(); ++k)
+            if (owned[k] && (fsdp ? params[k].local : params[k].numel) > 0)
+                info.resident_blocks.push_back((fsdp ? params[k].local : params[k].numel) * md);
 
     TraceEdit edit(step);
-    const Phase* backward = phaseNamed(phases, "backward");
     const Phase* optimizer = phaseNamed(phases, "optimizer");
 
     // The recorded gradients, by the unit of the parameter they belong to.
     std::map<std::string, std::vector<std::size_t>> gradientsOf;
-    std::int64_t recordedGradients = 0;
     for (std::size_t i = 0; i < step.size(); ++i)
         if (step.action[i] == Action::Alloc && step.ledger[i] == Ledger::Gradients) {
             gradientsOf[fsdp ? unitOf(step.strings.at(step.where[i]), info.units) : std::string()].push_back(i);
-            recordedGradients += step.bytes[i];
         }
 
     if (!fsdp) {
@@ -311,10 +322,16 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
         ddpBucketsInto(buckets, params, md, plan);
         for (auto b : buckets)
             edit.addAlloc(0, b, Ledger::Communication, "", "ddp::bucket");
-        if (plan.gradient_as_bucket_view) // each gradient is a view of its bucket: no allocation of its own
+        // With gradient_as_bucket_view each .grad is a view of its bucket: autograd still makes the gradient, and
+        // AccumulateGrad copies it into the bucket and frees it when the op that made it is done.
+        if (plan.gradient_as_bucket_view)
             for (auto& [unit, events] : gradientsOf)
-                for (auto e : events)
-                    edit.drop(e);
+                for (auto e : events) {
+                    auto op = std::upper_bound(ops.begin(), ops.end(), e,
+                        [](std::size_t event, const OpCall& o) { return event < o.first_event; });
+                    std::size_t end = op == ops.begin() ? e + 1 : std::max<std::size_t>((op - 1)->end_event, e + 1);
+                    edit.addFree(std::min(end, step.size()), e);
+                }
         out.gradient_bytes = plan.gradient_as_bucket_view ? 0 : fullNumel * md;
     } else {
         const auto hooks = findHooks(step, ops, phases, info.units);
@@ -483,16 +500,17 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
             double share = 1.0;
             if (params[k].numel == numel && numel > 0) {
                 next = k;
-                share = fsdp ? static_cast<double>(params[k].local) / static_cast<double>(numel)
-                             : plan.shard == Sharding::Zero1 ? 1.0 / n : 1.0;
+                share = fsdp ? static_cast<double>(params[k].local) / static_cast<double>(numel) : owned[k] ? 1.0 : 0.0;
             } else if (fsdp || plan.shard == Sharding::Zero1) {
                 share = 1.0 / n;
+            }
+            if (share == 0.0) { // a parameter another rank steps
+                edit.drop(i);
+                continue;
             }
             edit.resize(i, static_cast<std::int64_t>(static_cast<double>(step.bytes[i]) * share * md / cd + 0.5));
         }
     }
-    (void)backward;
-    (void)recordedGradients;
 
     out.ops = ops;
     out.phases = phases;
@@ -537,6 +555,8 @@ Report rankReport(const Report& step, const ParallelPlan& plan)
         l.temporary_peak_bytes = l.peak_bytes = l.backward_temporary_peak_bytes = l.backward_peak_bytes = 0;
     }
     r.notes.insert(r.notes.begin(), layout.notes.begin(), layout.notes.end());
+    r.load_tax.resident_bytes = r.weight_bytes; // what the rank holds of the file's tensors
+    r.load_tax.resident_dtype = layout.info.master_dtype;
     Trace t = std::move(layout.trace);
     auto live = setPeakFromTrace(r, t);
     summarizeRunEvents(r, t, layout.ops, live, 0, static_cast<std::uint32_t>(t.size()));

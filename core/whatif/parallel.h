@@ -15,9 +15,12 @@
 //   temporaries are those of the local shards.
 // - zero2: fsdp without reshard_after_forward (the parameters stay gathered from a unit's forward to the end
 //   of its backward).
-// - ddp: everything replicated, plus DDP's gradient buckets (25 MiB; the first 1 MiB), allocated when the
-//   model is wrapped; each gradient is a copy of its bucket slice unless gradient_as_bucket_view.
-// - zero1: ddp whose optimizer state (and the optimizer's temporaries) are sharded 1/N by element.
+// - ddp: everything replicated, plus DDP's gradient buckets (as many bytes as the parameters; 25 MiB each, the
+//   first 1 MiB), allocated when the model is wrapped; each gradient is a copy of its bucket slice, or with
+//   gradient_as_bucket_view a view of it (autograd's own gradient freed once AccumulateGrad copied it in).
+// - zero1: ddp whose optimizer state (and the optimizer's temporaries) only covers the parameters the rank owns,
+//   partitioned as torch.distributed.optim.ZeroRedundancyOptimizer does (whole parameters, largest first, each
+//   to the least loaded rank); DeepSpeed's stage 1 partitions by element, within a parameter of the same.
 // Not modelled: tensor and pipeline parallelism, activation offloading, NCCL's and the CUDA context's own
 // memory (outside PyTorch's allocator: see the fit table's estimates).
 #include "report/report.h"
