@@ -63,8 +63,9 @@ std::string usageText()
            "                    [--reduce-dtype T] [--no-reshard-after-forward] [--shard-units PATH.*,PATH]\n"
            "                    [--gradient-as-bucket-view] [RUN]   one rank of a data-parallel job (rank 0)\n"
            "  memledger whatif MODEL --mode train --gpus 1,8,64 --shard fsdp,zero1,ddp [--batch ...] [--budget SIZE]\n"
+           "                    [--precision bfloat16-mixed,float32] [--json FILE]   rank 0 per row\n"
            "  memledger fit MODEL --budget SIZE [--input SHAPE] [--precision bfloat16-mixed,bfloat16,float32]\n"
-           "                    [--shard fsdp,zero2,zero1,ddp] [--gpus 1,2,...,1024] [--optimizer O] [--json FILE]\n"
+           "                    [--shard fsdp,zero2,zero1,ddp] [--gpus 1,2,...,1024] [--optimizer O] [--json FILE] [--html FILE]\n"
            "                    the fewest GPUs and the largest micro-batch per rank that fit, per precision and strategy\n"
            "  memledger ranks FILE... | FOLDER [--json FILE] [--html FILE]   one snapshot (or report) per rank: which\n"
            "                    rank peaks highest, the spread, where each peak falls\n"
@@ -82,6 +83,8 @@ std::string usageText()
            "          needs a memledger built against a libtorch with CUDA; default cpu, meta for a .pt2 whose weights\n"
            "          are meta tensors, exported from a model built under torch.device(\"meta\"))\n"
            "          --cudnn-benchmark on|off (CUDA: cuDNN's autotuner; default off)\n"
+           "          --autocast bfloat16|float16 (libtorch's autocast for the run's device around the forward and\n"
+           "          the loss, the weights staying in --dtype)  --autocast-cache on|off (its weight-cast cache; default on)\n"
            "  FILE    a torch.export program (torch.export.save, .pt2), a TorchScript model (torch.jit.save), a\n"
            "          memledger JSON report, or a CUDA memory snapshot\n"
            "          (torch.cuda.memory._dump_snapshot); no FILE: the built-in demo (RFBNet, 1x1x300x300);\n"
@@ -205,6 +208,15 @@ CliOptions parseCli(const std::vector<std::string>& args)
             if (v != "on" && v != "off")
                 throw std::invalid_argument("--cudnn-benchmark '" + v + "' is not on or off");
             o.run.cudnn_benchmark = v == "on";
+        } else if (a == "--autocast") {
+            o.run.autocast = value(a);
+            if (o.run.autocast != "bfloat16" && o.run.autocast != "float16")
+                throw std::invalid_argument("--autocast '" + o.run.autocast + "' is not bfloat16 or float16");
+        } else if (a == "--autocast-cache") {
+            auto v = value(a);
+            if (v != "on" && v != "off")
+                throw std::invalid_argument("--autocast-cache '" + v + "' is not on or off");
+            o.run.autocast_cache = v == "on";
         } else if (a == "--checkpoint") {
             o.checkpoint = splitComma(value(a));
             if (o.checkpoint.empty())
@@ -273,8 +285,9 @@ CliOptions parseCli(const std::vector<std::string>& args)
         throw std::invalid_argument("--checkpoint predicts a training step: use --mode train");
     if (o.command == "fit" && !o.budget && !o.help)
         throw std::invalid_argument("fit needs --budget: a GPU (H100-80GB, A100-40GB, H200, ...) or a size (80GB)");
-    if (!o.precisions.empty() && o.command != "fit")
-        throw std::invalid_argument("--precision is for 'memledger fit' (analyze and whatif take --dtype and --param-dtype)");
+    if (!o.precisions.empty() && o.command != "fit" && !(o.command == "whatif" && o.parallel()))
+        throw std::invalid_argument("--precision is for 'memledger fit' and 'whatif --gpus ... --shard ...' (analyze "
+                                    "takes --dtype and --param-dtype)");
     if (o.command == "fit") {
     } else if (o.parallel() && o.command != "analyze" && o.command != "whatif")
         throw std::invalid_argument("--gpus and --shard are for 'analyze' and 'whatif' with --mode train");

@@ -19,7 +19,7 @@ namespace {
 
 // The run options `analyze` takes, each with a value; --b-NAME gives NAME to B only.
 const std::vector<std::string> kRunFlags {"--input", "--batch", "--seq", "--dtype", "--mode", "--optimizer", "--loss",
-    "--threads", "--device", "--cudnn-benchmark"};
+    "--threads", "--device", "--cudnn-benchmark", "--autocast", "--autocast-cache"};
 const std::vector<std::string> kNotForDiff {"--png", "--snapshot", "--whatif", "--budget", "--tensors", "--depth"};
 
 bool isRunFlag(const std::string& flag)
@@ -83,7 +83,7 @@ CliOptions parseDiffCli(const std::vector<std::string>& args)
             if (!isRunFlag(flag))
                 throw std::invalid_argument(a + " is not a run option for B (--b-input, --b-batch, --b-seq, --b-dtype, "
                                                 "--b-mode, --b-optimizer, --b-loss, --b-threads, --b-device, "
-                                                "--b-cudnn-benchmark)");
+                                                "--b-cudnn-benchmark, --b-autocast, --b-autocast-cache)");
             onlyB.push_back(flag);
             onlyB.push_back(value());
             o.diff_b_flags.push_back(a);

@@ -16,6 +16,8 @@
 
 #include <QApplication>
 #include <QTabWidget>
+#include <QScrollArea>
+#include <QTableWidget>
 #include <QTimer>
 
 #include <unistd.h>
@@ -49,6 +51,8 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
     if (!options.run.device.empty() && options.run.device != "cpu" && !window.runPanel()->setDevice(options.run.device))
         std::cerr << "memledger: --device " << options.run.device << " is not available here; running on the cpu\n";
     window.setCommandLineRun(options.run); // --input, --mode, ... for the first file
+    if (qEnvironmentVariableIsSet("MEMLEDGER_BUDGET")) // the What if panel's budget from the start (screenshots)
+        window.whatIfPanel()->setBudget(qEnvironmentVariable("MEMLEDGER_BUDGET"));
     if (options.rank_files.empty()) {
         window.openFile(QString::fromStdString(options.model));
     } else { // several files: the Ranks tab, and the rank with the highest peak in the main views
@@ -100,6 +104,17 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
                 panel->setShard(qEnvironmentVariable("MEMLEDGER_SHARD"));
             if (qEnvironmentVariableIsSet("MEMLEDGER_BUDGET"))
                 panel->setBudget(qEnvironmentVariable("MEMLEDGER_BUDGET"));
+            // MEMLEDGER_SCROLL_WHATIF=1 scrolls the What if dock to its last table (the fewest GPUs).
+            if (qEnvironmentVariableIsSet("MEMLEDGER_SCROLL_WHATIF"))
+                QTimer::singleShot(1200, &window, [panel] {
+                    for (QWidget* p = panel->parentWidget(); p; p = p->parentWidget())
+                        if (auto* area = qobject_cast<QScrollArea*>(p)) {
+                            auto tables = panel->findChildren<QTableWidget*>();
+                            if (!tables.isEmpty())
+                                area->ensureWidgetVisible(tables.last(), 0, 0);
+                            break;
+                        }
+                });
             if (qEnvironmentVariableIsSet("MEMLEDGER_SHOW_RANK"))
                 QTimer::singleShot(300, &window, [&window] { window.whatIfPanel()->requestRank(); });
             QTimer::singleShot(1500, &window, [&window, shot] {
@@ -131,6 +146,9 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
                 window.whatIfPanel()->setSeq(qEnvironmentVariable("MEMLEDGER_SCREENSHOT_SEQ").toLongLong());
                 save();
             });
+        // MEMLEDGER_SCREENSHOT_GPUS=1 waits for the GPUs tab's fit table (and shows that tab).
+        else if (qEnvironmentVariableIsSet("MEMLEDGER_SCREENSHOT_GPUS"))
+            QObject::connect(&window, &memledger::MainWindow::gpuFitReady, &window, save, Qt::SingleShotConnection);
         else if (qEnvironmentVariableIsSet("MEMLEDGER_SCREENSHOT_WHATIF"))
             QObject::connect(&window, &memledger::MainWindow::whatIfReady, &window, save);
         else

@@ -2,6 +2,11 @@
 // (FileSession, TimelineToolbar, WhatIfController, RemediesController, ComparisonController, RecentFiles). It is
 // a little over 600 lines because it is the one place where every view is handed each report; no job lives here.
 #include "main_window.h"
+#include "gpu_fit_view.h"
+#include <thread>
+#include <QCoreApplication>
+#include <QPointer>
+#include "whatif/gpu_fit.h"
 
 #include "bytes_text.h"
 #include "call_tree_view.h"
@@ -163,6 +168,8 @@ QWidget* MainWindow::buildCentralWidget()
     contextTable_ = new ContextTable;
     tabs_->addTab(contextTable_, tr("Metadata"));
     tabs_->addTab(remedies_->panel(), tr("What would help"));
+    gpuFit_ = new GpuFitView;
+    tabs_->addTab(gpuFit_, tr("GPUs"));
     // File > Open ranks…: one snapshot per rank, side by side (only once ranks are open).
     ranksView_ = new RanksView;
     tabs_->addTab(ranksView_, tr("Ranks"));
@@ -311,6 +318,8 @@ void MainWindow::connectViews()
     connect(whatIf_, &WhatIfController::seqReady, this, &MainWindow::seqWhatIfReady);
     connect(whatIf_, &WhatIfController::statusMessage, this, &MainWindow::showStatus);
     connect(whatIf_, &WhatIfController::rankReady, this, &MainWindow::showRank);
+    connect(whatIf_, &WhatIfController::ready, this, &MainWindow::updateGpuFit);
+    connect(whatIf_, &WhatIfController::budgetChanged, this, &MainWindow::updateGpuFit);
     connect(remedies_, &RemediesController::ready, this, &MainWindow::remediesReady);
     connect(remedies_, &RemediesController::statusMessage, this, &MainWindow::showStatus);
     connect(comparison_, &ComparisonController::statusMessage, this, &MainWindow::showStatus);
@@ -386,6 +395,44 @@ void MainWindow::showRank(std::shared_ptr<const Report> rank)
         runReport_ = report_;
     showReport(std::move(rank));
     backToRun_->setVisible(true);
+}
+
+void MainWindow::updateGpuFit()
+{
+    const auto& w = whatIf_->whatIf();
+    if (!w || w->mode() != RunMode::Train) {
+        gpuFit_->clear(tr("The fit table answers for a training step: run the model with Mode \"training step\"."));
+        return;
+    }
+    GpuFitRequest request;
+    request.budget = whatIf_->budget();
+    if (request.budget <= 0) {
+        gpuFit_->clear(tr("Type a memory budget (a GPU) in the What if panel."));
+        return;
+    }
+    request.with_reserved = w->eventCount(w->dtypes().front()) <= 200000;
+    // Off the GUI thread (a 7B step takes a second or more); the latest request wins.
+    const auto generation = ++gpuFitGeneration_;
+    gpuFit_->clear(tr("Finding the fewest GPUs…"));
+    QPointer<MainWindow> self(this);
+    std::thread([self, w, request, generation] {
+        auto table = std::make_shared<GpuFitTable>();
+        QString error;
+        try {
+            *table = makeGpuFitTable(*w, request);
+        } catch (const std::exception& e) {
+            error = QString::fromUtf8(e.what());
+        }
+        QMetaObject::invokeMethod(QCoreApplication::instance(), [self, table, error, generation] {
+            if (!self || generation != self->gpuFitGeneration_)
+                return;
+            if (error.isEmpty())
+                self->gpuFit_->setTable(*table);
+            else
+                self->gpuFit_->clear(tr("No fit table: %1").arg(error));
+            emit self->gpuFitReady();
+        });
+    }).detach();
 }
 
 void MainWindow::backToRun()

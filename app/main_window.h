@@ -35,6 +35,7 @@ class RemediesPanel;
 class RanksController;
 class RanksView;
 class RunPanel;
+class GpuFitView;
 class RunWorker;
 class SegmentMapView;
 class SegmentTimeline;
@@ -110,6 +111,7 @@ public:
     // into the Ranks tab; a click there opens a rank's file here as File > Open does.
     void openRanks(const QStringList& paths);
     RanksView* ranksView() const { return ranksView_; }
+    GpuFitView* gpuFitView() const { return gpuFit_; }
 
 signals:
     void reportChanged(std::shared_ptr<const memledger::Report> report); // a report is shown; never nullptr
@@ -122,6 +124,7 @@ signals:
     void remediesReady(bool withWhatIf); // the "What would help" tab shows its remedies
     void ranksShown(); // openRanks() has its table in the Ranks tab
     void ranksFailed(const QString& message); // names the file
+    void gpuFitReady(); // the GPUs tab has its table
 
 protected:
     void dragEnterEvent(QDragEnterEvent* event) override;
@@ -139,6 +142,7 @@ private:
     void showReport(std::shared_ptr<const Report> report);
     void showRank(std::shared_ptr<const Report> rank); // the What if panel's "Show this rank"
     void backToRun();
+    void updateGpuFit(); // the GPUs tab, for the what-if and the What if panel's budget
     void showSegments();
     void showCallStacks();
     void showError(const QString& message);
@@ -163,6 +167,8 @@ private:
     StackPane* stackPane_ = nullptr;
     ContextTable* contextTable_ = nullptr;
     RanksView* ranksView_ = nullptr;
+    GpuFitView* gpuFit_ = nullptr; // the GPUs tab: the fit table of a training step
+    std::uint64_t gpuFitGeneration_ = 0;
     QDockWidget* stackDock_ = nullptr;
     FileSession* session_;
     WhatIfController* whatIf_;

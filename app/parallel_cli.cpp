@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <iostream>
 #include <stdexcept>
 
@@ -87,8 +88,11 @@ int runFit(const CliOptions& o)
         table.optimizer = base.optimizer;
         if (!base.inputs.empty() && base.inputs.front().size() > 1)
             table.seq = base.seq.value_or(base.inputs.front()[1]);
-        for (const auto& n : w.notes())
-            table.notes.push_back(n);
+        auto notes = w.notes();
+        keepNotesOf(records.dtypes, notes);
+        for (const auto& n : notes)
+            if (std::find(table.notes.begin(), table.notes.end(), n) == table.notes.end())
+                table.notes.push_back(n);
     } catch (const std::exception&) {
         return failureExit({}, name);
     }
@@ -96,9 +100,122 @@ int runFit(const CliOptions& o)
               << "training step per rank" << (table.seq > 0 ? ", sequence " + std::to_string(table.seq) : std::string())
               << (table.device == "meta" ? ", on the meta device (figures from shapes)" : "") << "\n\n"
               << gpuFitToText(table);
+    try {
+        if (!o.json.empty()) {
+            writeFileAtomically(o.json, gpuFitToJson(table).dump(2) + "\n");
+            std::cout << "Wrote " << o.json << "\n";
+        }
+        if (!o.html.empty()) {
+            writeFileAtomically(o.html, gpuFitToHtml(table, name));
+            std::cout << "Wrote " << o.html << "\n";
+        }
+    } catch (const std::exception&) {
+        return failureExit();
+    }
+    return kExitOk;
+}
+
+namespace {
+
+std::string cell(const std::string& s, std::size_t width)
+{
+    return s.size() >= width ? s + " " : std::string(width - s.size(), ' ') + s;
+}
+
+} // namespace
+
+int runRankWhatIf(const CliOptions& o)
+{
+    const std::string name = o.model.empty() ? kDemoModelName : o.model;
+    std::vector<Prediction> rows;
+    GpuFitTable overheads;
+    std::vector<std::string> notes;
+    try {
+        auto file = openFileOrDemo(o.model);
+        if (!file.model)
+            throw RunError("whatif needs a model file, not a " + std::string(fileKindName(file.kind)));
+        GpuFitRequest request;
+        request.budget = o.budget.value_or(0);
+        request.budget_text = o.budget_text;
+        request.base = parallelPlanFromCli(o, file.model->modules(), 1, "fsdp");
+        request.base.reshard_after_forward = o.reshard_after_forward;
+        std::vector<std::string> precisions = o.precisions;
+        if (precisions.empty())
+            precisions = o.dtypes.empty() ? std::vector<std::string> {"bfloat16-mixed", "float32"} : o.dtypes;
+        std::vector<Sharding> shards;
+        for (const auto& s : o.shards.empty() ? std::vector<std::string> {"fsdp"} : o.shards)
+            shards.push_back(*shardingFromName(s));
+        std::vector<int> gpus;
+        for (auto n : o.gpus.empty() ? std::vector<std::int64_t> {1} : o.gpus)
+            gpus.push_back(static_cast<int>(n));
+        RunOptions base = o.run;
+        base.mode = RunMode::Train;
+        if (base.inputs.empty()) {
+            base.inputs = file.default_inputs;
+            base.input_types = file.default_input_types;
+        }
+        std::vector<std::int64_t> batches = o.batches;
+        if (batches.empty())
+            batches = {1, 2, 4, 8};
+        WhatIfRequest records;
+        records.dtypes = computeDtypesFor(precisions);
+        records.rows = batches;
+        auto w = recordWhatIf(*file.model, base, records, [](const std::string& dtype, std::int64_t batch, int done) {
+            std::cerr << "memledger: what-if record " << done << " in " << dtype << " at batch " << batch << "\n";
+        });
+        rows = rankRows(w, batches, precisions, shards, gpus, request);
+        overheads.budget_bytes = request.budget;
+        overheads.budget_text = request.budget_text;
+        setOverheadEstimates(overheads);
+        notes = w.notes();
+        keepNotesOf(records.dtypes, notes);
+        std::sort(notes.begin(), notes.end());
+        notes.erase(std::unique(notes.begin(), notes.end()), notes.end());
+    } catch (const std::exception&) {
+        return failureExit({}, name);
+    }
+    std::cout << "What-if for " << name << ": one rank (rank 0) of a data-parallel training step\n\n";
+    std::cout << "precision       strategy  " << cell("GPUs", 6) << cell("batch", 7) << cell("peak total", 13)
+              << cell("reserved", 13) << cell("weights", 12) << cell("grads", 12) << cell("optimizer", 12)
+              << (overheads.budget_bytes > 0 ? "  fits" : "") << "\n";
+    for (const auto& p : rows) {
+        std::string precision = p.dtype, shard = p.shard;
+        precision.resize(std::max<std::size_t>(precision.size(), 16), ' ');
+        shard.resize(std::max<std::size_t>(shard.size(), 10), ' ');
+        std::cout << precision << shard << cell(std::to_string(p.gpus), 6) << cell(std::to_string(p.seq > 0 ? p.seq : p.batch), 7);
+        if (!p.runnable) {
+            std::cout << "  " << p.not_runnable << "\n";
+            continue;
+        }
+        std::cout << cell(formatBytes(p.predicted_peak_total_bytes), 13)
+                  << cell(p.predicted_reserved_bytes > 0 ? formatBytes(p.predicted_reserved_bytes) : "-", 13)
+                  << cell(formatBytes(p.weight_bytes), 12) << cell(formatBytes(p.gradient_bytes), 12)
+                  << cell(formatBytes(p.optimizer_state_bytes), 12);
+        if (overheads.budget_bytes > 0)
+            std::cout << "  " << (p.fits.value_or(false) ? "yes" : p.out_of_memory ? "no (out of memory)" : "no");
+        std::cout << "\n";
+    }
+    if (overheads.budget_bytes > 0)
+        std::cout << "\nFits: within the allocator's share of "
+                  << (overheads.budget_text.empty() ? formatBytes(overheads.budget_bytes) : overheads.budget_text)
+                  << ": " << formatBytes(overheads.allocatorBudget(1)) << " on one GPU, "
+                  << formatBytes(overheads.allocatorBudget(2)) << " on more (the CUDA context, "
+                  << formatBytes(overheads.cuda_context_bytes) << ", and NCCL's buffers, " << formatBytes(overheads.nccl_bytes)
+                  << ", off it: estimates)\n";
+    for (const auto& n : notes)
+        std::cout << "Note: " << n << "\n";
     if (!o.json.empty()) {
         try {
-            writeFileAtomically(o.json, gpuFitToJson(table).dump(2) + "\n");
+            nlohmann::json j = {{"format", "memledger-whatif"}, {"version", 1}, {"budget_bytes", overheads.budget_bytes},
+                {"cuda_context_bytes", overheads.cuda_context_bytes}, {"nccl_bytes", overheads.nccl_bytes}};
+            auto& out = j["predictions"] = nlohmann::json::array();
+            for (const auto& p : rows) {
+                auto row = predictionToJson(p);
+                if (p.fits)
+                    row["fits"] = *p.fits;
+                out.push_back(row);
+            }
+            writeFileAtomically(o.json, j.dump(2) + "\n");
             std::cout << "Wrote " << o.json << "\n";
         } catch (const std::exception&) {
             return failureExit();

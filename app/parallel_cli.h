@@ -18,5 +18,8 @@ std::string recordingDtype(const ParallelPlan& plan);
 // `memledger fit MODEL --budget SIZE [--precision P,...] [--shard S,...] [--gpus N,...] [--json FILE]`: the fit
 // table (whatif/gpu_fit.h) of the model's training step; returns the exit code.
 int runFit(const CliOptions& o);
+// `memledger whatif MODEL --mode train --gpus 1,8,64 --shard fsdp,zero1,ddp [--precision P,...] [--batch ...]`:
+// rank 0's figures per row; returns the exit code.
+int runRankWhatIf(const CliOptions& o);
 
 } // namespace memledger

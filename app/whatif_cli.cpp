@@ -1,6 +1,7 @@
 #include "whatif_cli.h"
 
 #include "cli.h"
+#include "parallel_cli.h"
 #include "demo_model.h"
 #include "support/atomic_file.h"
 #include "support/errors.h"
@@ -176,6 +177,8 @@ int runWhatIf(const CliOptions& o)
 {
     if (!o.checkpoint.empty())
         return runCheckpointWhatIf(o);
+    if (o.parallel())
+        return runRankWhatIf(o);
     const std::string name = o.model.empty() ? kDemoModelName : o.model;
     WhatIfTable table;
     std::vector<std::string> notes;

@@ -1,5 +1,7 @@
 #include "exports/gpu_fit_export.h"
 
+#include "exports/html_style.h"
+#include "exports/report_html.h"
 #include "support/format.h"
 #include "whatif/gpu_fit.h"
 #include "whatif/whatif.h"
@@ -107,6 +109,71 @@ nlohmann::json gpuFitToJson(const GpuFitTable& t)
         answers.push_back(row);
     }
     return j;
+}
+
+std::string gpuFitToHtml(const GpuFitTable& t, const std::string& title)
+{
+    std::ostringstream out;
+    out << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>memledger fit: " << htmlEscape(title)
+        << "</title><style>" << kHtmlBaseStyle
+        << "td.none{color:#c44e52}td.fit{font-weight:bold}tr.nm td{color:#888}</style></head><body>\n";
+    out << "<h1>memledger fit: " << htmlEscape(title) << "</h1>\n<p class=muted>One " << htmlEscape(t.optimizer)
+        << " training step per rank" << (t.seq > 0 ? ", sequence " + std::to_string(t.seq) : std::string())
+        << (t.device == "meta" ? ", computed on the meta device from shapes" : "") << "; rank 0 (the largest shards)</p>\n";
+    out << "<h2>Budget per GPU: "
+        << htmlEscape(t.budget_text.empty() ? formatBytes(t.budget_bytes) : t.budget_text + " (" + formatBytes(t.budget_bytes) + ")")
+        << "</h2>\n<table><tr><td class=l>CUDA context</td><td>" << formatBytes(t.cuda_context_bytes) << "</td><td class=l>"
+        << htmlEscape(t.cuda_context_source) << "</td></tr>\n<tr><td class=l>NCCL buffers</td><td>"
+        << formatBytes(t.nccl_bytes) << "</td><td class=l>" << htmlEscape(t.nccl_source)
+        << "</td></tr>\n<tr><td class=l>left to the allocator</td><td>" << formatBytes(t.allocatorBudget(2))
+        << "</td><td class=l>on more than one GPU (" << formatBytes(t.allocatorBudget(1)) << " on one)</td></tr></table>\n";
+    out << "<h2>Fewest GPUs and the largest micro-batch per rank</h2>\n<table id=fit><tr><th class=l>precision</th>"
+           "<th class=l>strategy</th><th>fewest GPUs</th><th>micro-batch</th><th>peak total</th><th>reserved</th>"
+           "<th>weights</th><th>gradients</th><th>optimizer state</th></tr>\n";
+    for (const auto& a : t.answers) {
+        out << "<tr" << (a.not_modelled.empty() ? "" : " class=nm") << "><td class=l title=\""
+            << htmlEscape(precisionText(a.precision)) << "\">" << htmlEscape(a.precision) << "</td><td class=l>"
+            << htmlEscape(a.shard) << "</td>";
+        if (!a.not_modelled.empty()) {
+            out << "<td colspan=7 class=l>not modelled: " << htmlEscape(a.not_modelled) << "</td></tr>\n";
+            continue;
+        }
+        if (a.fewest_gpus == 0 || !a.at) {
+            out << "<td class=none>none</td><td colspan=6 class=l>not even micro-batch " << t.runnable.min << " fits on "
+                << (t.gpu_counts.empty() ? 0 : t.gpu_counts.back()) << " GPUs</td></tr>\n";
+            continue;
+        }
+        const auto& p = *a.at;
+        out << "<td class=fit>" << a.fewest_gpus << "</td><td class=fit>" << WhatIfTable::largestText(a.micro_batch)
+            << "</td><td>" << formatBytes(p.predicted_peak_total_bytes) << "</td><td>"
+            << (p.predicted_reserved_bytes > 0 ? formatBytes(p.predicted_reserved_bytes) : "-") << "</td><td>"
+            << formatBytes(p.weight_bytes) << "</td><td>" << formatBytes(p.gradient_bytes) << "</td><td>"
+            << formatBytes(p.optimizer_state_bytes) << "</td></tr>\n";
+    }
+    out << "</table>\n<h2>Largest micro-batch per rank by GPU count</h2>\n<table id=by-gpus><tr><th class=l>precision</th>"
+           "<th class=l>strategy</th>";
+    for (int n : t.gpu_counts)
+        out << "<th>" << n << "</th>";
+    out << "</tr>\n";
+    for (const auto& a : t.answers) {
+        if (!a.not_modelled.empty())
+            continue;
+        out << "<tr><td class=l>" << htmlEscape(a.precision) << "</td><td class=l>" << htmlEscape(a.shard) << "</td>";
+        for (const auto& [n, b] : a.largest)
+            out << "<td" << (b == 0 ? " class=none" : "") << ">" << (b == 0 ? std::string("&ndash;") : WhatIfTable::largestText(b))
+                << "</td>";
+        out << "</tr>\n";
+    }
+    out << "</table>\n<p class=muted>&ndash;: does not fit. \"Fits\": the peak total, and the reserve of PyTorch's "
+           "caching allocator replayed on a device of the allocator's share of the budget.</p>\n";
+    if (!t.notes.empty()) {
+        out << "<h2>Notes</h2>\n<ul>";
+        for (const auto& n : t.notes)
+            out << "<li>" << htmlEscape(n) << "</li>";
+        out << "</ul>\n";
+    }
+    out << "</body></html>\n";
+    return out.str();
 }
 
 GpuFitTable gpuFitFromJson(const nlohmann::json& j)

@@ -11,5 +11,8 @@ namespace memledger {
 std::string gpuFitToText(const GpuFitTable& t);
 nlohmann::json gpuFitToJson(const GpuFitTable& t);
 GpuFitTable gpuFitFromJson(const nlohmann::json& j); // throws nlohmann::json::exception on a damaged table
+// A page of its own: `title` (the model), the budget and what comes off it, the answers, the largest micro-batch
+// per GPU count.
+std::string gpuFitToHtml(const GpuFitTable& t, const std::string& title);
 
 } // namespace memledger

@@ -480,6 +480,10 @@ json reportToJson(const Report& r, bool withEvents)
     j["run"] = {{"input_shapes", shapes}, {"inputs", inputs}, {"input_guessed", r.run.input_guessed}, {"batch", r.run.batch},
         {"seq", r.run.seq}, {"dtype", r.run.dtype}, {"mode", r.source == ReportSource::Snapshot ? "snapshot" : nameOf(r.run.mode)}, {"device", r.run.device}, {"threads", r.run.threads},
         {"duration_ms", r.run.duration_ms}};
+    if (!r.run.autocast.empty()) {
+        j["run"]["autocast"] = r.run.autocast;
+        j["run"]["autocast_cache"] = r.run.autocast_cache;
+    }
     if (r.run.mode == RunMode::Train) {
         j["run"]["optimizer"] = r.run.optimizer;
         j["run"]["loss"] = r.run.loss;
@@ -645,6 +649,8 @@ Report reportFromJson(const json& j, const std::string& name)
         r.run.batch = run.at("batch").get<std::int64_t>();
         r.run.seq = run.value("seq", std::int64_t {0});
         r.run.dtype = run.at("dtype").get<std::string>();
+        r.run.autocast = run.value("autocast", std::string());
+        r.run.autocast_cache = run.value("autocast_cache", true);
         r.run.mode = fromName(run.value("mode", "inference"), RunMode::Inference);
         r.run.device = run.value("device", "cpu");
         r.run.duration_ms = run.value("duration_ms", 0.0);

@@ -148,8 +148,11 @@ std::string reportToText(const Report& r, int maxDepth)
     out << "  file " << formatBytes(r.model.file_bytes) << ", input ";
     for (std::size_t i = 0; i < r.run.input_shapes.size(); ++i)
         out << (i ? ", " : "") << inputToString(r.run.input_shapes[i], inputTypeAt(r.run.input_types, i));
-    out << (r.run.input_guessed ? " (guessed)" : "") << ", batch " << r.run.batch << ", " << r.run.dtype << ", "
-        << nameOf(r.run.mode) << " on " << r.run.device;
+    out << (r.run.input_guessed ? " (guessed)" : "") << ", batch " << r.run.batch << ", " << r.run.dtype;
+    if (!r.run.autocast.empty())
+        out << " weights under autocast " << r.run.autocast << " (weight-cast cache "
+            << (r.run.autocast_cache ? "on" : "off") << ")";
+    out << ", " << nameOf(r.run.mode) << " on " << r.run.device;
     if (isTrainStep(r))
         out << " (optimizer " << (r.run.optimizer.empty() ? "-" : r.run.optimizer) << ", loss "
             << (r.run.loss.empty() ? "-" : r.run.loss) << ", " << r.run.threads

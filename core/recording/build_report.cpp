@@ -26,14 +26,18 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
     const Phase* forward = phaseNamed("forward");
     const Phase* backward = phaseNamed("backward");
     auto inPhase = [](const Phase* p, std::size_t i) { return p && i >= p->first_event && i < p->end_event; };
+    auto setLedger = [&t](std::size_t i, Ledger l) {
+        t.ledger[i] = l;
+        if (t.partner[i] != kNoPartner)
+            t.ledger[static_cast<std::size_t>(t.partner[i])] = l;
+    };
+    // Under autocast: the weight casts its cache held until the region's end freed them.
+    for (auto e : raw.autocast_cache_events)
+        if (e < t.size() && t.action[e] == Action::Alloc)
+            setLedger(e, Ledger::AutocastCache);
     if (train) {
         // Allocations that end as a parameter's .grad are gradients; forward activations still alive when the
         // backward starts and freed by it were saved for it.
-        auto setLedger = [&t](std::size_t i, Ledger l) {
-            t.ledger[i] = l;
-            if (t.partner[i] != kNoPartner)
-                t.ledger[static_cast<std::size_t>(t.partner[i])] = l;
-        };
         for (auto e : raw.gradient_events)
             if (e < t.size())
                 setLedger(e, Ledger::Gradients);

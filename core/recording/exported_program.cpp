@@ -313,8 +313,8 @@ struct ExportedProgram::Impl {
         const json* outputs = nullptr;
         std::string module;
         std::vector<std::string> last_use; // values no later node reads: dropped once this one has run
-        // aten::_assert_tensor_metadata: checks the dtype the program was exported with, which --dtype changes;
-        // it allocates nothing and is not run.
+        // aten::_assert_tensor_metadata: checks the dtype the program was exported with, which --dtype and
+        // --autocast change; it allocates nothing and is not run.
         bool assertion = false;
         // Its type argument names the exported type because the model's source does (x.float(),
         // .to(torch.float32), softmax(..., dtype=torch.float32)): it keeps it in a converted run.
@@ -1165,6 +1165,18 @@ c10::ScalarType ExportedProgram::exportedScalar() const
     return d_->exported;
 }
 
+std::string ExportedProgram::autocastNote() const
+{
+    auto checks = std::count_if(d_->nodes.begin(), d_->nodes.end(), [](const Impl::Node& n) { return n.assertion; });
+    if (checks == 0)
+        return {};
+    return "under autocast, the program's " + std::to_string(checks) + " dtype "
+        + (checks == 1 ? "check (an aten._assert_tensor_metadata node" : "checks (aten._assert_tensor_metadata nodes")
+        + ", which torch.export puts after a cast such as x.float()) would fail, as they do in PyTorch (\"Tensor dtype "
+          "mismatch\"): autocast changes the dtypes they expect. They allocate nothing and were skipped, as if erased "
+          "from the graph";
+}
+
 const std::vector<std::string>& ExportedProgram::loadNotes() const
 {
     return d_->notes;
@@ -1250,6 +1262,10 @@ bool ExportedProgram::metaWeights() const
 c10::ScalarType ExportedProgram::exportedScalar() const
 {
     return c10::kFloat;
+}
+std::string ExportedProgram::autocastNote() const
+{
+    return {};
 }
 const std::vector<std::string>& ExportedProgram::loadNotes() const
 {

@@ -87,6 +87,10 @@ public:
     // What a report of a run converted to `runs` says: what was converted and which ops kept the exported type.
     std::string conversionNote(c10::ScalarType runs) const;
 
+    // What a report of a run under autocast says of the graph's dtype checks (aten::_assert_tensor_metadata, which
+    // export puts after a cast such as x.float()): they are skipped. "" when the graph has none.
+    std::string autocastNote() const;
+
     // What loading decided that a report should say (a meta weight taken as a tied weight's storage).
     const std::vector<std::string>& loadNotes() const;
 

@@ -18,6 +18,11 @@ struct RunOptions {
     std::optional<std::int64_t> batch; // replaces dim 0 of every input
     std::optional<std::int64_t> seq; // replaces dim 1 of every token input (int64, int32, bool): the sequence
     std::string dtype = "float32"; // float32 | bfloat16 | float16
+    // Mixed precision on one device: "" none, or "bfloat16" | "float16": libtorch's autocast for the run's device
+    // around the forward and the loss (`with torch.autocast(device, dtype, cache_enabled=autocast_cache)`; the
+    // backward and the optimizer outside it), the weights staying in `dtype`.
+    std::string autocast;
+    bool autocast_cache = true; // autocast's weight-cast cache (torch.autocast(..., cache_enabled))
     // Called from the running thread: modules done, modules in the model.
     std::function<void(int, int)> progress;
     const std::atomic<bool>* cancel = nullptr; // set it to stop at the next allocation
@@ -46,6 +51,8 @@ struct RawRun {
     // A training step.
     std::vector<Phase> phases;
     std::vector<std::uint32_t> gradient_events; // allocs that ended as a parameter's .grad
+    // Under autocast: the allocs that the region's clear_cache() freed (the cached weight casts no one else held).
+    std::vector<std::uint32_t> autocast_cache_events;
     std::int64_t gradient_bytes = 0;
     std::int64_t optimizer_state_bytes = 0;
     std::vector<TensorUse> forward_uses; // forward and loss ops' tensor inputs

@@ -8,6 +8,7 @@
 #include "recording/torch_compat.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/record_function.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
@@ -460,6 +461,123 @@ RunError explainRunFailure(
     return RunError(text);
 }
 
+// libtorch's autocast state of one device type. PyTorch 2.4 made the functions take the device; libtorch 1.13
+// (Debian's) has one set per device, CPU and CUDA among them.
+#if MEMLEDGER_TORCH_AT_LEAST(2, 4)
+bool autocastEnabled(c10::DeviceType type)
+{
+    return at::autocast::is_autocast_enabled(type);
+}
+void setAutocastEnabled(c10::DeviceType type, bool on)
+{
+    at::autocast::set_autocast_enabled(type, on);
+}
+c10::ScalarType autocastDtype(c10::DeviceType type)
+{
+    return at::autocast::get_autocast_dtype(type);
+}
+void setAutocastDtype(c10::DeviceType type, c10::ScalarType dtype)
+{
+    at::autocast::set_autocast_dtype(type, dtype);
+}
+#else
+bool autocastEnabled(c10::DeviceType type)
+{
+    return type == c10::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+}
+void setAutocastEnabled(c10::DeviceType type, bool on)
+{
+    if (type == c10::kCUDA)
+        at::autocast::set_enabled(on);
+    else
+        at::autocast::set_cpu_enabled(on);
+}
+c10::ScalarType autocastDtype(c10::DeviceType type)
+{
+    return type == c10::kCUDA ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
+}
+void setAutocastDtype(c10::DeviceType type, c10::ScalarType dtype)
+{
+    if (type == c10::kCUDA)
+        at::autocast::set_autocast_gpu_dtype(dtype);
+    else
+        at::autocast::set_autocast_cpu_dtype(dtype);
+}
+#endif
+
+// Why this build cannot run --autocast `dtype` on `device`; "" when it can.
+std::string autocastRefusal(const std::string& dtype, const c10::Device& device)
+{
+    if (dtype != "bfloat16" && dtype != "float16")
+        return "unknown autocast dtype '" + dtype + "' (use bfloat16 or float16)";
+    if (device.is_meta())
+        return "--autocast: libtorch has no autocast for meta tensors (its autocast dispatch keys are for the CPU, CUDA "
+               "and other devices with memory, not meta), so a meta run cannot record autocast's casts; run it on the "
+               "cpu or a GPU";
+#if !MEMLEDGER_TORCH_AT_LEAST(2, 4)
+    if (device.is_cpu() && dtype == "float16")
+        return "--autocast float16: this build's libtorch " TORCH_VERSION " has CPU autocast in bfloat16 only "
+               "(its PyTorch's torch.autocast(\"cpu\", dtype=torch.float16) warns and disables itself); use --autocast "
+               "bfloat16, or the PyTorch 2 build";
+#endif
+    return {};
+}
+
+// `with torch.autocast(device_type, dtype, cache_enabled=cache):` entered on construction and left by close() (or
+// the destructor, when an exception leaves the region): autocast on for the device type in `dtype`, the weight-cast
+// cache on or off, the nesting counted; leaving the outermost region clears the cache (at::autocast::clear_cache,
+// as torch.autocast.__exit__ does), and the state before is restored.
+class AutocastRegion {
+public:
+    AutocastRegion(c10::DeviceType type, c10::ScalarType dtype, bool cache, const Trace* trace)
+        : type_(type)
+        , trace_(trace)
+        , enabled_(autocastEnabled(type))
+        , dtype_(autocastDtype(type))
+        , cache_(at::autocast::is_autocast_cache_enabled())
+    {
+        setAutocastEnabled(type, true);
+        setAutocastDtype(type, dtype);
+        at::autocast::increment_nesting();
+        at::autocast::set_autocast_cache_enabled(cache);
+    }
+    ~AutocastRegion()
+    {
+        try {
+            close();
+        } catch (...) {
+        }
+    }
+    AutocastRegion(const AutocastRegion&) = delete;
+    AutocastRegion& operator=(const AutocastRegion&) = delete;
+
+    void close()
+    {
+        if (closed_)
+            return;
+        closed_ = true;
+        if (at::autocast::decrement_nesting() == 0) {
+            cleared_first_ = trace_ ? trace_->size() : 0;
+            at::autocast::clear_cache();
+            cleared_end_ = trace_ ? trace_->size() : 0;
+        }
+        setAutocastEnabled(type_, enabled_);
+        setAutocastDtype(type_, dtype_);
+        at::autocast::set_autocast_cache_enabled(cache_);
+    }
+    // The trace's events [first, end) that the cache's clearing recorded (its frees of the cached weight casts).
+    std::pair<std::size_t, std::size_t> clearedEvents() const { return {cleared_first_, cleared_end_}; }
+
+private:
+    c10::DeviceType type_;
+    const Trace* trace_;
+    bool enabled_;
+    c10::ScalarType dtype_;
+    bool cache_;
+    bool closed_ = false;
+    std::size_t cleared_first_ = 0, cleared_end_ = 0;
+};
+
 } // namespace
 
 RawRun runModel(Model::Impl& d, const RunOptions& options)
@@ -478,6 +596,10 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
     if (metaWeights && !device.is_meta())
         throw RunError("this program cannot run on " + device.str() + ": its weights are meta tensors (it was exported "
             "from a model built on the meta device), which hold shapes and no values: run it with --device meta");
+    const bool autocast = !options.autocast.empty();
+    if (autocast)
+        if (auto refusal = autocastRefusal(options.autocast, device); !refusal.empty())
+            throw RunError(refusal);
     const bool gpu = device.is_cuda();
     std::lock_guard<std::mutex> lock(d.run_mutex);
     // An exported program runs in another precision as the graph exported from model.to(dtype) would
@@ -503,6 +625,13 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
             raw.notes.push_back(d.program->conversionNote(scalarTypeFor(options.dtype)));
     }
     raw.info.dtype = options.dtype;
+    raw.info.autocast = options.autocast;
+    raw.info.autocast_cache = options.autocast_cache;
+    if (autocast && d.program) {
+        auto note = d.program->autocastNote();
+        if (!note.empty())
+            raw.notes.push_back(note);
+    }
     raw.info.mode = mode;
     raw.info.input_shapes = options.inputs;
     raw.info.input_types = options.input_types;
@@ -543,7 +672,8 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
 
     const auto& inputNames = signature.names;
     auto explain = [&](const std::string& message) {
-        return explainRunFailure(message, options.dtype, raw.info, inputNames);
+        return explainRunFailure(
+            message, autocast ? options.autocast + " (under autocast)" : options.dtype, raw.info, inputNames);
     };
     // The model's own signature counts its inputs, `self` left out.
     const auto given = raw.info.input_shapes.size();
@@ -605,11 +735,35 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
     // An exported program names each node's module: the recorder is told it before the node runs (set once the
     // recorded run begins; the warm-up runs without it).
     std::function<void(const std::string&)> onNode;
+    // --autocast: the region around the forward and the loss, as users write it (`with torch.autocast(...): out =
+    // model(x); loss = ...`; the backward and the optimizer outside). The frees of the recorded region's clearing
+    // of the cache are the cached weight casts that nothing else held (autocast_cache_events).
+    std::pair<std::size_t, std::size_t> clearedByAutocast {0, 0};
+    auto enterAutocast = [&](std::optional<AutocastRegion>& region) {
+        if (autocast)
+            region.emplace(device.type(), scalarTypeFor(options.autocast), options.autocast_cache, &raw.trace);
+    };
+    auto leaveAutocast = [&](std::optional<AutocastRegion>& region) {
+        if (!region)
+            return;
+        region->close();
+        clearedByAutocast = region->clearedEvents();
+    };
+    auto forward = [&] {
+        std::optional<AutocastRegion> region;
+        enterAutocast(region);
+        auto out = d.forward(inputs, onNode);
+        leaveAutocast(region);
+        return out;
+    };
     auto step = [&](const std::function<void(const char*)>& mark) {
         mark("forward");
+        std::optional<AutocastRegion> region;
+        enterAutocast(region);
         auto out = d.forward(inputs, onNode);
         mark("loss");
         auto l = lossOf(out, loss, targets);
+        leaveAutocast(region);
         if (!l.requires_grad())
             throw RunError("the model's output does not depend on any parameter that requires a gradient: "
                            "there is no backward pass to record");
@@ -624,13 +778,13 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
     auto noMark = [](const char*) {};
     auto warmUp = [&] {
         if (!train) {
-            d.forward(inputs); // lazy initialisation and caches stay out of the record
+            forward(); // lazy initialisation and caches stay out of the record
             return;
         }
         // One unrecorded step, so that the optimizer state exists as in any step after the first.
         bool tokens = std::any_of(raw.info.input_types.begin(), raw.info.input_types.end(),
             [](const InputType& t) { return t.dtype == "int64" || t.dtype == "int32"; });
-        loss = chooseLoss(d.forward(inputs), options.loss, tokens);
+        loss = chooseLoss(forward(), options.loss, tokens);
         raw.info.loss = loss.name;
         targets = makeTargets(loss);
         if (targets.defined() && !device.is_cpu())
@@ -656,7 +810,7 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
             if (train)
                 step(noMark);
             else
-                d.forward(inputs);
+                forward();
             if (gpu)
                 CudaRecording::synchronize(device);
             raw.info.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -767,7 +921,7 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
             step(mark);
             mark(nullptr);
         } else {
-            auto out = d.forward(inputs, onNode);
+            auto out = forward();
             noteOutputs(state, out, raw.output_events);
             out = c10::IValue(); // the output's free is part of the run
         }
@@ -788,6 +942,9 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
             throw Cancelled();
         throw rethrow(e);
     }
+    for (auto i = clearedByAutocast.first; i < clearedByAutocast.second && i < raw.trace.size(); ++i)
+        if (raw.trace.action[i] == Action::Free && raw.trace.partner[i] != kNoPartner)
+            raw.autocast_cache_events.push_back(static_cast<std::uint32_t>(raw.trace.partner[i]));
     raw.trace.shrinkToFit();
     raw.info.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
     if (train)

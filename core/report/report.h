@@ -171,6 +171,8 @@ struct RunInfo {
     std::int64_t batch = 1;
     std::int64_t seq = 0; // dimension 1 of the first token input; 0: the model takes none
     std::string dtype = "float32";
+    std::string autocast; // "" none, or the autocast dtype (bfloat16, float16) around the forward and the loss
+    bool autocast_cache = true; // autocast's weight-cast cache (torch.autocast(..., cache_enabled))
     RunMode mode = RunMode::Inference;
     std::string device = "cpu";
     std::string optimizer; // train: sgd | adam | adamw | none

@@ -27,6 +27,7 @@ struct WhatIf::Fit {
     std::int64_t target_bytes_per_sample = 0; // a training step's class targets
     std::vector<Phase> phases; // a training step's, at b2: event ranges hold at every batch
     std::vector<std::uint32_t> gradient_events;
+    std::vector<std::uint32_t> autocast_cache_events; // RawRun's, at b2
     std::int64_t gradient_bytes = 0;
 
     struct Recorded { // what the runs at b1 and b2 measured

@@ -87,6 +87,60 @@ ParallelPlan planFor(const GpuFitRequest& r, const std::string& precision, Shard
     return plan;
 }
 
+void setOverheadEstimates(GpuFitTable& t)
+{
+    // Outside PyTorch's allocator: estimates, said as such.
+    t.cuda_context_bytes = 512 * kMiB;
+    t.cuda_context_source = "estimate: the CUDA context with lazy module loading (CUDA 12, the default since 11.7) "
+                            "takes 0.3-0.6 GiB of an H100 or A100 before PyTorch allocates anything";
+    t.nccl_bytes = 512 * kMiB;
+    t.nccl_source = "estimate: NCCL's communicator buffers, NCCL_BUFFSIZE (4 MiB) per channel and peer over up to "
+                    "32 channels on an NVLink node, on more than one GPU";
+}
+
+std::vector<Prediction> rankRows(const WhatIf& w, const std::vector<std::int64_t>& batches,
+    const std::vector<std::string>& precisions, const std::vector<Sharding>& shards, const std::vector<int>& gpus,
+    const GpuFitRequest& r)
+{
+    checkPrecisions(precisions);
+    GpuFitTable overheads;
+    overheads.budget_bytes = r.budget;
+    setOverheadEstimates(overheads);
+    std::vector<Prediction> rows;
+    for (const auto& precision : precisions)
+        for (auto shard : shards)
+            for (int n : gpus) {
+                // "Fits" is monotone along the micro-batch: never above the largest that fits.
+                std::int64_t largest = -1;
+                for (auto b : batches) {
+                    std::string why;
+                    auto plan = planFor(r, precision, shard, n, &why);
+                    Prediction p;
+                    if (!why.empty()) {
+                        p.batch = b;
+                        p.dtype = precision;
+                        p.gpus = n;
+                        p.shard = shardingName(shard);
+                        p.runnable = false;
+                        p.not_runnable = why;
+                        p.fits = false;
+                        rows.push_back(p);
+                        continue;
+                    }
+                    const auto budget = r.budget > 0 ? overheads.allocatorBudget(n) : 0;
+                    p = w.predictRank(b, plan, r.with_reserved, budget);
+                    p.dtype = precision;
+                    if (r.budget > 0) {
+                        if (largest < 0)
+                            largest = budget > 0 ? w.maxRankBatch(plan, budget, r.with_reserved) : 0;
+                        p.fits = budget > 0 && b <= largest && fitsWithin(p, budget);
+                    }
+                    rows.push_back(p);
+                }
+            }
+    return rows;
+}
+
 GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
 {
     const auto started = std::chrono::steady_clock::now();
@@ -107,13 +161,7 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
             t.gpu_counts.push_back(n);
     std::sort(t.gpu_counts.begin(), t.gpu_counts.end());
     t.gpu_counts.erase(std::unique(t.gpu_counts.begin(), t.gpu_counts.end()), t.gpu_counts.end());
-    // Outside PyTorch's allocator: estimates, said as such.
-    t.cuda_context_bytes = 512 * kMiB;
-    t.cuda_context_source = "estimate: the CUDA context with lazy module loading (CUDA 12, the default since 11.7) "
-                            "takes 0.3-0.6 GiB of an H100 or A100 before PyTorch allocates anything";
-    t.nccl_bytes = 512 * kMiB;
-    t.nccl_source = "estimate: NCCL's communicator buffers, NCCL_BUFFSIZE (4 MiB) per channel and peer over up to "
-                    "32 channels on an NVLink node, on more than one GPU";
+    setOverheadEstimates(t);
     for (const auto& precision : r.precisions)
         for (auto shard : r.shards) {
             GpuFitAnswer a;

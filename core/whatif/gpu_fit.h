@@ -35,4 +35,14 @@ std::string precisionText(const std::string& precision);
 
 GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r);
 
+// The estimates off a GPU's budget outside PyTorch's allocator (the CUDA context, NCCL's buffers), with their
+// sources, as a fit table carries them; `t.allocatorBudget(gpus)` is then what the allocator may use.
+void setOverheadEstimates(GpuFitTable& t);
+
+// `memledger whatif --gpus ... --shard ...`: rank 0's row at each micro-batch x precision x strategy x GPU count,
+// "fits" judged on the allocator's share of the budget (setOverheadEstimates).
+std::vector<Prediction> rankRows(const WhatIf& w, const std::vector<std::int64_t>& batches,
+    const std::vector<std::string>& precisions, const std::vector<Sharding>& shards, const std::vector<int>& gpus,
+    const GpuFitRequest& r);
+
 } // namespace memledger

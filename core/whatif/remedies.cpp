@@ -164,6 +164,8 @@ RunOptions optionsOf(const Report& r)
     o.inputs = r.run.input_shapes;
     o.input_types = r.run.input_types;
     o.dtype = r.run.dtype;
+    o.autocast = r.run.autocast;
+    o.autocast_cache = r.run.autocast_cache;
     o.mode = r.run.mode;
     o.optimizer = r.run.optimizer.empty() ? "sgd" : r.run.optimizer;
     o.loss = r.run.loss.empty() ? "auto" : r.run.loss;

@@ -77,6 +77,7 @@ std::shared_ptr<WhatIf::Fit> makeFit(const ModelInfo& model, const std::vector<L
     f->optimizer_state_bytes = r2.optimizer_state_bytes;
     f->phases = r2.phases;
     f->gradient_events = r2.gradient_events;
+    f->autocast_cache_events = r2.autocast_cache_events;
     f->gradient_bytes = r2.gradient_bytes;
     // Targets of a training step: one class per sample (per token for a language model, which the sequence fit
     // does not scale: the batch's does).
@@ -1041,6 +1042,7 @@ Report WhatIf::predictedReport(std::int64_t batch, const std::string& dtype) con
     raw.phases = f.phases;
     raw.gradient_events = f.gradient_events;
     raw.gradient_bytes = f.gradient_bytes;
+    raw.autocast_cache_events = f.autocast_cache_events;
     auto report = buildReport(*model_, *modules_, std::move(raw));
     auto p = predict(batch, dtype, false);
     report.notes.insert(report.notes.begin(), p.notes.begin(), p.notes.end());
@@ -1056,6 +1058,8 @@ Prediction WhatIf::measure(Model& model, std::int64_t batch, const std::string& 
     o.input_types = f.info.input_types;
     (f.axis == WhatIfAxis::Seq ? o.seq : o.batch) = batch;
     o.dtype = dtype;
+    o.autocast = f.info.autocast;
+    o.autocast_cache = f.info.autocast_cache;
     o.mode = f.info.mode;
     o.optimizer = f.info.optimizer.empty() ? "sgd" : f.info.optimizer;
     o.loss = f.info.loss.empty() ? "auto" : f.info.loss;

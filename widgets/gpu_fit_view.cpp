@@ -1,0 +1,129 @@
+#include "gpu_fit_view.h"
+#include "bytes_text.h"
+
+#include "whatif/gpu_fit.h"
+
+#include <QHeaderView>
+#include <QLabel>
+#include <QTableWidget>
+#include <QVBoxLayout>
+
+namespace memledger {
+
+namespace {
+
+QTableWidget* makeTable(QWidget* parent, const QStringList& headers)
+{
+    auto* t = new QTableWidget(0, static_cast<int>(headers.size()), parent);
+    t->setHorizontalHeaderLabels(headers);
+    t->verticalHeader()->hide();
+    t->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    t->setSelectionMode(QAbstractItemView::NoSelection);
+    t->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    return t;
+}
+
+QTableWidgetItem* item(const QString& text, bool right = true)
+{
+    auto* i = new QTableWidgetItem(text);
+    i->setTextAlignment(static_cast<int>((right ? Qt::AlignRight : Qt::AlignLeft) | Qt::AlignVCenter));
+    return i;
+}
+
+} // namespace
+
+GpuFitView::GpuFitView(QWidget* parent)
+    : QWidget(parent)
+{
+    header_ = new QLabel(this);
+    header_->setWordWrap(true);
+    header_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    answers_ = makeTable(this,
+        {tr("Precision"), tr("Strategy"), tr("Fewest GPUs"), tr("Micro-batch"), tr("Peak total"), tr("Reserved"),
+            tr("Weights"), tr("Gradients"), tr("Optimizer state")});
+    byGpus_ = makeTable(this, {tr("Precision"), tr("Strategy")});
+    auto* layout = new QVBoxLayout(this);
+    layout->addWidget(header_);
+    layout->addWidget(answers_, 3);
+    layout->addWidget(new QLabel(tr("Largest micro-batch per rank by GPU count (–: does not fit):"), this));
+    layout->addWidget(byGpus_, 2);
+    clear(tr("The fit table answers for a training step: run the model with Mode \"training step\"."));
+}
+
+QString GpuFitView::headerText() const
+{
+    return header_->text();
+}
+
+void GpuFitView::clear(const QString& why)
+{
+    header_->setText(why);
+    answers_->setRowCount(0);
+    byGpus_->setRowCount(0);
+}
+
+void GpuFitView::setTable(const GpuFitTable& t)
+{
+    header_->setText(tr("Budget per GPU %1; off it, outside PyTorch's allocator: the CUDA context %2 and NCCL's "
+                        "buffers %3 (estimates). Rank 0 of each job%4; answered in %5 s.")
+                         .arg(QString::fromStdString(t.budget_text.empty() ? bytesText(t.budget_bytes).toStdString()
+                                                                           : t.budget_text),
+                             bytesText(t.cuda_context_bytes), bytesText(t.nccl_bytes),
+                             t.device == "meta" ? tr(", computed on the meta device from shapes") : QString())
+                         .arg(t.seconds, 0, 'f', 1));
+    answers_->setRowCount(static_cast<int>(t.answers.size()));
+    for (std::size_t i = 0; i < t.answers.size(); ++i) {
+        const auto& a = t.answers[i];
+        const int row = static_cast<int>(i);
+        auto* precision = item(QString::fromStdString(a.precision), false);
+        precision->setToolTip(QString::fromStdString(precisionText(a.precision)));
+        answers_->setItem(row, 0, precision);
+        answers_->setItem(row, 1, item(QString::fromStdString(a.shard), false));
+        for (int c = 2; c < answers_->columnCount(); ++c)
+            answers_->setItem(row, c, item(QString()));
+        if (!a.not_modelled.empty()) {
+            answers_->item(row, 2)->setText(tr("not modelled"));
+            answers_->item(row, 2)->setToolTip(QString::fromStdString(a.not_modelled));
+            continue;
+        }
+        if (a.fewest_gpus == 0 || !a.at) {
+            answers_->item(row, 2)->setText(tr("none up to %1").arg(t.gpu_counts.empty() ? 0 : t.gpu_counts.back()));
+            continue;
+        }
+        const auto& p = *a.at;
+        answers_->item(row, 2)->setText(QString::number(a.fewest_gpus));
+        answers_->item(row, 3)->setText(QString::fromStdString(WhatIfTable::largestText(a.micro_batch)));
+        answers_->item(row, 4)->setText(bytesText(p.predicted_peak_total_bytes));
+        answers_->item(row, 5)->setText(p.predicted_reserved_bytes > 0 ? bytesText(p.predicted_reserved_bytes) : tr("—"));
+        answers_->item(row, 6)->setText(bytesText(p.weight_bytes));
+        answers_->item(row, 7)->setText(bytesText(p.gradient_bytes));
+        answers_->item(row, 8)->setText(bytesText(p.optimizer_state_bytes));
+        for (int c : {2, 3}) {
+            auto f = answers_->item(row, c)->font();
+            f.setBold(true);
+            answers_->item(row, c)->setFont(f);
+        }
+    }
+    QStringList headers {tr("Precision"), tr("Strategy")};
+    for (int n : t.gpu_counts)
+        headers << QString::number(n);
+    byGpus_->setColumnCount(static_cast<int>(headers.size()));
+    byGpus_->setHorizontalHeaderLabels(headers);
+    int rows = 0;
+    for (const auto& a : t.answers)
+        rows += a.not_modelled.empty() ? 1 : 0;
+    byGpus_->setRowCount(rows);
+    int row = 0;
+    for (const auto& a : t.answers) {
+        if (!a.not_modelled.empty())
+            continue;
+        byGpus_->setItem(row, 0, item(QString::fromStdString(a.precision), false));
+        byGpus_->setItem(row, 1, item(QString::fromStdString(a.shard), false));
+        int c = 2;
+        for (const auto& [n, b] : a.largest)
+            byGpus_->setItem(row, c++, item(b == 0 ? tr("–") : QString::fromStdString(WhatIfTable::largestText(b))));
+        ++row;
+    }
+}
+
+} // namespace memledger

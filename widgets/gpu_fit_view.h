@@ -1,0 +1,30 @@
+#pragma once
+// The GPUs tab: the fit table of a training step (whatif/gpu_fit.h) for the What if panel's budget: per precision
+// and strategy, the fewest GPUs on which a rank fits and the largest micro-batch there, with rank 0's figures,
+// and the largest micro-batch per GPU count. The same table as `memledger fit` and its HTML page.
+#include "report/whatif_table.h"
+
+#include <QWidget>
+
+class QLabel;
+class QTableWidget;
+
+namespace memledger {
+
+class GpuFitView : public QWidget {
+    Q_OBJECT
+public:
+    explicit GpuFitView(QWidget* parent = nullptr);
+    void setTable(const GpuFitTable& table);
+    void clear(const QString& why); // nothing to show, and why ("a training step's question", ...)
+    QTableWidget* answers() const { return answers_; }
+    QTableWidget* byGpus() const { return byGpus_; }
+    QString headerText() const;
+
+private:
+    QLabel* header_;
+    QTableWidget* answers_;
+    QTableWidget* byGpus_;
+};
+
+} // namespace memledger
