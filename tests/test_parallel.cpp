@@ -13,13 +13,17 @@
 #include "report/trace_edit.h"
 #include "run_command.h"
 #include "support/format.h"
+#include "exports/gpu_fit_export.h"
+#include "whatif/gpu_fit.h"
 #include "whatif/parallel.h"
+#include "whatif/whatif_policy.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <string>
 
@@ -181,6 +185,109 @@ TEST(RealJobs, DdpAndZeroOneRanksAgreeWithTorchrun)
         ++checked;
     }
     EXPECT_GE(checked, 4);
+}
+
+// The fit table on the 7B (FSDP's fixture, exported on meta at 1x4096, batch 1..16): "Llama-2-7B-shaped, seq 4096,
+// AdamW, bfloat16 mixed, 80 GB: how many GPUs, which micro-batch". Each answer is the first GPU count whose rank
+// fits at the smallest micro-batch; its micro-batch fits and the next does not (or is past the program's range);
+// the rank figures are the what-if's own; the JSON reads back; the HTML and the CLI say the same.
+TEST_F(Fsdp, FitTableAnswersTheSevenBQuestion)
+{
+    auto model = Model::open(fixture("fsdp/llama7b.pt2"));
+    WhatIfRequest records;
+    records.dtypes = {"bfloat16", "float32"};
+    records.rows = {1, 2, 4, 8};
+    auto base = stepOptions("1x4096:int64", "float32");
+    auto w = recordWhatIf(model, base, records);
+    GpuFitRequest request;
+    request.budget = *parseBudget("H100-80GB");
+    request.budget_text = "H100-80GB";
+    auto t = makeGpuFitTable(w, request);
+    ASSERT_EQ(t.answers.size(), 12u);
+    for (const auto& a : t.answers) {
+        SCOPED_TRACE(a.precision + " " + a.shard);
+        if (!a.not_modelled.empty()) {
+            EXPECT_TRUE(a.shard == "ddp" || a.shard == "zero1") << a.not_modelled;
+            EXPECT_NE(a.precision.find("mixed"), std::string::npos);
+            continue;
+        }
+        ASSERT_EQ(a.largest.size(), t.gpu_counts.size());
+        for (const auto& [n, b] : a.largest) {
+            auto plan = planFor(request, a.precision, *shardingFromName(a.shard), n, nullptr);
+            const auto budget = t.allocatorBudget(n);
+            if (b > 0) {
+                EXPECT_TRUE(fitsWithin(w.predictRank(b, plan, true, budget), budget)) << n << " GPUs, batch " << b;
+                EXPECT_TRUE(t.runnable.contains(b));
+            }
+            if (b + 1 <= t.runnable.max)
+                EXPECT_FALSE(fitsWithin(w.predictRank(b + 1, plan, true, budget), budget)) << n << " GPUs, batch " << b + 1;
+            if (a.fewest_gpus > 0 && n < a.fewest_gpus)
+                EXPECT_EQ(b, 0) << n << " GPUs";
+        }
+        if (a.fewest_gpus > 0) {
+            ASSERT_TRUE(a.at);
+            EXPECT_EQ(a.at->gpus, a.fewest_gpus);
+            EXPECT_EQ(a.at->batch, a.micro_batch);
+        }
+    }
+    // The question users bring: bfloat16 mixed with FSDP on H100s.
+    const auto& mixed = t.answers.front();
+    EXPECT_EQ(mixed.precision, "bfloat16-mixed");
+    EXPECT_EQ(mixed.shard, "fsdp");
+    EXPECT_GT(mixed.fewest_gpus, 1); // 7B's float32 masters, gradients and AdamW state: 100 GiB before activations
+    EXPECT_GE(mixed.micro_batch, 1);
+    std::printf("[ fit      ] 7B, seq 4096, AdamW, bfloat16 mixed, FSDP, H100-80GB: %d GPUs, micro-batch %lld\n",
+        mixed.fewest_gpus, static_cast<long long>(mixed.micro_batch));
+    auto back = gpuFitFromJson(gpuFitToJson(t));
+    ASSERT_EQ(back.answers.size(), t.answers.size());
+    EXPECT_EQ(back.answers.front().fewest_gpus, mixed.fewest_gpus);
+    EXPECT_EQ(back.answers.front().micro_batch, mixed.micro_batch);
+    auto html = gpuFitToHtml(t, "llama7b.pt2");
+    EXPECT_NE(html.find("<td class=fit>" + std::to_string(mixed.fewest_gpus) + "</td><td class=fit>"
+                  + std::to_string(mixed.micro_batch) + "</td>"),
+        std::string::npos);
+    // The command line gives the same answer.
+    auto cli = runCommand(std::string(MEMLEDGER_BINARY) + " fit " + fixture("fsdp/llama7b.pt2")
+        + " --input 1x4096:int64 --budget H100-80GB --precision bfloat16-mixed --shard fsdp --json "
+        + fixture("fsdp/fit-7b.json"));
+    ASSERT_EQ(cli.exit_code, 0) << cli.output;
+    std::ifstream in(fixture("fsdp/fit-7b.json"));
+    auto j = nlohmann::json::parse(in);
+    EXPECT_EQ(j["answers"][0]["fewest_gpus"], mixed.fewest_gpus);
+    EXPECT_EQ(j["answers"][0]["micro_batch"], mixed.micro_batch);
+}
+
+// whatif --gpus --shard: one row per micro-batch x strategy x GPU count, rank 0's figures, fits monotone.
+TEST_F(Fsdp, WhatIfRowsPerRank)
+{
+    auto r = runCommand(std::string(MEMLEDGER_BINARY) + " whatif " + fixture("fsdp/toy.pt2")
+        + " --input 2x32:int64 --mode train --optimizer adamw --gpus 1,8 --shard fsdp,ddp --precision float32"
+          " --batch 2,8,64 --budget 2GiB --json " + fixture("fsdp/whatif-ranks.json"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in(fixture("fsdp/whatif-ranks.json"));
+    auto j = nlohmann::json::parse(in);
+    ASSERT_EQ(j["predictions"].size(), 12u); // 2 strategies x 2 GPU counts x 3 batches
+    std::map<std::string, std::int64_t> fsdpWeights;
+    for (const auto& p : j["predictions"]) {
+        EXPECT_TRUE(p.contains("gpus"));
+        if (p["shard"] == "fsdp")
+            fsdpWeights[std::to_string(p["gpus"].get<int>())] = p["weight_bytes"].get<std::int64_t>();
+    }
+    EXPECT_LT(fsdpWeights["8"], fsdpWeights["1"]);
+    // Rank 0 of 4: the same figures as analyze --gpus 4 --shard fsdp.
+    auto a = runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + fixture("fsdp/toy.pt2")
+        + " --input 2x32:int64 --mode train --optimizer adamw --gpus 4 --shard fsdp --json " + fixture("fsdp/rank4.json"));
+    ASSERT_EQ(a.exit_code, 0) << a.output;
+    std::ifstream rin(fixture("fsdp/rank4.json"));
+    auto rank = nlohmann::json::parse(rin);
+    EXPECT_EQ(rank["run"]["parallel"]["gpus"], 4);
+    EXPECT_EQ(rank["run"]["parallel"]["shard"], "fsdp");
+    EXPECT_GT(rank["ledgers"]["gathered_parameters"]["total"].get<std::int64_t>(), 0);
+    EXPECT_GT(rank["ledgers"]["communication"]["total"].get<std::int64_t>(), 0);
+    EXPECT_NE(a.output.find("one rank of 4 GPUs, fsdp"), std::string::npos) << a.output;
+    // A sharded job's options need a training step.
+    auto bad = runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + fixture("fsdp/toy.pt2") + " --gpus 4");
+    EXPECT_EQ(bad.exit_code, 2) << bad.output;
 }
 
 // The editor keeps the recorded events, places new ones before a position, gives an alloc without a free one,

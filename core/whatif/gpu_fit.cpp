@@ -195,6 +195,13 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
             }
             t.answers.push_back(a);
         }
+    bool atRangeEnd = false;
+    for (const auto& a : t.answers)
+        for (const auto& [n, b] : a.largest)
+            atRangeEnd = atRangeEnd || (t.runnable.bounded() && b == t.runnable.max);
+    if (atRangeEnd)
+        t.notes.push_back("a micro-batch of " + std::to_string(t.runnable.max) + " is the most the program accepts ("
+            + (t.runnable.why.empty() ? t.runnable.text() : t.runnable.why) + "): a larger one may fit but cannot run");
     t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return t;
 }
