@@ -2,7 +2,8 @@
 
     make_meta_llama.py OUT.pt2 SIZE [--real] [--seq T]
 
-SIZE: 7b (hidden 4096, 32 layers, 32 heads, intermediate 11008, vocab 32000: 6.7 B parameters) or small (hidden
+SIZE: 7b (hidden 4096, 32 layers, 32 heads, intermediate 11008, vocab 32000: 6.7 B parameters), 70b (Llama-2-70B's
+shape: hidden 8192, 80 layers, 64 heads, 8 key/value heads, intermediate 28672: 69 B parameters) or small (hidden
 256, 4 layers, 8 heads, intermediate 688, vocab 32000). Built under torch.device("meta") (weights saved as shapes
 only) unless --real (float32 weights on the CPU). Exported at 2xT int64 tokens (T = 512 unless --seq; the batch
 dynamic, 1..64). Prints the
@@ -23,6 +24,7 @@ from lm_zoo import LlamaGQA  # noqa: E402
 
 SIZES = {
     "7b": dict(vocab=32000, dim=4096, n_layers=32, n_heads=32, n_kv=32, hidden=11008),
+    "70b": dict(vocab=32000, dim=8192, n_layers=80, n_heads=64, n_kv=8, hidden=28672),
     "small": dict(vocab=32000, dim=256, n_layers=4, n_heads=8, n_kv=8, hidden=688),
 }
 

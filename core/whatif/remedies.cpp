@@ -1,4 +1,5 @@
 #include "whatif/remedies.h"
+#include "report/trace_edit.h"
 
 #include "allocator/gpu_replay.h"
 #include "recording/build_report.h"
@@ -321,40 +322,17 @@ EditedRun predictEditedRun(const Report& r, const std::vector<char>& drop,
     std::int64_t weightBytes)
 {
     const Trace& t = *r.trace;
-    std::vector<std::size_t> alloc(t.size(), kNone); // refree: the free's new block
-    for (const auto& [f, a] : refree)
-        alloc[f] = a;
-    Trace e;
-    e.strings = t.strings;
-    e.reserve(t.size());
-    std::vector<std::int32_t> newIndex(t.size(), -1);
-    for (std::size_t i = 0; i < t.size(); ++i) {
+    TraceEdit edit(t);
+    for (std::size_t i = 0; i < t.size(); ++i)
         if (drop[i])
+            edit.drop(i);
+    for (const auto& [f, a] : refree) { // the free at f now frees a's block (and a's own free goes)
+        if (drop[a])
             continue;
-        const std::size_t src = alloc[i] == kNone ? i : alloc[i];
-        auto k = e.push(t.time_ns[i], t.bytes[src], t.address[src], t.action[i], t.device[i]);
-        newIndex[i] = static_cast<std::int32_t>(k);
-        e.ledger[k] = t.ledger[src];
-        e.op_seq[k] = t.op_seq[i];
-        e.outer_op[k] = t.outer_op[i];
-        e.inner_op[k] = t.inner_op[i];
-        e.where[k] = t.where[i];
+        edit.drop(f);
+        edit.addFree(f, a);
     }
-    std::vector<std::size_t> freeOf(t.size(), kNone); // alloc -> its free, after the refrees
-    for (std::size_t i = 0; i < t.size(); ++i) {
-        if (drop[i] || t.action[i] == Action::Alloc)
-            continue;
-        std::size_t a = alloc[i] != kNone ? alloc[i]
-            : t.partner[i] == kNoPartner ? kNone
-                                         : static_cast<std::size_t>(t.partner[i]);
-        if (a != kNone && !drop[a]) {
-            e.partner[static_cast<std::size_t>(newIndex[i])] = newIndex[a];
-            freeOf[a] = i;
-        }
-    }
-    for (std::size_t a = 0; a < t.size(); ++a)
-        if (freeOf[a] != kNone)
-            e.partner[static_cast<std::size_t>(newIndex[a])] = newIndex[freeOf[a]];
+    Trace e = edit.build(nullptr, nullptr);
     EditedRun out;
     std::int64_t peak = 0;
     for (auto v : liveBytesAfterEachEvent(e))

@@ -49,6 +49,54 @@ const char* axisWord(WhatIfAxis axis)
     return axis == WhatIfAxis::Seq ? "sequence" : "batch";
 }
 
+// One pass over `n` events: `signedBytes(i)` is what event i adds to the live bytes (+ an alloc, - its free, 0 none).
+// Sets the prediction's peak, its event and the ledgers alive then.
+template <class SignedBytes>
+void scanPeak(Prediction& p, std::size_t n, const Ledger* ledger, SignedBytes&& signedBytes)
+{
+    std::array<std::int64_t, kLedgerKinds> live {}, atPeak {};
+    std::int64_t now = 0, peak = 0;
+    std::int32_t peakEvent = -1;
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::int64_t bytes = signedBytes(i);
+        if (bytes == 0)
+            continue;
+        now += bytes;
+        live[std::min<std::size_t>(static_cast<std::size_t>(ledger[i]), kLedgerKinds - 1)] += bytes;
+        if (now > peak) {
+            peak = now;
+            peakEvent = static_cast<std::int32_t>(i);
+            atPeak = live;
+        }
+    }
+    p.predicted_peak_bytes = peak;
+    p.peak_event = peakEvent;
+    for (int l = 0; l < kLedgerCount; ++l)
+        p.ledgers_at_peak[static_cast<std::size_t>(l)] = atPeak[static_cast<std::size_t>(l)];
+}
+
+// The reserve on a GPU: the resident blocks first, each its own block as on a GPU, then the run's events as
+// `push(replay)` appends them. On a device of `capacity` bytes (0: unbounded) the allocator releases its cached
+// blocks and retries before it fails, so the reserve never exceeds the device: out of memory is what does not fit.
+// The replay trace is reused from one call to the next: a fresh million-event trace costs more in page faults than
+// the replay itself.
+template <class Push>
+void replayReserve(Prediction& p, const ResidentSet& resident, std::size_t events, std::int8_t device,
+    std::int64_t capacity, Push&& push)
+{
+    thread_local Trace replay;
+    replay.clearEvents();
+    replay.reserve(resident.blocks.size() + events);
+    pushResidentBlocks(replay, resident, device);
+    push(replay);
+    AllocatorSettings settings;
+    settings.device_memory = capacity > 0 ? capacity : 0;
+    auto r = replayCachingAllocator(replay, settings);
+    p.predicted_reserved_bytes = r.peak_reserved;
+    p.capacity_bytes = settings.device_memory;
+    p.out_of_memory = r.ooms > 0;
+}
+
 // A fit through two records along the batch (a line per allocation) or three along the sequence (a parabola).
 std::shared_ptr<WhatIf::Fit> makeFit(const ModelInfo& model, const std::vector<LayerStats>& modules,
     std::vector<RawRun> runs, const std::vector<std::int64_t>& xs, WhatIfAxis axis)
@@ -794,28 +842,13 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
         const double* slope = f.slope.data();
         const double* intercept = f.intercept.data();
         const double* quad = f.quad.empty() ? nullptr : f.quad.data();
-        const Ledger* ledger = t.ledger.data();
-        std::array<std::int64_t, kLedgerKinds> live {}, atPeak {};
-        std::int64_t now = 0, peak = 0;
-        std::int32_t peakEvent = -1;
-        for (std::size_t i = 0; i < n; ++i) {
+        scanPeak(p, n, t.ledger.data(), [&](std::size_t i) -> std::int64_t {
             if (!sign[i])
-                continue;
+                return 0;
             double v = slope[i] * b + intercept[i] + (quad ? quad[i] * b * b : 0.0);
             std::int64_t bytes = v > 0.0 ? static_cast<std::int64_t>(v + 0.5) : 0;
-            bytes = sign[i] > 0 ? bytes : -bytes;
-            now += bytes;
-            live[std::min<std::size_t>(static_cast<std::size_t>(ledger[i]), kLedgerKinds - 1)] += bytes;
-            if (now > peak) {
-                peak = now;
-                peakEvent = static_cast<std::int32_t>(i);
-                atPeak = live;
-            }
-        }
-        p.predicted_peak_bytes = peak;
-        p.peak_event = peakEvent;
-        for (int l = 0; l < kLedgerCount; ++l)
-            p.ledgers_at_peak[static_cast<std::size_t>(l)] = atPeak[static_cast<std::size_t>(l)];
+            return sign[i] > 0 ? bytes : -bytes;
+        });
     }
     p.ledgers_at_peak[static_cast<std::size_t>(Ledger::Weights)] = p.weight_bytes;
     p.ledgers_at_peak[static_cast<std::size_t>(Ledger::Inputs)] = p.input_bytes;
@@ -823,32 +856,16 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
     p.predicted_peak_total_bytes = p.weight_bytes + f.optimizer_state_bytes + p.input_bytes + p.predicted_peak_bytes;
 
     if (withReserved) {
-        // Weights and inputs first, each its own block as on a GPU, then the run with predicted sizes.
-        // Reused from one slider move to the next: a fresh million-event trace costs more in page faults
-        // than the replay itself.
-        thread_local Trace replay;
-        replay.clearEvents();
-        const auto& t = *f.trace;
         // The same resident set as the report's replay (allocator/gpu_replay.h), at this batch and dtype.
-        auto inputs = f.inputsAt(batch);
-        auto resident = residentBlocks(*model_, dtype, p.weight_bytes, f.optimizer_state_bytes, inputs,
+        const auto& t = *f.trace;
+        auto resident = residentBlocks(*model_, dtype, p.weight_bytes, f.optimizer_state_bytes, f.inputsAt(batch),
             f.info.input_types, p.input_bytes);
-        replay.reserve(resident.blocks.size() + t.size());
-        pushResidentBlocks(replay, resident, t.size() ? t.device.front() : -1);
-        for (std::size_t i = 0; i < t.size(); ++i) {
-            if (!f.sign[i])
-                continue;
-            replay.push(0, f.sizeAt(i, static_cast<double>(batch)), t.address[i],
-                f.sign[i] > 0 ? Action::Alloc : Action::Free, t.device[i]);
-        }
-        // On a device of the budget's size the allocator releases its cached blocks and retries before it
-        // fails, so the reserve never exceeds the device: out of memory is what does not fit.
-        AllocatorSettings settings;
-        settings.device_memory = capacity > 0 ? capacity : 0;
-        auto r = replayCachingAllocator(replay, settings);
-        p.predicted_reserved_bytes = r.peak_reserved;
-        p.capacity_bytes = settings.device_memory;
-        p.out_of_memory = r.ooms > 0;
+        replayReserve(p, resident, t.size(), t.size() ? t.device.front() : -1, capacity, [&](Trace& replay) {
+            for (std::size_t i = 0; i < t.size(); ++i)
+                if (f.sign[i])
+                    replay.push(0, f.sizeAt(i, static_cast<double>(batch)), t.address[i],
+                        f.sign[i] > 0 ? Action::Alloc : Action::Free, t.device[i]);
+        });
     }
     std::int64_t largest = 0, smallest = 0; // this precision's largest and smallest records
     for (const auto& g : fits_)
@@ -942,55 +959,31 @@ Prediction WhatIf::predictRank(std::int64_t batch, const ParallelPlan& plan, boo
     p.weight_bytes = layout.weight_bytes;
     p.gradient_bytes = layout.gradient_bytes;
     p.optimizer_state_bytes = layout.optimizer_state_bytes;
-    std::array<std::int64_t, kLedgerKinds> live {}, atPeak {};
-    std::int64_t now = 0, peak = 0;
-    std::int32_t peakEvent = -1;
     const auto& t = layout.trace;
-    for (std::size_t i = 0; i < t.size(); ++i) {
-        std::int64_t bytes = 0;
+    scanPeak(p, t.size(), t.ledger.data(), [&](std::size_t i) -> std::int64_t {
         if (t.action[i] == Action::Alloc)
-            bytes = t.bytes[i];
-        else if (t.action[i] == Action::Free && t.partner[i] != kNoPartner)
-            bytes = -t.bytes[i];
-        else
-            continue;
-        now += bytes;
-        live[std::min<std::size_t>(static_cast<std::size_t>(t.ledger[i]), kLedgerKinds - 1)] += bytes;
-        if (now > peak) {
-            peak = now;
-            peakEvent = static_cast<std::int32_t>(i);
-            atPeak = live;
-        }
-    }
-    p.predicted_peak_bytes = peak;
-    p.peak_event = peakEvent;
-    for (int l = 0; l < kLedgerCount; ++l)
-        p.ledgers_at_peak[static_cast<std::size_t>(l)] = atPeak[static_cast<std::size_t>(l)];
+            return t.bytes[i];
+        if (t.action[i] == Action::Free && t.partner[i] != kNoPartner)
+            return -t.bytes[i];
+        return 0;
+    });
     p.ledgers_at_peak[static_cast<std::size_t>(Ledger::Weights)] = p.weight_bytes;
     p.ledgers_at_peak[static_cast<std::size_t>(Ledger::Inputs)] = p.input_bytes;
     p.ledgers_at_peak[static_cast<std::size_t>(Ledger::OptimizerState)] = layout.optimizer_state_bytes;
-    p.predicted_peak_total_bytes = p.weight_bytes + layout.optimizer_state_bytes + p.input_bytes + peak;
+    p.predicted_peak_total_bytes = p.weight_bytes + layout.optimizer_state_bytes + p.input_bytes + p.predicted_peak_bytes;
     if (p.method == FigureMethod::Measured) // the record was of one device: the rank is laid over it
         p.method = FigureMethod::Predicted;
     p.notes.insert(p.notes.begin(), layout.notes.begin(), layout.notes.end());
     if (withReserved) {
-        thread_local Trace replay;
-        replay.clearEvents();
-        ResidentSet resident;
+        ResidentSet resident; // the rank's shards, buffers and optimizer state, then the inputs
         resident.blocks = layout.info.resident_blocks;
         auto inputs = residentBlocks(ModelInfo {}, dtype, 0, 0, f.inputsAt(batch), f.info.input_types, p.input_bytes);
         resident.blocks.insert(resident.blocks.end(), inputs.blocks.begin(), inputs.blocks.end());
-        replay.reserve(resident.blocks.size() + t.size());
-        pushResidentBlocks(replay, resident, t.size() ? t.device.front() : -1);
-        for (std::size_t i = 0; i < t.size(); ++i)
-            if (t.action[i] == Action::Alloc || (t.action[i] == Action::Free && t.partner[i] != kNoPartner))
-                replay.push(0, t.bytes[i], t.address[i], t.action[i], t.device[i]);
-        AllocatorSettings settings;
-        settings.device_memory = capacity > 0 ? capacity : 0;
-        auto r = replayCachingAllocator(replay, settings);
-        p.predicted_reserved_bytes = r.peak_reserved;
-        p.capacity_bytes = settings.device_memory;
-        p.out_of_memory = r.ooms > 0;
+        replayReserve(p, resident, t.size(), t.size() ? t.device.front() : -1, capacity, [&](Trace& replay) {
+            for (std::size_t i = 0; i < t.size(); ++i)
+                if (t.action[i] == Action::Alloc || (t.action[i] == Action::Free && t.partner[i] != kNoPartner))
+                    replay.push(0, t.bytes[i], t.address[i], t.action[i], t.device[i]);
+        });
     }
     return p;
 }
