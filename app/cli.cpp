@@ -63,6 +63,7 @@ int runAnalyze(const CliOptions& o)
             auto plan = parallelPlanFromCli(o, file.model ? file.model->modules() : std::vector<LayerStats> {});
             RunOptions run = o.run;
             run.dtype = recordingDtype(plan);
+            run.mode = RunMode::Train; // a rank of a training job
             report = rankReport(analyzeOpened(file, run), plan);
         } else {
             report = analyzeOpened(file, o.run);

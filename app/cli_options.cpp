@@ -291,8 +291,8 @@ CliOptions parseCli(const std::vector<std::string>& args)
     if (o.command == "fit") {
     } else if (o.parallel() && o.command != "analyze" && o.command != "whatif")
         throw std::invalid_argument("--gpus and --shard are for 'analyze' and 'whatif' with --mode train");
-    if (o.parallel() && o.run.mode != RunMode::Train)
-        throw std::invalid_argument("--gpus and --shard lay out a training step: add --mode train");
+    if (o.parallel() && o.run.mode && *o.run.mode != RunMode::Train) // unset: a training step, whatever the file's
+        throw std::invalid_argument("--gpus and --shard lay out a training step, not --mode inference");
     if ((!o.param_dtype.empty() || !o.reduce_dtype.empty() || !o.reshard_after_forward || !o.shard_units.empty()
             || o.gradient_as_bucket_view)
         && !o.parallel() && o.command != "fit")

@@ -290,9 +290,18 @@ TEST_F(Fsdp, WhatIfRowsPerRank)
     EXPECT_GT(rank["ledgers"]["gathered_parameters"]["total"].get<std::int64_t>(), 0);
     EXPECT_GT(rank["ledgers"]["communication"]["total"].get<std::int64_t>(), 0);
     EXPECT_NE(a.output.find("one rank of 4 GPUs, fsdp"), std::string::npos) << a.output;
-    // A sharded job's options need a training step.
-    auto bad = runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + fixture("fsdp/toy.pt2") + " --gpus 4");
+    // A sharded job is a training step: --mode may be left out (the step is recorded), not set to inference;
+    // a unit the model lacks is named.
+    auto bad = runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + fixture("fsdp/toy.pt2") + " --mode inference --gpus 4");
     EXPECT_EQ(bad.exit_code, 2) << bad.output;
+    auto unit = runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + fixture("fsdp/toy.pt2")
+        + " --input 2x32:int64 --gpus 4 --shard fsdp --shard-units blocks.*");
+    EXPECT_EQ(unit.exit_code, 2) << unit.output;
+    EXPECT_NE(unit.output.find("has no module 'blocks'"), std::string::npos) << unit.output;
+    auto implied = runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + fixture("fsdp/toy.pt2")
+        + " --input 2x32:int64 --gpus 2 --shard zero1");
+    EXPECT_EQ(implied.exit_code, 0) << implied.output;
+    EXPECT_NE(implied.output.find("one rank of 2 GPUs, zero1"), std::string::npos) << implied.output;
 }
 
 // The editor keeps the recorded events, places new ones before a position, gives an alloc without a free one,
