@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <optional>
 #include <iostream>
 #include <stdexcept>
 
@@ -84,7 +85,37 @@ int runFit(const CliOptions& o)
         auto w = recordWhatIf(*file.model, base, records, [](const std::string& dtype, std::int64_t batch, int done) {
             std::cerr << "memledger: fit record " << done << " in " << dtype << " at batch " << batch << "\n";
         });
+        // A model with token inputs: its what-if along the sequence too, at the smallest micro-batch, for the
+        // longest sequence that fits at each answer's fewest GPUs.
+        std::optional<WhatIf> seqW;
+        const bool tokens = !base.inputs.empty() && base.inputs.front().size() > 1 && !base.input_types.empty()
+            && base.input_types.front().isToken();
+        if (tokens) {
+            WhatIfRequest seqRecords;
+            seqRecords.axis = WhatIfAxis::Seq;
+            seqRecords.dtypes = records.dtypes;
+            seqRecords.current_batch = w.runnableRange().min;
+            seqRecords.current_seq = base.seq.value_or(base.inputs.front()[1]);
+            try {
+                seqW = recordWhatIf(*file.model, base, seqRecords,
+                    [](const std::string& dtype, std::int64_t seq, int done) {
+                        std::cerr << "memledger: fit record " << done << " in " << dtype << " at sequence " << seq << "\n";
+                    });
+                request.seq_whatif = &*seqW;
+            } catch (const RunError& e) {
+                std::cerr << "memledger: no longest sequence: " << e.what() << "\n";
+            }
+        }
         table = makeGpuFitTable(w, request);
+        if (seqW) {
+            const auto& range = seqW->runnableRange();
+            bool capped = false;
+            for (const auto& a : table.answers)
+                capped = capped || (range.bounded() && a.longest_seq == range.max);
+            if (capped)
+                table.notes.push_back("a sequence of " + std::to_string(range.max) + " is the longest the program accepts ("
+                    + (range.why.empty() ? range.text() : range.why) + "): a longer one may fit but cannot run");
+        }
         table.optimizer = base.optimizer;
         if (!base.inputs.empty() && base.inputs.front().size() > 1)
             table.seq = base.seq.value_or(base.inputs.front()[1]);

@@ -260,6 +260,9 @@ TEST_F(Fsdp, FitTableAnswersTheSevenBQuestion)
     auto j = nlohmann::json::parse(in);
     EXPECT_EQ(j["answers"][0]["fewest_gpus"], mixed.fewest_gpus);
     EXPECT_EQ(j["answers"][0]["micro_batch"], mixed.micro_batch);
+    // Its sequence what-if too: the longest sequence at the fewest GPUs is the program's own cap, and says so.
+    EXPECT_EQ(j["answers"][0].value("longest_seq", 0), 4096);
+    EXPECT_NE(cli.output.find("is the longest the program accepts"), std::string::npos) << cli.output;
 }
 
 // whatif --gpus --shard: one row per micro-batch x strategy x GPU count, rank 0's figures, fits monotone.

@@ -34,8 +34,11 @@ std::string gpuFitToText(const GpuFitTable& t)
         << "  NCCL buffers      " << pad(formatBytes(t.nccl_bytes), 10, true) << "  (" << t.nccl_source << ")\n"
         << "  left to the allocator: " << formatBytes(copy.allocatorBudget(1)) << " on one GPU, "
         << formatBytes(copy.allocatorBudget(2)) << " on more\n\n";
+    bool seq = false;
+    for (const auto& a : t.answers)
+        seq = seq || a.longest_seq > 0;
     out << pad("precision", 16) << pad("strategy", 10) << pad("fewest GPUs", 13, true) << pad("micro-batch", 13, true)
-        << pad("peak total", 13, true) << pad("reserved", 13, true) << pad("weights", 12, true)
+        << (seq ? pad("longest seq", 13, true) : std::string()) << pad("peak total", 13, true) << pad("reserved", 13, true) << pad("weights", 12, true)
         << pad("grads", 12, true) << pad("optimizer", 12, true) << "\n";
     for (const auto& a : t.answers) {
         out << pad(a.precision, 16) << pad(a.shard, 10);
@@ -50,6 +53,7 @@ std::string gpuFitToText(const GpuFitTable& t)
         }
         const auto& p = *a.at;
         out << pad(std::to_string(a.fewest_gpus), 13, true) << pad(WhatIfTable::largestText(a.micro_batch), 13, true)
+            << (seq ? pad(a.longest_seq > 0 ? WhatIfTable::largestText(a.longest_seq) : "-", 13, true) : std::string())
             << pad(formatBytes(p.predicted_peak_total_bytes), 13, true)
             << pad(p.predicted_reserved_bytes > 0 ? formatBytes(p.predicted_reserved_bytes) : "-", 13, true)
             << pad(formatBytes(p.weight_bytes), 12, true) << pad(formatBytes(p.gradient_bytes), 12, true)
@@ -70,6 +74,9 @@ std::string gpuFitToText(const GpuFitTable& t)
             out << "\n";
         }
     }
+    if (seq)
+        out << "\nLongest seq: at the fewest GPUs and micro-batch " << t.runnable.min
+            << ", the longest sequence that fits (within the program's range).\n";
     out << "\nPrecisions:\n";
     std::vector<std::string> seen;
     for (const auto& a : t.answers)
@@ -98,6 +105,8 @@ nlohmann::json gpuFitToJson(const GpuFitTable& t)
     for (const auto& a : t.answers) {
         nlohmann::json row = {{"precision", a.precision}, {"shard", a.shard}, {"fewest_gpus", a.fewest_gpus},
             {"micro_batch", a.micro_batch}};
+        if (a.longest_seq > 0)
+            row["longest_seq"] = a.longest_seq;
         if (!a.not_modelled.empty())
             row["not_modelled"] = a.not_modelled;
         auto& largest = row["largest_micro_batch"] = nlohmann::json::array();
@@ -128,23 +137,24 @@ std::string gpuFitToHtml(const GpuFitTable& t, const std::string& title)
         << "</td></tr>\n<tr><td class=l>left to the allocator</td><td>" << formatBytes(t.allocatorBudget(2))
         << "</td><td class=l>on more than one GPU (" << formatBytes(t.allocatorBudget(1)) << " on one)</td></tr></table>\n";
     out << "<h2>Fewest GPUs and the largest micro-batch per rank</h2>\n<table id=fit><tr><th class=l>precision</th>"
-           "<th class=l>strategy</th><th>fewest GPUs</th><th>micro-batch</th><th>peak total</th><th>reserved</th>"
+           "<th class=l>strategy</th><th>fewest GPUs</th><th>micro-batch</th><th>longest sequence</th><th>peak total</th><th>reserved</th>"
            "<th>weights</th><th>gradients</th><th>optimizer state</th></tr>\n";
     for (const auto& a : t.answers) {
         out << "<tr" << (a.not_modelled.empty() ? "" : " class=nm") << "><td class=l title=\""
             << htmlEscape(precisionText(a.precision)) << "\">" << htmlEscape(a.precision) << "</td><td class=l>"
             << htmlEscape(a.shard) << "</td>";
         if (!a.not_modelled.empty()) {
-            out << "<td colspan=7 class=l>not modelled: " << htmlEscape(a.not_modelled) << "</td></tr>\n";
+            out << "<td colspan=8 class=l>not modelled: " << htmlEscape(a.not_modelled) << "</td></tr>\n";
             continue;
         }
         if (a.fewest_gpus == 0 || !a.at) {
-            out << "<td class=none>none</td><td colspan=6 class=l>not even micro-batch " << t.runnable.min << " fits on "
+            out << "<td class=none>none</td><td colspan=7 class=l>not even micro-batch " << t.runnable.min << " fits on "
                 << (t.gpu_counts.empty() ? 0 : t.gpu_counts.back()) << " GPUs</td></tr>\n";
             continue;
         }
         const auto& p = *a.at;
         out << "<td class=fit>" << a.fewest_gpus << "</td><td class=fit>" << WhatIfTable::largestText(a.micro_batch)
+            << "</td><td>" << (a.longest_seq > 0 ? WhatIfTable::largestText(a.longest_seq) : std::string("&ndash;"))
             << "</td><td>" << formatBytes(p.predicted_peak_total_bytes) << "</td><td>"
             << (p.predicted_reserved_bytes > 0 ? formatBytes(p.predicted_reserved_bytes) : "-") << "</td><td>"
             << formatBytes(p.weight_bytes) << "</td><td>" << formatBytes(p.gradient_bytes) << "</td><td>"
@@ -202,6 +212,7 @@ GpuFitTable gpuFitFromJson(const nlohmann::json& j)
         a.shard = row.at("shard").get<std::string>();
         a.fewest_gpus = row.value("fewest_gpus", 0);
         a.micro_batch = row.value("micro_batch", std::int64_t {0});
+        a.longest_seq = row.value("longest_seq", std::int64_t {0});
         a.not_modelled = row.value("not_modelled", std::string());
         for (const auto& l : row.value("largest_micro_batch", nlohmann::json::array()))
             a.largest.emplace_back(l.at("gpus").get<int>(), l.at("micro_batch").get<std::int64_t>());

@@ -119,6 +119,9 @@ struct GpuFitAnswer {
     std::int64_t micro_batch = 0; // the largest per rank at fewest_gpus
     std::optional<Prediction> at; // the rank at fewest_gpus and micro_batch
     std::vector<std::pair<int, std::int64_t>> largest; // per GPU count tried: its largest micro-batch (0: none)
+    // At fewest_gpus and the smallest micro-batch, the longest sequence that fits (a model with token inputs whose
+    // sequence what-if was recorded; 0: not asked, or none).
+    std::int64_t longest_seq = 0;
     std::string not_modelled; // set: no answer, and why
 };
 struct GpuFitTable {

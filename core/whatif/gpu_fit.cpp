@@ -191,6 +191,8 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
                     a.micro_batch = largest;
                     a.at = w.predictRank(largest, plan, r.with_reserved, budget);
                     a.at->fits = true;
+                    if (r.seq_whatif)
+                        a.longest_seq = r.seq_whatif->maxRankBatch(plan, budget, r.with_reserved);
                 }
             }
             t.answers.push_back(a);

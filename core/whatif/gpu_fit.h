@@ -22,6 +22,9 @@ struct GpuFitRequest {
     std::string budget_text;
     ParallelPlan base; // units, reshard_after_forward, buckets: what the user set
     bool with_reserved = true;
+    // The same step's what-if along the sequence at the smallest micro-batch: each answer also gets the longest
+    // sequence that fits at its fewest GPUs. nullptr: not asked.
+    const WhatIf* seq_whatif = nullptr;
 };
 
 // The compute dtypes a what-if must record for these precisions ("bfloat16-mixed" computes in bfloat16).
