@@ -62,7 +62,7 @@ int runAnalyze(const CliOptions& o)
             // One rank: the step recorded in the dtype the ranks compute in, the schedule laid over it.
             auto plan = parallelPlanFromCli(o, file.model ? file.model->modules() : std::vector<LayerStats> {});
             RunOptions run = o.run;
-            run.dtype = recordingDtype(plan);
+            run.dtype = plan.paramDtype(); // the dtype the forward and backward compute in
             run.mode = RunMode::Train; // a rank of a training job
             report = rankReport(analyzeOpened(file, run), plan);
         } else {

@@ -28,17 +28,6 @@ std::int64_t parsePositive(const std::string& what, const std::string& text)
     return v;
 }
 
-std::vector<std::string> splitComma(const std::string& text)
-{
-    std::vector<std::string> out;
-    std::stringstream ss(text);
-    std::string item;
-    while (std::getline(ss, item, ','))
-        if (!item.empty())
-            out.push_back(item);
-    return out;
-}
-
 } // namespace
 
 std::string usageText()

@@ -400,6 +400,7 @@ void MainWindow::showRank(std::shared_ptr<const Report> rank)
 void MainWindow::updateGpuFit()
 {
     const auto& w = whatIf_->whatIf();
+    whatIf_->panel()->setGpuFitTable(nullptr);
     if (!w || w->mode() != RunMode::Train) {
         gpuFit_->clear(tr("The fit table answers for a training step: run the model with Mode \"training step\"."));
         return;
@@ -410,6 +411,7 @@ void MainWindow::updateGpuFit()
         gpuFit_->clear(tr("Type a memory budget (a GPU) in the What if panel."));
         return;
     }
+    request.precisions.push_back("float16"); // every precision the What if panel offers: it shows the rows of its own
     request.with_reserved = w->eventCount(w->dtypes().front()) <= 200000;
     // Off the GUI thread (a 7B step takes a second or more); the latest request wins.
     const auto generation = ++gpuFitGeneration_;
@@ -426,9 +428,10 @@ void MainWindow::updateGpuFit()
         QMetaObject::invokeMethod(QCoreApplication::instance(), [self, table, error, generation] {
             if (!self || generation != self->gpuFitGeneration_)
                 return;
-            if (error.isEmpty())
+            if (error.isEmpty()) {
                 self->gpuFit_->setTable(*table);
-            else
+                self->whatIf_->panel()->setGpuFitTable(table);
+            } else
                 self->gpuFit_->clear(tr("No fit table: %1").arg(error));
             emit self->gpuFitReady();
         });

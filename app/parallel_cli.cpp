@@ -45,11 +45,6 @@ ParallelPlan parallelPlanFromCli(const CliOptions& o, const std::vector<LayerSta
     return plan;
 }
 
-std::string recordingDtype(const ParallelPlan& plan)
-{
-    return plan.paramDtype();
-}
-
 int runFit(const CliOptions& o)
 {
     const std::string name = o.model.empty() ? kDemoModelName : o.model;
@@ -71,7 +66,6 @@ int runFit(const CliOptions& o)
         request.budget = *o.budget;
         request.budget_text = o.budget_text;
         request.base = parallelPlanFromCli(o, file.model->modules(), 1, "fsdp");
-        request.base.reshard_after_forward = o.reshard_after_forward;
 
         RunOptions base = o.run;
         base.mode = RunMode::Train;
@@ -146,14 +140,6 @@ int runFit(const CliOptions& o)
     return kExitOk;
 }
 
-namespace {
-
-std::string cell(const std::string& s, std::size_t width)
-{
-    return s.size() >= width ? s + " " : std::string(width - s.size(), ' ') + s;
-}
-
-} // namespace
 
 int runRankWhatIf(const CliOptions& o)
 {
@@ -169,7 +155,6 @@ int runRankWhatIf(const CliOptions& o)
         request.budget = o.budget.value_or(0);
         request.budget_text = o.budget_text;
         request.base = parallelPlanFromCli(o, file.model->modules(), 1, "fsdp");
-        request.base.reshard_after_forward = o.reshard_after_forward;
         std::vector<std::string> precisions = o.precisions;
         if (precisions.empty())
             precisions = o.dtypes.empty() ? std::vector<std::string> {"bfloat16-mixed", "float32"} : o.dtypes;
@@ -206,22 +191,19 @@ int runRankWhatIf(const CliOptions& o)
         return failureExit({}, name);
     }
     std::cout << "What-if for " << name << ": one rank (rank 0) of a data-parallel training step\n\n";
-    std::cout << "precision       strategy  " << cell("GPUs", 6) << cell("batch", 7) << cell("peak total", 13)
-              << cell("reserved", 13) << cell("weights", 12) << cell("grads", 12) << cell("optimizer", 12)
+    std::cout << "precision       strategy  " << padCell("GPUs", 6, true) << padCell("batch", 7, true) << padCell("peak total", 13, true)
+              << padCell("reserved", 13, true) << padCell("weights", 12, true) << padCell("grads", 12, true) << padCell("optimizer", 12, true)
               << (overheads.budget_bytes > 0 ? "  fits" : "") << "\n";
     for (const auto& p : rows) {
-        std::string precision = p.dtype, shard = p.shard;
-        precision.resize(std::max<std::size_t>(precision.size(), 16), ' ');
-        shard.resize(std::max<std::size_t>(shard.size(), 10), ' ');
-        std::cout << precision << shard << cell(std::to_string(p.gpus), 6) << cell(std::to_string(p.seq > 0 ? p.seq : p.batch), 7);
+        std::cout << padCell(p.dtype, 16) << padCell(p.shard, 10) << padCell(std::to_string(p.gpus), 6, true) << padCell(std::to_string(p.seq > 0 ? p.seq : p.batch), 7, true);
         if (!p.runnable) {
             std::cout << "  " << p.not_runnable << "\n";
             continue;
         }
-        std::cout << cell(formatBytes(p.predicted_peak_total_bytes), 13)
-                  << cell(p.predicted_reserved_bytes > 0 ? formatBytes(p.predicted_reserved_bytes) : "-", 13)
-                  << cell(formatBytes(p.weight_bytes), 12) << cell(formatBytes(p.gradient_bytes), 12)
-                  << cell(formatBytes(p.optimizer_state_bytes), 12);
+        std::cout << padCell(formatBytes(p.predicted_peak_total_bytes), 13, true)
+                  << padCell(p.predicted_reserved_bytes > 0 ? formatBytes(p.predicted_reserved_bytes) : "-", 13, true)
+                  << padCell(formatBytes(p.weight_bytes), 12, true) << padCell(formatBytes(p.gradient_bytes), 12, true)
+                  << padCell(formatBytes(p.optimizer_state_bytes), 12, true);
         if (overheads.budget_bytes > 0)
             std::cout << "  " << (p.fits.value_or(false) ? "yes" : p.out_of_memory ? "no (out of memory)" : "no");
         std::cout << "\n";

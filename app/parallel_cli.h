@@ -12,8 +12,6 @@ namespace memledger {
 // the master dtype being --dtype; the units from --shard-units over `layers`. Throws std::invalid_argument.
 ParallelPlan parallelPlanFromCli(const CliOptions& o, const std::vector<LayerStats>& layers, std::int64_t gpus = 0,
     const std::string& shard = {});
-// The dtype the step is recorded in for that plan: --param-dtype for fsdp and zero2, else --dtype.
-std::string recordingDtype(const ParallelPlan& plan);
 
 // `memledger fit MODEL --budget SIZE [--precision P,...] [--shard S,...] [--gpus N,...] [--json FILE]`: the fit
 // table (whatif/gpu_fit.h) of the model's training step; returns the exit code.

@@ -383,6 +383,7 @@ QString WhatIfPanel::notesText() const
 void WhatIfPanel::setWhatIf(std::shared_ptr<const WhatIf> whatIf)
 {
     whatIf_ = std::move(whatIf);
+    gpuFitTable_.reset(); // another what-if: the window makes its table anew
     setEnabled(whatIf_ != nullptr);
     updateParallelRows();
     if (!whatIf_) {
@@ -680,28 +681,27 @@ void WhatIfPanel::updateFitTable()
         showPrediction(current_, !reservedTimer_->isActive());
 }
 
+void WhatIfPanel::setGpuFitTable(std::shared_ptr<const GpuFitTable> table)
+{
+    gpuFitTable_ = std::move(table);
+    updateGpuFit();
+}
+
 void WhatIfPanel::updateGpuFit()
 {
+    gpuFit_->setRowCount(0);
     if (!whatIf_ || whatIf_->mode() != RunMode::Train)
         return;
-    const auto b = budget();
     gpuFitTitle_->setText(tr("Fewest GPUs that fit the budget, %1, per rank (CUDA context and NCCL buffers "
                              "estimated off it):")
                               .arg(precision()));
-    gpuFit_->setRowCount(0);
-    if (b <= 0)
-        return;
-    GpuFitRequest request;
-    request.precisions = {precision().toStdString()};
-    request.budget = b;
-    request.with_reserved = whatIf_->eventCount(dtype().toStdString()) <= kReservedSearchEvents;
-    GpuFitTable table;
-    try {
-        table = makeGpuFitTable(*whatIf_, request);
-    } catch (const std::exception& e) {
-        gpuFitTitle_->setText(tr("Fewest GPUs: %1").arg(QString::fromUtf8(e.what())));
-        return;
-    }
+    if (!gpuFitTable_ || gpuFitTable_->budget_bytes != budget())
+        return; // the window's table for this budget is on its way
+    GpuFitTable table = *gpuFitTable_;
+    const auto chosen = precision().toStdString();
+    table.answers.erase(std::remove_if(table.answers.begin(), table.answers.end(),
+                            [&](const GpuFitAnswer& a) { return a.precision != chosen; }),
+        table.answers.end());
     gpuFit_->setRowCount(static_cast<int>(table.answers.size()));
     for (std::size_t i = 0; i < table.answers.size(); ++i) {
         const auto& a = table.answers[i];

@@ -49,8 +49,11 @@ public:
     void setShard(const QString& shard); // "" (one device), fsdp, zero2, zero1, ddp
     // The plan of the rank shown; nullopt: one device.
     std::optional<ParallelPlan> rankPlan() const;
-    QString gpuFitText() const;
-    void requestRank(); // "Show this rank", as if clicked (when a rank is chosen) // the fewest GPUs per strategy for the precision and budget, as shown
+    QString gpuFitText() const; // the fewest GPUs per strategy for the precision and budget, as shown
+    // The fit table the window made for this what-if and budget (its GPUs tab's, made off the GUI thread): the
+    // panel shows the rows of its precision. nullptr: none yet.
+    void setGpuFitTable(std::shared_ptr<const GpuFitTable> table);
+    void requestRank(); // "Show this rank", as if clicked (when a rank is chosen)
     std::int64_t budget() const; // 0 if the typed text is not a size
     void setBatch(std::int64_t batch);
     void setDtype(const QString& dtype); // a compute dtype, or a precision ("bfloat16-mixed")
@@ -85,7 +88,7 @@ private:
     void repredict();
     void updateReserved();
     void updateFitTable();
-    void updateGpuFit(); // the fewest GPUs per strategy, for a training step
+    void updateGpuFit(); // the fewest GPUs per strategy of the chosen precision, from gpuFitTable_
     void updateParallelRows();
     void showPrediction(const Prediction& p, bool reservedKnown);
     void applyFitsColour();
@@ -120,6 +123,7 @@ private:
     QPushButton* showRank_ = nullptr;
     QLabel* gpuFitTitle_ = nullptr;
     QTableWidget* gpuFit_ = nullptr;
+    std::shared_ptr<const GpuFitTable> gpuFitTable_;
     QTimer* reservedTimer_ = nullptr; // the allocator replay waits until the slider rests
     QTimer* fitTimer_ = nullptr;
     QTimer* budgetTimer_ = nullptr;

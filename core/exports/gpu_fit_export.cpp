@@ -13,16 +13,6 @@
 
 namespace memledger {
 
-namespace {
-
-std::string pad(const std::string& s, std::size_t width, bool right = false)
-{
-    if (s.size() >= width)
-        return s;
-    return right ? std::string(width - s.size(), ' ') + s : s + std::string(width - s.size(), ' ');
-}
-
-} // namespace
 
 std::string gpuFitToText(const GpuFitTable& t)
 {
@@ -30,47 +20,47 @@ std::string gpuFitToText(const GpuFitTable& t)
     GpuFitTable copy = t;
     out << "Budget per GPU: " << (t.budget_text.empty() ? formatBytes(t.budget_bytes) : t.budget_text + " (" + formatBytes(t.budget_bytes) + ")")
         << "; off it first, outside PyTorch's allocator:\n"
-        << "  CUDA context      " << pad(formatBytes(t.cuda_context_bytes), 10, true) << "  (" << t.cuda_context_source << ")\n"
-        << "  NCCL buffers      " << pad(formatBytes(t.nccl_bytes), 10, true) << "  (" << t.nccl_source << ")\n"
+        << "  CUDA context      " << padCell(formatBytes(t.cuda_context_bytes), 10, true) << "  (" << t.cuda_context_source << ")\n"
+        << "  NCCL buffers      " << padCell(formatBytes(t.nccl_bytes), 10, true) << "  (" << t.nccl_source << ")\n"
         << "  left to the allocator: " << formatBytes(copy.allocatorBudget(1)) << " on one GPU, "
         << formatBytes(copy.allocatorBudget(2)) << " on more\n\n";
     bool seq = false;
     for (const auto& a : t.answers)
         seq = seq || a.longest_seq > 0;
-    out << pad("precision", 16) << pad("strategy", 10) << pad("fewest GPUs", 13, true) << pad("micro-batch", 13, true)
-        << (seq ? pad("longest seq", 13, true) : std::string()) << pad("peak total", 13, true) << pad("reserved", 13, true) << pad("weights", 12, true)
-        << pad("grads", 12, true) << pad("optimizer", 12, true) << "\n";
+    out << padCell("precision", 16) << padCell("strategy", 10) << padCell("fewest GPUs", 13, true) << padCell("micro-batch", 13, true)
+        << (seq ? padCell("longest seq", 13, true) : std::string()) << padCell("peak total", 13, true) << padCell("reserved", 13, true) << padCell("weights", 12, true)
+        << padCell("grads", 12, true) << padCell("optimizer", 12, true) << "\n";
     for (const auto& a : t.answers) {
-        out << pad(a.precision, 16) << pad(a.shard, 10);
+        out << padCell(a.precision, 16) << padCell(a.shard, 10);
         if (!a.not_modelled.empty()) {
             out << "  not modelled: " << a.not_modelled << "\n";
             continue;
         }
         if (a.fewest_gpus == 0 || !a.at) {
-            out << pad("none", 13, true) << "  (not even micro-batch " << (t.runnable.min) << " fits on "
+            out << padCell("none", 13, true) << "  (not even micro-batch " << (t.runnable.min) << " fits on "
                 << (t.gpu_counts.empty() ? 0 : t.gpu_counts.back()) << " GPUs)\n";
             continue;
         }
         const auto& p = *a.at;
-        out << pad(std::to_string(a.fewest_gpus), 13, true) << pad(WhatIfTable::largestText(a.micro_batch), 13, true)
-            << (seq ? pad(a.longest_seq > 0 ? WhatIfTable::largestText(a.longest_seq) : "-", 13, true) : std::string())
-            << pad(formatBytes(p.predicted_peak_total_bytes), 13, true)
-            << pad(p.predicted_reserved_bytes > 0 ? formatBytes(p.predicted_reserved_bytes) : "-", 13, true)
-            << pad(formatBytes(p.weight_bytes), 12, true) << pad(formatBytes(p.gradient_bytes), 12, true)
-            << pad(formatBytes(p.optimizer_state_bytes), 12, true) << "\n";
+        out << padCell(std::to_string(a.fewest_gpus), 13, true) << padCell(WhatIfTable::largestText(a.micro_batch), 13, true)
+            << (seq ? padCell(a.longest_seq > 0 ? WhatIfTable::largestText(a.longest_seq) : "-", 13, true) : std::string())
+            << padCell(formatBytes(p.predicted_peak_total_bytes), 13, true)
+            << padCell(p.predicted_reserved_bytes > 0 ? formatBytes(p.predicted_reserved_bytes) : "-", 13, true)
+            << padCell(formatBytes(p.weight_bytes), 12, true) << padCell(formatBytes(p.gradient_bytes), 12, true)
+            << padCell(formatBytes(p.optimizer_state_bytes), 12, true) << "\n";
     }
     // The largest micro-batch per GPU count, one line per precision and strategy.
     if (!t.gpu_counts.empty()) {
-        out << "\nLargest micro-batch per rank by GPU count (0: does not fit):\n" << pad("", 26);
+        out << "\nLargest micro-batch per rank by GPU count (0: does not fit):\n" << padCell("", 26);
         for (int n : t.gpu_counts)
-            out << pad(std::to_string(n), 9, true);
+            out << padCell(std::to_string(n), 9, true);
         out << "\n";
         for (const auto& a : t.answers) {
             if (!a.not_modelled.empty())
                 continue;
-            out << pad(a.precision, 16) << pad(a.shard, 10);
+            out << padCell(a.precision, 16) << padCell(a.shard, 10);
             for (const auto& [n, b] : a.largest)
-                out << pad(b >= 1000000 ? ">=1e6" : std::to_string(b), 9, true);
+                out << padCell(b >= 1000000 ? ">=1e6" : std::to_string(b), 9, true);
             out << "\n";
         }
     }
@@ -82,7 +72,7 @@ std::string gpuFitToText(const GpuFitTable& t)
     for (const auto& a : t.answers)
         if (std::find(seen.begin(), seen.end(), a.precision) == seen.end()) {
             seen.push_back(a.precision);
-            out << "  " << pad(a.precision, 16) << precisionText(a.precision) << "\n";
+            out << "  " << padCell(a.precision, 16) << precisionText(a.precision) << "\n";
         }
     char secs[32];
     std::snprintf(secs, sizeof secs, "%.1f s", t.seconds);

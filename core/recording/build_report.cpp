@@ -17,14 +17,8 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
     auto& t = raw.trace;
     classifyTrace(t, raw.ops);
     const bool train = raw.info.mode == RunMode::Train;
-    auto phaseNamed = [&raw](const char* name) -> const Phase* {
-        for (const auto& p : raw.phases)
-            if (p.name == name)
-                return &p;
-        return nullptr;
-    };
-    const Phase* forward = phaseNamed("forward");
-    const Phase* backward = phaseNamed("backward");
+    const Phase* forward = findPhase(raw.phases, "forward");
+    const Phase* backward = findPhase(raw.phases, "backward");
     auto inPhase = [](const Phase* p, std::size_t i) { return p && i >= p->first_event && i < p->end_event; };
     auto setLedger = [&t](std::size_t i, Ledger l) {
         t.ledger[i] = l;

@@ -91,6 +91,8 @@ struct TensorUse {
 };
 
 // A part of a training step: "forward", "loss", "backward" or "optimizer".
+struct Phase;
+const Phase* findPhase(const std::vector<Phase>& phases, const char* name); // nullptr: none of that name
 struct Phase {
     std::string name;
     std::int64_t start_ns = 0;

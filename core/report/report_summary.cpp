@@ -65,6 +65,14 @@ std::vector<std::string> largestRepeatedBlocks(
     return best;
 }
 
+const Phase* findPhase(const std::vector<Phase>& phases, const char* name)
+{
+    for (const auto& p : phases)
+        if (p.name == name)
+            return &p;
+    return nullptr;
+}
+
 int Report::findLayer(const std::string& path) const
 {
     for (std::size_t i = 0; i < layers.size(); ++i)
@@ -230,13 +238,7 @@ void summarizeRunEvents(Report& r, const Trace& t, const std::vector<OpCall>& op
     r.range_first = first;
     r.range_end = end;
     const bool train = r.run.mode == RunMode::Train;
-    auto phaseNamed = [&r](const char* name) -> const Phase* {
-        for (const auto& p : r.phases)
-            if (p.name == name)
-                return &p;
-        return nullptr;
-    };
-    const Phase* forward = phaseNamed("forward");
+    const Phase* forward = findPhase(r.phases, "forward");
     auto inPhase = [](const Phase* p, std::size_t i) { return p && i >= p->first_event && i < p->end_event; };
     // Forward figures of a module count what its forward made: in a training step, the forward phase only.
     auto inForward = [&](std::size_t i) { return !train || inPhase(forward, i); };

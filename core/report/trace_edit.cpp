@@ -87,9 +87,9 @@ Trace TraceEdit::build(std::vector<OpCall>* ops, std::vector<Phase>* phases)
             return !x.original; // new events go before the original at their position
         return x.seq < y.seq;
     });
-    newIndex_.assign(placed_.size(), -1);
+    std::vector<std::int64_t> newIndex(placed_.size(), -1); // per handle
     for (std::size_t k = 0; k < order.size(); ++k)
-        newIndex_[order[k]] = static_cast<std::int64_t>(k);
+        newIndex[order[k]] = static_cast<std::int64_t>(k);
 
     Trace& out = out_;
     out.clearEvents();
@@ -121,29 +121,31 @@ Trace TraceEdit::build(std::vector<OpCall>* ops, std::vector<Phase>* phases)
         out.ledger[k] = p.ledger;
         lastTime = out.time_ns[k];
     }
-    // Partners, and the address of a free that is new: its alloc's.
+    // Partners; a free takes its alloc's address (a new free) and ledger.
     for (auto h : order) {
         const auto& p = placed_[h];
-        auto k = static_cast<std::size_t>(newIndex_[h]);
-        if (p.partner < 0 || newIndex_[static_cast<std::size_t>(p.partner)] < 0) {
+        auto k = static_cast<std::size_t>(newIndex[h]);
+        if (p.partner < 0 || newIndex[static_cast<std::size_t>(p.partner)] < 0) {
             out.partner[k] = kNoPartner;
             continue;
         }
-        out.partner[k] = static_cast<std::int32_t>(newIndex_[static_cast<std::size_t>(p.partner)]);
-        if (p.action != Action::Alloc)
+        out.partner[k] = static_cast<std::int32_t>(newIndex[static_cast<std::size_t>(p.partner)]);
+        if (p.action != Action::Alloc) {
             out.address[k] = out.address[static_cast<std::size_t>(out.partner[k])];
+            out.ledger[k] = out.ledger[static_cast<std::size_t>(out.partner[k])];
+        }
     }
 
     // The new index of the first original event at or after each position (the end of the trace past the last).
     std::vector<std::int64_t> next(n + 1, static_cast<std::int64_t>(out.size()));
     for (std::size_t i = n; i-- > 0;)
-        next[i] = newIndex_[i] >= 0 ? newIndex_[i] : next[i + 1];
+        next[i] = newIndex[i] >= 0 ? newIndex[i] : next[i + 1];
     if (ops) {
         for (auto& op : *ops) {
             const auto first = std::min<std::size_t>(op.first_event, n), end = std::min<std::size_t>(op.end_event, n);
             std::int64_t last = -1;
             for (auto i = first; i < end; ++i)
-                last = std::max(last, newIndex_[i]);
+                last = std::max(last, newIndex[i]);
             op.first_event = static_cast<std::uint32_t>(next[first]);
             op.end_event = static_cast<std::uint32_t>(last >= 0 ? last + 1 : next[first]);
             op.end_event = std::max(op.end_event, op.first_event);
@@ -156,8 +158,8 @@ Trace TraceEdit::build(std::vector<OpCall>* ops, std::vector<Phase>* phases)
             std::int64_t begin = next[first];
             if (k == 0) // the first phase takes what was placed before its first event
                 for (std::size_t h = n; h < placed_.size(); ++h)
-                    if (newIndex_[h] >= 0 && placed_[h].pos == first)
-                        begin = std::min(begin, newIndex_[h]);
+                    if (newIndex[h] >= 0 && placed_[h].pos == first)
+                        begin = std::min(begin, newIndex[h]);
             ph.first_event = static_cast<std::uint32_t>(begin);
             ph.end_event = static_cast<std::uint32_t>(std::max(begin, next[end]));
         }

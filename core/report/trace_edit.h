@@ -26,9 +26,8 @@ public:
 
     // The new trace; the ops' and phases' event ranges are carried over: an op keeps the events of its own,
     // a phase takes the new events placed before its first event (the first phase: all of them before it).
+    // A free's ledger is its alloc's.
     Trace build(std::vector<OpCall>* ops, std::vector<Phase>* phases);
-    // After build(): the new index of original event i (-1: dropped).
-    std::int64_t newIndex(std::size_t i) const { return newIndex_[i]; }
 
 private:
     struct Placed {
@@ -42,11 +41,9 @@ private:
         std::uint32_t where = 0, op = 0; // new events' strings, in the new trace's table
         std::int64_t partner = -1; // handle
     };
-    std::size_t firstOriginalAtOrAfter(std::size_t pos) const; // new index
     const Trace& t_;
-    Trace out_;
+    Trace out_; // its strings, while events are placed
     std::vector<Placed> placed_;
-    std::vector<std::int64_t> newIndex_; // per handle
     std::uint64_t seq_ = 0;
 };
 

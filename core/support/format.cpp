@@ -358,6 +358,21 @@ std::string formatByteChange(std::int64_t before, std::int64_t after, const char
     return before > after ? minus + formatBytes(before - after) : "+" + formatBytes(after - before);
 }
 
+std::vector<std::string> splitComma(const std::string& text)
+{
+    std::vector<std::string> out;
+    std::size_t start = 0;
+    while (start <= text.size()) {
+        auto comma = text.find(',', start);
+        if (comma == std::string::npos)
+            comma = text.size();
+        if (comma > start)
+            out.push_back(text.substr(start, comma - start));
+        start = comma + 1;
+    }
+    return out;
+}
+
 std::string padCell(std::string s, std::size_t width, bool right)
 {
     if (s.size() > width)

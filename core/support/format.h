@@ -16,6 +16,8 @@ std::string formatBytes(std::int64_t bytes);
 std::string formatByteChange(std::int64_t before, std::int64_t after, const char* minus = "-");
 // A table cell: `s` padded with spaces to `width` (on the left when `right`), cut with "~" when longer.
 std::string padCell(std::string s, std::size_t width, bool right = false);
+// "a,b,,c" -> {"a", "b", "c"}: the items of a comma-separated list, empty ones left out, as typed.
+std::vector<std::string> splitComma(const std::string& text);
 // "16GiB", "16 GB", "512MiB", "1024" (bytes). KiB, MiB, GiB, TiB (and K, M, G, T) are powers of 1024;
 // kB, MB, GB, TB are powers of 1000, as on a disk's label. nullopt if not a size.
 std::optional<std::int64_t> parseBytes(const std::string& text);

@@ -86,12 +86,8 @@ public:
         , t_(*r.trace)
         , impl_(impl)
     {
-        for (const auto& p : r.phases) {
-            if (p.name == "forward")
-                forward_ = &p;
-            else if (p.name == "backward")
-                backward_ = &p;
-        }
+        forward_ = findPhase(r.phases, "forward");
+        backward_ = findPhase(r.phases, "backward");
         if (!forward_ || !backward_)
             throw std::invalid_argument("the report's training step has no forward or backward phase");
         usesOf_.resize(t_.size());

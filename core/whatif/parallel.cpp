@@ -4,6 +4,7 @@
 #include "report/report_summary.h"
 #include "report/trace_edit.h"
 #include "support/dtype.h"
+#include "support/format.h"
 
 #include <algorithm>
 #include <map>
@@ -61,11 +62,7 @@ std::vector<std::string> defaultShardUnits(const std::vector<LayerStats>& layers
 std::vector<std::string> shardUnitsMatching(const std::vector<LayerStats>& layers, const std::string& pattern)
 {
     std::vector<std::string> units;
-    std::size_t start = 0;
-    while (start <= pattern.size()) {
-        auto comma = pattern.find(',', start);
-        auto item = pattern.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-        start = comma == std::string::npos ? pattern.size() + 1 : comma + 1;
+    for (auto item : splitComma(pattern)) {
         while (!item.empty() && item.front() == ' ')
             item.erase(item.begin());
         while (!item.empty() && item.back() == ' ')
@@ -158,21 +155,13 @@ struct Hooks {
     std::vector<std::string> forward_order; // units whose forward ran, first first
 };
 
-const Phase* phaseNamed(const std::vector<Phase>& phases, const char* name)
-{
-    for (const auto& p : phases)
-        if (p.name == name)
-            return &p;
-    return nullptr;
-}
-
 Hooks findHooks(const Trace& t, const std::vector<OpCall>& ops, const std::vector<Phase>& phases,
     const std::vector<std::string>& units)
 {
     Hooks h;
     std::optional<std::size_t> firstModelBackward; // the root's pre-backward: its output's gradient is ready
-    const Phase* forward = phaseNamed(phases, "forward");
-    const Phase* backward = phaseNamed(phases, "backward");
+    const Phase* forward = findPhase(phases, "forward");
+    const Phase* backward = findPhase(phases, "backward");
     if (!forward || !backward)
         throw std::invalid_argument("the step has no forward or backward phase to lay the schedule over");
     for (const auto& op : ops) {
@@ -202,16 +191,15 @@ Hooks findHooks(const Trace& t, const std::vector<OpCall>& ops, const std::vecto
     return h;
 }
 
-std::int64_t ddpBucketsInto(std::vector<std::int64_t>& blocks, const std::vector<ParamShard>& params, int width,
-    const ParallelPlan& plan)
+std::vector<std::int64_t> ddpBuckets(const std::vector<ParamShard>& params, int width, const ParallelPlan& plan)
 {
     // DDP fills its buckets in the reverse order of the parameters (the order their gradients are ready in).
-    std::int64_t total = 0, current = 0;
+    std::vector<std::int64_t> blocks;
+    std::int64_t current = 0;
     std::int64_t cap = plan.first_bucket_bytes;
     for (auto it = params.rbegin(); it != params.rend(); ++it) {
         const auto bytes = it->numel * width;
         current += bytes;
-        total += bytes;
         if (current >= cap) {
             blocks.push_back(current);
             current = 0;
@@ -220,7 +208,7 @@ std::int64_t ddpBucketsInto(std::vector<std::int64_t>& blocks, const std::vector
     }
     if (current > 0)
         blocks.push_back(current);
-    return total;
+    return blocks;
 }
 
 } // namespace
@@ -307,7 +295,7 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
                 info.resident_blocks.push_back((fsdp ? params[k].local : params[k].numel) * md);
 
     TraceEdit edit(step);
-    const Phase* optimizer = phaseNamed(phases, "optimizer");
+    const Phase* optimizer = findPhase(phases, "optimizer");
 
     // The recorded gradients, by the unit of the parameter they belong to.
     std::map<std::string, std::vector<std::size_t>> gradientsOf;
@@ -318,9 +306,7 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
 
     if (!fsdp) {
         // DDP's buckets, made when the model is wrapped: alive through the step.
-        std::vector<std::int64_t> buckets;
-        ddpBucketsInto(buckets, params, md, plan);
-        for (auto b : buckets)
+        for (auto b : ddpBuckets(params, md, plan))
             edit.addAlloc(0, b, Ledger::Communication, "", "ddp::bucket");
         // With gradient_as_bucket_view each .grad is a view of its bucket: autograd still makes the gradient, and
         // AccumulateGrad copies it into the bucket and frees it when the op that made it is done.
@@ -515,10 +501,6 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
     out.ops = ops;
     out.phases = phases;
     out.trace = edit.build(&out.ops, &out.phases);
-    // A free's ledger follows its alloc's.
-    for (std::size_t i = 0; i < out.trace.size(); ++i)
-        if (out.trace.action[i] != Action::Alloc && out.trace.partner[i] != kNoPartner)
-            out.trace.ledger[i] = out.trace.ledger[static_cast<std::size_t>(out.trace.partner[i])];
     out.notes.push_back("one rank of " + plan.text() + ": rank 0, which holds the largest shards; the step was "
         + "recorded on one device at the rank's micro-batch and the " + info.shard + " schedule laid over it");
     return out;
@@ -550,10 +532,6 @@ Report rankReport(const Report& step, const ParallelPlan& plan)
         : 1.0;
     for (auto& l : r.layers)
         l.weight_bytes = static_cast<std::int64_t>(static_cast<double>(l.weight_bytes) * share + 0.5);
-    for (auto& l : r.layers) {
-        l.gradient_bytes = l.saved_activation_bytes = l.activation_bytes = 0;
-        l.temporary_peak_bytes = l.peak_bytes = l.backward_temporary_peak_bytes = l.backward_peak_bytes = 0;
-    }
     r.notes.insert(r.notes.begin(), layout.notes.begin(), layout.notes.end());
     r.load_tax.resident_bytes = r.weight_bytes; // what the rank holds of the file's tensors
     r.load_tax.resident_dtype = layout.info.master_dtype;

@@ -904,12 +904,8 @@ std::int64_t WhatIf::maxBatch(const std::string& dtype, std::int64_t budget, boo
 
 std::int64_t WhatIf::maxRankBatch(const ParallelPlan& plan, std::int64_t budget, bool withReserved, std::int64_t upTo) const
 {
-    return largestFitting(upTo, [&](std::int64_t b) {
-        auto p = predictRank(b, plan, false);
-        if (!p.runnable || p.predicted_peak_total_bytes > budget) // no replay needed to say no
-            return false;
-        return fitsWithin(withReserved ? predictRank(b, plan, true, budget) : p, budget);
-    });
+    return largestFitting(
+        upTo, [&](std::int64_t b) { return fitsWithin(rankPrediction(b, plan, withReserved, budget, true), budget); });
 }
 
 std::int64_t WhatIf::largestFitting(std::int64_t upTo, const std::function<bool(std::int64_t)>& fits) const
@@ -943,6 +939,12 @@ std::int64_t WhatIf::largestFitting(std::int64_t upTo, const std::function<bool(
 
 Prediction WhatIf::predictRank(std::int64_t batch, const ParallelPlan& plan, bool withReserved, std::int64_t capacity) const
 {
+    return rankPrediction(batch, plan, withReserved, capacity, false);
+}
+
+Prediction WhatIf::rankPrediction(std::int64_t batch, const ParallelPlan& plan, bool withReserved, std::int64_t capacity,
+    bool replayOnlyIfPeakFits) const
+{
     const auto dtype = plan.paramDtype();
     const auto& f = fit(dtype, batch);
     if (f.info.mode != RunMode::Train)
@@ -974,6 +976,8 @@ Prediction WhatIf::predictRank(std::int64_t batch, const ParallelPlan& plan, boo
     if (p.method == FigureMethod::Measured) // the record was of one device: the rank is laid over it
         p.method = FigureMethod::Predicted;
     p.notes.insert(p.notes.begin(), layout.notes.begin(), layout.notes.end());
+    if (replayOnlyIfPeakFits && (!p.runnable || (capacity > 0 && p.predicted_peak_total_bytes > capacity)))
+        withReserved = false; // does not fit whatever the reserve
     if (withReserved) {
         ResidentSet resident; // the rank's shards, buffers and optimizer state, then the inputs
         resident.blocks = layout.info.resident_blocks;

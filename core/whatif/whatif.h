@@ -129,6 +129,10 @@ private:
     // The largest size within the runnable range and `upTo` for which `fits` holds: doubling from the smallest
     // to the first that does not, then halving the gap. 0 if not even the smallest.
     std::int64_t largestFitting(std::int64_t upTo, const std::function<bool(std::int64_t)>& fits) const;
+    // predictRank; `replayOnlyIfPeakFits`: no reserve replay where the peak total already exceeds `capacity` (a
+    // search that needs only the verdict lays the rank out once).
+    Prediction rankPrediction(std::int64_t batch, const ParallelPlan& plan, bool withReserved, std::int64_t capacity,
+        bool replayOnlyIfPeakFits) const;
     const Fit& fit(const std::string& dtype) const; // the first fit of dtype; throws std::invalid_argument
     const Fit& fit(const std::string& dtype, std::int64_t batch) const; // the fit whose records surround batch
     void addRescaledFits(const std::vector<std::pair<std::string, std::string>>& cannotRun);
