@@ -20,3 +20,9 @@ if ! "$venv/bin/python" -c 'import torch, torchvision, PIL' 2>/dev/null; then
   "$venv/bin/python" -m pip install -q --upgrade pip
   "$venv/bin/python" -m pip install -q torch torchvision pillow
 fi
+# memledger's own Python package (python/memledger): `import memledger` and `python -m memledger` work in the venv.
+# A .pth file points at this checkout, so the package follows the sources with nothing to reinstall.
+site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+if [ "$(cat "$site/memledger-checkout.pth" 2>/dev/null)" != "$PWD/python" ]; then
+  echo "$PWD/python" >"$site/memledger-checkout.pth"
+fi

@@ -1,0 +1,35 @@
+"""Finds the memledger executable: $MEMLEDGER_BINARY, then `memledger` on PATH (the Debian package installs
+/usr/bin/memledger), then the build trees of the repository this package sits in (build/, build-debian/)."""
+
+import os
+import shutil
+from pathlib import Path
+
+
+class BinaryNotFound(RuntimeError):
+    pass
+
+
+def _candidates():
+    env = os.environ.get("MEMLEDGER_BINARY")
+    if env:
+        yield Path(env)
+    on_path = shutil.which("memledger")
+    if on_path:
+        yield Path(on_path)
+    # A checkout: python/memledger/binary.py -> the repository root is three levels up. An install into
+    # .venv-torch by the README's commands points back here through a .pth file, so this finds build/ too.
+    root = Path(__file__).resolve().parents[2]
+    for build in ("build", "build-debian"):
+        yield root / build / "app" / "memledger"
+
+
+def find_binary():
+    tried = []
+    for path in _candidates():
+        tried.append(str(path))
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path)
+    raise BinaryNotFound(
+        "memledger: no memledger executable found (tried: " + ", ".join(tried) + "). "
+        "Build it with ./packaging/build.sh, install the Debian package, or set MEMLEDGER_BINARY.")
