@@ -7,7 +7,7 @@
 // runs no torch.export programs.
 #include "exports/report_json.h"
 #include "exports/report_text.h"
-#include "fixture_paths.h"
+#include "truth_file.h"
 #include "recording/build_report.h"
 #include "recording/model.h"
 #include "run_command.h"
@@ -43,11 +43,7 @@ const nlohmann::json& autocastTruth()
 // Why the cases cannot run here; "" when they can.
 std::string skipReason()
 {
-    if (!canRunExportedPrograms())
-        return "this build runs no torch.export programs (" + torchBuildInfo() + ")";
-    if (autocastTruth().contains("skipped"))
-        return autocastTruth()["skipped"].get<std::string>();
-    return {};
+    return test::whyTruthIsNotHere(autocastTruth(), true);
 }
 
 struct AutocastCase {
@@ -99,6 +95,7 @@ RunOptions optionsFor(const AutocastCase& c)
     o.device = "cpu";
     o.mode = c.mode == "train" ? RunMode::Train : RunMode::Inference;
     o.optimizer = "adamw";
+    o.hold_output = "backward"; // autocast_truths.py's loop: `del out, loss` after loss.backward(), before opt.step()
     if (c.dtype != "float32") {
         o.autocast = c.dtype;
         o.autocast_cache = c.cache;

@@ -4,6 +4,8 @@
 
 #include "support/errors.h"
 
+#include <algorithm>
+
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
@@ -19,6 +21,61 @@ bool isSupportedOptimizer(const std::string& name)
 bool isSupportedLoss(const std::string& name)
 {
     return name == "auto" || name == "sum" || name == "cross_entropy" || name == "next_token";
+}
+
+bool isSupportedHoldOutput(const std::string& name)
+{
+    return name == "step" || name == "backward" || name == "none";
+}
+
+namespace {
+
+void collectTensors(const c10::IValue& v, std::vector<at::Tensor>& out)
+{
+    if (v.isTensor())
+        out.push_back(v.toTensor());
+    else if (v.isTuple())
+        for (const auto& e : v.toTupleRef().elements())
+            collectTensors(e, out);
+    else if (v.isList())
+        for (const auto& e : v.toListRef())
+            collectTensors(e, out);
+    else if (v.isGenericDict())
+        for (const auto& e : v.toGenericDict())
+            collectTensors(e.value(), out);
+}
+
+} // namespace
+
+std::vector<HeldOutput::Block> HeldOutput::blocks() const
+{
+    std::vector<at::Tensor> tensors;
+    collectTensors(output, tensors);
+    if (loss.defined())
+        tensors.push_back(loss);
+    std::vector<Block> out;
+    for (const auto& t : tensors) {
+        if (!t.defined() || !t.has_storage())
+            continue;
+        const auto& storage = t.storage();
+        auto address = reinterpret_cast<std::uint64_t>(storage.data_ptr().get());
+        auto bytes = static_cast<std::int64_t>(storage.nbytes());
+        if (address == 0 || bytes <= 0)
+            continue;
+        if (t.is_cuda()) // the caching allocator's blocks are multiples of 512 bytes
+            bytes = (bytes + 511) / 512 * 512;
+        if (std::none_of(out.begin(), out.end(), [&](const Block& b) { return b.address == address; }))
+            out.push_back({address, bytes, storage.getWeakStorageImpl()});
+    }
+    return out;
+}
+
+std::int64_t HeldOutput::bytes() const
+{
+    std::int64_t sum = 0;
+    for (const auto& b : blocks())
+        sum += b.bytes;
+    return sum;
 }
 
 std::vector<at::Tensor> trainableParameters(Model::Impl& model)
