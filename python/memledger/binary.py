@@ -17,7 +17,7 @@ def _candidates():
     on_path = shutil.which("memledger")
     if on_path:
         yield Path(on_path)
-    # A checkout: python/memledger/binary.py -> the repository root is three levels up. An install into
+    # A checkout: the repository root is two folders above this file's (python/memledger/). An install into
     # .venv-torch by the README's commands points back here through a .pth file, so this finds build/ too.
     root = Path(__file__).resolve().parents[2]
     for build in ("build", "build-debian"):
