@@ -95,6 +95,8 @@ void FileSession::show(std::shared_ptr<const Report> report)
         panel_->setMode(report->run.mode);
         if (!report->run.optimizer.empty())
             panel_->setOptimizer(report->run.optimizer);
+        if (report->run.mode == RunMode::Train && !report->run.hold_output.empty())
+            panel_->setHoldOutput(report->run.hold_output);
     }
     shown_ = true;
     emit finished(std::move(report));

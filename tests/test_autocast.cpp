@@ -276,22 +276,6 @@ protected:
 
 } // namespace
 
-// libtorch has no autocast for meta tensors: a meta run under --autocast is refused, saying so.
-TEST_F(Autocast, AMetaRunIsRefused)
-{
-    if (!metaRunsSupported())
-        GTEST_SKIP() << "this build has no meta runs";
-    auto model = Model::open(file("cnn_bn"));
-    auto o = optionsFor({"cnn_bn", "inference", "bfloat16", true});
-    o.device = "meta";
-    try {
-        analyzeModel(model, o);
-        ADD_FAILURE() << "a meta run under autocast ran";
-    } catch (const RunError& e) {
-        EXPECT_NE(std::string(e.what()).find("no autocast for meta tensors"), std::string::npos) << e.what();
-    }
-}
-
 // The region restores autocast's state however it ends: after a run that failed inside it, and after one that
 // ended, a run without autocast is the float32 run (bfloat16 casts would change its peak by a fifth).
 TEST_F(Autocast, TheStateBeforeIsRestored)

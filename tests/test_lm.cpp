@@ -188,6 +188,32 @@ TEST_P(LanguageModel, TrainingStepsAgreeWithPyTorch)
 
 INSTANTIATE_TEST_SUITE_P(Models, LanguageModel, ::testing::ValuesIn(cases()), caseName);
 
+// One process, many runs (the window's re-runs, a what-if's recordings): every run is PyTorch's. libtorch's CPU
+// reporter keeps the size of a block allocated during one recording and freed between two, and reports a later
+// block at that address with the old size; memledger takes a free's size from its alloc. Twelve training steps
+// of one model, each with a meta run between (which moves the CPU's addresses), each equal to the profiler's peak.
+TEST(LanguageModelRuns, EveryRunOfOneProcessIsThePyTorchStep)
+{
+    SKIP_WITHOUT_LM_FIXTURES();
+    if (!lmTruth()["models"].contains("llama_gqa") || !lmTruth()["models"]["llama_gqa"].contains("pt2"))
+        GTEST_SKIP() << "the fixtures have no llama_gqa.pt2";
+    SKIP_IF_TRUTH_IS_NOT_HERE(lmTruth()["models"]["llama_gqa"], true);
+    const auto& t = lmTruth()["models"]["llama_gqa"];
+    const auto expected = t["train"]["pt2"]["adamw"]["peak_bytes"].get<std::int64_t>();
+    for (int i = 0; i < 12; ++i) {
+        auto model = Model::open(lmFile("llama_gqa", "pt2"));
+        auto o = optionsFor(t["input"].get<std::string>());
+        o.mode = RunMode::Train;
+        o.optimizer = "adamw";
+        EXPECT_EQ(analyzeModel(model, o).peak_bytes, expected) << "run " << i;
+        if (metaRunsSupported()) {
+            auto onMeta = Model::open(lmFile("llama_gqa", "pt2")); // a model of its own: weights on meta stay there
+            o.device = "meta";
+            analyzeModel(onMeta, o);
+        }
+    }
+}
+
 TEST(LanguageModelExport, LeafOutputsOfTheProgramEqualForwardHooks)
 {
     SKIP_WITHOUT_LM_FIXTURES();

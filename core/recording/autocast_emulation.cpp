@@ -186,6 +186,21 @@ void AutocastEmulationScope::close()
     region->casts.clear(); // the casts only the cache held are freed here
 }
 
+bool autocastEmulationActive()
+{
+    return active != nullptr;
+}
+
+torch::jit::Stack callUnderAutocast(const char* name, const char* overload, torch::jit::Stack stack)
+{
+    auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+    if (auto other = autocastBeforeCall(op, stack))
+        other->callBoxed(stack);
+    else
+        op.callBoxed(stack);
+    return stack;
+}
+
 std::optional<c10::OperatorHandle> autocastBeforeCall(const c10::OperatorHandle& op, torch::jit::Stack& stack)
 {
     if (!active)

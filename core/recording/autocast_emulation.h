@@ -34,4 +34,12 @@ public:
 // overload (norm with a dtype); nothing outside a scope, or for an op autocast lets through.
 std::optional<c10::OperatorHandle> autocastBeforeCall(const c10::OperatorHandle& op, torch::jit::Stack& stack);
 
+// Whether an AutocastEmulationScope is open on this thread.
+bool autocastEmulationActive();
+
+// Calls the operator `name`.`overload` ("" for the default) with `stack` as the interpreter calls a node: under a
+// scope, autocast's casts first. Returns the operator's outputs. For the ops memledger calls itself in a region (the
+// training step's loss), which libtorch's composite kernels would otherwise run without the emulation.
+torch::jit::Stack callUnderAutocast(const char* name, const char* overload, torch::jit::Stack stack);
+
 } // namespace memledger

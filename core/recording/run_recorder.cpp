@@ -727,8 +727,10 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
             raw.info.seq = shape[1];
     }
     raw.info.batch = raw.info.input_shapes.front().front();
-    if (options.threads > 0)
-        at::set_num_threads(options.threads);
+    // 0 is libtorch's default, as the process started with, even after an earlier run of this process set another.
+    static const int libtorchDefaultThreads = at::get_num_threads();
+    if (const int want = options.threads > 0 ? options.threads : libtorchDefaultThreads; want != at::get_num_threads())
+        at::set_num_threads(want);
     raw.info.threads = at::get_num_threads();
 
     const auto& inputNames = signature.names;

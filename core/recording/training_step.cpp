@@ -1,5 +1,6 @@
 // The pieces of a training step that are not recording: the optimizer, the loss and its targets, the state
 // the optimizer keeps, gradients set to None. Private to core/recording (libtorch).
+#include "recording/autocast_emulation.h"
 #include "recording/model_impl.h"
 
 #include "support/errors.h"
@@ -249,13 +250,30 @@ at::Tensor makeTargets(const LossChoice& loss)
     return torch::zeros(loss.target_shape, torch::TensorOptions().dtype(torch::kLong)); // every sample class 0
 }
 
+namespace {
+
+// F.cross_entropy(logits [N, C], targets [N]). On the meta device under --autocast the emulation sees what CUDA
+// autocast sees of this composite: log_softmax in the logits' own dtype (cross_entropy_loss passes it), then nll_loss,
+// on autocast's float32 list, with its input cast to float32.
+at::Tensor crossEntropy(const at::Tensor& logits, const at::Tensor& targets)
+{
+    if (!autocastEmulationActive())
+        return torch::nn::functional::cross_entropy(logits, targets);
+    auto logp = callUnderAutocast("aten::log_softmax", "int", {logits, std::int64_t {1}, logits.scalar_type()});
+    auto loss = callUnderAutocast("aten::nll_loss", "",
+        {logp.front(), targets, c10::IValue(), std::int64_t {at::Reduction::Mean}, std::int64_t {-100}});
+    return loss.front().toTensor();
+}
+
+} // namespace
+
 at::Tensor lossOf(const c10::IValue& output, const LossChoice& loss, const at::Tensor& targets)
 {
     auto out = firstTensor(output);
     if (loss.name == "cross_entropy")
-        return torch::nn::functional::cross_entropy(out, targets);
+        return crossEntropy(out, targets);
     if (loss.name == "next_token") // F.cross_entropy(out.flatten(0, 1), targets), as language models train
-        return torch::nn::functional::cross_entropy(out.flatten(0, 1), targets);
+        return crossEntropy(out.flatten(0, 1), targets);
     return out.sum();
 }
 

@@ -250,6 +250,10 @@ void AllocFreePairing::add(Trace& t, std::size_t i)
         return;
     t.partner[i] = it->second;
     t.partner[static_cast<std::size_t>(it->second)] = static_cast<std::int32_t>(i);
+    // The block freed is the block allocated: its size is the alloc's. libtorch's CPU reporter can say otherwise:
+    // its size table keeps a block allocated while a run was recorded and freed while none was, and reports a later
+    // block at that address, freed during a recording, with the old block's size (a second run of one process).
+    t.bytes[i] = t.bytes[static_cast<std::size_t>(it->second)];
     live_.erase(it);
 }
 

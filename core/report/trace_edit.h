@@ -40,7 +40,7 @@ public:
     }
     // Event `i` of `t` was just pushed: an alloc is live at its address from now on (an alloc at the address of
     // a live one, whose free the trace missed, takes its place); a free is linked both ways with the live alloc
-    // at its address, which is then no longer live.
+    // at its address, takes its size, and the alloc is then no longer live.
     void add(Trace& t, std::size_t i);
     // The live alloc event at `address` (a tensor's storage), if any.
     std::optional<std::uint32_t> liveAt(std::uint64_t address) const
