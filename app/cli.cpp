@@ -6,7 +6,10 @@
 #include "demo_model.h"
 #include "exports/report_html.h"
 #include "exports/report_json.h"
+#include "exports/ranks_export.h"
+#include "exports/remedies_export.h"
 #include "exports/report_text.h"
+#include "exports/whatif_export.h"
 #include "recording/build_report.h"
 #include "snapshot/snapshot_writer.h"
 #include "support/atomic_file.h"
@@ -32,6 +35,9 @@ int failureExit(const std::string& where, const std::string& run)
         say({}, e.what());
         return kExitBadFile;
     } catch (const std::invalid_argument& e) {
+        say(run, e.what());
+        return kExitUsage;
+    } catch (const UsageError& e) {
         say(run, e.what());
         return kExitUsage;
     } catch (const RunError& e) {

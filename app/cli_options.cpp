@@ -35,6 +35,7 @@ std::string usageText()
     return "Usage:\n"
            "  memledger [MODEL.pt | REPORT.json | SNAPSHOT.pickle]   open the window (no file: the demo model)\n"
            "  memledger SNAPSHOT.pickle SNAPSHOT.pickle...           the window with one snapshot per rank (Ranks tab)\n"
+           "  memledger --watch SNAPSHOT.pickle | REPORT.json         the window, reloading the file at each rewrite\n"
            "  memledger analyze [FILE] [--input SHAPE] [--batch N] [--dtype T] [RUN] [--json FILE] [--html FILE]\n"
            "                    [--png FILE] [--snapshot FILE] [--depth N] [--tensors] [--whatif 8,32,64 [--budget "
            "16GiB]]\n"
@@ -67,6 +68,9 @@ std::string usageText()
            "          H200, H100-80GB, A100-80GB, A100-40GB, L40S, L4, A10G, 4090, 3090, V100-32GB, V100-16GB, T4\n"
            "  RUN     --mode inference|train (train: one training step: forward, loss, backward, optimizer)\n"
            "          --optimizer sgd|adam|adamw|none (train; sgd: momentum 0.9)  --loss auto|sum|cross_entropy|next_token\n"
+           "          --hold-output step|backward|none (train: how long the loop holds the output and the loss; step,\n"
+           "          the default: until the step returns, the previous step's until the forward returns, as nanoGPT's\n"
+           "          and Hugging Face's loops; backward: freed after backward; none: never named)\n"
            "          --threads N (libtorch's intra-op threads)  --seq N (dimension 1 of every token input)\n"
            "          --device cpu|meta|cuda|cuda:N (meta: shapes only, no memory, figures computed from shapes; a GPU\n"
            "          needs a memledger built against a libtorch with CUDA; default cpu, meta for a .pt2 whose weights\n"
@@ -77,7 +81,8 @@ std::string usageText()
            "  FILE    a torch.export program (torch.export.save, .pt2), a TorchScript model (torch.jit.save), a\n"
            "          memledger JSON report, or a CUDA memory snapshot\n"
            "          (torch.cuda.memory._dump_snapshot); no FILE: the built-in demo (RFBNet, 1x1x300x300);\n"
-           "          demo:mnist-train.pt: seed 003's MNIST network, one SGD training step at batch 64\n\n"
+           "          demo:mnist-train.pt: an MNIST CNN (conv1 1->32, conv2 32->64, fc1, fc2), one SGD training\n"
+           "          step at batch 64\n\n"
            "Exit codes: 0 ok, 2 usage, 3 bad model file, 4 run failed.\n";
 }
 
@@ -124,6 +129,15 @@ CliOptions parseCli(const std::vector<std::string>& args)
             o.version = true;
         else if (a == "--tensors")
             o.tensors = true;
+        else if (a == "--watch") {
+            if (o.command != "gui")
+                throw std::invalid_argument("--watch is for the window: memledger --watch FILE, not '" + o.command + "'");
+            o.watch = true;
+            auto file = value(a);
+            if (!o.model.empty() && o.model != file)
+                throw std::invalid_argument("--watch follows one file, not also '" + o.model + "'");
+            o.model = file;
+        }
         else if (a == "--remedies")
             o.remedies = true;
         else if (a == "--tile") {
@@ -182,6 +196,10 @@ CliOptions parseCli(const std::vector<std::string>& args)
             o.run.loss = value(a);
             if (o.run.loss != "auto" && o.run.loss != "sum" && o.run.loss != "cross_entropy" && o.run.loss != "next_token")
                 throw std::invalid_argument("--loss '" + o.run.loss + "' is not auto, sum, cross_entropy or next_token");
+        } else if (a == "--hold-output") {
+            o.run.hold_output = value(a);
+            if (o.run.hold_output != "step" && o.run.hold_output != "backward" && o.run.hold_output != "none")
+                throw std::invalid_argument("--hold-output '" + o.run.hold_output + "' is not step, backward or none");
         } else if (a == "--threads") {
             o.run.threads = static_cast<int>(parsePositive("--threads", value(a)));
         } else if (a == "--device") {
@@ -266,6 +284,10 @@ CliOptions parseCli(const std::vector<std::string>& args)
         else
             throw std::invalid_argument("only one file can be given, not also '" + a + "'");
     }
+    if (o.watch && !o.rank_files.empty())
+        throw std::invalid_argument("--watch follows one file, not one per rank");
+    if (o.watch && o.model.rfind("demo:", 0) == 0)
+        throw std::invalid_argument("--watch follows a file a job rewrites, not the built-in " + o.model);
     if (o.command == "ranks" && o.rank_files.empty() && !o.help)
         throw std::invalid_argument("ranks needs the snapshots (or reports) of the ranks, or a folder of them");
     if (!o.checkpoint.empty() && o.command != "whatif")

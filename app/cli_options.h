@@ -21,6 +21,7 @@ struct CliOptions {
     std::string json, html, png, snapshot_out;
     int depth = 64;
     bool help = false, version = false;
+    bool watch = false; // --watch FILE: the window reloads FILE (in `model`) whenever it is rewritten
     bool tensors = false; // analyze --tensors: list every parameter and buffer
     // diff (app/diff_cli.h): `model` is A, `model_b` B, run with `run_b` (the shared options and the --b- ones).
     std::string model_b;

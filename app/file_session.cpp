@@ -24,52 +24,11 @@ FileSession::FileSession(RunPanel* panel, QObject* parent)
             panel_->setInputs(shapes, example ? tr("(the export's example)") : tr("(guess)"), how);
         });
     connect(worker_, &RunWorker::opened, this, [this](quint64, std::shared_ptr<const OpenedFile> file) {
-        file_ = std::move(file);
-        path_ = QString::fromStdString(file_->path);
-        opening_ = QString();
-        shown_ = false;
-        const auto kind = file_->kind;
-        panel_->setRunnable(kind == FileKind::Model);
-        if (kind == FileKind::Model)
-            panel_->refreshDevices(false); // opening it loaded libtorch: its GPUs are listed now
-        panel_->setMode(file_->default_mode);
-        if (kind == FileKind::Model && file_->model && file_->model->metaWeights())
-            panel_->setDevice("meta"); // its weights are meta tensors: it runs there alone
-        if (!file_->default_optimizer.empty())
-            panel_->setOptimizer(file_->default_optimizer);
-        if (!file_->default_inputs.empty())
-            panel_->setInputs(shapesToText(file_->default_inputs, file_->default_input_types), tr("(demo input)"));
-        else if (kind == FileKind::Snapshot)
-            panel_->setInputs(QString(), tr("(CUDA memory snapshot)"));
-        else if (kind == FileKind::Report)
-            panel_->setInputs(QString(), tr("(saved report)"));
-        else
-            panel_->setInputs(QString(), QString()); // the worker guesses them from the model
+        take(std::move(file));
         emit opened();
     });
-    connect(worker_, &RunWorker::finished, this, [this](quint64, std::shared_ptr<const Report> report) {
-        panel_->setFinished(RunPanel::Outcome::Done);
-        panel_->setStatus(report->source == ReportSource::Model
-                ? (report->run.mode == RunMode::Train ? tr("Ran a training step in %1 ms, %2 events")
-                                               : tr("Ran in %1 ms, %2 events"))
-                      .arg(report->run.duration_ms, 0, 'f', 0)
-                      .arg(report->trace ? report->trace->size() : 0)
-                    + (isMetaRun(*report) ? tr(" on meta (shapes only)") : QString()) // the badge is the peak panel's
-                : QString());
-        // The panel says what the shown report is: a training step read from JSON shows as one.
-        if (report->source == ReportSource::Model) {
-            if (isModel() && !report->run.input_shapes.empty()) {
-                auto shapes = shapesToText(report->run.input_shapes, report->run.input_types);
-                if (shapes != panel_->inputsText())
-                    panel_->setInputs(shapes, report->run.input_guessed ? tr("(guess)") : QString());
-            }
-            panel_->setMode(report->run.mode);
-            if (!report->run.optimizer.empty())
-                panel_->setOptimizer(report->run.optimizer);
-        }
-        shown_ = true;
-        emit finished(std::move(report));
-    });
+    connect(worker_, &RunWorker::finished, this,
+        [this](quint64, std::shared_ptr<const Report> report) { show(std::move(report)); });
     connect(worker_, &RunWorker::failed, this, [this](quint64, const QString& message) {
         panel_->setFinished(RunPanel::Outcome::Failed);
         // A file that did not open leaves the one before shown: the panel says which is which.
@@ -81,12 +40,81 @@ FileSession::FileSession(RunPanel* panel, QObject* parent)
             panel_->setStatus(tr("Could not open %1").arg(opening_));
         opening_ = QString();
         emit failed(message);
+        emit stopped();
     });
     connect(worker_, &RunWorker::cancelled, this, [this](quint64) {
         opening_ = QString();
         panel_->setFinished(RunPanel::Outcome::Cancelled);
         panel_->setStatus(tr("Cancelled"));
+        emit stopped();
     });
+}
+
+void FileSession::take(std::shared_ptr<const OpenedFile> file)
+{
+    file_ = std::move(file);
+    path_ = QString::fromStdString(file_->path);
+    opening_ = QString();
+    shown_ = false;
+    const auto kind = file_->kind;
+    panel_->setRunnable(kind == FileKind::Model);
+    if (kind == FileKind::Model)
+        panel_->refreshDevices(false); // opening it loaded libtorch: its GPUs are listed now
+    panel_->setMode(file_->default_mode);
+    if (kind == FileKind::Model && file_->model && file_->model->metaWeights())
+        panel_->setDevice("meta"); // its weights are meta tensors: it runs there alone
+    if (!file_->default_optimizer.empty())
+        panel_->setOptimizer(file_->default_optimizer);
+    if (!file_->default_inputs.empty())
+        panel_->setInputs(shapesToText(file_->default_inputs, file_->default_input_types), tr("(demo input)"));
+    else if (kind == FileKind::Snapshot)
+        panel_->setInputs(QString(), tr("(CUDA memory snapshot)"));
+    else if (kind == FileKind::Report)
+        panel_->setInputs(QString(), tr("(saved report)"));
+    else
+        panel_->setInputs(QString(), QString()); // the worker guesses them from the model
+}
+
+void FileSession::show(std::shared_ptr<const Report> report)
+{
+    panel_->setFinished(RunPanel::Outcome::Done);
+    panel_->setStatus(report->source == ReportSource::Model
+            ? (report->run.mode == RunMode::Train ? tr("Ran a training step in %1 ms, %2 events")
+                                           : tr("Ran in %1 ms, %2 events"))
+                  .arg(report->run.duration_ms, 0, 'f', 0)
+                  .arg(report->trace ? report->trace->size() : 0)
+                + (isMetaRun(*report) ? tr(" on meta (shapes only)") : QString()) // the badge is the peak panel's
+            : QString());
+    // The panel says what the shown report is: a training step read from JSON shows as one.
+    if (report->source == ReportSource::Model) {
+        if (isModel() && !report->run.input_shapes.empty()) {
+            auto shapes = shapesToText(report->run.input_shapes, report->run.input_types);
+            if (shapes != panel_->inputsText())
+                panel_->setInputs(shapes, report->run.input_guessed ? tr("(guess)") : QString());
+        }
+        panel_->setMode(report->run.mode);
+        if (!report->run.optimizer.empty())
+            panel_->setOptimizer(report->run.optimizer);
+        if (report->run.mode == RunMode::Train && !report->run.hold_output.empty())
+            panel_->setHoldOutput(report->run.hold_output);
+    }
+    shown_ = true;
+    emit finished(std::move(report));
+}
+
+void FileSession::showRead(std::shared_ptr<const OpenedFile> file)
+{
+    if (!file || !file->report)
+        return;
+    worker_->cancel(); // a run or open under way would replace what is read here
+    auto report = file->report;
+    if (!file_ || file_->path != file->path) {
+        take(std::move(file));
+        emit opened();
+    } else {
+        file_ = std::move(file);
+    }
+    show(std::move(report));
 }
 
 void FileSession::open(const QString& path)
@@ -121,6 +149,7 @@ void FileSession::open(const QString& path)
     panel_->setRunning(true);
     panel_->setStatus(tr("Opening %1…").arg(opening_));
     worker_->start(std::move(request));
+    emit started();
 }
 
 void FileSession::run()
@@ -143,6 +172,7 @@ void FileSession::run()
     panel_->setRunning(true);
     panel_->setStatus(isModel() ? tr("Running %1…").arg(displayName()) : tr("Reading %1…").arg(displayName()));
     worker_->start(std::move(request));
+    emit started();
 }
 
 void FileSession::cancel()

@@ -29,6 +29,9 @@ public:
     void run(); // the file shown again, at the Run panel's settings
     void cancel();
     bool isRunning() const;
+    // A report or snapshot read elsewhere (the watcher's reload, watch_controller.h) becomes the file shown, as if
+    // opened here: opened() when it is another file than the one shown, then finished() with its report.
+    void showRead(std::shared_ptr<const OpenedFile> file);
 
     const std::shared_ptr<const OpenedFile>& file() const { return file_; }
     QString path() const { return path_; } // "" for a built-in demo
@@ -36,12 +39,17 @@ public:
     QString displayName() const; // the file's name, or the built-in demo's ("demo:mnist-train.pt")
 
 signals:
+    void started(); // a file is being opened or run: what is shown is the previous report until finished()
+    void stopped(); // that open or run failed or was cancelled: the previous report is still the one shown
     void opened(); // file() is the new file; its report follows
     void finished(std::shared_ptr<const memledger::Report> report);
     void failed(const QString& message); // names the file
     void inputError(const QString& message); // the Run panel's shapes do not parse
 
 private:
+    void take(std::shared_ptr<const OpenedFile> file); // the file opened, into the Run panel
+    void show(std::shared_ptr<const Report> report); // its report, into the Run panel
+
     RunPanel* panel_;
     RunWorker* worker_;
     std::shared_ptr<const OpenedFile> file_;

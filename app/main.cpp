@@ -8,6 +8,7 @@
 #include "main_window.h"
 #include "ranks_view.h"
 #include "run_panel.h"
+#include "watch_controller.h"
 #include "stack_pane.h"
 #include "timeline_plot.h"
 #include "layer_tree_model.h"
@@ -53,7 +54,9 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
     window.setCommandLineRun(options.run); // --input, --mode, ... for the first file
     if (qEnvironmentVariableIsSet("MEMLEDGER_BUDGET")) // the What if panel's budget from the start (screenshots)
         window.whatIfPanel()->setBudget(qEnvironmentVariable("MEMLEDGER_BUDGET"));
-    if (options.rank_files.empty()) {
+    if (options.watch) {
+        window.watchFile(QString::fromStdString(options.model));
+    } else if (options.rank_files.empty()) {
         window.openFile(QString::fromStdString(options.model));
     } else { // several files: the Ranks tab, and the rank with the highest peak in the main views
         QStringList paths;
@@ -149,6 +152,12 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
         // MEMLEDGER_SCREENSHOT_GPUS=1 waits for the GPUs tab's fit table (and shows that tab).
         else if (qEnvironmentVariableIsSet("MEMLEDGER_SCREENSHOT_GPUS"))
             QObject::connect(&window, &memledger::MainWindow::gpuFitReady, &window, save, Qt::SingleShotConnection);
+        // MEMLEDGER_SCREENSHOT_LOADS=N (with --watch): once the watched file has been shown N times.
+        else if (qEnvironmentVariableIsSet("MEMLEDGER_SCREENSHOT_LOADS"))
+            QObject::connect(window.watcher(), &memledger::WatchController::reloaded, &window, [&window, save] {
+                if (window.watcher()->loads() == qEnvironmentVariable("MEMLEDGER_SCREENSHOT_LOADS").toInt())
+                    save();
+            });
         else if (qEnvironmentVariableIsSet("MEMLEDGER_SCREENSHOT_WHATIF"))
             QObject::connect(&window, &memledger::MainWindow::whatIfReady, &window, save);
         else

@@ -35,6 +35,7 @@
 #include "support/format.h"
 #include "timeline_plot.h"
 #include "timeline_toolbar.h"
+#include "watch_controller.h"
 #include "whatif_controller.h"
 #include "whatif_panel.h"
 
@@ -103,6 +104,7 @@ MainWindow::MainWindow(QWidget* parent)
     , remedies_(new RemediesController(whatIf_, this, this))
     , comparison_(new ComparisonController(this))
     , ranks_(new RanksController(this))
+    , watch_(new WatchController(this))
 {
     setWindowTitle(QStringLiteral("memledger"));
     setAcceptDrops(true);
@@ -136,6 +138,7 @@ QWidget* MainWindow::buildCentralWidget()
     auto* topLayout = new QVBoxLayout(top);
     topLayout->setContentsMargins(0, 0, 0, 0);
     topLayout->addWidget(error_);
+    topLayout->addWidget(watch_->notice());
     topLayout->addWidget(timelineBar_);
     topLayout->addWidget(timeline_, 1);
     timeline_->setMinimumHeight(200);
@@ -246,6 +249,16 @@ void MainWindow::buildMenus()
     });
     recent_ = new RecentFiles(file->addMenu(tr("Open &recent")), this);
     connect(recent_, &RecentFiles::openRequested, this, &MainWindow::openFile);
+    file->addAction(tr("&Watch…"), this, [this] {
+        auto path = QFileDialog::getOpenFileName(this,
+            tr("Watch a CUDA memory snapshot or a report that a running job rewrites"), QString(),
+            tr("CUDA snapshots and reports (*.pickle *.pkl *.json);;All files (*)"));
+        if (!path.isEmpty())
+            watchFile(path);
+    });
+    auto* stopWatching = file->addAction(tr("S&top watching"), watch_, &WatchController::stop);
+    stopWatching->setVisible(false);
+    connect(watch_, &WatchController::watchingChanged, stopWatching, &QAction::setVisible);
     file->addSeparator();
     // Each export asks where, writes, and says where it wrote or why it could not.
     auto exportAction = [this, file](const QString& text, const QString& suffix, const QString& filter,
@@ -355,6 +368,10 @@ void MainWindow::connectViews()
 void MainWindow::connectRuns()
 {
     connect(session_, &FileSession::opened, this, &MainWindow::fileOpened);
+    connect(session_, &FileSession::started, remedies_, &RemediesController::runStarted);
+    connect(session_, &FileSession::stopped, remedies_, &RemediesController::runAbandoned);
+    connect(watch_, &WatchController::fileRead, session_, &FileSession::showRead);
+    connect(watch_, &WatchController::statusMessage, this, &MainWindow::showStatus);
     connect(session_, &FileSession::inputError, this, &MainWindow::showError);
     connect(session_, &FileSession::finished, this, [this](std::shared_ptr<const Report> report) {
         clearError();
@@ -384,9 +401,16 @@ void MainWindow::setCommandLineRun(const RunOptions& options)
 
 void MainWindow::openFile(const QString& path)
 {
+    watch_->stop();
     clearError();
     openClock_.start();
     session_->open(path);
+}
+
+void MainWindow::watchFile(const QString& path)
+{
+    clearError();
+    watch_->watch(path);
 }
 
 void MainWindow::showRank(std::shared_ptr<const Report> rank)

@@ -41,6 +41,7 @@ class SegmentMapView;
 class SegmentTimeline;
 class TimelinePlot;
 class TimelineToolbar;
+class WatchController;
 class WhatIfController;
 class WhatIfPanel;
 
@@ -61,6 +62,10 @@ public:
     // The command line's run options (--input, --mode, --optimizer, ...): the first file opened runs with them.
     void setCommandLineRun(const RunOptions& options);
     void openDemo() { openFile(QString()); } // the RFBNet demo; File > Open demo lists every built-in one
+    // File > Watch… and --watch: a snapshot or report shown again at each rewrite (watch_controller.h); opening
+    // another file stops it.
+    void watchFile(const QString& path);
+    WatchController* watcher() const { return watch_; }
     void startRun();
     void cancelRun();
 
@@ -175,6 +180,7 @@ private:
     RemediesController* remedies_;
     ComparisonController* comparison_;
     RanksController* ranks_;
+    WatchController* watch_;
     RecentFiles* recent_ = nullptr;
     QList<QAction*> needReport_;
     QAction* backToRun_ = nullptr; // File > Back to the run: shown while one rank of a job is

@@ -3,6 +3,7 @@
 #include "cli.h"
 #include "demo_model.h"
 #include "exports/gpu_fit_export.h"
+#include "exports/whatif_export.h"
 #include "support/atomic_file.h"
 #include "support/errors.h"
 #include "support/format.h"

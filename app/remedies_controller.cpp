@@ -31,15 +31,22 @@ RemediesController::RemediesController(WhatIfController* whatIf, QWidget* dialog
         compute();
     });
     connect(worker_, &RemediesWorker::computed, this, [this](quint64, const std::vector<Remedy>& remedies) {
+        computing_ = false;
         panel_->setMetaRun(report_ && isMetaRun(*report_));
         panel_->setRemedies(remedies);
+        panel_->setStale(false);
+        panel_->setBusy(QString());
         panel_->setStatus(isModelRun() && !withWhatIf_
                 ? tr("Lower precision and batch sizes follow once the what-if records are made.")
                 : QString());
         emit ready(withWhatIf_);
     });
     connect(worker_, &RemediesWorker::computeFailed, this,
-        [this](quint64, const QString& message) { panel_->setStatus(tr("What would help: %1").arg(message)); });
+        [this](quint64, const QString& message) {
+            computing_ = false;
+            panel_->setBusy(QString());
+            panel_->setStatus(tr("What would help: %1").arg(message));
+        });
     connect(panel_, &RemediesPanel::measureRequested, this, [this](int row, const Remedy& remedy) {
         QString variant;
         if (remedy.measure_how == MeasureHow::Variant) {
@@ -64,12 +71,28 @@ RemediesController::RemediesController(WhatIfController* whatIf, QWidget* dialog
 
 void RemediesController::reportShown(std::shared_ptr<const Report> report, std::shared_ptr<const OpenedFile> file)
 {
+    if (report != report_ && !panel_->remedies().empty())
+        panel_->setStale(true); // until compute() delivers this report's
     report_ = std::move(report);
     file_ = std::move(file);
     panel_->setModelActions(file_ && file_->kind == FileKind::Model);
     tile_.clear();
     withWhatIf_ = false;
     compute();
+}
+
+void RemediesController::runStarted()
+{
+    panel_->setStale(true);
+    panel_->setBusy(tr("A new run is under way: its remedies follow when it is done\u2026"));
+}
+
+void RemediesController::runAbandoned()
+{
+    if (computing_)
+        return; // the shown report's remedies are on their way: the busy mark stays until they arrive
+    panel_->setStale(false);
+    panel_->setBusy(QString());
 }
 
 bool RemediesController::isModelRun() const
@@ -83,12 +106,15 @@ void RemediesController::compute()
         return;
     if (!tile_.empty())
         panel_->setStatus(tr("Running the model at the tile shape\u2026"));
+    computing_ = true;
+    panel_->setBusy(withWhatIf_ ? tr("Working out what would help, with the what-if records\u2026")
+                                : tr("Working out what would help\u2026"));
     worker_->compute(file_, report_, withWhatIf_ ? whatIf_->whatIf() : nullptr, whatIf_->budget(), tile_);
 }
 
 void RemediesController::addShownTo(Report& r) const
 {
-    if (!panel_->remedies().empty()) // with what was measured
+    if (!panel_->remedies().empty() && !panel_->isStale()) // with what was measured; never another run's
         r.remedies = std::make_shared<const std::vector<Remedy>>(panel_->remedies());
 }
 

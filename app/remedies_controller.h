@@ -27,8 +27,13 @@ public:
     RemediesController(WhatIfController* whatIf, QWidget* dialogs, QObject* parent = nullptr);
 
     RemediesPanel* panel() const { return panel_; }
-    // A report is shown (nullptr: none); `file` is what it came from.
+    // A report is shown (nullptr: none); `file` is what it came from. Another report's remedies stay greyed, with
+    // a busy mark, until this one's arrive.
     void reportShown(std::shared_ptr<const Report> report, std::shared_ptr<const OpenedFile> file);
+    // A new run (or file) is under way: the remedies listed are the old report's from now on (greyed, busy).
+    void runStarted();
+    // That run failed or was cancelled: the report shown, and its remedies, are still the current ones.
+    void runAbandoned();
     // The remedies shown, into the report a save or an export writes.
     void addShownTo(Report& r) const;
 
@@ -48,6 +53,7 @@ private:
     std::shared_ptr<const OpenedFile> file_;
     std::vector<std::int64_t> tile_;
     bool withWhatIf_ = false;
+    bool computing_ = false; // a compute() whose remedies have not arrived
 };
 
 } // namespace memledger

@@ -27,6 +27,7 @@ RunPanel::RunPanel(QWidget* parent)
     , mode_(new QComboBox(this))
     , optimizer_(new QComboBox(this))
     , loss_(new QComboBox(this))
+    , holdOutput_(new QComboBox(this))
     , training_(new QWidget(this))
     , run_(new QPushButton(tr("Run"), this))
     , cancel_(new QPushButton(tr("Cancel"), this))
@@ -81,7 +82,14 @@ RunPanel::RunPanel(QWidget* parent)
     loss_->addItem(tr("cross-entropy"), QStringLiteral("cross_entropy"));
     loss_->addItem(tr("next token (language model)"), QStringLiteral("next_token"));
     loss_->setToolTip(tr("The loss the backward starts from; auto: cross-entropy for a 2-D output, else the sum"));
-    for (auto* box : {optimizer_, loss_})
+    holdOutput_->addItem(tr("until the step returns"), QStringLiteral("step"));
+    holdOutput_->addItem(tr("until after backward"), QStringLiteral("backward"));
+    holdOutput_->addItem(tr("not held"), QStringLiteral("none"));
+    holdOutput_->setToolTip(tr("How long the training loop holds the model's output and the loss. Until the step "
+                               "returns: `logits, loss = model(x, y)` as nanoGPT's and Hugging Face's loops, the "
+                               "previous step's alive until this forward returns. Until after backward: `del out, "
+                               "loss` before the optimizer step. Not held: `loss_fn(model(x), y).backward()`"));
+    for (auto* box : {optimizer_, loss_, holdOutput_})
         box->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
     cancel_->setEnabled(false);
     progress_->setTextVisible(true);
@@ -112,12 +120,16 @@ RunPanel::RunPanel(QWidget* parent)
     form_->addRow(tr("Device"), device_);
     form_->addRow(tr("Mode"), mode_);
     form_->addRow(tr("Optimizer"), training_);
+    form_->addRow(tr("Output held"), holdOutput_);
     form_->addRow(buttons);
     form_->addRow(progress_);
     form_->addRow(status_);
     form_->setRowVisible(training_, false);
-    connect(mode_, QOverload<int>::of(&QComboBox::currentIndexChanged), this,
-        [this] { form_->setRowVisible(training_, mode() == RunMode::Train); });
+    form_->setRowVisible(holdOutput_, false);
+    connect(mode_, QOverload<int>::of(&QComboBox::currentIndexChanged), this, [this] {
+        form_->setRowVisible(training_, mode() == RunMode::Train);
+        form_->setRowVisible(holdOutput_, mode() == RunMode::Train);
+    });
 
     connect(run_, &QPushButton::clicked, this, &RunPanel::runRequested);
     connect(inputs_, &QLineEdit::returnPressed, this, &RunPanel::runRequested);
@@ -153,6 +165,7 @@ RunOptions RunPanel::options() const
     o.mode = mode();
     o.optimizer = optimizer();
     o.loss = loss();
+    o.hold_output = holdOutput();
     return o;
 }
 
@@ -229,6 +242,16 @@ std::string RunPanel::loss() const
     return loss_->currentData().toString().toStdString();
 }
 
+void RunPanel::setHoldOutput(const std::string& hold)
+{
+    selectData(holdOutput_, hold);
+}
+
+std::string RunPanel::holdOutput() const
+{
+    return holdOutput_->currentData().toString().toStdString();
+}
+
 bool RunPanel::trainingRowVisible() const
 {
     return form_->isRowVisible(training_);
@@ -237,7 +260,7 @@ bool RunPanel::trainingRowVisible() const
 void RunPanel::setRunnable(bool runnable)
 {
     runnable_ = runnable;
-    for (QWidget* w : std::initializer_list<QWidget*> {inputs_, batch_, dtype_, device_, mode_, optimizer_, loss_, run_})
+    for (QWidget* w : std::initializer_list<QWidget*> {inputs_, batch_, dtype_, device_, mode_, optimizer_, loss_, holdOutput_, run_})
         w->setEnabled(runnable);
     // A snapshot or a saved report has nothing to run: its rows go rather than stand greyed out.
     for (QWidget* w : std::initializer_list<QWidget*> {batch_, dtype_, device_, mode_})
@@ -246,6 +269,7 @@ void RunPanel::setRunnable(bool runnable)
     inputs_->setVisible(runnable); // a nested layout's widgets are not hidden with its row
     inputsNote_->setVisible(runnable && !inputsNote_->text().isEmpty());
     form_->setRowVisible(training_, runnable && mode() == RunMode::Train);
+    form_->setRowVisible(holdOutput_, runnable && mode() == RunMode::Train);
 }
 
 void RunPanel::setRunning(bool running)

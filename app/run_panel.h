@@ -43,6 +43,8 @@ public:
     void setOptimizer(const std::string& optimizer); // sgd | adam | adamw | none
     std::string optimizer() const;
     std::string loss() const; // auto | sum | cross_entropy
+    void setHoldOutput(const std::string& hold); // step | backward | none (RunOptions::hold_output)
+    std::string holdOutput() const;
     void setProgress(int done, int total); // total 0: not known yet, the bar runs indeterminate
     void setStatus(const QString& text);
     QString status() const; // what the panel says under its button
@@ -71,6 +73,7 @@ private:
     QComboBox* mode_;
     QComboBox* optimizer_;
     QComboBox* loss_;
+    QComboBox* holdOutput_; // how long the loop holds the output and the loss (a training step)
     QWidget* training_; // optimizer and loss, in one row
     QFormLayout* form_ = nullptr;
     QLayout* inputsRow_ = nullptr; // the inputs and their note

@@ -9,7 +9,9 @@
 #include "whatif/whatif.h"
 #include "whatif/whatif_policy.h"
 #include "whatif/checkpoint.h"
+#include "exports/checkpoint_export.h"
 #include "exports/report_text.h"
+#include "exports/whatif_export.h"
 
 #include <nlohmann/json.hpp>
 

@@ -5,7 +5,8 @@
 // process's peak resident set (VmHWM) grows while it reads, and its resident set once read with the snapshot
 // alive, per trace entry: everything the read touched, stacks and strings included.
 // Targets (issue 12): >= 5x faster than pickle.load, <= 100 bytes per trace entry including the stacks.
-// Usage: bench_snapshot [--entries N] [FILE...]   (no FILE: makes the three files of the README's table)
+// Usage: bench_snapshot [--entries N] [FILE...]   (no FILE: makes the three files of the README's table, and a
+// real training trace of ../shared/snapshots repeated to N entries by bench/make_real_layout.py)
 #include "bench_files.h"
 #include "snapshot/snapshot.h"
 
@@ -142,6 +143,29 @@ int main(int argc, char** argv)
                 return 2;
             }
             files.push_back(path);
+        }
+        // A real training trace (../shared/snapshots) repeated to the same count, frames shared as PyTorch
+        // shares them (bench/make_real_layout.py): issue 31's real layout.
+        const std::string source
+            = MEMLEDGER_SOURCE_DIR "/../shared/snapshots/training-loop-annotations-python-frames.pickle";
+        if (fs::exists(source)) {
+            const auto path
+                = (fs::temp_directory_path() / ("memledger-bench-real-layout-" + std::to_string(entries) + ".pickle"))
+                      .string();
+            if (!fs::exists(path)) {
+                const std::string cmd = "/usr/bin/python3 " MEMLEDGER_SOURCE_DIR "/bench/make_real_layout.py '" + path
+                    + ".part' --entries " + std::to_string(entries) + " --source '" + source + "'";
+                std::printf("making %s\n", path.c_str());
+                std::fflush(stdout);
+                if (std::system(cmd.c_str()) != 0) {
+                    std::fprintf(stderr, "bench_snapshot: could not run %s\n", cmd.c_str());
+                    return 2;
+                }
+                fs::rename(path + ".part", path);
+            }
+            files.push_back(path);
+        } else {
+            std::printf("(no %s: the real layout's row is left out)\n", source.c_str());
         }
     }
     bool ok = true;

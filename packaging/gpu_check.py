@@ -1,5 +1,6 @@
 """packaging/gpu-check.sh's comparison: memledger's CUDA run of each fixture model against PyTorch's own
-counters over the same warm-up and run, in a fresh process each (usage: gpu_check.py MEMLEDGER FIXTURES)."""
+counters over the same warm-up and run, in a fresh process each, and memledger.capture on the GPU (usage:
+gpu_check.py MEMLEDGER FIXTURES)."""
 import json
 import os
 import subprocess
@@ -48,6 +49,85 @@ else:
 torch.cuda.synchronize()
 print(json.dumps({"max_allocated": torch.cuda.max_memory_allocated(), "max_reserved": torch.cuda.max_memory_reserved()}))
 '''
+
+
+# memledger.capture on the GPU (python/memledger/capture_memory.py): two AdamW steps, then an out-of-memory error
+# inside a capture; prints what the files hold, read with an unpickler that refuses every global.
+CAPTURE = r'''
+import json, os, pickle, sys, torch
+import memledger
+out = sys.argv[1]
+
+class Refuse(pickle.Unpickler):
+    def find_class(self, module, name):
+        raise ValueError("a snapshot needs no globals: %s.%s" % (module, name))
+
+def load(path):
+    with open(path, "rb") as fh:
+        return Refuse(fh).load()
+
+def facts(snap):
+    entries = [e for lst in snap.get("device_traces", []) for e in lst]
+    return {"allocs": sum(e.get("action") == "alloc" for e in entries),
+            "allocs_with_frames": sum(e.get("action") == "alloc" and bool(e.get("frames")) for e in entries),
+            "ooms": sum(e.get("action") == "oom" for e in entries),
+            "ranges": sorted({a["name"] for a in snap.get("external_annotations", []) if a.get("stage") == "START"}),
+            "capture": snap.get("memledger_capture", {})}
+
+dev = torch.device("cuda:0")
+model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256)).to(dev)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+train = os.path.join(out, "capture-train.pickle")
+with memledger.capture(train) as c:
+    for _ in range(2):
+        loss = model(torch.randn(64, 256, device=dev)).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+result = {"train": facts(load(train)), "train_writes": c.writes}
+oom = os.path.join(out, "capture-oom.pickle")
+with memledger.capture(oom) as c:
+    try:
+        x = model(torch.randn(64, 256, device=dev))
+        torch.empty(2 * torch.cuda.get_device_properties(0).total_memory, dtype=torch.uint8, device=dev)
+    except torch.cuda.OutOfMemoryError:
+        # the observer wrote the file at the failure, before the block ends
+        result["oom_at_failure"] = facts(load(oom)) if os.path.exists(oom) else None
+result["oom_written"] = c.oom_written
+print(json.dumps(result))
+'''
+
+
+def capture_case(memledger, tmp):
+    """memledger.capture on the GPU: the history with Python frames, the ranges, the file written at an OOM, and
+    memledger opening both files. Returns the number of failures (0 or 1)."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(FIXTURE_SCRIPTS, "..", "..", "python"))
+    r = subprocess.run([sys.executable, "-c", CAPTURE, tmp], capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        print("capture (CUDA): failed: %s" % r.stderr.strip().splitlines()[-3:])
+        return 1
+    t = json.loads(r.stdout.strip().splitlines()[-1])
+    train, at_oom = t["train"], t.get("oom_at_failure")
+    wanted = {"memledger.forward", "memledger.backward", "Optimizer.step#AdamW.step"}
+    problems = []
+    if train["allocs"] == 0 or train["allocs_with_frames"] != train["allocs"]:
+        problems.append("allocs %d, with frames %d" % (train["allocs"], train["allocs_with_frames"]))
+    if not wanted <= set(train["ranges"]):
+        problems.append("ranges %s lack %s" % (train["ranges"], sorted(wanted - set(train["ranges"]))))
+    if train["capture"].get("device") != "cuda":
+        problems.append("memledger_capture %s" % train["capture"])
+    if not t["oom_written"] or not at_oom or at_oom["ooms"] < 1 or "oom" not in at_oom["capture"]:
+        problems.append("out of memory: written %s, file at the failure %s" % (t["oom_written"], at_oom))
+    for name in ("capture-train.pickle", "capture-oom.pickle"):
+        run = subprocess.run([memledger, "analyze", os.path.join(tmp, name)], capture_output=True, text=True)
+        if run.returncode != 0:
+            problems.append("memledger analyze %s: exit %d %s" % (name, run.returncode, run.stderr.strip()[-200:]))
+        elif name == "capture-oom.pickle" and "out of memory" not in run.stdout:
+            problems.append("memledger analyze %s names no out-of-memory" % name)
+    print("capture (CUDA): %d allocs with Python frames, ranges %s, OOM entries at the failure %s: %s"
+          % (train["allocs_with_frames"], ", ".join(train["ranges"]), at_oom and at_oom["ooms"],
+             "; ".join(problems) if problems else "ok"))
+    return 1 if problems else 0
 
 
 def mib(b):
@@ -99,8 +179,9 @@ def main(memledger, fixtures):
         print("%-24s %-9s %s %s %5.1f%%  %s %s %5.1f%%  %s %s %s" % (name, mode, mib(peak), mib(t["max_allocated"]),
               100 * off(peak, t["max_allocated"]), mib(reserved), mib(t["max_reserved"]),
               100 * off(reserved, t["max_reserved"]), mib(simulated), mib(reserved), "ok" if ok else "DIFFERS"))
-    print("gpu-check: %d of %d rows agree (peaks within %d%%, reserved within %d%%)"
-          % (len(cases) - failed, len(cases), PEAK_TOLERANCE * 100, RESERVED_TOLERANCE * 100))
+    failed += capture_case(memledger, tmp)
+    print("gpu-check: %d of %d rows agree (peaks within %d%%, reserved within %d%%; the capture row)"
+          % (len(cases) + 1 - failed, len(cases) + 1, PEAK_TOLERANCE * 100, RESERVED_TOLERANCE * 100))
     return 0 if failed == 0 and cases else 1
 
 

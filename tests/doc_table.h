@@ -8,10 +8,14 @@
 // (its first cell is its key). With MEMLEDGER_WRITE_DOCS=1 in the environment the test writes the row into the
 // doc instead (replacing the row of its key, or adding it last), so that no figure in such a
 // table is typed by hand. Every row made is also written to build/doc_tables/NAME/KEY.md.
+// A row is checked against PyTorch too: each call gives at least one of PyTorch's own figures for what the row
+// shows (PyTorchFigure: a truth a fixture script wrote, tests/fixtures/*.py) with ours beside it, so that a row can
+// neither pass by matching our own output alone nor be written (MEMLEDGER_WRITE_DOCS=1) while it disagrees.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <cstdint>
 #include <cstdlib>
@@ -38,6 +42,34 @@ inline std::string groupedBytes(std::int64_t v, bool sign = false)
     return (sign && v > 0 ? "+" : "") + out;
 }
 
+// One of PyTorch's figures for a doc row and ours for the same thing: equal to the byte (`tolerance` 0) or within
+// `tolerance` of PyTorch's (relative).
+struct PyTorchFigure {
+    std::string what; // what PyTorch's figure is and where it comes from: "lm_truth gpt_sdpa.pt2 inference peak"
+    std::int64_t ours = 0;
+    std::int64_t pytorch = 0;
+    double tolerance = 0;
+};
+
+// Checks each figure (a failure names it); false when one is off.
+inline bool checkPyTorchFigures(const std::vector<PyTorchFigure>& figures, const std::string& row)
+{
+    EXPECT_FALSE(figures.empty()) << "no PyTorch figure for the doc row " << row;
+    bool ok = !figures.empty();
+    for (const auto& f : figures) {
+        const double diff = static_cast<double>(f.ours) - static_cast<double>(f.pytorch);
+        const double bound = f.tolerance * std::abs(static_cast<double>(f.pytorch));
+        const bool within = std::abs(diff) <= bound;
+        std::printf("[ pytorch  ] %s: ours %lld PyTorch %lld (%+.3f%%)\n", f.what.c_str(), static_cast<long long>(f.ours),
+            static_cast<long long>(f.pytorch), f.pytorch ? 100.0 * diff / static_cast<double>(f.pytorch) : 0.0);
+        EXPECT_TRUE(within) << f.what << ": ours " << f.ours << ", PyTorch's " << f.pytorch
+                            << (f.tolerance > 0 ? ", more than the tolerance apart" : ", not equal") << " (doc row "
+                            << row << ")";
+        ok = ok && within;
+    }
+    return ok;
+}
+
 inline std::string markdownRow(const std::vector<std::string>& cells)
 {
     std::string row = "|";
@@ -52,9 +84,10 @@ inline std::string markdownRow(const std::vector<std::string>& cells)
 // a PyTorch that pip may have moved) is checked for its key only; figures that differ here are printed, not
 // failed (the test's own bound checks them).
 inline void docTableRow(const std::string& doc, const std::string& name, const std::vector<std::string>& cells,
-    bool exact = true)
+    const std::vector<PyTorchFigure>& pytorch, bool exact = true)
 {
     const std::string row = markdownRow(cells);
+    const bool agrees = checkPyTorchFigures(pytorch, row);
     const std::string key = "| " + cells.front() + " |";
     {
         std::string file = cells.front();
@@ -92,6 +125,11 @@ inline void docTableRow(const std::string& doc, const std::string& name, const s
             at = i;
     const char* write = std::getenv("MEMLEDGER_WRITE_DOCS");
     if (write && std::string(write) == "1") {
+        if (!agrees) {
+            std::printf("[ doc      ] not written into docs/%s, table %s (PyTorch disagrees): %s\n", doc.c_str(),
+                name.c_str(), row.c_str());
+            return;
+        }
         if (at < e) {
             lines[at] = row;
         } else {

@@ -7,7 +7,7 @@
 // runs no torch.export programs.
 #include "exports/report_json.h"
 #include "exports/report_text.h"
-#include "fixture_paths.h"
+#include "truth_file.h"
 #include "recording/build_report.h"
 #include "recording/model.h"
 #include "run_command.h"
@@ -43,11 +43,7 @@ const nlohmann::json& autocastTruth()
 // Why the cases cannot run here; "" when they can.
 std::string skipReason()
 {
-    if (!canRunExportedPrograms())
-        return "this build runs no torch.export programs (" + torchBuildInfo() + ")";
-    if (autocastTruth().contains("skipped"))
-        return autocastTruth()["skipped"].get<std::string>();
-    return {};
+    return test::whyTruthIsNotHere(autocastTruth(), true);
 }
 
 struct AutocastCase {
@@ -99,6 +95,7 @@ RunOptions optionsFor(const AutocastCase& c)
     o.device = "cpu";
     o.mode = c.mode == "train" ? RunMode::Train : RunMode::Inference;
     o.optimizer = "adamw";
+    o.hold_output = "backward"; // autocast_truths.py's loop: `del out, loss` after loss.backward(), before opt.step()
     if (c.dtype != "float32") {
         o.autocast = c.dtype;
         o.autocast_cache = c.cache;
@@ -278,22 +275,6 @@ protected:
 };
 
 } // namespace
-
-// libtorch has no autocast for meta tensors: a meta run under --autocast is refused, saying so.
-TEST_F(Autocast, AMetaRunIsRefused)
-{
-    if (!metaRunsSupported())
-        GTEST_SKIP() << "this build has no meta runs";
-    auto model = Model::open(file("cnn_bn"));
-    auto o = optionsFor({"cnn_bn", "inference", "bfloat16", true});
-    o.device = "meta";
-    try {
-        analyzeModel(model, o);
-        ADD_FAILURE() << "a meta run under autocast ran";
-    } catch (const RunError& e) {
-        EXPECT_NE(std::string(e.what()).find("no autocast for meta tensors"), std::string::npos) << e.what();
-    }
-}
 
 // The region restores autocast's state however it ends: after a run that failed inside it, and after one that
 // ended, a run without autocast is the float32 run (bfloat16 casts would change its peak by a fifth).

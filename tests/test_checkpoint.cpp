@@ -9,6 +9,7 @@
 #include "run_command.h"
 #include "support/format.h"
 #include "whatif/checkpoint.h"
+#include "exports/checkpoint_export.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -101,9 +102,9 @@ TEST_P(CheckpointTruth, EveryCaseWithinOnePercent)
 INSTANTIATE_TEST_SUITE_P(Models, CheckpointTruth,
     ::testing::Values("ckpt_mnist", "ckpt_resnet18", "ckpt_mobilenet", "ckpt_nested"));
 
-// Seed 003's network at batch 64: checkpointing conv2 makes the peak worse (22.6 MB without, 25.8 MB with), and
-// memledger says so plainly.
-TEST(Checkpoint, Seed003Conv2IsWorse)
+// The MNIST CNN of demo:mnist-train.pt (conv1 1->32, conv2 32->64, fc1, fc2) at batch 64: checkpointing conv2 makes
+// the peak worse (22.6 MB without, 25.8 MB with), and memledger says so plainly.
+TEST(Checkpoint, MnistCnnWithConv2CheckpointedIsWorse)
 {
     auto t = truth()["ckpt_mnist"];
     const auto& r = recorded("ckpt_mnist");

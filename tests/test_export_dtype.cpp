@@ -5,7 +5,7 @@
 // recorded run, which the converted run must equal ledger by ledger, on the CPU and on the meta device. Skipped,
 // with the reason, where the build runs no torch.export programs (1.13).
 #include "doc_table.h"
-#include "fixture_paths.h"
+#include "truth_file.h"
 #include "recording/build_report.h"
 #include "recording/model.h"
 #include "run_command.h"
@@ -33,13 +33,7 @@ const nlohmann::json& dtypeTruth()
     return truth;
 }
 
-#define SKIP_WITHOUT_DTYPE_FIXTURES()                                                                                  \
-    do {                                                                                                               \
-        if (!canRunExportedPrograms())                                                                                 \
-            GTEST_SKIP() << "this build runs no torch.export programs";                                                \
-        if (dtypeTruth().contains("skipped"))                                                                          \
-            GTEST_SKIP() << dtypeTruth()["skipped"].get<std::string>();                                                \
-    } while (0)
+#define SKIP_WITHOUT_DTYPE_FIXTURES() SKIP_IF_TRUTH_IS_NOT_HERE(dtypeTruth(), true)
 
 // The fixtures' input (at `batch` when given) in `dtype` on `device` ("" for the file's default), an AdamW step in
 // training.
@@ -146,7 +140,10 @@ TEST(ExportDtype, ConvertedProgramsAreTheirBfloat16Exports)
             docTableRow("meta.md", "dtype-conversion",
                 {what, groupedBytes(asFloat.peak_bytes), groupedBytes(converted.peak_bytes), groupedBytes(exported.peak_bytes),
                     groupedBytes(truthPeak),
-                    kept.substr(0, kept.find(" because"))});
+                    kept.substr(0, kept.find(" because"))},
+                {{"dtype_truth " + name + (mode == RunMode::Train ? " adamw step peak" : " inference peak")
+                        + " (bfloat16 program)",
+                    converted.peak_bytes, truthPeak, 0.01}});
         }
     }
 }

@@ -2,7 +2,7 @@
 // run is never "fits"; the reserve is replayed on a device of the budget's size and never exceeds it; "fits" is
 // monotone along the rows; a program with a fixed batch keeps its other answers; budgets by GPU name.
 #include "demo_model.h"
-#include "fixture_paths.h"
+#include "truth_file.h"
 #include "recording/model.h"
 #include "session/open_file.h"
 #include "whatif/checkpoint.h"
@@ -41,13 +41,7 @@ const nlohmann::json& metaTruth()
     return truth;
 }
 
-#define SKIP_WITHOUT_EXPORT(truth)                                                                                     \
-    do {                                                                                                               \
-        if ((truth).contains("skipped"))                                                                               \
-            GTEST_SKIP() << (truth)["skipped"].get<std::string>();                                                     \
-        if (!canRunExportedPrograms())                                                                                 \
-            GTEST_SKIP() << "this build's libtorch runs no torch.export programs (the PyTorch 2 build does)";          \
-    } while (0)
+#define SKIP_WITHOUT_EXPORT(truth) SKIP_IF_TRUTH_IS_NOT_HERE(truth, true)
 
 std::string lmFile(const std::string& model, const std::string& kind)
 {

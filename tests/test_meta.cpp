@@ -6,7 +6,7 @@
 // where the build's libtorch has no meta runs (1.13).
 #include "demo_model.h"
 #include "doc_table.h"
-#include "fixture_paths.h"
+#include "truth_file.h"
 #include "recording/build_report.h"
 #include "recording/model.h"
 #include "report/trace.h"
@@ -73,7 +73,9 @@ struct Extra {
     bool boundTemporaries = true;
 };
 
-void expectSameButTemporaries(const Report& cpu, const Report& meta, const std::string& what, Extra extra)
+// `pytorch`: PyTorch's own figures for the CPU run (the fixtures' truths), checked with its doc row.
+void expectSameButTemporaries(const Report& cpu, const Report& meta, const std::string& what, Extra extra,
+    const std::vector<test::PyTorchFigure>& pytorch)
 {
     EXPECT_EQ(meta.run.device, "meta");
     EXPECT_EQ(cpu.run.device, "cpu");
@@ -119,7 +121,50 @@ void expectSameButTemporaries(const Report& cpu, const Report& meta, const std::
         {what, groupedBytes(cpu.peak_bytes), groupedBytes(meta.peak_bytes),
             groupedBytes(meta.ledgers[static_cast<std::size_t>(Ledger::Activations)].total
                     - cpu.ledgers[static_cast<std::size_t>(Ledger::Activations)].total,
-                true)});
+                true)},
+        pytorch, cpu.run.threads == 1); // at libtorch's default threads the CPU's peak is this machine's (oneDNN)
+}
+
+const nlohmann::json& modelTruth()
+{
+    static const nlohmann::json truth = test::readTruth("truth.json", "make_fixtures");
+    return truth;
+}
+
+// The figures of a training step that PyTorch reported for the same network in `entry` (a truth of
+// make_fixtures.train_truth or lm_models.train_truth, `sgd`, `adam` or `adamw`): gradients and optimizer state do not
+// depend on the input. Adam's state is AdamW's (two moments a parameter).
+void addStepFigures(std::vector<test::PyTorchFigure>& figures, const Report& cpu, const nlohmann::json& entry,
+    const std::string& where)
+{
+    figures.push_back({where + " gradient_bytes", cpu.gradient_bytes, entry["gradient_bytes"].get<std::int64_t>(), 0});
+    figures.push_back(
+        {where + " optimizer_state_bytes", cpu.optimizer_state_bytes, entry["optimizer_state_bytes"].get<std::int64_t>(), 0});
+}
+
+// PyTorch's figures for a built-in demo's CPU run, from the fixtures' truth of the same network: demo:rfbnet.pt is
+// truth.json's "demo" (RFBNet, float32, at the demo's own 1x1x300x300: its peaks too), demo:mnist-train.pt is
+// "mnist" (mnist_net.Net at batch 8: weights, gradients and optimizer state), demo:gpt(-train).pt2 is lm_truth's
+// "gpt_sdpa" (resources/gpt.py's GPT(), the same weights' shapes).
+std::vector<test::PyTorchFigure> demoFigures(
+    const std::string& demo, RunMode mode, const std::string& optimizer, bool ownInput, const Report& cpu)
+{
+    const bool gpt = demo.rfind("demo:gpt", 0) == 0;
+    const std::string name = gpt ? "gpt_sdpa" : demo == "demo:rfbnet.pt" ? "demo" : "mnist";
+    const nlohmann::json& t = gpt ? lmTruth()["models"][name] : modelTruth()[name];
+    const std::string where = (gpt ? "lm_truth " : "truth.json ") + name;
+    std::vector<test::PyTorchFigure> figures {{where + " parameter_bytes + buffer_bytes", cpu.weight_bytes,
+        t["parameter_bytes"].get<std::int64_t>() + t["buffer_bytes"].get<std::int64_t>(), 0}};
+    const bool sameInput = ownInput && name == "demo";
+    if (mode == RunMode::Train) {
+        const auto& step = gpt ? t["train"]["pt2"][optimizer] : t["train"][optimizer == "adamw" ? "adam" : optimizer];
+        addStepFigures(figures, cpu, step, where + " " + optimizer + " step");
+        if (sameInput && optimizer == "sgd")
+            figures.push_back({where + " sgd step peak_bytes", cpu.peak_bytes, step["peak_bytes"].get<std::int64_t>(), 0.01});
+    } else if (sameInput) {
+        figures.push_back({where + " inference peak_bytes", cpu.peak_bytes, t["peak_bytes"].get<std::int64_t>(), 0.01});
+    }
+    return figures;
 }
 
 // The built-in demo run on the CPU and on meta, each from a model of its own (weights on meta do not come back).
@@ -133,6 +178,8 @@ void compareDemo(const std::string& demo, RunMode mode, const std::string& optim
         if (smallInput) {
             o.inputs = {{2, 64}}; // smaller than the demo's own, to keep the test quick
             o.input_types = file.default_input_types;
+        } else {
+            o.threads = 0; // the truth's: libtorch's default (oneDNN's scratch, and so the CPU's peak, varies with it)
         }
         o.mode = mode;
         o.optimizer = optimizer;
@@ -140,7 +187,7 @@ void compareDemo(const std::string& demo, RunMode mode, const std::string& optim
     };
     auto cpu = run("cpu");
     auto meta = run("meta");
-    expectSameButTemporaries(cpu, meta, what, Extra {});
+    expectSameButTemporaries(cpu, meta, what, Extra {}, demoFigures(demo, mode, optimizer, !smallInput, cpu));
 }
 
 // A language model of the fixtures (tests/fixtures/lm_models.py, lm_zoo.py) as TorchScript (pt) or an exported
@@ -186,15 +233,14 @@ protected:
     void SetUp() override
     {
         SKIP_WITHOUT_META();
-        if (lmTruth().contains("skipped"))
-            GTEST_SKIP() << lmTruth()["skipped"].get<std::string>();
+        SKIP_IF_TRUTH_IS_NOT_HERE(lmTruth(), false);
         const auto& models = lmTruth()["models"];
         if (!models.contains(GetParam().model) || !models[GetParam().model].contains(GetParam().kind))
             GTEST_SKIP() << "the fixtures have no " << GetParam().model << "." << GetParam().kind;
-        if (GetParam().kind == "pt2" && !canRunExportedPrograms())
-            GTEST_SKIP() << "this build runs no torch.export programs";
+        SKIP_IF_TRUTH_IS_NOT_HERE(models[GetParam().model], GetParam().kind == "pt2");
         file = fixture("lm/" + models[GetParam().model][GetParam().kind].get<std::string>());
         input = models[GetParam().model]["input"].get<std::string>();
+        truth = models[GetParam().model];
     }
 
     // The same run on the CPU and on meta, each from a model of its own.
@@ -210,10 +256,23 @@ protected:
         };
         auto cpu = run("cpu");
         auto meta = run("meta");
-        expectSameButTemporaries(cpu, meta, what, extra);
+        // PyTorch's peak of the same CPU run (test_lm's check), and a step's gradients and optimizer state.
+        const std::string where = "lm_truth " + GetParam().model + "." + GetParam().kind;
+        std::vector<test::PyTorchFigure> pytorch;
+        if (mode == RunMode::Train) {
+            const auto& step = truth["train"][GetParam().kind][optimizer];
+            pytorch.push_back({where + " " + optimizer + " step peak_bytes", cpu.peak_bytes,
+                step["peak_bytes"].get<std::int64_t>(), 0.01});
+            addStepFigures(pytorch, cpu, step, where + " " + optimizer + " step");
+        } else {
+            pytorch.push_back({where + " inference peak_bytes", cpu.peak_bytes,
+                truth["inference"][GetParam().kind]["peak_bytes"].get<std::int64_t>(), 0.01});
+        }
+        expectSameButTemporaries(cpu, meta, what, extra, pytorch);
     }
 
     std::string file, input;
+    nlohmann::json truth;
 };
 
 } // namespace
@@ -326,12 +385,25 @@ TEST(MetaDevice, WhatIfRowsAreTheCpusButTemporaries)
                 c["method"].get<std::string>().c_str(), c["predicted_peak_bytes"].get<long long>(),
                 m["predicted_peak_bytes"].get<long long>(), c["predicted_reserved_bytes"].get<long long>(),
                 m["predicted_reserved_bytes"].get<long long>());
+            // PyTorch's figures: the network's weights (the fixtures' truth of the same network, in the row's
+            // precision), and for the GPT's float32 row at the truth's own 2x32, its inference peak.
+            const bool gpt = run.model == "demo:gpt.pt2";
+            const auto& t = gpt ? lmTruth()["models"]["gpt_sdpa"] : modelTruth()["mnist"];
+            const std::string where = gpt ? "lm_truth gpt_sdpa" : "truth.json mnist";
+            const auto dtype = c["dtype"].get<std::string>();
+            const auto float32Weights = t["parameter_bytes"].get<std::int64_t>() + t["buffer_bytes"].get<std::int64_t>();
+            std::vector<test::PyTorchFigure> pytorch {{where + " parameter_bytes + buffer_bytes in " + dtype,
+                c["weight_bytes"].get<std::int64_t>(), dtype == "float32" ? float32Weights : float32Weights / 2, 0}};
+            if (gpt && dtype == "float32" && c["batch"].get<int>() == 2)
+                pytorch.push_back({where + ".pt2 inference peak_bytes at 2x32", c["predicted_peak_bytes"].get<std::int64_t>(),
+                    t["inference"]["pt2"]["peak_bytes"].get<std::int64_t>(), 0.01});
             docTableRow("meta.md", "whatif-cpu-vs-meta",
                 {row, m["method"] == "measured" ? "computed on meta" : m["method"].get<std::string>(),
                     groupedBytes(c["predicted_peak_bytes"].get<std::int64_t>()),
                     groupedBytes(m["predicted_peak_bytes"].get<std::int64_t>()),
                     groupedBytes(c["predicted_reserved_bytes"].get<std::int64_t>()),
-                    groupedBytes(m["predicted_reserved_bytes"].get<std::int64_t>())});
+                    groupedBytes(m["predicted_reserved_bytes"].get<std::int64_t>())},
+                pytorch);
             EXPECT_EQ(m["batch"], c["batch"]) << row;
             EXPECT_EQ(m["dtype"], c["dtype"]) << row;
             EXPECT_EQ(m["method"], c["method"]) << row;
@@ -373,13 +445,18 @@ const nlohmann::json& metaTruth()
 #define SKIP_WITHOUT_TIED_FIXTURE()                                                                                    \
     do {                                                                                                               \
         SKIP_WITHOUT_META();                                                                                           \
-        if (!canRunExportedPrograms())                                                                                 \
-            GTEST_SKIP() << "this build runs no torch.export programs";                                               \
-        if (metaTruth().contains("skipped"))                                                                           \
-            GTEST_SKIP() << metaTruth()["skipped"].get<std::string>();                                                \
+        SKIP_IF_TRUTH_IS_NOT_HERE(metaTruth(), true);                                                                  \
         if (!metaTruth().contains("tied"))                                                                             \
             GTEST_SKIP() << "meta/meta_truth.json has no tied model (make_meta_fixtures is older)";                   \
     } while (0)
+
+// PyTorch's count of the tied decoder's weights (parameters() lists a tied weight once) against ours.
+test::PyTorchFigure tiedWeights(std::int64_t ours)
+{
+    const auto& tied = metaTruth()["tied"];
+    return {"meta_truth tied parameters() + buffers()", ours,
+        tied["parameter_bytes"].get<std::int64_t>() + tied["buffer_bytes"].get<std::int64_t>(), 0};
+}
 
 std::string tiedInput()
 {
@@ -437,7 +514,8 @@ TEST(MetaDevice, TiedWeightsAreCountedOnce)
             EXPECT_EQ(meta.optimizer_state_bytes, 2 * tied["parameter_bytes"].get<std::int64_t>()); // AdamW: 2 moments
         }
         // The rest as any CPU-against-meta pair: RMSNorm's `+ eps` scalars (5, 8 bytes each) as llama_gqa's.
-        expectSameButTemporaries(cpu, meta, what, Extra {-40});
+        expectSameButTemporaries(cpu, meta, what, Extra {-40},
+            {{"meta_truth tied parameters() + buffers()", cpu.weight_bytes, pytorch, 0}});
     }
 }
 
@@ -474,7 +552,8 @@ TEST(MetaDevice, SequenceWhatIfRowsAreDirectMetaRuns)
         docTableRow("meta.md", "seq-whatif",
             {std::to_string(seq), "computed on meta (`whatif --seq`)",
                 groupedBytes(row["predicted_peak_bytes"].get<std::int64_t>()), groupedBytes(a.peak_bytes),
-                groupedBytes(row["predicted_peak_bytes"].get<std::int64_t>() - a.peak_bytes, true)});
+                groupedBytes(row["predicted_peak_bytes"].get<std::int64_t>() - a.peak_bytes, true)},
+            {tiedWeights(row["weight_bytes"].get<std::int64_t>())});
         EXPECT_EQ(row["predicted_peak_bytes"].get<std::int64_t>(), a.peak_bytes);
         EXPECT_EQ(row["predicted_peak_total_bytes"].get<std::int64_t>(), a.peak_total_bytes);
         EXPECT_EQ(row["predicted_reserved_bytes"].get<std::int64_t>(), a.simulated_reserved_peak_bytes);
@@ -505,7 +584,8 @@ TEST(MetaDevice, SequenceWhatIfRowsAreDirectMetaRuns)
         docTableRow("meta.md", "seq-whatif",
             {std::to_string(seq), std::string(nameOf(p.method)) + " from 128, 256, 512",
                 groupedBytes(p.predicted_peak_bytes), groupedBytes(a.peak_bytes),
-                groupedBytes(p.predicted_peak_bytes - a.peak_bytes, true) + (p.predicted_peak_bytes == a.peak_bytes ? "" : percent)});
+                groupedBytes(p.predicted_peak_bytes - a.peak_bytes, true) + (p.predicted_peak_bytes == a.peak_bytes ? "" : percent)},
+            {tiedWeights(a.weight_bytes)});
         EXPECT_EQ(p.predicted_peak_bytes, a.peak_bytes) << "seq " << seq;
         EXPECT_EQ(p.predicted_peak_total_bytes, a.peak_total_bytes) << "seq " << seq;
     }
@@ -531,7 +611,8 @@ TEST(MetaDevice, CheckpointingAndRemediesOnMeta)
             static_cast<long long>(temporaries), static_cast<long long>(c.predicted_peak_total_bytes),
             static_cast<long long>(m.predicted_peak_total_bytes));
         docTableRow("meta.md", "checkpoint-meta",
-            {module, groupedBytes(c.predicted_peak_bytes), groupedBytes(m.predicted_peak_bytes), groupedBytes(temporaries)});
+            {module, groupedBytes(c.predicted_peak_bytes), groupedBytes(m.predicted_peak_bytes), groupedBytes(temporaries)},
+            {tiedWeights(cpu.weight_bytes), tiedWeights(meta.weight_bytes)});
         EXPECT_LE(m.predicted_peak_bytes, c.predicted_peak_bytes);
         EXPECT_GE(m.predicted_peak_bytes, c.predicted_peak_bytes - temporaries);
         EXPECT_EQ(m.predicted_peak_total_bytes - m.predicted_peak_bytes, c.predicted_peak_total_bytes - c.predicted_peak_bytes)
@@ -587,7 +668,8 @@ TEST(MetaDevice, BatchWhatIfOnMetaPredictsDirectRuns)
             static_cast<long long>(a.simulated_reserved_peak_bytes), phase.c_str());
         docTableRow("meta.md", "batch-whatif",
             {std::to_string(batch), std::string(nameOf(p.method)) + " from 2, 4", groupedBytes(p.predicted_peak_bytes),
-                groupedBytes(a.peak_bytes), phase});
+                groupedBytes(a.peak_bytes), phase},
+            {tiedWeights(a.weight_bytes)});
         EXPECT_EQ(p.predicted_peak_bytes, a.peak_bytes) << "batch " << batch;
         EXPECT_EQ(p.predicted_peak_total_bytes, a.peak_total_bytes) << "batch " << batch;
     }

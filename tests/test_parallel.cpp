@@ -6,7 +6,7 @@
 // - the trace editor the layout is made with, on a hand-made trace.
 // Skipped, with the reason, where the build's libtorch has no meta runs (1.13) or the fixtures' PyTorch no FSDP2.
 #include "doc_table.h"
-#include "fixture_paths.h"
+#include "truth_file.h"
 #include "recording/build_report.h"
 #include "recording/model.h"
 #include "report/report_summary.h"
@@ -71,10 +71,7 @@ protected:
     {
         if (torchBuildInfo().rfind("libtorch 1.", 0) == 0)
             GTEST_SKIP() << "this build's libtorch (" << torchBuildInfo() << ") has no meta runs";
-        if (!canRunExportedPrograms())
-            GTEST_SKIP() << "this build runs no torch.export programs";
-        if (fsdpTruth().contains("skipped"))
-            GTEST_SKIP() << fsdpTruth()["skipped"].get<std::string>();
+        SKIP_IF_TRUTH_IS_NOT_HERE(fsdpTruth(), true);
     }
 };
 
@@ -124,6 +121,10 @@ TEST_F(Fsdp, RankAgreesWithFsdpMemTracker)
             {caseName(c), groupedBytes(c["padded_sharded_param_bytes"].get<std::int64_t>()),
                 groupedBytes(rank.model.parameter_bytes), groupedBytes(static_cast<std::int64_t>(theirs)),
                 groupedBytes(rank.peak_total_bytes), pct},
+            {{"fsdp_truth " + caseName(c) + " padded sharded parameters", rank.model.parameter_bytes,
+                 c["padded_sharded_param_bytes"].get<std::int64_t>(), 0},
+                {"fsdp_truth " + caseName(c) + " FSDPMemTracker peak total", rank.peak_total_bytes,
+                    static_cast<std::int64_t>(theirs), 0.02}},
             false);
         ++checked;
     }
@@ -141,10 +142,9 @@ const nlohmann::json& distTruth()
 // rank 0's weights and optimizer state exact, its peak total within 1%. The step is recorded on the CPU.
 TEST(RealJobs, DdpAndZeroOneRanksAgreeWithTorchrun)
 {
-    if (torchBuildInfo().rfind("libtorch 1.", 0) == 0 || !canRunExportedPrograms())
-        GTEST_SKIP() << "this build runs no torch.export programs";
-    if (distTruth().contains("skipped"))
-        GTEST_SKIP() << distTruth()["skipped"].get<std::string>();
+    if (torchBuildInfo().rfind("libtorch 1.", 0) == 0)
+        GTEST_SKIP() << "this build's libtorch (" << torchBuildInfo() << ") runs no torch.export programs";
+    SKIP_IF_TRUTH_IS_NOT_HERE(distTruth(), true);
     std::map<std::string, Report> steps;
     int checked = 0;
     std::vector<std::string> skipped; // cases the truth script could not run here (a time budget, torchrun)
@@ -184,7 +184,9 @@ TEST(RealJobs, DdpAndZeroOneRanksAgreeWithTorchrun)
         char pct[32];
         std::snprintf(pct, sizeof pct, "%+.2f%%", 100.0 * (ours - theirs) / theirs);
         test::docTableRow("distributed.md", "torchrun",
-            {name, groupedBytes(static_cast<std::int64_t>(theirs)), groupedBytes(rank.peak_total_bytes), pct}, false);
+            {name, groupedBytes(static_cast<std::int64_t>(theirs)), groupedBytes(rank.peak_total_bytes), pct},
+            {{"dist_truth " + name + " rank 0 peak total", rank.peak_total_bytes, static_cast<std::int64_t>(theirs), 0.01}},
+            false);
         ++checked;
     }
     if (checked == 0)

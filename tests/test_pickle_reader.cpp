@@ -388,3 +388,86 @@ TEST(PickleReader, ASnapshotFileIsReadAsItsBytesAre)
     for (std::size_t i = 0; i < a.trace->size(); i += 997)
         EXPECT_EQ(a.trace_stream[i], b.trace_stream[i]);
 }
+
+namespace {
+
+// The process's peak resident set, in bytes (VmHWM), after it was reset to the present (clear_refs 5).
+std::size_t resetPeak()
+{
+    std::ofstream("/proc/self/clear_refs") << "5";
+    return 0;
+}
+std::size_t peakBytes()
+{
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind("VmHWM:", 0) == 0)
+            return static_cast<std::size_t>(std::atoll(line.c_str() + 6)) * 1024;
+    return 0;
+}
+std::size_t residentBytes()
+{
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind("VmRSS:", 0) == 0)
+            return static_cast<std::size_t>(std::atoll(line.c_str() + 6)) * 1024;
+    return 0;
+}
+
+} // namespace
+
+// LONG_BINPUT names a memo slot far past those used: Python's pickler never writes one, a hostile file may. It
+// is read (the value comes back through LONG_BINGET) without a memo of the index's size (8 bytes a slot: 480 MB
+// here for a 64 MB file).
+TEST(PickleReader, AFarMemoIndexTakesNoMemoryOfItsSize)
+{
+    const std::uint32_t far = 60000000;
+    std::string p = bytes({0x80, 4, 'B'}) + u32(64u << 20) + std::string(64u << 20, 'x') + bytes({'K', 7, 'r'})
+        + u32(far) + "j" + u32(far) + bytes({0x87, '.'});
+    resetPeak();
+    const std::size_t before = residentBytes();
+    PickleDocument doc = readPickle(std::move(p));
+    const std::size_t grown = peakBytes() - std::min(peakBytes(), before);
+    ASSERT_EQ(doc.root().items().size(), 3u);
+    EXPECT_EQ(doc.root().items()[1].asInt(), 7);
+    EXPECT_EQ(doc.root().items()[2].asInt(), 7);
+    EXPECT_LT(grown, std::size_t {100} << 20) << "the peak grew by " << grown << " bytes";
+    // A get of a slot never stored, near or far, is an error naming it.
+    const std::string pad = bytes({0x80, 4, 'B'}) + u32(100000) + std::string(100000, 'x') + "0";
+    EXPECT_NE(errorText(pad + bytes({'K', 1, 'r'}) + u32(90000) + "j" + u32(89999) + ".")
+                  .find("memo index 89999 was never stored"),
+        std::string::npos);
+    EXPECT_NE(errorText(pad + bytes({'K', 1, 'q', 3, 'h', 2, '.'})).find("memo index 2 was never stored"),
+        std::string::npos);
+}
+
+// The depth limit holds a container to the depth it had when it was put into another: growing it afterwards
+// (a memo get or DUP of it, then APPEND) would nest without limit or make a cycle. Both are refused: a clear
+// error, and through the snapshot decoder a FileError naming the file (the CLI's exit 3).
+TEST(PickleReader, ANestedContainerNeverGrowsPastTheDepthLimit)
+{
+    // [] DUP APPEND: a list inside itself.
+    EXPECT_NE(errorText(bytes({0x80, 2, ']', '2', 'a', '.'})).find("a container put inside itself"),
+        std::string::npos);
+    // A = [], memoized; 999 tuples around it (1000 levels, the limit); then a chain of 999 lists appended to A
+    // through the memo: 1999 levels if it were taken.
+    std::string deep = bytes({0x80, 4, ']', 0x94}) + std::string(999, static_cast<char>(0x85)) + bytes({'h', 0})
+        + std::string(999, ']') + std::string(998, 'a') + "a" + "0" + ".";
+    EXPECT_NE(errorText(deep).find("APPEND on a list already inside another container"), std::string::npos)
+        << errorText(deep);
+    // The same with SETITEM on a dict; and the plain way (the child complete before its parent takes it) reads.
+    std::string dict = bytes({0x80, 4, '}', 0x94, 0x85, 'h', 0, 'K', 1, ']', 's', '.'});
+    EXPECT_NE(errorText(dict).find("SETITEM on a dict already inside another container"), std::string::npos);
+    EXPECT_NO_THROW(readPickle(bytes({0x80, 2, ']', '2', ']', 'a', '0', '.'})));
+    for (const auto& data : {bytes({0x80, 2, ']', '2', 'a', '.'}), deep}) {
+        try {
+            decodeSnapshot(data, "cycle.pickle");
+            ADD_FAILURE() << "no error";
+        } catch (const FileError& e) {
+            EXPECT_EQ(e.path(), "cycle.pickle");
+            EXPECT_NE(std::string(e.what()).find("damaged or unsafe pickle"), std::string::npos) << e.what();
+        }
+    }
+}

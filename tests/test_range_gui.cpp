@@ -230,7 +230,7 @@ TEST(SnapshotViews, ThePeakPanelFollowsTheDeviceAndTheChart)
     auto text = summary->summaryText();
     EXPECT_TRUE(text.contains(QStringLiteral("At the peak: %1").arg(bytes(w.report()->peak_bytes)))) << text.toStdString();
     EXPECT_TRUE(text.contains(QStringLiteral("At the end: %1 reserved").arg(bytes(reserved)))) << text.toStdString();
-    EXPECT_TRUE(text.contains(QStringLiteral("not allocated (fragmentation): %1").arg(
+    EXPECT_TRUE(text.contains(QStringLiteral("cached, not allocated (the allocator's reserve): %1").arg(
         QString::fromStdString(formatBytes(reserved - allocated)))));
     for (const auto& [dev, d] : truth["devices"].items()) {
         int device = std::stoi(dev);
@@ -241,7 +241,8 @@ TEST(SnapshotViews, ThePeakPanelFollowsTheDeviceAndTheChart)
         EXPECT_TRUE(text.contains(QStringLiteral("At the end (cuda:%1): %2 reserved").arg(device).arg(bytes(d["reserved"]))));
         const auto frag = d["reserved"].get<std::int64_t>() - d["allocated"].get<std::int64_t>();
         EXPECT_TRUE(text.contains(
-            QStringLiteral("not allocated (fragmentation): %1").arg(QString::fromStdString(formatBytes(frag)))));
+            QStringLiteral("cached, not allocated (the allocator's reserve): %1")
+                .arg(QString::fromStdString(formatBytes(frag)))));
         // The peak on this device is the top of the timeline's stack for it.
         EXPECT_TRUE(text.contains(QStringLiteral("At the peak (cuda:%1): %2")
                                       .arg(device)

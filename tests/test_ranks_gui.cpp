@@ -8,6 +8,7 @@
 
 #include "session/open_file.h"
 #include "session/ranks.h"
+#include "exports/ranks_export.h"
 
 #include <qcustomplot.h>
 

@@ -540,3 +540,33 @@ TEST(Snapshot, AnnotationRangesSayTheirPeakAndWhatTheyAdded)
     auto j = reportToJson(report);
     EXPECT_EQ(j["snapshot"]["annotations"][1]["peak_bytes"], figures[1].peak_bytes);
 }
+
+// A block alive before the trace that the optimizer's step frees (the previous step's AdamW moments, which the
+// step replaces) is optimizer state, not resident; one freed before any phase the trace tells stays resident.
+TEST(Snapshot, ABlockTheOptimizerStepFreesIsOptimizerState)
+{
+    const auto base = std::string("/tmp/memledger-test-optimizer-free-") + std::to_string(::getpid());
+    std::ofstream(base + ".py") << R"(
+import pickle, sys
+def e(action, addr, t):
+    return {'action': action, 'addr': addr, 'size': 4096, 'stream': 0, 'time_us': t, 'frames': []}
+trace = [e('free_requested', 1 << 21, 1), e('free_completed', 1 << 21, 2),
+         e('free_requested', 1 << 20, 10), e('free_completed', 1 << 20, 11), e('alloc', 1 << 20, 12)]
+ann = [{'stage': 'START', 'name': 'Optimizer.step#AdamW.step', 'device': 0, 'time_us': 5},
+       {'stage': 'END', 'name': 'Optimizer.step#AdamW.step', 'device': 0, 'time_us': 20}]
+pickle.dump({'segments': [], 'device_traces': [trace], 'external_annotations': ann}, open(sys.argv[1], 'wb'), 4)
+)";
+    const std::string cmd = "/usr/bin/python3 " + base + ".py " + base + ".pickle";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    Snapshot s = readSnapshotFile(base + ".pickle");
+    std::remove((base + ".py").c_str());
+    std::remove((base + ".pickle").c_str());
+    const Trace& t = *s.trace;
+    ASSERT_EQ(t.size(), 5u);
+    ASSERT_EQ(t.action[1], Action::Free);
+    EXPECT_EQ(t.ledger[1], Ledger::Resident);
+    ASSERT_EQ(t.action[3], Action::Free);
+    EXPECT_EQ(t.partner[3], kNoPartner);
+    EXPECT_EQ(t.ledger[3], Ledger::OptimizerState);
+    EXPECT_EQ(t.ledger[4], Ledger::OptimizerState); // allocated by the step, alive after it
+}

@@ -6,6 +6,7 @@
 #include "qt_test_app.h"
 #include "window_wait.h"
 #include "run_panel.h"
+#include "run_worker.h"
 #include "segment_map_view.h"
 #include "segment_timeline.h"
 #include "timeline_plot.h"
@@ -398,17 +399,29 @@ TEST(SnapshotWindowReading, ShowsProgressAndCancelStopsIt)
     MainWindow w;
     w.show();
     QSignalSpy shown(&w, &MainWindow::reportChanged);
-    w.openFile(path);
+    // The reader reports its bytes as it goes, each report an event queued on the GUI thread before the file's
+    // report. Cancel is clicked while the first one is on show, from its own signal: polling the bar's text
+    // instead raced with the events after it (they can all arrive in one pass on a loaded machine).
+    auto* worker = w.findChild<RunWorker*>();
+    ASSERT_TRUE(worker);
     auto* bar = w.runPanel()->progressBar();
-    QElapsedTimer clock;
-    clock.start();
-    while (!bar->format().startsWith(QStringLiteral("Reading")) && shown.isEmpty() && clock.elapsed() < kTimeoutMs)
-        QTest::qWait(5);
+    int reads = 0;
+    QString firstRead;
+    bool cancelEnabled = false;
+    QObject::connect(worker, &RunWorker::reading, &w, [&] {
+        if (reads++ > 0)
+            return;
+        firstRead = bar->format(); // the Run panel's slot, connected first, has shown this report
+        cancelEnabled = w.runPanel()->cancelButton()->isEnabled();
+        w.runPanel()->cancelButton()->click(); // as a user does while "Reading" shows
+    });
+    w.openFile(path);
+    EXPECT_TRUE(QTest::qWaitFor([&] { return reads > 0 || !shown.isEmpty(); }, kTimeoutMs));
     ASSERT_TRUE(shown.isEmpty()) << "read before its progress was seen";
-    ASSERT_TRUE(bar->format().startsWith(QStringLiteral("Reading"))) << bar->format().toStdString();
-    EXPECT_TRUE(bar->format().endsWith(QStringLiteral(" MB"))) << bar->format().toStdString();
-    ASSERT_TRUE(w.runPanel()->cancelButton()->isEnabled());
-    QTest::mouseClick(w.runPanel()->cancelButton(), Qt::LeftButton);
+    ASSERT_EQ(reads, 1) << "no progress while reading, or more after Cancel";
+    EXPECT_TRUE(firstRead.startsWith(QStringLiteral("Reading"))) << firstRead.toStdString();
+    EXPECT_TRUE(firstRead.endsWith(QStringLiteral(" MB"))) << firstRead.toStdString();
+    EXPECT_TRUE(cancelEnabled);
     EXPECT_FALSE(w.isRunning());
     QTest::qWait(1500);
     EXPECT_TRUE(shown.isEmpty());

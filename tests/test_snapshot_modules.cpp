@@ -4,6 +4,7 @@
 #include "exports/report_json.h"
 #include "snapshot/snapshot.h"
 #include "whatif/remedies.h"
+#include "exports/remedies_export.h"
 
 #include "run_command.h"
 

@@ -8,6 +8,7 @@
 #include "whatif/whatif.h"
 #include "allocator/gpu_replay.h"
 #include "exports/report_json.h"
+#include "exports/whatif_export.h"
 #include "snapshot/snapshot.h"
 #include "snapshot/snapshot_writer.h"
 #include "support/atomic_file.h"

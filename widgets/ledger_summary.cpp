@@ -133,7 +133,9 @@ std::vector<SummarySection> snapshotSections(const Report& r, int device)
     } else {
         end.rows.push_back({QObject::tr("allocated"), allocated, ledgerColor(Ledger::Unattributed)});
     }
-    end.rows.push_back({QObject::tr("not allocated (fragmentation)"), reserved - allocated, fragmentationColor()});
+    // Cached but free: the allocator's reserve for later requests, fragmentation only where it cannot serve them.
+    end.rows.push_back(
+        {QObject::tr("cached, not allocated (the allocator's reserve)"), reserved - allocated, fragmentationColor()});
     if (!traced)
         end.caption = QObject::tr("the snapshot has no trace: this is all it shows");
     out.push_back(std::move(end));

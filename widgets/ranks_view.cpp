@@ -2,6 +2,7 @@
 #include "bytes_text.h"
 
 #include "byte_axis_ticker.h"
+#include "exports/ranks_export.h"
 #include "report/trace.h"
 
 #include <qcustomplot.h>

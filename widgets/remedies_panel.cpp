@@ -8,6 +8,7 @@
 #include <QCheckBox>
 #include <QLabel>
 #include <QLineEdit>
+#include <QProgressBar>
 #include <QPushButton>
 #include <QTableWidget>
 #include <QTextBrowser>
@@ -59,6 +60,23 @@ RemediesPanel::RemediesPanel(QWidget* parent)
     status_->setWordWrap(true);
     status_->setVisible(false);
     layout->addWidget(status_);
+    busyRow_ = new QWidget;
+    auto* busyRow = new QHBoxLayout(busyRow_);
+    busyRow->setContentsMargins(0, 0, 0, 0);
+    busyBar_ = new QProgressBar;
+    busyBar_->setRange(0, 0); // no end known: the bar moves until the remedies arrive
+    busyBar_->setTextVisible(false);
+    busyBar_->setMaximumWidth(120);
+    busyBar_->setMaximumHeight(12);
+    busyRow->addWidget(busyBar_);
+    busyText_ = new QLabel;
+    busyRow->addWidget(busyText_, 1);
+    busyRow_->setVisible(false);
+    layout->addWidget(busyRow_);
+    staleNote_ = new QLabel(tr("<i>These are the previous run's remedies, greyed until this run's replace them.</i>"));
+    staleNote_->setWordWrap(true);
+    staleNote_->setVisible(false);
+    layout->addWidget(staleNote_);
 
     table_ = new QTableWidget(0, 6);
     table_->setHorizontalHeaderLabels(
@@ -134,6 +152,32 @@ void RemediesPanel::setStatus(const QString& text)
 {
     status_->setText(text);
     status_->setVisible(!text.isEmpty());
+}
+
+void RemediesPanel::setBusy(const QString& text)
+{
+    busyText_->setText(text);
+    busyRow_->setVisible(!text.isEmpty());
+}
+
+bool RemediesPanel::isBusy() const
+{
+    return !busyRow_->isHidden();
+}
+
+QString RemediesPanel::busyText() const
+{
+    return isBusy() ? busyText_->text() : QString();
+}
+
+void RemediesPanel::setStale(bool stale)
+{
+    stale_ = stale;
+    const bool greyed = stale && !remedies_.empty();
+    table_->setEnabled(!stale);
+    details_->setEnabled(!stale);
+    showAll_->setEnabled(!stale);
+    staleNote_->setVisible(greyed);
 }
 
 QString RemediesPanel::statusText() const

@@ -12,6 +12,7 @@
 class QLabel;
 class QCheckBox;
 class QLineEdit;
+class QProgressBar;
 class QPushButton;
 class QTableWidget;
 class QTextBrowser;
@@ -27,6 +28,14 @@ public:
     void setMetaRun(bool meta);
     void setRemedies(const std::vector<Remedy>& remedies); // ranked, best first
     void setStatus(const QString& text); // "Recording what-if runs ..."; "" hides it
+    // Remedies are being worked out off the GUI thread: a busy bar with `text`; "" hides it.
+    void setBusy(const QString& text);
+    bool isBusy() const;
+    QString busyText() const;
+    // The remedies listed belong to another run than the one shown (a new run is under way, or its remedies are
+    // still being worked out): greyed, and left out of what the window saves, until the new ones replace them.
+    void setStale(bool stale);
+    bool isStale() const { return stale_; }
     // false for a snapshot or a saved report: no model to run, so no tile to measure.
     void setModelActions(bool model);
     void showMeasured(int row, const Remedy& measured);
@@ -61,6 +70,11 @@ private:
     QPushButton* tileButton_ = nullptr;
     QLabel* tileError_ = nullptr;
     bool meta_ = false;
+    QWidget* busyRow_ = nullptr;
+    QLabel* busyText_ = nullptr;
+    QProgressBar* busyBar_ = nullptr;
+    QLabel* staleNote_ = nullptr;
+    bool stale_ = false;
 };
 
 } // namespace memledger

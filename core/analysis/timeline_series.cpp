@@ -436,11 +436,8 @@ std::vector<double> moduleLiveSeries(const Trace& t, const std::string& path, do
     if (path.empty())
         return out;
     std::vector<char> inside(t.strings.size(), 0);
-    for (std::size_t s = 0; s < t.strings.size(); ++s) {
-        const auto& w = t.strings.at(static_cast<std::uint32_t>(s));
-        inside[s] = w.size() >= path.size() && w.compare(0, path.size(), path) == 0
-            && (w.size() == path.size() || w[path.size()] == '.');
-    }
+    for (std::size_t s = 0; s < t.strings.size(); ++s)
+        inside[s] = isInsideModule(t.strings.at(static_cast<std::uint32_t>(s)), path);
     double live = base;
     for (std::size_t i = 0; i < t.size(); ++i) {
         if (inside[t.where[i]]) {

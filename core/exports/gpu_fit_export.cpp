@@ -2,6 +2,7 @@
 
 #include "exports/html_style.h"
 #include "exports/report_html.h"
+#include "exports/whatif_export.h"
 #include "support/format.h"
 #include "whatif/gpu_fit.h"
 #include "whatif/whatif.h"

@@ -399,7 +399,9 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
             << htmlEscape(r.run.dtype) << " &middot; " << nameOf(r.run.mode) << " on " << htmlEscape(r.run.device);
         if (r.run.mode == RunMode::Train)
             out << " &middot; optimizer " << htmlEscape(r.run.optimizer.empty() ? "-" : r.run.optimizer)
-                << " &middot; loss " << htmlEscape(r.run.loss.empty() ? "-" : r.run.loss) << " &middot; "
+                << " &middot; loss " << htmlEscape(r.run.loss.empty() ? "-" : r.run.loss)
+                << (r.run.hold_output.empty() ? "" : " &middot; output held to " + htmlEscape(r.run.hold_output))
+                << " &middot; "
                 << r.run.threads << (r.run.threads == 1 ? " thread" : " threads");
         out << " &middot; file " << formatBytes(r.model.file_bytes);
     }

@@ -2,6 +2,8 @@
 #include "exports/report_json.h"
 #include "whatif/whatif.h"
 #include "whatif/remedies.h"
+#include "exports/remedies_export.h"
+#include "exports/whatif_export.h"
 
 #include "support/atomic_file.h"
 #include "support/errors.h"
@@ -487,6 +489,8 @@ json reportToJson(const Report& r, bool withEvents)
     if (r.run.mode == RunMode::Train) {
         j["run"]["optimizer"] = r.run.optimizer;
         j["run"]["loss"] = r.run.loss;
+        if (!r.run.hold_output.empty())
+            j["run"]["hold_output"] = r.run.hold_output;
         j["gradient_bytes"] = r.gradient_bytes;
         j["optimizer_state_bytes"] = r.optimizer_state_bytes;
         json phases = json::array();
@@ -657,6 +661,7 @@ Report reportFromJson(const json& j, const std::string& name)
         r.run.threads = run.value("threads", 0);
         r.run.optimizer = run.value("optimizer", "");
         r.run.loss = run.value("loss", "");
+        r.run.hold_output = run.value("hold_output", "");
         r.gradient_bytes = j.value("gradient_bytes", std::int64_t {0});
         r.optimizer_state_bytes = j.value("optimizer_state_bytes", std::int64_t {0});
         if (run.contains("parallel")) {

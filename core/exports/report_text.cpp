@@ -155,7 +155,8 @@ std::string reportToText(const Report& r, int maxDepth)
     out << ", " << nameOf(r.run.mode) << " on " << r.run.device;
     if (isTrainStep(r))
         out << " (optimizer " << (r.run.optimizer.empty() ? "-" : r.run.optimizer) << ", loss "
-            << (r.run.loss.empty() ? "-" : r.run.loss) << ", " << r.run.threads
+            << (r.run.loss.empty() ? "-" : r.run.loss)
+            << (r.run.hold_output.empty() ? "" : ", output held to " + r.run.hold_output) << ", " << r.run.threads
             << (r.run.threads == 1 ? " thread)" : " threads)");
     out << ", " << ms << " ms, " << (r.trace ? r.trace->size() : 0) << " events\n";
     if (const auto& par = r.run.parallel) {
@@ -253,45 +254,6 @@ std::string tensorsToText(const Report& r)
             << '\n';
     for (const auto& [dtype, bytes] : r.model.bytes_by_dtype)
         out << "  total " << dtype << ": " << formatBytes(bytes) << '\n';
-    return out.str();
-}
-
-std::string whatIfToText(const WhatIfTable& table)
-{
-    auto cell = [](const std::string& t, std::size_t width) {
-        return t.size() >= width ? t + " " : t + std::string(width - t.size(), ' ');
-    };
-    const auto budget = table.budget_bytes;
-    std::ostringstream out;
-    const bool seq = table.axis == WhatIfAxis::Seq;
-    const std::size_t methodWidth = table.device == "meta" ? 18 : 11; // "computed on meta"
-    out << cell("batch", 8) << (seq ? cell("seq", 8) : std::string()) << cell("dtype", 10) << cell("method", methodWidth) << cell("peak", 12) << cell("peak total", 12)
-        << cell("reserved", 12) << (budget > 0 ? "fits " + table.budgetText() : "") << "\n";
-    for (const auto& p : table.predictions) {
-        auto peak = p.measured_peak_bytes.value_or(p.predicted_peak_bytes);
-        auto total = p.peakTotal();
-        out << cell(std::to_string(p.batch), 8) << (seq ? cell(std::to_string(p.seq), 8) : std::string())
-            << cell(p.dtype, 10) << cell(table.methodText(p), methodWidth)
-            // A size the model cannot run has no figures a user could act on: its row says why instead (notes).
-            << cell(p.runnable ? formatBytes(peak) : "-", 12) << cell(p.runnable ? formatBytes(total) : "-", 12)
-            << cell(p.runnable ? formatBytes(p.predicted_reserved_bytes) : "-", 12);
-        if (budget > 0)
-            out << table.fitsText(p);
-        out << "\n";
-    }
-    if (budget > 0) {
-        out << "\nLargest " << (seq ? "sequence" : "batch") << " within " << table.budgetText()
-            << " (peak total, and the reserve on a device of that size"
-            << (table.runnable.bounded() ? ", within " + table.runnable.text() + ", the sizes the model accepts" : std::string())
-            << "):\n";
-        for (std::size_t i = 0; i < table.max_batch.size(); ++i) {
-            const auto& [dtype, n] = table.max_batch[i];
-            out << "  " << cell(dtype, 10) << WhatIfTable::largestText(n);
-            if (seq && i < table.max_seq_batch.size())
-                out << " at batch " << table.max_seq_batch[i];
-            out << "\n";
-        }
-    }
     return out.str();
 }
 

@@ -9,7 +9,5 @@ namespace memledger {
 std::string reportToText(const Report& r, int maxDepth = 64);
 // Every parameter and buffer as stored in the file: name, kind, shape, dtype, bytes.
 std::string tensorsToText(const Report& r);
-// The what-if table: one row per batch and dtype, then the largest batch per dtype within the budget.
-std::string whatIfToText(const WhatIfTable& table);
 
 } // namespace memledger

@@ -1,6 +1,7 @@
 #include "recording/build_report.h"
 #include "report/meta_run.h"
 #include "report/report_summary.h"
+#include "report/trace_edit.h"
 
 #include "allocator/gpu_replay.h"
 
@@ -20,25 +21,20 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
     const Phase* forward = findPhase(raw.phases, "forward");
     const Phase* backward = findPhase(raw.phases, "backward");
     auto inPhase = [](const Phase* p, std::size_t i) { return p && i >= p->first_event && i < p->end_event; };
-    auto setLedger = [&t](std::size_t i, Ledger l) {
-        t.ledger[i] = l;
-        if (t.partner[i] != kNoPartner)
-            t.ledger[static_cast<std::size_t>(t.partner[i])] = l;
-    };
     // Under autocast: the weight casts its cache held until the region's end freed them.
     for (auto e : raw.autocast_cache_events)
         if (e < t.size() && t.action[e] == Action::Alloc)
-            setLedger(e, Ledger::AutocastCache);
+            setLedger(t, e, Ledger::AutocastCache);
     if (train) {
         // Allocations that end as a parameter's .grad are gradients; forward activations still alive when the
         // backward starts and freed by it were saved for it.
         for (auto e : raw.gradient_events)
             if (e < t.size())
-                setLedger(e, Ledger::Gradients);
+                setLedger(t, e, Ledger::Gradients);
         for (std::size_t i = 0; i < t.size(); ++i)
             if (t.action[i] == Action::Alloc && t.ledger[i] == Ledger::Activations && inPhase(forward, i)
                 && t.partner[i] != kNoPartner && inPhase(backward, static_cast<std::size_t>(t.partner[i])))
-                setLedger(i, Ledger::SavedActivations);
+                setLedger(t, i, Ledger::SavedActivations);
         r.gradient_bytes = raw.gradient_bytes;
         r.optimizer_state_bytes = raw.optimizer_state_bytes;
     }

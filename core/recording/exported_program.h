@@ -3,6 +3,10 @@
 // serialized graph and run node by node through ATen's dispatcher, the kernels eager PyTorch runs. Parameters
 // are leaf tensors that take gradients, so a training step's backward is autograd's, as in eager PyTorch.
 // Module paths come from each node's nn_module_stack.
+// Its parts: pt2_archive.h (the zip, its records and weights), pt2_graph.h (the JSON, checked), pt2_cast_policy.h,
+// pt2_interpreter.h and pt2_arithmetic.h (one node run).
+#include "recording/pt2_archive.h" // exportedArchiveKind
+
 #include <ATen/core/ivalue.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -19,10 +23,6 @@ class PyTorchStreamReader;
 }
 
 namespace memledger {
-
-// Whether the zip archive `reader` holds is a torch.export program (its archive_format record says "pt2", or it
-// has models/*.json), and what kind: "" when it is not one.
-std::string exportedArchiveKind(caffe2::serialize::PyTorchStreamReader& reader);
 
 class ExportedProgram {
 public:

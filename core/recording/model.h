@@ -31,6 +31,14 @@ struct RunOptions {
     std::optional<RunMode> mode;
     std::string optimizer = "sgd"; // train: sgd (momentum 0.9) | adam | adamw | none
     std::string loss = "auto"; // train: auto | sum | cross_entropy
+    // train: how long the training loop holds the model's output and the loss (docs/cli.md, --hold-output):
+    //   step (the default, nanoGPT's and Hugging Face's loops: `logits, loss = model(x, y)`; backward; step):
+    //     until the step returns; the previous step's output and loss, alive when the step begins, until this
+    //     step's forward has returned (the output) and its loss is made (the loss);
+    //   backward: freed right after backward (`del out, loss` before optimizer.step());
+    //   none: nothing holds them (`loss_fn(model(x), y).backward()`): the output is dropped once the loss is
+    //     made, the loss once backward returns.
+    std::string hold_output = "step";
     int threads = 0; // intra-op threads; 0: libtorch's default
     bool record = true; // false: a plain run (no recorder), for benchmarks
     bool warm_up = true; // false: the caller has already run the model at this setting

@@ -47,6 +47,23 @@ std::vector<Shape> guessInputsLocked(Model::Impl& d, std::string* how, std::vect
 // A training step's pieces (training_step.cpp).
 bool isSupportedOptimizer(const std::string& name);
 bool isSupportedLoss(const std::string& name);
+bool isSupportedHoldOutput(const std::string& name); // step | backward | none (RunOptions::hold_output)
+// What a training loop that holds `logits, loss` past the step keeps of it (--hold-output step), and the blocks
+// those tensors hold: one per storage, as the allocator reported it (a CUDA block rounded up to 512 bytes).
+// The CPU allocator reports no free of a block allocated while no one recorded (the warm-up's): `freed` tells,
+// once the loop has let go of a tensor, whether its storage died with it.
+struct HeldOutput {
+    c10::IValue output;
+    at::Tensor loss;
+    struct Block {
+        std::uint64_t address = 0;
+        std::int64_t bytes = 0;
+        c10::weak_intrusive_ptr<c10::StorageImpl> storage;
+        bool freed() const { return storage.expired(); }
+    };
+    std::vector<Block> blocks() const;
+    std::int64_t bytes() const;
+};
 std::vector<at::Tensor> trainableParameters(Model::Impl& model);
 // The optimizer of a training step: SGD (momentum 0.9), Adam or AdamW with PyTorch's defaults, stepping as
 // PyTorch's per-parameter CPU loop does.

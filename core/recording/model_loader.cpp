@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <unordered_map>
@@ -83,6 +84,41 @@ std::string firstLine(const std::string& s)
     return pos == std::string::npos ? s.substr(start) : s.substr(start, pos - start);
 }
 
+// What torch.save wrote, told from the archive's first entry, data.pkl (stored uncompressed at the start): "state_dict"
+// (an OrderedDict or dict of tensors: the weights without the code), "module" (a whole nn.Module pickled by class
+// name), or "" when the archive is neither.
+std::string torchSaveKind(std::istream& in)
+{
+    std::string start(4096, '\0');
+    in.clear();
+    in.seekg(0);
+    in.read(start.data(), static_cast<std::streamsize>(start.size()));
+    start.resize(static_cast<std::size_t>(in.gcount()));
+    in.clear();
+    in.seekg(0);
+    auto at = start.find("/data.pkl");
+    if (at == std::string::npos || at > 200)
+        return {};
+    auto pickle = start.find('\x80', at);
+    if (pickle == std::string::npos)
+        return {};
+    // PROTO 2, then the pickled object's first opcode: EMPTY_DICT (a dict of tensors, a checkpoint) or GLOBAL of
+    // its class: collections.OrderedDict (a state_dict) or any other (an object: a whole module).
+    auto body = start.substr(pickle, 256);
+    if (body.size() < 3)
+        return {};
+    if (body[2] == '}' || body.compare(2, 25, "ccollections\nOrderedDict\n") == 0)
+        return "state_dict";
+    if (body[2] == 'c')
+        return "module";
+    return {};
+}
+
+// What to do with a torch.save file instead: export the model with its code.
+const char* kExportAdvice = "save the model with its code instead: torch.export.save(torch.export.export(model, "
+                            "example_inputs), \"model.pt2\") (or memledger.export from memledger's Python package, "
+                            "docs/python.md), or torch.jit.save(torch.jit.script(model), \"model.pt\")";
+
 // Why a file that starts with `head` is not a TorchScript model, in words a user can act on.
 // `tail` is the end of the file: a whole zip archive ends with its end-of-central-directory record.
 std::string explainLoadFailure(const std::string& head, const std::string& tail, const std::string& torchMessage)
@@ -139,6 +175,89 @@ void collectRanges(const ExportedProgram& program, ModelInfo& info)
     }
 }
 
+// The order in which a TorchScript module's forward first calls its submodules (prim::CallMethod on a chain of
+// attributes of `self`, loops over a ModuleList unrolled by the compiler), depth first: path -> rank.
+void callOrder(const torch::jit::Module& module, const std::string& prefix, std::map<std::string, int>& rank,
+    int depth = 0)
+{
+    if (depth > 64 || !module.find_method("forward"))
+        return;
+    auto graph = module.get_method("forward").graph();
+    std::unordered_map<const torch::jit::Value*, std::string> pathOf; // values that are submodules of `module`
+    if (!graph->inputs().empty())
+        pathOf[graph->inputs()[0]] = "";
+    auto visit = [&](torch::jit::Block* block, auto&& self) -> void {
+        for (auto* node : block->nodes()) {
+            if (node->kind() == c10::prim::GetAttr) {
+                auto it = pathOf.find(node->input(0));
+                if (it != pathOf.end() && node->output()->type()->cast<c10::ClassType>()) {
+                    auto name = node->s(c10::attr::name);
+                    pathOf[node->output()] = it->second.empty() ? name : it->second + "." + name;
+                }
+            } else if (node->kind() == c10::prim::CallMethod && node->inputs().size() > 0) {
+                auto it = pathOf.find(node->input(0));
+                if (it != pathOf.end() && !it->second.empty()) {
+                    auto full = prefix.empty() ? it->second : prefix + "." + it->second;
+                    for (auto dot = full.find('.'); dot != std::string::npos; dot = full.find('.', dot + 1))
+                        rank.emplace(full.substr(0, dot), static_cast<int>(rank.size()));
+                    if (rank.emplace(full, static_cast<int>(rank.size())).second) {
+                        std::optional<torch::jit::Module> target;
+                        try {
+                            torch::jit::Module m = module;
+                            std::size_t start = 0;
+                            while (true) {
+                                auto dot = it->second.find('.', start);
+                                m = m.attr(it->second.substr(start, dot == std::string::npos ? std::string::npos
+                                                                                             : dot - start)).toModule();
+                                if (dot == std::string::npos)
+                                    break;
+                                start = dot + 1;
+                            }
+                            target = m;
+                        } catch (const std::exception&) {
+                        }
+                        if (target)
+                            callOrder(*target, full, rank, depth + 1);
+                    }
+                }
+            }
+            for (auto* b : node->blocks())
+                self(b, self);
+        }
+    };
+    visit(graph->block(), visit);
+}
+
+// Siblings in the order the forward first calls them (the modules it never calls after, as registered).
+void sortByCalls(std::vector<std::pair<std::string, std::string>>& tree, const std::map<std::string, int>& rank)
+{
+    std::map<std::string, std::vector<std::size_t>> children;
+    for (std::size_t i = 1; i < tree.size(); ++i) {
+        auto dot = tree[i].first.rfind('.');
+        children[dot == std::string::npos ? "" : tree[i].first.substr(0, dot)].push_back(i);
+    }
+    auto rankOf = [&](std::size_t i) {
+        auto it = rank.find(tree[i].first);
+        return it == rank.end() ? static_cast<int>(rank.size()) : it->second;
+    };
+    std::vector<std::pair<std::string, std::string>> out;
+    auto walk = [&](std::size_t i, auto&& self) -> void {
+        out.push_back(tree[i]);
+        auto it = children.find(tree[i].first);
+        if (it == children.end())
+            return;
+        auto kids = it->second;
+        std::stable_sort(kids.begin(), kids.end(), [&](std::size_t a, std::size_t b) { return rankOf(a) < rankOf(b); });
+        for (auto k : kids)
+            self(k, self);
+    };
+    if (!tree.empty() && tree.front().first.empty()) {
+        walk(0, walk);
+        if (out.size() == tree.size())
+            tree = std::move(out);
+    }
+}
+
 void collect(Model::Impl& d)
 {
     auto& info = d.info;
@@ -151,6 +270,13 @@ void collect(Model::Impl& d)
         info.type = typeName(d.module);
         for (const auto& item : d.module.named_modules())
             tree.emplace_back(item.name, typeName(item.value));
+        std::map<std::string, int> rank;
+        try {
+            callOrder(d.module, "", rank);
+        } catch (const std::exception&) { // a graph memledger cannot walk keeps the registration order
+            rank.clear();
+        }
+        sortByCalls(tree, rank);
     }
     std::map<std::string, int> index;
     for (const auto& [path, type] : tree) {
@@ -270,6 +396,15 @@ std::unique_ptr<Model::Impl> loadFrom(
             message = firstLine(e.what_without_backtrace());
         } catch (const std::exception& e) {
             message = firstLine(e.what());
+        }
+        if (message && isZip(head)) {
+            auto kind = torchSaveKind(in);
+            if (kind == "state_dict")
+                throw FileError(name, std::string("a state_dict saved with torch.save: the weights without the code "
+                    "that runs them, so there is no model to run; ") + kExportAdvice);
+            if (kind == "module")
+                throw FileError(name, std::string("a whole nn.Module pickled with torch.save: its code is Python's, "
+                    "which memledger does not run; ") + kExportAdvice);
         }
         if (message) {
             auto newer = newerWriterNote(in);

@@ -1,5 +1,7 @@
 #include "recording/module_path.h"
 
+#include "report/report.h"
+
 namespace memledger {
 
 namespace {
@@ -112,7 +114,7 @@ std::string ModulePathResolver::resolve(
             path = join(path, name); // unknown to the tree: keep what the frame says
             continue;
         }
-        auto under = [&hint](const std::string& p) { return hint == p || hint.rfind(p + ".", 0) == 0; };
+        auto under = [&hint](const std::string& p) { return isInsideModule(hint, p); };
         if (found.size() == 1 && !hint.empty() && !under(found.front())) {
             // `self.body.proj(y)` beside a `self.proj`: the frame says "proj", the op's weight says which.
             for (const auto& n : nestedCandidates(path, name, type))
@@ -128,7 +130,7 @@ std::string ModulePathResolver::resolve(
         std::size_t pick = a.cursor;
         bool hinted = false;
         for (std::size_t i = 0; i < found.size(); ++i)
-            if (!hint.empty() && (hint == found[i] || hint.rfind(found[i] + ".", 0) == 0)) {
+            if (!hint.empty() && under(found[i])) {
                 pick = i;
                 hinted = true;
             }

@@ -1,11 +1,14 @@
 // Runs a TorchScript model under an allocation recorder: every CPU allocation and free of the run,
 // with the outermost and innermost ATen op on the stack and the module path that made it.
 #include "recording/model_impl.h"
+#include "recording/autocast_emulation.h"
 
 #include "support/errors.h"
+#include "support/format.h"
 #include "recording/cuda_session.h"
 #include "recording/module_path.h"
 #include "recording/torch_compat.h"
+#include "report/trace_edit.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
@@ -48,7 +51,7 @@ struct RecordState {
     std::unordered_map<const void*, std::string> param_owner; // parameter data -> its module's path
     std::unordered_map<const void*, std::size_t> buffer_index; // buffer data -> index in buffer_read
     std::vector<bool> buffer_read; // inference: whether an op took the buffer as an input
-    std::unordered_map<std::uint64_t, std::int32_t> live; // address -> its alloc event
+    AllocFreePairing live; // the live allocations, by address; pairs each free with its alloc
     std::uint32_t current_module = 0;
     std::uint32_t root_module = 0; // string id of ""
     const std::atomic<bool>* cancel = nullptr;
@@ -106,16 +109,7 @@ public:
             t.inner_op[i] = s_.stack[inner];
         }
         t.where[i] = s_.current_module;
-        if (size > 0) {
-            s_.live[addr] = static_cast<std::int32_t>(i);
-        } else {
-            auto it = s_.live.find(addr);
-            if (it != s_.live.end()) {
-                t.partner[i] = it->second;
-                t.partner[static_cast<std::size_t>(it->second)] = static_cast<std::int32_t>(i);
-                s_.live.erase(it);
-            }
-        }
+        s_.live.add(t, i);
     }
 
     RecordState& state() { return s_; }
@@ -152,6 +146,34 @@ std::uint32_t moduleOfCurrentFrame(RecordState& s, const at::RecordFunction& fn)
     return s.trace->strings.intern(s.resolver->resolve(torch::jit::currentModuleHierarchy(), op, hint));
 }
 
+// --hold-output step: the previous step's output and loss, allocated before the recording began and alive when
+// it begins, become allocations at its start (at the root module), so that they count while the loop holds them
+// and their frees pair with them.
+void noteHeldBlocks(RecordState& s, const HeldOutput& held)
+{
+    auto dev = static_cast<std::int8_t>(s.device.is_cpu() ? -1 : s.device.index());
+    for (const auto& b : held.blocks()) {
+        auto i = s.trace->push(s.now(), b.bytes, b.address, Action::Alloc, dev);
+        s.trace->where[i] = s.root_module;
+        s.live.add(*s.trace, i);
+    }
+}
+
+// The frees of those blocks once the loop has let go of them: the ones that died and that no allocator reported
+// (the CPU allocator reports no free of a block it did not report the allocation of).
+void noteHeldFrees(RecordState& s, const std::vector<HeldOutput::Block>& blocks)
+{
+    auto dev = static_cast<std::int8_t>(s.device.is_cpu() ? -1 : s.device.index());
+    for (const auto& b : blocks) {
+        if (!b.freed() || !s.live.liveAt(b.address))
+            continue;
+        auto i = s.trace->push(s.now(), b.bytes, b.address, Action::Free, dev);
+        s.trace->where[i] = s.root_module;
+        s.trace->op_seq[i] = static_cast<std::uint32_t>(s.ops->empty() ? 0 : s.ops->size() - 1);
+        s.live.add(*s.trace, i); // linked with its alloc
+    }
+}
+
 // The model's output is read by its caller: its blocks, so that no rule takes them for unread.
 void noteOutputs(RecordState& s, const c10::IValue& v, std::vector<std::uint32_t>& out)
 {
@@ -159,9 +181,8 @@ void noteOutputs(RecordState& s, const c10::IValue& v, std::vector<std::uint32_t
         const auto& t = v.toTensor();
         if (!t.defined() || !t.has_storage())
             return;
-        auto live = s.live.find(reinterpret_cast<std::uint64_t>(t.storage().data()));
-        if (live != s.live.end())
-            out.push_back(static_cast<std::uint32_t>(live->second));
+        if (auto alloc = s.live.liveAt(reinterpret_cast<std::uint64_t>(t.storage().data())))
+            out.push_back(*alloc);
     } else if (v.isTuple()) {
         for (const auto& e : v.toTupleRef().elements())
             noteOutputs(s, e, out);
@@ -187,9 +208,8 @@ void recordUses(RecordState& s, const at::RecordFunction& fn, std::uint32_t name
         if (!t.defined() || !t.has_storage())
             return;
         const void* data = t.storage().data();
-        auto it = s.live.find(reinterpret_cast<std::uint64_t>(data));
-        if (it != s.live.end()) {
-            s.uses->push_back({static_cast<std::uint32_t>(it->second), op, name, s.current_module, inPlace && first});
+        if (auto alloc = s.live.liveAt(reinterpret_cast<std::uint64_t>(data))) {
+            s.uses->push_back({*alloc, op, name, s.current_module, inPlace && first});
             return;
         }
         auto b = s.buffer_index.find(data);
@@ -342,9 +362,8 @@ void finishTrainingStep(RawRun& raw, RecordState& state, const std::vector<at::T
         auto owner = state.param_owner.find(p.data_ptr());
         auto module = t.strings.intern(owner == state.param_owner.end() ? std::string() : owner->second);
         ownerOfGradient[g.data_ptr()] = module;
-        auto live = state.live.find(reinterpret_cast<std::uint64_t>(g.data_ptr()));
-        if (live != state.live.end()) {
-            auto event = static_cast<std::uint32_t>(live->second);
+        if (auto alloc = state.live.liveAt(reinterpret_cast<std::uint64_t>(g.data_ptr()))) {
+            auto event = *alloc;
             raw.gradient_events.push_back(event);
             if (t.where[event] == state.root_module)
                 t.where[event] = module;
@@ -447,12 +466,35 @@ RunError explainRunFailure(
 {
     if (message.find("not implemented for") != std::string::npos)
         return RunError("the CPU build of libtorch has no " + dtype + " kernel for an op of this model: " + message);
+    // Floating-point ids into an Embedding: name the type and the --input that passes it.
+    if (message.find("'indices'") != std::string::npos && message.find("Long, Int") != std::string::npos) {
+        std::string given, spec;
+        for (std::size_t i = 0; i < info.input_shapes.size(); ++i) {
+            auto type = inputTypeAt(info.input_types, i);
+            if (type.dtype != "int64" && type.dtype != "int32" && type.dtype != "bool") {
+                given = given.empty() ? type.dtype : given;
+                type = InputType {"int64", std::nullopt};
+            }
+            spec += (i ? "," : "") + inputToString(info.input_shapes[i], type);
+        }
+        return RunError("the model takes int64 token ids (an Embedding's indices), but its input was "
+            + (given.empty() ? std::string("not int64") : given) + ": give the type with --input, e.g. --input " + spec
+            + " (token ids are filled with 0; =V fills V)");
+    }
+    // The machine cannot hold the run: the meta device computes it from shapes, without the memory.
+    if (message.find("can't allocate memory") != std::string::npos
+        || message.find("not enough memory") != std::string::npos
+        || message.find("out of memory") != std::string::npos)
+        return RunError("the run needs more memory than " + (info.device.empty() ? std::string("cpu") : info.device)
+            + " can give (" + message + "): --device meta records it from the tensors' shapes without allocating "
+              "(docs/meta.md), or lower --batch");
     // TorchScript counts `self` among the arguments: say how many inputs the model takes instead.
     if (message.find("argument(s)") != std::string::npos
         && (message.find("expected") != std::string::npos || message.find("Expected") != std::string::npos)) {
         auto n = inputs.size();
-        return RunError("forward takes " + std::to_string(n) + (n == 1 ? " input" : " inputs") + " ("
-            + joinNames(inputs) + ") but " + std::to_string(info.input_shapes.size()) + " were given");
+        throw UsageError("forward takes " + std::to_string(n) + (n == 1 ? " input" : " inputs") + " ("
+            + joinNames(inputs) + ") but " + std::to_string(info.input_shapes.size()) + " were given: give one shape "
+            "per input with --input, comma-separated");
     }
     std::string text = "the model rejected the run: " + message;
     if (info.input_guessed)
@@ -506,14 +548,20 @@ void setAutocastDtype(c10::DeviceType type, c10::ScalarType dtype)
 #endif
 
 // Why this build cannot run --autocast `dtype` on `device`; "" when it can.
-std::string autocastRefusal(const std::string& dtype, const c10::Device& device)
+// A meta run stands for a GPU: it applies CUDA autocast's rules itself (autocast_emulation.h), to the operators of a
+// torch.export program, whose interpreter is memledger's.
+std::string autocastRefusal(const std::string& dtype, const c10::Device& device, bool exportedProgram)
 {
     if (dtype != "bfloat16" && dtype != "float16")
         return "unknown autocast dtype '" + dtype + "' (use bfloat16 or float16)";
-    if (device.is_meta())
-        return "--autocast: libtorch has no autocast for meta tensors (its autocast dispatch keys are for the CPU, CUDA "
-               "and other devices with memory, not meta), so a meta run cannot record autocast's casts; run it on the "
-               "cpu or a GPU";
+    if (device.is_meta() && !exportedProgram)
+        return "--autocast on the meta device: libtorch's autocast casts only tensors of a device with memory, and "
+               "memledger applies CUDA autocast's rules itself to torch.export programs (.pt2) only, whose operators "
+               "it calls one by one; export the model (torch.export, or memledger.export from the Python package), "
+               "or run this TorchScript model on the cpu or a GPU";
+    if (device.is_meta() && !autocastEmulationAvailable())
+        return "--autocast on the meta device: this build's libtorch " TORCH_VERSION " does not carry CUDA "
+               "autocast's op lists (ATen/autocast_mode.h, PyTorch 2.4 and later); run it on the cpu or a GPU";
 #if !MEMLEDGER_TORCH_AT_LEAST(2, 4)
     if (device.is_cpu() && dtype == "float16")
         return "--autocast float16: this build's libtorch " TORCH_VERSION " has CPU autocast in bfloat16 only "
@@ -532,10 +580,14 @@ public:
     AutocastRegion(c10::DeviceType type, c10::ScalarType dtype, bool cache, const Trace* trace)
         : type_(type)
         , trace_(trace)
-        , enabled_(autocastEnabled(type))
-        , dtype_(autocastDtype(type))
+        , enabled_(type == c10::kMeta ? false : autocastEnabled(type))
+        , dtype_(type == c10::kMeta ? dtype : autocastDtype(type))
         , cache_(at::autocast::is_autocast_cache_enabled())
     {
+        if (type == c10::kMeta) { // CUDA autocast's rules, applied by the exported program's interpreter
+            emulated_.emplace(dtype, cache);
+            return;
+        }
         setAutocastEnabled(type, true);
         setAutocastDtype(type, dtype);
         at::autocast::increment_nesting();
@@ -556,6 +608,12 @@ public:
         if (closed_)
             return;
         closed_ = true;
+        if (emulated_) {
+            cleared_first_ = trace_ ? trace_->size() : 0;
+            emulated_->close();
+            cleared_end_ = trace_ ? trace_->size() : 0;
+            return;
+        }
         if (at::autocast::decrement_nesting() == 0) {
             cleared_first_ = trace_ ? trace_->size() : 0;
             at::autocast::clear_cache();
@@ -575,6 +633,7 @@ private:
     c10::ScalarType dtype_;
     bool cache_;
     bool closed_ = false;
+    std::optional<AutocastEmulationScope> emulated_; // on the meta device
     std::size_t cleared_first_ = 0, cleared_end_ = 0;
 };
 
@@ -590,6 +649,8 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
         throw RunError("unknown optimizer '" + options.optimizer + "' (use sgd, adam, adamw or none)");
     if (train && !isSupportedLoss(options.loss))
         throw RunError("unknown loss '" + options.loss + "' (use auto, sum or cross_entropy)");
+    if (train && !isSupportedHoldOutput(options.hold_output))
+        throw RunError("unknown --hold-output '" + options.hold_output + "' (use step, backward or none)");
     const bool metaWeights = d.program && d.program->metaWeights();
     // throws RunError: no CUDA, no GPU
     const c10::Device device = resolveDevice(options.device.empty() ? (metaWeights ? "meta" : "cpu") : options.device);
@@ -598,7 +659,7 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
             "from a model built on the meta device), which hold shapes and no values: run it with --device meta");
     const bool autocast = !options.autocast.empty();
     if (autocast)
-        if (auto refusal = autocastRefusal(options.autocast, device); !refusal.empty())
+        if (auto refusal = autocastRefusal(options.autocast, device, d.program != nullptr); !refusal.empty())
             throw RunError(refusal);
     const bool gpu = device.is_cuda();
     std::lock_guard<std::mutex> lock(d.run_mutex);
@@ -641,7 +702,7 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
         // them all named.
         const auto& names = signature.names;
         if (names.size() > 1 && !d.program)
-            throw RunError("forward takes " + std::to_string(names.size()) + " inputs (" + joinNames(names)
+            throw UsageError("forward takes " + std::to_string(names.size()) + " inputs (" + joinNames(names)
                 + "): give their shapes with --input, comma-separated");
         std::string how;
         raw.info.input_shapes = guessInputsLocked(d, &how, &raw.info.input_types);
@@ -666,8 +727,10 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
             raw.info.seq = shape[1];
     }
     raw.info.batch = raw.info.input_shapes.front().front();
-    if (options.threads > 0)
-        at::set_num_threads(options.threads);
+    // 0 is libtorch's default, as the process started with, even after an earlier run of this process set another.
+    static const int libtorchDefaultThreads = at::get_num_threads();
+    if (const int want = options.threads > 0 ? options.threads : libtorchDefaultThreads; want != at::get_num_threads())
+        at::set_num_threads(want);
     raw.info.threads = at::get_num_threads();
 
     const auto& inputNames = signature.names;
@@ -681,8 +744,9 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
         auto n = inputNames.size();
         std::string takes = signature.required == n ? std::to_string(n)
                                                     : std::to_string(signature.required) + " to " + std::to_string(n);
-        throw RunError("forward takes " + takes + (n == 1 ? " input" : " inputs") + " (" + joinNames(inputNames)
-            + ") but " + std::to_string(given) + (given == 1 ? " was" : " were") + " given");
+        throw UsageError("forward takes " + takes + (n == 1 ? " input" : " inputs") + " (" + joinNames(inputNames)
+            + ") but " + std::to_string(given) + (given == 1 ? " was" : " were") + " given: give one shape per input "
+            "with --input, comma-separated");
     }
     // Inference runs without autograd; a training step runs as eager PyTorch would (the graph executor's
     // optimisations off: with them the warm-up turns the forward into DifferentiableGraph nodes).
@@ -713,7 +777,12 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
     std::vector<c10::IValue> inputs;
     for (std::size_t i = 0; i < raw.info.input_shapes.size(); ++i) {
         const auto& type = raw.info.input_types[i];
-        auto t = makeInput(raw.info.input_shapes[i], type, scalarTypeFor(type.runDtype(options.dtype)), device);
+        at::Tensor t;
+        try { // an input too large for the machine fails here
+            t = makeInput(raw.info.input_shapes[i], type, scalarTypeFor(type.runDtype(options.dtype)), device);
+        } catch (const c10::Error& e) {
+            throw explain(firstLine(e.what_without_backtrace()));
+        }
         raw.input_bytes += static_cast<std::int64_t>(t.numel() * t.element_size());
         inputs.emplace_back(std::move(t));
     }
@@ -730,7 +799,21 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
         setGradientsToNone(params);
         optimizer = makeOptimizer(options.optimizer, params);
         raw.info.optimizer = options.optimizer;
+        raw.info.hold_output = options.hold_output;
     }
+    // --hold-output step: what the loop holds of the previous step (the warm-up's) when a step begins, and of
+    // the recorded step once it ends (freed after the recording). `onHeld` announces the former's blocks to the
+    // recorder at the recorded step's start.
+    const std::string& hold = options.hold_output;
+    HeldOutput held;
+    std::function<void(const HeldOutput&)> onHeld;
+    std::function<void(const std::vector<HeldOutput::Block>&)> onHeldFreed;
+    auto letGo = [&](auto& value) { // the loop rebinds one of the previous step's names
+        auto blocks = onHeldFreed ? held.blocks() : std::vector<HeldOutput::Block>();
+        value = std::decay_t<decltype(value)>();
+        if (onHeldFreed)
+            onHeldFreed(blocks);
+    };
     // forward, loss, backward, optimizer; `mark` is told where each begins.
     // An exported program names each node's module: the recorder is told it before the node runs (set once the
     // recorded run begins; the warm-up runs without it).
@@ -760,20 +843,32 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
         mark("forward");
         std::optional<AutocastRegion> region;
         enterAutocast(region);
+        if (onHeld)
+            onHeld(held);
         auto out = d.forward(inputs, onNode);
+        letGo(held.output); // `logits, loss = model(x, y)` rebinds the previous step's
         mark("loss");
         auto l = lossOf(out, loss, targets);
+        letGo(held.loss);
+        if (hold == "none")
+            out = c10::IValue(); // `loss_fn(model(x), y)`: nothing names the output (the graph may keep it)
         leaveAutocast(region);
         if (!l.requires_grad())
             throw RunError("the model's output does not depend on any parameter that requires a gradient: "
                            "there is no backward pass to record");
         mark("backward");
         l.backward();
-        out = c10::IValue(); // the graph is gone: the output's free is part of the step
-        l = at::Tensor();
+        if (hold != "step") { // the graph is gone: the output's and the loss's frees are part of the step
+            out = c10::IValue();
+            l = at::Tensor();
+        }
         mark("optimizer");
         if (optimizer)
             optimizer->step();
+        if (hold == "step") { // alive until the next step's forward returns
+            held.output = std::move(out);
+            held.loss = std::move(l);
+        }
     };
     auto noMark = [](const char*) {};
     auto warmUp = [&] {
@@ -795,6 +890,8 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
         setGradientsToNone(params); // PyTorch 2's zero_grad(): the recorded step makes every gradient anew
     };
     auto rethrow = [&](const std::exception& e) -> RunError {
+        if (dynamic_cast<const UsageError*>(&e))
+            throw; // kept whole: the CLI's usage error
         if (auto* r = dynamic_cast<const RunError*>(&e))
             return *r;
         const auto* c10error = dynamic_cast<const c10::Error*>(&e);
@@ -829,6 +926,11 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
         }
     }
     raw.optimizer_state_bytes = optimizer ? optimizer->stateBytes() : 0;
+    if (train && hold == "step")
+        raw.notes.push_back("the loop holds the model's output and the loss until the step returns (--hold-output "
+            "step, as nanoGPT's and Hugging Face's loops do): the previous step's, " + formatBytes(held.bytes())
+            + ", stay alive until this step's forward has returned; --hold-output backward or none for loops that "
+              "free them sooner");
 
     RecordState state;
     state.trace = &raw.trace;
@@ -918,7 +1020,11 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
         state.start = Clock::now();
         started = state.start;
         if (train) {
+            onHeld = [&state](const HeldOutput& h) { noteHeldBlocks(state, h); };
+            onHeldFreed = [&state](const std::vector<HeldOutput::Block>& b) { noteHeldFrees(state, b); };
             step(mark);
+            onHeld = nullptr;
+            onHeldFreed = nullptr;
             mark(nullptr);
         } else {
             auto out = forward();

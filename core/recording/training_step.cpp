@@ -1,8 +1,11 @@
 // The pieces of a training step that are not recording: the optimizer, the loss and its targets, the state
 // the optimizer keeps, gradients set to None. Private to core/recording (libtorch).
+#include "recording/autocast_emulation.h"
 #include "recording/model_impl.h"
 
 #include "support/errors.h"
+
+#include <algorithm>
 
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
@@ -19,6 +22,61 @@ bool isSupportedOptimizer(const std::string& name)
 bool isSupportedLoss(const std::string& name)
 {
     return name == "auto" || name == "sum" || name == "cross_entropy" || name == "next_token";
+}
+
+bool isSupportedHoldOutput(const std::string& name)
+{
+    return name == "step" || name == "backward" || name == "none";
+}
+
+namespace {
+
+void collectTensors(const c10::IValue& v, std::vector<at::Tensor>& out)
+{
+    if (v.isTensor())
+        out.push_back(v.toTensor());
+    else if (v.isTuple())
+        for (const auto& e : v.toTupleRef().elements())
+            collectTensors(e, out);
+    else if (v.isList())
+        for (const auto& e : v.toListRef())
+            collectTensors(e, out);
+    else if (v.isGenericDict())
+        for (const auto& e : v.toGenericDict())
+            collectTensors(e.value(), out);
+}
+
+} // namespace
+
+std::vector<HeldOutput::Block> HeldOutput::blocks() const
+{
+    std::vector<at::Tensor> tensors;
+    collectTensors(output, tensors);
+    if (loss.defined())
+        tensors.push_back(loss);
+    std::vector<Block> out;
+    for (const auto& t : tensors) {
+        if (!t.defined() || !t.has_storage())
+            continue;
+        const auto& storage = t.storage();
+        auto address = reinterpret_cast<std::uint64_t>(storage.data_ptr().get());
+        auto bytes = static_cast<std::int64_t>(storage.nbytes());
+        if (address == 0 || bytes <= 0)
+            continue;
+        if (t.is_cuda()) // the caching allocator's blocks are multiples of 512 bytes
+            bytes = (bytes + 511) / 512 * 512;
+        if (std::none_of(out.begin(), out.end(), [&](const Block& b) { return b.address == address; }))
+            out.push_back({address, bytes, storage.getWeakStorageImpl()});
+    }
+    return out;
+}
+
+std::int64_t HeldOutput::bytes() const
+{
+    std::int64_t sum = 0;
+    for (const auto& b : blocks())
+        sum += b.bytes;
+    return sum;
 }
 
 std::vector<at::Tensor> trainableParameters(Model::Impl& model)
@@ -192,13 +250,30 @@ at::Tensor makeTargets(const LossChoice& loss)
     return torch::zeros(loss.target_shape, torch::TensorOptions().dtype(torch::kLong)); // every sample class 0
 }
 
+namespace {
+
+// F.cross_entropy(logits [N, C], targets [N]). On the meta device under --autocast the emulation sees what CUDA
+// autocast sees of this composite: log_softmax in the logits' own dtype (cross_entropy_loss passes it), then nll_loss,
+// on autocast's float32 list, with its input cast to float32.
+at::Tensor crossEntropy(const at::Tensor& logits, const at::Tensor& targets)
+{
+    if (!autocastEmulationActive())
+        return torch::nn::functional::cross_entropy(logits, targets);
+    auto logp = callUnderAutocast("aten::log_softmax", "int", {logits, std::int64_t {1}, logits.scalar_type()});
+    auto loss = callUnderAutocast("aten::nll_loss", "",
+        {logp.front(), targets, c10::IValue(), std::int64_t {at::Reduction::Mean}, std::int64_t {-100}});
+    return loss.front().toTensor();
+}
+
+} // namespace
+
 at::Tensor lossOf(const c10::IValue& output, const LossChoice& loss, const at::Tensor& targets)
 {
     auto out = firstTensor(output);
     if (loss.name == "cross_entropy")
-        return torch::nn::functional::cross_entropy(out, targets);
+        return crossEntropy(out, targets);
     if (loss.name == "next_token") // F.cross_entropy(out.flatten(0, 1), targets), as language models train
-        return torch::nn::functional::cross_entropy(out.flatten(0, 1), targets);
+        return crossEntropy(out.flatten(0, 1), targets);
     return out.sum();
 }
 

@@ -179,6 +179,7 @@ struct RunInfo {
     std::string device = "cpu";
     std::string optimizer; // train: sgd | adam | adamw | none
     std::string loss; // train: sum | cross_entropy | next_token (what auto chose)
+    std::string hold_output; // train: step | backward | none (RunOptions::hold_output); "": a report without it
     int threads = 0; // intra-op threads the run used
     double duration_ms = 0.0;
     std::optional<ParallelInfo> parallel; // one rank of a data-parallel job; none: one device

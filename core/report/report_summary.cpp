@@ -1,4 +1,5 @@
 #include "report/report_summary.h"
+#include "report/trace_edit.h"
 #include "support/dtype.h"
 
 
@@ -109,9 +110,7 @@ void classifyTrace(Trace& t, const std::vector<OpCall>& ops)
             if (p != kNoPartner && static_cast<std::uint32_t>(p) < end)
                 l = Ledger::Temporaries;
         }
-        t.ledger[i] = l;
-        if (t.partner[i] != kNoPartner)
-            t.ledger[static_cast<std::size_t>(t.partner[i])] = l;
+        setLedger(t, i, l);
     }
 }
 

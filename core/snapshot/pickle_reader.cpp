@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #endif
 #include <cstring>
+#include <unordered_map>
 
 namespace memledger {
 
@@ -180,7 +181,8 @@ private:
 
 // The parser is a loop over opcodes with an explicit stack: no recursion, so nesting cannot overflow the
 // C++ stack, and every declared length is checked against the bytes left before anything is allocated.
-class PickleParser {
+// Hidden: its calls to itself (dispatch(), once an opcode) are direct, never through the library's PLT.
+class __attribute__((visibility("hidden"))) PickleParser {
 public:
     PickleParser(std::shared_ptr<const void> owner, const char* data, std::size_t size, const PickleLimits& limits,
         const PickleReadHooks& hooks = {})
@@ -231,9 +233,8 @@ public:
             if (pos_ >= avail_)
                 fail(op_start_ == 0 ? "empty file, not a pickle" : "truncated: the data ends before the STOP opcode");
             unsigned char op = data_[pos_++];
-            // The opcodes that make up nearly all of a snapshot, handled here without a call.
-            const std::size_t left = avail_ - pos_;
-            if ((op | 2) == 'j' && left >= 4) {
+            // Memo gets, most of a snapshot, in a loop of their own; every other opcode's rule is in dispatch().
+            if ((op | 2) == 'j' && avail_ - pos_ >= 4) {
                 // BINGET ('h') or LONG_BINGET ('j'), one path without a branch, and the gets that follow it (most
                 // of a snapshot: a frame of a stack is one) in a loop of their own. A get that is not plain goes
                 // to dispatch(), which gives its error.
@@ -262,9 +263,7 @@ public:
                         break;
                     }
                     p += shortGet ? 1 : 4;
-                    if (v.isContainerKind()) // a second reference: it can no longer be reused when reduced
-                        v.container()->flags |= PickleContainer::kShared;
-                    *top++ = v;
+                    *top++ = sharedRef(v);
                     if (avail - p < 5)
                         break;
                     op = d[p];
@@ -277,33 +276,6 @@ public:
                     pos_ = p;
                     continue;
                 }
-            } else if (op == 0x94 && stack_.size() > markFloor()) { // MEMOIZE
-                memoPut(memo_.size());
-                continue;
-            } else if (op == 'K' && left >= 1 && stack_.size() < limits_.max_stack) { // BININT1
-                stack_.push_back(bits((static_cast<std::uint64_t>(data_[pos_++]) << 3) | PickleValue::kTagInt));
-                continue;
-            } else if (op == 0x8a && left >= 9 && data_[pos_] - 1u < 8u && stack_.size() < limits_.max_stack) {
-                // LONG1 of up to 8 bytes (an address, a size, a time): two's complement, little-endian
-                const std::size_t n = data_[pos_];
-                std::uint64_t v = 0;
-                std::memcpy(&v, data_ + pos_ + 1, 8);
-                v = fromLE(v);
-                pos_ += 1 + n;
-                stack_.push_back(longOfBits(v, n));
-                continue;
-            } else if (op == 'J' && left >= 4 && stack_.size() < limits_.max_stack) { // BININT: 32 bits, signed
-                stack_.push_back(integer(static_cast<std::int32_t>(loadLE32(data_ + pos_))));
-                pos_ += 4;
-                continue;
-            } else if (op == 'M' && left >= 2 && stack_.size() < limits_.max_stack) { // BININT2
-                std::uint64_t v = data_[pos_] | (std::uint64_t {data_[pos_ + 1]} << 8);
-                pos_ += 2;
-                stack_.push_back(bits((v << 3) | PickleValue::kTagInt));
-                continue;
-            } else if (op == '(' && marks_.size() < limits_.max_depth) { // MARK
-                marks_.push_back(stack_.size());
-                continue;
             }
             if (dispatch(op))
                 break;
@@ -392,13 +364,15 @@ private:
             hooks_.progress(base_ + pos_, total_);
     }
 
-    // A second reference to a container: it can no longer be reused when reduced.
-    void pushShared(const PickleValue& v)
+    // A second reference to a container (a memo get, DUP): it can no longer be reused when reduced. The one
+    // rule of a get, for dispatch() and the loop of gets in run().
+    static const PickleValue& sharedRef(const PickleValue& v)
     {
         if (v.isContainerKind())
             v.container()->flags |= PickleContainer::kShared;
-        stack_.push_back(v);
+        return v;
     }
+    void pushShared(const PickleValue& v) { stack_.push_back(sharedRef(v)); }
 
     // Offers the container items[i] (about to be put into a container with the others of `items`) to the
     // reducer; true when it took it. A reduced container's memo slot takes the reduced value; when nothing
@@ -551,8 +525,13 @@ private:
         std::uint32_t depth = c.depth;
         for (std::size_t i = 0; i < n; ++i) {
             const PickleValue& v = src[i];
-            if (!v.isContainerKind() || (hooks_.reducer && reduceItem(src, n, i)))
+            if (!v.isContainerKind())
                 continue;
+            if (v.container() == &c)
+                fail("a container put inside itself (a recursive structure, which a snapshot never holds)");
+            if (hooks_.reducer && reduceItem(src, n, i))
+                continue;
+            v.container()->flags |= PickleContainer::kConsumed; // no longer changed (mutableOf)
             std::uint32_t d = v.container()->depth + 1u;
             if (d > limits_.max_depth)
                 fail("nesting deeper than " + std::to_string(limits_.max_depth) + " levels");
@@ -617,9 +596,17 @@ private:
         if (target.kind() != want)
             fail(std::string(opname) + " on a " + pickleKindName(target.kind()) + ", expected a "
                 + pickleKindName(want));
+        // A container already inside another is complete in what Python's pickler writes: growing it now would
+        // nest deeper than its parents' depth says (the depth limit bypassed) or make a cycle.
+        if (target.container()->flags & PickleContainer::kConsumed)
+            fail(std::string(opname) + " on a " + pickleKindName(want)
+                + " already inside another container (a recursive or re-nested structure)");
         return *target.container();
     }
 
+    // The memo: slots 0..n in a vector, as Python's pickler numbers them (one after another); a slot far past
+    // them (a hand-made BINPUT or LONG_BINPUT) in a map of its own, so that the vector never grows by more than
+    // the puts made so far: a 5-byte opcode never makes a memo of gigabytes.
     void memoPut(std::uint64_t idx)
     {
         if (stack_.size() <= markFloor())
@@ -627,23 +614,35 @@ private:
         if (idx > total_) // a pickle cannot define more memo entries than it has bytes
             fail("memo index " + std::to_string(idx) + " is out of range");
         const PickleValue& v = stack_.back();
-        if (idx == memo_.size()) // MEMOIZE, and what Python's pickler numbers the same way
-            memo_.push_back(bits(PickleValue::kUnset));
-        else if (idx > memo_.size())
-            memo_.resize(static_cast<std::size_t>(idx) + 1, bits(PickleValue::kUnset));
-        if (v.isContainerKind()) {
-            auto& m = v.container()->memo;
-            m = m == 0 && idx < UINT32_MAX - 1 ? static_cast<std::uint32_t>(idx + 1) : UINT32_MAX;
+        ++puts_;
+        const bool far = idx >= memo_.size() && idx + 1 > 2 * puts_ + 1024;
+        if (far) {
+            farMemo_[idx] = v;
+        } else {
+            if (idx == memo_.size()) // MEMOIZE, and what Python's pickler numbers the same way
+                memo_.push_back(bits(PickleValue::kUnset));
+            else if (idx > memo_.size())
+                memo_.resize(static_cast<std::size_t>(idx) + 1, bits(PickleValue::kUnset));
+            memo_[idx] = v;
+            if (!farMemo_.empty())
+                farMemo_.erase(idx);
         }
-        memo_[idx] = v;
+        if (v.isContainerKind()) { // its slot takes its reduced value (reduceItem): a far one never does
+            auto& m = v.container()->memo;
+            m = m == 0 && !far && idx < UINT32_MAX - 1 ? static_cast<std::uint32_t>(idx + 1) : UINT32_MAX;
+        }
     }
     void memoGet(std::uint64_t idx)
     {
-        if (idx >= memo_.size() || memo_[idx].bits_ == PickleValue::kUnset)
+        const PickleValue* v = idx < memo_.size() && memo_[idx].bits_ != PickleValue::kUnset ? &memo_[idx] : nullptr;
+        if (!v && !farMemo_.empty())
+            if (auto it = farMemo_.find(idx); it != farMemo_.end())
+                v = &it->second;
+        if (!v)
             fail("memo index " + std::to_string(idx) + " was never stored");
         if (stack_.size() >= limits_.max_stack)
             failStackFull();
-        pushShared(memo_[idx]);
+        pushShared(*v);
     }
 
     // LONG1 / LONG4: two's complement, little-endian. Up to 64 bits signed is an int; an unsigned 64-bit value
@@ -659,8 +658,13 @@ private:
         pos_ += n;
         if (n <= 8) { // the common case (addresses take 7 or 8 bytes)
             std::uint64_t v = 0;
-            for (std::size_t i = n; i-- > 0;)
-                v = (v << 8) | p[i];
+            if (avail_ - (pos_ - n) >= 8) { // one load; the bytes past n are shifted out
+                std::memcpy(&v, p, 8);
+                v = fromLE(v);
+            } else {
+                for (std::size_t i = n; i-- > 0;)
+                    v = (v << 8) | p[i];
+            }
             return longOfBits(v, n);
         }
         bool negative = (p[n - 1] & 0x80) != 0;
@@ -1009,6 +1013,8 @@ private:
     ValueStack stack_;
     std::vector<std::size_t> marks_;
     std::vector<PickleValue> memo_;
+    std::unordered_map<std::uint64_t, PickleValue> farMemo_; // slots far past memo_'s end (memoPut)
+    std::uint64_t puts_ = 0;
     PickleValue* arena_ = nullptr; // handed to the document at STOP
     std::size_t arenaSize_ = 0;
     std::size_t arenaCapacity_ = 0;

@@ -1,4 +1,5 @@
 #include "snapshot/snapshot_ledgers.h"
+#include "report/trace_edit.h"
 
 #include "snapshot/frames.h"
 #include "snapshot/snapshot.h"
@@ -187,8 +188,10 @@ void assignSnapshotLedgers(Trace& t, const Snapshot& s)
         if (a == Action::Free) {
             if (p != kNoPartner)
                 continue; // takes its alloc's ledger
+            // Freed by the optimizer's step: state the step replaces (the previous step's AdamW moments).
             t.ledger[i] = phase[i] == Doing::ZeroGrad ? Ledger::Gradients
                 : phase[i] == Doing::Backward         ? Ledger::SavedActivations
+                : phase[i] == Doing::Optimizer        ? Ledger::OptimizerState
                                                       : Ledger::Resident;
             continue;
         }
@@ -237,9 +240,7 @@ void assignSnapshotLedgers(Trace& t, const Snapshot& s)
             break;
         }
         }
-        t.ledger[i] = l;
-        if (freed)
-            t.ledger[j] = l;
+        setLedger(t, i, l); // and its free's (report/trace_edit.h)
     }
 }
 

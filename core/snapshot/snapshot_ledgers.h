@@ -14,7 +14,8 @@ struct Snapshot;
 
 // Writes Trace::ledger of every alloc and free_completed of `t`, the trace of `s` (a free gets the ledger of its
 // block). A free without its alloc (the block was alive before the trace began) gets Resident unless the trace
-// tells what the block was: freed by zero_grad, a gradient; freed by the backward, a saved activation.
+// tells what the block was: freed by zero_grad, a gradient; freed by the backward, a saved activation; freed by
+// the optimizer's step, optimizer state.
 void assignSnapshotLedgers(Trace& t, const Snapshot& s);
 
 // What the program was doing at event `i` of a snapshot's trace, as the ledgers' rules tell it (its stack, an

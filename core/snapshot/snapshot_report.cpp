@@ -380,7 +380,7 @@ void summarizeSnapshotEvents(Report& r, const Snapshot& s, const std::string& pa
         alive.resize(50);
     r.alive_at_peak = std::move(alive);
 
-    // Blocks alive at the peak that the trace did not allocate: it is a ring buffer.
+    // Blocks alive at the peak that the trace did not allocate: made before recording began, or dropped by it.
     if (traced && r.peak_bytes > tracedAtPeak) {
         const int b = row(0, "(alive before the trace)", "(alive before the trace)", "before the trace");
         r.layers[static_cast<std::size_t>(b)].peak_bytes = r.peak_bytes - tracedAtPeak;
@@ -426,7 +426,9 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAlloc
     r.notes.push_back("snapshot ledgers are told from each allocation's call stack and lifetime; resident: alive "
                       "before the trace, with nothing in it telling more");
     if (start > 0 && t.size() > 0)
-        r.notes.push_back(formatBytes(start) + " were allocated before the trace began (the trace is a ring buffer)");
+        r.notes.push_back(formatBytes(start)
+            + " were allocated before the trace began (before _record_memory_history started recording, or their"
+              " allocs fell out of its max_entries ring buffer)");
     if (!s.trace_has_time && t.size() > 0)
         r.notes.push_back("the trace has no timestamps: the timeline's axis is the events' order");
     for (const auto& o : s.ooms)

@@ -27,6 +27,13 @@ public:
     using std::runtime_error::runtime_error;
 };
 
+// The run was asked for what the model cannot take: as many inputs as its forward does not (exit code 2, the
+// usage error's: the command line is wrong, not the model).
+class UsageError : public RunError {
+public:
+    using RunError::RunError;
+};
+
 // The run was cancelled by the user.
 class Cancelled : public std::runtime_error {
 public:

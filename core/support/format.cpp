@@ -373,6 +373,53 @@ std::vector<std::string> splitComma(const std::string& text)
     return out;
 }
 
+std::vector<std::string> distinctLabels(const std::vector<std::string>& names, std::size_t width)
+{
+    width = std::max<std::size_t>(width, 5);
+    // What every name shares at its start and at its end (none for one name: it is elided in the middle).
+    std::size_t prefix = 0, suffix = 0;
+    if (names.size() > 1) {
+        std::size_t shortest = names.front().size();
+        for (const auto& n : names)
+            shortest = std::min(shortest, n.size());
+        auto sameAt = [&](auto at) {
+            return std::all_of(names.begin(), names.end(), [&](const std::string& n) { return at(n) == at(names.front()); });
+        };
+        while (prefix < shortest && sameAt([&](const std::string& n) { return n[prefix]; }))
+            ++prefix;
+        while (suffix < shortest - prefix && sameAt([&](const std::string& n) { return n[n.size() - 1 - suffix]; }))
+            ++suffix;
+    }
+    std::vector<std::string> out;
+    for (const auto& name : names) {
+        if (name.size() <= width) {
+            out.push_back(name);
+            continue;
+        }
+        std::string head = name.substr(0, prefix), tail = name.substr(name.size() - suffix);
+        std::string core = name.substr(prefix, name.size() - prefix - suffix);
+        if (core.size() + 2 > width) { // what tells it apart is too long itself: its middle goes
+            head = core.substr(0, (width - 1) - (width - 1) / 2);
+            tail = core.substr(core.size() - (width - 1) / 2);
+            out.push_back(head + "~" + tail);
+            continue;
+        }
+        // The room left around the core: the shared end whole where it leaves 6 characters to the shared start, else
+        // half each; each side keeps what touches the core ("~" where the rest goes): "~un_rank_3_step_0100.pickle".
+        std::size_t room = width - core.size();
+        std::size_t tailRoom = tail.size() + 6 <= room ? tail.size() : room / 2;
+        std::size_t headRoom = room - tailRoom;
+        if (head.size() < headRoom) {
+            tailRoom += headRoom - head.size();
+            headRoom = head.size();
+        }
+        auto h = head.size() <= headRoom ? head : "~" + head.substr(head.size() - (headRoom - 1));
+        auto t = tail.size() <= tailRoom ? tail : tail.substr(0, tailRoom - 1) + "~";
+        out.push_back(h + core + t);
+    }
+    return out;
+}
+
 std::string padCell(std::string s, std::size_t width, bool right)
 {
     if (s.size() > width)

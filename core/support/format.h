@@ -16,6 +16,10 @@ std::string formatBytes(std::int64_t bytes);
 std::string formatByteChange(std::int64_t before, std::int64_t after, const char* minus = "-");
 // A table cell: `s` padded with spaces to `width` (on the left when `right`), cut with "~" when longer.
 std::string padCell(std::string s, std::size_t width, bool right = false);
+// Names shortened to at most `width` characters (at least 5) each, told apart: what all of them share at the start
+// and the end is elided ("~") before what tells them apart is; a name that fits stays whole; one name alone is
+// elided in the middle. Names that differ only past the width of what tells them apart may still meet.
+std::vector<std::string> distinctLabels(const std::vector<std::string>& names, std::size_t width);
 // "a,b,,c" -> {"a", "b", "c"}: the items of a comma-separated list, empty ones left out, as typed.
 std::vector<std::string> splitComma(const std::string& text);
 // "16GiB", "16 GB", "512MiB", "1024" (bytes). KiB, MiB, GiB, TiB (and K, M, G, T) are powers of 1024;

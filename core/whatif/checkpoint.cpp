@@ -2,15 +2,13 @@
 
 #include "allocator/gpu_replay.h"
 #include "recording/build_report.h"
+#include "report/trace_edit.h"
 #include "support/format.h"
-
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -20,11 +18,6 @@ namespace {
 
 // torch.get_rng_state() on the CPU: the Mersenne Twister's state as a ByteTensor.
 constexpr std::int64_t kCpuRngStateBytes = 5056;
-
-bool startsWith(const std::string& s, const std::string& prefix)
-{
-    return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
-}
 
 bool inSubtree(const std::string& where, const std::string& path)
 {
@@ -51,24 +44,12 @@ bool keepsInputs(const std::string& op)
     return false;
 }
 
+// The order of what the rewrite places before one recorded event (TraceEdit::order's groups).
 enum Rank : int {
     kFreeMoved = 0, // frees moved to "before event p"
     kRngSaved = 1, // the segment's RNG state at its forward's start
     kRecompute = 2, // the recomputation of a segment's forward
-    kOriginal = 3,
-};
-
-struct Placed {
-    std::int64_t pos = 0; // before original event `pos`
-    int rank = kOriginal;
-    std::int64_t seq = 0; // order within a rank
-    std::int64_t src = -1; // original event copied; -1 for a synthetic RNG-state event
-    Action action = Action::Alloc;
-    std::int64_t bytes = 0;
-    std::int64_t partner = -1; // index into the placed list
-    std::int64_t time_ns = 0;
-    std::uint32_t where = 0; // for synthetic events
-    bool synthetic = false;
+    kOriginal = TraceEdit::kOriginalGroup,
 };
 
 struct Segment {
@@ -79,9 +60,11 @@ struct Segment {
     std::int64_t forward_ns = 0;
 };
 
-class Transformer {
+// The recorded step rewritten as it runs with torch.utils.checkpoint around some modules (the segments): the
+// frees their checkpoints move, their saved RNG states and their recomputation, made with the trace editor.
+class CheckpointRewriter {
 public:
-    Transformer(const Report& r, CheckpointImpl impl)
+    CheckpointRewriter(const Report& r, CheckpointImpl impl)
         : r_(r)
         , t_(*r.trace)
         , impl_(impl)
@@ -190,27 +173,12 @@ public:
     Report run(const std::vector<Segment>& segments)
     {
         const auto n = static_cast<std::int64_t>(t_.size());
+        TraceEdit edit(t_);
+        edit_ = &edit;
         placed_.clear();
         placed_.reserve(t_.size() + t_.size() / 4);
-        for (std::int64_t i = 0; i < n; ++i) {
-            Placed p;
-            p.pos = i;
-            p.src = i;
-            p.action = t_.action[static_cast<std::size_t>(i)];
-            p.bytes = t_.bytes[static_cast<std::size_t>(i)];
-            p.partner = t_.partner[static_cast<std::size_t>(i)];
-            p.time_ns = t_.time_ns[static_cast<std::size_t>(i)];
-            placed_.push_back(p);
-        }
-        auto moveFree = [&](std::int64_t alloc, std::int64_t pos, std::int64_t seq) {
-            auto f = placed_[static_cast<std::size_t>(alloc)].partner;
-            if (f < 0)
-                return;
-            auto& p = placed_[static_cast<std::size_t>(f)];
-            p.pos = pos;
-            p.rank = kFreeMoved;
-            p.seq = seq;
-        };
+        for (std::int64_t i = 0; i < n; ++i)
+            placed_.push_back({i, kOriginal, t_.time_ns[static_cast<std::size_t>(i)]});
         // Where an original free ends up: the latest of the moves asked for each segment (a tensor can be
         // the output of one segment and the input of the next).
         std::vector<std::int64_t> freeAt(static_cast<std::size_t>(n), -1);
@@ -219,14 +187,19 @@ public:
             f = f < 0 ? pos : std::max(f, pos);
         };
         std::int64_t seq = 0;
-        for (const auto& s : segments) {
-            transformSegment(s, wantFreeAt, seq);
+        for (const auto& s : segments)
+            rewriteSegment(s, wantFreeAt, seq);
+        for (std::int64_t i = 0; i < n; ++i) {
+            const auto pos = freeAt[static_cast<std::size_t>(i)];
+            const auto f = t_.partner[static_cast<std::size_t>(i)];
+            if (pos < 0 || f == kNoPartner)
+                continue;
+            edit.move(static_cast<std::size_t>(f), static_cast<std::size_t>(pos));
+            place(static_cast<std::size_t>(f), pos, kFreeMoved, i, t_.time_ns[static_cast<std::size_t>(f)]);
         }
-        for (std::int64_t i = 0; i < n; ++i)
-            if (freeAt[static_cast<std::size_t>(i)] >= 0)
-                moveFree(i, freeAt[static_cast<std::size_t>(i)], i);
         return build();
     }
+
 
 private:
     // The backward's last event of the nodes of `module` (exactly that path) before `before`, plus one: when an
@@ -240,7 +213,7 @@ private:
     }
 
     template <typename WantFree>
-    void transformSegment(const Segment& s, WantFree& wantFreeAt, std::int64_t& seq)
+    void rewriteSegment(const Segment& s, WantFree& wantFreeAt, std::int64_t& seq)
     {
         const bool reentrant = impl_ == CheckpointImpl::Reentrant;
         const auto bs = s.bwdBegin, be = s.bwdEnd;
@@ -319,9 +292,9 @@ private:
         // events again.
         auto timeAt = t_.time_ns[static_cast<std::size_t>(std::min<std::int64_t>(bs, t_.size() - 1))];
         auto fwdStart = t_.time_ns[s.fwdBegin];
-        auto fork = addPlaced(bs, kRecompute, seq++, Action::Alloc, kCpuRngStateBytes, timeAt, s.path);
-        std::vector<std::int64_t> copyOf(static_cast<std::size_t>(s.fwdEnd - s.fwdBegin), -1);
-        std::vector<std::int64_t> dropped;
+        auto fork = addRngState(bs, kRecompute, seq++, timeAt, s.path);
+        std::vector<std::optional<TraceEdit::Handle>> copyOf(static_cast<std::size_t>(s.fwdEnd - s.fwdBegin));
+        std::vector<TraceEdit::Handle> dropped;
         for (std::int64_t i = s.fwdBegin; i < s.fwdEnd; ++i) {
             auto a = t_.action[static_cast<std::size_t>(i)];
             auto time = timeAt + (t_.time_ns[static_cast<std::size_t>(i)] - fwdStart);
@@ -329,124 +302,90 @@ private:
                 auto c = copyEvent(i, bs, kRecompute, seq++, time);
                 copyOf[static_cast<std::size_t>(i - s.fwdBegin)] = c;
                 auto again = recomputeFreeAt[static_cast<std::size_t>(i - s.fwdBegin)];
-                if (again == afterRecompute)
+                auto j = t_.partner[static_cast<std::size_t>(i)];
+                if (again == afterRecompute) {
                     dropped.push_back(c);
-                else if (again >= 0) // freed by the node that used it, or when the segment's backward ends
-                    linkPair(c, copyEvent(t_.partner[static_cast<std::size_t>(i)], again, kFreeMoved, seq++, 0));
+                } else if (again >= 0) { // freed by the node that used it, or when the segment's backward ends
+                    if (j != kNoPartner)
+                        edit_->pair(c, copyEvent(j, again, kFreeMoved, seq++, 0));
+                    else // the original is never freed in the step: the copy's own free
+                        place(edit_->addFree(static_cast<std::size_t>(again), c), again, kFreeMoved, seq++, 0);
+                }
             } else if (a == Action::Free) {
                 auto al = t_.partner[static_cast<std::size_t>(i)];
-                if (al != kNoPartner && al >= s.fwdBegin && madeIn(s, al) && copyOf[static_cast<std::size_t>(al - s.fwdBegin)] >= 0) {
+                if (al != kNoPartner && al >= s.fwdBegin && madeIn(s, al) && copyOf[static_cast<std::size_t>(al - s.fwdBegin)]) {
                     auto f = copyEvent(i, bs, kRecompute, seq++, time);
-                    linkPair(copyOf[static_cast<std::size_t>(al - s.fwdBegin)], f);
+                    edit_->pair(*copyOf[static_cast<std::size_t>(al - s.fwdBegin)], f);
                 }
             }
         }
         auto endTime = timeAt + (t_.time_ns[static_cast<std::size_t>(s.fwdEnd - 1)] - fwdStart);
-        auto forkFree = addPlaced(bs, kRecompute, seq++, Action::Free, kCpuRngStateBytes, endTime, s.path);
-        linkPair(fork, forkFree);
-        for (auto c : dropped) {
-            auto f = addPlaced(bs, kRecompute, seq++, Action::Free, placed_[static_cast<std::size_t>(c)].bytes, endTime, s.path);
-            placed_[static_cast<std::size_t>(f)].src = placed_[static_cast<std::size_t>(c)].src;
-            linkPair(c, f);
-        }
+        addRngState(bs, kRecompute, seq++, endTime, s.path, fork);
+        for (auto c : dropped)
+            place(edit_->addFree(static_cast<std::size_t>(bs), c), bs, kRecompute, seq++, endTime);
         shifts_.emplace_back(bs, s.forward_ns);
     }
 
-    std::int64_t addPlaced(std::int64_t pos, int rank, std::int64_t seq, Action a, std::int64_t bytes,
-        std::int64_t time, const std::string& where)
+    // The ordering and time of a handle of the edit: placed before original event `pos`, in rank order.
+    void place(TraceEdit::Handle h, std::int64_t pos, int rank, std::int64_t seq, std::int64_t time)
     {
-        Placed p;
-        p.pos = pos;
-        p.rank = rank;
-        p.seq = seq;
-        p.action = a;
-        p.bytes = bytes;
-        p.time_ns = time;
-        p.synthetic = true;
-        p.where = whereId(where);
-        placed_.push_back(p);
-        return static_cast<std::int64_t>(placed_.size()) - 1;
+        edit_->order(h, rank, seq);
+        if (placed_.size() <= h)
+            placed_.resize(h + 1);
+        placed_[h] = {pos, rank, time};
+    }
+
+    // An event of the RNG state (torch.get_rng_state()) of segment `where`: an alloc, or the free of `alloc`.
+    TraceEdit::Handle addRngState(std::int64_t pos, int rank, std::int64_t seq, std::int64_t time,
+        const std::string& where, std::optional<TraceEdit::Handle> alloc = std::nullopt)
+    {
+        auto h = alloc ? edit_->addFree(static_cast<std::size_t>(pos), *alloc)
+                       : edit_->addAlloc(static_cast<std::size_t>(pos), kCpuRngStateBytes, Ledger::SavedActivations,
+                           where, "aten::get_rng_state", std::int8_t {-1});
+        place(h, pos, rank, seq, time);
+        return h;
     }
 
     void addSynthetic(std::int64_t pos, int rank, std::int64_t seq, std::int64_t freePos, int freeRank,
         std::int64_t freeSeq, const std::string& where)
     {
         auto time = t_.time_ns[static_cast<std::size_t>(std::min<std::int64_t>(pos, t_.size() - 1))];
-        auto a = addPlaced(pos, rank, seq, Action::Alloc, kCpuRngStateBytes, time, where);
-        auto f = addPlaced(freePos, freeRank, freeSeq, Action::Free, kCpuRngStateBytes, 0, where);
-        linkPair(a, f);
+        auto a = addRngState(pos, rank, seq, time, where);
+        addRngState(freePos, freeRank, freeSeq, 0, where, a);
     }
 
-    std::int64_t copyEvent(std::int64_t src, std::int64_t pos, int rank, std::int64_t seq, std::int64_t time)
+    TraceEdit::Handle copyEvent(std::int64_t src, std::int64_t pos, int rank, std::int64_t seq, std::int64_t time)
     {
-        Placed p;
-        p.pos = pos;
-        p.rank = rank;
-        p.seq = seq;
-        p.src = src;
-        p.action = t_.action[static_cast<std::size_t>(src)];
-        p.bytes = t_.bytes[static_cast<std::size_t>(src)];
-        p.time_ns = time;
-        placed_.push_back(p);
-        return static_cast<std::int64_t>(placed_.size()) - 1;
+        auto h = edit_->copy(static_cast<std::size_t>(pos), static_cast<std::size_t>(src));
+        place(h, pos, rank, seq, time);
+        return h;
     }
 
-    void linkPair(std::int64_t a, std::int64_t f)
-    {
-        placed_[static_cast<std::size_t>(a)].partner = f;
-        placed_[static_cast<std::size_t>(f)].partner = a;
-    }
-
-    // Synthetic events name their segment; the strings are interned into the new trace in build().
-    std::uint32_t whereId(const std::string& s)
-    {
-        auto it = std::find(synthWhere_.begin(), synthWhere_.end(), s);
-        if (it != synthWhere_.end())
-            return static_cast<std::uint32_t>(it - synthWhere_.begin());
-        synthWhere_.push_back(s);
-        return static_cast<std::uint32_t>(synthWhere_.size() - 1);
-    }
-
+    // The rewritten step: the edit's trace with the recomputations' time added from where each was inserted.
     Report build()
     {
-        std::vector<std::size_t> order(placed_.size());
-        for (std::size_t k = 0; k < order.size(); ++k)
-            order[k] = k;
-        std::stable_sort(order.begin(), order.end(), [this](std::size_t a, std::size_t b) {
-            const auto& x = placed_[a];
-            const auto& y = placed_[b];
-            if (x.pos != y.pos)
-                return x.pos < y.pos;
-            if (x.rank != y.rank)
-                return x.rank < y.rank;
-            return x.seq < y.seq;
-        });
-        std::vector<std::int64_t> newIndex(placed_.size());
-        for (std::size_t k = 0; k < order.size(); ++k)
-            newIndex[order[k]] = static_cast<std::int64_t>(k);
+        Report pr = r_;
+        pr.simulated_gpu.reset();
+        pr.simulated_reserved_peak_bytes = 0;
+        pr.whatif.reset();
+        auto ops = r_.ops ? *r_.ops : std::vector<OpCall> {};
+        Trace out = edit_->build(r_.ops ? &ops : nullptr, &pr.phases);
+        if (r_.ops)
+            pr.ops = std::make_shared<const std::vector<OpCall>>(std::move(ops));
         std::sort(shifts_.begin(), shifts_.end());
-
-        Trace out;
-        out.strings = t_.strings;
-        out.stacks = t_.stacks;
-        std::vector<std::uint32_t> synthIds;
-        for (const auto& s : synthWhere_)
-            synthIds.push_back(out.strings.intern(s));
-        const auto rng = out.strings.intern("aten::get_rng_state");
-        out.reserve(order.size());
         std::size_t shift = 0;
         std::int64_t shiftNs = 0;
         std::int64_t lastTime = 0;
-        for (std::size_t k = 0; k < order.size(); ++k) {
-            const auto& p = placed_[order[k]];
-            while (shift < shifts_.size() && shifts_[shift].first <= p.pos && (p.rank == kOriginal || shifts_[shift].first < p.pos)) {
+        const auto& from = edit_->builtFrom();
+        for (std::size_t k = 0; k < out.size(); ++k) {
+            const auto& p = placed_[from[k]];
+            while (shift < shifts_.size() && shifts_[shift].first <= p.pos
+                && (p.rank == kOriginal || shifts_[shift].first < p.pos)) {
                 shiftNs += shifts_[shift].second;
                 ++shift;
             }
             std::int64_t time = p.time_ns;
-            if (p.rank == kOriginal)
-                time += shiftNs;
-            else if (p.rank == kRecompute)
+            if (p.rank == kOriginal || p.rank == kRecompute)
                 time += shiftNs;
             else if (p.pos < static_cast<std::int64_t>(t_.size()))
                 time = t_.time_ns[static_cast<std::size_t>(std::max<std::int64_t>(p.pos - 1, 0))] + shiftNs;
@@ -454,57 +393,19 @@ private:
                 time = lastTime;
             time = std::max(time, lastTime);
             lastTime = time;
-            auto i = out.push(time, p.bytes, 0, p.action, -1);
-            if (p.src >= 0) {
-                auto s = static_cast<std::size_t>(p.src);
-                out.address[i] = t_.address[s];
-                out.device[i] = t_.device[s];
-                out.ledger[i] = t_.ledger[s];
-                out.op_seq[i] = t_.op_seq[std::min(s, t_.size() - 1)];
-                out.outer_op[i] = t_.outer_op[s];
-                out.inner_op[i] = t_.inner_op[s];
-                out.where[i] = t_.where[s];
-                out.stack[i] = t_.stack[s];
-            } else {
-                out.ledger[i] = Ledger::SavedActivations;
-                out.outer_op[i] = rng;
-                out.inner_op[i] = rng;
-                out.where[i] = synthIds[p.where];
-                auto at = static_cast<std::size_t>(std::clamp<std::int64_t>(p.pos - 1, 0, t_.size() - 1));
-                out.op_seq[i] = t_.op_seq[at];
-            }
-            out.partner[i] = p.partner < 0 ? kNoPartner : static_cast<std::int32_t>(newIndex[static_cast<std::size_t>(p.partner)]);
-        }
-        // Ledgers of a free follow their allocation; a recomputed allocation's ledger is that of the original.
-        for (std::size_t i = 0; i < out.size(); ++i)
-            if (out.action[i] == Action::Free && out.partner[i] != kNoPartner)
-                out.ledger[i] = out.ledger[static_cast<std::size_t>(out.partner[i])];
-
-        Report pr = r_;
-        pr.simulated_gpu.reset();
-        pr.simulated_reserved_peak_bytes = 0;
-        pr.whatif.reset();
-        for (auto& ph : pr.phases) {
-            ph.first_event = static_cast<std::uint32_t>(mapPos(ph.first_event, newIndex));
-            ph.end_event = static_cast<std::uint32_t>(mapPos(ph.end_event, newIndex));
+            out.time_ns[k] = time;
         }
         pr.trace = std::make_shared<const Trace>(std::move(out));
         setPeakFromTrace(pr, *pr.trace);
         return pr;
     }
 
-    // The new index of original event `pos` (the end of the trace for pos == size).
-    std::int64_t mapPos(std::int64_t pos, const std::vector<std::int64_t>& newIndex) const
-    {
-        if (pos >= static_cast<std::int64_t>(t_.size()))
-            return static_cast<std::int64_t>(newIndex.size());
-        // Events placed before original `pos` come first: the phase begins with the earliest of them.
-        std::int64_t best = newIndex[static_cast<std::size_t>(pos)];
-        for (std::size_t k = t_.size(); k < placed_.size(); ++k)
-            if (placed_[k].pos == pos)
-                best = std::min(best, newIndex[k]);
-        return best;
-    }
+    // Where and when each handle of the edit goes (the edit orders them by rank, then seq).
+    struct Placed {
+        std::int64_t pos = 0; // before original event `pos`
+        int rank = kOriginal;
+        std::int64_t time_ns = 0;
+    };
 
     const Report& r_;
     const Trace& t_;
@@ -513,10 +414,11 @@ private:
     const Phase* backward_ = nullptr;
     std::vector<std::vector<std::uint32_t>> usesOf_;
     std::vector<std::string> strings_;
-    std::vector<Placed> placed_;
+    TraceEdit* edit_ = nullptr; // while run() rewrites the step
+    std::vector<Placed> placed_; // per handle of the edit
     std::vector<std::pair<std::int64_t, std::int64_t>> shifts_; // (position, ns of recomputation inserted there)
-    std::vector<std::string> synthWhere_;
 };
+
 
 void checkReport(const Report& r)
 {
@@ -594,7 +496,7 @@ CheckpointPrediction predictCheckpoint(
         if (std::find(asked.begin(), asked.end(), path) == asked.end())
             asked.push_back(path);
     }
-    Transformer tr(r, impl);
+    CheckpointRewriter tr(r, impl);
     std::vector<Segment> segments;
     for (const auto& path : asked) {
         bool inner = false;
@@ -795,47 +697,6 @@ CheckpointPlan planCheckpoints(const Report& r, std::int64_t budget, CheckpointI
         plan.prediction.notes.push_back("no set of checkpoints found brings the peak total within "
             + formatBytes(budget) + "; this plan has the lowest peak found");
     return plan;
-}
-
-nlohmann::json checkpointToJson(const CheckpointPrediction& p)
-{
-    nlohmann::json j;
-    j["checkpoint"] = p.checkpoint;
-    j["implementation"] = checkpointImplName(p.impl);
-    j["predicted_peak_bytes"] = p.predicted_peak_bytes;
-    j["predicted_peak_total_bytes"] = p.predicted_peak_total_bytes;
-    j["predicted_reserved_bytes"] = p.predicted_reserved_bytes;
-    j["recompute_ms"] = p.recompute_ms;
-    j["recorded_peak_bytes"] = p.recorded_peak_bytes;
-    j["recorded_peak_total_bytes"] = p.recorded_peak_total_bytes;
-    j["saving_bytes"] = p.saving_bytes;
-    j["worse"] = p.worse();
-    j["notes"] = p.notes;
-    return j;
-}
-
-std::string checkpointToText(const CheckpointPrediction& p)
-{
-    std::ostringstream o;
-    std::string names;
-    for (std::size_t i = 0; i < p.checkpoint.size(); ++i)
-        names += (i ? ", " : "") + p.checkpoint[i];
-    o << "Checkpointing " << (names.empty() ? std::string("nothing") : names) << " (" << checkpointImplName(p.impl)
-      << "):\n";
-    o << "  predicted peak        " << formatBytes(p.predicted_peak_bytes) << "  (recorded without: "
-      << formatBytes(p.recorded_peak_bytes) << ")\n";
-    if (p.saving_bytes >= 0)
-        o << "  saving                " << formatBytes(p.saving_bytes) << "\n";
-    else
-        o << "  WORSE by              " << formatBytes(-p.saving_bytes)
-          << "  the checkpoint makes the peak higher, not lower\n";
-    o << "  predicted peak total  " << formatBytes(p.predicted_peak_total_bytes) << "\n";
-    if (p.predicted_reserved_bytes > 0)
-        o << "  reserved on a GPU     " << formatBytes(p.predicted_reserved_bytes) << "  (simulated)\n";
-    char ms[32];
-    std::snprintf(ms, sizeof ms, "%.2f ms", p.recompute_ms);
-    o << "  recompute             " << ms << "  (the recorded forward time of the checkpointed modules)\n";
-    return o.str();
 }
 
 } // namespace memledger

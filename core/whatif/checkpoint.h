@@ -17,7 +17,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -77,11 +76,5 @@ CheckpointPlan planCheckpoints(const Report& r, std::int64_t budget, CheckpointI
 // The blocks users wrap: the children of one module that share a type, the most of them among `candidates`
 // (a decoder's layers.0 ... layers.N, a ResNet stage's blocks), in item order. Empty when none repeats.
 std::vector<std::string> repeatedBlocks(const Report& r, const std::vector<std::string>& candidates);
-
-// One row: {checkpoint: [...], implementation, predicted_peak_bytes, predicted_peak_total_bytes,
-// predicted_reserved_bytes, recompute_ms, recorded_peak_bytes, saving_bytes, worse, notes}.
-nlohmann::json checkpointToJson(const CheckpointPrediction& p);
-// For people: "checkpointing conv2 (reentrant): peak 25.8 MB, 3.2 MB MORE than without (22.6 MB) ...".
-std::string checkpointToText(const CheckpointPrediction& p);
 
 } // namespace memledger

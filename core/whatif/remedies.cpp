@@ -13,15 +13,12 @@
 #include "whatif/whatif.h"
 #include "whatif/whatif_policy.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <map>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -152,11 +149,6 @@ std::int64_t reserveOf(const Report& r)
 bool inference(const Report& r)
 {
     return r.source == ReportSource::Model && r.run.mode != RunMode::Train;
-}
-
-std::string signedBytes(std::int64_t saving)
-{
-    return formatByteChange(saving, 0);
 }
 
 RunOptions optionsOf(const Report& r)
@@ -347,304 +339,375 @@ EditedRun predictEditedRun(const Report& r, const std::vector<char>& drop,
     return out;
 }
 
-std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& options)
-{
-    std::vector<Remedy> out;
-    const std::int64_t reserveBefore = r.source == ReportSource::Model ? reserveOf(r) : 0;
-    auto base = [&](RemedyKind kind, const std::string& title) {
+namespace {
+
+// A remedy's start: its kind and title, and the run's figures before the change.
+class RemedyMaker {
+public:
+    explicit RemedyMaker(const Report& r)
+        : r_(r)
+        , reserveBefore_(r.source == ReportSource::Model ? reserveOf(r) : 0)
+    {
+    }
+    Remedy operator()(RemedyKind kind, const std::string& title) const
+    {
         Remedy m;
         m.kind = kind;
         m.title = title;
-        m.peak_total_before = r.peak_total_bytes;
-        m.reserve_before = reserveBefore;
+        m.peak_total_before = r_.peak_total_bytes;
+        m.reserve_before = reserveBefore_;
         return m;
-    };
-    const bool model = r.source == ReportSource::Model && r.trace;
+    }
 
-    // Lower precision, from the what-if records.
+private:
+    const Report& r_;
+    std::int64_t reserveBefore_;
+};
+
+bool modelRun(const Report& r)
+{
+    return r.source == ReportSource::Model && r.trace;
+}
+
+// The what-if records of the report's own run, or none.
+const WhatIf* whatIfOf(const Report& r, const RemedyOptions& options)
+{
     const WhatIf* w = options.whatif;
-    const bool whatifFits = w && model && w->mode() == r.run.mode;
-    if (whatifFits) {
-        for (const std::string d : {"bfloat16", "float16"}) {
-            if (d == r.run.dtype || dtypeSize(d) >= dtypeSize(r.run.dtype))
-                continue;
-            auto dts = w->dtypes();
-            if (std::find(dts.begin(), dts.end(), d) == dts.end())
-                continue;
-            auto p = w->predict(r.run.batch, d, true);
-            auto m = base(RemedyKind::LowerPrecision, "Run in " + d);
-            m.change = "convert the weights and inputs to " + d + " (model.to(torch." + d
-                + ")); the results change within " + d + "'s rounding: check the accuracy";
-            m.peak_total_after = p.predicted_peak_total_bytes;
-            m.reserve_after = p.predicted_reserved_bytes;
-            m.dtype = d;
-            m.measure_how = w->isRecorded(d) ? MeasureHow::Run : MeasureHow::None;
-            for (const auto& n : p.notes)
-                m.details.push_back(n);
-            if (!w->isRecorded(d))
-                m.details.push_back("rescaled by element width from the " + r.run.dtype + " records (it could not "
-                    + "be recorded in " + d + " here)");
-            out.push_back(std::move(m));
-        }
-        // The largest batch within the budget, and micro-batches.
-        const std::int64_t batch = r.run.batch;
-        std::int64_t fitting = 0;
-        if (options.budget > 0) {
-            fitting = w->maxBatch(r.run.dtype, options.budget, true);
-            if (fitting > 0) {
-                auto p = w->predict(fitting, r.run.dtype, true, options.budget);
-                auto m = base(RemedyKind::LargestBatch, "Largest batch within " + formatBytes(options.budget) + ": "
-                    + std::to_string(fitting) + " (now " + std::to_string(batch) + ")");
-                m.change = "run at batch " + std::to_string(fitting)
-                    + ": the largest whose peak total and reserve stay within " + formatBytes(options.budget);
-                if (w->runnableRange().bounded()) // never beyond what the program accepts
-                    m.details.push_back("the program accepts batches " + w->runnableRange().text()
-                        + (w->runnableRange().why.empty() ? "" : ": " + w->runnableRange().why));
-                m.peak_total_after = p.predicted_peak_total_bytes;
-                m.reserve_after = p.predicted_reserved_bytes;
-                m.batch = fitting;
-                m.measure_how = MeasureHow::Run;
-                if (p.extrapolated)
-                    m.details.push_back("beyond the largest what-if record: extrapolated");
-                out.push_back(std::move(m));
-            }
-        }
-        // Without a budget: micro-batches of the smallest batch the what-if records (2 for a training step).
-        const std::int64_t micro = options.budget > 0 ? fitting : recordedBatchesFor(r.run.mode).first;
-        if (micro >= 1 && batch > micro) {
-            auto p = w->predict(micro, r.run.dtype, true);
-            const bool train = r.run.mode == RunMode::Train;
-            auto m = base(RemedyKind::MicroBatching, "Micro-batches of " + std::to_string(micro));
-            const auto count = (batch + micro - 1) / micro;
-            m.change = "run batch " + std::to_string(batch) + " as " + std::to_string(count) + " micro-batches of "
-                + std::to_string(micro)
-                + (train ? ", accumulating the gradients (loss divided by the number of micro-batches)"
-                         : ", concatenating their outputs");
-            // Inference keeps the outputs of the other micro-batches until they are concatenated.
-            if (!train && r.trace && r.forward_uses_recorded && batch > 0)
-                m.extra_bytes = OpIndex(r).output_bytes / batch * (batch - micro);
-            m.peak_total_after = p.predicted_peak_total_bytes + m.extra_bytes;
-            m.reserve_after = p.predicted_reserved_bytes + m.extra_bytes;
-            m.batch = micro;
-            m.measure_how = MeasureHow::Run;
-            if (m.extra_bytes > 0)
-                m.details.push_back("includes " + formatBytes(m.extra_bytes)
-                    + " for the outputs of the other micro-batches, kept until they are concatenated");
-            out.push_back(std::move(m));
-        }
-    }
+    return w && modelRun(r) && w->mode() == r.run.mode ? w : nullptr;
+}
 
-    // In place: activations, and a sum or product written into its first operand.
-    if (model) {
-        auto cands = inplaceCandidates(r);
-        if (!cands.empty()) {
-            const Trace& t = *r.trace;
-            std::vector<char> drop(t.size(), 0);
-            std::vector<std::pair<std::size_t, std::size_t>> refree;
-            auto m = base(RemedyKind::InPlace, "In-place ops (" + std::to_string(cands.size()) + ")");
-            std::map<std::size_t, std::size_t> root; // an in-place output -> the block it is written into
-            for (const auto& c : cands) {
-                auto in = static_cast<std::size_t>(c.input_alloc), o = static_cast<std::size_t>(c.output_alloc);
-                auto r0 = root.find(in);
-                const std::size_t block = r0 == root.end() ? in : r0->second; // a chain writes into its first input
-                drop[o] = 1;
-                drop[static_cast<std::size_t>(t.partner[in])] = 1;
-                if (t.partner[o] != kNoPartner)
-                    refree.emplace_back(static_cast<std::size_t>(t.partner[o]), block);
-                root[o] = block;
-                m.details.push_back((c.module.empty() ? std::string("(root)") : c.module) + " (" + c.op_name
-                    + "): " + inplaceHint(c.op_name) + ", saves a " + formatBytes(t.bytes[o]) + " block");
-            }
-            m.change = "let each op below write into its input, which nothing reads afterwards";
-            auto e = predictEditedRun(r, drop, refree, r.model.tensors, r.weight_bytes);
-            m.peak_total_after = e.peak_total;
-            m.reserve_after = e.reserve;
-            m.measure_how = MeasureHow::Variant;
-            out.push_back(std::move(m));
-        }
-        // BatchNorm folded into the Conv before it.
-        auto folds = batchNormFolds(r);
-        if (!folds.empty()) {
-            const Trace& t = *r.trace;
-            OpIndex index(r);
-            std::vector<char> drop(t.size(), 0);
-            std::vector<std::pair<std::size_t, std::size_t>> refree;
-            auto tensors = r.model.tensors;
-            std::int64_t weights = r.weight_bytes;
-            auto m = base(RemedyKind::FoldBatchNorm, "Fold BatchNorm into the convolution (" + std::to_string(folds.size()) + ")");
-            for (const auto& f : folds) {
-                const auto& op = index.ops[f.bn_op];
-                auto x = static_cast<std::size_t>(f.conv_output), y = static_cast<std::size_t>(f.bn_output);
-                for (std::size_t i = op.first; i < op.end; ++i)
-                    if (i != y && t.action[i] == Action::Alloc && t.partner[i] != kNoPartner)
-                        drop[static_cast<std::size_t>(t.partner[i])] = 1;
-                for (std::size_t i = op.first; i < op.end; ++i)
-                    drop[i] = 1;
-                drop[static_cast<std::size_t>(t.partner[x])] = 1;
-                if (t.partner[y] != kNoPartner)
-                    refree.emplace_back(static_cast<std::size_t>(t.partner[y]), x);
-                std::int64_t removed = 0;
-                const TensorInfo* convWeight = nullptr;
-                bool convHasBias = false;
-                for (const auto& ti : tensors) {
-                    if (ti.name == f.conv + ".weight")
-                        convWeight = &ti;
-                    if (ti.name == f.conv + ".bias")
-                        convHasBias = true;
-                }
-                TensorInfo bias;
-                if (!convHasBias && convWeight && !convWeight->shape.empty()) {
-                    bias.name = f.conv + ".bias";
-                    bias.shape = {convWeight->shape[0]};
-                    bias.dtype = convWeight->dtype;
-                    bias.bytes = convWeight->shape[0] * dtypeSize(convWeight->dtype);
-                }
-                tensors.erase(std::remove_if(tensors.begin(), tensors.end(),
-                                  [&](const TensorInfo& ti) {
-                                      if (ti.name.rfind(f.batchnorm + ".", 0) != 0)
-                                          return false;
-                                      removed += residentBytesOf(ti, r.run.dtype);
-                                      return true;
-                                  }),
-                    tensors.end());
-                weights -= removed;
-                if (!bias.name.empty()) {
-                    weights += residentBytesOf(bias, r.run.dtype);
-                    tensors.push_back(bias);
-                }
-                m.details.push_back(f.batchnorm + " into " + f.conv + ": drops its output ("
-                    + formatBytes(t.bytes[y]) + ") and " + formatBytes(removed) + " of parameters and running statistics"
-                    + (bias.name.empty() ? "" : ", adds a bias to " + f.conv));
-            }
-            m.change = "fold each BatchNorm's scale and shift into the convolution before it "
-                       "(torch.nn.utils.fusion.fuse_conv_bn_eval) and replace it by nn.Identity(); "
-                       "the eval-mode result is the same";
-            auto e = predictEditedRun(r, drop, refree, tensors, weights);
-            m.peak_total_after = e.peak_total;
-            m.reserve_after = e.reserve;
-            m.measure_how = MeasureHow::Variant;
-            out.push_back(std::move(m));
-        }
-        // Buffers no op read.
-        if (inference(r) && r.buffer_reads_recorded && !r.unread_buffers.empty()) {
-            std::set<std::string> unread(r.unread_buffers.begin(), r.unread_buffers.end());
-            auto tensors = r.model.tensors;
-            std::int64_t removed = 0;
-            auto m = base(RemedyKind::UnreadBuffers, "Buffers the run never reads (" + std::to_string(unread.size()) + ")");
-            tensors.erase(std::remove_if(tensors.begin(), tensors.end(),
-                              [&](const TensorInfo& ti) {
-                                  if (!ti.is_buffer || !unread.count(ti.name))
-                                      return false;
-                                  auto b = residentBytesOf(ti, r.run.dtype);
-                                  removed += b;
-                                  m.details.push_back(ti.name + " " + shapeToString(ti.shape) + " (" + formatBytes(b) + ")");
-                                  return true;
-                              }),
-                tensors.end());
-            m.change = "delete these buffers (or set them to None) for inference: no op of this run took them, "
-                       "so the output at this input does not change; another input or training may still read them";
-            auto e = predictEditedRun(r, std::vector<char>(r.trace->size(), 0), {}, tensors, r.weight_bytes - removed);
-            m.peak_total_after = e.peak_total;
-            m.reserve_after = e.reserve;
-            m.measure_how = MeasureHow::Variant;
-            if (removed > 0)
-                out.push_back(std::move(m));
-        }
-    }
-
-    // A training step: a checkpoint plan (core/whatif/checkpoint.h), within the budget when one is given, else
-    // the plan with the lowest peak.
-    if (model && r.run.mode == RunMode::Train && r.forward_uses_recorded) {
-        try {
-            auto plan = planCheckpoints(r, options.budget > 0 ? options.budget : 1);
-            const auto& p = plan.prediction;
-            if (!p.checkpoint.empty() && p.saving_bytes > 0) {
-                auto m = base(RemedyKind::Checkpoint, "Checkpoint " + std::to_string(p.checkpoint.size()) + " module"
-                        + (p.checkpoint.size() == 1 ? "" : "s"));
-                std::string list;
-                for (const auto& path : p.checkpoint)
-                    list += (list.empty() ? "" : ", ") + path;
-                m.change = "wrap " + list + " in torch.utils.checkpoint.checkpoint (" + checkpointImplName(p.impl)
-                    + "): their activations are recomputed in the backward instead of kept";
-                m.peak_total_after = p.predicted_peak_total_bytes;
-                m.reserve_after = p.predicted_reserved_bytes > 0 ? p.predicted_reserved_bytes : m.reserve_before;
-                char ms[64];
-                std::snprintf(ms, sizeof ms, "%.1f", p.recompute_ms);
-                m.details.push_back(std::string("recomputes about ") + ms + " ms of forward");
-                if (options.budget > 0)
-                    m.details.push_back(plan.fits ? "fits within " + formatBytes(options.budget)
-                                                  : "no plan found fits within " + formatBytes(options.budget)
-                                                      + ": the lowest peak found");
-                for (const auto& n : p.notes)
-                    m.details.push_back(n);
-                m.measure_how = MeasureHow::None; // TorchScript cannot script torch.utils.checkpoint: no run here checks it
-                out.push_back(std::move(m));
-            }
-        } catch (const std::invalid_argument&) {
-            // a step the checkpoint model cannot take (no forward uses): no row
-        }
-    }
-
-    // Tiling: a real run at the tile shape.
-    if (model && !options.tile.empty() && options.model) {
-        auto o = optionsOf(r);
-        o.inputs = tiledInputs(r, options.tile);
-        auto tiled = analyzeModel(*options.model, o);
-        auto m = base(RemedyKind::Tiling, "Tiles of " + shapeToString(options.tile));
-        std::int64_t tiles = 1;
-        const auto& full = r.run.input_shapes.front();
-        for (std::size_t d = 0; d < options.tile.size(); ++d) {
-            auto n = full[full.size() - options.tile.size() + d];
-            tiles *= (n + options.tile[d] - 1) / options.tile[d];
-        }
-        m.change = "run the input " + shapeToString(full) + " as " + std::to_string(tiles) + " tiles of "
-            + shapeToString(options.tile) + " (overlap them where the receptive field needs it) and stitch the outputs";
-        m.peak_total_after = tiled.peak_total_bytes;
-        m.reserve_after = tiled.gpu ? tiled.gpu->reserved_peak_bytes : tiled.simulated_reserved_peak_bytes;
-        m.method = FigureMethod::Measured;
-        m.measured_peak_total = m.peak_total_after;
-        m.measured_reserve = m.reserve_after;
-        m.tile = options.tile;
-        m.measure_how = MeasureHow::Run;
-        m.details.push_back(std::string("peak per tile, ") + figureMethodText(FigureMethod::Measured, r.run.device == "meta")
-            + " by a run at " + shapeToString(o.inputs.front()));
+// Lower precision, from the what-if records.
+void addLowerPrecision(const Report& r, const WhatIf& w, const RemedyMaker& base, std::vector<Remedy>& out)
+{
+    for (const std::string d : {"bfloat16", "float16"}) {
+        if (d == r.run.dtype || dtypeSize(d) >= dtypeSize(r.run.dtype))
+            continue;
+        auto dts = w.dtypes();
+        if (std::find(dts.begin(), dts.end(), d) == dts.end())
+            continue;
+        auto p = w.predict(r.run.batch, d, true);
+        auto m = base(RemedyKind::LowerPrecision, "Run in " + d);
+        m.change = "convert the weights and inputs to " + d + " (model.to(torch." + d
+            + ")); the results change within " + d + "'s rounding: check the accuracy";
+        m.peak_total_after = p.predicted_peak_total_bytes;
+        m.reserve_after = p.predicted_reserved_bytes;
+        m.dtype = d;
+        m.measure_how = w.isRecorded(d) ? MeasureHow::Run : MeasureHow::None;
+        for (const auto& n : p.notes)
+            m.details.push_back(n);
+        if (!w.isRecorded(d))
+            m.details.push_back("rescaled by element width from the " + r.run.dtype + " records (it could not "
+                + "be recorded in " + d + " here)");
         out.push_back(std::move(m));
     }
+}
 
-    // GPU runs: cuDNN's autotuner off.
-    if (model && r.gpu) {
-        auto m = base(RemedyKind::CudnnBenchmark, "cudnn.benchmark off");
-        m.change = "torch.backends.cudnn.benchmark = False: the autotuner can pick kernels with large workspaces";
-        m.peak_total_after = m.peak_total_before;
-        m.reserve_after = m.reserve_before;
-        m.details.push_back("not predicted: Measure runs the model again with the autotuner off");
-        m.measure_how = MeasureHow::Run;
-        out.push_back(std::move(m));
+// The largest batch within the budget; returns it (0: no budget, or none fits).
+std::int64_t addLargestBatch(const Report& r, const WhatIf& w, std::int64_t budget, const RemedyMaker& base,
+    std::vector<Remedy>& out)
+{
+    if (budget <= 0)
+        return 0;
+    const std::int64_t fitting = w.maxBatch(r.run.dtype, budget, true);
+    if (fitting <= 0)
+        return fitting;
+    auto p = w.predict(fitting, r.run.dtype, true, budget);
+    auto m = base(RemedyKind::LargestBatch, "Largest batch within " + formatBytes(budget) + ": "
+        + std::to_string(fitting) + " (now " + std::to_string(r.run.batch) + ")");
+    m.change = "run at batch " + std::to_string(fitting) + ": the largest whose peak total and reserve stay within "
+        + formatBytes(budget);
+    if (w.runnableRange().bounded()) // never beyond what the program accepts
+        m.details.push_back("the program accepts batches " + w.runnableRange().text()
+            + (w.runnableRange().why.empty() ? "" : ": " + w.runnableRange().why));
+    m.peak_total_after = p.predicted_peak_total_bytes;
+    m.reserve_after = p.predicted_reserved_bytes;
+    m.batch = fitting;
+    m.measure_how = MeasureHow::Run;
+    if (p.extrapolated)
+        m.details.push_back("beyond the largest what-if record: extrapolated");
+    out.push_back(std::move(m));
+    return fitting;
+}
+
+// Micro-batches of `micro` (the largest batch within the budget; without one, the smallest batch the what-if
+// records: 2 for a training step).
+void addMicroBatching(
+    const Report& r, const WhatIf& w, std::int64_t micro, const RemedyMaker& base, std::vector<Remedy>& out)
+{
+    const std::int64_t batch = r.run.batch;
+    if (micro < 1 || batch <= micro)
+        return;
+    auto p = w.predict(micro, r.run.dtype, true);
+    const bool train = r.run.mode == RunMode::Train;
+    auto m = base(RemedyKind::MicroBatching, "Micro-batches of " + std::to_string(micro));
+    const auto count = (batch + micro - 1) / micro;
+    m.change = "run batch " + std::to_string(batch) + " as " + std::to_string(count) + " micro-batches of "
+        + std::to_string(micro)
+        + (train ? ", accumulating the gradients (loss divided by the number of micro-batches)"
+                 : ", concatenating their outputs");
+    // Inference keeps the outputs of the other micro-batches until they are concatenated.
+    if (!train && r.trace && r.forward_uses_recorded && batch > 0)
+        m.extra_bytes = OpIndex(r).output_bytes / batch * (batch - micro);
+    m.peak_total_after = p.predicted_peak_total_bytes + m.extra_bytes;
+    m.reserve_after = p.predicted_reserved_bytes + m.extra_bytes;
+    m.batch = micro;
+    m.measure_how = MeasureHow::Run;
+    if (m.extra_bytes > 0)
+        m.details.push_back("includes " + formatBytes(m.extra_bytes)
+            + " for the outputs of the other micro-batches, kept until they are concatenated");
+    out.push_back(std::move(m));
+}
+
+// In place: activations, and a sum or product written into its first operand.
+void addInPlace(const Report& r, const RemedyMaker& base, std::vector<Remedy>& out)
+{
+    auto cands = inplaceCandidates(r);
+    if (cands.empty())
+        return;
+    const Trace& t = *r.trace;
+    std::vector<char> drop(t.size(), 0);
+    std::vector<std::pair<std::size_t, std::size_t>> refree;
+    auto m = base(RemedyKind::InPlace, "In-place ops (" + std::to_string(cands.size()) + ")");
+    std::map<std::size_t, std::size_t> root; // an in-place output -> the block it is written into
+    for (const auto& c : cands) {
+        auto in = static_cast<std::size_t>(c.input_alloc), o = static_cast<std::size_t>(c.output_alloc);
+        auto r0 = root.find(in);
+        const std::size_t block = r0 == root.end() ? in : r0->second; // a chain writes into its first input
+        drop[o] = 1;
+        drop[static_cast<std::size_t>(t.partner[in])] = 1;
+        if (t.partner[o] != kNoPartner)
+            refree.emplace_back(static_cast<std::size_t>(t.partner[o]), block);
+        root[o] = block;
+        m.details.push_back((c.module.empty() ? std::string("(root)") : c.module) + " (" + c.op_name
+            + "): " + inplaceHint(c.op_name) + ", saves a " + formatBytes(t.bytes[o]) + " block");
     }
+    m.change = "let each op below write into its input, which nothing reads afterwards";
+    auto e = predictEditedRun(r, drop, refree, r.model.tensors, r.weight_bytes);
+    m.peak_total_after = e.peak_total;
+    m.reserve_after = e.reserve;
+    m.measure_how = MeasureHow::Variant;
+    out.push_back(std::move(m));
+}
 
-    // Allocator settings, from the caching-allocator model.
+// BatchNorm folded into the Conv before it.
+void addFoldBatchNorm(const Report& r, const RemedyMaker& base, std::vector<Remedy>& out)
+{
+    auto folds = batchNormFolds(r);
+    if (folds.empty())
+        return;
+    const Trace& t = *r.trace;
+    OpIndex index(r);
+    std::vector<char> drop(t.size(), 0);
+    std::vector<std::pair<std::size_t, std::size_t>> refree;
+    auto tensors = r.model.tensors;
+    std::int64_t weights = r.weight_bytes;
+    auto m = base(RemedyKind::FoldBatchNorm, "Fold BatchNorm into the convolution (" + std::to_string(folds.size()) + ")");
+    for (const auto& f : folds) {
+        const auto& op = index.ops[f.bn_op];
+        auto x = static_cast<std::size_t>(f.conv_output), y = static_cast<std::size_t>(f.bn_output);
+        for (std::size_t i = op.first; i < op.end; ++i)
+            if (i != y && t.action[i] == Action::Alloc && t.partner[i] != kNoPartner)
+                drop[static_cast<std::size_t>(t.partner[i])] = 1;
+        for (std::size_t i = op.first; i < op.end; ++i)
+            drop[i] = 1;
+        drop[static_cast<std::size_t>(t.partner[x])] = 1;
+        if (t.partner[y] != kNoPartner)
+            refree.emplace_back(static_cast<std::size_t>(t.partner[y]), x);
+        std::int64_t removed = 0;
+        const TensorInfo* convWeight = nullptr;
+        bool convHasBias = false;
+        for (const auto& ti : tensors) {
+            if (ti.name == f.conv + ".weight")
+                convWeight = &ti;
+            if (ti.name == f.conv + ".bias")
+                convHasBias = true;
+        }
+        TensorInfo bias;
+        if (!convHasBias && convWeight && !convWeight->shape.empty()) {
+            bias.name = f.conv + ".bias";
+            bias.shape = {convWeight->shape[0]};
+            bias.dtype = convWeight->dtype;
+            bias.bytes = convWeight->shape[0] * dtypeSize(convWeight->dtype);
+        }
+        tensors.erase(std::remove_if(tensors.begin(), tensors.end(),
+                          [&](const TensorInfo& ti) {
+                              if (!isInsideModule(ti.name, f.batchnorm))
+                                  return false;
+                              removed += residentBytesOf(ti, r.run.dtype);
+                              return true;
+                          }),
+            tensors.end());
+        weights -= removed;
+        if (!bias.name.empty()) {
+            weights += residentBytesOf(bias, r.run.dtype);
+            tensors.push_back(bias);
+        }
+        m.details.push_back(f.batchnorm + " into " + f.conv + ": drops its output (" + formatBytes(t.bytes[y]) + ") and "
+            + formatBytes(removed) + " of parameters and running statistics"
+            + (bias.name.empty() ? "" : ", adds a bias to " + f.conv));
+    }
+    m.change = "fold each BatchNorm's scale and shift into the convolution before it "
+               "(torch.nn.utils.fusion.fuse_conv_bn_eval) and replace it by nn.Identity(); "
+               "the eval-mode result is the same";
+    auto e = predictEditedRun(r, drop, refree, tensors, weights);
+    m.peak_total_after = e.peak_total;
+    m.reserve_after = e.reserve;
+    m.measure_how = MeasureHow::Variant;
+    out.push_back(std::move(m));
+}
+
+// Buffers no op read.
+void addUnreadBuffers(const Report& r, const RemedyMaker& base, std::vector<Remedy>& out)
+{
+    if (!inference(r) || !r.buffer_reads_recorded || r.unread_buffers.empty())
+        return;
+    std::set<std::string> unread(r.unread_buffers.begin(), r.unread_buffers.end());
+    auto tensors = r.model.tensors;
+    std::int64_t removed = 0;
+    auto m = base(RemedyKind::UnreadBuffers, "Buffers the run never reads (" + std::to_string(unread.size()) + ")");
+    tensors.erase(std::remove_if(tensors.begin(), tensors.end(),
+                      [&](const TensorInfo& ti) {
+                          if (!ti.is_buffer || !unread.count(ti.name))
+                              return false;
+                          auto b = residentBytesOf(ti, r.run.dtype);
+                          removed += b;
+                          m.details.push_back(ti.name + " " + shapeToString(ti.shape) + " (" + formatBytes(b) + ")");
+                          return true;
+                      }),
+        tensors.end());
+    m.change = "delete these buffers (or set them to None) for inference: no op of this run took them, "
+               "so the output at this input does not change; another input or training may still read them";
+    auto e = predictEditedRun(r, std::vector<char>(r.trace->size(), 0), {}, tensors, r.weight_bytes - removed);
+    m.peak_total_after = e.peak_total;
+    m.reserve_after = e.reserve;
+    m.measure_how = MeasureHow::Variant;
+    if (removed > 0)
+        out.push_back(std::move(m));
+}
+
+// A training step: a checkpoint plan (core/whatif/checkpoint.h), within the budget when one is given, else the
+// plan with the lowest peak.
+void addCheckpoint(const Report& r, std::int64_t budget, const RemedyMaker& base, std::vector<Remedy>& out)
+{
+    if (r.run.mode != RunMode::Train || !r.forward_uses_recorded)
+        return;
+    try {
+        auto plan = planCheckpoints(r, budget > 0 ? budget : 1);
+        const auto& p = plan.prediction;
+        if (p.checkpoint.empty() || p.saving_bytes <= 0)
+            return;
+        auto m = base(RemedyKind::Checkpoint, "Checkpoint " + std::to_string(p.checkpoint.size()) + " module"
+                + (p.checkpoint.size() == 1 ? "" : "s"));
+        std::string list;
+        for (const auto& path : p.checkpoint)
+            list += (list.empty() ? "" : ", ") + path;
+        m.change = "wrap " + list + " in torch.utils.checkpoint.checkpoint (" + checkpointImplName(p.impl)
+            + "): their activations are recomputed in the backward instead of kept";
+        m.peak_total_after = p.predicted_peak_total_bytes;
+        m.reserve_after = p.predicted_reserved_bytes > 0 ? p.predicted_reserved_bytes : m.reserve_before;
+        char ms[64];
+        std::snprintf(ms, sizeof ms, "%.1f", p.recompute_ms);
+        m.details.push_back(std::string("recomputes about ") + ms + " ms of forward");
+        if (budget > 0)
+            m.details.push_back(plan.fits ? "fits within " + formatBytes(budget)
+                                          : "no plan found fits within " + formatBytes(budget) + ": the lowest peak found");
+        for (const auto& n : p.notes)
+            m.details.push_back(n);
+        m.measure_how = MeasureHow::None; // TorchScript cannot script torch.utils.checkpoint: no run here checks it
+        out.push_back(std::move(m));
+    } catch (const std::invalid_argument&) {
+        // a step the checkpoint model cannot take (no forward uses): no row
+    }
+}
+
+// Tiling: a real run at the tile shape.
+void addTiling(const Report& r, const std::vector<std::int64_t>& tile, Model& model, const RemedyMaker& base,
+    std::vector<Remedy>& out)
+{
+    auto o = optionsOf(r);
+    o.inputs = tiledInputs(r, tile);
+    auto tiled = analyzeModel(model, o);
+    auto m = base(RemedyKind::Tiling, "Tiles of " + shapeToString(tile));
+    std::int64_t tiles = 1;
+    const auto& full = r.run.input_shapes.front();
+    for (std::size_t d = 0; d < tile.size(); ++d) {
+        auto n = full[full.size() - tile.size() + d];
+        tiles *= (n + tile[d] - 1) / tile[d];
+    }
+    m.change = "run the input " + shapeToString(full) + " as " + std::to_string(tiles) + " tiles of "
+        + shapeToString(tile) + " (overlap them where the receptive field needs it) and stitch the outputs";
+    m.peak_total_after = tiled.peak_total_bytes;
+    m.reserve_after = tiled.gpu ? tiled.gpu->reserved_peak_bytes : tiled.simulated_reserved_peak_bytes;
+    m.method = FigureMethod::Measured;
+    m.measured_peak_total = m.peak_total_after;
+    m.measured_reserve = m.reserve_after;
+    m.tile = tile;
+    m.measure_how = MeasureHow::Run;
+    m.details.push_back(std::string("peak per tile, ") + figureMethodText(FigureMethod::Measured, r.run.device == "meta")
+        + " by a run at " + shapeToString(o.inputs.front()));
+    out.push_back(std::move(m));
+}
+
+// GPU runs: cuDNN's autotuner off.
+void addCudnnBenchmark(const RemedyMaker& base, std::vector<Remedy>& out)
+{
+    auto m = base(RemedyKind::CudnnBenchmark, "cudnn.benchmark off");
+    m.change = "torch.backends.cudnn.benchmark = False: the autotuner can pick kernels with large workspaces";
+    m.peak_total_after = m.peak_total_before;
+    m.reserve_after = m.reserve_before;
+    m.details.push_back("not predicted: Measure runs the model again with the autotuner off");
+    m.measure_how = MeasureHow::Run;
+    out.push_back(std::move(m));
+}
+
+// Allocator settings, from the caching-allocator model.
+void addAllocatorSettings(const Report& r, const RemedyMaker& base, std::vector<Remedy>& out)
+{
     auto suggestions = allocatorSuggestions(r);
-    if (!suggestions.empty()) {
-        const auto& best = suggestions.front();
-        const auto saving = best.reserve_before - best.reserve_after;
-        if (saving > std::max<std::int64_t>(std::int64_t {1} << 20, best.reserve_before / 200)) {
-            auto m = base(RemedyKind::AllocatorSettings, "PYTORCH_CUDA_ALLOC_CONF=" + best.setting);
-            m.change = "set PYTORCH_CUDA_ALLOC_CONF=" + best.setting
-                + " before the process starts: the caching allocator keeps less reserved beyond what is allocated";
-            m.peak_total_after = m.peak_total_before;
-            m.reserve_before = best.reserve_before;
-            m.reserve_after = best.reserve_after;
-            m.setting = best.setting;
-            m.measure_how = MeasureHow::None;
-            for (const auto& s : suggestions)
-                m.details.push_back(s.setting + ": reserve " + formatBytes(s.reserve_after) + " ("
-                    + signedBytes(s.reserve_before - s.reserve_after) + ")");
-            m.details.push_back("the allocator model's replay of this "
-                + std::string(r.snapshot ? "snapshot" : "run") + "; not measured on a GPU");
-            out.push_back(std::move(m));
-        }
-    }
+    if (suggestions.empty())
+        return;
+    const auto& best = suggestions.front();
+    const auto saving = best.reserve_before - best.reserve_after;
+    if (saving <= std::max<std::int64_t>(std::int64_t {1} << 20, best.reserve_before / 200))
+        return;
+    auto m = base(RemedyKind::AllocatorSettings, "PYTORCH_CUDA_ALLOC_CONF=" + best.setting);
+    m.change = "set PYTORCH_CUDA_ALLOC_CONF=" + best.setting
+        + " before the process starts: the caching allocator keeps less reserved beyond what is allocated";
+    m.peak_total_after = m.peak_total_before;
+    m.reserve_before = best.reserve_before;
+    m.reserve_after = best.reserve_after;
+    m.setting = best.setting;
+    m.measure_how = MeasureHow::None;
+    for (const auto& s : suggestions)
+        m.details.push_back(s.setting + ": reserve " + formatBytes(s.reserve_after) + " ("
+            + formatByteChange(s.reserve_before - s.reserve_after, 0) + ")");
+    m.details.push_back(
+        "the allocator model's replay of this " + std::string(r.snapshot ? "snapshot" : "run") + "; not measured on a GPU");
+    out.push_back(std::move(m));
+}
 
+} // namespace
+
+std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& options)
+{
+    std::vector<Remedy> out;
+    const RemedyMaker base(r);
+    if (const WhatIf* w = whatIfOf(r, options)) {
+        addLowerPrecision(r, *w, base, out);
+        const auto fitting = addLargestBatch(r, *w, options.budget, base, out);
+        addMicroBatching(r, *w, options.budget > 0 ? fitting : recordedBatchesFor(r.run.mode).first, base, out);
+    }
+    if (modelRun(r)) {
+        addInPlace(r, base, out);
+        addFoldBatchNorm(r, base, out);
+        addUnreadBuffers(r, base, out);
+        addCheckpoint(r, options.budget, base, out);
+        if (!options.tile.empty() && options.model)
+            addTiling(r, options.tile, *options.model, base, out);
+        if (r.gpu)
+            addCudnnBenchmark(base, out);
+    }
+    addAllocatorSettings(r, base, out);
     if (auto m = snapshotPeakRemedy(r))
         out.push_back(std::move(*m));
 
@@ -872,102 +935,6 @@ Remedy measureRemedy(const Remedy& remedy, const Report& report, Model& model, M
     m.method = FigureMethod::Measured;
     m.measure_note = "measured by " + how;
     return m;
-}
-
-nlohmann::json remediesToJson(const std::vector<Remedy>& remedies)
-{
-    auto j = nlohmann::json::array();
-    for (const auto& m : remedies) {
-        nlohmann::json e {{"kind", nameOf(m.kind)}, {"title", m.title}, {"change", m.change}, {"details", m.details},
-            {"peak_total_before_bytes", m.peak_total_before}, {"peak_total_after_bytes", m.peak_total_after},
-            {"peak_total_saving_bytes", m.peakSaving()}, {"reserve_before_bytes", m.reserve_before},
-            {"reserve_after_bytes", m.reserve_after}, {"reserve_saving_bytes", m.reserveSaving()},
-            {"method", nameOf(m.method)}, {"measure", nameOf(m.measure_how)}};
-        if (m.batch)
-            e["batch"] = m.batch;
-        if (!m.dtype.empty())
-            e["dtype"] = m.dtype;
-        if (!m.tile.empty())
-            e["tile"] = m.tile;
-        if (!m.setting.empty())
-            e["setting"] = m.setting;
-        if (m.extra_bytes)
-            e["extra_bytes"] = m.extra_bytes;
-        if (m.measured_peak_total)
-            e["measured_peak_total_bytes"] = *m.measured_peak_total;
-        if (m.measured_reserve)
-            e["measured_reserve_bytes"] = *m.measured_reserve;
-        if (!m.measure_note.empty())
-            e["measure_note"] = m.measure_note;
-        j.push_back(std::move(e));
-    }
-    return j;
-}
-
-std::vector<Remedy> remediesFromJson(const nlohmann::json& j)
-{
-    std::vector<Remedy> out;
-    for (const auto& e : j) {
-        Remedy m;
-        const auto kind = fromName<RemedyKind>(e.at("kind").get<std::string>());
-        if (!kind)
-            continue; // a remedy of a later memledger: not one this one knows
-        m.kind = *kind;
-        m.title = e.at("title").get<std::string>();
-        m.change = e.value("change", "");
-        m.details = e.value("details", std::vector<std::string> {});
-        m.peak_total_before = e.at("peak_total_before_bytes").get<std::int64_t>();
-        m.peak_total_after = e.at("peak_total_after_bytes").get<std::int64_t>();
-        m.reserve_before = e.value("reserve_before_bytes", std::int64_t {0});
-        m.reserve_after = e.value("reserve_after_bytes", std::int64_t {0});
-        m.method = fromName(e.value("method", "predicted"), FigureMethod::Predicted);
-        m.measure_how = fromName(e.value("measure", ""), MeasureHow::None);
-        m.batch = e.value("batch", std::int64_t {0});
-        m.dtype = e.value("dtype", "");
-        m.tile = e.value("tile", std::vector<std::int64_t> {});
-        m.setting = e.value("setting", "");
-        m.extra_bytes = e.value("extra_bytes", std::int64_t {0});
-        if (e.contains("measured_peak_total_bytes"))
-            m.measured_peak_total = e["measured_peak_total_bytes"].get<std::int64_t>();
-        if (e.contains("measured_reserve_bytes"))
-            m.measured_reserve = e["measured_reserve_bytes"].get<std::int64_t>();
-        m.measure_note = e.value("measure_note", "");
-        out.push_back(std::move(m));
-    }
-    return out;
-}
-
-std::string remediesToText(const std::vector<Remedy>& remedies, const std::string& device)
-{
-    const bool meta = device == "meta";
-    auto method = [&](FigureMethod m) { return std::string(figureMethodText(m, meta)); };
-    std::ostringstream s;
-    if (remedies.empty()) {
-        s << "  (nothing found that would help without changing the result)\n";
-        return s.str();
-    }
-    int n = 0;
-    for (const auto& m : remedies) {
-        s << "  " << ++n << ". " << m.title << "  [" << method(m.method) << "]\n";
-        s << "     peak total " << formatBytes(m.peak_total_before) << " -> " << formatBytes(m.peak_total_after) << " ("
-          << signedBytes(m.peakSaving()) << ")";
-        if (m.reserve_before > 0 || m.reserve_after > 0)
-            s << ", reserve " << formatBytes(m.reserve_before) << " -> " << formatBytes(m.reserve_after) << " ("
-              << signedBytes(m.reserveSaving()) << ")";
-        s << "\n";
-        if (m.measured_peak_total && m.method == FigureMethod::Measured && m.kind != RemedyKind::Tiling)
-            s << "     " << method(FigureMethod::Measured) << ": peak total " << formatBytes(*m.measured_peak_total)
-              << (m.measured_reserve ? ", reserve " + formatBytes(*m.measured_reserve) : std::string()) << "\n";
-        s << "     " << m.change << "\n";
-        const std::size_t shown = 12;
-        for (std::size_t i = 0; i < m.details.size() && i < shown; ++i)
-            s << "       - " << m.details[i] << "\n";
-        if (m.details.size() > shown)
-            s << "       - ... and " << (m.details.size() - shown) << " more\n";
-        if (m.measure_how == MeasureHow::Variant)
-            s << "     measurable: run the edited model (window: Measure)\n";
-    }
-    return s.str();
 }
 
 } // namespace memledger

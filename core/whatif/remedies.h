@@ -15,7 +15,6 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
-#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -110,10 +109,5 @@ struct EditedRun {
 EditedRun predictEditedRun(const Report& r, const std::vector<char>& drop,
     const std::vector<std::pair<std::size_t, std::size_t>>& refree, const std::vector<TensorInfo>& tensors,
     std::int64_t weightBytes);
-
-nlohmann::json remediesToJson(const std::vector<Remedy>& remedies);
-std::vector<Remedy> remediesFromJson(const nlohmann::json& j); // throws nlohmann::json::exception
-// `device` "meta": a figure a run made is "computed on meta", never "measured" (a meta run has no memory).
-std::string remediesToText(const std::vector<Remedy>& remedies, const std::string& device = "cpu");
 
 } // namespace memledger

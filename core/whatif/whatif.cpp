@@ -407,95 +407,6 @@ std::int64_t planMemory(const Model& model, const RunOptions& base, const WhatIf
 
 } // namespace
 
-WhatIf WhatIf::recordPlanned(Model& model, RunOptions base, const std::vector<std::string>& dtypes, const Plan& plan)
-{
-    WhatIf all;
-    all.model_ = std::make_shared<const ModelInfo>(model.info());
-    all.modules_ = std::make_shared<const std::vector<LayerStats>>(model.modules());
-    all.range_ = all.model_->batch_range;
-    // The first two records, inside the batches the program accepts: one alone where its batch is fixed.
-    auto [b1, b2] = recordedBatchesFor(base.mode.value_or(RunMode::Inference));
-    b1 = std::clamp(b1, all.range_.min, all.range_.max);
-    b2 = std::min(std::max(b2, b1 * 2), all.range_.max);
-    const std::vector<std::int64_t> firstRecords = b2 > b1 ? std::vector<std::int64_t> {b1, b2} : std::vector<std::int64_t> {b1};
-    const std::int64_t memory = planMemory(model, base, plan);
-    const auto started = std::chrono::steady_clock::now();
-    std::vector<std::pair<std::string, std::string>> cannotRun; // dtype, why
-    // Each precision on its own plan: a precision the CPU runs slowly (float16 convolutions) stops earlier.
-    for (const auto& dtype : dtypeOrder(base.dtype, dtypes)) {
-        RunOptions o = base;
-        o.dtype = dtype;
-        std::vector<std::int64_t> batches = firstRecords;
-        std::vector<RawRun> runs;
-        if (!recordRuns(model, base, o, batches, runs, cannotRun, WhatIfAxis::Batch, &plan))
-            continue;
-        auto fitOf = [&](std::size_t k) {
-            if (runs.size() == 1)
-                return makeFit(*all.model_, *all.modules_, {runs[0]}, {batches[0]}, WhatIfAxis::Batch);
-            return makeFit(*all.model_, *all.modules_, {runs[k], runs[k + 1]}, {batches[k], batches[k + 1]},
-                WhatIfAxis::Batch);
-        };
-        std::vector<std::shared_ptr<const Fit>> fits {fitOf(0)};
-        if (dtype == base.dtype && plan.first_records) {
-            WhatIf first = all;
-            first.fits_ = fits;
-            first.addRescaledFits({});
-            plan.first_records(first);
-        }
-        const auto largest = std::min(plan.largest, all.range_.max);
-        while (batches.back() < largest) {
-            auto next = std::min(nextRecord(batches.back(), batches.back() * 4, plan), largest);
-            WhatIf last = all;
-            last.fits_ = {fits.back()};
-            // The records so far say what a record costs: its peak, and the time of a warm-up and a recorded run.
-            const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-            auto affordable = [&](std::int64_t b) {
-                double seconds = runs.back().info.duration_ms / 1000.0 * static_cast<double>(b)
-                    / static_cast<double>(batches.back());
-                return last.predict(b, dtype, false).predicted_peak_total_bytes <= memory
-                    && seconds * 2 <= plan.seconds_budget
-                    && (plan.total_seconds_budget <= 0 || spent + seconds * 2 <= plan.total_seconds_budget);
-            };
-            bool nearest = false;
-            if (!affordable(next)) {
-                // Extrapolation is the last resort: the largest batch short of it that this machine can run,
-                // when that is well beyond the last record, is recorded instead, and is the last.
-                std::int64_t lo = batches.back(), hi = next;
-                while (hi - lo > 1) {
-                    auto mid = lo + (hi - lo) / 2;
-                    (affordable(mid) ? lo : hi) = mid;
-                }
-                if (lo * 2 < batches.back() * 3)
-                    break;
-                next = lo;
-                nearest = true;
-            }
-            if (plan.progress)
-                plan.progress(dtype, next, static_cast<int>(batches.size()) + 1);
-            o.batch = next;
-            try {
-                runs.push_back(model.run(o));
-            } catch (const RunError& e) {
-                // The larger run fails: for want of memory, or the model refuses that batch. The records so far stand.
-                refusedAt(all.range_, WhatIfAxis::Batch, batches.back(), next, e.what());
-                break;
-            }
-            batches.push_back(next);
-            fits.push_back(fitOf(runs.size() - 2));
-            runs[runs.size() - 3] = RawRun {}; // only the last record is needed for the next fit
-            if (nearest)
-                break;
-        }
-        all.fits_.insert(all.fits_.end(), fits.begin(), fits.end());
-        std::string list;
-        for (std::size_t i = 0; i < batches.size(); ++i)
-            list += (i == 0 ? "" : i + 1 == batches.size() ? " and " : ", ") + std::to_string(batches[i]);
-        all.notes_.push_back(dtype + ": recorded at batch " + list);
-    }
-    all.addRescaledFits(cannotRun);
-    return all;
-}
-
 namespace {
 
 // The sequence length of base's token inputs (dimension 1 of the first), or RunError naming what is missing.
@@ -526,152 +437,253 @@ WhatIf WhatIf::recordSeq(
     return recordAt(model, std::move(base), seqs, dtypes, WhatIfAxis::Seq);
 }
 
+namespace {
+
+// Why one more record at `x` cannot be made here ("memory", "time"), "" when it can: the peak total `last` predicts
+// there within the plan's memory, and a warm-up and a recorded run (twice the time of the record at `lastX`, grown
+// along the axis: with the batch, and with the square of the sequence at worst) within the plan's time for one
+// record and, unless `anyTotal`, within its time in all with the `spent` seconds so far.
+std::string unaffordable(const WhatIf& last, const std::string& dtype, std::int64_t x, std::int64_t lastX,
+    double lastMs, WhatIfAxis axis, std::int64_t memory, const WhatIf::Plan& plan, double spent, bool anyTotal)
+{
+    if (last.predict(x, dtype, false).predicted_peak_total_bytes > memory)
+        return "memory";
+    const double ratio = static_cast<double>(x) / static_cast<double>(lastX);
+    const double seconds = lastMs / 1000.0 * (axis == WhatIfAxis::Seq ? ratio * ratio : ratio);
+    if (seconds * 2 > plan.seconds_budget
+        || (!anyTotal && plan.total_seconds_budget > 0 && spent + seconds * 2 > plan.total_seconds_budget))
+        return "time";
+    return {};
+}
+
+// "float32: recorded at batch 1, 2 and 8", "float32: recorded at sequence 32, 64 and 128 (batch 2); no longer
+// record: memory".
+std::string recordedNote(const std::string& dtype, WhatIfAxis axis, const std::vector<std::int64_t>& xs,
+    std::int64_t batch, const std::string& stopped)
+{
+    std::string list;
+    for (std::size_t i = 0; i < xs.size(); ++i)
+        list += (i == 0 ? "" : i + 1 == xs.size() ? " and " : ", ") + std::to_string(xs[i]);
+    return dtype + ": recorded at " + axisWord(axis) + " " + list
+        + (axis == WhatIfAxis::Seq ? " (batch " + std::to_string(batch) + ")" : std::string())
+        + (stopped.empty() ? "" : "; no longer record: " + stopped);
+}
+
+// The first records of a sequence what-if, the three of the first parabola: T/2, T and 2T (T itself is the run the
+// user asked for); T/4, T/2 and T where 2T is refused (beyond the range an exported program takes). The base
+// precision finds the three (`start` empty); the others record at the same ones. False: this precision cannot run.
+bool firstSeqRecords(Model& model, RunOptions& base, RunOptions& o, std::int64_t t0, const std::vector<std::int64_t>& start,
+    SizeRange& range, std::vector<std::int64_t>& seqs, std::vector<RawRun>& runs,
+    std::vector<std::pair<std::string, std::string>>& cannotRun, const WhatIf::Plan& plan)
+{
+    std::vector<std::vector<std::int64_t>> all3, candidates;
+    for (auto first : {std::vector<std::int64_t> {t0 / 2, t0, t0 * 2}, std::vector<std::int64_t> {t0 / 4, t0 / 2, t0}}) {
+        if (first[0] < 1 || first[0] == first[1])
+            first = {t0, t0 * 2, t0 * 4};
+        all3.push_back(first);
+        // Where the program's range says a record cannot run, the next candidate is tried without running it.
+        if (range.contains(first.front()) && range.contains(first.back()))
+            candidates.push_back(first);
+    }
+    if (candidates.empty())
+        candidates = all3; // nothing fits the range: the runs say why
+    for (auto first : candidates) {
+        if (!start.empty())
+            first = start;
+        seqs = first;
+        runs.clear();
+        try {
+            return recordRuns(model, base, o, seqs, runs, cannotRun, WhatIfAxis::Seq, &plan);
+        } catch (const RunError& e) {
+            if (first.back() == t0 || !start.empty())
+                throw;
+            if (!runs.empty())
+                refusedAt(range, WhatIfAxis::Seq, first[runs.size() - 1], first[runs.size()], e.what());
+        }
+    }
+    return false;
+}
+
+} // namespace
+
+WhatIf WhatIf::recordPlanned(Model& model, RunOptions base, const std::vector<std::string>& dtypes, const Plan& plan)
+{
+    return recordAlong(model, std::move(base), dtypes, plan, WhatIfAxis::Batch);
+}
+
 WhatIf WhatIf::recordSeqPlanned(Model& model, RunOptions base, const std::vector<std::string>& dtypes, const Plan& plan)
 {
-    const auto t0 = baseSequence(model, base);
-    const std::int64_t memory = planMemory(model, base, plan);
-    const auto started = std::chrono::steady_clock::now();
+    return recordAlong(model, std::move(base), dtypes, plan, WhatIfAxis::Seq);
+}
+
+WhatIf WhatIf::recordAlong(
+    Model& model, RunOptions base, const std::vector<std::string>& dtypes, const Plan& plan, WhatIfAxis axis)
+{
+    const bool seqAxis = axis == WhatIfAxis::Seq;
+    const std::int64_t t0 = seqAxis ? baseSequence(model, base) : 0;
+    const std::size_t window = seqAxis ? 3 : 2; // a parabola needs three records, a line two
+    const std::int64_t step = seqAxis ? 2 : 4; // the next record: twice the sequence, four times the batch
     WhatIf all;
     all.model_ = std::make_shared<const ModelInfo>(model.info());
     all.modules_ = std::make_shared<const std::vector<LayerStats>>(model.modules());
-    all.range_ = all.model_->seq_range;
-    std::vector<std::pair<std::string, std::string>> cannotRun;
-    std::vector<std::int64_t> start;
+    all.range_ = seqAxis ? all.model_->seq_range : all.model_->batch_range;
+    // A batch what-if's first two records, inside the batches the program accepts: one alone where its batch is
+    // fixed.
+    auto [b1, b2] = recordedBatchesFor(base.mode.value_or(RunMode::Inference));
+    b1 = std::clamp(b1, all.range_.min, all.range_.max);
+    b2 = std::min(std::max(b2, b1 * 2), all.range_.max);
+    const std::vector<std::int64_t> firstBatches = b2 > b1 ? std::vector<std::int64_t> {b1, b2} : std::vector<std::int64_t> {b1};
+    const std::int64_t memory = planMemory(model, base, plan);
+    const auto started = std::chrono::steady_clock::now();
+    std::vector<std::pair<std::string, std::string>> cannotRun; // dtype, why
+    std::vector<std::int64_t> start; // a sequence what-if's first records, as the base precision found them
+    // Each precision on its own plan: a precision the CPU runs slowly (float16 convolutions) stops earlier.
     for (const auto& dtype : dtypeOrder(base.dtype, dtypes)) {
         RunOptions o = base;
         o.dtype = dtype;
-        // Three records make the first parabola: T/2, T and 2T (T itself is the run the user asked for); T/4,
-        // T/2 and T where 2T is refused (beyond the range an exported program takes).
-        // The base precision finds the three; the others record at the same ones.
-        std::vector<std::int64_t> seqs = start;
+        std::vector<std::int64_t> xs;
         std::vector<RawRun> runs;
         bool ran = false;
-        std::vector<std::vector<std::int64_t>> all3, candidates;
-        for (auto first : {std::vector<std::int64_t> {t0 / 2, t0, t0 * 2}, std::vector<std::int64_t> {t0 / 4, t0 / 2, t0}}) {
-            if (first[0] < 1 || first[0] == first[1])
-                first = {t0, t0 * 2, t0 * 4};
-            all3.push_back(first);
-            // Where the program's range says a record cannot run, the next candidate is tried without running it.
-            if (all.range_.contains(first.front()) && all.range_.contains(first.back()))
-                candidates.push_back(first);
-        }
-        if (candidates.empty())
-            candidates = all3; // nothing fits the range: the runs say why
-        for (auto first : candidates) {
-            if (!start.empty())
-                first = start;
-            seqs = first;
-            runs.clear();
-            try {
-                ran = recordRuns(model, base, o, seqs, runs, cannotRun, WhatIfAxis::Seq, &plan);
-                break;
-            } catch (const RunError& e) {
-                if (first.back() == t0 || !start.empty())
-                    throw;
-                if (!runs.empty())
-                    refusedAt(all.range_, WhatIfAxis::Seq, first[runs.size() - 1], first[runs.size()], e.what());
-            }
+        if (seqAxis) {
+            ran = firstSeqRecords(model, base, o, t0, start, all.range_, xs, runs, cannotRun, plan);
+        } else {
+            xs = firstBatches;
+            ran = recordRuns(model, base, o, xs, runs, cannotRun, axis, &plan);
         }
         if (!ran)
             continue;
-        start = seqs;
+        if (seqAxis)
+            start = xs;
+        // The fit through the `window` records from k (a fixed batch: its one record).
         auto fitOf = [&](std::size_t k) {
-            return makeFit(*all.model_, *all.modules_, {runs[k], runs[k + 1], runs[k + 2]},
-                {seqs[k], seqs[k + 1], seqs[k + 2]}, WhatIfAxis::Seq);
+            const auto n = std::min(window, runs.size());
+            return makeFit(*all.model_, *all.modules_,
+                std::vector<RawRun>(runs.begin() + static_cast<std::ptrdiff_t>(k),
+                    runs.begin() + static_cast<std::ptrdiff_t>(k + n)),
+                std::vector<std::int64_t>(xs.begin() + static_cast<std::ptrdiff_t>(k),
+                    xs.begin() + static_cast<std::ptrdiff_t>(k + n)),
+                axis);
         };
         std::vector<std::shared_ptr<const Fit>> fits {fitOf(0)};
-        std::string stopped;
-        const auto largest = std::min(plan.largest, all.range_.max);
-        // One more record at `next`, when this machine's memory and time allow it (`anyTotal`: the plan's time in
-        // all is no bar); false, with `stopped` saying why, when not.
-        auto recordNext = [&](std::int64_t next, bool anyTotal) {
+        if (!seqAxis && dtype == base.dtype && plan.first_records) {
+            WhatIf first = all;
+            first.fits_ = fits;
+            first.addRescaledFits({});
+            plan.first_records(first);
+        }
+        std::string stopped; // why the records end before the plan's largest
+        // The records so far say what a record costs: its peak, and the time of a warm-up and a recorded run.
+        auto whyNot = [&](std::int64_t x, double spent, bool anyTotal) {
             WhatIf last = all;
             last.fits_ = {fits.back()};
-            auto p = last.predict(next, dtype, false);
-            // Time grows with the square of the sequence at worst.
-            double ratio = static_cast<double>(next) / static_cast<double>(seqs.back());
-            double seconds = runs.back().info.duration_ms / 1000.0 * ratio * ratio;
-            const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-            if (p.predicted_peak_total_bytes > memory || seconds * 2 > plan.seconds_budget
-                || (!anyTotal && plan.total_seconds_budget > 0 && spent + seconds * 2 > plan.total_seconds_budget)) {
-                stopped = p.predicted_peak_total_bytes > memory ? "memory" : "time";
-                return false;
-            }
+            return unaffordable(last, dtype, x, xs.back(), runs.back().info.duration_ms, axis, memory, plan, spent,
+                anyTotal);
+        };
+        auto secondsSoFar = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
+        // One more record at `next`; false, with `stopped` saying why, where the run fails.
+        auto record = [&](std::int64_t next) {
             if (plan.progress)
-                plan.progress(dtype, next, static_cast<int>(seqs.size()) + 1);
-            o.seq = next;
+                plan.progress(dtype, next, static_cast<int>(xs.size()) + 1);
+            (seqAxis ? o.seq : o.batch) = next;
             try {
                 runs.push_back(model.run(o));
             } catch (const RunError& e) {
-                stopped = e.what(); // beyond what the model takes (a position table), or out of memory
-                refusedAt(all.range_, WhatIfAxis::Seq, seqs.back(), next, e.what());
+                // For want of memory, or the model refuses that size (a position table). The records so far stand.
+                stopped = e.what();
+                refusedAt(all.range_, axis, xs.back(), next, e.what());
                 return false;
             }
-            seqs.push_back(next);
-            fits.push_back(fitOf(runs.size() - 3));
-            runs[runs.size() - 4] = RawRun {}; // only the last two records are needed for the next fit
+            xs.push_back(next);
+            fits.push_back(fitOf(runs.size() - window));
+            if (runs.size() > window)
+                runs[runs.size() - window - 1] = RawRun {}; // only the last fit's records are needed for the next
             return true;
         };
-        while (seqs.back() < largest)
-            if (!recordNext(std::min(nextRecord(seqs.back(), seqs.back() * 2, plan), largest), false))
-                break;
-        // Beyond the largest record the last parabola carries on. It is trusted only when the record before its
-        // three lies on it too: else a kernel switched between them (CPU attention changes its blocks with the
-        // sequence), and the parabola would take the jump for growth. More records are made past the switch while
-        // this machine can (the plan's time in all is no bar here), so that the last three lie past it.
-        // The peak, every allocation's bytes summed and the largest allocation, each within 1%: a temporary that
-        // jumped between two records shows in the sum long before it reaches the peak.
-        auto lastAgrees = [&] {
-            if (fits.size() < 2)
-                return true;
-            const auto& f = *fits.back();
-            WhatIf last = all;
-            last.fits_ = {fits.back()};
-            const auto& before = fits[fits.size() - 2]->recorded.front();
-            const double x = static_cast<double>(before.batch);
-            std::int64_t allocated = 0, biggest = 0;
-            for (std::size_t i = 0; i < f.sign.size(); ++i)
-                if (f.sign[i] > 0) {
-                    auto bytes = f.sizeAt(i, x);
-                    allocated += bytes;
-                    biggest = std::max(biggest, bytes);
+        const auto largest = std::min(plan.largest, all.range_.max);
+        while (xs.back() < largest) {
+            auto next = std::min(nextRecord(xs.back(), xs.back() * step, plan), largest);
+            const double spent = secondsSoFar();
+            bool nearest = false;
+            if (auto why = whyNot(next, spent, false); !why.empty()) {
+                stopped = why;
+                if (seqAxis)
+                    break;
+                // A batch: extrapolation is the last resort: the largest batch short of it that this machine can
+                // run, when that is well beyond the last record, is recorded instead, and is the last.
+                std::int64_t lo = xs.back(), hi = next;
+                while (hi - lo > 1) {
+                    auto mid = lo + (hi - lo) / 2;
+                    (whyNot(mid, spent, false).empty() ? lo : hi) = mid;
                 }
-            auto near = [](std::int64_t a, std::int64_t b) { return std::llabs(a - b) <= std::max<std::int64_t>(b / 100, 4096); };
-            return near(last.predict(before.batch, dtype, false).predicted_peak_bytes, before.peak)
-                && near(allocated, before.allocated) && near(biggest, before.largest);
-        };
-        // Four records at least, so that the last parabola can be checked at all, and records up to the sequence
-        // where CPU attention has settled its blocks, where this machine runs them.
-        for (int extra = 0; (fits.size() < 2 || seqs.back() < kAttentionSettled || !lastAgrees())
-             && extra < kMoreRecordsPastASwitch && seqs.back() < all.range_.max;
-             ++extra)
-            if (!recordNext(std::min(seqs.back() * 2, all.range_.max), true))
-                break;
-        if (fits.size() >= 2) { // the last fit says how far it is trusted
-            const auto n = seqs.size();
-            auto last = std::make_shared<Fit>(*fits.back());
-            if (!lastAgrees()) {
-                last->reliable = false;
-                last->notes.push_back(dtype + ": the records at sequence " + std::to_string(seqs[n - 4]) + ", "
-                    + std::to_string(seqs[n - 3]) + ", " + std::to_string(seqs[n - 2]) + " and "
-                    + std::to_string(seqs[n - 1])
-                    + " do not lie on one parabola (a kernel switches between them) and no record past the switch"
-                      " could be made here: figures beyond sequence "
-                    + std::to_string(seqs[n - 3]) + " are rough; measure instead");
-            } else {
-                last->notes.push_back(dtype + ": beyond sequence " + std::to_string(seqs[n - 1])
-                    + " from the parabola through the records at " + std::to_string(seqs[n - 3]) + ", "
-                    + std::to_string(seqs[n - 2]) + " and " + std::to_string(seqs[n - 1]) + ", which the record at "
-                    + std::to_string(seqs[n - 4]) + " lies on too (no kernel switch among them)");
+                if (lo * 2 < xs.back() * 3)
+                    break;
+                next = lo;
+                nearest = true;
             }
-            fits.back() = std::move(last);
+            if (!record(next) || nearest)
+                break;
+        }
+        if (seqAxis) {
+            // Beyond the largest record the last parabola carries on. It is trusted only when the record before
+            // its three lies on it too: else a kernel switched between them (CPU attention changes its blocks with
+            // the sequence), and the parabola would take the jump for growth. More records are made past the switch
+            // while this machine can (the plan's time in all is no bar here), so that the last three lie past it.
+            // The peak, every allocation's bytes summed and the largest allocation, each within 1%: a temporary
+            // that jumped between two records shows in the sum long before it reaches the peak.
+            auto lastAgrees = [&] {
+                if (fits.size() < 2)
+                    return true;
+                const auto& f = *fits.back();
+                WhatIf last = all;
+                last.fits_ = {fits.back()};
+                const auto& before = fits[fits.size() - 2]->recorded.front();
+                const double x = static_cast<double>(before.batch);
+                std::int64_t allocated = 0, biggest = 0;
+                for (std::size_t i = 0; i < f.sign.size(); ++i)
+                    if (f.sign[i] > 0) {
+                        auto bytes = f.sizeAt(i, x);
+                        allocated += bytes;
+                        biggest = std::max(biggest, bytes);
+                    }
+                auto near = [](std::int64_t a, std::int64_t b) { return std::llabs(a - b) <= std::max<std::int64_t>(b / 100, 4096); };
+                return near(last.predict(before.batch, dtype, false).predicted_peak_bytes, before.peak)
+                    && near(allocated, before.allocated) && near(biggest, before.largest);
+            };
+            // Four records at least, so that the last parabola can be checked at all, and records up to the
+            // sequence where CPU attention has settled its blocks, where this machine runs them.
+            for (int extra = 0; (fits.size() < 2 || xs.back() < kAttentionSettled || !lastAgrees())
+                 && extra < kMoreRecordsPastASwitch && xs.back() < all.range_.max;
+                 ++extra) {
+                const auto next = std::min(xs.back() * 2, all.range_.max);
+                if (auto why = whyNot(next, secondsSoFar(), true); !why.empty()) {
+                    stopped = why;
+                    break;
+                }
+                if (!record(next))
+                    break;
+            }
+            if (fits.size() >= 2) { // the last fit says how far it is trusted
+                const auto n = xs.size();
+                auto last = std::make_shared<Fit>(*fits.back());
+                if (!lastAgrees()) {
+                    last->reliable = false;
+                    last->notes.push_back(dtype + ": the records at sequence " + std::to_string(xs[n - 4]) + ", "
+                        + std::to_string(xs[n - 3]) + ", " + std::to_string(xs[n - 2]) + " and "
+                        + std::to_string(xs[n - 1])
+                        + " do not lie on one parabola (a kernel switches between them) and no record past the switch"
+                          " could be made here: figures beyond sequence "
+                        + std::to_string(xs[n - 3]) + " are rough; measure instead");
+                } else {
+                    last->notes.push_back(dtype + ": beyond sequence " + std::to_string(xs[n - 1])
+                        + " from the parabola through the records at " + std::to_string(xs[n - 3]) + ", "
+                        + std::to_string(xs[n - 2]) + " and " + std::to_string(xs[n - 1]) + ", which the record at "
+                        + std::to_string(xs[n - 4]) + " lies on too (no kernel switch among them)");
+                }
+                fits.back() = std::move(last);
+            }
         }
         all.fits_.insert(all.fits_.end(), fits.begin(), fits.end());
-        std::string list;
-        for (std::size_t i = 0; i < seqs.size(); ++i)
-            list += (i == 0 ? "" : i + 1 == seqs.size() ? " and " : ", ") + std::to_string(seqs[i]);
-        all.notes_.push_back(dtype + ": recorded at sequence " + list + " (batch " + std::to_string(runs.back().info.batch)
-            + ")" + (stopped.empty() ? "" : "; no longer record: " + stopped));
+        all.notes_.push_back(recordedNote(dtype, axis, xs, runs.back().info.batch, stopped));
     }
     all.addRescaledFits(cannotRun);
     return all;

@@ -15,7 +15,6 @@
 #include <array>
 #include <cstdint>
 #include <memory>
-#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <utility>
@@ -140,6 +139,9 @@ private:
     // two (batch) or three (sequence) neighbouring records.
     static WhatIf recordAt(Model& model, RunOptions base, const std::vector<std::int64_t>& xs,
         const std::vector<std::string>& dtypes, WhatIfAxis axis);
+    // recordPlanned() and recordSeqPlanned(): the planned records along `axis`, one loop for both.
+    static WhatIf recordAlong(
+        Model& model, RunOptions base, const std::vector<std::string>& dtypes, const Plan& plan, WhatIfAxis axis);
 };
 
 // The two batch sizes a what-if records: 1 and 2 for inference; 2 and 4 for a training step, whose backward
@@ -150,11 +152,5 @@ std::pair<std::int64_t, std::int64_t> recordedBatchesFor(RunMode mode);
 // when `model` is given and can run that dtype), with the largest batch within `budget` per dtype (0: none).
 WhatIfTable makeWhatIfTable(const WhatIf& w, const std::vector<std::int64_t>& batches,
     const std::vector<std::string>& dtypes, std::int64_t budget, Model* model = nullptr);
-
-// {"format":"memledger-whatif","version":1,"budget_bytes":..,"predictions":[..],"max_batch":{dtype:n}}.
-// budget 0: no budget, max_batch is left out.
-nlohmann::json whatIfToJson(const WhatIfTable& table);
-WhatIfTable whatIfFromJson(const nlohmann::json& j); // throws nlohmann::json::exception on a damaged table
-nlohmann::json predictionToJson(const Prediction& p);
 
 } // namespace memledger

@@ -1,0 +1,89 @@
+#include "recording/pt2_cast_policy.h"
+
+#include <algorithm>
+#include <cctype>
+#include <regex>
+#include <string>
+
+namespace memledger::pt2 {
+
+using json = nlohmann::json;
+
+namespace {
+
+// The names Python spells a floating-point type with ("torch.float32" or "torch.float"), as a pattern, and the
+// method that casts to it (x.float()).
+std::pair<std::string, std::string> pythonSpelling(c10::ScalarType t)
+{
+    switch (t) {
+    case c10::kFloat:
+        return {R"(torch\.(float32|float)\b)", "float"};
+    case c10::kHalf:
+        return {R"(torch\.(float16|half)\b)", "half"};
+    case c10::kBFloat16:
+        return {R"(torch\.bfloat16\b)", "bfloat16"};
+    case c10::kDouble:
+        return {R"(torch\.(float64|double)\b)", "double"};
+    default:
+        return {R"(\b\B)", ""}; // matches nothing
+    }
+}
+
+// The arguments of each `.to(...)` and `.type(...)` call in a line of Python, in the order they appear.
+std::vector<std::string> castArguments(const std::string& line)
+{
+    std::vector<std::pair<std::size_t, std::string>> out; // where each call starts, its arguments
+    for (const char* call : {".to(", ".type("}) {
+        for (auto at = line.find(call); at != std::string::npos; at = line.find(call, at + 1)) {
+            auto open = at + std::char_traits<char>::length(call);
+            int depth = 1;
+            auto end = open;
+            while (end < line.size() && depth > 0) {
+                depth += line[end] == '(' ? 1 : line[end] == ')' ? -1 : 0;
+                ++end;
+            }
+            out.emplace_back(at, line.substr(open, end - open - (depth == 0 ? 1 : 0)));
+        }
+    }
+    std::sort(out.begin(), out.end());
+    std::vector<std::string> args;
+    for (auto& [at, text] : out)
+        args.push_back(std::move(text));
+    return args;
+}
+
+// The longest source line read: std::regex recurses per character it repeats over (\s*), and a line of Python
+// is never this long; a longer one is taken as no source line.
+constexpr std::size_t kMaxSourceLine = 2000;
+
+} // namespace
+
+bool namesTypeOnPurpose(const json& n, c10::ScalarType exported, std::map<std::string, std::size_t>& castsOnLine)
+{
+    const auto& meta = n.value("metadata", json::object());
+    const auto [pattern, method] = pythonSpelling(exported);
+    const auto target = n.at("target").get<std::string>();
+    const bool cast = target.rfind("torch.ops.aten.to.", 0) == 0 || target.rfind("torch.ops.aten._to_copy.", 0) == 0;
+    // "float_1;method_descriptor.float": the Python call that made the node.
+    auto fn = meta.value("torch_fn", std::string());
+    auto called = fn.substr(fn.rfind('.') == std::string::npos ? fn.size() : fn.rfind('.') + 1);
+    if (cast && !called.empty() && called != "to" && called != "type")
+        return called == method; // x.float(), x.half(), ...: named by the method
+    auto trace = meta.value("stack_trace", std::string());
+    while (!trace.empty() && std::isspace(static_cast<unsigned char>(trace.back())))
+        trace.pop_back();
+    auto line = trace.substr(trace.rfind('\n') == std::string::npos ? 0 : trace.rfind('\n') + 1);
+    if (line.empty() || line.size() > kMaxSourceLine)
+        return false;
+    const std::regex spelled(pattern);
+    if (cast) {
+        auto calls = castArguments(line);
+        auto k = castsOnLine[trace]++;
+        if (k < calls.size())
+            return std::regex_search(calls[k], spelled);
+        return !calls.empty() && std::all_of(calls.begin(), calls.end(), [&](const std::string& a) { return std::regex_search(a, spelled); });
+    }
+    return std::regex_search(line, std::regex(R"(dtype\s*=\s*)" + pattern));
+}
+
+} // namespace memledger::pt2

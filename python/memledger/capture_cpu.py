@@ -1,0 +1,203 @@
+"""The CPU side of memledger.capture: the CPU allocator's events, as torch.profiler records them
+(profile_memory=True: every allocation and free with its address, size and time; with_stack=True: the Python
+calls around it), written in the layout of torch.cuda.memory._snapshot() so that memledger, PyTorch's
+memory_viz and torch.cuda._memory_viz read it as they read a CUDA snapshot.
+
+- device_traces[0]: an `alloc` or `free_completed` entry per event of the CPU allocator, in time order, each with
+  its Python frames (innermost first) and `"device": -1` (memledger names it "cpu");
+- segments: one per block alive at the end, as its own segment (the CPU allocator has no segments to report): the
+  blocks allocated in the trace with their frames, and the tensors alive before it (found among the live
+  Python objects: parameters, optimizer state, inputs made before `capture`) without frames;
+- external_annotations: the record_function ranges the profiler saw (memledger.forward, memledger.backward,
+  Optimizer.step#..., a user's own), START and END;
+- memledger_capture: how the file was made ({"device": "cpu", "source": ..., "torch": ..., "note": ...}).
+
+The profiler keeps its events until it stops; every_steps stops it at a step boundary, takes its events and starts
+it again, so the trace goes on across the restarts.
+"""
+
+import gc
+import os
+
+import torch
+
+CPU_DEVICE = -1  # memledger's device number for the CPU (snapshotDeviceName)
+NOTE = ("captured on the CPU by memledger.capture: the CPU allocator's events from torch.profiler, written in "
+        "the layout of a CUDA memory snapshot; segments are the blocks themselves (no caching allocator), and "
+        "tensors alive before the capture are blocks without frames")
+
+_TORCH_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__)))
+
+
+def _event_kinds():
+    from torch._C._profiler import _EventType
+    return _EventType
+
+
+def _python_frame(name):
+    """'torch/nn/modules/linear.py(125): forward' -> a snapshot frame; None for other names. The profiler
+    writes torch's own files relative to the folder above torch/: they get that folder back."""
+    head, sep, func = name.partition("): ")
+    if not sep or "(" not in head:
+        return None
+    filename, line = head.rsplit("(", 1)
+    if not line.isdigit():
+        return None
+    if not os.path.isabs(filename) and not filename.startswith("<"):
+        # torch's own files relative to the folder above torch/, a script run by a relative path to the cwd
+        filename = os.path.join(_TORCH_ROOT if filename.startswith("torch/") else os.getcwd(), filename)
+    return {"filename": filename, "line": int(line), "name": func}
+
+
+def _same_file(profiled, absolute):
+    """The profiler's file name (relative for torch's files and a relative script) names the frame's file."""
+    return bool(profiled) and (profiled == absolute or absolute.endswith(os.sep + profiled))
+
+
+def _is_range(event, kinds):
+    """A record_function range of the user's or a library's (not an ATen op, the engine's node, or ours inside)."""
+    if event.tag != kinds.TorchOp:
+        return False
+    scope = getattr(event.extra_fields, "scope", None)
+    if scope is not None:
+        return str(scope).endswith("USER_SCOPE")
+    name = event.name
+    return not (name.startswith("aten::") or name.startswith("autograd::") or "::" in name)
+
+
+class CpuRecorder:
+    """Runs torch.profiler and turns its events into a snapshot's trace; `flush()` stops and restarts it."""
+
+    def __init__(self):
+        self.entries = []  # the trace, in time order
+        self.annotations = []
+        self.live = {}  # address -> (size, frames) of the blocks the trace allocated and did not free
+        self.profile = None  # the running torch.profiler.profile
+        self.last_profile = None  # the last one stopped (its events: the categories of torch.profiler._memory_profiler)
+        self._frames = {}  # interned frame lists
+        self._interned = {}  # (filename, line, name) -> its frame dict
+
+    def start(self):
+        from torch.profiler import ProfilerActivity, profile
+        self.profile = profile(activities=[ProfilerActivity.CPU], profile_memory=True, with_stack=True,
+                               record_shapes=True)
+        self.profile.__enter__()
+
+    def stop(self):
+        if self.profile is None:
+            return
+        prof, self.profile = self.profile, None
+        prof.__exit__(None, None, None)
+        self.last_profile = prof
+        self._take(prof)
+
+    def flush(self):
+        """Takes the events so far: stops the profiler and starts it again."""
+        self.stop()
+        self.start()
+
+    def _take(self, prof):
+        kinds = _event_kinds()
+        self._frames = {}
+        roots = prof.profiler.kineto_results.experimental_event_tree()
+        events = []  # (time_ns, order, kind, event)
+        ranges = []
+        stack = [(r, None) for r in reversed(roots)]
+        order = 0
+        # Depth first, each event with the frames of its Python ancestors (innermost first). A frame's line is
+        # where it called the frame inside it (the inner call's `caller`); the innermost frame's, the line of a
+        # C function it called (a built-in's `caller`) where the profiler saw one, else its first line.
+        while stack:
+            e, frames = stack.pop()
+            tag = e.tag
+            if tag == kinds.PyCall or tag == kinds.PyCCall:
+                caller = getattr(e.extra_fields, "caller", None)
+                if frames is not None and caller is not None:
+                    head = frames[0]
+                    line = getattr(caller, "line_number", 0)
+                    # only where the caller is that frame (a hook or a frame the tracer did not see may sit between)
+                    if (isinstance(line, int) and line > 0 and line != head["line"]
+                            and getattr(caller, "function_name", None) == head["name"]
+                            and _same_file(getattr(caller, "file_name", ""), head["filename"])):
+                        frames = (self._frame(head["filename"], line, head["name"]), frames[1])
+                if tag == kinds.PyCall:
+                    f = _python_frame(e.name)
+                    if f is not None:
+                        frames = (self._frame(f["filename"], f["line"], f["name"]), frames)
+            elif tag == kinds.Allocation:
+                fields = e.extra_fields
+                if str(fields.device).startswith("cpu") and fields.alloc_size != 0:
+                    events.append((e.start_time_ns, order, fields.ptr, fields.alloc_size, frames))
+                    order += 1
+            elif _is_range(e, kinds):
+                ranges.append((e.name, e.start_time_ns, e.end_time_ns))
+            for c in reversed(e.children):
+                stack.append((c, frames))
+        events.sort(key=lambda x: (x[0], x[1]))
+        for t, _, ptr, size, frames in events:
+            flist = self._frame_list(frames)
+            if size > 0:
+                self.live[ptr] = (size, flist)
+                action = "alloc"
+            else:
+                size = -size
+                self.live.pop(ptr, None)
+                action = "free_completed"
+            self.entries.append({"action": action, "addr": ptr, "size": size, "stream": 0, "time_us": t // 1000,
+                                 "device": CPU_DEVICE, "frames": flist})
+        for name, start, end in ranges:
+            self.annotations.append({"stage": "START", "name": name, "device": CPU_DEVICE, "time_us": start // 1000})
+            if end >= start:
+                self.annotations.append({"stage": "END", "name": name, "device": CPU_DEVICE, "time_us": end // 1000})
+        self.annotations.sort(key=lambda a: (a["time_us"], a["stage"] == "START"))
+
+    def _frame(self, filename, line, name):
+        """One dict per distinct frame (the pickle then writes each once)."""
+        key = (filename, line, name)
+        f = self._interned.get(key)
+        if f is None:
+            f = self._interned[key] = {"filename": filename, "line": line, "name": name}
+        return f
+
+    def _frame_list(self, chain):
+        key = id(chain)
+        hit = self._frames.get(key)
+        if hit is not None and hit[0] is chain:
+            return hit[1]
+        out = []
+        c = chain
+        while c is not None:
+            out.append(c[0])
+            c = c[1]
+        self._frames[key] = (chain, out)
+        return out
+
+    def snapshot(self, extra=None):
+        """The snapshot dict of everything taken so far."""
+        blocks = {addr: (size, frames) for addr, (size, frames) in self.live.items()}
+        # Tensors alive before the trace: the live Python objects' CPU storages that no alloc of the trace made.
+        tensor = torch.Tensor
+        for obj in gc.get_objects():
+            try:
+                if not issubclass(type(obj), tensor) or obj.device.type != "cpu" or obj.is_sparse:
+                    continue
+                storage = obj.untyped_storage() if hasattr(obj, "untyped_storage") else obj.storage()
+                addr, size = storage.data_ptr(), storage.nbytes()
+            except Exception:  # mkldnn, a tensor subclass without storage, ...
+                continue
+            if addr and size > 0 and addr not in blocks:
+                blocks[addr] = (size, [])
+        segments = []
+        for addr in sorted(blocks):
+            size, frames = blocks[addr]
+            segments.append({"device": CPU_DEVICE, "address": addr, "total_size": size, "allocated_size": size,
+                             "active_size": size, "requested_size": size, "stream": 0, "segment_type": "large",
+                             "segment_pool_id": (0, 0), "is_expandable": False, "frames": [],
+                             "blocks": [{"address": addr, "size": size, "requested_size": size,
+                                         "state": "active_allocated", "frames": frames}]})
+        capture = {"device": "cpu", "source": "torch.profiler (profile_memory, with_stack)",
+                   "torch": str(torch.__version__), "note": NOTE}
+        if extra:
+            capture.update(extra)
+        return {"segments": segments, "device_traces": [list(self.entries)],
+                "external_annotations": list(self.annotations), "memledger_capture": capture}

@@ -1,0 +1,211 @@
+// memledger.capture on the CPU against PyTorch's own figures: tests/fixtures/capture_truths.py captures two AdamW
+// steps of a small decoder with memledger.capture(path, device="cpu"), and writes apart what PyTorch says of the
+// same run: torch.profiler._memory_profiler's category of each allocation, the parameters' bytes, AdamW's step
+// counters, the profiler's peak, and the forward / backward / optimizer phases from its own hooks. memledger reads
+// only the captured files.
+#include "exports/report_json.h"
+#include "run_command.h"
+#include "snapshot/snapshot.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+using namespace memledger;
+
+namespace {
+
+const std::string kDir = std::string(MEMLEDGER_FIXTURES) + "/capture";
+
+const nlohmann::json& truth()
+{
+    static const nlohmann::json t = [] {
+        std::ifstream in(kDir + "/capture_truths.json");
+        return in ? nlohmann::json::parse(in) : nlohmann::json();
+    }();
+    return t;
+}
+
+// Skips with the fixture's reason (torch 1.13: no torch.profiler._memory_profiler), after checking that the file
+// capture wrote there, if any, opens.
+#define REQUIRE_TRUTH()                                                                                                \
+    do {                                                                                                               \
+        if (truth().is_null())                                                                                         \
+            FAIL() << "no " << kDir << "/capture_truths.json: the fixture make_capture_fixtures did not run";        \
+        if (truth().contains("skipped")) {                                                                             \
+            if (!truth().value("capture_error", false) && std::ifstream(kDir + "/train.pickle"))                       \
+                EXPECT_NO_THROW(readSnapshotReport(kDir + "/train.pickle", false));                                    \
+            GTEST_SKIP() << truth()["skipped"].get<std::string>();                                                     \
+        }                                                                                                              \
+    } while (0)
+
+std::int64_t categoryBytes(const std::string& category)
+{
+    const auto& c = truth().at("categories");
+    return c.contains(category) ? c.at(category).at("bytes").get<std::int64_t>() : 0;
+}
+
+std::int64_t ledgerTotal(const Report& r, Ledger l)
+{
+    return r.ledgers[static_cast<std::size_t>(l)].total;
+}
+
+TEST(PythonCapture, LedgersAgreeWithPyTorchCategories)
+{
+    REQUIRE_TRUTH();
+    const Report r = readSnapshotReport(kDir + "/train.pickle", false);
+    const Trace& t = *r.trace;
+    const auto params = truth().at("parameter_bytes").get<std::int64_t>();
+    const auto steps = truth().at("steps").get<std::int64_t>();
+
+    // Each allocation PyTorch calls a gradient or optimizer state is in that ledger of memledger's.
+    // (address, time_us) -> the categories of the allocations made there then, in order
+    std::map<std::pair<std::uint64_t, std::int64_t>, std::vector<std::string>> category;
+    for (const auto& a : truth().at("allocs"))
+        category[{a.at("addr").get<std::uint64_t>(), a.at("time_us").get<std::int64_t>()}].push_back(
+            a.at("category").is_null() ? std::string() : a.at("category").get<std::string>());
+    std::map<std::string, std::pair<int, int>> table; // category -> (agree, disagree)
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        if (t.action[i] != Action::Alloc)
+            continue;
+        auto it = category.find({t.address[i], r.snapshot->trace_start_us + t.time_ns[i] / 1000});
+        ASSERT_TRUE(it != category.end() && !it->second.empty())
+            << "event " << i << ": an allocation PyTorch's profiler did not record";
+        const std::string c = it->second.front();
+        it->second.erase(it->second.begin());
+        if (c != "GRADIENT" && c != "OPTIMIZER_STATE")
+            continue;
+        const Ledger want = c == "GRADIENT" ? Ledger::Gradients : Ledger::OptimizerState;
+        auto& row = table[c];
+        (t.ledger[i] == want ? row.first : row.second) += 1;
+        EXPECT_EQ(t.ledger[i], want) << c << " at event " << i << ", " << t.bytes[i] << " bytes, is "
+                                     << ledgerName(t.ledger[i]) << " at " << t.strings.at(t.where[i]);
+    }
+    for (const std::string c : {"GRADIENT", "OPTIMIZER_STATE"})
+        EXPECT_EQ(table[c].first, truth().at("categories").at(c).at("allocations").get<int>()) << c;
+
+    // The ledgers' totals against the categories' bytes: two steps' gradients, each the parameters' size (zero_grad
+    // with set_to_none frees them); AdamW's exp_avg and exp_avg_sq, twice the parameters, and its step counters.
+    EXPECT_EQ(ledgerTotal(r, Ledger::Gradients), categoryBytes("GRADIENT"));
+    EXPECT_EQ(ledgerTotal(r, Ledger::Gradients), steps * params);
+    EXPECT_EQ(r.ledgers[static_cast<std::size_t>(Ledger::Gradients)].max, params);
+    EXPECT_EQ(ledgerTotal(r, Ledger::OptimizerState), categoryBytes("OPTIMIZER_STATE"));
+    EXPECT_EQ(ledgerTotal(r, Ledger::OptimizerState), 2 * params + truth().at("adamw_step_bytes").get<std::int64_t>());
+    // The parameters were made before the capture: alive before the trace, found among the live tensors.
+    EXPECT_EQ(ledgerTotal(r, Ledger::Resident), params);
+    // The peak: what was alive before, plus the most the captured region had alive (the profiler's running peak).
+    EXPECT_EQ(r.peak_bytes, params + truth().at("profiler_peak").get<std::int64_t>());
+}
+
+// The ranges capture writes (memledger.forward, memledger.backward, and PyTorch's own Optimizer.step#AdamW.step), as
+// memledger reads them, against the phases the fixture's own hooks measured on the same clock. torch's global module
+// hooks, which capture uses, run before a module's own: capture's forward begins and ends a little before the
+// model's hooks say; PyTorch's Optimizer.step range holds the optimizer's own step hooks; capture's backward begins
+// at the first gradient of the model's output (after the loss's own backward) and ends with the engine's callback,
+// before loss.backward() returns. kSlackUs: the time between two hooks of one call (the profiler is on).
+TEST(PythonCapture, RangesAreTheHooksPhases)
+{
+    REQUIRE_TRUTH();
+    constexpr std::int64_t kSlackUs = 5000;
+    const Report r = readSnapshotReport(kDir + "/train.pickle", false);
+    const auto j = reportToJson(r, false);
+    std::vector<std::tuple<std::string, std::int64_t, std::int64_t>> ranges;
+    for (const auto& a : j.at("snapshot").at("annotations")) {
+        const auto name = a.at("name").get<std::string>();
+        const std::string phase = name == "memledger.forward" ? "forward"
+            : name == "memledger.backward"                    ? "backward"
+            : name.rfind("Optimizer.step#", 0) == 0           ? "optimizer"
+                                                              : "";
+        if (phase.empty())
+            continue;
+        ASSERT_FALSE(a.at("end_us").is_null()) << name << " never ends";
+        EXPECT_EQ(a.at("device").get<int>(), -1) << name << ": the CPU's device";
+        ranges.emplace_back(phase, a.at("start_us").get<std::int64_t>(), a.at("end_us").get<std::int64_t>());
+    }
+    const auto& phases = truth().at("phases");
+    ASSERT_EQ(ranges.size(), phases.size());
+    for (std::size_t k = 0; k < ranges.size(); ++k) {
+        const auto& [phase, start, end] = ranges[k];
+        const auto& h = phases[k];
+        const auto hs = h.at("start_us").get<std::int64_t>(), he = h.at("end_us").get<std::int64_t>();
+        ASSERT_EQ(phase, h.at("phase").get<std::string>()) << "range " << k;
+        SCOPED_TRACE(phase + " " + std::to_string(k) + ": memledger " + std::to_string(start) + ".." + std::to_string(end)
+            + ", hooks " + std::to_string(hs) + ".." + std::to_string(he));
+        if (phase == "forward") {
+            EXPECT_LE(start, hs);
+            EXPECT_GE(start, hs - kSlackUs);
+            EXPECT_LE(end, he);
+            EXPECT_GE(end, he - kSlackUs);
+        } else if (phase == "optimizer") {
+            EXPECT_LE(start, hs);
+            EXPECT_GE(start, hs - kSlackUs);
+            EXPECT_GE(end, he);
+            EXPECT_LE(end, he + kSlackUs);
+        } else {
+            EXPECT_GE(start, hs);
+            EXPECT_LT(start, end);
+            EXPECT_LE(end, he);
+            EXPECT_GE(end, he - kSlackUs);
+        }
+    }
+}
+
+// every_steps=1 over three steps: the file was replaced (a new inode each time: written beside it and renamed, never
+// rewritten in place) after each step, no temporary file is left, and each version opens with the steps it held.
+TEST(PythonCapture, EveryStepsRewritesAtomically)
+{
+    REQUIRE_TRUTH();
+    const auto& every = truth().at("every");
+    const auto steps = every.at("steps").get<int>();
+    EXPECT_EQ(every.at("writes").get<int>(), steps); // one per step; the last at exit
+    EXPECT_TRUE(every.at("temporary_files").empty()) << every.at("temporary_files").dump();
+    std::set<std::uint64_t> inodes {every.at("final_inode").get<std::uint64_t>()};
+    std::vector<std::pair<std::string, int>> versions;
+    for (const auto& v : every.at("versions")) {
+        inodes.insert(v.at("inode").get<std::uint64_t>());
+        versions.emplace_back(v.at("file").get<std::string>(), v.at("after_steps").get<int>());
+    }
+    versions.emplace_back("final.pickle", steps);
+    EXPECT_EQ(versions.size(), static_cast<std::size_t>(steps));
+    EXPECT_EQ(inodes.size(), versions.size());
+    std::size_t entries = 0;
+    for (std::size_t k = 0; k < versions.size(); ++k) {
+        const auto& [file, after] = versions[k];
+        EXPECT_EQ(after, static_cast<int>(k) + 1) << file;
+        Report r;
+        ASSERT_NO_THROW(r = readSnapshotReport(kDir + "/every/" + file, false)) << file;
+        EXPECT_GT(r.trace->size(), entries) << file << " holds more than the version before it";
+        entries = r.trace->size();
+        int optimizerSteps = 0;
+        const auto j = reportToJson(r, false);
+        for (const auto& a : j.at("snapshot").at("annotations"))
+            optimizerSteps += a.at("name").get<std::string>().rfind("Optimizer.step#", 0) == 0;
+        EXPECT_EQ(optimizerSteps, after) << file;
+        EXPECT_EQ(r.ledgers[static_cast<std::size_t>(Ledger::Gradients)].total,
+            after * truth().at("parameter_bytes").get<std::int64_t>())
+            << file;
+    }
+}
+
+// `memledger analyze` opens the capture and says the device is the CPU.
+TEST(PythonCapture, AnalyzeSaysCpu)
+{
+    REQUIRE_TRUTH();
+    const auto json = std::string(::testing::TempDir()) + "/python_capture.json";
+    const auto res = test::runCommand(test::memledgerBinary() + " analyze " + kDir + "/train.pickle --json " + json);
+    ASSERT_EQ(res.exit_code, 0) << res.output;
+    EXPECT_NE(res.output.find("memledger.forward"), std::string::npos) << res.output;
+    std::ifstream in(json);
+    const auto j = nlohmann::json::parse(in);
+    EXPECT_EQ(j.at("snapshot").at("device_names").at(0), "cpu");
+    std::remove(json.c_str());
+}
+
+} // namespace

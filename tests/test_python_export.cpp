@@ -1,0 +1,222 @@
+// memledger.export (python/memledger/export_program.py) against PyTorch's own figures for the programs it writes
+// (tests/fixtures/python_export_truths.py, python_export/python_export_truth.json): a GPT, a Llama and a Hugging
+// Face-shaped causal LM (keyword inputs, an output object with logits and a cache, a tied head), each exported
+// with real weights and built on meta, and transformers' LlamaForCausalLM where transformers is installed.
+// `memledger analyze --json` of each file: the weights counted once equal the model's parameter bytes, the peak
+// equals PyTorch's profiler peak of torch.export.load(file).module(), and every module path and tensor name is
+// the model's own (no wrapper prefix); the command memledger.export prints runs; a model that cannot be exported
+// gets PyTorch's reason and the advice to use memledger.capture. Skipped, with the reason, where the fixtures'
+// torch has no torch.export (Debian's 1.13) or this build runs no exported programs.
+#include "fixture_paths.h"
+#include "recording/model.h"
+#include "run_command.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+using memledger::test::fixture;
+using memledger::test::runCommand;
+
+namespace {
+
+const nlohmann::json& exportTruth()
+{
+    static const nlohmann::json truth
+        = memledger::test::readTruth("python_export/python_export_truth.json", "make_python_export_fixtures");
+    return truth;
+}
+
+#define SKIP_WITHOUT_EXPORT_FIXTURES()                                                                                 \
+    do {                                                                                                               \
+        if (exportTruth().contains("skipped"))                                                                         \
+            GTEST_SKIP() << exportTruth()["skipped"].get<std::string>();                                               \
+        if (!memledger::canRunExportedPrograms())                                                                      \
+            GTEST_SKIP() << "this build's libtorch runs no torch.export programs (the PyTorch 2 build does)";          \
+    } while (0)
+
+std::string exportFile(const std::string& file)
+{
+    return fixture("python_export/" + file);
+}
+
+std::string shellQuoted(const std::string& s)
+{
+    std::string out = "'";
+    for (char c : s)
+        out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+}
+
+bool contains(const std::string& text, const std::string& what)
+{
+    return text.find(what) != std::string::npos;
+}
+
+class ExportedByMemledger : public ::testing::TestWithParam<std::string> {
+protected:
+    void SetUp() override
+    {
+        SKIP_WITHOUT_EXPORT_FIXTURES();
+        const auto& models = exportTruth()["models"];
+        if (!models.contains(GetParam())) {
+            // NAME_meta is made beside NAME: when NAME was skipped, it says why.
+            auto base = GetParam().substr(0, GetParam().rfind("_meta"));
+            if (models.contains(base) && models[base].contains("skipped"))
+                GTEST_SKIP() << GetParam() << ": " << models[base]["skipped"].get<std::string>();
+            GTEST_SKIP() << "the fixtures have no " << GetParam();
+        }
+        t = models[GetParam()];
+        if (t.contains("skipped"))
+            GTEST_SKIP() << GetParam() << ": " << t["skipped"].get<std::string>();
+    }
+
+    // `memledger analyze FILE --input SPEC --threads 1 --json OUT`, read back.
+    nlohmann::json analyze()
+    {
+        auto json = fixture("python_export/" + GetParam() + ".report.json");
+        std::remove(json.c_str());
+        auto r = runCommand(memledger::test::memledgerBinary() + " analyze " + exportFile(t["file"].get<std::string>())
+            + " --input " + t["input"].get<std::string>() + " --threads 1 --json " + json);
+        EXPECT_EQ(r.exit_code, 0) << r.output;
+        std::ifstream in(json);
+        if (!in)
+            return nlohmann::json();
+        return nlohmann::json::parse(in);
+    }
+
+    nlohmann::json t;
+};
+
+TEST_P(ExportedByMemledger, WeightsCountedOnceAndThePeakArePyTorchs)
+{
+    auto j = analyze();
+    ASSERT_TRUE(j.is_object());
+    EXPECT_EQ(j["model"]["parameter_bytes"].get<std::int64_t>(), t["parameter_bytes"].get<std::int64_t>())
+        << "a tied weight counts once, as model.parameters() yields it once";
+    EXPECT_EQ(j["model"]["buffer_bytes"].get<std::int64_t>(), t["buffer_bytes"].get<std::int64_t>());
+    const auto& peakOf = t.contains("peak_of") ? exportTruth()["models"][t["peak_of"].get<std::string>()] : t;
+    ASSERT_TRUE(peakOf.contains("peak_bytes")) << peakOf.dump();
+    EXPECT_EQ(j["peak_bytes"].get<std::int64_t>(), peakOf["peak_bytes"].get<std::int64_t>())
+        << "PyTorch's profiler peak of torch.export.load(" << peakOf["file"].get<std::string>() << ").module() at "
+        << t["input"].get<std::string>();
+    if (t.contains("peak_of")) // built on meta: the weights are shapes only and memledger runs it on meta
+        EXPECT_EQ(j["run"]["device"], "meta");
+}
+
+TEST_P(ExportedByMemledger, ModulePathsAndTensorNamesAreTheModelsOwn)
+{
+    auto j = analyze();
+    ASSERT_TRUE(j.is_object());
+    std::set<std::string> own;
+    for (const auto& p : t["module_paths"])
+        own.insert(p.get<std::string>());
+    std::set<std::string> seen;
+    for (const auto& layer : j["layers"]) {
+        auto path = layer["path"].get<std::string>();
+        if (path.empty())
+            continue;
+        seen.insert(path);
+        EXPECT_TRUE(own.count(path)) << "the layer tree has " << path << ", not a module path of the model";
+    }
+    for (const auto& leaf : t["leaf_paths"])
+        EXPECT_TRUE(seen.count(leaf.get<std::string>())) << "the layer tree has no " << leaf.get<std::string>();
+    std::set<std::string> names;
+    for (const auto& n : t["tensor_names"])
+        names.insert(n.get<std::string>());
+    ASSERT_FALSE(j["model"]["tensors"].empty());
+    for (const auto& tensor : j["model"]["tensors"]) {
+        auto name = tensor["name"].get<std::string>();
+        EXPECT_TRUE(names.count(name)) << "the file names a tensor " << name << ", not the model's";
+    }
+}
+
+TEST_P(ExportedByMemledger, TheCommandItPrintsRuns)
+{
+    ASSERT_TRUE(t["next_analyze"].is_string()) << "memledger.export printed no analyze command:\n"
+                                               << t["printed"].get<std::string>();
+    // "Next: python -m memledger analyze FILE --input SPEC": the arguments after the file, run by the binary.
+    auto args = t["next_analyze"].get<std::string>();
+    EXPECT_TRUE(contains(args, "--input " + t["input"].get<std::string>())) << args;
+    auto r = runCommand(memledger::test::memledgerBinary() + " analyze " + exportFile(t["file"].get<std::string>())
+        + " " + args + " --threads 1");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    // The header lists the inputs run, ", " between them.
+    auto inputs = t["input"].get<std::string>();
+    for (auto comma = inputs.find(','); comma != std::string::npos; comma = inputs.find(',', comma + 2))
+        inputs.replace(comma, 1, ", ");
+    EXPECT_TRUE(contains(r.output, "input " + inputs)) << r.output;
+}
+
+std::vector<std::string> exportedModels()
+{
+    return {"gpt", "gpt_meta", "llama", "llama_meta", "hf", "hf_meta", "transformers_llama", "transformers_llama_meta"};
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ExportedByMemledger, ::testing::ValuesIn(exportedModels()),
+    [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// The HF-shaped model's output object (logits and a cache) exported as its logits, use_cache off, its head tied.
+TEST(MemledgerExport, SaysWhatItDidForAHuggingFaceShapedModel)
+{
+    SKIP_WITHOUT_EXPORT_FIXTURES();
+    auto printed = exportTruth()["models"]["hf"]["printed"].get<std::string>();
+    EXPECT_TRUE(contains(printed, "logits of CausalLMOutputWithPast")) << printed;
+    EXPECT_TRUE(contains(printed, "use_cache=False")) << printed;
+    EXPECT_TRUE(contains(printed, "lm_head.weight is model.embed_tokens.weight")) << printed;
+    EXPECT_TRUE(contains(printed, "seq: 1..128")) << printed; // config.max_position_embeddings
+    auto gpt = exportTruth()["models"]["gpt"]["printed"].get<std::string>();
+    EXPECT_TRUE(contains(gpt, "size 1 in batch was traced as 2")) << gpt;
+}
+
+// A model with data-dependent control flow: no .pt2, PyTorch's reason with the user's line, and the advice to use
+// memledger.capture, as an ExportError. Under a torch without torch.export the error says that instead.
+TEST(MemledgerExport, AModelItCannotExportGetsTheReasonAndTheAdviceToCapture)
+{
+    const std::string dir = fixture("python_export/failure");
+    const std::string bad = dir + "/bad.pt2";
+    std::remove(bad.c_str());
+    auto r = runCommand("PYTHONPATH=" + shellQuoted(std::string(MEMLEDGER_SOURCE_DIR) + "/python") + " "
+        + shellQuoted(MEMLEDGER_PYTHON) + " " + shellQuoted(std::string(MEMLEDGER_SOURCE_DIR)
+        + "/tests/fixtures/python_export_truths.py") + " --failure " + shellQuoted(dir));
+    EXPECT_EQ(r.exit_code, 3) << r.output;
+    EXPECT_TRUE(contains(r.output, "ExportError: memledger.export: ")) << r.output;
+    EXPECT_TRUE(contains(r.output, "memledger.capture")) << r.output;
+    EXPECT_FALSE(std::ifstream(bad).good()) << bad << " was written";
+    if (exportTruth().contains("skipped")) {
+        EXPECT_TRUE(contains(r.output, "has no torch.export")) << r.output;
+        return;
+    }
+    EXPECT_TRUE(contains(r.output, "cannot trace DataDependent")) << r.output;
+    EXPECT_TRUE(contains(r.output, "if x.sum() > 0:")) << r.output; // the user's line that branches on a value
+    EXPECT_TRUE(contains(r.output, "strict export")) << r.output;
+}
+
+// A model that only a non-strict export traces (a function TorchDynamo must not trace): the strict attempt's reason
+// is printed, the non-strict program is saved and memledger runs it.
+TEST(MemledgerExport, AStrictFailureIsRetriedNonStrictWithTheReason)
+{
+    SKIP_WITHOUT_EXPORT_FIXTURES();
+    const std::string dir = fixture("python_export/non_strict");
+    const std::string file = dir + "/non_strict.pt2";
+    std::remove(file.c_str());
+    auto r = runCommand("PYTHONPATH=" + shellQuoted(std::string(MEMLEDGER_SOURCE_DIR) + "/python") + " "
+        + shellQuoted(MEMLEDGER_PYTHON) + " " + shellQuoted(std::string(MEMLEDGER_SOURCE_DIR)
+        + "/tests/fixtures/python_export_truths.py") + " --non-strict " + shellQuoted(dir));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(contains(r.output, "strict export failed: ")) << r.output;
+    EXPECT_TRUE(contains(r.output, "torch.compiler.disable")) << r.output; // PyTorch's reason
+    EXPECT_TRUE(contains(r.output, "retrying non-strict")) << r.output;
+    EXPECT_TRUE(contains(r.output, "(non-strict)")) << r.output;
+    auto run = runCommand(memledger::test::memledgerBinary() + " analyze " + file + " --input 2x8:float32 --threads 1");
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_TRUE(contains(run.output, "proj")) << run.output;
+}
+
+} // namespace
