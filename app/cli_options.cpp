@@ -63,7 +63,8 @@ std::string usageText()
            "  SHAPE   inputs, comma-separated, each a shape with an optional type and fill: 1x3x224x224 or\n"
            "          2x512:int64,2x512:bool (token ids filled with 0, masks with false; =V fills V: 2x512:int64=7);\n"
            "          types float32 (default), float16, bfloat16, int64, int32, bool\n"
-           "  T       float32 | bfloat16 | float16 (floating-point weights and inputs are converted before the run)\n"
+           "  T       float32 | bfloat16 | float16 (floating-point weights and inputs are converted before the run);\n"
+           "          whatif's --dtype also takes bfloat16-mixed | float16-mixed: the float32 model under --autocast\n"
            "  SIZE    a budget: 16GiB, 80GB (powers of 1000), or a GPU by name, its memory as PyTorch reports it:\n"
            "          H200, H100-80GB, A100-80GB, A100-40GB, L40S, L4, A10G, 4090, 3090, V100-32GB, V100-16GB, T4\n"
            "  RUN     --mode inference|train (train: one training step: forward, loss, backward, optimizer)\n"
@@ -164,13 +165,16 @@ CliOptions parseCli(const std::vector<std::string>& args)
         else if (a == "--dtype") {
             o.dtypes = splitComma(value(a));
             for (const auto& d : o.dtypes)
-                if (!isSupportedDtype(d))
-                    throw std::invalid_argument("--dtype '" + d + "' is not one of float32, bfloat16, float16");
+                if (o.command == "whatif" ? !isSupportedPrecision(d) : !isSupportedDtype(d))
+                    throw std::invalid_argument("--dtype '" + d + "' is not one of float32, bfloat16, float16"
+                        + (o.command == "whatif" ? ", bfloat16-mixed, float16-mixed (autocast over float32 weights)" : ""));
             if (o.dtypes.empty())
                 throw std::invalid_argument("--dtype needs a value");
             if (o.command != "whatif" && o.dtypes.size() != 1)
                 throw std::invalid_argument("--dtype takes one value here (several are for 'whatif')");
-            o.run.dtype = o.dtypes.front();
+            o.run.dtype = masterDtypeOf(o.dtypes.front());
+            if (isMixedPrecision(o.dtypes.front()))
+                o.run.autocast = autocastDtypeOf(o.dtypes.front());
         } else if (a == "--whatif") {
             for (const auto& b : splitComma(value(a)))
                 o.whatif_batches.push_back(parsePositive("--whatif", b));

@@ -39,6 +39,8 @@ ParallelPlan parallelPlanFromCli(const CliOptions& o, const std::vector<LayerSta
     } else if (!o.reduce_dtype.empty() && o.reduce_dtype != o.run.dtype) {
         throw std::invalid_argument("--reduce-dtype is FSDP's (fsdp, zero2): " + name + " reduces in --dtype");
     }
+    if (!plan.sharded())
+        plan.autocast = o.run.autocast; // ddp and zero1 in mixed precision: autocast over the master weights
     plan.reshard_after_forward = plan.shard == Sharding::Fsdp && o.reshard_after_forward;
     if (plan.sharded() && !o.shard_units.empty())
         plan.units = shardUnitsMatching(layers, o.shard_units);
@@ -75,7 +77,7 @@ int runFit(const CliOptions& o)
             base.input_types = file.default_input_types;
         }
         WhatIfRequest records;
-        records.dtypes = computeDtypesFor(request.precisions);
+        records.dtypes = recordedPrecisionsFor(request.precisions, request.shards);
         records.rows = {1, 2, 4, 8}; // the records a training step's what-if makes, and a row past them if it is cheap
         auto w = recordWhatIf(*file.model, base, records, [](const std::string& dtype, std::int64_t batch, int done) {
             std::cerr << "memledger: fit record " << done << " in " << dtype << " at batch " << batch << "\n";
@@ -175,7 +177,7 @@ int runRankWhatIf(const CliOptions& o)
         if (batches.empty())
             batches = {1, 2, 4, 8};
         WhatIfRequest records;
-        records.dtypes = computeDtypesFor(precisions);
+        records.dtypes = recordedPrecisionsFor(precisions, shards);
         records.rows = batches;
         auto w = recordWhatIf(*file.model, base, records, [](const std::string& dtype, std::int64_t batch, int done) {
             std::cerr << "memledger: what-if record " << done << " in " << dtype << " at batch " << batch << "\n";

@@ -42,6 +42,8 @@ quint64 WhatIfWorker::record(std::shared_ptr<const OpenedFile> file, RunOptions 
         base.inputs = file->inputsFor(base, nullptr, &base.input_types);
         if (!base.mode)
             base.mode = file->default_mode;
+        if (request.dtypes.empty())
+            request.dtypes = windowWhatIfDtypes(*base.mode);
         // The panel is usable on the first records while the larger ones are made.
         auto w = std::make_shared<const WhatIf>(recordWhatIf(
             *file->model, base, request,

@@ -331,12 +331,18 @@ TEST_F(Autocast, TheWhatIfKeepsAutocast)
     const auto* truth = truthOf(c);
     ASSERT_NE(truth, nullptr);
     auto model = Model::open(file("cnn_bn"));
+    // The run's precision is "bfloat16-mixed" (float32 weights under bfloat16 autocast); "float32" beside it is the
+    // model without autocast.
     auto w = WhatIf::record(model, optionsFor(c), 1, 2, {"float32"});
-    auto predicted = w.predictedReport(1, "float32");
+    const auto dtypes = w.dtypes();
+    ASSERT_NE(std::find(dtypes.begin(), dtypes.end(), "bfloat16-mixed"), dtypes.end());
+    auto predicted = w.predictedReport(1, "bfloat16-mixed");
     EXPECT_EQ(predicted.run.autocast, "bfloat16");
+    EXPECT_EQ(predicted.run.dtype, "float32");
     EXPECT_EQ(predicted.ledgers[static_cast<std::size_t>(Ledger::AutocastCache)].total,
         autocastTruth()["programs"]["cnn_bn"]["weight_casts"]["bytes_16bit"].get<std::int64_t>());
-    auto measured = w.measure(model, 1, "float32");
+    EXPECT_EQ(w.predictedReport(1, "float32").run.autocast, "");
+    auto measured = w.measure(model, 1, "bfloat16-mixed");
     ASSERT_TRUE(measured.measured_peak_total_bytes.has_value());
     const double theirs = static_cast<double>(num(*truth, "peak_total_bytes"));
     EXPECT_NEAR(static_cast<double>(*measured.measured_peak_total_bytes), theirs, 0.01 * theirs);

@@ -481,6 +481,14 @@ TEST(MainWindow, WhatIfPanelShowsOneRankOfAShardedJob)
     auto* panel = w.whatIfPanel();
     const auto run = w.report();
     ASSERT_EQ(run->run.mode, RunMode::Train);
+    // One GPU in bfloat16 mixed (offered first): the what-if's record under bfloat16 autocast, float32 weights.
+    panel->setDtype(QStringLiteral("bfloat16-mixed"));
+    EXPECT_FALSE(panel->rankPlan());
+    auto one = panel->activeWhatIf()->predict(panel->batch(), "bfloat16-mixed", false);
+    EXPECT_TRUE(one.runnable) << one.not_runnable;
+    EXPECT_EQ(one.weight_bytes, run->weight_bytes);
+    EXPECT_TRUE(panel->peakTotalText().startsWith(QString::fromStdString(formatBytes(one.predicted_peak_total_bytes))))
+        << panel->peakTotalText().toStdString();
     panel->setDtype(QStringLiteral("float32"));
     panel->setGpus(4); // more than one GPU: FSDP unless another strategy is chosen
     EXPECT_EQ(panel->shard(), "fsdp");
@@ -497,9 +505,18 @@ TEST(MainWindow, WhatIfPanelShowsOneRankOfAShardedJob)
     while (panel->gpuFitText().isEmpty() && clock.elapsed() < 10000)
         QTest::qWait(50);
     EXPECT_TRUE(panel->gpuFitText().contains("fsdp")) << panel->gpuFitText().toStdString();
-    // Mixed precision under DDP is autocast: said, not predicted.
+    // Mixed precision under DDP is autocast over float32 weights: the what-if's "bfloat16-mixed" record (the window
+    // makes one for every training step) laid out per rank.
     panel->setDtype(QStringLiteral("bfloat16-mixed"));
-    EXPECT_TRUE(panel->fitsText().contains("autocast")) << panel->fitsText().toStdString();
+    auto mixedPlan = panel->rankPlan();
+    ASSERT_TRUE(mixedPlan);
+    EXPECT_EQ(mixedPlan->autocast, "bfloat16");
+    EXPECT_EQ(mixedPlan->recordedPrecision(), "bfloat16-mixed");
+    auto mixed = panel->activeWhatIf()->predictRank(panel->batch(), *mixedPlan, false);
+    EXPECT_TRUE(mixed.runnable) << mixed.not_runnable;
+    EXPECT_EQ(mixed.weight_bytes, ddp.weight_bytes); // float32 weights, replicated
+    EXPECT_TRUE(panel->peakTotalText().startsWith(QString::fromStdString(formatBytes(mixed.predicted_peak_total_bytes))))
+        << panel->peakTotalText().toStdString();
     panel->setDtype(QStringLiteral("float32"));
     panel->setShard(QStringLiteral("fsdp"));
     panel->requestRank();

@@ -4,6 +4,7 @@
 // programs (LayerNorm, and an RMSNorm computed with autocast's float32 ops), bfloat16 and float16, the weight-cast cache
 // on and off; inference, and a training step's autocast region (the forward and the loss). Skipped, with the reason,
 // where the truth says so or the build has no meta runs or no CUDA autocast lists.
+#include "doc_table.h"
 #include "fixture_paths.h"
 #include "recording/build_report.h"
 #include "recording/model.h"
@@ -154,6 +155,8 @@ TEST_P(MetaAutocastTruth, TheRegionsPeakIsCudaAutocasts)
     std::printf("[ meta autocast ] %-34s memledger %10lld PyTorch (fake CUDA) %10lld\n", label(GetParam()).c_str(),
         static_cast<long long>(ours), static_cast<long long>(theirs));
     EXPECT_EQ(ours, theirs);
+    test::docTableRow("cli.md", "meta-autocast", {label(GetParam()), test::groupedBytes(theirs), test::groupedBytes(ours)},
+        {{"meta_autocast_truth " + label(GetParam()) + " peak_bytes", ours, theirs, 0}});
 }
 
 // The weight-cast cache's ledger is what the region's end freed: every weight's cast in inference (the cache holds the

@@ -138,8 +138,9 @@ const nlohmann::json& distTruth()
 }
 
 // Real jobs on this machine: torchrun --nproc-per-node 2 and 4, gloo on the CPU, torch.profiler on each rank
-// (tests/fixtures/dist_truths.py). DDP (gradient_as_bucket_view off and on) and ZeRO-1 (ZeroRedundancyOptimizer):
-// rank 0's weights and optimizer state exact, its peak total within 1%. The step is recorded on the CPU.
+// (tests/fixtures/dist_truths.py). DDP (gradient_as_bucket_view off and on) and ZeRO-1 (ZeroRedundancyOptimizer),
+// in float32 and in bfloat16 mixed precision (torch.autocast over float32 weights): rank 0's weights and optimizer
+// state exact, its peak total within 1%. The step is recorded on the CPU (under --autocast bfloat16 where mixed).
 TEST(RealJobs, DdpAndZeroOneRanksAgreeWithTorchrun)
 {
     if (torchBuildInfo().rfind("libtorch 1.", 0) == 0)
@@ -158,21 +159,26 @@ TEST(RealJobs, DdpAndZeroOneRanksAgreeWithTorchrun)
         }
         const auto& truth = c["ranks"][0];
         const bool view = c["gradient_as_bucket_view"].is_boolean() && c["gradient_as_bucket_view"].get<bool>();
+        const auto precision = c.value("param_dtype", std::string("float32")); // "bfloat16-mixed": autocast
         const auto name = c["model"].get<std::string>() + " " + c["input"].get<std::string>() + " " + shard + " on "
-            + std::to_string(c["nproc"].get<int>()) + (view ? ", bucket view" : "");
+            + std::to_string(c["nproc"].get<int>()) + (view ? ", bucket view" : "")
+            + (isMixedPrecision(precision) ? ", " + autocastDtypeOf(precision) + " mixed" : "");
         SCOPED_TRACE(name);
         const auto file = fixture("dist/" + c["file"].get<std::string>());
-        if (!steps.count(file)) {
+        const auto key = file + " " + precision;
+        if (!steps.count(key)) {
             auto model = Model::open(file);
-            auto o = stepOptions(c["input"].get<std::string>(), "float32");
+            auto o = stepOptions(c["input"].get<std::string>(), masterDtypeOf(precision));
+            o.autocast = autocastDtypeOf(precision);
             o.device = "cpu";
-            steps[file] = analyzeModel(model, o);
+            steps[key] = analyzeModel(model, o);
         }
         ParallelPlan plan;
         plan.gpus = c["nproc"].get<int>();
         plan.shard = *shardingFromName(shard);
         plan.gradient_as_bucket_view = view;
-        auto rank = rankReport(steps[file], plan);
+        plan.autocast = autocastDtypeOf(precision);
+        auto rank = rankReport(steps[key], plan);
         EXPECT_EQ(rank.model.parameter_bytes, truth["weight_bytes"].get<std::int64_t>());
         EXPECT_EQ(rank.optimizer_state_bytes, truth["optimizer_state_bytes"].get<std::int64_t>());
         const double theirs = static_cast<double>(truth["peak_total_bytes"].get<std::int64_t>() - truth["step_tensor_bytes"].get<std::int64_t>());
@@ -201,26 +207,24 @@ TEST(RealJobs, DdpAndZeroOneRanksAgreeWithTorchrun)
 TEST_F(Fsdp, FitTableAnswersTheSevenBQuestion)
 {
     auto model = Model::open(fixture("fsdp/llama7b.pt2"));
-    WhatIfRequest records;
-    records.dtypes = {"bfloat16", "float32"};
-    records.rows = {1, 2, 4, 8};
-    auto base = stepOptions("1x4096:int64", "float32");
-    auto w = recordWhatIf(model, base, records);
     GpuFitRequest request;
     request.budget = *parseBudget("H100-80GB");
     request.budget_text = "H100-80GB";
+    WhatIfRequest records;
+    // bfloat16 (FSDP's param_dtype, and pure), bfloat16-mixed (autocast on meta, for DDP and ZeRO-1), float32
+    records.dtypes = recordedPrecisionsFor(request.precisions, request.shards);
+    EXPECT_EQ(records.dtypes, (std::vector<std::string> {"bfloat16", "bfloat16-mixed", "float32"}));
+    records.rows = {1, 2, 4, 8};
+    auto base = stepOptions("1x4096:int64", "float32");
+    auto w = recordWhatIf(model, base, records);
     auto t = makeGpuFitTable(w, request);
     ASSERT_EQ(t.answers.size(), 12u);
     for (const auto& a : t.answers) {
         SCOPED_TRACE(a.precision + " " + a.shard);
-        if (!a.not_modelled.empty()) {
-            EXPECT_TRUE(a.shard == "ddp" || a.shard == "zero1") << a.not_modelled;
-            EXPECT_NE(a.precision.find("mixed"), std::string::npos);
-            continue;
-        }
+        EXPECT_TRUE(a.not_modelled.empty()) << a.not_modelled; // DDP and ZeRO-1 in mixed precision too
         ASSERT_EQ(a.largest.size(), t.gpu_counts.size());
         for (const auto& [n, b] : a.largest) {
-            auto plan = planFor(request, a.precision, *shardingFromName(a.shard), n, nullptr);
+            auto plan = planFor(request, a.precision, *shardingFromName(a.shard), n);
             const auto budget = t.allocatorBudget(n);
             if (b > 0) {
                 EXPECT_TRUE(fitsWithin(w.predictRank(b, plan, true, budget), budget)) << n << " GPUs, batch " << b;

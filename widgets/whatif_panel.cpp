@@ -218,7 +218,7 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     connect(measure_, &QPushButton::clicked, this, [this] {
         measure_->setEnabled(false);
         method_->setText(tr("measuring…"));
-        emit measureRequested(seqActive() ? seq() : batch(), dtype());
+        emit measureRequested(seqActive() ? seq() : batch(), whatIfPrecision());
     });
     setWhatIf(nullptr);
     setSeqWhatIf(nullptr, 0);
@@ -289,6 +289,11 @@ QString WhatIfPanel::dtype() const
     return p.endsWith(QLatin1String("-mixed")) ? p.section(QLatin1Char('-'), 0, 0) : p;
 }
 
+QString WhatIfPanel::whatIfPrecision() const
+{
+    return precision().endsWith(QLatin1String("-mixed")) ? precision() : dtype();
+}
+
 QString WhatIfPanel::masterDtype() const
 {
     return precision().endsWith(QLatin1String("-mixed")) ? QStringLiteral("float32") : dtype();
@@ -322,7 +327,7 @@ std::optional<ParallelPlan> WhatIfPanel::rankPlan() const
         return std::nullopt;
     GpuFitRequest request;
     return planFor(request, precision().toStdString(), *shardingFromName(shard().isEmpty() ? "fsdp" : shard().toStdString()),
-        gpus(), nullptr);
+        gpus());
 }
 
 void WhatIfPanel::requestRank()
@@ -425,9 +430,8 @@ void WhatIfPanel::repredict()
     if (!whatIf_)
         return;
     if (auto plan = rankPlan()) { // one rank of a data-parallel job
-        std::string why;
-        planFor(GpuFitRequest {}, precision().toStdString(), plan->shard, plan->gpus, &why);
         const auto& w = *activeWhatIf();
+        const auto why = notRecorded(w, *plan);
         const std::int64_t x = seqActive() ? seq() : batch();
         if (why.empty()) {
             current_ = w.predictRank(x, *plan, false);
@@ -446,12 +450,16 @@ void WhatIfPanel::repredict()
         return;
     }
     showRank_->setEnabled(false);
-    if (precision().endsWith(QLatin1String("-mixed"))) { // mixed precision on one device is autocast
+    // Mixed precision on one device is autocast over float32 weights: the what-if's record of it (a training step's
+    // what-if makes one, as `whatif --dtype bfloat16-mixed` does), where it could be made.
+    const auto key = whatIfPrecision().toStdString();
+    if (const auto have = activeWhatIf()->dtypes(); std::find(have.begin(), have.end(), key) == have.end()) {
         current_ = whatIf_->predict(batch(), dtype().toStdString(), false);
         current_.runnable = false;
-        current_.not_runnable = tr("%1 on one device is torch.autocast over float32 weights: choose FSDP or ZeRO-2 "
-                                   "(float32 master weights, bfloat16 parameters), or record with --autocast")
-                                    .arg(precision())
+        current_.not_runnable = tr("%1 on one device is torch.autocast over float32 weights, which this what-if did not "
+                                   "record (its notes say why): choose FSDP or ZeRO-2 (float32 master weights, %2 "
+                                   "parameters), or run with --autocast %2")
+                                    .arg(precision(), dtype())
                                     .toStdString();
         showPrediction(current_, false);
         measure_->setEnabled(false);
@@ -468,16 +476,16 @@ void WhatIfPanel::repredict()
     slider_->setToolTip(fixedBatch ? why : tr("Batch size, in powers of two"));
     batchBox_->setToolTip(why);
     if (seqMode) {
-        current_ = seqWhatIf_->predict(seq(), dtype().toStdString(), false);
+        current_ = seqWhatIf_->predict(seq(), key, false);
         QSignalBlocker block(batchBox_);
         QSignalBlocker blockSlider(slider_);
         batchBox_->setValue(static_cast<int>(current_.batch));
     } else {
-        current_ = whatIf_->predict(batch(), dtype().toStdString(), false);
+        current_ = whatIf_->predict(batch(), key, false);
     }
     showPrediction(current_, false);
     reservedTimer_->start();
-    const bool recorded = activeWhatIf()->isRecorded(dtype().toStdString());
+    const bool recorded = activeWhatIf()->isRecorded(key);
     measure_->setEnabled(recorded && current_.runnable);
     measure_->setToolTip(!current_.runnable ? QString::fromStdString(current_.not_runnable)
             : recorded                       ? tr("Run the model at this batch and precision on the CPU and compare")
@@ -497,10 +505,11 @@ void WhatIfPanel::updateReserved()
         showPrediction(current_, true);
         return;
     }
-    if (!current_.runnable && precision().endsWith(QLatin1String("-mixed")))
-        return;
-    current_ = seqActive() ? seqWhatIf_->predict(seq(), dtype().toStdString(), true, budget())
-                           : whatIf_->predict(batch(), dtype().toStdString(), true, budget());
+    const auto key = whatIfPrecision().toStdString();
+    if (const auto have = activeWhatIf()->dtypes(); std::find(have.begin(), have.end(), key) == have.end())
+        return; // not recorded: said by repredict
+    current_ = seqActive() ? seqWhatIf_->predict(seq(), key, true, budget())
+                           : whatIf_->predict(batch(), key, true, budget());
     showPrediction(current_, true);
 }
 
@@ -627,7 +636,7 @@ void WhatIfPanel::changeEvent(QEvent* event)
 void WhatIfPanel::showMeasurement(const Prediction& m)
 {
     measure_->setEnabled(true);
-    if (m.batch != batch() || QString::fromStdString(m.dtype) != dtype())
+    if (m.batch != batch() || QString::fromStdString(m.dtype) != whatIfPrecision())
         return; // the user moved on while it ran
     if (m.measured_peak_bytes && m.error_percent)
         method_->setText((whatIf_ && whatIf_->device() == "meta"

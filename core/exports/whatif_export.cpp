@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <sstream>
 
 namespace memledger {
@@ -170,13 +171,16 @@ std::string whatIfToText(const WhatIfTable& table)
     std::ostringstream out;
     const bool seq = table.axis == WhatIfAxis::Seq;
     const std::size_t methodWidth = table.device == "meta" ? 18 : 11; // "computed on meta"
-    out << cell("batch", 8) << (seq ? cell("seq", 8) : std::string()) << cell("dtype", 10) << cell("method", methodWidth) << cell("peak", 12) << cell("peak total", 12)
+    std::size_t dtypeWidth = 10; // "bfloat16-mixed" is wider
+    for (const auto& p : table.predictions)
+        dtypeWidth = std::max(dtypeWidth, p.dtype.size() + 1);
+    out << cell("batch", 8) << (seq ? cell("seq", 8) : std::string()) << cell("dtype", dtypeWidth) << cell("method", methodWidth) << cell("peak", 12) << cell("peak total", 12)
         << cell("reserved", 12) << (budget > 0 ? "fits " + table.budgetText() : "") << "\n";
     for (const auto& p : table.predictions) {
         auto peak = p.measured_peak_bytes.value_or(p.predicted_peak_bytes);
         auto total = p.peakTotal();
         out << cell(std::to_string(p.batch), 8) << (seq ? cell(std::to_string(p.seq), 8) : std::string())
-            << cell(p.dtype, 10) << cell(table.methodText(p), methodWidth)
+            << cell(p.dtype, dtypeWidth) << cell(table.methodText(p), methodWidth)
             // A size the model cannot run has no figures a user could act on: its row says why instead (notes).
             << cell(p.runnable ? formatBytes(peak) : "-", 12) << cell(p.runnable ? formatBytes(total) : "-", 12)
             << cell(p.runnable ? formatBytes(p.predicted_reserved_bytes) : "-", 12);
@@ -191,7 +195,7 @@ std::string whatIfToText(const WhatIfTable& table)
             << "):\n";
         for (std::size_t i = 0; i < table.max_batch.size(); ++i) {
             const auto& [dtype, n] = table.max_batch[i];
-            out << "  " << cell(dtype, 10) << WhatIfTable::largestText(n);
+            out << "  " << cell(dtype, dtypeWidth) << WhatIfTable::largestText(n);
             if (seq && i < table.max_seq_batch.size())
                 out << " at batch " << table.max_seq_batch[i];
             out << "\n";

@@ -7,6 +7,36 @@ bool isSupportedDtype(const std::string& dtype)
     return dtype == "float32" || dtype == "bfloat16" || dtype == "float16";
 }
 
+namespace {
+const std::string kMixed = "-mixed";
+}
+
+bool isMixedPrecision(const std::string& precision)
+{
+    return precision.size() > kMixed.size()
+        && precision.compare(precision.size() - kMixed.size(), kMixed.size(), kMixed) == 0;
+}
+
+bool isSupportedPrecision(const std::string& precision)
+{
+    return isSupportedDtype(precision) || (isMixedPrecision(precision) && isSupportedDtype(autocastDtypeOf(precision)));
+}
+
+std::string masterDtypeOf(const std::string& precision)
+{
+    return isMixedPrecision(precision) ? std::string("float32") : precision;
+}
+
+std::string autocastDtypeOf(const std::string& precision)
+{
+    return isMixedPrecision(precision) ? precision.substr(0, precision.size() - kMixed.size()) : std::string();
+}
+
+std::string precisionOf(const std::string& dtype, const std::string& autocast)
+{
+    return autocast.empty() ? dtype : autocast + kMixed;
+}
+
 int dtypeSize(const std::string& dtype)
 {
     if (dtype == "float32" || dtype == "int32")

@@ -13,6 +13,15 @@ int dtypeSize(const std::string& dtype); // bytes per element, 0 if unknown
 bool isFloatingDtype(const std::string& dtype); // float32, float16, bfloat16, float64
 std::int64_t numelOf(const std::vector<std::int64_t>& shape); // 1 for a scalar
 
+// A precision as a what-if records it: a dtype the model is converted to and runs in ("bfloat16": pure), or
+// "<dtype>-mixed": torch.autocast in <dtype> over float32 weights (a run's --autocast), what a fine-tune means by it.
+bool isMixedPrecision(const std::string& precision);
+bool isSupportedPrecision(const std::string& precision); // a supported dtype, or one of them "-mixed"
+std::string masterDtypeOf(const std::string& precision); // the weights' dtype: "float32" for a mixed one
+std::string autocastDtypeOf(const std::string& precision); // a mixed one's compute dtype; "" for a pure one
+// The precision of a run at `dtype` under `autocast` ("": none).
+std::string precisionOf(const std::string& dtype, const std::string& autocast);
+
 // The element type of a model input and what it holds: `--input 2x512:int64`, `2x512:bool=true`.
 // Floating-point inputs (float32, the default) hold random normal values and take the run's precision when
 // --dtype asks for one; integer inputs (token ids) are filled with 0, a valid id in every vocabulary, and bool

@@ -1,5 +1,6 @@
 #include "whatif/gpu_fit.h"
 
+#include "support/dtype.h"
 #include "support/format.h"
 
 #include <algorithm>
@@ -12,77 +13,81 @@ namespace {
 
 constexpr std::int64_t kMiB = 1024 * 1024;
 
-struct Precision {
-    const char* name;
-    const char* master;
-    const char* compute;
-};
-constexpr Precision kPrecisions[] = {
-    {"float32", "float32", "float32"},
-    {"bfloat16", "bfloat16", "bfloat16"},
-    {"float16", "float16", "float16"},
-    {"bfloat16-mixed", "float32", "bfloat16"},
-    {"float16-mixed", "float32", "float16"},
-};
-
-const Precision* precisionNamed(const std::string& name)
+// A step's compute dtype in `precision` (support/dtype.h): a mixed one's autocast dtype.
+std::string computeDtypeOf(const std::string& precision)
 {
-    for (const auto& p : kPrecisions)
-        if (name == p.name)
-            return &p;
-    return nullptr;
+    return isMixedPrecision(precision) ? autocastDtypeOf(precision) : precision;
 }
 
 } // namespace
 
+std::string notRecorded(const WhatIf& w, const ParallelPlan& plan)
+{
+    const auto key = plan.recordedPrecision();
+    const auto have = w.dtypes();
+    if (std::find(have.begin(), have.end(), key) != have.end())
+        return {};
+    return std::string(shardingName(plan.shard)) + " in " + key + " is the step recorded under " + plan.autocast
+        + " autocast over " + plan.master_dtype + " weights, which this what-if could not record (its notes say why)";
+}
+
 void checkPrecisions(const std::vector<std::string>& precisions)
 {
     for (const auto& p : precisions)
-        if (!precisionNamed(p))
+        if (!isSupportedPrecision(p))
             throw std::invalid_argument("precision '" + p
                 + "' is not one of float32, bfloat16, float16, bfloat16-mixed, float16-mixed");
 }
 
-std::vector<std::string> computeDtypesFor(const std::vector<std::string>& precisions)
+std::vector<std::string> recordedPrecisionsFor(const std::vector<std::string>& precisions, const std::vector<Sharding>& shards)
 {
     checkPrecisions(precisions);
+    const bool sharded = std::any_of(shards.begin(), shards.end(), [](Sharding s) { return s == Sharding::Fsdp || s == Sharding::Zero2; });
+    const bool unsharded = std::any_of(shards.begin(), shards.end(), [](Sharding s) { return s == Sharding::Ddp || s == Sharding::Zero1; });
     std::vector<std::string> out;
-    for (const auto& p : precisions) {
-        std::string d = precisionNamed(p)->compute;
+    auto add = [&](const std::string& d) {
         if (std::find(out.begin(), out.end(), d) == out.end())
             out.push_back(d);
+    };
+    for (const auto& p : precisions) {
+        if (!isMixedPrecision(p)) {
+            add(p);
+            continue;
+        }
+        if (sharded) // FSDP's MixedPrecisionPolicy: the step computes in param_dtype
+            add(computeDtypeOf(p));
+        if (unsharded) // DDP's and ZeRO-1's: torch.autocast over float32 weights
+            add(p);
     }
     return out;
 }
 
 std::string precisionText(const std::string& precision)
 {
-    const auto* p = precisionNamed(precision);
-    if (!p)
+    if (!isSupportedPrecision(precision))
         return precision;
-    if (std::string(p->master) == p->compute)
-        return std::string(p->name) + " (pure: weights, gradients and optimizer state in " + p->name + ")";
-    return std::string(p->compute) + " mixed (" + p->master + " master weights, gradients and optimizer state; "
-        + p->compute + " forward and backward)";
+    if (!isMixedPrecision(precision))
+        return precision + " (pure: weights, gradients and optimizer state in " + precision + ")";
+    const auto compute = computeDtypeOf(precision), master = masterDtypeOf(precision);
+    return compute + " mixed (" + master + " master weights, gradients and optimizer state; " + compute
+        + " forward and backward: FSDP's param_dtype, or torch.autocast under DDP and ZeRO-1)";
 }
 
-ParallelPlan planFor(const GpuFitRequest& r, const std::string& precision, Sharding shard, int gpus, std::string* why)
+ParallelPlan planFor(const GpuFitRequest& r, const std::string& precision, Sharding shard, int gpus)
 {
-    const auto* p = precisionNamed(precision);
-    if (!p)
+    if (!isSupportedPrecision(precision))
         throw std::invalid_argument("unknown precision '" + precision + "'");
     ParallelPlan plan = r.base;
     plan.gpus = gpus;
     plan.shard = shard;
-    plan.master_dtype = p->master;
-    plan.param_dtype = p->compute;
+    plan.master_dtype = masterDtypeOf(precision);
+    plan.param_dtype = computeDtypeOf(precision);
     plan.reduce_dtype.clear();
+    plan.autocast.clear();
     plan.reshard_after_forward = shard == Sharding::Fsdp && r.base.reshard_after_forward;
-    if (!plan.sharded()) {
+    if (!plan.sharded()) { // ddp and zero1 compute in the weights' dtype, under autocast where mixed
         plan.param_dtype.clear();
-        if (std::string(p->master) != p->compute && why)
-            *why = std::string(shardingName(shard)) + " in " + p->compute + " mixed precision is torch.autocast over "
-                + p->master + " weights: not modelled for " + shardingName(shard) + " yet (fsdp and zero2 are)";
+        plan.autocast = autocastDtypeOf(precision);
     }
     return plan;
 }
@@ -113,8 +118,8 @@ std::vector<Prediction> rankRows(const WhatIf& w, const std::vector<std::int64_t
                 // "Fits" is monotone along the micro-batch: never above the largest that fits.
                 std::int64_t largest = -1;
                 for (auto b : batches) {
-                    std::string why;
-                    auto plan = planFor(r, precision, shard, n, &why);
+                    auto plan = planFor(r, precision, shard, n);
+                    const auto why = notRecorded(w, plan);
                     Prediction p;
                     if (!why.empty()) {
                         p.batch = b;
@@ -167,8 +172,7 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
             GpuFitAnswer a;
             a.precision = precision;
             a.shard = shardingName(shard);
-            std::string why;
-            planFor(r, precision, shard, 1, &why);
+            const auto why = notRecorded(w, planFor(r, precision, shard, 1));
             if (!why.empty()) {
                 a.not_modelled = why;
                 t.answers.push_back(a);
@@ -176,7 +180,7 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
             }
             std::int64_t previous = -1;
             for (int n : t.gpu_counts) {
-                auto plan = planFor(r, precision, shard, n, nullptr);
+                auto plan = planFor(r, precision, shard, n);
                 const auto budget = t.allocatorBudget(n);
                 // DDP's rank is the same on any number of GPUs (past one, NCCL's share off the budget).
                 std::int64_t largest = 0;

@@ -27,12 +27,17 @@ struct GpuFitRequest {
     const WhatIf* seq_whatif = nullptr;
 };
 
-// The compute dtypes a what-if must record for these precisions ("bfloat16-mixed" computes in bfloat16).
-std::vector<std::string> computeDtypesFor(const std::vector<std::string>& precisions);
+// The precisions a what-if must record (support/dtype.h) for these precisions and strategies: fsdp and zero2 in
+// mixed precision record the compute dtype (FSDP's param_dtype: "bfloat16"); ddp and zero1 the mixed precision
+// itself ("bfloat16-mixed": autocast over float32 weights).
+std::vector<std::string> recordedPrecisionsFor(const std::vector<std::string>& precisions, const std::vector<Sharding>& shards);
 // Throws std::invalid_argument naming an unknown precision.
 void checkPrecisions(const std::vector<std::string>& precisions);
-// The plan of one precision and strategy on `gpus` GPUs; empty `why` filled where it is not modelled.
-ParallelPlan planFor(const GpuFitRequest& r, const std::string& precision, Sharding shard, int gpus, std::string* why);
+// The plan of one precision and strategy on `gpus` GPUs.
+ParallelPlan planFor(const GpuFitRequest& r, const std::string& precision, Sharding shard, int gpus);
+// Why `plan`'s rank cannot be laid out from `w` (its recorded precision, ParallelPlan::recordedPrecision, is not
+// among the what-if's: a mixed precision this machine could not record); "" when it can.
+std::string notRecorded(const WhatIf& w, const ParallelPlan& plan);
 // "bfloat16 mixed (float32 master weights, gradients and AdamW state; bfloat16 compute)": for people.
 std::string precisionText(const std::string& precision);
 

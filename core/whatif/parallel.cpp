@@ -48,6 +48,8 @@ std::string ParallelPlan::text() const
             out += ", no reshard after forward";
     } else {
         out += ", " + master_dtype;
+        if (!autocast.empty())
+            out += " under " + autocast + " autocast";
     }
     return out;
 }
@@ -100,6 +102,10 @@ void checkPlan(const ParallelPlan& plan, const RunInfo& run)
     if (plan.paramDtype() != run.dtype)
         throw std::invalid_argument("the step was recorded in " + run.dtype + ", the plan computes in "
             + plan.paramDtype() + ": record it in " + plan.paramDtype());
+    if (!plan.sharded() && plan.autocast != run.autocast)
+        throw std::invalid_argument("the step was recorded " + (run.autocast.empty() ? std::string("without autocast") : "under " + run.autocast + " autocast")
+            + ", the plan computes " + (plan.autocast.empty() ? std::string("without it") : "under " + plan.autocast + " autocast")
+            + ": record it so (--autocast)");
 }
 
 namespace {

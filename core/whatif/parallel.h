@@ -24,6 +24,7 @@
 // Not modelled: tensor and pipeline parallelism, activation offloading, NCCL's and the CUDA context's own
 // memory (outside PyTorch's allocator: see the fit table's estimates).
 #include "report/report.h"
+#include "support/dtype.h"
 
 #include <cstdint>
 #include <optional>
@@ -53,7 +54,16 @@ struct ParallelPlan {
     std::int64_t bucket_bytes = 25 * 1024 * 1024; // ddp, zero1: bucket_cap_mb
     std::int64_t first_bucket_bytes = 1024 * 1024; // DDP's first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES)
 
+    // ddp/zero1: torch.autocast's dtype over master_dtype weights ("": none), the mixed precision of an unsharded job.
+    std::string autocast;
+
     std::string paramDtype() const { return param_dtype.empty() ? master_dtype : param_dtype; }
+    // The precision of the recorded step the rank is laid over (support/dtype.h): fsdp and zero2 record in their
+    // param_dtype; ddp and zero1 in the master dtype, under autocast where it is set ("bfloat16-mixed").
+    std::string recordedPrecision() const
+    {
+        return sharded() || autocast.empty() ? paramDtype() : precisionOf(master_dtype, autocast);
+    }
     std::string reduceDtype() const { return reduce_dtype.empty() ? master_dtype : reduce_dtype; }
     bool sharded() const { return shard == Sharding::Fsdp || shard == Sharding::Zero2; }
     // "fsdp on 8 GPUs, bfloat16 parameters, float32 master": for notes and titles.

@@ -105,7 +105,7 @@ std::shared_ptr<WhatIf::Fit> makeFit(const ModelInfo& model, const std::vector<L
     auto& r2 = runs.back();
     const auto b1 = xs.front(), b2 = xs.back();
     f->axis = axis;
-    f->dtype = r2.info.dtype;
+    f->dtype = precisionOf(r2.info.dtype, r2.info.autocast); // "bfloat16-mixed" for an autocast record
     f->b1 = b1;
     f->b2 = b2;
     SizeFit sizes;
@@ -193,7 +193,7 @@ std::shared_ptr<WhatIf::Fit> rescaleFit(
     f->rescaled_from = from.dtype;
     f->recorded.clear();
     f->notes.clear();
-    double factor = static_cast<double>(dtypeSize(dtype)) / static_cast<double>(dtypeSize(from.dtype));
+    double factor = static_cast<double>(dtypeSize(dtype)) / static_cast<double>(dtypeSize(masterDtypeOf(from.dtype)));
     if (factor != 1.0) {
         for (auto& v : f->slope)
             v *= factor;
@@ -232,7 +232,7 @@ std::vector<Shape> WhatIf::Fit::inputsAt(std::int64_t x) const
 
 std::int64_t WhatIf::Fit::inputBytes(std::int64_t x) const
 {
-    auto bytes = memledger::inputBytes(inputsAt(x), info.input_types, dtype);
+    auto bytes = memledger::inputBytes(inputsAt(x), info.input_types, masterDtypeOf(dtype));
     return bytes + target_bytes_per_sample * (axis == WhatIfAxis::Batch ? x : b2);
 }
 
@@ -270,12 +270,13 @@ WhatIf WhatIf::record(
 
 namespace {
 
-std::vector<std::string> dtypeOrder(const std::string& base, const std::vector<std::string>& dtypes)
+std::vector<std::string> dtypeOrder(const RunOptions& base, const std::vector<std::string>& dtypes)
 {
-    std::vector<std::string> order {base};
+    std::vector<std::string> order {precisionOf(base.dtype, base.autocast)};
     for (const auto& d : dtypes) {
-        if (!isSupportedDtype(d))
-            throw std::invalid_argument("unknown dtype '" + d + "' (use float32, bfloat16 or float16)");
+        if (!isSupportedPrecision(d))
+            throw std::invalid_argument("unknown dtype '" + d
+                + "' (use float32, bfloat16 or float16, or bfloat16-mixed or float16-mixed: autocast over float32)");
         if (std::find(order.begin(), order.end(), d) == order.end())
             order.push_back(d);
     }
@@ -328,6 +329,14 @@ std::int64_t nextRecord(std::int64_t last, std::int64_t step, const WhatIf::Plan
     return next;
 }
 
+// The run options of one precision (support/dtype.h): a pure one converts the model; a mixed one runs the float32
+// model under autocast.
+void setPrecision(RunOptions& o, const std::string& precision)
+{
+    o.dtype = masterDtypeOf(precision);
+    o.autocast = autocastDtypeOf(precision);
+}
+
 // Runs `o` (one precision) at each batch into `runs`. The inputs guessed by the first run are kept in `base` for
 // every later batch and precision. A precision other than the base one that cannot run is put in `cannotRun`
 // (false); the base one's failure is thrown.
@@ -335,10 +344,11 @@ bool recordRuns(Model& model, RunOptions& base, RunOptions& o, const std::vector
     std::vector<RawRun>& runs, std::vector<std::pair<std::string, std::string>>& cannotRun,
     WhatIfAxis axis = WhatIfAxis::Batch, const WhatIf::Plan* plan = nullptr)
 {
+    const auto precision = precisionOf(o.dtype, o.autocast);
     try {
         for (auto b : batches) {
             if (plan && plan->progress) // told each record as it starts, so that a failure names the one told
-                plan->progress(o.dtype, b, static_cast<int>(runs.size()) + 1);
+                plan->progress(precision, b, static_cast<int>(runs.size()) + 1);
             (axis == WhatIfAxis::Batch ? o.batch : o.seq) = b;
             runs.push_back(model.run(o));
             if (base.inputs.empty()) { // guessed once: the same guess for every batch and dtype
@@ -347,9 +357,9 @@ bool recordRuns(Model& model, RunOptions& base, RunOptions& o, const std::vector
             }
         }
     } catch (const RunError& e) {
-        if (o.dtype == base.dtype)
+        if (precision == precisionOf(base.dtype, base.autocast))
             throw;
-        cannotRun.emplace_back(o.dtype, e.what());
+        cannotRun.emplace_back(precision, e.what());
         return false;
     }
     return true;
@@ -375,9 +385,9 @@ WhatIf WhatIf::recordAt(Model& model, RunOptions base, const std::vector<std::in
     w.range_ = axis == WhatIfAxis::Seq ? w.model_->seq_range : w.model_->batch_range;
     w.modules_ = std::make_shared<const std::vector<LayerStats>>(model.modules());
     std::vector<std::pair<std::string, std::string>> cannotRun; // dtype, why
-    for (const auto& dtype : dtypeOrder(base.dtype, dtypes)) {
+    for (const auto& dtype : dtypeOrder(base, dtypes)) {
         RunOptions o = base;
-        o.dtype = dtype;
+        setPrecision(o, dtype);
         std::vector<RawRun> runs;
         if (!recordRuns(model, base, o, xs, runs, cannotRun, axis))
             continue;
@@ -538,9 +548,9 @@ WhatIf WhatIf::recordAlong(
     std::vector<std::pair<std::string, std::string>> cannotRun; // dtype, why
     std::vector<std::int64_t> start; // a sequence what-if's first records, as the base precision found them
     // Each precision on its own plan: a precision the CPU runs slowly (float16 convolutions) stops earlier.
-    for (const auto& dtype : dtypeOrder(base.dtype, dtypes)) {
+    for (const auto& dtype : dtypeOrder(base, dtypes)) {
         RunOptions o = base;
-        o.dtype = dtype;
+        setPrecision(o, dtype);
         std::vector<std::int64_t> xs;
         std::vector<RawRun> runs;
         bool ran = false;
@@ -565,7 +575,7 @@ WhatIf WhatIf::recordAlong(
                 axis);
         };
         std::vector<std::shared_ptr<const Fit>> fits {fitOf(0)};
-        if (!seqAxis && dtype == base.dtype && plan.first_records) {
+        if (!seqAxis && dtype == precisionOf(base.dtype, base.autocast) && plan.first_records) {
             WhatIf first = all;
             first.fits_ = fits;
             first.addRescaledFits({});
@@ -696,6 +706,10 @@ WhatIfAxis WhatIf::axis() const
 
 void WhatIf::addRescaledFits(const std::vector<std::pair<std::string, std::string>>& cannotRun)
 {
+    // A mixed precision is never rescaled from another: one that could not run is said so.
+    for (const auto& [d, reason] : cannotRun)
+        if (isMixedPrecision(d))
+            notes_.push_back(d + ": could not be recorded here: " + reason);
     // Every supported dtype gets a fit up front, so that a const WhatIf is safe to share between threads.
     for (const char* dtype : {"float32", "bfloat16", "float16"}) {
         if (std::any_of(fits_.begin(), fits_.end(), [&](const auto& f) { return f->dtype == dtype; }))
@@ -704,7 +718,12 @@ void WhatIf::addRescaledFits(const std::vector<std::pair<std::string, std::strin
         for (const auto& [d, reason] : cannotRun)
             if (d == dtype)
                 why = "it cannot be recorded here (" + reason + ")";
-        std::string from = fits_.front()->dtype;
+        std::string from = fits_.front()->dtype; // the base precision's, a pure one where there is one
+        for (const auto& f : fits_)
+            if (!isMixedPrecision(f->dtype)) {
+                from = f->dtype;
+                break;
+            }
         for (const auto& f : fits_)
             if (f->rescaled_from.empty() && dtypeSize(f->dtype) == dtypeSize(dtype)) {
                 from = f->dtype;
@@ -870,7 +889,7 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
     if (withReserved) {
         // The same resident set as the report's replay (allocator/gpu_replay.h), at this batch and dtype.
         const auto& t = *f.trace;
-        auto resident = residentBlocks(*model_, dtype, p.weight_bytes, f.optimizer_state_bytes, f.inputsAt(batch),
+        auto resident = residentBlocks(*model_, masterDtypeOf(dtype), p.weight_bytes, f.optimizer_state_bytes, f.inputsAt(batch),
             f.info.input_types, p.input_bytes);
         replayReserve(p, resident, t.size(), t.size() ? t.device.front() : -1, capacity, [&](Trace& replay) {
             for (std::size_t i = 0; i < t.size(); ++i)
@@ -957,7 +976,7 @@ Prediction WhatIf::predictRank(std::int64_t batch, const ParallelPlan& plan, boo
 Prediction WhatIf::rankPrediction(std::int64_t batch, const ParallelPlan& plan, bool withReserved, std::int64_t capacity,
     bool replayOnlyIfPeakFits) const
 {
-    const auto dtype = plan.paramDtype();
+    const auto dtype = plan.recordedPrecision();
     const auto& f = fit(dtype, batch);
     if (f.info.mode != RunMode::Train)
         throw std::invalid_argument("a rank of a data-parallel job is a training step's what-if: record with --mode train");
@@ -965,7 +984,7 @@ Prediction WhatIf::rankPrediction(std::int64_t batch, const ParallelPlan& plan, 
     auto p = predict(batch, dtype, false);
     Trace sized = predictedTrace(batch, dtype);
     RunInfo info = f.info;
-    info.dtype = dtype;
+    info.dtype = masterDtypeOf(dtype);
     auto layout = layOutRank(*model_, *modules_, sized, *f.ops, f.phases, info, f.optimizer_state_bytes, plan);
     p.gpus = plan.gpus;
     p.shard = shardingName(plan.shard);
@@ -993,7 +1012,7 @@ Prediction WhatIf::rankPrediction(std::int64_t batch, const ParallelPlan& plan, 
     if (withReserved) {
         ResidentSet resident; // the rank's shards, buffers and optimizer state, then the inputs
         resident.blocks = layout.info.resident_blocks;
-        auto inputs = residentBlocks(ModelInfo {}, dtype, 0, 0, f.inputsAt(batch), f.info.input_types, p.input_bytes);
+        auto inputs = residentBlocks(ModelInfo {}, masterDtypeOf(dtype), 0, 0, f.inputsAt(batch), f.info.input_types, p.input_bytes);
         resident.blocks.insert(resident.blocks.end(), inputs.blocks.begin(), inputs.blocks.end());
         replayReserve(p, resident, t.size(), t.size() ? t.device.front() : -1, capacity, [&](Trace& replay) {
             for (std::size_t i = 0; i < t.size(); ++i)
@@ -1006,7 +1025,7 @@ Prediction WhatIf::rankPrediction(std::int64_t batch, const ParallelPlan& plan, 
 
 Report WhatIf::predictedRankReport(std::int64_t batch, const ParallelPlan& plan) const
 {
-    auto step = predictedReport(batch, plan.paramDtype());
+    auto step = predictedReport(batch, plan.recordedPrecision());
     auto r = rankReport(step, plan);
     return r;
 }
@@ -1041,7 +1060,7 @@ Report WhatIf::predictedReport(std::int64_t batch, const std::string& dtype) con
         raw.info.seq = batch;
     else
         raw.info.batch = batch;
-    raw.info.dtype = dtype;
+    raw.info.dtype = masterDtypeOf(dtype);
     raw.info.duration_ms = 0.0;
     raw.info.input_shapes = f.inputsAt(batch);
     raw.input_bytes = f.inputBytes(batch);
@@ -1066,7 +1085,7 @@ Prediction WhatIf::measure(Model& model, std::int64_t batch, const std::string& 
     o.inputs = f.info.input_shapes;
     o.input_types = f.info.input_types;
     (f.axis == WhatIfAxis::Seq ? o.seq : o.batch) = batch;
-    o.dtype = dtype;
+    o.dtype = masterDtypeOf(dtype);
     o.autocast = f.info.autocast;
     o.autocast_cache = f.info.autocast_cache;
     o.mode = f.info.mode;

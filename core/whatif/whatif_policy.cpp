@@ -17,6 +17,14 @@ std::vector<std::string> whatIfDtypes(const std::vector<std::string>& asked)
     return asked.empty() ? std::vector<std::string> {"float32", "bfloat16", "float16"} : asked;
 }
 
+std::vector<std::string> windowWhatIfDtypes(RunMode mode)
+{
+    auto dtypes = whatIfDtypes({});
+    if (mode == RunMode::Train)
+        dtypes.push_back("bfloat16-mixed");
+    return dtypes;
+}
+
 std::vector<std::int64_t> whatIfRows(const WhatIfRequest& request)
 {
     const bool seq = request.axis == WhatIfAxis::Seq;

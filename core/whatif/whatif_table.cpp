@@ -41,8 +41,21 @@ WhatIfTable makeWhatIfTable(const WhatIf& w, const std::vector<std::int64_t>& ba
     auto timeLeft = [&] {
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() < kMeasureSeconds;
     };
+    const auto have = w.dtypes();
     for (const auto& dtype : dtypes) {
         const auto first = t.predictions.size();
+        if (std::find(have.begin(), have.end(), dtype) == have.end()) { // a mixed precision this machine cannot run
+            for (auto batch : rows) {
+                Prediction p;
+                (t.axis == WhatIfAxis::Seq ? p.seq : p.batch) = batch;
+                p.dtype = dtype;
+                p.runnable = false;
+                p.fits = false;
+                p.not_runnable = dtype + " could not be recorded here (the what-if's notes say why)";
+                t.predictions.push_back(p);
+            }
+            continue;
+        }
         for (auto batch : rows) {
             auto p = w.predict(batch, dtype, true, budget);
             // Where the two records did not line up, a prediction is a guess: run it instead.
