@@ -9,7 +9,7 @@ namespace memledger {
 
 // The built-in demos, embedded in the executable (no Python at run time), opened by name ("demo:...").
 //  - demo:rfbnet.pt: the RFBNet of seed 000 (float16 weights, 1x1x300x300), inference.
-//  - demo:mnist-train.pt: seed 003's MNIST network (conv1 1->32, conv2 32->64, fc1 3136->128, fc2 128->10,
+//  - demo:mnist-train.pt: a small MNIST ConvNet (conv1 1->32, conv2 32->64, fc1 3136->128, fc2 128->10,
 //    batch 64 of 1x28x28), recorded as one SGD training step.
 //  - demo:gpt.pt2 and demo:gpt-train.pt2: a small GPT (resources/gpt.py: 4 blocks, d_model 128, vocab 512, the
 //    LM head tied to the token embedding) saved with torch.export, token ids 4x256 in inference and 8x256 in an

@@ -1,4 +1,4 @@
-"""Seed 003's MNIST network (without its checkpoint call), memledger's training-step demo.
+"""A small MNIST ConvNet (the checkpointing example's, without its checkpoint call), memledger's training-step demo.
 
 python3 mnist_net.py OUT.pt writes it as TorchScript with float16 weights (the demo is recorded in float32:
 the load tax shows too). Input: a batch of 64 1x28x28 images; 10 classes.

@@ -11,7 +11,15 @@ Nothing here needs more than PyTorch 2.x; torch is imported when a function is c
 
 __version__ = "0.4.0"
 
-__all__ = ["export", "capture", "find_binary"]
+__all__ = ["export", "capture", "find_binary", "ExportError"]
+
+
+def __getattr__(name):
+    # memledger.ExportError, without importing torch when the package is imported (PEP 562).
+    if name == "ExportError":
+        from .export_program import ExportError
+        return ExportError
+    raise AttributeError("module 'memledger' has no attribute %r" % name)
 
 
 def export(*args, **kwargs):

@@ -648,6 +648,13 @@ def _tied(model):
     return tied
 
 
+def _dropped_buffers(model, ep):
+    """[(name, bytes)] of the model's buffers that the exported program holds under no name (torch.export leaves
+    out a non-persistent buffer that no op reads, such as a rotary embedding's original_inv_freq)."""
+    kept = set(ep.state_dict) | set(getattr(ep, "constants", {}) or {})
+    return [(n, b.numel() * b.element_size()) for n, b in model.named_buffers() if n not in kept]
+
+
 def export(model, args, path, *, kwargs=None, dynamic=None, verbose=True):
     """Exports `model` called as model(*args, **kwargs) with torch.export and saves it at `path` (a `.pt2` that
     memledger opens). Returns the torch.export.ExportedProgram.
@@ -723,6 +730,11 @@ def export(model, args, path, *, kwargs=None, dynamic=None, verbose=True):
                  % ("; the inputs %s traced as meta tensors" % ", ".join(moved) if moved else ""))
         for later, first in _tied(model):
             _say(True, "tied: %s is %s (stored and counted once)" % (later, first))
+        dropped = _dropped_buffers(model, ep)
+        if dropped:
+            _say(True, "not in the program: %s (%d bytes: buffers no op reads, which torch.export leaves out; the "
+                 "eager model holds them, memledger does not count them)"
+                 % (", ".join(n for n, _ in dropped), sum(b for _, b in dropped)))
         doubled = [n for n in doubled if n not in dims.fixed]
         if doubled:
             _say(True, "the example's size 1 in %s was traced as 2 (torch.export fixes a size of 1)"
