@@ -314,6 +314,31 @@ TEST(TimelinePlot, PeakLabelStaysInsideThePlotAndPanningStopsAtTheFirstEvent)
     EXPECT_DOUBLE_EQ(plot.xAxis->range().upper, last);
 }
 
+// A predicted step drawn over the run (a checkpoint box ticked) keeps the user's zoom; over the whole run, the view
+// grows to the predicted step where it runs longer.
+TEST(TimelinePlot, APredictedStepKeepsTheZoom)
+{
+    qtTestApp();
+    TimelinePlot plot;
+    plot.resize(900, 320);
+    plot.setReport(syntheticReport(3000));
+    plot.setAxis(TimelineAxis::OpSequence);
+    const double first = plot.series().firstKey(), last = plot.series().lastKey();
+    const double lo = first + (last - first) / 4, hi = first + (last - first) / 2;
+    plot.xAxis->setRange(lo, hi);
+    auto longer = syntheticReport(4000);
+    plot.setPredictedReport(longer, QStringLiteral("checkpointed"));
+    EXPECT_DOUBLE_EQ(plot.xAxis->range().lower, lo);
+    EXPECT_DOUBLE_EQ(plot.xAxis->range().upper, hi);
+    plot.setPredictedReport(nullptr, QString());
+    EXPECT_DOUBLE_EQ(plot.xAxis->range().lower, lo);
+    EXPECT_DOUBLE_EQ(plot.xAxis->range().upper, hi);
+    plot.resetZoom();
+    plot.setPredictedReport(longer, QStringLiteral("checkpointed"));
+    EXPECT_DOUBLE_EQ(plot.xAxis->range().lower, first);
+    EXPECT_GT(plot.xAxis->range().upper, last);
+}
+
 TEST(TimelinePlot, HidingTheWeightsStartsTheAxisAtTheirTop)
 {
     qtTestApp();

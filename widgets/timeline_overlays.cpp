@@ -12,11 +12,24 @@ namespace memledger {
 
 void TimelinePlot::setPredictedReport(std::shared_ptr<const Report> predicted, const QString& name)
 {
+    // A view of the whole step grows to the predicted one, which may run longer; a zoom the user chose is kept
+    // (ticking a checkpoint box, or moving the What if panel, must not lose it).
+    double lo = series_->firstKey(), hi = series_->lastKey();
+    if (predicted_ && !predictedSeries_.keys.empty())
+        hi = std::max(hi, predictedSeries_.lastKey());
+    const auto shown = xAxis->range();
+    const double slack = 1e-9 * std::max(1.0, hi - lo);
+    const bool whole = shown.lower <= lo + slack && shown.upper >= hi - slack;
     predicted_ = std::move(predicted);
     predictedGraph_->setName(name);
     rebuildPredicted();
     fitLegend();
-    resetZoom(); // the predicted step may run longer than the recorded one
+    if (whole) {
+        resetZoom();
+    } else {
+        reduceToView();
+        replot(rpQueuedReplot);
+    }
 }
 
 // The predicted step's stacked total, built by the same series code as the recorded one.
