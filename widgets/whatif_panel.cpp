@@ -218,7 +218,7 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     connect(measure_, &QPushButton::clicked, this, [this] {
         measure_->setEnabled(false);
         method_->setText(tr("measuring…"));
-        emit measureRequested(seqActive() ? seq() : batch(), whatIfPrecision());
+        emit measureRequested(seqActive() ? seq() : batch(), precision());
     });
     setWhatIf(nullptr);
     setSeqWhatIf(nullptr, 0);
@@ -287,11 +287,6 @@ QString WhatIfPanel::dtype() const
 {
     const auto p = precision();
     return p.endsWith(QLatin1String("-mixed")) ? p.section(QLatin1Char('-'), 0, 0) : p;
-}
-
-QString WhatIfPanel::whatIfPrecision() const
-{
-    return precision().endsWith(QLatin1String("-mixed")) ? precision() : dtype();
 }
 
 QString WhatIfPanel::masterDtype() const
@@ -452,8 +447,8 @@ void WhatIfPanel::repredict()
     showRank_->setEnabled(false);
     // Mixed precision on one device is autocast over float32 weights: the what-if's record of it (a training step's
     // what-if makes one, as `whatif --dtype bfloat16-mixed` does), where it could be made.
-    const auto key = whatIfPrecision().toStdString();
-    if (const auto have = activeWhatIf()->dtypes(); std::find(have.begin(), have.end(), key) == have.end()) {
+    const auto key = precision().toStdString();
+    if (!activeWhatIf()->hasPrecision(key)) {
         current_ = whatIf_->predict(batch(), dtype().toStdString(), false);
         current_.runnable = false;
         current_.not_runnable = tr("%1 on one device is torch.autocast over float32 weights, which this what-if did not "
@@ -505,8 +500,8 @@ void WhatIfPanel::updateReserved()
         showPrediction(current_, true);
         return;
     }
-    const auto key = whatIfPrecision().toStdString();
-    if (const auto have = activeWhatIf()->dtypes(); std::find(have.begin(), have.end(), key) == have.end())
+    const auto key = precision().toStdString();
+    if (!activeWhatIf()->hasPrecision(key))
         return; // not recorded: said by repredict
     current_ = seqActive() ? seqWhatIf_->predict(seq(), key, true, budget())
                            : whatIf_->predict(batch(), key, true, budget());
@@ -636,7 +631,7 @@ void WhatIfPanel::changeEvent(QEvent* event)
 void WhatIfPanel::showMeasurement(const Prediction& m)
 {
     measure_->setEnabled(true);
-    if (m.batch != batch() || QString::fromStdString(m.dtype) != whatIfPrecision())
+    if (m.batch != batch() || QString::fromStdString(m.dtype) != precision())
         return; // the user moved on while it ran
     if (m.measured_peak_bytes && m.error_percent)
         method_->setText((whatIf_ && whatIf_->device() == "meta"

@@ -43,8 +43,6 @@ public:
     // and strategy (gpus() 1 and shard() empty: one device).
     QString precision() const;
     QString masterDtype() const;
-    // The what-if's precision of one device's figures: "bfloat16-mixed" (recorded under autocast) or the dtype.
-    QString whatIfPrecision() const;
     int gpus() const;
     QString shard() const;
     void setGpus(int gpus);

@@ -24,8 +24,7 @@ std::string computeDtypeOf(const std::string& precision)
 std::string notRecorded(const WhatIf& w, const ParallelPlan& plan)
 {
     const auto key = plan.recordedPrecision();
-    const auto have = w.dtypes();
-    if (std::find(have.begin(), have.end(), key) != have.end())
+    if (w.hasPrecision(key))
         return {};
     return std::string(shardingName(plan.shard)) + " in " + key + " is the step recorded under " + plan.autocast
         + " autocast over " + plan.master_dtype + " weights, which this what-if could not record (its notes say why)";

@@ -793,6 +793,11 @@ std::vector<std::int64_t> WhatIf::recordedBatches(const std::string& dtype) cons
     return out;
 }
 
+bool WhatIf::hasPrecision(const std::string& precision) const
+{
+    return std::any_of(fits_.begin(), fits_.end(), [&](const auto& f) { return f->dtype == precision; });
+}
+
 bool WhatIf::isRecorded(const std::string& dtype) const
 {
     for (const auto& f : fits_)

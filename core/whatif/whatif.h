@@ -107,6 +107,8 @@ public:
     Prediction measure(Model& model, std::int64_t batch, const std::string& dtype, std::int64_t capacity = 0) const;
 
     std::vector<std::string> dtypes() const; // every dtype predict() accepts
+    // Whether predict() accepts `precision`: every dtype does; a mixed one where it was recorded (support/dtype.h).
+    bool hasPrecision(const std::string& precision) const;
     bool isRecorded(const std::string& dtype) const; // recorded, not rescaled
     std::int64_t batch1() const; // the smallest record
     std::int64_t batch2() const; // the largest record

@@ -41,10 +41,9 @@ WhatIfTable makeWhatIfTable(const WhatIf& w, const std::vector<std::int64_t>& ba
     auto timeLeft = [&] {
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() < kMeasureSeconds;
     };
-    const auto have = w.dtypes();
     for (const auto& dtype : dtypes) {
         const auto first = t.predictions.size();
-        if (std::find(have.begin(), have.end(), dtype) == have.end()) { // a mixed precision this machine cannot run
+        if (!w.hasPrecision(dtype)) { // a mixed precision this machine cannot run
             for (auto batch : rows) {
                 Prediction p;
                 (t.axis == WhatIfAxis::Seq ? p.seq : p.batch) = batch;
