@@ -72,6 +72,9 @@ std::string usageText()
            "          --hold-output step|backward|none (train: how long the loop holds the output and the loss; step,\n"
            "          the default: until the step returns, the previous step's until the forward returns, as nanoGPT's\n"
            "          and Hugging Face's loops; backward: freed after backward; none: never named)\n"
+           "          --lifetimes eager|graph (a .pt2: eager, the default: each value lives as the eager Python it\n"
+           "          was exported from holds it, a local until reassigned or its function returns; graph: until its\n"
+           "          last reader, as torch.export.load(FILE).module() and torch.compile run it)\n"
            "          --threads N (libtorch's intra-op threads)  --seq N (dimension 1 of every token input)\n"
            "          --device cpu|meta|cuda|cuda:N (meta: shapes only, no memory, figures computed from shapes; a GPU\n"
            "          needs a memledger built against a libtorch with CUDA; default cpu, meta for a .pt2 whose weights\n"
@@ -204,6 +207,10 @@ CliOptions parseCli(const std::vector<std::string>& args)
             o.run.hold_output = value(a);
             if (o.run.hold_output != "step" && o.run.hold_output != "backward" && o.run.hold_output != "none")
                 throw std::invalid_argument("--hold-output '" + o.run.hold_output + "' is not step, backward or none");
+        } else if (a == "--lifetimes") {
+            o.run.lifetimes = value(a);
+            if (o.run.lifetimes != "eager" && o.run.lifetimes != "graph")
+                throw std::invalid_argument("--lifetimes '" + o.run.lifetimes + "' is not eager or graph");
         } else if (a == "--threads") {
             o.run.threads = static_cast<int>(parsePositive("--threads", value(a)));
         } else if (a == "--device") {

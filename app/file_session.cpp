@@ -58,6 +58,8 @@ void FileSession::take(std::shared_ptr<const OpenedFile> file)
     shown_ = false;
     const auto kind = file_->kind;
     panel_->setRunnable(kind == FileKind::Model);
+    // A torch.export program (it carries its export example): the lifetimes row applies.
+    panel_->setLifetimesApply(kind == FileKind::Model && file_->model && file_->model->info().example_inputs);
     if (kind == FileKind::Model)
         panel_->refreshDevices(false); // opening it loaded libtorch: its GPUs are listed now
     panel_->setMode(file_->default_mode);
@@ -97,6 +99,8 @@ void FileSession::show(std::shared_ptr<const Report> report)
             panel_->setOptimizer(report->run.optimizer);
         if (report->run.mode == RunMode::Train && !report->run.hold_output.empty())
             panel_->setHoldOutput(report->run.hold_output);
+        if (!report->run.lifetimes.empty())
+            panel_->setLifetimes(report->run.lifetimes);
     }
     shown_ = true;
     emit finished(std::move(report));

@@ -28,6 +28,7 @@ RunPanel::RunPanel(QWidget* parent)
     , optimizer_(new QComboBox(this))
     , loss_(new QComboBox(this))
     , holdOutput_(new QComboBox(this))
+    , lifetimes_(new QComboBox(this))
     , training_(new QWidget(this))
     , run_(new QPushButton(tr("Run"), this))
     , cancel_(new QPushButton(tr("Cancel"), this))
@@ -89,7 +90,13 @@ RunPanel::RunPanel(QWidget* parent)
                                "returns: `logits, loss = model(x, y)` as nanoGPT's and Hugging Face's loops, the "
                                "previous step's alive until this forward returns. Until after backward: `del out, "
                                "loss` before the optimizer step. Not held: `loss_fn(model(x), y).backward()`"));
-    for (auto* box : {optimizer_, loss_, holdOutput_})
+    lifetimes_->addItem(tr("as the eager code holds them"), QStringLiteral("eager"));
+    lifetimes_->addItem(tr("as the graph frees them"), QStringLiteral("graph"));
+    lifetimes_->setToolTip(tr("How long each value of the program lives. As the eager code holds them: the Python the "
+                              "program was exported from, a local until it is reassigned or its function returns "
+                              "(running the model eagerly, training or serving it). As the graph frees them: each "
+                              "value after its last reader, as torch.export.load(FILE).module() and torch.compile"));
+    for (auto* box : {optimizer_, loss_, holdOutput_, lifetimes_})
         box->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
     cancel_->setEnabled(false);
     progress_->setTextVisible(true);
@@ -121,11 +128,13 @@ RunPanel::RunPanel(QWidget* parent)
     form_->addRow(tr("Mode"), mode_);
     form_->addRow(tr("Optimizer"), training_);
     form_->addRow(tr("Output held"), holdOutput_);
+    form_->addRow(tr("Lifetimes"), lifetimes_);
     form_->addRow(buttons);
     form_->addRow(progress_);
     form_->addRow(status_);
     form_->setRowVisible(training_, false);
     form_->setRowVisible(holdOutput_, false);
+    form_->setRowVisible(lifetimes_, false);
     connect(mode_, QOverload<int>::of(&QComboBox::currentIndexChanged), this, [this] {
         form_->setRowVisible(training_, mode() == RunMode::Train);
         form_->setRowVisible(holdOutput_, mode() == RunMode::Train);
@@ -166,6 +175,7 @@ RunOptions RunPanel::options() const
     o.optimizer = optimizer();
     o.loss = loss();
     o.hold_output = holdOutput();
+    o.lifetimes = lifetimes();
     return o;
 }
 
@@ -252,6 +262,27 @@ std::string RunPanel::holdOutput() const
     return holdOutput_->currentData().toString().toStdString();
 }
 
+void RunPanel::setLifetimes(const std::string& lifetimes)
+{
+    selectData(lifetimes_, lifetimes);
+}
+
+std::string RunPanel::lifetimes() const
+{
+    return lifetimes_->currentData().toString().toStdString();
+}
+
+void RunPanel::setLifetimesApply(bool applies)
+{
+    lifetimesApply_ = applies;
+    form_->setRowVisible(lifetimes_, runnable_ && applies);
+}
+
+bool RunPanel::lifetimesRowVisible() const
+{
+    return form_->isRowVisible(lifetimes_);
+}
+
 bool RunPanel::trainingRowVisible() const
 {
     return form_->isRowVisible(training_);
@@ -260,7 +291,7 @@ bool RunPanel::trainingRowVisible() const
 void RunPanel::setRunnable(bool runnable)
 {
     runnable_ = runnable;
-    for (QWidget* w : std::initializer_list<QWidget*> {inputs_, batch_, dtype_, device_, mode_, optimizer_, loss_, holdOutput_, run_})
+    for (QWidget* w : std::initializer_list<QWidget*> {inputs_, batch_, dtype_, device_, mode_, optimizer_, loss_, holdOutput_, lifetimes_, run_})
         w->setEnabled(runnable);
     // A snapshot or a saved report has nothing to run: its rows go rather than stand greyed out.
     for (QWidget* w : std::initializer_list<QWidget*> {batch_, dtype_, device_, mode_})
@@ -270,6 +301,7 @@ void RunPanel::setRunnable(bool runnable)
     inputsNote_->setVisible(runnable && !inputsNote_->text().isEmpty());
     form_->setRowVisible(training_, runnable && mode() == RunMode::Train);
     form_->setRowVisible(holdOutput_, runnable && mode() == RunMode::Train);
+    form_->setRowVisible(lifetimes_, runnable && lifetimesApply_);
 }
 
 void RunPanel::setRunning(bool running)

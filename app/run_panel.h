@@ -45,6 +45,12 @@ public:
     std::string loss() const; // auto | sum | cross_entropy
     void setHoldOutput(const std::string& hold); // step | backward | none (RunOptions::hold_output)
     std::string holdOutput() const;
+    // How long a torch.export program's values live (RunOptions::lifetimes): eager | graph. The row shows for a
+    // program only (`applies`): a TorchScript model has TorchScript's own.
+    void setLifetimes(const std::string& lifetimes);
+    std::string lifetimes() const;
+    void setLifetimesApply(bool applies);
+    bool lifetimesRowVisible() const;
     void setProgress(int done, int total); // total 0: not known yet, the bar runs indeterminate
     void setStatus(const QString& text);
     QString status() const; // what the panel says under its button
@@ -74,6 +80,7 @@ private:
     QComboBox* optimizer_;
     QComboBox* loss_;
     QComboBox* holdOutput_; // how long the loop holds the output and the loss (a training step)
+    QComboBox* lifetimes_; // eager | graph (a torch.export program)
     QWidget* training_; // optimizer and loss, in one row
     QFormLayout* form_ = nullptr;
     QLayout* inputsRow_ = nullptr; // the inputs and their note
@@ -82,6 +89,7 @@ private:
     QProgressBar* progress_;
     QLabel* status_;
     bool runnable_ = true;
+    bool lifetimesApply_ = false;
 };
 
 } // namespace memledger

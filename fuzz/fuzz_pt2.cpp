@@ -9,6 +9,7 @@
 // through the command line).
 #include "recording/pt2_arithmetic.h"
 #include "recording/pt2_graph.h"
+#include "recording/pt2_lifetimes.h"
 
 #include <cstdint>
 #include <cstdlib>
@@ -61,6 +62,13 @@ void program(const json& root)
             } catch (const std::exception&) {
             }
         }
+    // Both lifetimes, told from the nodes' source lines and module stacks as the loader tells them.
+    std::vector<std::string> outputs;
+    const auto& signature = root.at("graph_module").at("signature");
+    for (const auto& spec : signature.at("output_specs"))
+        namesIn(spec, outputs);
+    const auto graphEnds = graphLifetimes(graph.at("nodes"), outputs);
+    (void)eagerLifetimes(graph.at("nodes"), graphEnds);
     (void)root.dump(); // recursive, bounded by parseJson's depth check
 }
 

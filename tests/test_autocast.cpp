@@ -95,6 +95,7 @@ RunOptions optionsFor(const AutocastCase& c)
     o.device = "cpu";
     o.mode = c.mode == "train" ? RunMode::Train : RunMode::Inference;
     o.optimizer = "adamw";
+    o.lifetimes = "graph"; // the truths run torch.export.load(FILE).module(): the graph's lifetimes
     o.hold_output = "backward"; // autocast_truths.py's loop: `del out, loss` after loss.backward(), before opt.step()
     if (c.dtype != "float32") {
         o.autocast = c.dtype;

@@ -48,6 +48,7 @@ RunOptions options(const std::string& dtype, const std::string& device, RunMode 
     o.device = device;
     o.mode = mode;
     o.optimizer = "adamw";
+    o.lifetimes = "graph"; // the truths run torch.export.load(FILE).module(): the graph's lifetimes
     if (batch > 0)
         o.inputs.front().front() = batch;
     return o;

@@ -462,6 +462,34 @@ TEST(MainWindow, OpensTheMnistTrainingDemoFromTheMenuAndRunsATrainingStep)
     EXPECT_EQ(w.timeline()->phaseBandCount(), 0);
 }
 
+// A torch.export program's Run panel has a Lifetimes row: eager by default (the report names it), and a run with
+// "as the graph frees them" is the graph's lifetimes, a lower inference peak for the same ops. A TorchScript model
+// has no such row.
+TEST(MainWindow, TheLifetimesRowChoosesEagerOrGraphForAProgram)
+{
+    if (!canRunExportedPrograms())
+        GTEST_SKIP() << "this build's libtorch runs no torch.export programs (" << torchBuildInfo() << ")";
+    qtTestApp();
+    MainWindow w;
+    w.show();
+    w.openFile(QStringLiteral("demo:gpt.pt2"));
+    ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
+    EXPECT_TRUE(w.runPanel()->lifetimesRowVisible());
+    EXPECT_EQ(w.report()->run.lifetimes, "eager");
+    const auto eagerPeak = w.report()->peak_bytes;
+    w.runPanel()->setLifetimes("graph");
+    EXPECT_EQ(w.runPanel()->options().lifetimes, "graph");
+    w.runPanel()->runButton()->click();
+    ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
+    ASSERT_EQ(w.report()->run.lifetimes, "graph");
+    EXPECT_LT(w.report()->peak_bytes, eagerPeak) << "the graph frees q, k, v and the attention output sooner";
+
+    w.openDemo(); // RFBNet, TorchScript
+    ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
+    EXPECT_FALSE(w.runPanel()->lifetimesRowVisible());
+    EXPECT_TRUE(w.report()->run.lifetimes.empty());
+}
+
 // A training step's What if panel: GPUs and Sharding rows give rank 0's figures (the what-if's own rank
 // prediction), the fewest GPUs per strategy for the budget, and "Show this rank" puts the rank's step in the window
 // until File > Back to the run.

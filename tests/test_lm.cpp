@@ -48,6 +48,7 @@ RunOptions optionsFor(const std::string& input)
     o.inputs = parsed.shapes;
     o.input_types = parsed.types;
     o.threads = 1;
+    o.lifetimes = "graph"; // the truths run torch.export.load(FILE).module(): the graph's lifetimes
     return o;
 }
 
@@ -332,7 +333,7 @@ TEST(LanguageModelCli, AnalyzeAProgramWithTypedInputs)
     SKIP_WITHOUT_LM_FIXTURES();
     auto json = fixture("lm/cli_gpt.json");
     auto r = runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + lmFile("gpt_sdpa", "pt2")
-        + " --input 2x32:int64 --threads 1 --json " + json);
+        + " --input 2x32:int64 --threads 1 --lifetimes graph --json " + json);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("2x32:int64"), std::string::npos) << r.output;
     std::ifstream in(json);
@@ -384,7 +385,7 @@ TEST(LanguageModelWhatIf, TheCliVariesTheSequenceAndWritesItInEveryRow)
     SKIP_WITHOUT_LM_FIXTURES();
     auto json = fixture("lm/cli_seq.json");
     auto r = runCommand(std::string(MEMLEDGER_BINARY) + " whatif " + lmFile("gpt_sdpa", "pt2")
-        + " --input 2x16:int64 --seq 16,48,256 --dtype float32 --threads 1 --budget 5MB --json " + json);
+        + " --input 2x16:int64 --seq 16,48,256 --dtype float32 --threads 1 --lifetimes graph --budget 5MB --json " + json);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     std::ifstream in(json);
     auto j = nlohmann::json::parse(in);

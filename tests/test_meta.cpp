@@ -57,6 +57,7 @@ RunOptions optionsFor(const std::string& input, const std::string& device)
     }
     o.threads = 1;
     o.device = device;
+    o.lifetimes = "graph"; // the truths run torch.export.load(FILE).module(): the graph's lifetimes
     return o;
 }
 
@@ -360,7 +361,7 @@ TEST(MetaDevice, WhatIfRowsAreTheCpusButTemporaries)
         auto whatIf = [&](const std::string& device) {
             auto json = ::testing::TempDir() + "meta_whatif_" + device + ".json";
             auto r = runCommand(std::string(MEMLEDGER_BINARY) + " whatif " + run.model + " " + run.args
-                + " --threads 1 --device " + device + " --json " + json);
+                + " --threads 1 --lifetimes graph --device " + device + " --json " + json);
             EXPECT_EQ(r.exit_code, 0) << r.output;
             if (device == "meta") {
                 EXPECT_NE(r.output.find("on the meta device"), std::string::npos) << r.output;
@@ -528,7 +529,7 @@ TEST(MetaDevice, SequenceWhatIfRowsAreDirectMetaRuns)
     const auto file = fixture("meta/tied_meta.pt2");
     auto json = ::testing::TempDir() + "meta_seq_whatif.json";
     auto r = runCommand(std::string(MEMLEDGER_BINARY) + " whatif " + file
-        + " --device meta --input 1x128:int64 --seq 128,256,512 --dtype float32 --threads 1 --json " + json);
+        + " --device meta --input 1x128:int64 --seq 128,256,512 --dtype float32 --threads 1 --lifetimes graph --json " + json);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("on the meta device"), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find(" measured "), std::string::npos) << r.output;
@@ -622,7 +623,7 @@ TEST(MetaDevice, CheckpointingAndRemediesOnMeta)
     auto json = ::testing::TempDir() + "meta_ckpt.json";
     auto r = runCommand(std::string(MEMLEDGER_BINARY) + " whatif " + file + " --device meta --input " + tiedInput()
         + " --mode train --optimizer adamw --checkpoint auto --budget " + std::to_string(meta.peak_total_bytes - 1)
-        + " --threads 1 --json " + json);
+        + " --threads 1 --lifetimes graph --json " + json);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("on the meta device"), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("measured"), std::string::npos) << r.output;
@@ -632,7 +633,7 @@ TEST(MetaDevice, CheckpointingAndRemediesOnMeta)
     EXPECT_EQ(ckpt["recorded_peak_total_bytes"].get<std::int64_t>(), meta.peak_total_bytes);
 
     auto rem = runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + file + " --device meta --input " + tiedInput()
-        + " --remedies --budget " + std::to_string(meta.peak_total_bytes) + " --threads 1");
+        + " --remedies --budget " + std::to_string(meta.peak_total_bytes) + " --threads 1 --lifetimes graph");
     ASSERT_EQ(rem.exit_code, 0) << rem.output;
     EXPECT_NE(rem.output.find("What would help"), std::string::npos) << rem.output;
     EXPECT_NE(rem.output.find("computed on the meta device"), std::string::npos) << rem.output;

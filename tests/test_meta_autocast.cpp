@@ -82,6 +82,7 @@ RunOptions optionsFor(const MetaCase& c)
     o.loss = "next_token"; // F.cross_entropy(out.flatten(0, 1), targets), as the truth computes it
     o.autocast = c.dtype;
     o.autocast_cache = c.cache;
+    o.lifetimes = "graph"; // the truths run torch.export.load(FILE).module(): the graph's lifetimes
     o.hold_output = "backward"; // the truth's region is the first step's: no previous step's output is alive
     return o;
 }

@@ -77,13 +77,14 @@ protected:
             GTEST_SKIP() << GetParam() << ": " << t["skipped"].get<std::string>();
     }
 
-    // `memledger analyze FILE --input SPEC --threads 1 --json OUT`, read back.
-    nlohmann::json analyze()
+    // `memledger analyze FILE --input SPEC --threads 1 [--lifetimes L] --json OUT`, read back.
+    nlohmann::json analyze(const std::string& lifetimes = "")
     {
-        auto json = fixture("python_export/" + GetParam() + ".report.json");
+        auto json = fixture("python_export/" + GetParam() + lifetimes + ".report.json");
         std::remove(json.c_str());
         auto r = runCommand(memledger::test::memledgerBinary() + " analyze " + exportFile(t["file"].get<std::string>())
-            + " --input " + t["input"].get<std::string>() + " --threads 1 --json " + json);
+            + " --input " + t["input"].get<std::string>() + " --threads 1"
+            + (lifetimes.empty() ? "" : " --lifetimes " + lifetimes) + " --json " + json);
         EXPECT_EQ(r.exit_code, 0) << r.output;
         std::ifstream in(json);
         if (!in)
@@ -105,8 +106,20 @@ TEST_P(ExportedByMemledger, WeightsCountedOnceAndThePeakArePyTorchs)
     if (t.value("eager_buffer_bytes", std::int64_t {0}) > t["buffer_bytes"].get<std::int64_t>())
         EXPECT_NE(t["printed"].get<std::string>().find("not in the program: "), std::string::npos) << t["printed"];
     const auto& peakOf = t.contains("peak_of") ? exportTruth()["models"][t["peak_of"].get<std::string>()] : t;
-    ASSERT_TRUE(peakOf.contains("peak_bytes")) << peakOf.dump();
-    EXPECT_EQ(j["peak_bytes"].get<std::int64_t>(), peakOf["peak_bytes"].get<std::int64_t>())
+    ASSERT_TRUE(peakOf.contains("peak_bytes") && peakOf.contains("eager_peak_bytes")) << peakOf.dump();
+    EXPECT_EQ(j["run"]["lifetimes"], "eager") << "eager lifetimes are the default for a program exported from eager code";
+    const auto eagerPeak = peakOf["eager_peak_bytes"].get<std::int64_t>();
+    if (peakOf.contains("eager_tolerance"))
+        EXPECT_NEAR(static_cast<double>(j["peak_bytes"].get<std::int64_t>()), static_cast<double>(eagerPeak),
+            peakOf["eager_tolerance"].get<double>() * static_cast<double>(eagerPeak))
+            << peakOf["eager_differs"].get<std::string>();
+    else
+        EXPECT_EQ(j["peak_bytes"].get<std::int64_t>(), eagerPeak)
+            << "PyTorch's profiler peak of the eager model at " << t["input"].get<std::string>();
+    auto graph = analyze("graph");
+    ASSERT_TRUE(graph.is_object());
+    EXPECT_EQ(graph["run"]["lifetimes"], "graph");
+    EXPECT_EQ(graph["peak_bytes"].get<std::int64_t>(), peakOf["peak_bytes"].get<std::int64_t>())
         << "PyTorch's profiler peak of torch.export.load(" << peakOf["file"].get<std::string>() << ").module() at "
         << t["input"].get<std::string>();
     if (t.contains("peak_of")) // built on meta: the weights are shapes only and memledger runs it on meta

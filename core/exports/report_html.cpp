@@ -397,6 +397,8 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
             out << (i ? ", " : "") << htmlEscape(inputToString(r.run.input_shapes[i], inputTypeAt(r.run.input_types, i)));
         out << (r.run.input_guessed ? " (guessed)" : "") << " &middot; batch " << r.run.batch << " &middot; "
             << htmlEscape(r.run.dtype) << " &middot; " << nameOf(r.run.mode) << " on " << htmlEscape(r.run.device);
+        if (!r.run.lifetimes.empty())
+            out << " &middot; " << htmlEscape(r.run.lifetimes) << " lifetimes";
         if (r.run.mode == RunMode::Train)
             out << " &middot; optimizer " << htmlEscape(r.run.optimizer.empty() ? "-" : r.run.optimizer)
                 << " &middot; loss " << htmlEscape(r.run.loss.empty() ? "-" : r.run.loss)

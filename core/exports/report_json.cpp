@@ -486,6 +486,8 @@ json reportToJson(const Report& r, bool withEvents)
         j["run"]["autocast"] = r.run.autocast;
         j["run"]["autocast_cache"] = r.run.autocast_cache;
     }
+    if (!r.run.lifetimes.empty())
+        j["run"]["lifetimes"] = r.run.lifetimes;
     if (r.run.mode == RunMode::Train) {
         j["run"]["optimizer"] = r.run.optimizer;
         j["run"]["loss"] = r.run.loss;
@@ -662,6 +664,7 @@ Report reportFromJson(const json& j, const std::string& name)
         r.run.optimizer = run.value("optimizer", "");
         r.run.loss = run.value("loss", "");
         r.run.hold_output = run.value("hold_output", "");
+        r.run.lifetimes = run.value("lifetimes", "");
         r.gradient_bytes = j.value("gradient_bytes", std::int64_t {0});
         r.optimizer_state_bytes = j.value("optimizer_state_bytes", std::int64_t {0});
         if (run.contains("parallel")) {

@@ -153,6 +153,8 @@ std::string reportToText(const Report& r, int maxDepth)
         out << " weights under autocast " << r.run.autocast << " (weight-cast cache "
             << (r.run.autocast_cache ? "on" : "off") << ")";
     out << ", " << nameOf(r.run.mode) << " on " << r.run.device;
+    if (!r.run.lifetimes.empty())
+        out << ", " << r.run.lifetimes << " lifetimes";
     if (isTrainStep(r))
         out << " (optimizer " << (r.run.optimizer.empty() ? "-" : r.run.optimizer) << ", loss "
             << (r.run.loss.empty() ? "-" : r.run.loss)

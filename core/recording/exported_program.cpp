@@ -15,6 +15,7 @@
 #include "recording/pt2_cast_policy.h"
 #include "recording/pt2_graph.h"
 #include "recording/pt2_interpreter.h"
+#include "recording/pt2_lifetimes.h"
 #include "report/report.h"
 #include "support/dtype.h"
 #include "support/errors.h"
@@ -54,6 +55,8 @@ struct ExportedProgram::Impl {
     std::vector<std::string> notes; // loadNotes()
     std::size_t kept_casts = 0; // nodes that keep the exported type in a converted run
     bool source_lines = false; // whether the nodes carry their source (stack_trace), which tells those
+    bool eager_known = false; // the nodes carry the source lines eager_release is told from
+    bool eager_lifetimes = false; // runs with eager_release (setLifetimes)
 
     // The graph's placeholders that are weights: graph name -> (parameter or buffer list, index).
     struct WeightRef {
@@ -71,7 +74,9 @@ struct ExportedProgram::Impl {
         const json* inputs = nullptr;
         const json* outputs = nullptr;
         std::string module;
-        std::vector<std::string> last_use; // values no later node reads: dropped once this one has run
+        // Values dropped once this one has run: no later node reads them (the graph's lifetimes), or the eager
+        // Python the program was exported from holds them no longer (pt2_lifetimes.h).
+        std::vector<std::string> graph_release, eager_release;
         // aten::_assert_tensor_metadata: checks the dtype the program was exported with, which --dtype and
         // --autocast change; it allocates nothing and is not run.
         bool assertion = false;
@@ -439,29 +444,23 @@ void separateKeptCasts(Impl& d)
     }
 }
 
-// Each value is dropped after the last node that reads it, as the Python code FX generates does: an activation is
-// freed when nothing needs it any more, not at the end of the run.
-void markLastUses(Impl& d)
+// When each value is dropped, for the graph's lifetimes and for eager Python's (pt2_lifetimes.h). The program's
+// outputs and the buffers it mutates are read by the caller, and never dropped.
+void markReleases(Impl& d)
 {
-    std::unordered_map<std::string, std::size_t> last;
-    std::vector<std::string> names;
-    for (std::size_t i = 0; i < d.nodes.size(); ++i) {
-        names.clear();
-        for (const auto& in : *d.nodes[i].inputs)
-            if (in.contains("arg"))
-                namesIn(in.at("arg"), names);
-        namesIn(*d.nodes[i].outputs, names);
-        for (const auto& n : names)
-            last[n] = i;
-    }
-    names.clear();
-    namesIn(d.outputs, names);
+    std::vector<std::string> keep;
+    namesIn(d.outputs, keep);
     for (const auto& [output, buffer] : d.buffer_mutations)
-        names.push_back(output);
-    for (const auto& n : names)
-        last.erase(n); // read by the caller
-    for (const auto& [name, i] : last)
-        d.nodes[i].last_use.push_back(name);
+        keep.push_back(output);
+    const auto& nodes = d.program.at("nodes");
+    const auto graph = pt2::graphLifetimes(nodes, keep);
+    for (const auto& [name, i] : graph)
+        d.nodes[i].graph_release.push_back(name);
+    if (!pt2::hasSourceLines(nodes))
+        return;
+    for (const auto& [name, i] : pt2::eagerLifetimes(nodes, graph))
+        d.nodes[i].eager_release.push_back(name);
+    d.eager_known = d.eager_lifetimes = true;
 }
 
 // The module tree: the modules the nodes name, those that own a weight but call no op of their own (their
@@ -562,7 +561,7 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
     ModuleOrder modules;
     readNodes(d, modules);
     separateKeptCasts(d);
-    markLastUses(d);
+    markReleases(d);
     buildModuleTree(d, modules);
     if (d.meta_weights) // a program saved with some weights on meta and some not runs on meta alone: all there
         p->convert(std::nullopt, c10::Device(c10::kMeta));
@@ -642,7 +641,7 @@ c10::IValue ExportedProgram::run(const std::vector<at::Tensor>& inputs, const st
             else
                 env.callPython(node.target, *node.inputs, *node.outputs);
         }
-        for (const auto& name : node.last_use)
+        for (const auto& name : d.eager_lifetimes ? node.eager_release : node.graph_release)
             env.values.erase(name);
     }
     for (const auto& [output, buffer] : d.buffer_mutations)
@@ -657,6 +656,12 @@ c10::IValue ExportedProgram::run(const std::vector<at::Tensor>& inputs, const st
     if (results.size() == 1)
         return results.front();
     return c10::ivalue::Tuple::create(std::move(results));
+}
+
+std::string ExportedProgram::setLifetimes(const std::string& wanted)
+{
+    d_->eager_lifetimes = wanted == "eager" && d_->eager_known;
+    return d_->eager_lifetimes ? "eager" : "graph";
 }
 
 bool ExportedProgram::metaWeights() const
@@ -759,6 +764,11 @@ c10::IValue ExportedProgram::run(const std::vector<at::Tensor>&, const std::func
     throw std::runtime_error("torch.export programs need the PyTorch 2 build of memledger");
 }
 void ExportedProgram::convert(std::optional<c10::ScalarType>, std::optional<c10::Device>) { }
+std::string ExportedProgram::setLifetimes(const std::string&)
+{
+    return "graph";
+}
+
 bool ExportedProgram::metaWeights() const
 {
     return false;

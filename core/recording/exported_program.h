@@ -67,6 +67,10 @@ public:
     // Runs the graph; `onNode` is told the module path of each node before it runs. Returns the user outputs (a
     // tuple when there are several).
     c10::IValue run(const std::vector<at::Tensor>& inputs, const std::function<void(const std::string&)>& onNode);
+    // How long run() keeps each value (pt2_lifetimes.h): "eager", as the Python code the program was exported from
+    // holds it, or "graph", until its last reader, as the graph's generated code does. Returns the one runs use
+    // from now on: "graph" when "eager" is asked of nodes that carry no source lines.
+    std::string setLifetimes(const std::string& wanted);
 
     // Whether its weights were saved from the meta device (a model built under torch.device("meta")): they are
     // meta tensors, shapes only, and the program runs on the meta device alone.

@@ -39,6 +39,14 @@ struct RunOptions {
     //   none: nothing holds them (`loss_fn(model(x), y).backward()`): the output is dropped once the loss is
     //     made, the loss once backward returns.
     std::string hold_output = "step";
+    // A torch.export program (.pt2): how long each value of its graph lives (docs/cli.md, --lifetimes):
+    //   eager (the default): as the eager Python it was exported from holds it, told from the nodes' source lines
+    //     (a local until it is assigned again or its function returns; an argument until the call returns);
+    //     graph's where the nodes carry none;
+    //   graph: until its last reader, as the graph's generated code drops it (torch.export.load(path).module(),
+    //     torch.compile).
+    // A TorchScript model runs with TorchScript's own lifetimes either way.
+    std::string lifetimes = "eager";
     int threads = 0; // intra-op threads; 0: libtorch's default
     bool record = true; // false: a plain run (no recorder), for benchmarks
     bool warm_up = true; // false: the caller has already run the model at this setting

@@ -262,7 +262,7 @@ ModuleName innermostModule(const std::string& stack, std::vector<ModuleName>* al
             if (path == "_empty_nn_module_stack_from_metadata_hook")
                 return {};
             auto dot = type.rfind('.');
-            m = {path, dot == std::string::npos ? type : type.substr(dot + 1)};
+            m = {path, dot == std::string::npos ? type : type.substr(dot + 1), type};
             if (all)
                 all->push_back(m);
         }

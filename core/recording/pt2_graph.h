@@ -40,6 +40,7 @@ double number(const json& v);
 struct ModuleName {
     std::string path;
     std::string type; // "Block"
+    std::string qualified_type; // "torch.nn.modules.linear.Linear", "__main__.Block"
 };
 ModuleName innermostModule(const std::string& stack, std::vector<ModuleName>* all);
 

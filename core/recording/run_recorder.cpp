@@ -681,7 +681,13 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
     raw.info.device = device.str();
     raw.meta_weights = metaWeights;
     if (d.program) {
+        if (options.lifetimes != "eager" && options.lifetimes != "graph")
+            throw RunError("unknown --lifetimes '" + options.lifetimes + "' (use eager or graph)");
+        raw.info.lifetimes = d.program->setLifetimes(options.lifetimes);
         raw.notes = d.program->loadNotes();
+        if (raw.info.lifetimes != options.lifetimes)
+            raw.notes.push_back("lifetimes: graph (each value dropped after its last reader), not eager: the program's "
+                "nodes carry no source lines (stack_trace) to tell how its Python held them");
         if (options.dtype != exportedDtype)
             raw.notes.push_back(d.program->conversionNote(scalarTypeFor(options.dtype)));
     }

@@ -180,6 +180,7 @@ struct RunInfo {
     std::string optimizer; // train: sgd | adam | adamw | none
     std::string loss; // train: sum | cross_entropy | next_token (what auto chose)
     std::string hold_output; // train: step | backward | none (RunOptions::hold_output); "": a report without it
+    std::string lifetimes; // a .pt2's run: eager | graph (RunOptions::lifetimes); "": TorchScript, or a report without it
     int threads = 0; // intra-op threads the run used
     double duration_ms = 0.0;
     std::optional<ParallelInfo> parallel; // one rank of a data-parallel job; none: one device

@@ -1,0 +1,158 @@
+// How long a torch.export program's values live (--lifetimes eager|graph) against torch.profiler
+// (tests/fixtures/lifetimes_truths.py: lifetimes/truth.json): eager, the default, equals the eager module the
+// program was exported from; graph equals torch.export.load(FILE).module(), the graph's generated code.
+#include "doc_table.h"
+#include "fixture_paths.h"
+#include "recording/build_report.h"
+#include "recording/model.h"
+#include "run_command.h"
+#include "support/format.h"
+#include "truth_file.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+
+using namespace memledger;
+using memledger::test::fixture;
+using memledger::test::runCommand;
+
+namespace {
+
+const nlohmann::json& truthFile()
+{
+    static const nlohmann::json t = memledger::test::readTruth("lifetimes/truth.json", "make_lifetimes_truths");
+    return t;
+}
+
+Report recorded(const nlohmann::json& entry, const std::string& lifetimes)
+{
+    static std::map<std::string, std::shared_ptr<Model>> models;
+    auto& model = models[entry["file"].get<std::string>()];
+    if (!model)
+        model = std::make_shared<Model>(Model::open(fixture(entry["file"].get<std::string>())));
+    RunOptions o;
+    auto parsed = parseInputs(entry["input"].get<std::string>());
+    o.inputs = parsed.shapes;
+    o.input_types = parsed.types;
+    o.threads = 1; // as the truth script
+    o.lifetimes = lifetimes;
+    return analyzeModel(*model, o);
+}
+
+class Lifetimes : public ::testing::TestWithParam<std::string> {
+protected:
+    void SetUp() override
+    {
+        SKIP_IF_TRUTH_IS_NOT_HERE(truthFile(), true);
+        const auto& cases = truthFile()["cases"];
+        ASSERT_TRUE(cases.contains(GetParam())) << "lifetimes/truth.json has no " << GetParam();
+        entry = cases[GetParam()];
+    }
+
+    nlohmann::json entry;
+};
+
+} // namespace
+
+// Each choice's peak is PyTorch's for the code that runs the program that way, to the byte; the report names the
+// choice. The row of docs/cli.md's table is this test's.
+TEST_P(Lifetimes, PeakIsPyTorchsForTheCodeThatRunsIt)
+{
+    std::vector<test::PyTorchFigure> figures;
+    std::vector<std::string> cells {GetParam(), entry["input"].get<std::string>()};
+    for (const std::string lifetimes : {"eager", "graph"}) {
+        auto report = recorded(entry, lifetimes);
+        EXPECT_EQ(report.run.lifetimes, lifetimes) << "the report names the choice";
+        const auto truth = entry[lifetimes + "_peak_bytes"].get<std::int64_t>();
+        figures.push_back({"lifetimes_truth " + GetParam() + " " + lifetimes + "_peak_bytes (torch.profiler on "
+                + (lifetimes == "eager" ? "the eager module" : "torch.export.load(FILE).module()") + ")",
+            report.peak_bytes, truth, 0});
+        cells.push_back(test::groupedBytes(truth));
+        cells.push_back(test::groupedBytes(report.peak_bytes));
+    }
+    test::docTableRow("cli.md", "lifetimes", cells, figures);
+}
+
+// A training step with eager lifetimes is the eager module's step (the forward's locals die when it returns, before
+// the backward that peaks).
+TEST_P(Lifetimes, TrainingStepIsTheEagerModulesStep)
+{
+    static std::map<std::string, std::shared_ptr<Model>> models;
+    auto& model = models[entry["file"].get<std::string>()];
+    if (!model)
+        model = std::make_shared<Model>(Model::open(fixture(entry["file"].get<std::string>())));
+    RunOptions o;
+    auto parsed = parseInputs(entry["input"].get<std::string>());
+    o.inputs = parsed.shapes;
+    o.input_types = parsed.types;
+    o.threads = 1;
+    o.mode = RunMode::Train;
+    o.optimizer = "sgd";
+    o.loss = "next_token";
+    o.hold_output = "backward"; // the truth's `del out, loss` after backward
+    auto report = analyzeModel(*model, o);
+    EXPECT_EQ(report.run.lifetimes, "eager");
+    EXPECT_EQ(report.peak_bytes, entry["eager_train_peak_bytes"].get<std::int64_t>())
+        << GetParam() << ": one SGD step, against torch.profiler on the eager module's";
+}
+
+INSTANTIATE_TEST_SUITE_P(Programs, Lifetimes,
+    ::testing::Values("nanogpt_2x64", "nanogpt_4x32", "gpt_sdpa_2x64", "gpt_sdpa_4x32", "gpt_mha_2x64",
+        "gpt_mha_4x32", "llama_2x64", "llama_4x32"));
+
+// Eager is what a run does unless told otherwise, and the eager module's peak is the higher: the Python code keeps
+// its locals (q, k, v, att) until its forward returns, the graph drops each after its last reader.
+TEST(LifetimesDefault, IsEagerAndHoldsMoreThanTheGraph)
+{
+    SKIP_IF_TRUTH_IS_NOT_HERE(truthFile(), true);
+    const auto& entry = truthFile()["cases"]["nanogpt_2x64"];
+    auto model = Model::open(fixture(entry["file"].get<std::string>()));
+    RunOptions o;
+    auto parsed = parseInputs(entry["input"].get<std::string>());
+    o.inputs = parsed.shapes;
+    o.input_types = parsed.types;
+    o.threads = 1;
+    auto report = analyzeModel(model, o);
+    EXPECT_EQ(report.run.lifetimes, "eager");
+    EXPECT_EQ(report.peak_bytes, entry["eager_peak_bytes"].get<std::int64_t>());
+    EXPECT_GT(entry["eager_peak_bytes"].get<std::int64_t>(), entry["graph_peak_bytes"].get<std::int64_t>());
+}
+
+// A program whose nodes carry no source lines cannot be told eager lifetimes: it runs with the graph's, and the
+// report says so and why.
+TEST(LifetimesDefault, WithoutSourceLinesTheGraphsAndTheReportSaysWhy)
+{
+    SKIP_IF_TRUTH_IS_NOT_HERE(truthFile(), true);
+    auto model = Model::open(fixture("dtype/llama_f32_nosrc.pt2"));
+    RunOptions o;
+    o.threads = 1;
+    auto report = analyzeModel(model, o);
+    EXPECT_EQ(report.run.lifetimes, "graph");
+    bool said = false;
+    for (const auto& note : report.notes)
+        said = said || note.find("carry no source lines (stack_trace)") != std::string::npos;
+    EXPECT_TRUE(said) << "no note says why the lifetimes are the graph's";
+}
+
+// The CLI: --lifetimes names the choice in the text report, and refuses anything else with a usage error.
+TEST(LifetimesCli, TheTextReportNamesItAndABadValueIsAUsageError)
+{
+    SKIP_IF_TRUTH_IS_NOT_HERE(truthFile(), true);
+    const auto& entry = truthFile()["cases"]["gpt_sdpa_2x64"];
+    const auto base = memledger::test::memledgerBinary() + " analyze " + fixture(entry["file"].get<std::string>())
+        + " --input " + entry["input"].get<std::string>() + " --threads 1";
+    auto graph = runCommand(base + " --lifetimes graph");
+    EXPECT_EQ(graph.exit_code, 0) << graph.output;
+    EXPECT_NE(graph.output.find("graph lifetimes"), std::string::npos) << graph.output;
+    auto eager = runCommand(base);
+    EXPECT_EQ(eager.exit_code, 0) << eager.output;
+    EXPECT_NE(eager.output.find("eager lifetimes"), std::string::npos) << eager.output;
+    auto bad = runCommand(base + " --lifetimes python");
+    EXPECT_EQ(bad.exit_code, 2) << bad.output;
+    EXPECT_NE(bad.output.find("--lifetimes 'python' is not eager or graph"), std::string::npos) << bad.output;
+}
