@@ -86,6 +86,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, HostileProgram,
         // Names read before anything makes them.
         Hostile {"undefined_name", "reads 'made_by_nobody', which no input and no earlier node makes"},
         Hostile {"cycle", "which no input and no earlier node makes"},
+        Hostile {"name_made_twice", "which an input or an earlier node made already"},
         // Python's arithmetic on sizes.
         Hostile {"floordiv_by_zero", "divisor of zero"}, Hostile {"mod_by_zero", "divisor of zero"},
         Hostile {"truediv_by_zero", "divisor of zero"}, Hostile {"floordiv_int_min", "does not fit 64 bits"},

@@ -273,6 +273,68 @@ TEST(Snapshot, WriterRoundTrip)
         EXPECT_EQ(back.trace->strings.at(back.trace->where[i]), r.trace->strings.at(r.trace->where[i])) << i;
 }
 
+// Where the model departs from the GPU, said in the report: here the GPU passed over a smaller free block that
+// best fit takes (the trace frees it, the allocator did not reuse it), so the model places the alloc elsewhere.
+TEST(Snapshot, TheAllocatorCheckSaysWhereTheModelDeparts)
+{
+    constexpr std::int64_t MiB = 1 << 20;
+    const std::uint64_t A = 0x7f0000000000, B = 0x7f0010000000;
+    Trace t;
+    auto event = [&](Action action, std::int64_t bytes, std::uint64_t at) {
+        return t.push(static_cast<std::int64_t>(t.size()), bytes, at, action, 0);
+    };
+    auto freeOf = [&](std::size_t a) {
+        auto f = event(Action::Free, t.bytes[a], t.address[a]);
+        t.partner[f] = static_cast<std::int32_t>(a);
+        t.partner[a] = static_cast<std::int32_t>(f);
+    };
+    event(Action::SegmentAlloc, 20 * MiB, A);
+    auto a1 = event(Action::Alloc, 2 * MiB, A);
+    event(Action::Alloc, 2 * MiB, A + 2 * MiB);
+    auto a3 = event(Action::Alloc, 4 * MiB, A + 4 * MiB);
+    freeOf(a1);
+    freeOf(a3);
+    const auto departing = event(Action::Alloc, 3 * MiB / 2, A + 4 * MiB); // best fit: the 2 MiB block at A
+    event(Action::SegmentAlloc, 20 * MiB, B); // the GPU had 14.5 MiB free in A's segment, the model 16
+    event(Action::Alloc, 16 * MiB, B);
+    Snapshot s;
+    s.devices = {0};
+    for (std::size_t i = 0; i < t.size(); ++i)
+        s.trace_stream.push_back(0);
+    auto block = [](std::uint64_t at, std::int64_t size, bool allocated) {
+        SnapshotBlock b;
+        b.address = at;
+        b.size = size;
+        b.state = allocated ? BlockState::ActiveAllocated : BlockState::Inactive;
+        return b;
+    };
+    SnapshotSegment segA, segB;
+    segA.address = A;
+    segA.total_size = 20 * MiB;
+    segA.segment_type = "large";
+    segA.blocks = {block(A, 2 * MiB, false), block(A + 2 * MiB, 2 * MiB, true), block(A + 4 * MiB, 3 * MiB / 2, true),
+        block(A + 11 * MiB / 2, 29 * MiB / 2, false)};
+    segB.address = B;
+    segB.total_size = 20 * MiB;
+    segB.segment_type = "large";
+    segB.blocks = {block(B, 16 * MiB, true), block(B + 16 * MiB, 4 * MiB, false)};
+    s.segments = {segA, segB};
+    s.trace = std::make_shared<Trace>(t);
+    auto check = checkAllocatorModel(s);
+    EXPECT_FALSE(check.matched);
+    ASSERT_EQ(check.departure_event, static_cast<std::int64_t>(departing)) << check.departure;
+    EXPECT_NE(check.departure.find("the GPU put it at 0x7f0000400000, in a free block of 16.00 MiB"), std::string::npos)
+        << check.departure;
+    EXPECT_NE(check.departure.find("best fit took 0x7f0000000000, a free block of 2.00 MiB"), std::string::npos)
+        << check.departure;
+    EXPECT_NE(check.departure.find("passed over that smaller free block"), std::string::npos) << check.departure;
+    auto report = reportFromSnapshot(s, "departs.pickle", true);
+    bool said = false;
+    for (const auto& n : report.notes)
+        said = said || n.find("the model first departs at trace entry 6") != std::string::npos;
+    EXPECT_TRUE(said) << "the report's allocator note says where the model departs";
+}
+
 TEST(Snapshot, WriterFromATraceThroughTheModel)
 {
     Trace t;

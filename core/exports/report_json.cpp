@@ -456,6 +456,8 @@ void snapshotToJson(const Snapshot& s, json& j)
             {{"present", s.settings.present}, {"conf", s.settings.conf}, {"max_split_size", s.settings.max_split_size},
                 {"expandable_segments", s.settings.expandable_segments}, {"default", s.settings.isDefault()}}},
         {"matched", c.matched}};
+    if (c.departure_event >= 0)
+        j["allocator_model"]["departure"] = {{"trace_entry", c.departure_event}, {"text", c.departure}};
 }
 
 } // namespace

@@ -113,7 +113,10 @@ private:
                 throw std::runtime_error(where + " has an output that is not an object");
             names_.clear();
             namesIn(out, names_);
-            made_.insert(names_.begin(), names_.end());
+            for (const auto& name : names_)
+                if (!made_.insert(name).second)
+                    throw std::runtime_error(where + " makes '" + name + "', which an input or an earlier node made "
+                        "already (each value of a graph has one name)");
         }
         // Arithmetic on sizes whose operands the file fixes: evaluated now, so that what Python would raise on
         // (a division by zero) or a result past 64 bits is refused when the file is read.

@@ -359,7 +359,7 @@ ValueEnds eagerLifetimes(const nlohmann::json& nodes, const ValueEnds& graphEnd)
     // Whether a value outlives the statement (at frame j) that made it: read by a later statement of that call, or
     // outside the call, or by the program's caller.
     auto escapes = [&](const std::string& name, const Value& v, int j) {
-        if (!graphEnd.count(name))
+        if (!graphEnd.count(name) || tree.depth(v.maker) < j)
             return true;
         const int s = tree.statement(v.maker, j);
         return std::any_of(v.readers.begin(), v.readers.end(), [&](std::size_t r) {
@@ -383,7 +383,7 @@ ValueEnds eagerLifetimes(const nlohmann::json& nodes, const ValueEnds& graphEnd)
                     continue;
                 for (const auto& out : made[i]) {
                     auto it = values.find(out);
-                    if (it != values.end() && escapes(out, it->second, j))
+                    if (it != values.end() && it->second.maker == i && escapes(out, it->second, j)) // a name made once
                         escaping.push_back(out);
                 }
             }

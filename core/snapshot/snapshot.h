@@ -77,6 +77,10 @@ struct SnapshotAllocatorCheck {
     std::int64_t reproduced = 0; // of them, how many the model made with the same size, in order
     std::int64_t model_total = 0; // growth events the model made
     bool matched = false;
+    // Where the model first puts an allocation elsewhere than the GPU did (the trace entry, -1: never), and what
+    // the model held there: said in the report when the sizes are not all reproduced.
+    std::int64_t departure_event = -1;
+    std::string departure;
     AllocatorReplay replay;
 };
 

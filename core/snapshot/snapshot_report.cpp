@@ -4,10 +4,12 @@
 #include "snapshot/frames.h"
 #include "snapshot/snapshot_ledgers.h"
 #include "report/report_summary.h"
+#include "report/trace_edit.h"
 
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <future>
 #include <system_error>
@@ -122,6 +124,79 @@ std::string shortWhere(const std::string& where)
 
 } // namespace
 
+namespace {
+
+std::string hexAddress(std::uint64_t a)
+{
+    char buf[24];
+    std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(a));
+    return buf;
+}
+
+// The model's block that holds `address` in `segments` (nullptr: no segment of the model holds it).
+const ReplaySegment::Block* blockAt(const std::vector<ReplaySegment>& segments, int device, std::uint64_t address)
+{
+    for (const auto& seg : segments) {
+        if (seg.device != device || address < seg.address || address >= seg.address + static_cast<std::uint64_t>(seg.size))
+            continue;
+        for (const auto& b : seg.blocks)
+            if (address >= b.address && address < b.address + static_cast<std::uint64_t>(b.size))
+                return &b;
+    }
+    return nullptr;
+}
+
+// The first allocation the model places elsewhere than the GPU did, and what the model held at both places just
+// before it: the model's state then is a replay of the trace up to that entry.
+void findDeparture(const Snapshot& s, const AllocatorSettings& settings, const std::vector<PreloadedSegment>& initial,
+    SnapshotAllocatorCheck& c)
+{
+    const Trace& t = *s.trace;
+    ReplayOptions options;
+    options.streams = &s.trace_stream;
+    options.initial = initial;
+    options.record_addresses = true;
+    options.record_reserved_after = false;
+    const auto placed = replayCachingAllocator(t, settings, options);
+    std::size_t at = t.size();
+    for (std::size_t i = 0; i < t.size() && at == t.size(); ++i)
+        if (t.action[i] == Action::Alloc && placed.model_address[i] != 0 && placed.model_address[i] != t.address[i])
+            at = i;
+    if (at == t.size())
+        return;
+    Trace before;
+    for (std::size_t i = 0; i < at; ++i)
+        pushCopy(before, t, i);
+    const auto state = replayCachingAllocator(before, settings, options).final_segments;
+    const int device = t.device[at];
+    const auto* gpu = blockAt(state, device, t.address[at]);
+    const auto* model = blockAt(state, device, placed.model_address[at]);
+    c.departure_event = static_cast<std::int64_t>(at);
+    std::string text = "the model first departs at trace entry " + std::to_string(at) + ", an alloc of "
+        + formatBytes(t.bytes[at]) + ": the GPU put it at " + hexAddress(t.address[at]);
+    if (!gpu)
+        text += ", in no segment the model holds (a segment the trace and the final state do not show)";
+    else if (gpu->allocated)
+        text += ", which the model still has allocated (a free the trace misses)";
+    else
+        text += ", in a free block of " + formatBytes(gpu->size) + " at " + hexAddress(gpu->address);
+    text += "; the model's best fit took " + hexAddress(placed.model_address[at]);
+    if (model && !model->allocated)
+        text += ", a free block of " + formatBytes(model->size);
+    if (gpu && !gpu->allocated && gpu->address != t.address[at])
+        text += ". An allocation takes the start of a free block, so the " + formatBytes(static_cast<std::int64_t>(
+                    t.address[at] - gpu->address)) + " before " + hexAddress(t.address[at])
+            + " were in use then, though the model's state, rebuilt from the file, has them free: the trace does not "
+              "account for that memory (an allocation it never records, or a free recorded early)";
+    else if (gpu && !gpu->allocated && model && !model->allocated && model->size < gpu->size)
+        text += ". The allocator passed over that smaller free block, so it was not free to it then: memory the "
+                "trace shows free that the allocator still held (a free the recording missed, or a block waiting on "
+                "another stream's work)";
+    c.departure = text;
+}
+
+} // namespace
+
 SnapshotAllocatorCheck checkAllocatorModel(const Snapshot& s)
 {
     SnapshotAllocatorCheck c;
@@ -158,6 +233,8 @@ SnapshotAllocatorCheck checkAllocatorModel(const Snapshot& s)
     }
     c.model_total = static_cast<std::int64_t>(modelSizes.size());
     c.matched = c.reproduced == c.recorded && c.model_total == c.recorded;
+    if (!c.matched && !settings.expandable_segments) // expandable segments' addresses are the model's own
+        findDeparture(s, settings, options.initial, c);
     return c;
 }
 
@@ -183,7 +260,8 @@ std::string allocatorNote(const SnapshotAllocatorCheck& c)
 {
     return "allocator model: " + std::to_string(c.reproduced) + " of " + std::to_string(c.recorded) + " recorded "
         + c.unit + " sizes reproduced in order"
-        + (c.matched ? "" : " (model made " + std::to_string(c.model_total) + ")");
+        + (c.matched ? "" : " (model made " + std::to_string(c.model_total) + ")")
+        + (c.departure.empty() ? "" : "; " + c.departure);
 }
 
 } // namespace
