@@ -29,19 +29,32 @@ const nlohmann::json& truthFile()
     return t;
 }
 
-Report recorded(const nlohmann::json& entry, const std::string& lifetimes)
+// The entry's program, opened once per file.
+Model& modelFor(const nlohmann::json& entry)
 {
     static std::map<std::string, std::shared_ptr<Model>> models;
     auto& model = models[entry["file"].get<std::string>()];
     if (!model)
         model = std::make_shared<Model>(Model::open(fixture(entry["file"].get<std::string>())));
+    return *model;
+}
+
+// The entry's input, one intra-op thread (as the truth script), inference with the default lifetimes.
+RunOptions optionsFor(const nlohmann::json& entry)
+{
     RunOptions o;
     auto parsed = parseInputs(entry["input"].get<std::string>());
     o.inputs = parsed.shapes;
     o.input_types = parsed.types;
-    o.threads = 1; // as the truth script
+    o.threads = 1;
+    return o;
+}
+
+Report recorded(const nlohmann::json& entry, const std::string& lifetimes)
+{
+    auto o = optionsFor(entry);
     o.lifetimes = lifetimes;
-    return analyzeModel(*model, o);
+    return analyzeModel(modelFor(entry), o);
 }
 
 class Lifetimes : public ::testing::TestWithParam<std::string> {
@@ -82,20 +95,12 @@ TEST_P(Lifetimes, PeakIsPyTorchsForTheCodeThatRunsIt)
 // the backward that peaks).
 TEST_P(Lifetimes, TrainingStepIsTheEagerModulesStep)
 {
-    static std::map<std::string, std::shared_ptr<Model>> models;
-    auto& model = models[entry["file"].get<std::string>()];
-    if (!model)
-        model = std::make_shared<Model>(Model::open(fixture(entry["file"].get<std::string>())));
-    RunOptions o;
-    auto parsed = parseInputs(entry["input"].get<std::string>());
-    o.inputs = parsed.shapes;
-    o.input_types = parsed.types;
-    o.threads = 1;
+    auto o = optionsFor(entry);
     o.mode = RunMode::Train;
     o.optimizer = "sgd";
     o.loss = "next_token";
     o.hold_output = "backward"; // the truth's `del out, loss` after backward
-    auto report = analyzeModel(*model, o);
+    auto report = analyzeModel(modelFor(entry), o);
     EXPECT_EQ(report.run.lifetimes, "eager");
     EXPECT_EQ(report.peak_bytes, entry["eager_train_peak_bytes"].get<std::int64_t>())
         << GetParam() << ": one SGD step, against torch.profiler on the eager module's";
@@ -111,13 +116,7 @@ TEST(LifetimesDefault, IsEagerAndHoldsMoreThanTheGraph)
 {
     SKIP_IF_TRUTH_IS_NOT_HERE(truthFile(), true);
     const auto& entry = truthFile()["cases"]["nanogpt_2x64"];
-    auto model = Model::open(fixture(entry["file"].get<std::string>()));
-    RunOptions o;
-    auto parsed = parseInputs(entry["input"].get<std::string>());
-    o.inputs = parsed.shapes;
-    o.input_types = parsed.types;
-    o.threads = 1;
-    auto report = analyzeModel(model, o);
+    auto report = analyzeModel(modelFor(entry), optionsFor(entry));
     EXPECT_EQ(report.run.lifetimes, "eager");
     EXPECT_EQ(report.peak_bytes, entry["eager_peak_bytes"].get<std::int64_t>());
     EXPECT_GT(entry["eager_peak_bytes"].get<std::int64_t>(), entry["graph_peak_bytes"].get<std::int64_t>());

@@ -300,12 +300,19 @@ private:
     std::vector<std::vector<int>> callStatements_;
 };
 
-// Every value a node reads or makes, by name, with the node that made it and the nodes that read it.
+// A value by name: the node that made it and the nodes that read it.
 struct Value {
     std::size_t maker = 0;
-    std::size_t position = 0; // among the maker's outputs
     std::vector<std::size_t> readers;
 };
+
+// The names node `node` reads (its arguments), appended to `out`.
+void namesRead(const nlohmann::json& node, std::vector<std::string>& out)
+{
+    for (const auto& in : node.at("inputs"))
+        if (in.contains("arg"))
+            namesIn(in.at("arg"), out);
+}
 
 } // namespace
 
@@ -315,9 +322,7 @@ ValueEnds graphLifetimes(const nlohmann::json& nodes, const std::vector<std::str
     std::vector<std::string> names;
     for (std::size_t i = 0; i < nodes.size(); ++i) {
         names.clear();
-        for (const auto& in : nodes.at(i).at("inputs"))
-            if (in.contains("arg"))
-                namesIn(in.at("arg"), names);
+        namesRead(nodes.at(i), names);
         namesIn(nodes.at(i).at("outputs"), names);
         for (const auto& name : names)
             last[name] = i;
@@ -344,17 +349,15 @@ ValueEnds eagerLifetimes(const nlohmann::json& nodes, const ValueEnds& graphEnd)
     std::vector<std::string> names;
     for (std::size_t i = 0; i < nodes.size(); ++i) {
         names.clear();
-        for (const auto& in : nodes.at(i).at("inputs"))
-            if (in.contains("arg"))
-                namesIn(in.at("arg"), names);
+        namesRead(nodes.at(i), names);
         for (const auto& name : names) {
             auto v = values.find(name);
             if (v != values.end() && (v->second.readers.empty() || v->second.readers.back() != i))
                 v->second.readers.push_back(i);
         }
         namesIn(nodes.at(i).at("outputs"), made[i]);
-        for (std::size_t p = 0; p < made[i].size(); ++p)
-            values[made[i][p]] = Value {i, p, {}};
+        for (const auto& name : made[i])
+            values[name] = Value {i, {}};
     }
     // Whether a value outlives the statement (at frame j) that made it: read by a later statement of that call, or
     // outside the call, or by the program's caller.
