@@ -7,6 +7,8 @@
 #include "whatif/parallel.h"
 
 #include <algorithm>
+#include <cctype>
+#include <filesystem>
 #include <sstream>
 #include <stdexcept>
 
@@ -29,6 +31,28 @@ std::int64_t parsePositive(const std::string& what, const std::string& text)
 }
 
 } // namespace
+
+// An output (--json, --html, --png, --snapshot) never overwrites what the user reads from: the file being opened,
+// or, for the reports, any existing model or snapshot file (`analyze --json run.pickle` once wrote a report over
+// the snapshot it was meant to read, with no word).
+void checkOutputPath(const std::string& flag, const std::string& out, const std::vector<std::string>& inputs)
+{
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (out.empty() || !fs::exists(out, ec))
+        return;
+    for (const auto& in : inputs)
+        if (!in.empty() && fs::equivalent(out, in, ec))
+            throw std::invalid_argument(flag + " " + out + " is the file being opened: name another file to write");
+    if (flag == "--snapshot")
+        return; // it writes a snapshot: a .pickle is what it is asked for
+    std::string ext = fs::path(out).extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+    for (const char* input : {".pt", ".pt2", ".pth", ".pickle", ".pkl", ".ptl", ".zip"})
+        if (ext == input)
+            throw std::invalid_argument(flag + " " + out + " would overwrite an existing model or snapshot file: "
+                + "name the output FILE" + (flag == "--json" ? ".json" : flag == "--html" ? ".html" : ".png"));
+}
 
 std::string usageText()
 {
@@ -295,6 +319,12 @@ CliOptions parseCli(const std::vector<std::string>& args)
         else
             throw std::invalid_argument("only one file can be given, not also '" + a + "'");
     }
+    std::vector<std::string> inputs = o.rank_files;
+    inputs.push_back(o.model);
+    checkOutputPath("--json", o.json, inputs);
+    checkOutputPath("--html", o.html, inputs);
+    checkOutputPath("--png", o.png, inputs);
+    checkOutputPath("--snapshot", o.snapshot_out, inputs);
     if (o.watch && !o.rank_files.empty())
         throw std::invalid_argument("--watch follows one file, not one per rank");
     if (o.watch && o.model.rfind("demo:", 0) == 0)

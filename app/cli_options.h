@@ -47,5 +47,8 @@ struct CliOptions {
 // Throws std::invalid_argument with a message for the user on a usage error.
 CliOptions parseCli(const std::vector<std::string>& args);
 std::string usageText();
+// Throws std::invalid_argument when an output path (flag: --json, --html, --png, --snapshot) is one of the files
+// being opened or, for a report, an existing model or snapshot file.
+void checkOutputPath(const std::string& flag, const std::string& out, const std::vector<std::string>& inputs);
 
 } // namespace memledger

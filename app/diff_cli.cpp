@@ -104,6 +104,8 @@ CliOptions parseDiffCli(const std::vector<std::string>& args)
             + " given): memledger diff A B");
     o.model = files[0];
     o.model_b = files[1];
+    checkOutputPath("--json", o.json, files);
+    checkOutputPath("--html", o.html, files);
     o.run = parseRun(shared);
     try {
         parseRun(onlyB); // its messages name the --b- flag

@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include <unistd.h>
 
 using namespace memledger::test;
 
@@ -91,6 +94,35 @@ TEST(Cli, UsageErrorsExitTwo)
     EXPECT_EQ(help.exit_code, 0);
     EXPECT_NE(help.output.find("Usage"), std::string::npos);
     EXPECT_EQ(runCommand(memledgerBinary() + " --version").exit_code, 0);
+}
+
+// An output never overwrites what is read: `analyze --json run.pickle` (the snapshot meant as the input) once
+// ran the demo and wrote its report over the snapshot. Now it exits 2, names the file and leaves it as it was.
+TEST(Cli, AnOutputNeverOverwritesTheFileBeingReadOrAModel)
+{
+    const std::string dir = "/tmp/memledger-test-output-" + std::to_string(::getpid());
+    std::filesystem::create_directories(dir);
+    const std::string snapshot = dir + "/run.pickle", model = dir + "/model.pt2";
+    std::ofstream(snapshot) << "not read: the command is refused first";
+    std::ofstream(model) << "a model the user keeps";
+    struct Case {
+        std::string args, says;
+    };
+    for (const Case& c : {Case {"analyze --json " + snapshot, "would overwrite an existing model or snapshot file"},
+             Case {"analyze --html " + model, "would overwrite an existing model or snapshot file"},
+             Case {"analyze " + snapshot + " --png " + snapshot, "is the file being opened"},
+             Case {"analyze " + snapshot + " --snapshot " + snapshot, "is the file being opened"},
+             Case {"diff " + snapshot + " demo:gpt.pt2 --json " + snapshot, "is the file being opened"},
+             Case {"whatif " + model + " --batch 1,2 --json " + model, "is the file being opened"}}) {
+        SCOPED_TRACE(c.args);
+        auto r = runCommand(memledgerBinary() + " " + c.args);
+        EXPECT_EQ(r.exit_code, 2);
+        EXPECT_NE(r.output.find(c.says), std::string::npos) << r.output;
+    }
+    std::stringstream kept;
+    kept << std::ifstream(snapshot).rdbuf();
+    EXPECT_EQ(kept.str(), "not read: the command is refused first");
+    std::filesystem::remove_all(dir);
 }
 
 TEST(Cli, RejectedShapeExitsFourWithTheModelsMessage)

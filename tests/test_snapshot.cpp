@@ -546,6 +546,69 @@ TEST(Snapshot, LedgersOfRealTrainingSteps)
     EXPECT_EQ(r.ledgers[static_cast<std::size_t>(Ledger::Resident)].max, 0);
 }
 
+// Autocast's weight-cast cache, told from where the file says each block is freed: clearing the cache when the
+// region ends. The real file is a bfloat16 autocast step of a transformer whose Linear layers run einsum on their
+// float32 weights: autocast casts each weight once per region, so the cache is half the bytes the Linear layers'
+// constructors allocated (Python's pickle sums them), and those copies are no longer activations.
+TEST(Snapshot, AutocastsWeightCastsAreTheirOwnLedger)
+{
+    SKIP_WITHOUT_SNAPSHOTS();
+    const std::string file = snapshotPath("training-step-annotated.pickle");
+    const std::string out = "/tmp/memledger-linear-weights-" + std::to_string(::getpid());
+    const std::string script = "import pickle, sys\n"
+                               "d = pickle.load(open(sys.argv[1], 'rb'))\n"
+                               "print(sum(e['size'] for t in d['device_traces'] for e in t if e['action'] == 'alloc'\n"
+                               "          and any(f['filename'].endswith('linear.py') and f['name'] == '__init__'\n"
+                               "                  for f in e['frames'])))\n";
+    std::ofstream(out + ".py") << script;
+    ASSERT_EQ(std::system(("/usr/bin/python3 " + out + ".py " + file + " > " + out).c_str()), 0);
+    std::int64_t linearWeights = 0;
+    std::ifstream(out) >> linearWeights;
+    std::remove(out.c_str());
+    std::remove((out + ".py").c_str());
+    ASSERT_GT(linearWeights, 0);
+
+    Report r = readSnapshotReport(file, false);
+    const auto& cache = r.ledgers[static_cast<std::size_t>(Ledger::AutocastCache)];
+    EXPECT_EQ(cache.total, linearWeights / 2); // bfloat16 copies of float32 weights
+    EXPECT_EQ(cache.max, linearWeights / 2); // one region's casts, alive together until it ends
+    auto j = reportToJson(r, false);
+    EXPECT_EQ(j["ledgers"]["autocast_cache"]["total"], linearWeights / 2);
+    std::int64_t cast = 0; // every event of the ledger is a block's alloc and its free, in pairs
+    for (std::size_t i = 0; i < r.trace->size(); ++i)
+        if (r.trace->ledger[i] == Ledger::AutocastCache)
+            cast += r.trace->action[i] == Action::Alloc ? r.trace->bytes[i] : -r.trace->bytes[i];
+    EXPECT_EQ(cast, 0);
+
+    // Python frames only (stacks="python"): the region's __exit__ frees the cache; an activation freed by the
+    // backward, and one freed in the forward after the region, keep their ledgers.
+    const auto base = std::string("/tmp/memledger-test-autocast-") + std::to_string(::getpid());
+    std::ofstream(base + ".py") << R"(
+import pickle, sys
+fwd = [{'filename': '/site-packages/torch/nn/modules/module.py', 'line': 1750, 'name': '_call_impl'},
+       {'filename': '/home/u/model.py', 'line': 20, 'name': 'forward'},
+       {'filename': '/home/u/train.py', 'line': 30, 'name': 'main'}]
+exit_ = [{'filename': '/site-packages/torch/amp/autocast_mode.py', 'line': 390, 'name': '__exit__'},
+         {'filename': '/home/u/train.py', 'line': 32, 'name': 'main'}]
+bwd = [{'filename': '/site-packages/torch/autograd/graph.py', 'line': 825, 'name': '_engine_run_backward'},
+       {'filename': '/home/u/train.py', 'line': 33, 'name': 'main'}]
+def e(action, addr, t, frames):
+    return {'action': action, 'addr': addr, 'size': 4096, 'stream': 0, 'time_us': t, 'frames': frames}
+trace = [e('alloc', 1 << 20, 1, fwd), e('alloc', 2 << 20, 2, fwd),
+         e('free_requested', 1 << 20, 3, exit_), e('free_completed', 1 << 20, 4, exit_),
+         e('free_requested', 2 << 20, 5, bwd), e('free_completed', 2 << 20, 6, bwd)]
+pickle.dump({'segments': [], 'device_traces': [trace]}, open(sys.argv[1], 'wb'), 4)
+)";
+    ASSERT_EQ(std::system(("/usr/bin/python3 " + base + ".py " + base + ".pickle").c_str()), 0);
+    Snapshot s = readSnapshotFile(base + ".pickle");
+    std::remove((base + ".py").c_str());
+    std::remove((base + ".pickle").c_str());
+    const Trace& t = *s.trace;
+    ASSERT_EQ(t.action[0], Action::Alloc);
+    EXPECT_EQ(t.ledger[0], Ledger::AutocastCache);
+    EXPECT_EQ(t.ledger[1], Ledger::SavedActivations);
+}
+
 TEST(Snapshot, AnnotationsAreTheFilesStartEndPairs)
 {
     SKIP_WITHOUT_SNAPSHOTS();

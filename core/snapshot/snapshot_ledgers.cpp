@@ -24,6 +24,8 @@ struct StackFacts {
     bool userCode = false; // a Python frame of the user's own code
     bool python = false; // any Python frame
     bool cpp = false; // any C++ frame
+    // Leaving a torch.autocast region, which drops autocast's weight-cast cache: what is freed here is the cache.
+    bool clearsAutocastCache = false;
 };
 
 bool contains(std::string_view s, std::string_view part)
@@ -73,11 +75,20 @@ StackFacts factsOf(const Trace& t, std::uint32_t stack)
                 && (endsWith(file, "nn/modules/module.py") || endsWith(file, "nn\\modules\\module.py")));
         f.module = f.module || endsWith(file, "nn/modules/module.py") || endsWith(file, "nn\\modules\\module.py");
         f.dataLoader = f.dataLoader || inTorchFolder(file, "torch/utils/data/", "torch\\utils\\data\\");
+        // torch.clear_autocast_cache (C++ frames) or the region's __exit__ that calls it (Python frames only)
+        f.clearsAutocastCache = f.clearsAutocastCache || contains(name, "at::autocast::clear_cache")
+            || contains(name, "clear_autocast_cache")
+            || (name == "__exit__" && (endsWith(file, "autocast_mode.py")));
         const FrameKind kind = classifyFrame(file);
         f.python = f.python || endsWith(file, ".py");
         f.cpp = f.cpp || kind == FrameKind::Cpp;
         f.modelCode = f.modelCode || kind == FrameKind::Torch || kind == FrameKind::Library;
         f.userCode = f.userCode || kind == FrameKind::User;
+    }
+    // The cache is dropped where the region ends, after a forward or after a backward: that tells no phase.
+    if (f.clearsAutocastCache) {
+        f.doing = Doing::Unknown;
+        return f;
     }
     f.doing = zeroGrad       ? Doing::ZeroGrad
         : backward           ? Doing::Backward
@@ -140,6 +151,38 @@ std::vector<Doing> doingOfEvents(const Trace& t, const Snapshot& s, std::vector<
                 doing[i] = d;
     }
     return doing;
+}
+
+// Autocast's weight-cast cache: the lower-precision copies of float32 leaf weights that a region keeps until it
+// ends. The history keeps each free's own stack (context="all"), so a block freed by clearing the cache says so,
+// in its free_requested or its free_completed. A copy the backward still holds when the region ends is freed
+// there instead: it is told as what it is then, saved for backward.
+void assignAutocastCache(Trace& t, const std::vector<StackFacts>& facts)
+{
+    std::vector<std::pair<std::int8_t, std::uint64_t>> requested; // (device, address) freed by clearing the cache
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        const Action a = t.action[i];
+        if (a != Action::FreeRequested && a != Action::Free)
+            continue;
+        const bool clears = facts[t.stack[i]].clearsAutocastCache;
+        const std::pair<std::int8_t, std::uint64_t> block {t.device[i], t.address[i]};
+        if (a == Action::FreeRequested) {
+            if (clears)
+                requested.push_back(block);
+            continue;
+        }
+        const auto r = std::find(requested.begin(), requested.end(), block);
+        const bool wasRequested = r != requested.end();
+        if (wasRequested)
+            requested.erase(r);
+        if (!clears && !wasRequested)
+            continue;
+        const auto p = t.partner[i];
+        if (p == kNoPartner)
+            t.ledger[i] = Ledger::AutocastCache; // allocated before the trace
+        else
+            setLedger(t, static_cast<std::size_t>(p), Ledger::AutocastCache);
+    }
 }
 
 } // namespace
@@ -242,6 +285,7 @@ void assignSnapshotLedgers(Trace& t, const Snapshot& s)
         }
         setLedger(t, i, l); // and its free's (report/trace_edit.h)
     }
+    assignAutocastCache(t, facts);
 }
 
 std::string snapshotPhaseAt(const Trace& t, const Snapshot& s, std::size_t i)
