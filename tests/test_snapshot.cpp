@@ -546,6 +546,66 @@ TEST(Snapshot, LedgersOfRealTrainingSteps)
     EXPECT_EQ(r.ledgers[static_cast<std::size_t>(Ledger::Resident)].max, 0);
 }
 
+// A hand-written optimizer that updates out of place (`p.data = p.data - ...`) frees each weight in its step and
+// allocates the new value there: that is still a weight, not optimizer state. The real file's optimizer does so
+// from its first step on; at the end of its trace the weights alive are the model's parameters (what the
+// model's constructor, TransformerLM.__init__, allocated) and the optimizer state its two moments (what the
+// optimizer's constructor allocated), as Python's pickle sums them.
+TEST(Snapshot, AWeightAnOptimizerReplacesStaysAWeight)
+{
+    SKIP_WITHOUT_SNAPSHOTS();
+    const std::string file = snapshotPath("training-step-annotated.pickle");
+    const std::string out = "/tmp/memledger-constructors-" + std::to_string(::getpid());
+    std::ofstream(out + ".py") << "import pickle, sys\n"
+                                  "d = pickle.load(open(sys.argv[1], 'rb'))\n"
+                                  "def made_by(init_file):\n"
+                                  "    return sum(e['size'] for t in d['device_traces'] for e in t if e['action'] == 'alloc'\n"
+                                  "               and any(f['filename'].endswith(init_file) and f['name'] == '__init__'\n"
+                                  "                       for f in e['frames']))\n"
+                                  "print(made_by('TransformerLM.py'), made_by('optimizer.py'))\n";
+    ASSERT_EQ(std::system(("/usr/bin/python3 " + out + ".py " + file + " > " + out).c_str()), 0);
+    std::int64_t parameters = 0, moments = 0;
+    std::ifstream(out) >> parameters >> moments;
+    std::remove(out.c_str());
+    std::remove((out + ".py").c_str());
+    ASSERT_GT(parameters, 0);
+    ASSERT_EQ(moments, 2 * parameters);
+
+    Report r = readSnapshotReport(file, false);
+    std::map<Ledger, std::int64_t> atEnd;
+    for (std::size_t i = 0; i < r.trace->size(); ++i)
+        if (r.trace->action[i] == Action::Alloc && r.trace->partner[i] == kNoPartner)
+            atEnd[r.trace->ledger[i]] += r.trace->bytes[i];
+    EXPECT_EQ(atEnd[Ledger::Weights], parameters);
+    EXPECT_EQ(atEnd[Ledger::OptimizerState], moments);
+
+    // Built: the step allocates a new moment, then the weight's new value, then frees the old weight; only the
+    // new value is a weight. Adam's in-place update (no weight freed) leaves its state as it was.
+    const auto base = std::string("/tmp/memledger-test-out-of-place-") + std::to_string(::getpid());
+    std::ofstream(base + ".py") << R"(
+import pickle, sys
+init = [{'filename': '/home/u/model.py', 'line': 5, 'name': '__init__'},
+        {'filename': '/home/u/train.py', 'line': 3, 'name': 'main'}]
+step = [{'filename': '/home/u/my_optimizer.py', 'line': 40, 'name': 'step'},
+        {'filename': '/home/u/train.py', 'line': 9, 'name': 'main'}]
+def e(action, addr, t, frames):
+    return {'action': action, 'addr': addr, 'size': 4096, 'stream': 0, 'time_us': t, 'frames': frames}
+trace = [e('alloc', 1 << 20, 1, init),
+         e('alloc', 2 << 20, 2, step), e('alloc', 3 << 20, 3, step),
+         e('free_requested', 1 << 20, 4, step), e('free_completed', 1 << 20, 5, step)]
+pickle.dump({'segments': [], 'device_traces': [trace]}, open(sys.argv[1], 'wb'), 4)
+)";
+    ASSERT_EQ(std::system(("/usr/bin/python3 " + base + ".py " + base + ".pickle").c_str()), 0);
+    Snapshot s = readSnapshotFile(base + ".pickle");
+    std::remove((base + ".py").c_str());
+    std::remove((base + ".pickle").c_str());
+    const Trace& t = *s.trace;
+    ASSERT_EQ(t.size(), 5u);
+    EXPECT_EQ(t.ledger[0], Ledger::Weights);
+    EXPECT_EQ(t.ledger[1], Ledger::OptimizerState); // the new moment
+    EXPECT_EQ(t.ledger[2], Ledger::Weights); // the weight's new value
+}
+
 // Autocast's weight-cast cache, told from where the file says each block is freed: clearing the cache when the
 // region ends. The real file is a bfloat16 autocast step of a transformer whose Linear layers run einsum on their
 // float32 weights: autocast casts each weight once per region, so the cache is half the bytes the Linear layers'

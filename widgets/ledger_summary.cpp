@@ -7,6 +7,7 @@
 #include "snapshot/snapshot.h"
 #include "support/format.h"
 
+#include <QFontMetrics>
 #include <QLabel>
 #include <QPainter>
 #include <QVBoxLayout>
@@ -326,11 +327,16 @@ void LedgerSummary::paintEvent(QPaintEvent*)
         for (const auto& row : section.rows) {
             p.fillRect(QRect(6, y + 4, 10, 10), row.colour);
             p.setPen(text);
-            p.drawText(QRect(22, y, width() - 28, kRowHeight), Qt::AlignLeft | Qt::AlignVCenter, row.name);
             QString figure = bytesText(row.bytes);
             if (total > 0)
                 figure += QStringLiteral("  %1%").arg(
                     100.0 * static_cast<double>(row.bytes) / static_cast<double>(total), 0, 'f', 0);
+            // In a narrow panel a long name is cut short with an ellipsis, never drawn under its figure.
+            const QFontMetrics fm(p.font());
+            const int nameWidth
+                = std::max(0, width() - 28 - fm.horizontalAdvance(figure) - fm.horizontalAdvance(QStringLiteral("  ")));
+            p.drawText(QRect(22, y, nameWidth, kRowHeight), Qt::AlignLeft | Qt::AlignVCenter,
+                fm.elidedText(row.name, Qt::ElideRight, nameWidth));
             p.drawText(QRect(22, y, width() - 28, kRowHeight), Qt::AlignRight | Qt::AlignVCenter, figure);
             y += kRowHeight;
         }

@@ -5,6 +5,7 @@
 #include "snapshot/snapshot.h"
 
 #include <algorithm>
+#include <map>
 #include <string_view>
 #include <vector>
 
@@ -185,6 +186,55 @@ void assignAutocastCache(Trace& t, const std::vector<StackFacts>& facts)
     }
 }
 
+// An optimizer that updates out of place (`p.data = p.data - lr * update`, common in hand-written ones) frees
+// each weight in its step and allocates the weight's new value there, which outlives the step as Adam's moments
+// do. Each weight a step frees is replaced by the block of its size that the step keeps and allocated last before
+// that free (the new value is computed, then assigned: Adam's new moments come before it), else the next one
+// after it; the rest is optimizer state. Steps are taken in order, so a weight replaced in one step is a weight
+// when the next step frees it.
+void keepWeightsUpdatedOutOfPlace(Trace& t, const std::vector<Doing>& phase, const std::vector<std::uint32_t>& run)
+{
+    const std::size_t n = t.size();
+    std::map<std::int64_t, std::vector<std::size_t>> kept; // bytes -> the step's kept allocs, not yet a weight
+    std::map<std::int64_t, std::int64_t> owed; // bytes -> weights freed with no kept alloc before them
+    for (std::size_t i = 0; i < n;) {
+        if (!isBlockEvent(t.action[i]) || phase[i] != Doing::Optimizer) {
+            ++i;
+            continue;
+        }
+        const auto r = run[i];
+        kept.clear();
+        owed.clear();
+        std::size_t k = i;
+        for (; k < n; ++k) {
+            if (!isBlockEvent(t.action[k]))
+                continue;
+            if (run[k] != r)
+                break;
+            const auto bytes = t.bytes[k];
+            if (t.action[k] == Action::Alloc && t.ledger[k] == Ledger::OptimizerState) {
+                auto o = owed.find(bytes);
+                if (o != owed.end() && o->second > 0) {
+                    --o->second;
+                    setLedger(t, k, Ledger::Weights);
+                } else {
+                    kept[bytes].push_back(k);
+                }
+            } else if (t.action[k] == Action::Free && t.partner[k] != kNoPartner
+                && static_cast<std::size_t>(t.partner[k]) < i && t.ledger[k] == Ledger::Weights) {
+                auto& before = kept[bytes];
+                if (before.empty()) {
+                    ++owed[bytes];
+                } else {
+                    setLedger(t, before.back(), Ledger::Weights);
+                    before.pop_back();
+                }
+            }
+        }
+        i = k;
+    }
+}
+
 } // namespace
 
 void assignSnapshotLedgers(Trace& t, const Snapshot& s)
@@ -285,6 +335,7 @@ void assignSnapshotLedgers(Trace& t, const Snapshot& s)
         }
         setLedger(t, i, l); // and its free's (report/trace_edit.h)
     }
+    keepWeightsUpdatedOutOfPlace(t, phase, run);
     assignAutocastCache(t, facts);
 }
 
