@@ -18,6 +18,7 @@
 #include <QApplication>
 #include <QTabWidget>
 #include <QScrollArea>
+#include <QScrollBar>
 #include <QTableWidget>
 #include <QTimer>
 
@@ -146,7 +147,17 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
         // MEMLEDGER_SCREENSHOT_SEQ=N: once the sequence what-if is recorded, the panel's sequence set to N.
         else if (qEnvironmentVariableIsSet("MEMLEDGER_SCREENSHOT_SEQ"))
             QObject::connect(&window, &memledger::MainWindow::seqWhatIfReady, &window, [&window, save] {
-                window.whatIfPanel()->setSeq(qEnvironmentVariable("MEMLEDGER_SCREENSHOT_SEQ").toLongLong());
+                auto* panel = window.whatIfPanel();
+                panel->setSeq(qEnvironmentVariable("MEMLEDGER_SCREENSHOT_SEQ").toLongLong());
+                // The What if dock scrolled to its answer (the Fits row), whatever the dock's height.
+                for (QWidget* p = panel->parentWidget(); p; p = p->parentWidget())
+                    if (auto* area = qobject_cast<QScrollArea*>(p)) {
+                        if (auto* fits = panel->findChild<QWidget*>(QStringLiteral("fits"))) {
+                            area->ensureWidgetVisible(fits, 0, 40);
+                            area->horizontalScrollBar()->setValue(0); // the row's label stays in view
+                        }
+                        break;
+                    }
                 save();
             });
         // MEMLEDGER_SCREENSHOT_GPUS=1 waits for the GPUs tab's fit table (and shows that tab).

@@ -64,6 +64,7 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     total_ = new QLabel(this);
     reserved_ = new QLabel(this);
     fits_ = new QLabel(this);
+    fits_->setObjectName(QStringLiteral("fits")); // the answer, found by name (screenshots scroll to it)
     decides_ = new QLabel(this);
     method_ = new QLabel(this);
     notes_ = new QLabel(this);
@@ -86,6 +87,13 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     shardBox_->addItem(tr("ZeRO-1 (optimizer state sharded)"), QStringLiteral("zero1"));
     shardBox_->addItem(tr("DDP (replicated)"), QStringLiteral("ddp"));
     shardBox_->setToolTip(tr("How the job shards the parameters, gradients and optimizer state"));
+    // The choices' long names ("ZeRO-2 (FSDP, no reshard after forward)", "bfloat16 mixed (...)") never widen the
+    // panel past its dock: the box shows what fits and its list shows them whole. A wider panel was clipped on the
+    // right, the Fits answer with it.
+    for (auto* box : {dtypeBox_, budgetBox_, shardBox_}) {
+        box->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+        box->setMinimumContentsLength(10);
+    }
     gpusLabel_ = new QLabel(tr("GPUs"), this);
     shardLabel_ = new QLabel(tr("Sharding"), this);
     showRank_ = new QPushButton(tr("Show this rank"), this);
