@@ -75,7 +75,8 @@ std::string usageText()
            "                    [--checkpoint-impl reentrant|non-reentrant] [RUN] [--json FILE]\n"
            "  memledger analyze MODEL --mode train --gpus N --shard fsdp|zero2|zero1|ddp [--param-dtype T]\n"
            "                    [--reduce-dtype T] [--no-reshard-after-forward] [--shard-units PATH.*,PATH]\n"
-           "                    [--gradient-as-bucket-view] [RUN]   one rank of a data-parallel job (rank 0)\n"
+           "                    [--gradient-as-bucket-view] [--backend nccl|gloo] [RUN]   one rank of a data-parallel\n"
+           "                    job (rank 0); gloo: a CPU job's collectives, with their own buffers\n"
            "  memledger whatif MODEL --mode train --gpus 1,8,64 --shard fsdp,zero1,ddp [--batch ...] [--budget SIZE]\n"
            "                    [--precision bfloat16-mixed,float32] [--json FILE]   rank 0 per row\n"
            "  memledger fit MODEL --budget SIZE [--input SHAPE] [--precision bfloat16-mixed,bfloat16,float32]\n"
@@ -295,6 +296,11 @@ CliOptions parseCli(const std::vector<std::string>& args)
             o.shard_units = value(a);
         else if (a == "--gradient-as-bucket-view")
             o.gradient_as_bucket_view = true;
+        else if (a == "--backend") {
+            o.backend = value(a);
+            if (o.backend != "nccl" && o.backend != "gloo")
+                throw std::invalid_argument("--backend '" + o.backend + "' is not nccl or gloo");
+        }
         else if (a == "--json")
             o.json = value(a);
         else if (a == "--html")
@@ -346,10 +352,10 @@ CliOptions parseCli(const std::vector<std::string>& args)
     if (o.parallel() && o.run.mode && *o.run.mode != RunMode::Train) // unset: a training step, whatever the file's
         throw std::invalid_argument("--gpus and --shard lay out a training step, not --mode inference");
     if ((!o.param_dtype.empty() || !o.reduce_dtype.empty() || !o.reshard_after_forward || !o.shard_units.empty()
-            || o.gradient_as_bucket_view)
+            || o.gradient_as_bucket_view || !o.backend.empty())
         && !o.parallel() && o.command != "fit")
-        throw std::invalid_argument("--param-dtype, --reduce-dtype, --no-reshard-after-forward, --shard-units and "
-                                    "--gradient-as-bucket-view describe a sharded job: add --gpus N --shard S");
+        throw std::invalid_argument("--param-dtype, --reduce-dtype, --no-reshard-after-forward, --shard-units, "
+                                    "--gradient-as-bucket-view and --backend describe a sharded job: add --gpus N --shard S");
     if (o.checkpoint.size() == 1 && o.checkpoint[0] == "auto" && !o.budget)
         throw std::invalid_argument("--checkpoint auto needs --budget SIZE (the peak total to fit)");
     return o;

@@ -40,6 +40,7 @@ struct CliOptions {
     bool reshard_after_forward = true; // --no-reshard-after-forward
     std::string shard_units; // --shard-units PATTERN
     bool gradient_as_bucket_view = false; // --gradient-as-bucket-view (ddp, zero1)
+    std::string backend; // --backend nccl|gloo ("": nccl)
     std::vector<std::string> precisions; // fit --precision: bfloat16-mixed, bfloat16, float32, ...
     bool parallel() const { return !gpus.empty() || !shards.empty(); }
 };

@@ -45,6 +45,8 @@ ParallelPlan parallelPlanFromCli(const CliOptions& o, const std::vector<LayerSta
     if (plan.sharded() && !o.shard_units.empty())
         plan.units = shardUnitsMatching(layers, o.shard_units);
     plan.gradient_as_bucket_view = o.gradient_as_bucket_view;
+    if (!o.backend.empty())
+        plan.backend = o.backend;
     return plan;
 }
 

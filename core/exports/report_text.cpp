@@ -168,7 +168,7 @@ std::string reportToText(const Report& r, int maxDepth)
                 << ", gradients reduced in " << par->reduce_dtype << ", "
                 << (par->reshard_after_forward ? "resharded after forward" : "kept from forward to backward") << ")";
         out << ", master weights, gradients and optimizer state in " << par->master_dtype << "; rank " << par->rank
-            << " (the largest shards)\n";
+            << " (the largest shards)" << (par->backend == "gloo" ? "; gloo's collectives (a CPU job)" : "") << "\n";
         out << "  per rank: weights " << formatBytes(r.weight_bytes) << " of " << formatBytes(par->full_parameter_bytes)
             << " parameters, gradients " << formatBytes(r.gradient_bytes) << ", optimizer state "
             << formatBytes(r.optimizer_state_bytes) << "\n";

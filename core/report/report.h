@@ -158,6 +158,7 @@ struct ParallelInfo {
     std::string reduce_dtype; // the gradients' dtype in the reduce-scatter or all-reduce
     std::string master_dtype; // the sharded (or replicated) parameters', gradients' and optimizer state's
     bool reshard_after_forward = true;
+    std::string backend = "nccl"; // the process group's: nccl | gloo (ParallelPlan::backend)
     std::vector<std::string> units; // FSDP's units, in forward order ("" is the root)
     int rank = 0; // the rank shown: rank 0, which holds the largest shards
     // What the rank holds before the step, one block per tensor as the job allocates them: its parameter

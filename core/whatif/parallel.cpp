@@ -51,6 +51,8 @@ std::string ParallelPlan::text() const
         if (!autocast.empty())
             out += " under " + autocast + " autocast";
     }
+    if (backend == "gloo")
+        out += ", gloo (a CPU job's collectives)";
     return out;
 }
 
@@ -227,6 +229,7 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
     const int n = plan.gpus;
     const bool fsdp = plan.sharded();
     const int md = dtypeSize(plan.master_dtype), pd = dtypeSize(plan.paramDtype()), rd = dtypeSize(plan.reduceDtype());
+    const bool gloo = plan.backend == "gloo";
     const int cd = dtypeSize(run.dtype);
 
     RankLayout out;
@@ -237,6 +240,7 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
     info.param_dtype = plan.paramDtype();
     info.reduce_dtype = plan.reduceDtype();
     info.reshard_after_forward = plan.shard == Sharding::Fsdp && plan.reshard_after_forward;
+    info.backend = plan.backend;
     info.units = fsdp ? (plan.units.empty() ? defaultShardUnits(layers) : plan.units) : std::vector<std::string> {};
     if (fsdp && std::find(info.units.begin(), info.units.end(), std::string()) == info.units.end())
         info.units.push_back("");
@@ -364,6 +368,8 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
                 for (const auto* p : paramsOf[u])
                     casts.push_back(edit.addAlloc(pos, p->padded * pd, Ledger::Communication, u, "fsdp::all_gather_input"));
             st.issued = edit.addAlloc(pos, paddedOf(u) * n * pd, Ledger::Communication, u, "fsdp::all_gather");
+            if (gloo) // c10d::_allgather_base_ on gloo: a flat buffer of the output's size, freed before it returns
+                edit.addFree(pos, edit.addAlloc(pos, paddedOf(u) * n * pd, Ledger::Communication, u, "gloo::all_gather"));
             for (auto c : casts)
                 edit.addFree(pos, c);
         };
@@ -404,6 +410,8 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
                     edit.addFree(pos, g);
             auto output = edit.addAlloc(pos, shardNumel * rd, rd == md ? Ledger::Gradients : Ledger::Communication, u,
                 "fsdp::reduce_scatter");
+            if (gloo) // c10d::_reduce_scatter_base_ on gloo clones its input; FSDP waits for it in the same hook
+                edit.addFree(pos, edit.addAlloc(pos, shardNumel * n * rd, Ledger::Communication, u, "gloo::reduce_scatter"));
             if (rd != md) {
                 edit.addAlloc(pos, shardNumel * md, Ledger::Gradients, u, "fsdp::sharded_grad");
                 edit.addFree(pos, output);

@@ -56,6 +56,10 @@ struct ParallelPlan {
 
     // ddp/zero1: torch.autocast's dtype over master_dtype weights ("": none), the mixed precision of an unsharded job.
     std::string autocast;
+    // The process group's backend: "nccl" (GPUs: the collectives work in the buffers they are given) or "gloo"
+    // (CPU jobs: fsdp/zero2's all-gather makes a flat buffer of its output's size in the calling thread and frees
+    // it at once, and its reduce-scatter clones its input until the collective completes).
+    std::string backend = "nccl";
 
     std::string paramDtype() const { return param_dtype.empty() ? master_dtype : param_dtype; }
     // The precision of the recorded step the rank is laid over (support/dtype.h): fsdp and zero2 record in their
