@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <stdexcept>
 
 using namespace memledger;
 
@@ -22,6 +23,39 @@ namespace {
 std::string snapshotPath(const std::string& name)
 {
     return std::string(MEMLEDGER_SNAPSHOTS) + "/" + name;
+}
+
+// A snapshot built by a Python script (run with the pickle's path as sys.argv[1]), read back; both files removed.
+Snapshot snapshotBuiltBy(const std::string& tag, const std::string& script)
+{
+    const auto base = "/tmp/memledger-test-" + tag + "-" + std::to_string(::getpid());
+    std::ofstream(base + ".py") << script;
+    const int rc = std::system(("/usr/bin/python3 " + base + ".py " + base + ".pickle").c_str());
+    std::remove((base + ".py").c_str());
+    if (rc != 0) {
+        std::remove((base + ".pickle").c_str());
+        throw std::runtime_error("the script building the " + tag + " snapshot failed");
+    }
+    Snapshot s = readSnapshotFile(base + ".pickle");
+    std::remove((base + ".pickle").c_str());
+    return s;
+}
+
+// The whole numbers a Python script prints about a file (sys.argv[1]): PyTorch's side of a check.
+std::vector<std::int64_t> figuresByPython(const std::string& script, const std::string& file)
+{
+    const auto out = "/tmp/memledger-test-figures-" + std::to_string(::getpid());
+    std::ofstream(out + ".py") << script;
+    const int rc = std::system(("/usr/bin/python3 " + out + ".py " + file + " > " + out).c_str());
+    std::vector<std::int64_t> figures;
+    std::ifstream in(out);
+    for (std::int64_t v = 0; in >> v;)
+        figures.push_back(v);
+    std::remove(out.c_str());
+    std::remove((out + ".py").c_str());
+    if (rc != 0)
+        throw std::runtime_error("the Python script reading " + file + " failed");
+    return figures;
 }
 
 #define SKIP_WITHOUT_SNAPSHOTS()                                                                                       \
@@ -555,19 +589,16 @@ TEST(Snapshot, AWeightAnOptimizerReplacesStaysAWeight)
 {
     SKIP_WITHOUT_SNAPSHOTS();
     const std::string file = snapshotPath("training-step-annotated.pickle");
-    const std::string out = "/tmp/memledger-constructors-" + std::to_string(::getpid());
-    std::ofstream(out + ".py") << "import pickle, sys\n"
-                                  "d = pickle.load(open(sys.argv[1], 'rb'))\n"
-                                  "def made_by(init_file):\n"
-                                  "    return sum(e['size'] for t in d['device_traces'] for e in t if e['action'] == 'alloc'\n"
-                                  "               and any(f['filename'].endswith(init_file) and f['name'] == '__init__'\n"
-                                  "                       for f in e['frames']))\n"
-                                  "print(made_by('TransformerLM.py'), made_by('optimizer.py'))\n";
-    ASSERT_EQ(std::system(("/usr/bin/python3 " + out + ".py " + file + " > " + out).c_str()), 0);
-    std::int64_t parameters = 0, moments = 0;
-    std::ifstream(out) >> parameters >> moments;
-    std::remove(out.c_str());
-    std::remove((out + ".py").c_str());
+    const auto figures = figuresByPython("import pickle, sys\n"
+                                         "d = pickle.load(open(sys.argv[1], 'rb'))\n"
+                                         "def made_by(init_file):\n"
+                                         "    return sum(e['size'] for t in d['device_traces'] for e in t if e['action'] == 'alloc'\n"
+                                         "               and any(f['filename'].endswith(init_file) and f['name'] == '__init__'\n"
+                                         "                       for f in e['frames']))\n"
+                                         "print(made_by('TransformerLM.py'), made_by('optimizer.py'))\n",
+        file);
+    ASSERT_EQ(figures.size(), 2u);
+    const std::int64_t parameters = figures[0], moments = figures[1];
     ASSERT_GT(parameters, 0);
     ASSERT_EQ(moments, 2 * parameters);
 
@@ -581,8 +612,7 @@ TEST(Snapshot, AWeightAnOptimizerReplacesStaysAWeight)
 
     // Built: the step allocates a new moment, then the weight's new value, then frees the old weight; only the
     // new value is a weight. Adam's in-place update (no weight freed) leaves its state as it was.
-    const auto base = std::string("/tmp/memledger-test-out-of-place-") + std::to_string(::getpid());
-    std::ofstream(base + ".py") << R"(
+    Snapshot s = snapshotBuiltBy("out-of-place", R"(
 import pickle, sys
 init = [{'filename': '/home/u/model.py', 'line': 5, 'name': '__init__'},
         {'filename': '/home/u/train.py', 'line': 3, 'name': 'main'}]
@@ -594,11 +624,7 @@ trace = [e('alloc', 1 << 20, 1, init),
          e('alloc', 2 << 20, 2, step), e('alloc', 3 << 20, 3, step),
          e('free_requested', 1 << 20, 4, step), e('free_completed', 1 << 20, 5, step)]
 pickle.dump({'segments': [], 'device_traces': [trace]}, open(sys.argv[1], 'wb'), 4)
-)";
-    ASSERT_EQ(std::system(("/usr/bin/python3 " + base + ".py " + base + ".pickle").c_str()), 0);
-    Snapshot s = readSnapshotFile(base + ".pickle");
-    std::remove((base + ".py").c_str());
-    std::remove((base + ".pickle").c_str());
+)");
     const Trace& t = *s.trace;
     ASSERT_EQ(t.size(), 5u);
     EXPECT_EQ(t.ledger[0], Ledger::Weights);
@@ -614,18 +640,14 @@ TEST(Snapshot, AutocastsWeightCastsAreTheirOwnLedger)
 {
     SKIP_WITHOUT_SNAPSHOTS();
     const std::string file = snapshotPath("training-step-annotated.pickle");
-    const std::string out = "/tmp/memledger-linear-weights-" + std::to_string(::getpid());
-    const std::string script = "import pickle, sys\n"
-                               "d = pickle.load(open(sys.argv[1], 'rb'))\n"
-                               "print(sum(e['size'] for t in d['device_traces'] for e in t if e['action'] == 'alloc'\n"
-                               "          and any(f['filename'].endswith('linear.py') and f['name'] == '__init__'\n"
-                               "                  for f in e['frames'])))\n";
-    std::ofstream(out + ".py") << script;
-    ASSERT_EQ(std::system(("/usr/bin/python3 " + out + ".py " + file + " > " + out).c_str()), 0);
-    std::int64_t linearWeights = 0;
-    std::ifstream(out) >> linearWeights;
-    std::remove(out.c_str());
-    std::remove((out + ".py").c_str());
+    const auto figures = figuresByPython("import pickle, sys\n"
+                                         "d = pickle.load(open(sys.argv[1], 'rb'))\n"
+                                         "print(sum(e['size'] for t in d['device_traces'] for e in t if e['action'] == 'alloc'\n"
+                                         "          and any(f['filename'].endswith('linear.py') and f['name'] == '__init__'\n"
+                                         "                  for f in e['frames'])))\n",
+        file);
+    ASSERT_EQ(figures.size(), 1u);
+    const std::int64_t linearWeights = figures[0];
     ASSERT_GT(linearWeights, 0);
 
     Report r = readSnapshotReport(file, false);
@@ -642,8 +664,7 @@ TEST(Snapshot, AutocastsWeightCastsAreTheirOwnLedger)
 
     // Python frames only (stacks="python"): the region's __exit__ frees the cache; an activation freed by the
     // backward, and one freed in the forward after the region, keep their ledgers.
-    const auto base = std::string("/tmp/memledger-test-autocast-") + std::to_string(::getpid());
-    std::ofstream(base + ".py") << R"(
+    Snapshot s = snapshotBuiltBy("autocast", R"(
 import pickle, sys
 fwd = [{'filename': '/site-packages/torch/nn/modules/module.py', 'line': 1750, 'name': '_call_impl'},
        {'filename': '/home/u/model.py', 'line': 20, 'name': 'forward'},
@@ -658,11 +679,7 @@ trace = [e('alloc', 1 << 20, 1, fwd), e('alloc', 2 << 20, 2, fwd),
          e('free_requested', 1 << 20, 3, exit_), e('free_completed', 1 << 20, 4, exit_),
          e('free_requested', 2 << 20, 5, bwd), e('free_completed', 2 << 20, 6, bwd)]
 pickle.dump({'segments': [], 'device_traces': [trace]}, open(sys.argv[1], 'wb'), 4)
-)";
-    ASSERT_EQ(std::system(("/usr/bin/python3 " + base + ".py " + base + ".pickle").c_str()), 0);
-    Snapshot s = readSnapshotFile(base + ".pickle");
-    std::remove((base + ".py").c_str());
-    std::remove((base + ".pickle").c_str());
+)");
     const Trace& t = *s.trace;
     ASSERT_EQ(t.action[0], Action::Alloc);
     EXPECT_EQ(t.ledger[0], Ledger::AutocastCache);
@@ -730,8 +747,7 @@ TEST(Snapshot, AnnotationRangesSayTheirPeakAndWhatTheyAdded)
 // step replaces) is optimizer state, not resident; one freed before any phase the trace tells stays resident.
 TEST(Snapshot, ABlockTheOptimizerStepFreesIsOptimizerState)
 {
-    const auto base = std::string("/tmp/memledger-test-optimizer-free-") + std::to_string(::getpid());
-    std::ofstream(base + ".py") << R"(
+    Snapshot s = snapshotBuiltBy("optimizer-free", R"(
 import pickle, sys
 def e(action, addr, t):
     return {'action': action, 'addr': addr, 'size': 4096, 'stream': 0, 'time_us': t, 'frames': []}
@@ -740,12 +756,7 @@ trace = [e('free_requested', 1 << 21, 1), e('free_completed', 1 << 21, 2),
 ann = [{'stage': 'START', 'name': 'Optimizer.step#AdamW.step', 'device': 0, 'time_us': 5},
        {'stage': 'END', 'name': 'Optimizer.step#AdamW.step', 'device': 0, 'time_us': 20}]
 pickle.dump({'segments': [], 'device_traces': [trace], 'external_annotations': ann}, open(sys.argv[1], 'wb'), 4)
-)";
-    const std::string cmd = "/usr/bin/python3 " + base + ".py " + base + ".pickle";
-    ASSERT_EQ(std::system(cmd.c_str()), 0);
-    Snapshot s = readSnapshotFile(base + ".pickle");
-    std::remove((base + ".py").c_str());
-    std::remove((base + ".pickle").c_str());
+)");
     const Trace& t = *s.trace;
     ASSERT_EQ(t.size(), 5u);
     ASSERT_EQ(t.action[1], Action::Free);
