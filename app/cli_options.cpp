@@ -74,9 +74,10 @@ std::string usageText()
            "  memledger whatif MODEL.pt --mode train --checkpoint PATH[,PATH...]|auto [--budget SIZE]\n"
            "                    [--checkpoint-impl reentrant|non-reentrant] [RUN] [--json FILE]\n"
            "  memledger analyze MODEL --mode train --gpus N --shard fsdp|zero2|zero1|ddp [--param-dtype T]\n"
-           "                    [--reduce-dtype T] [--no-reshard-after-forward] [--shard-units PATH.*,PATH]\n"
-           "                    [--gradient-as-bucket-view] [--backend nccl|gloo] [RUN]   one rank of a data-parallel\n"
-           "                    job (rank 0); gloo: a CPU job's collectives, with their own buffers\n"
+           "                    [--reduce-dtype T] [--no-reshard-after-forward] [--reshard-root-after-forward]\n"
+           "                    [--shard-units PATH.*,PATH] [--gradient-as-bucket-view] [--backend nccl|gloo] [RUN]\n"
+           "                    one rank of a data-parallel job (rank 0); gloo: a CPU job's collectives, with their\n"
+           "                    own buffers\n"
            "  memledger whatif MODEL --mode train --gpus 1,8,64 --shard fsdp,zero1,ddp [--batch ...] [--budget SIZE]\n"
            "                    [--precision bfloat16-mixed,float32] [--json FILE]   rank 0 per row\n"
            "  memledger fit MODEL --budget SIZE [--input SHAPE] [--precision bfloat16-mixed,bfloat16,float32]\n"
@@ -292,6 +293,8 @@ CliOptions parseCli(const std::vector<std::string>& args)
             checkPrecisions(o.precisions);
         } else if (a == "--no-reshard-after-forward")
             o.reshard_after_forward = false;
+        else if (a == "--reshard-root-after-forward")
+            o.reshard_root_after_forward = true;
         else if (a == "--shard-units")
             o.shard_units = value(a);
         else if (a == "--gradient-as-bucket-view")
@@ -351,11 +354,15 @@ CliOptions parseCli(const std::vector<std::string>& args)
         throw std::invalid_argument("--gpus and --shard are for 'analyze' and 'whatif' with --mode train");
     if (o.parallel() && o.run.mode && *o.run.mode != RunMode::Train) // unset: a training step, whatever the file's
         throw std::invalid_argument("--gpus and --shard lay out a training step, not --mode inference");
-    if ((!o.param_dtype.empty() || !o.reduce_dtype.empty() || !o.reshard_after_forward || !o.shard_units.empty()
-            || o.gradient_as_bucket_view || !o.backend.empty())
+    if ((!o.param_dtype.empty() || !o.reduce_dtype.empty() || !o.reshard_after_forward || o.reshard_root_after_forward
+            || !o.shard_units.empty() || o.gradient_as_bucket_view || !o.backend.empty())
         && !o.parallel() && o.command != "fit")
-        throw std::invalid_argument("--param-dtype, --reduce-dtype, --no-reshard-after-forward, --shard-units, "
-                                    "--gradient-as-bucket-view and --backend describe a sharded job: add --gpus N --shard S");
+        throw std::invalid_argument("--param-dtype, --reduce-dtype, --no-reshard-after-forward, "
+                                    "--reshard-root-after-forward, --shard-units, --gradient-as-bucket-view and "
+                                    "--backend describe a sharded job: add --gpus N --shard S");
+    if (o.reshard_root_after_forward && !o.reshard_after_forward)
+        throw std::invalid_argument("--reshard-root-after-forward and --no-reshard-after-forward contradict each other: "
+                                    "the root reshards after its forward only where the blocks do");
     if (o.checkpoint.size() == 1 && o.checkpoint[0] == "auto" && !o.budget)
         throw std::invalid_argument("--checkpoint auto needs --budget SIZE (the peak total to fit)");
     return o;

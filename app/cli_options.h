@@ -38,6 +38,9 @@ struct CliOptions {
     std::vector<std::string> shards; // fsdp | zero2 | zero1 | ddp
     std::string param_dtype, reduce_dtype; // --param-dtype, --reduce-dtype ("": --dtype)
     bool reshard_after_forward = true; // --no-reshard-after-forward
+    // --reshard-root-after-forward: fully_shard(model, reshard_after_forward=True) on the root too (FSDP2's default,
+    // None, keeps the root's parameters gathered from its forward to its backward)
+    bool reshard_root_after_forward = false;
     std::string shard_units; // --shard-units PATTERN
     bool gradient_as_bucket_view = false; // --gradient-as-bucket-view (ddp, zero1)
     std::string backend; // --backend nccl|gloo ("": nccl)

@@ -42,6 +42,7 @@ ParallelPlan parallelPlanFromCli(const CliOptions& o, const std::vector<LayerSta
     if (!plan.sharded())
         plan.autocast = o.run.autocast; // ddp and zero1 in mixed precision: autocast over the master weights
     plan.reshard_after_forward = plan.shard == Sharding::Fsdp && o.reshard_after_forward;
+    plan.root_reshard_after_forward = plan.reshard_after_forward && o.reshard_root_after_forward;
     if (plan.sharded() && !o.shard_units.empty())
         plan.units = shardUnitsMatching(layers, o.shard_units);
     plan.gradient_as_bucket_view = o.gradient_as_bucket_view;

@@ -402,6 +402,28 @@ TEST_F(Fsdp, WhatIfRowsPerRank)
         rank["ledgers"]["communication"]["total"].get<std::int64_t>());
     EXPECT_EQ(runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + fixture("fsdp/toy.pt2")
                   + " --gpus 4 --shard fsdp --backend mpi").exit_code, 2);
+    int rootChecked = 0;
+    // --reshard-root-after-forward: fully_shard(model, reshard_after_forward=True), as the truth wraps the root;
+    // the CLI's rank is then FSDPMemTracker's within 2% (the default keeps the root gathered, and differs).
+    for (const auto& c : fsdpTruth()["cases"]) {
+        if (c["model"] != "toy" || c["gpus"] != 8 || c["param_dtype"] != "float32" || c["reduce_dtype"].is_string()
+            || !c["reshard_after_forward"].get<bool>() || c["input"] != "2x32:int64")
+            continue;
+        auto root = runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + fixture("fsdp/toy.pt2")
+            + " --input 2x32:int64 --mode train --optimizer adamw --gpus 8 --shard fsdp --reshard-root-after-forward"
+              " --json " + fixture("fsdp/rank8-root.json"));
+        ASSERT_EQ(root.exit_code, 0) << root.output;
+        EXPECT_NE(root.output.find("resharded after forward, the root too"), std::string::npos) << root.output;
+        std::ifstream rootIn(fixture("fsdp/rank8-root.json"));
+        auto rootJson = nlohmann::json::parse(rootIn);
+        EXPECT_TRUE(rootJson["run"]["parallel"]["root_reshard_after_forward"].get<bool>());
+        const double theirs = static_cast<double>(category(c["peak"], "Total") - c["step_tensor_bytes"].get<std::int64_t>());
+        EXPECT_NEAR(rootJson["peak_total_bytes"].get<double>(), theirs, 0.02 * theirs);
+        ++rootChecked;
+    }
+    EXPECT_EQ(rootChecked, 1);
+    EXPECT_EQ(runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + fixture("fsdp/toy.pt2")
+                  + " --gpus 4 --shard fsdp --reshard-root-after-forward --no-reshard-after-forward").exit_code, 2);
     // A sharded job is a training step: --mode may be left out (the step is recorded), not set to inference;
     // a unit the model lacks is named.
     auto bad = runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + fixture("fsdp/toy.pt2") + " --mode inference --gpus 4");
@@ -485,6 +507,20 @@ TEST(ParallelPlan, UnitsAndNames)
     layers[3].path = "layers.1";
     layers[3].type = "LlamaBlock";
     layers[4].path = "norm";
+    EXPECT_EQ(defaultShardUnits(layers), (std::vector<std::string> {"layers.0", "layers.1", ""}));
+    // Two blocks, each with four Linears in its attention: the blocks hold more weights, so they are the units.
+    layers[2].weight_bytes = layers[3].weight_bytes = 1000;
+    layers[2].children = {5};
+    layers.resize(10);
+    layers[5].path = "layers.0.attn";
+    layers[5].type = "Attention";
+    layers[5].weight_bytes = 400;
+    for (int k = 0; k < 4; ++k) {
+        layers[static_cast<std::size_t>(6 + k)].path = "layers.0.attn." + std::string(1, "qkvo"[k]);
+        layers[static_cast<std::size_t>(6 + k)].type = "Linear";
+        layers[static_cast<std::size_t>(6 + k)].weight_bytes = 100;
+        layers[5].children.push_back(6 + k);
+    }
     EXPECT_EQ(defaultShardUnits(layers), (std::vector<std::string> {"layers.0", "layers.1", ""}));
     EXPECT_EQ(shardUnitsMatching(layers, "layers.*, norm"), (std::vector<std::string> {"layers.0", "layers.1", "norm", ""}));
     EXPECT_THROW(shardUnitsMatching(layers, "blocks.*"), std::invalid_argument);

@@ -506,7 +506,8 @@ json reportToJson(const Report& r, bool withEvents)
     if (const auto& par = r.run.parallel) {
         j["run"]["parallel"] = {{"gpus", par->gpus}, {"shard", par->shard}, {"param_dtype", par->param_dtype},
             {"reduce_dtype", par->reduce_dtype}, {"master_dtype", par->master_dtype}, {"units", par->units},
-            {"reshard_after_forward", par->reshard_after_forward}, {"backend", par->backend}, {"rank", par->rank},
+            {"reshard_after_forward", par->reshard_after_forward},
+            {"root_reshard_after_forward", par->root_reshard_after_forward}, {"backend", par->backend}, {"rank", par->rank},
             {"resident_blocks", par->resident_blocks}, {"full_parameter_bytes", par->full_parameter_bytes}};
     }
     j["load_tax"] = {{"file_tensor_bytes", r.load_tax.file_tensor_bytes}, {"file_dtype", r.load_tax.file_dtype},
@@ -679,6 +680,7 @@ Report reportFromJson(const json& j, const std::string& name)
             par.master_dtype = pj.value("master_dtype", par.param_dtype);
             par.units = pj.value("units", std::vector<std::string> {});
             par.reshard_after_forward = pj.value("reshard_after_forward", true);
+            par.root_reshard_after_forward = pj.value("root_reshard_after_forward", false);
             par.backend = pj.value("backend", std::string("nccl"));
             par.rank = pj.value("rank", 0);
             par.resident_blocks = pj.value("resident_blocks", std::vector<std::int64_t> {});

@@ -166,7 +166,10 @@ std::string reportToText(const Report& r, int maxDepth)
         if (par->shard == "fsdp" || par->shard == "zero2")
             out << " (" << par->units.size() << " units, parameters gathered in " << par->param_dtype
                 << ", gradients reduced in " << par->reduce_dtype << ", "
-                << (par->reshard_after_forward ? "resharded after forward" : "kept from forward to backward") << ")";
+                << (par->reshard_after_forward ? (par->root_reshard_after_forward ? "resharded after forward, the root too"
+                                                                                   : "resharded after forward")
+                                               : "kept from forward to backward")
+                << ")";
         out << ", master weights, gradients and optimizer state in " << par->master_dtype << "; rank " << par->rank
             << " (the largest shards)" << (par->backend == "gloo" ? "; gloo's collectives (a CPU job)" : "") << "\n";
         out << "  per rank: weights " << formatBytes(r.weight_bytes) << " of " << formatBytes(par->full_parameter_bytes)

@@ -24,9 +24,11 @@ struct Snapshot; // memledger/snapshot.h
 // inside the root, "").
 bool isInsideModule(const std::string& path, const std::string& module);
 struct LayerStats;
-// The blocks a model repeats, as users wrap them (checkpointing, FSDP's units): the largest set of siblings of
-// one type (the items of a ModuleList: a Llama's decoder layers), in item order; only paths `usable` accepts
-// (empty: every one). Empty when no module has two children of one type.
+// The blocks a model repeats, as users wrap them (checkpointing, FSDP's units): the set of two or more siblings of
+// one type (the items of a ModuleList: a Llama's decoder layers) that holds the most weights, then the most
+// blocks, then the first in the tree; in item order; only paths `usable` accepts (empty: every one). Weights
+// first, so that a 2-layer decoder's layers win over the four Linears inside its attention. Empty when no
+// module has two children of one type.
 std::vector<std::string> largestRepeatedBlocks(
     const std::vector<LayerStats>& layers, const std::function<bool(const std::string&)>& usable = {});
 using Shape = std::vector<std::int64_t>;
@@ -158,6 +160,7 @@ struct ParallelInfo {
     std::string reduce_dtype; // the gradients' dtype in the reduce-scatter or all-reduce
     std::string master_dtype; // the sharded (or replicated) parameters', gradients' and optimizer state's
     bool reshard_after_forward = true;
+    bool root_reshard_after_forward = false; // the root too (ParallelPlan::root_reshard_after_forward)
     std::string backend = "nccl"; // the process group's: nccl | gloo (ParallelPlan::backend)
     std::vector<std::string> units; // FSDP's units, in forward order ("" is the root)
     int rank = 0; // the rank shown: rank 0, which holds the largest shards

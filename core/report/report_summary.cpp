@@ -48,18 +48,30 @@ std::vector<std::string> largestRepeatedBlocks(
     const std::vector<LayerStats>& layers, const std::function<bool(const std::string&)>& usable)
 {
     std::vector<std::string> best;
+    std::int64_t bestWeights = -1;
     for (const auto& l : layers) {
-        std::map<std::string, std::vector<std::string>> byType;
+        std::map<std::string, std::pair<std::vector<std::string>, std::int64_t>> byType; // paths, their weights
+        std::vector<std::string> typeOrder; // the types in child order, so that ties go to the first
         for (int c : l.children) {
             if (c < 0 || static_cast<std::size_t>(c) >= layers.size())
                 continue;
             const auto& child = layers[static_cast<std::size_t>(c)];
-            if (!usable || usable(child.path))
-                byType[child.type].push_back(child.path);
+            if (usable && !usable(child.path))
+                continue;
+            auto& group = byType[child.type];
+            if (group.first.empty())
+                typeOrder.push_back(child.type);
+            group.first.push_back(child.path);
+            group.second += child.weight_bytes;
         }
-        for (auto& [type, paths] : byType)
-            if (paths.size() >= 2 && paths.size() > best.size())
+        for (const auto& type : typeOrder) {
+            const auto& [paths, weights] = byType[type];
+            if (paths.size() >= 2
+                && (weights > bestWeights || (weights == bestWeights && paths.size() > best.size()))) {
                 best = paths;
+                bestWeights = weights;
+            }
+        }
     }
     std::stable_sort(best.begin(), best.end(),
         [](const std::string& a, const std::string& b) { return itemIndex(a) < itemIndex(b); });

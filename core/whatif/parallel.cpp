@@ -240,6 +240,7 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
     info.param_dtype = plan.paramDtype();
     info.reduce_dtype = plan.reduceDtype();
     info.reshard_after_forward = plan.shard == Sharding::Fsdp && plan.reshard_after_forward;
+    info.root_reshard_after_forward = info.reshard_after_forward && plan.root_reshard_after_forward;
     info.backend = plan.backend;
     info.units = fsdp ? (plan.units.empty() ? defaultShardUnits(layers) : plan.units) : std::vector<std::string> {};
     if (fsdp && std::find(info.units.begin(), info.units.end(), std::string()) == info.units.end())
