@@ -27,6 +27,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <tuple>
 #include <string>
 
 using namespace memledger;
@@ -492,6 +493,54 @@ TEST(TraceEdit, PlacesEventsAndCarriesRanges)
     EXPECT_EQ(phases[0].end_event, 4u);
     EXPECT_EQ(phases[1].first_event, 4u);
     EXPECT_EQ(phases[1].end_event, 7u);
+}
+
+// A layer tree from (path, type, weights) rows, parents first; each path's parent is the path up to its last dot.
+std::vector<LayerStats> treeOf(const std::vector<std::tuple<std::string, std::string, std::int64_t>>& rows)
+{
+    std::vector<LayerStats> layers;
+    for (const auto& [path, type, weights] : rows) {
+        LayerStats l;
+        l.path = path;
+        l.type = type;
+        l.weight_bytes = weights;
+        if (!path.empty()) {
+            auto dot = path.rfind('.');
+            const auto parent = dot == std::string::npos ? std::string() : path.substr(0, dot);
+            for (std::size_t k = 0; k < layers.size(); ++k)
+                if (layers[k].path == parent) {
+                    l.parent = static_cast<int>(k);
+                    layers[k].children.push_back(static_cast<int>(layers.size()));
+                }
+        }
+        layers.push_back(l);
+    }
+    return layers;
+}
+
+// The default units on held-out shapes: an encoder and a decoder list (the heavier list's blocks, not the two
+// lists), an MoE (the blocks, not the experts), 2 blocks over 4 named Linears each.
+TEST(ParallelPlan, DefaultUnitsAreTheHeaviestListsBlocks)
+{
+    auto encdec = treeOf({{"", "EncDec", 1100}, {"encoder", "ModuleList", 200}, {"encoder.0", "EncBlock", 100},
+        {"encoder.1", "EncBlock", 100}, {"decoder", "ModuleList", 800}, {"decoder.0", "DecBlock", 200},
+        {"decoder.1", "DecBlock", 200}, {"decoder.2", "DecBlock", 200}, {"decoder.3", "DecBlock", 200},
+        {"out", "Linear", 100}});
+    EXPECT_EQ(defaultShardUnits(encdec),
+        (std::vector<std::string> {"decoder.0", "decoder.1", "decoder.2", "decoder.3", ""}));
+    auto moe = treeOf({{"", "MoE", 1000}, {"blocks", "ModuleList", 900}, {"blocks.0", "Block", 450},
+        {"blocks.0.experts", "ModuleList", 400}, {"blocks.0.experts.0", "MLP", 100}, {"blocks.0.experts.1", "MLP", 100},
+        {"blocks.0.experts.2", "MLP", 100}, {"blocks.0.experts.3", "MLP", 100}, {"blocks.1", "Block", 450},
+        {"head", "Linear", 100}});
+    EXPECT_EQ(defaultShardUnits(moe), (std::vector<std::string> {"blocks.0", "blocks.1", ""}));
+    auto two = treeOf({{"", "LM", 300}, {"layers", "ModuleList", 200}, {"layers.0", "Block", 100},
+        {"layers.0.attn", "Attention", 40}, {"layers.0.attn.q", "Linear", 10}, {"layers.0.attn.k", "Linear", 10},
+        {"layers.0.attn.v", "Linear", 10}, {"layers.0.attn.o", "Linear", 10}, {"layers.1", "Block", 100}});
+    EXPECT_EQ(defaultShardUnits(two), (std::vector<std::string> {"layers.0", "layers.1", ""}));
+    // No list at all: the heaviest set of named siblings.
+    auto named = treeOf({{"", "Net", 30}, {"a", "Linear", 10}, {"b", "Linear", 10}, {"act", "ReLU", 0},
+        {"act2", "ReLU", 0}, {"act3", "ReLU", 0}});
+    EXPECT_EQ(defaultShardUnits(named), (std::vector<std::string> {"a", "b", ""}));
 }
 
 TEST(ParallelPlan, UnitsAndNames)

@@ -24,11 +24,13 @@ struct Snapshot; // memledger/snapshot.h
 // inside the root, "").
 bool isInsideModule(const std::string& path, const std::string& module);
 struct LayerStats;
-// The blocks a model repeats, as users wrap them (checkpointing, FSDP's units): the set of two or more siblings of
-// one type (the items of a ModuleList: a Llama's decoder layers) that holds the most weights, then the most
-// blocks, then the first in the tree; in item order; only paths `usable` accepts (empty: every one). Weights
-// first, so that a 2-layer decoder's layers win over the four Linears inside its attention. Empty when no
-// module has two children of one type.
+// The blocks a model repeats, as users wrap them (checkpointing, FSDP's units): of the sets of two or more siblings
+// of one type, those that are a list's items ("layers.0", "layers.1": a ModuleList's or a Sequential's) where
+// there are any, and of these the set holding the most weights, then the most blocks, then the first in the tree;
+// in item order; only paths `usable` accepts (empty: every one). So a 2-layer decoder's layers win over the four
+// Linears of its attention (named, and lighter), an MoE's blocks over each block's experts (lighter), and a
+// model's encoder and decoder lists (named) lose to the heavier list's blocks. Empty when no module has two
+// children of one type.
 std::vector<std::string> largestRepeatedBlocks(
     const std::vector<LayerStats>& layers, const std::function<bool(const std::string&)>& usable = {});
 using Shape = std::vector<std::int64_t>;

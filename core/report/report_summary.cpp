@@ -49,6 +49,7 @@ std::vector<std::string> largestRepeatedBlocks(
 {
     std::vector<std::string> best;
     std::int64_t bestWeights = -1;
+    bool bestItems = false; // the best set's paths are a list's items ("layers.0", "layers.1")
     for (const auto& l : layers) {
         std::map<std::string, std::pair<std::vector<std::string>, std::int64_t>> byType; // paths, their weights
         std::vector<std::string> typeOrder; // the types in child order, so that ties go to the first
@@ -66,10 +67,15 @@ std::vector<std::string> largestRepeatedBlocks(
         }
         for (const auto& type : typeOrder) {
             const auto& [paths, weights] = byType[type];
-            if (paths.size() >= 2
-                && (weights > bestWeights || (weights == bestWeights && paths.size() > best.size()))) {
+            if (paths.size() < 2)
+                continue;
+            const bool items = std::all_of(paths.begin(), paths.end(), [](const std::string& p) { return itemIndex(p) >= 0; });
+            if (bestItems && !items)
+                continue;
+            if ((items && !bestItems) || weights > bestWeights || (weights == bestWeights && paths.size() > best.size())) {
                 best = paths;
                 bestWeights = weights;
+                bestItems = items;
             }
         }
     }
