@@ -398,13 +398,17 @@ TEST(MetaDevice, WhatIfRowsAreTheCpusButTemporaries)
             if (gpt && dtype == "float32" && c["batch"].get<int>() == 2)
                 pytorch.push_back({where + ".pt2 inference peak_bytes at 2x32", c["predicted_peak_bytes"].get<std::int64_t>(),
                     t["inference"]["pt2"]["peak_bytes"].get<std::int64_t>(), 0.01});
+            // A CPU peak that holds bfloat16 kernel scratch is this CPU's: oneDNN picks its bfloat16 kernels by the
+            // instructions the CPU has (avx512_bf16, AMX), so that row is checked for its key only here (the bounds
+            // below check its figures); every other row to the byte.
+            const bool cpuKernels = dtype != "float32" && c["ledgers_at_peak"].value("temporaries", std::int64_t {0}) > 0;
             docTableRow("meta.md", "whatif-cpu-vs-meta",
                 {row, m["method"] == "measured" ? "computed on meta" : m["method"].get<std::string>(),
                     groupedBytes(c["predicted_peak_bytes"].get<std::int64_t>()),
                     groupedBytes(m["predicted_peak_bytes"].get<std::int64_t>()),
                     groupedBytes(c["predicted_reserved_bytes"].get<std::int64_t>()),
                     groupedBytes(m["predicted_reserved_bytes"].get<std::int64_t>())},
-                pytorch);
+                pytorch, !cpuKernels);
             EXPECT_EQ(m["batch"], c["batch"]) << row;
             EXPECT_EQ(m["dtype"], c["dtype"]) << row;
             EXPECT_EQ(m["method"], c["method"]) << row;
