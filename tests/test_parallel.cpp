@@ -557,20 +557,6 @@ TEST(ParallelPlan, UnitsAndNames)
     layers[3].type = "LlamaBlock";
     layers[4].path = "norm";
     EXPECT_EQ(defaultShardUnits(layers), (std::vector<std::string> {"layers.0", "layers.1", ""}));
-    // Two blocks, each with four Linears in its attention: the blocks hold more weights, so they are the units.
-    layers[2].weight_bytes = layers[3].weight_bytes = 1000;
-    layers[2].children = {5};
-    layers.resize(10);
-    layers[5].path = "layers.0.attn";
-    layers[5].type = "Attention";
-    layers[5].weight_bytes = 400;
-    for (int k = 0; k < 4; ++k) {
-        layers[static_cast<std::size_t>(6 + k)].path = "layers.0.attn." + std::string(1, "qkvo"[k]);
-        layers[static_cast<std::size_t>(6 + k)].type = "Linear";
-        layers[static_cast<std::size_t>(6 + k)].weight_bytes = 100;
-        layers[5].children.push_back(6 + k);
-    }
-    EXPECT_EQ(defaultShardUnits(layers), (std::vector<std::string> {"layers.0", "layers.1", ""}));
     EXPECT_EQ(shardUnitsMatching(layers, "layers.*, norm"), (std::vector<std::string> {"layers.0", "layers.1", "norm", ""}));
     EXPECT_THROW(shardUnitsMatching(layers, "blocks.*"), std::invalid_argument);
     EXPECT_EQ(shardingFromName("zero1"), Sharding::Zero1);

@@ -4,7 +4,6 @@
 
 
 #include <algorithm>
-#include <map>
 #include <array>
 #include <set>
 #include <unordered_map>
@@ -50,31 +49,36 @@ std::vector<std::string> largestRepeatedBlocks(
     std::vector<std::string> best;
     std::int64_t bestWeights = -1;
     bool bestItems = false; // the best set's paths are a list's items ("layers.0", "layers.1")
+    struct Group {
+        std::string type;
+        std::vector<std::string> paths;
+        std::int64_t weights = 0;
+    };
     for (const auto& l : layers) {
-        std::map<std::string, std::pair<std::vector<std::string>, std::int64_t>> byType; // paths, their weights
-        std::vector<std::string> typeOrder; // the types in child order, so that ties go to the first
+        std::vector<Group> groups; // the children by type, in child order (ties go to the first)
         for (int c : l.children) {
             if (c < 0 || static_cast<std::size_t>(c) >= layers.size())
                 continue;
             const auto& child = layers[static_cast<std::size_t>(c)];
             if (usable && !usable(child.path))
                 continue;
-            auto& group = byType[child.type];
-            if (group.first.empty())
-                typeOrder.push_back(child.type);
-            group.first.push_back(child.path);
-            group.second += child.weight_bytes;
+            auto group = std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.type == child.type; });
+            if (group == groups.end())
+                group = groups.insert(groups.end(), Group {child.type, {}, 0});
+            group->paths.push_back(child.path);
+            group->weights += child.weight_bytes;
         }
-        for (const auto& type : typeOrder) {
-            const auto& [paths, weights] = byType[type];
-            if (paths.size() < 2)
+        for (const auto& g : groups) {
+            if (g.paths.size() < 2)
                 continue;
-            const bool items = std::all_of(paths.begin(), paths.end(), [](const std::string& p) { return itemIndex(p) >= 0; });
+            const bool items
+                = std::all_of(g.paths.begin(), g.paths.end(), [](const std::string& p) { return itemIndex(p) >= 0; });
             if (bestItems && !items)
                 continue;
-            if ((items && !bestItems) || weights > bestWeights || (weights == bestWeights && paths.size() > best.size())) {
-                best = paths;
-                bestWeights = weights;
+            if ((items && !bestItems) || g.weights > bestWeights
+                || (g.weights == bestWeights && g.paths.size() > best.size())) {
+                best = g.paths;
+                bestWeights = g.weights;
                 bestItems = items;
             }
         }

@@ -445,7 +445,6 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
             nextInBackward[""] = order.back();
         for (std::size_t k = 2; k < order.size(); ++k)
             nextInBackward[order[k]] = order[k - 1];
-        const bool rootReshards = info.reshard_after_forward && plan.root_reshard_after_forward;
         for (const auto& pt : points) {
             const auto& u = pt.unit;
             switch (pt.order) {
@@ -459,7 +458,7 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
                         edit.addFree(pt.pos, *forwardBuffer);
                         forwardBuffer.reset();
                     }
-                    if (rootReshards)
+                    if (info.root_reshard_after_forward)
                         reshard(u, pt.pos);
                 } else if (info.reshard_after_forward) {
                     reshard(u, pt.pos);

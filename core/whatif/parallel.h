@@ -74,9 +74,9 @@ struct ParallelPlan {
     std::string text() const;
 };
 
-// FSDP's units as torchtitan and Hugging Face wrap a model: each of its repeated blocks (largestRepeatedBlocks, the
-// set holding the most weights: a Llama's decoder layers), then the root (""). A model with no repeated block: the
-// root alone.
+// FSDP's units as torchtitan and Hugging Face wrap a model: each of its repeated blocks (largestRepeatedBlocks: of a
+// list's items of one type, the set holding the most weights; a Llama's decoder layers), then the root (""). A model
+// with no repeated block: the root alone.
 std::vector<std::string> defaultShardUnits(const std::vector<LayerStats>& layers);
 // --shard-units: a comma-separated list of module paths, each may end in ".*" (every child of that module),
 // e.g. "layers.*,tok_embeddings". The root is always added. Throws std::invalid_argument naming a path the
