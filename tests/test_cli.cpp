@@ -161,6 +161,18 @@ TEST(Cli, Float16ConvolutionRunsOrSaysTheKernelIsMissing)
     EXPECT_NE(r.output.find("no float16 kernel"), std::string::npos) << r.output;
 }
 
+TEST(Cli, RecordedRunsWriteNoLibtorchLogLines)
+{
+    // A training step frees blocks allocated before the recording (the warm-up's gradients); libtorch's CPU
+    // allocator logs that once per process ("Memory block of unknown size ..."), which is noise to a user.
+    for (const char* mode : {"train", "inference"}) {
+        auto r = runCommand(memledgerBinary() + " analyze '" + fixture("mnist.pt") + "' --mode " + mode);
+        EXPECT_EQ(r.exit_code, 0) << r.output;
+        EXPECT_EQ(r.output.find("Memory block of unknown size"), std::string::npos) << mode << "\n" << r.output;
+        EXPECT_EQ(r.output.find("CPUAllocator.cpp"), std::string::npos) << mode << "\n" << r.output;
+    }
+}
+
 TEST(Cli, GuessedInputIsSaidToBeAGuess)
 {
     auto r = runCommand(memledgerBinary() + " analyze '" + fixture("resnet18_traced.pt") + "'");

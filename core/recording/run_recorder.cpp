@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <cstring>
 #include <unordered_map>
@@ -69,6 +70,48 @@ struct RecordState {
 };
 
 thread_local RecordState* tls_state = nullptr;
+
+// While a run is recorded, c10's LOG(WARNING) lines are not written: the CPU allocator writes "Memory block
+// of unknown size was allocated before the profiling started" (once per process) when a block from before
+// the run (a gradient, the optimizer's state) is freed in it, which memledger expects and handles. That is
+// c10's log, not TORCH_WARN, so a c10::WarningHandler does not see it. Runs may overlap (the window records
+// on a worker thread, the benchmarks side by side): the first in lowers the level, the last out restores it.
+class QuietC10Log {
+public:
+    QuietC10Log()
+    {
+        std::lock_guard<std::mutex> lock(mutex());
+        if (depth()++ == 0) {
+            saved() = compat::c10LogLevel();
+            compat::c10LogLevel() = std::max(saved(), 2);
+        }
+    }
+    ~QuietC10Log()
+    {
+        std::lock_guard<std::mutex> lock(mutex());
+        if (--depth() == 0)
+            compat::c10LogLevel() = saved();
+    }
+    QuietC10Log(const QuietC10Log&) = delete;
+    QuietC10Log& operator=(const QuietC10Log&) = delete;
+
+private:
+    static std::mutex& mutex()
+    {
+        static std::mutex m;
+        return m;
+    }
+    static int& depth()
+    {
+        static int d = 0;
+        return d;
+    }
+    static int& saved()
+    {
+        static int s = 0;
+        return s;
+    }
+};
 
 class AllocationRecorder final : public c10::MemoryReportingInfoBase {
 public:
@@ -1013,6 +1056,7 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
                                                              .needsOutputs(true)
                                                              .scopes({at::RecordScope::FUNCTION,
                                                                  at::RecordScope::BACKWARD_FUNCTION}))};
+        QuietC10Log quiet;
         tls_state = &state;
         auto recorder = std::make_shared<AllocationRecorder>(state);
         c10::DebugInfoGuard guard(compat::profilerStateKind(), recorder);

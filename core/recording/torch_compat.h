@@ -4,6 +4,7 @@
 #include <torch/version.h>
 
 #include <c10/core/Device.h>
+#include <c10/util/Logging.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 
 #include <cstddef>
@@ -35,6 +36,17 @@ using ReportedTotal = std::int64_t;
 inline c10::DebugInfoKind profilerStateKind()
 {
     return c10::DebugInfoKind::PROFILER_STATE;
+}
+
+// The least severity c10's LOG() writes (0 info, 1 warning, 2 error): Debian's 1.13 logs through glog
+// (FLAGS_minloglevel), PyTorch 2.x from pip through c10's own logger (FLAGS_caffe2_log_level).
+inline int& c10LogLevel()
+{
+#ifdef C10_USE_GLOG
+    return FLAGS_minloglevel;
+#else
+    return ::FLAGS_caffe2_log_level;
+#endif
 }
 
 } // namespace memledger::compat
