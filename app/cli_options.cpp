@@ -363,6 +363,10 @@ CliOptions parseCli(const std::vector<std::string>& args)
     if (o.reshard_root_after_forward && !o.reshard_after_forward)
         throw std::invalid_argument("--reshard-root-after-forward and --no-reshard-after-forward contradict each other: "
                                     "the root reshards after its forward only where the blocks do");
+    if (o.reshard_root_after_forward && !o.shards.empty()
+        && std::find(o.shards.begin(), o.shards.end(), "fsdp") == o.shards.end())
+        throw std::invalid_argument("--reshard-root-after-forward is fsdp's: zero2 keeps every unit gathered from "
+                                    "its forward to its backward, and zero1 and ddp never gather (add --shard fsdp)");
     if (o.checkpoint.size() == 1 && o.checkpoint[0] == "auto" && !o.budget)
         throw std::invalid_argument("--checkpoint auto needs --budget SIZE (the peak total to fit)");
     return o;

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <tuple>
@@ -412,9 +413,14 @@ TEST_F(Fsdp, WhatIfRowsPerRank)
             continue;
         auto root = runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + fixture("fsdp/toy.pt2")
             + " --input 2x32:int64 --mode train --optimizer adamw --gpus 8 --shard fsdp --reshard-root-after-forward"
-              " --json " + fixture("fsdp/rank8-root.json"));
+              " --json " + fixture("fsdp/rank8-root.json") + " --html " + fixture("fsdp/rank8-root.html"));
         ASSERT_EQ(root.exit_code, 0) << root.output;
         EXPECT_NE(root.output.find("resharded after forward, the root too"), std::string::npos) << root.output;
+        std::ifstream htmlIn(fixture("fsdp/rank8-root.html"));
+        const std::string html((std::istreambuf_iterator<char>(htmlIn)), std::istreambuf_iterator<char>());
+        EXPECT_NE(html.find("units, parameters gathered in float32, gradients reduced in float32, resharded after "
+                            "forward, the root too; master weights"),
+            std::string::npos);
         std::ifstream rootIn(fixture("fsdp/rank8-root.json"));
         auto rootJson = nlohmann::json::parse(rootIn);
         EXPECT_TRUE(rootJson["run"]["parallel"]["root_reshard_after_forward"].get<bool>());
@@ -425,6 +431,10 @@ TEST_F(Fsdp, WhatIfRowsPerRank)
     EXPECT_EQ(rootChecked, 1);
     EXPECT_EQ(runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + fixture("fsdp/toy.pt2")
                   + " --gpus 4 --shard fsdp --reshard-root-after-forward --no-reshard-after-forward").exit_code, 2);
+    auto zero2Root = runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + fixture("fsdp/toy.pt2")
+        + " --gpus 4 --shard zero2 --reshard-root-after-forward");
+    EXPECT_EQ(zero2Root.exit_code, 2) << zero2Root.output;
+    EXPECT_NE(zero2Root.output.find("--reshard-root-after-forward is fsdp's"), std::string::npos) << zero2Root.output;
     // A sharded job is a training step: --mode may be left out (the step is recorded), not set to inference;
     // a unit the model lacks is named.
     auto bad = runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + fixture("fsdp/toy.pt2") + " --mode inference --gpus 4");

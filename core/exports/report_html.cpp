@@ -4,6 +4,7 @@
 #include "analysis/segment_history.h"
 #include "exports/ledger_palette.h"
 #include "report/meta_run.h"
+#include "report/parallel_words.h"
 #include "recording/build_report.h"
 #include "analysis/timeline_series.h"
 #include "snapshot/snapshot.h"
@@ -408,14 +409,16 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
         out << " &middot; file " << formatBytes(r.model.file_bytes);
     }
     out << " &middot; " << (r.trace ? r.trace->size() : 0) << " events</p>\n";
-    if (const auto& par = r.run.parallel) // one rank of a data-parallel job, laid over the recorded step
+    if (const auto& par = r.run.parallel) { // one rank of a data-parallel job, laid over the recorded step
+        auto layout = shardingLayoutWords(*par);
         out << "<p class=parallel><strong>Rank " << par->rank << " of " << par->gpus << " GPUs, "
             << htmlEscape(par->shard) << "</strong> (predicted: the step recorded on one device, the job's schedule laid "
-            << "over it) &middot; parameters gathered in " << htmlEscape(par->param_dtype) << ", gradients reduced in "
-            << htmlEscape(par->reduce_dtype) << ", master weights, gradients and optimizer state in "
-            << htmlEscape(par->master_dtype) << " &middot; per rank: weights " << formatBytes(r.weight_bytes) << " of "
+            << "over it) &middot; "
+            << htmlEscape((layout.empty() ? "" : layout + "; ") + shardingStateWords(*par))
+            << " &middot; per rank: weights " << formatBytes(r.weight_bytes) << " of "
             << formatBytes(par->full_parameter_bytes) << " parameters, gradients " << formatBytes(r.gradient_bytes)
             << ", optimizer state " << formatBytes(r.optimizer_state_bytes) << "</p>\n";
+    }
     // A meta run's figures come from shapes: it says so before any figure, where it cannot be missed.
     if (isMetaRun(r))
         out << "<p class=meta-run><strong>" << htmlEscape(kMetaRunBadge) << "</strong><br>" << htmlEscape(metaNote(r))

@@ -1,5 +1,6 @@
 #include "exports/report_text.h"
 
+#include "report/parallel_words.h"
 #include "snapshot/snapshot.h"
 #include "support/format.h"
 
@@ -163,15 +164,10 @@ std::string reportToText(const Report& r, int maxDepth)
     out << ", " << ms << " ms, " << (r.trace ? r.trace->size() : 0) << " events\n";
     if (const auto& par = r.run.parallel) {
         out << "  one rank of " << par->gpus << (par->gpus == 1 ? " GPU" : " GPUs") << ", " << par->shard;
-        if (par->shard == "fsdp" || par->shard == "zero2")
-            out << " (" << par->units.size() << " units, parameters gathered in " << par->param_dtype
-                << ", gradients reduced in " << par->reduce_dtype << ", "
-                << (par->reshard_after_forward ? (par->root_reshard_after_forward ? "resharded after forward, the root too"
-                                                                                   : "resharded after forward")
-                                               : "kept from forward to backward")
-                << ")";
-        out << ", master weights, gradients and optimizer state in " << par->master_dtype << "; rank " << par->rank
-            << " (the largest shards)" << (par->backend == "gloo" ? "; gloo's collectives (a CPU job)" : "") << "\n";
+        if (auto layout = shardingLayoutWords(*par); !layout.empty())
+            out << " (" << layout << ")";
+        out << ", " << shardingStateWords(*par) << "; rank " << par->rank
+            << (par->shard == "ddp" ? " (every rank holds the same)" : " (the largest shards)") << "\n";
         out << "  per rank: weights " << formatBytes(r.weight_bytes) << " of " << formatBytes(par->full_parameter_bytes)
             << " parameters, gradients " << formatBytes(r.gradient_bytes) << ", optimizer state "
             << formatBytes(r.optimizer_state_bytes) << "\n";
