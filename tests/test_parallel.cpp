@@ -362,6 +362,44 @@ TEST_F(Fsdp, FitTableAnswersTheSevenBQuestion)
     EXPECT_NE(cli.output.find("is the longest the program accepts"), std::string::npos) << cli.output;
 }
 
+// A GPU job's rank laid over a step recorded on the CPU: the CPU kernels' scratch in it (oneDNN's in bfloat16,
+// which depends on the CPU's instructions) is named with its bytes at the rank's peak; a meta run, which has none,
+// and a gloo job, whose kernels are the CPU's, say nothing of it.
+TEST(ParallelNotes, ACpuRecordedRankNamesItsKernelScratch)
+{
+    if (torchBuildInfo().rfind("libtorch 1.", 0) == 0)
+        GTEST_SKIP() << "this build's libtorch (" << torchBuildInfo() << ") runs no torch.export programs";
+    const std::string base = std::string(MEMLEDGER_BINARY) + " analyze " + fixture("lm/gpt_sdpa.pt2")
+        + " --input 2x32:int64 --mode train --optimizer adamw --gpus 4 --shard fsdp --param-dtype bfloat16";
+    auto scratchNote = [](const nlohmann::json& j) -> std::string {
+        for (const auto& n : j["notes"])
+            if (n.get<std::string>().find("the CPU kernels' scratch") != std::string::npos)
+                return n.get<std::string>();
+        return {};
+    };
+    auto json = [](const std::string& path) {
+        std::ifstream in(path);
+        return nlohmann::json::parse(in);
+    };
+    auto cpu = runCommand(base + " --json " + fixture("fsdp/scratch-cpu.json"));
+    ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
+    auto c = json(fixture("fsdp/scratch-cpu.json"));
+    ASSERT_EQ(c["run"]["device"], "cpu");
+    const auto scratch = c["ledgers"]["temporaries"]["at_peak"].get<std::int64_t>();
+    if (scratch > 0) {
+        EXPECT_NE(scratchNote(c).find("holds " + formatBytes(scratch) + " of the CPU kernels' scratch"),
+            std::string::npos) << scratchNote(c);
+        EXPECT_NE(cpu.output.find("--device meta leaves kernel scratch out"), std::string::npos) << cpu.output;
+    } else {
+        EXPECT_EQ(scratchNote(c), "");
+    }
+    for (const char* other : {" --device meta", " --backend gloo"}) {
+        auto r = runCommand(base + other + " --json " + fixture("fsdp/scratch-other.json"));
+        ASSERT_EQ(r.exit_code, 0) << other << "\n" << r.output;
+        EXPECT_EQ(scratchNote(json(fixture("fsdp/scratch-other.json"))), "") << other;
+    }
+}
+
 // whatif --gpus --shard: one row per micro-batch x strategy x GPU count, rank 0's figures, fits monotone.
 TEST_F(Fsdp, WhatIfRowsPerRank)
 {

@@ -552,6 +552,14 @@ Report rankReport(const Report& step, const ParallelPlan& plan)
     Trace t = std::move(layout.trace);
     auto live = setPeakFromTrace(r, t);
     summarizeRunEvents(r, t, layout.ops, live, 0, static_cast<std::uint32_t>(t.size()));
+    // A GPU job's rank laid over a step recorded on the CPU: the scratch the CPU's kernels allocated inside
+    // themselves (oneDNN's, which depends on the CPU's instructions, most in bfloat16 and float16) is not what a
+    // GPU's kernels allocate. The rank's figures are those of that CPU; a meta run leaves kernel scratch out.
+    const auto scratch = r.ledgers[static_cast<std::size_t>(Ledger::Temporaries)].at_peak;
+    if (layout.info.backend != "gloo" && step.run.device == "cpu" && scratch > 0)
+        r.notes.push_back("the step was recorded on the CPU: the rank's peak holds " + formatBytes(scratch)
+            + " of the CPU kernels' scratch (oneDNN's, which depends on the CPU's instructions), not a GPU's; "
+              "--device meta leaves kernel scratch out, as PyTorch's FSDPMemTracker does");
     r.trace = std::make_shared<const Trace>(std::move(t));
     r.ops = std::make_shared<const std::vector<OpCall>>(std::move(layout.ops));
     r.simulated_gpu = std::make_shared<const SimulatedGpu>(simulateGpu(r));
