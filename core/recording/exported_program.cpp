@@ -94,7 +94,10 @@ using Impl = ExportedProgram::Impl;
 using Config = std::map<std::string, json>; // a weights or constants config: name -> entry
 
 // The weights and constants configs (data/weights/<model>_weights_config.json, ...): absent ones are empty.
-Config readConfig(caffe2::serialize::PyTorchStreamReader& reader, const std::string& record)
+// `order`, where given, gets the config's names in the file's order: torch.export.save writes them in the
+// exported program's state_dict order, the model's registration order (model.parameters()'s).
+Config readConfig(
+    caffe2::serialize::PyTorchStreamReader& reader, const std::string& record, std::vector<std::string>* order = nullptr)
 {
     Config into;
     if (!reader.hasRecord(record))
@@ -104,7 +107,64 @@ Config readConfig(caffe2::serialize::PyTorchStreamReader& reader, const std::str
         throw std::runtime_error(record + " has no \"config\" object");
     for (auto& [k, v] : j.at("config").items())
         into[k] = v;
+    if (order) { // the text again, keeping its keys' order (recordJson has checked its size and depth)
+        auto ordered = nlohmann::ordered_json::parse(pt2::recordText(reader, record));
+        for (const auto& [k, v] : ordered.at("config").items())
+            order->push_back(k);
+    }
     return into;
+}
+
+// Each parameter's and buffer's place in the model's registration order, as model.parameters() gives them to
+// the optimizer (which steps them one by one, each one's temporaries alive while the next is made) and DDP
+// buckets them, and its place in the signature, which lists them in the order the graph first reads them. A
+// tied tensor stands where the first of its names does; names the state_dict lacks (non-persistent buffers)
+// keep the signature's order, after the others.
+void numberWeights(Impl& d, const std::vector<std::string>& stateDictOrder)
+{
+    std::unordered_map<std::string, std::size_t> rank;
+    for (std::size_t i = 0; i < stateDictOrder.size(); ++i)
+        rank.emplace(stateDictOrder[i], i);
+    for (auto* list : {&d.parameters, &d.buffers})
+        for (std::size_t i = 0; i < list->size(); ++i) {
+            auto& w = (*list)[i];
+            w.read = i;
+            w.registered = stateDictOrder.size() + i;
+            auto earliest = [&](const std::string& name) {
+                if (auto it = rank.find(name); it != rank.end())
+                    w.registered = std::min(w.registered, it->second);
+            };
+            earliest(w.name);
+            for (const auto& alias : w.aliases)
+                earliest(alias);
+        }
+}
+
+// Puts the parameters and buffers in registration order (or the signature's), keeping the graph's weight
+// placeholders pointing at them.
+void orderWeights(Impl& d, bool registered)
+{
+    auto reorder = [&](std::vector<ExportedProgram::NamedTensor>& list, bool buffer) {
+        std::vector<std::size_t> order(list.size());
+        for (std::size_t i = 0; i < order.size(); ++i)
+            order[i] = i;
+        std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+            return registered ? list[a].registered < list[b].registered : list[a].read < list[b].read;
+        });
+        std::vector<std::size_t> newIndex(list.size());
+        std::vector<ExportedProgram::NamedTensor> sorted;
+        sorted.reserve(list.size());
+        for (auto old : order) {
+            newIndex[old] = sorted.size();
+            sorted.push_back(std::move(list[old]));
+        }
+        list = std::move(sorted);
+        for (auto& [graphName, ref] : d.weight_inputs)
+            if (ref.buffer == buffer)
+                ref.index = newIndex[ref.index];
+    };
+    reorder(d.parameters, false);
+    reorder(d.buffers, true);
 }
 
 // Tied meta weights. Every meta weight names the same empty record (torch.export.save keys weights by their
@@ -541,7 +601,8 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
 
     // Weights and constants: the same file for two names is one tensor (a tied weight).
     auto modelName = models.front().substr(7, models.front().size() - 12);
-    const auto weightConfig = readConfig(reader, "data/weights/" + modelName + "_weights_config.json");
+    std::vector<std::string> stateDictOrder;
+    const auto weightConfig = readConfig(reader, "data/weights/" + modelName + "_weights_config.json", &stateDictOrder);
     const auto constantConfig = readConfig(reader, "data/constants/" + modelName + "_constants_config.json");
     // Weights saved on the meta device are made on it, as shapes (never memory): the program then runs on meta.
     for (const auto* config : {&weightConfig, &constantConfig})
@@ -556,6 +617,8 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
     }
     const auto tiedTo = d.meta_weights ? tiedMetaWeights(d, signature, weightConfig) : std::map<std::string, std::string>();
     readInputs(d, reader, root, signature, weightConfig, constantConfig, tiedTo);
+    numberWeights(d, stateDictOrder);
+    orderWeights(d, true); // eager lifetimes are the default (setLifetimes)
     readOutputs(d, signature);
     d.exported = d.run_scalar = exportedType(d);
     ModuleOrder modules;
@@ -661,6 +724,7 @@ c10::IValue ExportedProgram::run(const std::vector<at::Tensor>& inputs, const st
 std::string ExportedProgram::setLifetimes(const std::string& wanted)
 {
     d_->eager_lifetimes = wanted == "eager" && d_->eager_known;
+    orderWeights(*d_, wanted == "eager");
     return d_->eager_lifetimes ? "eager" : "graph";
 }
 

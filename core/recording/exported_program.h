@@ -34,8 +34,12 @@ public:
         std::string name; // "layers.0.attn.qkv.weight"
         at::Tensor value;
         std::vector<std::string> aliases; // other names of the same tensor (a tied LM head)
+        std::size_t registered = 0; // its place in the model's registration order (model.parameters()'s)
+        std::size_t read = 0; // its place in the program's signature (the order the graph first reads them)
     };
-    // Unique tensors (a tied weight once, under its first name).
+    // Unique tensors (a tied weight once, under its first name), in the order the run's lifetimes say the
+    // program's model holds them (setLifetimes): eager, the model's registration order; graph, the signature's,
+    // as torch.export.load(FILE).module() registers them.
     std::vector<NamedTensor>& parameters();
     std::vector<NamedTensor>& buffers();
 
