@@ -50,6 +50,17 @@ RunOptions optionsFor(const nlohmann::json& entry)
     return o;
 }
 
+// One training step as the truth's train_peak takes it: next-token loss, `del out, loss` after backward.
+RunOptions trainingStepFor(const nlohmann::json& entry, const std::string& optimizer)
+{
+    auto o = optionsFor(entry);
+    o.mode = RunMode::Train;
+    o.optimizer = optimizer;
+    o.loss = "next_token";
+    o.hold_output = "backward";
+    return o;
+}
+
 Report recorded(const nlohmann::json& entry, const std::string& lifetimes)
 {
     auto o = optionsFor(entry);
@@ -95,12 +106,7 @@ TEST_P(Lifetimes, PeakIsPyTorchsForTheCodeThatRunsIt)
 // the backward that peaks).
 TEST_P(Lifetimes, TrainingStepIsTheEagerModulesStep)
 {
-    auto o = optionsFor(entry);
-    o.mode = RunMode::Train;
-    o.optimizer = "sgd";
-    o.loss = "next_token";
-    o.hold_output = "backward"; // the truth's `del out, loss` after backward
-    auto report = analyzeModel(modelFor(entry), o);
+    auto report = analyzeModel(modelFor(entry), trainingStepFor(entry, "sgd"));
     EXPECT_EQ(report.run.lifetimes, "eager");
     EXPECT_EQ(report.peak_bytes, entry["eager_train_peak_bytes"].get<std::int64_t>())
         << GetParam() << ": one SGD step, against torch.profiler on the eager module's";
@@ -113,11 +119,7 @@ TEST_P(Lifetimes, TrainingStepIsTheEagerModulesStep)
 // orders peak 768 KiB apart there.
 TEST_P(Lifetimes, AdamWStepsTheParametersInTheModulesOrder)
 {
-    auto o = optionsFor(entry);
-    o.mode = RunMode::Train;
-    o.optimizer = "adamw";
-    o.loss = "next_token";
-    o.hold_output = "backward"; // the truth's `del out, loss` after backward
+    auto o = trainingStepFor(entry, "adamw");
     for (const std::string lifetimes : {"eager", "graph"}) {
         const auto key = lifetimes + "_adamw_peak_bytes";
         if (!entry.contains(key))
