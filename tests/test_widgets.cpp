@@ -20,13 +20,16 @@
 #include "whatif_panel.h"
 
 #include <QAbstractItemModelTester>
+#include <QApplication>
 #include <QImage>
 #include <QLabel>
 #include <QLineEdit>
+#include <QMessageBox>
 #include <QSlider>
 #include <QSortFilterProxyModel>
 #include <QSpinBox>
 #include <QTemporaryDir>
+#include <QTimer>
 #include <QTreeView>
 
 #include <gtest/gtest.h>
@@ -272,6 +275,41 @@ TEST(LedgerSummary, ShowsTheLoadTax)
     summary.setReport(syntheticReport(100));
     EXPECT_EQ(summary.loadTaxText(), "file 2.00 MiB float16, resident 5.00 MiB as float32");
     EXPECT_FALSE(summary.grab().isNull());
+}
+
+// The report's notes (a converted program, a meta run, the lifetimes, a rank's layout) are one line away in the
+// window, as they are in the text report and the HTML: a count that opens them, with them as its tooltip.
+TEST(LedgerSummary, OffersTheReportsNotes)
+{
+    qtTestApp();
+    LedgerSummary summary;
+    summary.resize(300, 500);
+    auto plain = syntheticReport(100);
+    auto* notes = summary.findChild<QLabel*>(QStringLiteral("runNotes"));
+    ASSERT_NE(notes, nullptr);
+    auto noted = std::make_shared<Report>(*plain);
+    noted->notes = {"converted: exported in float32, run in bfloat16", "lifetimes: graph <not eager>"};
+    summary.setReport(noted);
+    summary.show();
+    EXPECT_TRUE(notes->isVisible());
+    EXPECT_EQ(summary.notesLinkText(), "2 notes about this run");
+    EXPECT_EQ(summary.notesText(), "converted: exported in float32, run in bfloat16\nlifetimes: graph <not eager>");
+    EXPECT_TRUE(notes->toolTip().contains("lifetimes: graph &lt;not eager&gt;")) << notes->toolTip().toStdString();
+    // A click opens them, selectable, in a box of their own.
+    QString shown;
+    QTimer::singleShot(0, [&shown] {
+        if (auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget())) {
+            shown = box->text() + "\n" + box->informativeText();
+            box->accept();
+        }
+    });
+    emit notes->linkActivated(QStringLiteral("#notes"));
+    EXPECT_EQ(shown.toStdString(), "2 notes about this run\n" + summary.notesText().toStdString());
+    noted = std::make_shared<Report>(*plain);
+    noted->notes.clear();
+    summary.setReport(noted);
+    EXPECT_FALSE(notes->isVisible());
+    EXPECT_TRUE(summary.notesLinkText().isEmpty());
 }
 
 TEST(TimelinePlot, PeakLabelStaysInsideThePlotAndPanningStopsAtTheFirstEvent)

@@ -9,6 +9,7 @@
 
 #include <QFontMetrics>
 #include <QLabel>
+#include <QMessageBox>
 #include <QPainter>
 #include <QVBoxLayout>
 
@@ -183,6 +184,7 @@ LedgerSummary::LedgerSummary(QWidget* parent)
     , meta_(new QLabel(QString::fromUtf8(kMetaRunBadge), this))
     , training_(new QLabel(this))
     , loadTax_(new QLabel(this))
+    , notes_(new QLabel(this))
 {
     meta_->setObjectName(QStringLiteral("metaBadge"));
     meta_->setToolTip(tr("A run on the meta device: tensors had shapes and no memory, so every figure is computed "
@@ -197,11 +199,22 @@ LedgerSummary::LedgerSummary(QWidget* parent)
         label->setTextInteractionFlags(Qt::TextSelectableByMouse);
     }
     training_->hide();
+    notes_->setObjectName(QStringLiteral("runNotes"));
+    notes_->setTextFormat(Qt::RichText);
+    notes_->setTextInteractionFlags(Qt::LinksAccessibleByMouse | Qt::LinksAccessibleByKeyboard);
+    notes_->hide();
+    connect(notes_, &QLabel::linkActivated, this, [this] {
+        QMessageBox box(QMessageBox::Information, tr("Notes about this run"), notesLinkText(), QMessageBox::Ok, this);
+        box.setInformativeText(notesText());
+        box.setTextInteractionFlags(Qt::TextSelectableByMouse);
+        box.exec();
+    });
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(6, rowsHeight(), 6, 6);
     layout->addWidget(meta_);
     layout->addWidget(training_);
     layout->addWidget(loadTax_);
+    layout->addWidget(notes_);
     layout->addStretch(1);
     setMinimumWidth(220);
 }
@@ -233,6 +246,10 @@ void LedgerSummary::setReport(std::shared_ptr<const Report> report)
     training_->setVisible(!training_->text().isEmpty());
     loadTax_->setText(report_ ? tr("Load tax: %1").arg(loadTaxLine(*report_)) : QString());
     loadTax_->setVisible(report_ && !loadTaxLine(*report_).isEmpty());
+    const auto link = notesLinkText();
+    notes_->setText(link.isEmpty() ? QString() : QStringLiteral("<a href=\"#notes\">%1</a>").arg(link.toHtmlEscaped()));
+    notes_->setToolTip(notesText().toHtmlEscaped().replace(QLatin1Char('\n'), QStringLiteral("<br><br>")));
+    notes_->setVisible(!link.isEmpty());
     keepLoadTaxVisible();
     updateGeometry();
     update();
@@ -246,6 +263,21 @@ QString LedgerSummary::trainingText() const
     return tr("Training step: gradients %1 (every parameter's .grad after the step), optimizer state %2%3")
         .arg(bytesText(report_->gradient_bytes), bytesText(report_->optimizer_state_bytes),
             optimizer.isEmpty() ? QString() : QStringLiteral(" (%1)").arg(optimizer));
+}
+
+QString LedgerSummary::notesText() const
+{
+    QStringList lines;
+    if (report_)
+        for (const auto& n : report_->notes)
+            lines << QString::fromStdString(n);
+    return lines.join(QLatin1Char('\n'));
+}
+
+QString LedgerSummary::notesLinkText() const
+{
+    const auto n = report_ ? static_cast<int>(report_->notes.size()) : 0;
+    return n == 0 ? QString() : n == 1 ? tr("1 note about this run") : tr("%1 notes about this run").arg(n);
 }
 
 QStringList LedgerSummary::rowNames() const

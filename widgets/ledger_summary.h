@@ -31,6 +31,11 @@ public:
     QString trainingText() const;
     // The rows under the bar: the ledgers that hold bytes, bottom of the stack first ("weights", ...).
     QStringList rowNames() const;
+    // The report's notes (how the run was made and what its figures leave out: a converted program, a meta run,
+    // the lifetimes, a rank's layout), one per line; the panel shows how many there are, and opens them.
+    QString notesText() const;
+    // What the notes line says: "3 notes about this run"; "" when the report has none.
+    QString notesLinkText() const;
     // Everything the panel says, as plain lines: each section's title, its rows ("  name: bytes"), its caption.
     QString summaryText() const;
     // A snapshot's figures on one device (TimelineSeries::kAllDevices: all), as the timeline shows it.
@@ -53,6 +58,7 @@ private:
     QLabel* meta_; // kMetaRunBadge, for a meta run only
     QLabel* training_;
     QLabel* loadTax_;
+    QLabel* notes_; // "3 notes about this run": the notes as its tooltip, a click opens them
 };
 
 // The load-tax line of a report; empty when the report has no weights.
