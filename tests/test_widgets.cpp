@@ -304,7 +304,8 @@ TEST(LedgerSummary, OffersTheReportsNotes)
         }
     });
     emit notes->linkActivated(QStringLiteral("#notes"));
-    EXPECT_EQ(shown.toStdString(), "2 notes about this run\n" + summary.notesText().toStdString());
+    EXPECT_EQ(shown.toStdString(),
+        "2 notes about this run\nconverted: exported in float32, run in bfloat16\n\nlifetimes: graph <not eager>");
     noted = std::make_shared<Report>(*plain);
     noted->notes.clear();
     summary.setReport(noted);

@@ -205,7 +205,7 @@ LedgerSummary::LedgerSummary(QWidget* parent)
     notes_->hide();
     connect(notes_, &QLabel::linkActivated, this, [this] {
         QMessageBox box(QMessageBox::Information, tr("Notes about this run"), notesLinkText(), QMessageBox::Ok, this);
-        box.setInformativeText(notesText());
+        box.setInformativeText(notesText().replace(QLatin1Char('\n'), QStringLiteral("\n\n"))); // a blank line apart
         box.setTextInteractionFlags(Qt::TextSelectableByMouse);
         box.exec();
     });
