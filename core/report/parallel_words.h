@@ -1,6 +1,6 @@
 #pragma once
-// One rank of a data-parallel job (ParallelInfo): how its step was laid out, in the words every view of the
-// report uses (the text report, the HTML, the window's status bar).
+// One rank of a data-parallel job (ParallelInfo): how its step was laid out, in the words each view of the
+// report prints (the text report and the HTML).
 #include "report/report.h"
 
 #include <string>
