@@ -205,7 +205,7 @@ LedgerSummary::LedgerSummary(QWidget* parent)
     notes_->hide();
     connect(notes_, &QLabel::linkActivated, this, [this] {
         QMessageBox box(QMessageBox::Information, tr("Notes about this run"), notesLinkText(), QMessageBox::Ok, this);
-        box.setInformativeText(notesText().replace(QLatin1Char('\n'), QStringLiteral("\n\n"))); // a blank line apart
+        box.setInformativeText(notes().join(QStringLiteral("\n\n"))); // a blank line apart
         box.setTextInteractionFlags(Qt::TextSelectableByMouse);
         box.exec();
     });
@@ -248,7 +248,10 @@ void LedgerSummary::setReport(std::shared_ptr<const Report> report)
     loadTax_->setVisible(report_ && !loadTaxLine(*report_).isEmpty());
     const auto link = notesLinkText();
     notes_->setText(link.isEmpty() ? QString() : QStringLiteral("<a href=\"#notes\">%1</a>").arg(link.toHtmlEscaped()));
-    notes_->setToolTip(notesText().toHtmlEscaped().replace(QLatin1Char('\n'), QStringLiteral("<br><br>")));
+    QStringList escaped;
+    for (const auto& n : notes())
+        escaped << n.toHtmlEscaped();
+    notes_->setToolTip(escaped.join(QStringLiteral("<br><br>")));
     notes_->setVisible(!link.isEmpty());
     keepLoadTaxVisible();
     updateGeometry();
@@ -265,18 +268,23 @@ QString LedgerSummary::trainingText() const
             optimizer.isEmpty() ? QString() : QStringLiteral(" (%1)").arg(optimizer));
 }
 
-QString LedgerSummary::notesText() const
+QStringList LedgerSummary::notes() const
 {
-    QStringList lines;
+    QStringList out;
     if (report_)
         for (const auto& n : report_->notes)
-            lines << QString::fromStdString(n);
-    return lines.join(QLatin1Char('\n'));
+            out << QString::fromStdString(n);
+    return out;
+}
+
+QString LedgerSummary::notesText() const
+{
+    return notes().join(QLatin1Char('\n'));
 }
 
 QString LedgerSummary::notesLinkText() const
 {
-    const auto n = report_ ? static_cast<int>(report_->notes.size()) : 0;
+    const auto n = static_cast<int>(notes().size());
     return n == 0 ? QString() : n == 1 ? tr("1 note about this run") : tr("%1 notes about this run").arg(n);
 }
 

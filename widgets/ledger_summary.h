@@ -59,6 +59,7 @@ private:
     QLabel* training_;
     QLabel* loadTax_;
     QLabel* notes_; // "3 notes about this run": the notes as its tooltip, a click opens them
+    QStringList notes() const; // the report's, one item per note
 };
 
 // The load-tax line of a report; empty when the report has no weights.

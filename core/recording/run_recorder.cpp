@@ -76,41 +76,28 @@ thread_local RecordState* tls_state = nullptr;
 // the run (a gradient, the optimizer's state) is freed in it, which memledger expects and handles. That is
 // c10's log, not TORCH_WARN, so a c10::WarningHandler does not see it. Runs may overlap (the window records
 // on a worker thread, the benchmarks side by side): the first in lowers the level, the last out restores it.
+std::mutex quietMutex; // guards the two below
+int quietRuns = 0; // runs being recorded now
+int quietSavedLevel = 0; // c10's log level before the first of them
+
 class QuietC10Log {
 public:
     QuietC10Log()
     {
-        std::lock_guard<std::mutex> lock(mutex());
-        if (depth()++ == 0) {
-            saved() = compat::c10LogLevel();
-            compat::c10LogLevel() = std::max(saved(), 2);
+        std::lock_guard<std::mutex> lock(quietMutex);
+        if (quietRuns++ == 0) {
+            quietSavedLevel = compat::c10LogLevel();
+            compat::c10LogLevel() = std::max(quietSavedLevel, 2);
         }
     }
     ~QuietC10Log()
     {
-        std::lock_guard<std::mutex> lock(mutex());
-        if (--depth() == 0)
-            compat::c10LogLevel() = saved();
+        std::lock_guard<std::mutex> lock(quietMutex);
+        if (--quietRuns == 0)
+            compat::c10LogLevel() = quietSavedLevel;
     }
     QuietC10Log(const QuietC10Log&) = delete;
     QuietC10Log& operator=(const QuietC10Log&) = delete;
-
-private:
-    static std::mutex& mutex()
-    {
-        static std::mutex m;
-        return m;
-    }
-    static int& depth()
-    {
-        static int d = 0;
-        return d;
-    }
-    static int& saved()
-    {
-        static int s = 0;
-        return s;
-    }
 };
 
 class AllocationRecorder final : public c10::MemoryReportingInfoBase {
