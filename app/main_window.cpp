@@ -583,9 +583,10 @@ void MainWindow::showSegments()
         setDevice(kHostDevice);
     if (snapshot) {
         const auto& s = *report_->snapshot;
-        runPanel_->setStatus(tr("CUDA memory snapshot"));
-        peakLabel_->setText(tr("CUDA memory snapshot: peak %1 live, %2 reserved and %3 allocated at the end")
-                                .arg(bytesText(report_->peak_bytes),
+        const auto kind = QString::fromStdString(report_->model.type);
+        runPanel_->setStatus(kind);
+        peakLabel_->setText(tr("%1: peak %2 live, %3 reserved and %4 allocated at the end")
+                                .arg(kind, bytesText(report_->peak_bytes),
                                     bytesText(s.reservedBytes()),
                                     bytesText(s.allocatedBytes())));
         if (tabs_->currentWidget() != ranksView_) // a rank opened from the Ranks tab keeps it in sight

@@ -18,8 +18,7 @@ QString timelinePngTitle(const Report& report)
     auto type = QString::fromStdString(report.model.type);
     auto file = QFileInfo(QString::fromStdString(report.model.path)).fileName();
     if (report.source == ReportSource::Snapshot)
-        return file.isEmpty() ? QStringLiteral("CUDA memory snapshot")
-                              : QStringLiteral("CUDA memory snapshot (%1)").arg(file);
+        return file.isEmpty() ? type : QStringLiteral("%1 (%2)").arg(type, file);
     QString title = type.isEmpty() ? (file.isEmpty() ? QStringLiteral("memledger") : file)
                                    : (file.isEmpty() ? type : QStringLiteral("%1 (%2)").arg(type, file));
     // A meta run's picture says so where a reader looks first: its figures are not measured.

@@ -202,7 +202,7 @@ void siteEntries(const Report& a, const Report& b, ReportDiff& d)
 std::string DiffSide::describe() const
 {
     if (source == ReportSource::Snapshot)
-        return "CUDA memory snapshot" + (device.empty() ? std::string() : ", " + device);
+        return (type.empty() ? std::string("CUDA memory snapshot") : type) + (device.empty() ? std::string() : ", " + device);
     std::string s = "model";
     if (!dtype.empty())
         s += ", " + dtype;

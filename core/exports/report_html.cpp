@@ -391,7 +391,7 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
         << htmlEscape(r.model.path) << "</title><style>" << kHtmlBaseStyle << kStyle << "</style></head><body>\n";
     out << "<h1>memledger: " << htmlEscape(r.model.path) << "</h1>\n<p class=muted>";
     if (r.source == ReportSource::Snapshot) {
-        out << "CUDA memory snapshot";
+        out << htmlEscape(r.model.type);
     } else {
         out << "input ";
         for (std::size_t i = 0; i < r.run.input_shapes.size(); ++i)

@@ -43,7 +43,7 @@ void snapshotSummary(std::ostringstream& out, const Report& r)
         << formatBytes(allocated) << " allocated, " << formatBytes(reserved - allocated)
         << " reserved but not allocated\n";
     for (const auto& o : s.ooms)
-        out << "Out of memory on cuda:" << o.device << ": " << formatBytes(o.bytes_requested) << " requested, "
+        out << "Out of memory on " << snapshotDeviceName(o.device) << ": " << formatBytes(o.bytes_requested) << " requested, "
             << formatBytes(o.device_free) << " free\n";
 }
 
@@ -92,7 +92,7 @@ std::string reportToText(const Report& r, int maxDepth)
     char ms[32];
     std::snprintf(ms, sizeof ms, "%.1f", r.run.duration_ms);
     if (r.snapshot) {
-        out << "  CUDA memory snapshot (" << r.snapshot->layout << ") of " << r.run.device << ", file "
+        out << "  " << r.model.type << " (" << r.snapshot->layout << ") of " << r.run.device << ", file "
             << formatBytes(r.model.file_bytes) << ", " << (r.trace ? r.trace->size() : 0) << " trace entries over "
             << ms << " ms\n\n";
         if (!r.layers.empty()) {
@@ -118,7 +118,7 @@ std::string reportToText(const Report& r, int maxDepth)
                 out << "  " << padCell(start, 12, true) << padCell(a.end_us >= 0 ? length : "open", 11, true)
                     << padCell(formatBytes(figures[i].peak_bytes), 12, true)
                     << padCell(formatByteChange(0, figures[i].added_bytes), 12, true) << "  " << a.name
-                    << (r.snapshot->devices.size() > 1 ? " (cuda:" + std::to_string(a.device) + ")" : "") << "\n";
+                    << (r.snapshot->devices.size() > 1 ? " (" + snapshotDeviceName(a.device) + ")" : "") << "\n";
             }
             if (list.size() > 20)
                 out << "  ... and " << list.size() - 20 << " more (all in the JSON)\n";

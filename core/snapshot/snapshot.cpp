@@ -277,6 +277,12 @@ std::string snapshotDeviceName(int device)
     return "cuda:" + std::to_string(device);
 }
 
+std::string snapshotKindName(const std::vector<int>& devices)
+{
+    const bool cpu = !devices.empty() && std::all_of(devices.begin(), devices.end(), [](int d) { return d == -1; });
+    return cpu ? "CPU memory snapshot" : "CUDA memory snapshot";
+}
+
 const char* blockStateName(BlockState s)
 {
     switch (s) {

@@ -149,6 +149,9 @@ struct TensorAnnotation {
 constexpr int kHostDevice = -3;
 // "cuda:N", "host (pinned)" for kHostDevice, "cpu" for -1.
 std::string snapshotDeviceName(int device);
+// What a snapshot of these devices is called: "CPU memory snapshot" when every event is the CPU's (-1, what
+// memledger.capture writes off a GPU), else "CUDA memory snapshot".
+std::string snapshotKindName(const std::vector<int>& devices);
 
 struct Snapshot {
     std::string layout; // "dict", "dict-2.1" (no allocator_settings), "legacy-history", "segment-list"

@@ -480,7 +480,7 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAlloc
     Report r;
     r.source = ReportSource::Snapshot;
     r.model.path = path;
-    r.model.type = "CUDA memory snapshot";
+    r.model.type = snapshotKindName(s.devices);
     std::error_code ec;
     auto fileSize = std::filesystem::file_size(path, ec);
     r.model.file_bytes = ec ? 0 : static_cast<std::int64_t>(fileSize);
@@ -498,7 +498,7 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAlloc
     r.range_end = 0; // the whole trace
     const std::int64_t start = aliveBeforeTrace(s);
 
-    r.notes.push_back("CUDA memory snapshot (" + s.layout + "): " + std::to_string(s.segments.size()) + " segments, "
+    r.notes.push_back(r.model.type + " (" + s.layout + "): " + std::to_string(s.segments.size()) + " segments, "
         + formatBytes(s.reservedBytes()) + " reserved, " + formatBytes(s.allocatedBytes()) + " allocated, "
         + std::to_string(t.size()) + " trace entries");
     r.notes.push_back("snapshot ledgers are told from each allocation's call stack and lifetime; resident: alive "

@@ -200,13 +200,15 @@ void decodeTraces(const PickleValue* traces, const PickleValue* hostTraces, Snap
         }
     gpu.order.reserve(entries);
     std::set<int> devices(s.devices.begin(), s.devices.end());
-    for (std::uint32_t d = 0; d < lists; ++d)
-        devices.insert(static_cast<int>(d)); // one list per device, even an empty one
     std::vector<PendingAnnotation> annotated;
     PendingAnnotation ann;
     if (traces) {
         std::uint32_t d = 0;
         for (const auto& dev : traces->items()) {
+            // One list per device, even one with no event (a GPU that allocated nothing); a list with events has
+            // the devices they name (its own where they name none: finishTrace), so a CPU capture's one list
+            // (device -1) names no GPU.
+            const auto rowsBefore = gpu.order.size();
             for (const auto& e : dev.items()) {
                 std::uint32_t row = 0;
                 switch (entryRow(e, decoder, keys, s.ignored_keys, row, gpu.oomFree, ann)) {
@@ -225,6 +227,8 @@ void decodeTraces(const PickleValue* traces, const PickleValue* hostTraces, Snap
                     break;
                 }
             }
+            if (gpu.order.size() == rowsBefore)
+                devices.insert(static_cast<int>(d));
             ++d;
         }
     }
