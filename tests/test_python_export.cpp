@@ -235,4 +235,41 @@ TEST(MemledgerExport, AStrictFailureIsRetriedNonStrictWithTheReason)
     EXPECT_TRUE(contains(run.output, "proj")) << run.output;
 }
 
+// A program runs in the mode it was exported in. DropNet (a dropout of p 0.25, a BatchNorm, a dropout of p 0) exported
+// from model.train() trains as the eager model in model.train() does (PyTorch's profiler of its AdamW step, to the
+// byte); exported from model.eval() it trains without the dropout's mask and BatchNorm's batch statistics, and
+// both memledger.export and the training report say so, counting the dropout of p 0 out. An inference run says
+// nothing.
+TEST(MemledgerExport, AProgramExportedInEvalModeSaysSoWhenItTrains)
+{
+    SKIP_WITHOUT_EXPORT_FIXTURES();
+    const auto& t = exportTruth()["training_modes"];
+    EXPECT_TRUE(contains(t["eval"]["printed"].get<std::string>(), "eval mode: 1 dropout (p > 0) and 1 BatchNorm run as in eval"))
+        << t["eval"]["printed"];
+    EXPECT_FALSE(contains(t["train"]["printed"].get<std::string>(), "eval mode")) << t["train"]["printed"];
+    auto step = [&](const std::string& mode, const std::string& run) {
+        const auto json = exportFile("modes_" + mode + "_" + run + ".json");
+        auto r = runCommand(memledger::test::memledgerBinary() + " analyze " + exportFile(t[mode]["file"].get<std::string>())
+            + " --input " + t["input"].get<std::string>() + " --mode " + run + (run == "train" ? " --optimizer adamw" : "") + " --threads 1 --json " + json);
+        EXPECT_EQ(r.exit_code, 0) << r.output;
+        std::ifstream in(json);
+        auto j = nlohmann::json::parse(in, nullptr, false);
+        std::string notes;
+        for (const auto& n : j.value("notes", nlohmann::json::array()))
+            notes += n.get<std::string>() + "\n";
+        return std::make_pair(j.value("peak_bytes", std::int64_t {0}), notes);
+    };
+    const auto truth = t["eager_train_adamw_peak_bytes"].get<std::int64_t>();
+    auto [trained, trainNotes] = step("train", "train");
+    EXPECT_EQ(trained, truth) << "PyTorch's profiler peak of the eager model's AdamW step in model.train()";
+    EXPECT_FALSE(contains(trainNotes, "exported from model.eval()")) << trainNotes;
+    auto [evalTrained, evalNotes] = step("eval", "train");
+    EXPECT_TRUE(contains(evalNotes, "exported from model.eval(): in this training step 1 dropout runs as the identity and "
+        "1 BatchNorm uses the running statistics")) << evalNotes;
+    EXPECT_LT(evalTrained, truth) << "no dropout mask, no saved batch statistics";
+    auto [inferred, inferenceNotes] = step("eval", "inference");
+    EXPECT_GT(inferred, 0);
+    EXPECT_FALSE(contains(inferenceNotes, "exported from model.eval()")) << inferenceNotes;
+}
+
 } // namespace

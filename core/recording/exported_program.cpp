@@ -755,6 +755,69 @@ const std::vector<std::string>& ExportedProgram::loadNotes() const
     return d_->notes;
 }
 
+namespace {
+
+// A node's argument by its schema name ({"name": "train", "arg": {"as_bool": false}}): nullptr when absent.
+const json* argumentNamed(const json& inputs, const char* name)
+{
+    for (const auto& in : inputs)
+        if (in.is_object() && in.value("name", std::string()) == name && in.contains("arg") && in.at("arg").is_object())
+            return &in.at("arg");
+    return nullptr;
+}
+
+bool argumentIs(const json* arg, const char* kind, bool value)
+{
+    return arg && arg->contains(kind) && arg->at(kind).is_boolean() && arg->at(kind).get<bool>() == value;
+}
+
+double floatArgument(const json* arg)
+{
+    if (arg && arg->contains("as_float"))
+        return pt2::number(arg->at("as_float"));
+    if (arg && arg->contains("as_int") && arg->at("as_int").is_number())
+        return arg->at("as_int").get<double>();
+    return -1.0; // not a constant: counted as a dropout that drops
+}
+
+} // namespace
+
+std::string ExportedProgram::evalModeNote() const
+{
+    // Dropout with p > 0 and train=False (p == 0 drops nothing in either mode), BatchNorm with training=False.
+    std::size_t dropouts = 0, norms = 0;
+    for (const auto& n : d_->nodes) {
+        if (!n.op || !n.inputs)
+            continue;
+        const auto& name = n.op->schema().name();
+        if (name == "aten::dropout" || name == "aten::feature_dropout" || name == "aten::alpha_dropout"
+            || name == "aten::feature_alpha_dropout" || name == "aten::native_dropout") {
+            const auto* train = argumentNamed(*n.inputs, "train");
+            if (argumentIs(train, "as_bool", false) && floatArgument(argumentNamed(*n.inputs, "p")) != 0.0)
+                ++dropouts;
+        } else if (name == "aten::batch_norm" || name == "aten::_native_batch_norm_legit_no_training") {
+            if (name != "aten::batch_norm" || argumentIs(argumentNamed(*n.inputs, "training"), "as_bool", false))
+                ++norms;
+        }
+    }
+    if (dropouts + norms == 0)
+        return {};
+    std::string what;
+    if (dropouts > 0)
+        what = std::to_string(dropouts) + (dropouts == 1 ? " dropout runs" : " dropouts run") + " as the identity";
+    if (norms > 0)
+        what += (what.empty() ? "" : " and ") + std::to_string(norms) + (norms == 1 ? " BatchNorm uses" : " BatchNorms use")
+            + " the running statistics";
+    std::string eager;
+    if (dropouts > 0)
+        eager = "the dropout masks";
+    if (norms > 0)
+        eager += (eager.empty() ? "" : " and ") + std::string("BatchNorm's batch statistics");
+    return "exported from model.eval(): in this training step " + what
+        + ", as the program runs them; the model itself in model.train() also keeps " + eager
+        + " for the backward. Export from model.train() to record that";
+}
+
 std::string ExportedProgram::conversionNote(c10::ScalarType runs) const
 {
     const auto& d = *d_;
@@ -842,6 +905,10 @@ c10::ScalarType ExportedProgram::exportedScalar() const
     return c10::kFloat;
 }
 std::string ExportedProgram::autocastNote() const
+{
+    return {};
+}
+std::string ExportedProgram::evalModeNote() const
 {
     return {};
 }

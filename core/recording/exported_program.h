@@ -99,6 +99,11 @@ public:
     // export puts after a cast such as x.float()): they are skipped. "" when the graph has none.
     std::string autocastNote() const;
 
+    // What a training step's report says when the program was exported from model.eval(): how many of its dropouts
+    // (p > 0) run as the identity and its BatchNorms on the running statistics, which the model in model.train()
+    // does not. "" when the graph has none.
+    std::string evalModeNote() const;
+
     // What loading decided that a report should say (a meta weight taken as a tied weight's storage).
     const std::vector<std::string>& loadNotes() const;
 

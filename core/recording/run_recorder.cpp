@@ -729,6 +729,11 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
         if (!note.empty())
             raw.notes.push_back(note);
     }
+    if (train && d.program) {
+        auto note = d.program->evalModeNote();
+        if (!note.empty())
+            raw.notes.push_back(note);
+    }
     raw.info.mode = mode;
     raw.info.input_shapes = options.inputs;
     raw.info.input_types = options.input_types;

@@ -655,6 +655,17 @@ def _dropped_buffers(model, ep):
     return [(n, b.numel() * b.element_size()) for n, b in model.named_buffers() if n not in kept]
 
 
+def _eval_mode_layers(model, torch):
+    """A model exported in eval mode: its dropouts that drop (p > 0) and its BatchNorms, which the program runs as
+    in eval, in a training step too. (0, 0) for a model in train mode."""
+    if model.training:
+        return 0, 0
+    dropouts = sum(1 for m in model.modules()
+                   if isinstance(m, torch.nn.modules.dropout._DropoutNd) and getattr(m, "p", 0) > 0)
+    norms = sum(1 for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm))
+    return dropouts, norms
+
+
 def export(model, args, path, *, kwargs=None, dynamic=None, verbose=True):
     """Exports `model` called as model(*args, **kwargs) with torch.export and saves it at `path` (a `.pt2` that
     memledger opens). Returns the torch.export.ExportedProgram.
@@ -735,6 +746,12 @@ def export(model, args, path, *, kwargs=None, dynamic=None, verbose=True):
             _say(True, "not in the program: %s (%d bytes: buffers no op reads, which torch.export leaves out; the "
                  "eager model holds them, memledger does not count them)"
                  % (", ".join(n for n, _ in dropped), sum(b for _, b in dropped)))
+        dropouts, norms = _eval_mode_layers(model, torch)
+        if dropouts or norms:
+            _say(True, "eval mode: %s run as in eval in this file, in a training step too; export from "
+                 "model.train() for a training step's figures" % " and ".join(
+                     t for t in ("%d dropout%s (p > 0)" % (dropouts, "s" if dropouts > 1 else "") if dropouts else "",
+                                 "%d BatchNorm%s" % (norms, "s" if norms > 1 else "") if norms else "") if t))
         doubled = [n for n in doubled if n not in dims.fixed]
         if doubled:
             _say(True, "the example's size 1 in %s was traced as 2 (torch.export fixes a size of 1)"
