@@ -194,7 +194,8 @@ TEST(PythonCapture, EveryStepsRewritesAtomically)
     }
 }
 
-// `memledger analyze` opens the capture and says the device is the CPU.
+// `memledger analyze` opens the capture and says the device is the CPU, and the CPU alone: the file's one trace list
+// names no GPU, its annotations are the CPU's and the report calls it a CPU memory snapshot.
 TEST(PythonCapture, AnalyzeSaysCpu)
 {
     REQUIRE_TRUTH();
@@ -204,7 +205,10 @@ TEST(PythonCapture, AnalyzeSaysCpu)
     EXPECT_NE(res.output.find("memledger.forward"), std::string::npos) << res.output;
     std::ifstream in(json);
     const auto j = nlohmann::json::parse(in);
-    EXPECT_EQ(j.at("snapshot").at("device_names").at(0), "cpu");
+    EXPECT_EQ(j.at("snapshot").at("device_names"), nlohmann::json::array({"cpu"}));
+    EXPECT_EQ(j.at("model").at("type"), "CPU memory snapshot");
+    EXPECT_NE(res.output.find("CPU memory snapshot"), std::string::npos) << res.output;
+    EXPECT_EQ(res.output.find("cuda:"), std::string::npos) << res.output;
     std::remove(json.c_str());
 }
 
