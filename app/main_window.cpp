@@ -590,7 +590,7 @@ void MainWindow::showSegments()
                                     bytesText(s.reservedBytes()),
                                     bytesText(s.allocatedBytes())));
         if (tabs_->currentWidget() != ranksView_) // a rank opened from the Ranks tab keeps it in sight
-            tabs_->setCurrentIndex(1);
+            tabs_->setCurrentIndex(s.onCpu() ? 0 : 1); // a CPU capture has no caching allocator's segments to show
     }
     // A snapshot has no model to record: the What if dock stays away.
     whatIfDock_->setVisible(!snapshot);

@@ -3,6 +3,7 @@
 // same run: torch.profiler._memory_profiler's category of each allocation, the parameters' bytes, AdamW's step
 // counters, the profiler's peak, and the forward / backward / optimizer phases from its own hooks. memledger reads
 // only the captured files.
+#include "analysis/segment_history.h"
 #include "exports/report_json.h"
 #include "run_command.h"
 #include "snapshot/snapshot.h"
@@ -10,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -209,7 +211,34 @@ TEST(PythonCapture, AnalyzeSaysCpu)
     EXPECT_EQ(j.at("model").at("type"), "CPU memory snapshot");
     EXPECT_NE(res.output.find("CPU memory snapshot"), std::string::npos) << res.output;
     EXPECT_EQ(res.output.find("cuda:"), std::string::npos) << res.output;
+    // Its own key read, not read past; no caching allocator modelled for it.
+    EXPECT_EQ(j.at("snapshot").at("capture").at("device"), "cpu");
+    EXPECT_EQ(j.at("snapshot").at("capture").at("torch"), truth().at("torch"));
+    for (const auto& k : j.at("snapshot").value("ignored_keys", nlohmann::json::array()))
+        EXPECT_NE(k, "memledger_capture");
+    EXPECT_FALSE(j.contains("allocator_model"));
+    EXPECT_NE(res.output.find("made by memledger.capture on cpu"), std::string::npos) << res.output;
+    EXPECT_NE(res.output.find("before memledger.capture started"), std::string::npos) << res.output;
     std::remove(json.c_str());
+}
+
+// The Segments tab of a CPU capture: the CPU allocator keeps no cache, so what it holds is what is allocated at every
+// point; nothing simulated, no fragmentation (a CUDA caching allocator's simulated reserve would show megabytes that
+// the job never held).
+TEST(PythonCapture, ACpuCaptureHasNoSimulatedReserve)
+{
+    REQUIRE_TRUTH();
+    const auto r = readSnapshotReport(kDir + "/train.pickle");
+    ASSERT_TRUE(r.snapshot && r.snapshot->onCpu());
+    const auto h = SegmentHistory::build(r, TimelineAxis::Milliseconds);
+    EXPECT_FALSE(h.simulated);
+    const auto reserved = h.reserved.toVector(), allocated = h.allocated.toVector();
+    const auto fragmentation = h.fragmentation.toVector();
+    ASSERT_GT(reserved.size(), 1u);
+    EXPECT_EQ(reserved, allocated);
+    EXPECT_EQ(fragmentation, std::vector<double>(reserved.size(), 0.0));
+    EXPECT_GT(*std::max_element(allocated.begin(), allocated.end()), 0.0);
+    EXPECT_NE(h.cause.find("A CPU capture"), std::string::npos) << h.cause;
 }
 
 } // namespace

@@ -449,6 +449,11 @@ void snapshotToJson(const Snapshot& s, json& j)
             {"skipped", h.skipped}};
     }
     j["snapshot"]["device_names"] = names;
+    if (s.capture.present())
+        j["snapshot"]["capture"] = {{"device", s.capture.device}, {"source", s.capture.source},
+            {"torch", s.capture.torch}, {"steps", s.capture.steps}, {"note", s.capture.note}};
+    if (s.onCpu())
+        return; // a CPU capture: no caching allocator to model
     const auto c = s.allocator_check.done ? s.allocator_check : checkAllocatorModel(s);
     j["allocator_model"] = {{"unit", c.unit}, {"recorded_segment_allocs", c.recorded},
         {"reproduced_segment_allocs", c.reproduced}, {"model_segment_allocs", c.model_total},

@@ -63,6 +63,18 @@ Snapshot decodeTree(const PickleValue& root, Snapshot&& s, std::shared_ptr<Trace
             decodeSettings(*st, s.settings);
         if (const PickleValue* a = root.get("external_annotations"))
             decodeAnnotations(*a, s);
+        if (const PickleValue* c = root.get("memledger_capture"); c && c->isDict()) {
+            auto text = [c](const char* key) {
+                const PickleValue* v = c->get(key);
+                return v && v->isStr() ? std::string(v->asStr()) : std::string();
+            };
+            s.capture.device = text("device");
+            s.capture.source = text("source");
+            s.capture.torch = text("torch");
+            s.capture.note = text("note");
+            if (const PickleValue* steps = c->get("steps"); steps && steps->isInt())
+                s.capture.steps = steps->asInt();
+        }
         if (t || ht)
             decodeTraces(t, ht, s, host.get(), trace, rows, tables);
         // Top-level keys memledger reads past: newer ones.
@@ -72,7 +84,8 @@ Snapshot decodeTree(const PickleValue& root, Snapshot&& s, std::shared_ptr<Trace
                 continue;
             const std::string_view key = e[i].asStr();
             if (key != "segments" && key != "device_traces" && key != "allocator_settings"
-                && key != "external_annotations" && key != "host_segments" && key != "host_traces")
+                && key != "external_annotations" && key != "host_segments" && key != "host_traces"
+                && !(key == "memledger_capture" && s.capture.present()))
                 s.ignored_keys.push_back(std::string(key));
         }
     }
@@ -275,6 +288,11 @@ std::string snapshotDeviceName(int device)
     if (device == -1)
         return "cpu";
     return "cuda:" + std::to_string(device);
+}
+
+bool Snapshot::onCpu() const
+{
+    return !devices.empty() && std::all_of(devices.begin(), devices.end(), [](int d) { return d == -1; });
 }
 
 std::string snapshotKindName(const std::vector<int>& devices)

@@ -153,6 +153,16 @@ std::string snapshotDeviceName(int device);
 // memledger.capture writes off a GPU), else "CUDA memory snapshot".
 std::string snapshotKindName(const std::vector<int>& devices);
 
+// How memledger.capture (python/memledger) made the file: its "memledger_capture" key. Empty `device`: another tool's.
+struct SnapshotCapture {
+    std::string device; // "cpu" (torch.profiler's CPU allocator events) or "cuda" (_record_memory_history)
+    std::string source; // what recorded the events
+    std::string torch; // the torch version that ran the job
+    std::string note; // what the capture says of its own file
+    std::int64_t steps = -1; // the optimizer steps it saw; -1: not said
+    bool present() const { return !device.empty(); }
+};
+
 struct Snapshot {
     std::string layout; // "dict", "dict-2.1" (no allocator_settings), "legacy-history", "segment-list"
     std::vector<int> devices;
@@ -168,6 +178,7 @@ struct Snapshot {
     std::vector<SnapshotAnnotation> annotations; // START/END pairs of external_annotations, by start
     std::int64_t annotation_entries = 0; // entries of external_annotations (an END without its START counts here)
     SnapshotSettings settings;
+    SnapshotCapture capture;
     SnapshotAllocatorCheck allocator_check;
     // Keys memledger reads past (docs/snapshots.md, "Keys"): top-level ones ("host_traces") and trace entries'
     // ("device_traces[].pool_id"), first met first.
@@ -187,6 +198,8 @@ struct Snapshot {
     std::int64_t reservedBytes() const; // sum of segments' total_size
     std::int64_t allocatedBytes() const; // sum of active_allocated blocks' size
     std::size_t traceCount(Action a) const;
+    // Every event the CPU's (device -1): memledger.capture's file off a GPU. No caching allocator made it.
+    bool onCpu() const;
 };
 
 // True when the file starts like a pickle (PROTO opcode, byte 0x80). Does not throw.

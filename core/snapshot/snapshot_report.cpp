@@ -470,7 +470,8 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAlloc
 {
     // The allocator model's replay (a third of the work after reading) runs on a second thread meanwhile.
     std::future<SnapshotAllocatorCheck> check;
-    if (checkAllocator && !s.allocator_check.done) {
+    // A CPU capture has no caching allocator to check: its blocks are what the CPU allocator handed out.
+    if (checkAllocator && !s.allocator_check.done && !s.onCpu()) {
         try {
             check = std::async(std::launch::async, [&s] { return checkAllocatorModel(s); });
         } catch (const std::system_error&) { // no thread to be had: here, first
@@ -503,14 +504,22 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAlloc
         + std::to_string(t.size()) + " trace entries");
     r.notes.push_back("snapshot ledgers are told from each allocation's call stack and lifetime; resident: alive "
                       "before the trace, with nothing in it telling more");
+    if (s.capture.present())
+        r.notes.push_back("made by memledger.capture on " + s.capture.device
+            + (s.capture.torch.empty() ? std::string() : " (torch " + s.capture.torch + ")")
+            + (s.capture.source.empty() ? std::string() : " from " + s.capture.source)
+            + (s.capture.steps >= 0 ? ", " + std::to_string(s.capture.steps) + " optimizer steps" : std::string())
+            + (s.capture.note.empty() ? std::string() : ": " + s.capture.note));
     if (start > 0 && t.size() > 0)
         r.notes.push_back(formatBytes(start)
-            + " were allocated before the trace began (before _record_memory_history started recording, or their"
-              " allocs fell out of its max_entries ring buffer)");
+            + (s.onCpu() ? " were allocated before the trace began (before memledger.capture started: the tensors "
+                           "it found alive, such as the parameters, the optimizer state and the inputs)"
+                         : " were allocated before the trace began (before _record_memory_history started recording, "
+                           "or their allocs fell out of its max_entries ring buffer)"));
     if (!s.trace_has_time && t.size() > 0)
         r.notes.push_back("the trace has no timestamps: the timeline's axis is the events' order");
     for (const auto& o : s.ooms)
-        r.notes.push_back("out of memory on cuda:" + std::to_string(o.device) + ": " + formatBytes(o.bytes_requested)
+        r.notes.push_back("out of memory on " + snapshotDeviceName(o.device) + ": " + formatBytes(o.bytes_requested)
             + " requested, " + formatBytes(o.device_free) + " free on the device"
             + (o.where.empty() ? "" : " at " + o.where));
     if (check.valid())
