@@ -272,4 +272,49 @@ TEST(MemledgerExport, AProgramExportedInEvalModeSaysSoWhenItTrains)
     EXPECT_FALSE(contains(inferenceNotes, "exported from model.eval()")) << inferenceNotes;
 }
 
+// A frozen layer (requires_grad_(False), as a fine-tune freezes a backbone) is stored with requires_grad false:
+// it takes no gradient and no optimizer state, and the AdamW step equals PyTorch's profiler of the eager model to
+// the byte (a parameter taken as trainable added its gradient, its moments and its backward's matmuls: +54%).
+TEST(MemledgerExport, FrozenParametersTakeNoGradients)
+{
+    SKIP_WITHOUT_EXPORT_FIXTURES();
+    const auto& t = exportTruth()["edge_programs"]["frozen"];
+    const auto json = exportFile("frozen_train.json");
+    auto r = runCommand(memledger::test::memledgerBinary() + " analyze " + exportFile(t["file"].get<std::string>())
+        + " --input " + t["input"].get<std::string>() + " --mode train --optimizer adamw --threads 1 --json " + json);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in(json);
+    const auto j = nlohmann::json::parse(in);
+    EXPECT_EQ(j["model"]["parameter_bytes"], t["parameter_bytes"]) << "the frozen weights are still weights";
+    EXPECT_EQ(j["gradient_bytes"], t["gradient_bytes"]);
+    EXPECT_EQ(j["optimizer_state_bytes"], t["optimizer_state_bytes"]);
+    EXPECT_EQ(j["peak_bytes"], t["peak_bytes"]) << "PyTorch's profiler peak of the eager model's AdamW step";
+    EXPECT_LT(t["gradient_bytes"].get<std::int64_t>(), t["parameter_bytes"].get<std::int64_t>());
+}
+
+// A higher-order operator (torch.cond, a region with autocast turned off) has a subgraph of its own: memledger
+// refuses the program naming the operator and what to use instead, as a model file it cannot run (exit 3), not as
+// a damaged graph (the subgraph's own names were once taken for values of the program it never made).
+TEST(MemledgerExport, HigherOrderOperatorsAreRefusedWithTheReason)
+{
+    SKIP_WITHOUT_EXPORT_FIXTURES();
+    int checked = 0;
+    for (const auto& [name, t] : exportTruth()["edge_programs"]["higher_order"].items()) {
+        SCOPED_TRACE(name);
+        if (t.contains("skipped"))
+            continue;
+        auto r = runCommand(memledger::test::memledgerBinary() + " analyze " + exportFile(t["file"].get<std::string>())
+            + " --input " + t["input"].get<std::string>() + " --threads 1");
+        EXPECT_EQ(r.exit_code, 3) << r.output;
+        EXPECT_TRUE(contains(r.output, "a higher-order operator with a subgraph of its own")) << r.output;
+        EXPECT_TRUE(contains(r.output, t["targets"][0].get<std::string>())) << r.output;
+        EXPECT_TRUE(contains(r.output, "memledger.capture")) << r.output;
+        EXPECT_FALSE(contains(r.output, "damaged")) << r.output;
+        ++checked;
+    }
+    if (checked == 0)
+        GTEST_SKIP() << "this torch.export wrote no higher-order operator: "
+                     << exportTruth()["edge_programs"]["higher_order"].dump();
+}
+
 } // namespace

@@ -93,6 +93,17 @@ namespace {
 using Impl = ExportedProgram::Impl;
 using Config = std::map<std::string, json>; // a weights or constants config: name -> entry
 
+// Whether a parameter's config entry lets it take gradients: its tensor_meta's requires_grad, true where absent.
+bool storedRequiresGrad(const std::map<std::string, json>& config, const std::string& name)
+{
+    auto it = config.find(name);
+    if (it == config.end() || !it->second.is_object() || !it->second.contains("tensor_meta"))
+        return true;
+    const auto& meta = it->second.at("tensor_meta");
+    return !meta.is_object() || !meta.contains("requires_grad") || !meta.at("requires_grad").is_boolean()
+        || meta.at("requires_grad").get<bool>();
+}
+
 // The weights and constants configs (data/weights/<model>_weights_config.json, ...): absent ones are empty.
 // `order`, where given, gets the config's names in the file's order: torch.export.save writes them in the
 // exported program's state_dict order, the model's registration order (model.parameters()'s).
@@ -327,8 +338,10 @@ void readInputs(Impl& d, caffe2::serialize::PyTorchStreamReader& reader, const j
                 d.weight_inputs.push_back({graphName, {known->second.first, known->second.second}});
                 continue;
             }
+            // A parameter takes gradients unless the file says it was frozen (requires_grad=False in its tensor_meta,
+            // as torch.export.save writes it and torch.export.load(FILE).module() honours it).
             if (!buffer && t.is_floating_point())
-                t.set_requires_grad(true);
+                t.set_requires_grad(storedRequiresGrad(weightConfig, name));
             byData[t.storage().unsafeGetStorageImpl()] = {buffer, list.size()};
             d.weight_inputs.push_back({graphName, {buffer, list.size()}});
             list.push_back({name, t, {}});
@@ -403,6 +416,10 @@ struct ModuleOrder {
 // once; Python's arithmetic on sizes has none.
 std::optional<c10::OperatorHandle> operatorOf(const std::string& target)
 {
+    if (target.rfind("torch.ops.higher_order.", 0) == 0) // torch.cond, while_loop, a region with its own autocast or grad mode
+        throw std::runtime_error("the program calls " + target.substr(23) + " (" + target
+            + "), a higher-order operator with a subgraph of its own, which memledger cannot run (it runs ATen "
+              "operators and arithmetic on sizes); memledger.capture records any code that runs in PyTorch");
     if (target.rfind("torch.ops.", 0) == 0) {
         auto rest = target.substr(10);
         auto a = rest.find('.');

@@ -215,7 +215,8 @@ void namesIn(const json& v, std::vector<std::string>& out)
         children.clear();
         if (x.v->is_object()) {
             for (const auto& [k, item] : x.v->items())
-                children.push_back({&item, (k == "name" || k == "as_name") && item.is_string()});
+                if (k != "as_graph") // a higher-order op's subgraph: its names are its own, not the graph's values
+                    children.push_back({&item, (k == "name" || k == "as_name") && item.is_string()});
         } else if (x.v->is_array()) {
             for (const auto& item : *x.v)
                 children.push_back({&item, false});

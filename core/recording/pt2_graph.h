@@ -27,6 +27,7 @@ json parseJson(const std::string& text, const std::string& what);
 const std::string& unionTag(const json& v, const std::string& what);
 
 // The values an argument (or an output) names: tensors by "name", sizes by "as_name", in the order they appear.
+// A higher-order op's subgraph (as_graph) is left out: its names are its own.
 void namesIn(const json& v, std::vector<std::string>& out);
 
 // A SymInt of a tensor's meta: its value when fixed (as_int) or the hint it was exported with.
