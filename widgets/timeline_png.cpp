@@ -17,8 +17,6 @@ QString timelinePngTitle(const Report& report)
 {
     auto type = QString::fromStdString(report.model.type);
     auto file = QFileInfo(QString::fromStdString(report.model.path)).fileName();
-    if (report.source == ReportSource::Snapshot)
-        return file.isEmpty() ? type : QStringLiteral("%1 (%2)").arg(type, file);
     QString title = type.isEmpty() ? (file.isEmpty() ? QStringLiteral("memledger") : file)
                                    : (file.isEmpty() ? type : QStringLiteral("%1 (%2)").arg(type, file));
     // A meta run's picture says so where a reader looks first: its figures are not measured.

@@ -163,6 +163,15 @@ SegmentHistory SegmentHistory::build(const Report& r, TimelineAxis axis, int dev
     if (r.snapshot) {
         h.allocated = series->tops[static_cast<int>(Ledger::Unattributed)]; // alive-before and traced, stacked
         const auto& s = *r.snapshot;
+        if (s.onCpu()) {
+            // No caching allocator: the CPU allocator's blocks are all it holds (the C library's reuse of freed
+            // memory is not in the events).
+            h.reserved = h.allocated;
+            h.cause = "A CPU capture: the CPU allocator keeps no cache of its own, so what it holds is what is "
+                      "allocated (no fragmentation to show; the C library's reuse of freed memory is not recorded).";
+            h.fragmentation = constant(0);
+            return h;
+        }
         const Trace empty;
         const Trace& t = r.trace ? *r.trace : empty;
         auto onDevice = [device](int d) { return device == TimelineSeries::kAllDevices || d == device; };
@@ -178,15 +187,6 @@ SegmentHistory SegmentHistory::build(const Report& r, TimelineAxis axis, int dev
                 end += g.total_size;
         h.reserved = constant(static_cast<double>(end));
         const auto& after = s.allocator_check.replay.reserved_after;
-        if (s.onCpu()) {
-            // No caching allocator: the CPU allocator's blocks are all it holds (the C library's reuse of freed
-            // memory is not in the events).
-            h.reserved = h.allocated;
-            h.cause = "A CPU capture: the CPU allocator keeps no cache of its own, so what it holds is what is "
-                      "allocated (no fragmentation to show; the C library's reuse of freed memory is not recorded).";
-            h.fragmentation = constant(0);
-            return h;
-        }
         if (recorded && t.size() > 0) {
             // Walked back from the end, so that the chart ends where the segments are (a device the trace
             // maps memory on but the segment list leaves out ends at 0, not at what the trace mapped): each block

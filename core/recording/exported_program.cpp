@@ -783,9 +783,10 @@ const json* argumentNamed(const json& inputs, const char* name)
     return nullptr;
 }
 
-bool argumentIs(const json* arg, const char* kind, bool value)
+// An argument that is the constant false ({"as_bool": false}).
+bool isFalse(const json* arg)
 {
-    return arg && arg->contains(kind) && arg->at(kind).is_boolean() && arg->at(kind).get<bool>() == value;
+    return arg && arg->contains("as_bool") && arg->at("as_bool").is_boolean() && !arg->at("as_bool").get<bool>();
 }
 
 double floatArgument(const json* arg)
@@ -809,11 +810,10 @@ std::string ExportedProgram::evalModeNote() const
         const auto& name = n.op->schema().name();
         if (name == "aten::dropout" || name == "aten::feature_dropout" || name == "aten::alpha_dropout"
             || name == "aten::feature_alpha_dropout" || name == "aten::native_dropout") {
-            const auto* train = argumentNamed(*n.inputs, "train");
-            if (argumentIs(train, "as_bool", false) && floatArgument(argumentNamed(*n.inputs, "p")) != 0.0)
+            if (isFalse(argumentNamed(*n.inputs, "train")) && floatArgument(argumentNamed(*n.inputs, "p")) != 0.0)
                 ++dropouts;
         } else if (name == "aten::batch_norm" || name == "aten::_native_batch_norm_legit_no_training") {
-            if (name != "aten::batch_norm" || argumentIs(argumentNamed(*n.inputs, "training"), "as_bool", false))
+            if (name != "aten::batch_norm" || isFalse(argumentNamed(*n.inputs, "training")))
                 ++norms;
         }
     }

@@ -295,10 +295,9 @@ bool Snapshot::onCpu() const
     return !devices.empty() && std::all_of(devices.begin(), devices.end(), [](int d) { return d == -1; });
 }
 
-std::string snapshotKindName(const std::vector<int>& devices)
+std::string snapshotKindName(const Snapshot& s)
 {
-    const bool cpu = !devices.empty() && std::all_of(devices.begin(), devices.end(), [](int d) { return d == -1; });
-    return cpu ? "CPU memory snapshot" : "CUDA memory snapshot";
+    return s.onCpu() ? "CPU memory snapshot" : "CUDA memory snapshot";
 }
 
 const char* blockStateName(BlockState s)

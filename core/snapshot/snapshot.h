@@ -149,9 +149,6 @@ struct TensorAnnotation {
 constexpr int kHostDevice = -3;
 // "cuda:N", "host (pinned)" for kHostDevice, "cpu" for -1.
 std::string snapshotDeviceName(int device);
-// What a snapshot of these devices is called: "CPU memory snapshot" when every event is the CPU's (-1, what
-// memledger.capture writes off a GPU), else "CUDA memory snapshot".
-std::string snapshotKindName(const std::vector<int>& devices);
 
 // How memledger.capture (python/memledger) made the file: its "memledger_capture" key. Empty `device`: another tool's.
 struct SnapshotCapture {
@@ -201,6 +198,9 @@ struct Snapshot {
     // Every event the CPU's (device -1): memledger.capture's file off a GPU. No caching allocator made it.
     bool onCpu() const;
 };
+
+// What a snapshot is called: "CPU memory snapshot" when it is onCpu(), else "CUDA memory snapshot".
+std::string snapshotKindName(const Snapshot& s);
 
 // True when the file starts like a pickle (PROTO opcode, byte 0x80). Does not throw.
 bool looksLikePickleFile(const std::string& path);

@@ -481,7 +481,7 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAlloc
     Report r;
     r.source = ReportSource::Snapshot;
     r.model.path = path;
-    r.model.type = snapshotKindName(s.devices);
+    r.model.type = snapshotKindName(s);
     std::error_code ec;
     auto fileSize = std::filesystem::file_size(path, ec);
     r.model.file_bytes = ec ? 0 : static_cast<std::int64_t>(fileSize);
@@ -511,11 +511,11 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAlloc
             + (s.capture.steps >= 0 ? ", " + std::to_string(s.capture.steps) + " optimizer steps" : std::string())
             + (s.capture.note.empty() ? std::string() : ": " + s.capture.note));
     if (start > 0 && t.size() > 0)
-        r.notes.push_back(formatBytes(start)
-            + (s.onCpu() ? " were allocated before the trace began (before memledger.capture started: the tensors "
-                           "it found alive, such as the parameters, the optimizer state and the inputs)"
-                         : " were allocated before the trace began (before _record_memory_history started recording, "
-                           "or their allocs fell out of its max_entries ring buffer)"));
+        r.notes.push_back(formatBytes(start) + " were allocated before the trace began ("
+            + (s.onCpu() ? "before memledger.capture started: the tensors it found alive, such as the parameters, the "
+                           "optimizer state and the inputs)"
+                         : "before _record_memory_history started recording, or their allocs fell out of its "
+                           "max_entries ring buffer)"));
     if (!s.trace_has_time && t.size() > 0)
         r.notes.push_back("the trace has no timestamps: the timeline's axis is the events' order");
     for (const auto& o : s.ooms)

@@ -747,11 +747,14 @@ def export(model, args, path, *, kwargs=None, dynamic=None, verbose=True):
                  "eager model holds them, memledger does not count them)"
                  % (", ".join(n for n, _ in dropped), sum(b for _, b in dropped)))
         dropouts, norms = _eval_mode_layers(model, torch)
-        if dropouts or norms:
+        layers = []
+        if dropouts:
+            layers.append("%d dropout%s (p > 0)" % (dropouts, "s" if dropouts > 1 else ""))
+        if norms:
+            layers.append("%d BatchNorm%s" % (norms, "s" if norms > 1 else ""))
+        if layers:
             _say(True, "eval mode: %s run as in eval in this file, in a training step too; export from "
-                 "model.train() for a training step's figures" % " and ".join(
-                     t for t in ("%d dropout%s (p > 0)" % (dropouts, "s" if dropouts > 1 else "") if dropouts else "",
-                                 "%d BatchNorm%s" % (norms, "s" if norms > 1 else "") if norms else "") if t))
+                 "model.train() for a training step's figures" % " and ".join(layers))
         doubled = [n for n in doubled if n not in dims.fixed]
         if doubled:
             _say(True, "the example's size 1 in %s was traced as 2 (torch.export fixes a size of 1)"
