@@ -2,7 +2,8 @@
 // - FSDP2 (fully_shard per block, then the root) against torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker
 //   under the "fake" process group and FakeTensorMode (tests/fixtures/fsdp_truths.py): the rank's sharded
 //   parameters exact, its optimizer state within 0.01%, its peak total within 2%, for world sizes 2 to 64,
-//   param_dtype float32 and bfloat16, reshard after forward on and off, two decoder shapes and a 7B;
+//   param_dtype float32 and bfloat16, reshard after forward on and off, two decoder shapes and a 7B, and
+//   fine-tunes with part of the model frozen (whole units, units of frozen and trained parameters, a tied head);
 // - the trace editor the layout is made with, on a hand-made trace.
 // Skipped, with the reason, where the build's libtorch has no meta runs (1.13) or the fixtures' PyTorch no FSDP2.
 #include "doc_table.h"
@@ -113,6 +114,8 @@ TEST_F(Fsdp, RankAgreesWithFsdpMemTracker)
         // AdamW's moments over the local shards; FSDPMemTracker's OptState holds the host `step` counters too.
         const double optTruth = static_cast<double>(category(after, "OptState") - c["step_tensor_bytes"].get<std::int64_t>());
         EXPECT_NEAR(static_cast<double>(rank.optimizer_state_bytes), optTruth, 1e-4 * optTruth + 1);
+        // The sharded gradients (padded) of the parameters that require grad only: a frozen one has none.
+        EXPECT_EQ(rank.gradient_bytes, category(after, "Sharded Grad"));
         const double theirs = static_cast<double>(category(peak, "Total") - c["step_tensor_bytes"].get<std::int64_t>());
         const double ours = static_cast<double>(rank.peak_total_bytes);
         std::printf("[ fsdp     ] %-44s memledger %14s FSDPMemTracker %14s (%+.2f%%)\n", caseName(c).c_str(),

@@ -290,6 +290,17 @@ TEST(MemledgerExport, FrozenParametersTakeNoGradients)
     EXPECT_EQ(j["optimizer_state_bytes"], t["optimizer_state_bytes"]);
     EXPECT_EQ(j["peak_bytes"], t["peak_bytes"]) << "PyTorch's profiler peak of the eager model's AdamW step";
     EXPECT_LT(t["gradient_bytes"].get<std::int64_t>(), t["parameter_bytes"].get<std::int64_t>());
+    // The report and --tensors say which parameters are frozen.
+    std::set<std::string> frozen;
+    for (const auto& tensor : j["model"]["tensors"])
+        if (!tensor.value("requires_grad", true))
+            frozen.insert(tensor["name"].get<std::string>());
+    EXPECT_EQ(frozen, (std::set<std::string> {"backbone.weight", "backbone.bias"}));
+    auto listed = runCommand(memledger::test::memledgerBinary() + " analyze " + exportFile(t["file"].get<std::string>())
+        + " --input " + t["input"].get<std::string>() + " --threads 1 --tensors");
+    ASSERT_EQ(listed.exit_code, 0) << listed.output;
+    EXPECT_NE(listed.output.find("2 parameters frozen: no gradient, no optimizer state"), std::string::npos) << listed.output;
+    EXPECT_NE(listed.output.find("frozen   "), std::string::npos) << listed.output;
 }
 
 // A higher-order operator (torch.cond, a region with autocast turned off) has a subgraph of its own: memledger

@@ -30,7 +30,7 @@ ResidentSet residentBlocks(const ModelInfo& model, const std::string& dtype, std
             continue;
         set.blocks.push_back(bytes);
         weights += bytes;
-        if (!t.is_buffer && isFloatingDtype(t.dtype)) {
+        if (t.trainable() && isFloatingDtype(t.dtype)) { // the parameters the optimizer keeps state for
             parameters += bytes;
             parameterBlocks.push_back(bytes);
         }

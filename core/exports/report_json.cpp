@@ -475,8 +475,12 @@ json reportToJson(const Report& r, bool withEvents)
     j["source"] = nameOf(r.source);
     json tensors = json::array();
     for (const auto& t : r.model.tensors)
+    {
         tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"dtype", t.dtype}, {"bytes", t.bytes},
             {"kind", t.is_buffer ? "buffer" : "parameter"}});
+        if (!t.is_buffer && !t.requires_grad)
+            tensors.back()["requires_grad"] = false; // frozen: no gradient, no optimizer state
+    }
     j["model"] = {{"path", r.model.path}, {"type", r.model.type}, {"file_bytes", r.model.file_bytes},
         {"parameter_bytes", r.model.parameter_bytes}, {"buffer_bytes", r.model.buffer_bytes},
         {"file_bytes_by_dtype", r.model.bytes_by_dtype}, {"tensors", tensors}};
@@ -647,8 +651,8 @@ Report reportFromJson(const json& j, const std::string& name)
         r.model.buffer_bytes = m.at("buffer_bytes").get<std::int64_t>();
         r.model.bytes_by_dtype = m.value("file_bytes_by_dtype", std::map<std::string, std::int64_t> {});
         for (const auto& t : m.value("tensors", json::array()))
-            r.model.tensors.push_back(
-                {t.at("name"), t.at("shape").get<Shape>(), t.at("dtype"), t.at("bytes"), t.at("kind") == "buffer"});
+            r.model.tensors.push_back({t.at("name"), t.at("shape").get<Shape>(), t.at("dtype"), t.at("bytes"),
+                t.at("kind") == "buffer", t.at("kind") != "buffer" && t.value("requires_grad", true)});
         const auto& run = j.at("run");
         for (const auto& s : run.at("input_shapes"))
             r.run.input_shapes.push_back(s.get<Shape>());

@@ -176,7 +176,12 @@ std::string reportToText(const Report& r, int maxDepth)
         out << "  tensors in the file:";
         for (const auto& [dtype, bytes] : r.model.bytes_by_dtype)
             out << " " << dtype << " " << formatBytes(bytes);
-        out << " (" << r.model.tensors.size() << " parameters and buffers)\n";
+        const auto frozen = std::count_if(r.model.tensors.begin(), r.model.tensors.end(),
+            [](const TensorInfo& t) { return !t.is_buffer && !t.requires_grad; });
+        out << " (" << r.model.tensors.size() << " parameters and buffers";
+        if (frozen > 0)
+            out << "; " << frozen << (frozen == 1 ? " parameter" : " parameters") << " frozen: no gradient, no optimizer state";
+        out << ")\n";
     }
     out << "\n";
     if (!r.layers.empty()) {
@@ -250,7 +255,7 @@ std::string tensorsToText(const Report& r)
     out << padCell("parameter or buffer", 48) << ' ' << padCell("kind", 9) << ' ' << padCell("shape", 20) << ' ' << padCell("dtype", 9)
         << ' ' << padCell("bytes", 11, true) << '\n';
     for (const auto& t : r.model.tensors)
-        out << padCell(t.name, 48) << ' ' << padCell(t.is_buffer ? "buffer" : "parameter", 9) << ' '
+        out << padCell(t.name, 48) << ' ' << padCell(t.is_buffer ? "buffer" : t.requires_grad ? "parameter" : "frozen", 9) << ' '
             << padCell(shapeToString(t.shape), 20) << ' ' << padCell(t.dtype, 9) << ' ' << padCell(formatBytes(t.bytes), 11, true)
             << '\n';
     for (const auto& [dtype, bytes] : r.model.bytes_by_dtype)

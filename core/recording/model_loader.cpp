@@ -302,6 +302,7 @@ void collect(Model::Impl& d)
         ti.dtype = dtypeName(t.scalar_type());
         ti.bytes = static_cast<std::int64_t>(t.numel() * t.element_size());
         ti.is_buffer = buffer;
+        ti.requires_grad = !buffer && t.requires_grad();
         (buffer ? info.buffer_bytes : info.parameter_bytes) += ti.bytes;
         info.bytes_by_dtype[ti.dtype] += ti.bytes;
         auto dot = name.rfind('.');

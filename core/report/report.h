@@ -55,6 +55,9 @@ struct TensorInfo {
     std::string dtype; // as stored in the file: "float16"
     std::int64_t bytes = 0;
     bool is_buffer = false;
+    // A parameter that takes a gradient (requires_grad in the file; false for a frozen one). Buffers take none.
+    bool requires_grad = true;
+    bool trainable() const { return !is_buffer && requires_grad; }
 };
 
 struct LayerStats {

@@ -120,6 +120,8 @@ struct ParamShard {
     std::int64_t numel = 0;
     std::int64_t padded = 0; // elements of each rank's padded shard
     std::int64_t local = 0; // rank 0's elements, unpadded (what its optimizer state covers)
+    bool trainable = true; // takes a gradient: frozen parameters are gathered but never reduced or stepped
+    std::int64_t stepped() const { return trainable ? local : 0; } // the elements rank 0's optimizer steps
 };
 
 std::string unitOf(const std::string& path, const std::vector<std::string>& units)
@@ -143,6 +145,7 @@ std::vector<ParamShard> shardParameters(const ModelInfo& model, const std::vecto
         auto dot = t.name.rfind('.');
         p.unit = unitOf(dot == std::string::npos ? std::string() : t.name.substr(0, dot), units);
         p.numel = numelOf(t.shape);
+        p.trainable = t.requires_grad;
         const std::int64_t rows = t.shape.empty() ? 1 : std::max<std::int64_t>(t.shape[0], 0);
         const std::int64_t rest = rows > 0 ? p.numel / rows : 0;
         if (!shard || gpus == 1) {
@@ -206,6 +209,8 @@ std::vector<std::int64_t> ddpBuckets(const std::vector<ParamShard>& params, int 
     std::int64_t current = 0;
     std::int64_t cap = plan.first_bucket_bytes;
     for (auto it = params.rbegin(); it != params.rend(); ++it) {
+        if (!it->trainable) // DDP buckets only the parameters that require a gradient
+            continue;
         const auto bytes = it->numel * width;
         current += bytes;
         if (current >= cap) {
@@ -249,10 +254,10 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
     const auto params = shardParameters(model, fsdp ? info.units : std::vector<std::string> {""}, n, fsdp);
     if (params.empty())
         throw std::invalid_argument("the model lists no parameters to lay out across ranks");
-    std::int64_t fullNumel = 0, localNumel = 0;
+    std::int64_t fullNumel = 0, trainableNumel = 0;
     for (const auto& p : params) {
         fullNumel += p.numel;
-        localNumel += p.local;
+        trainableNumel += p.trainable ? p.numel : 0;
     }
     info.full_parameter_bytes = fullNumel * md;
 
@@ -275,17 +280,21 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
     info.resident_blocks.insert(info.resident_blocks.end(), bufferBlocks.begin(), bufferBlocks.end());
     out.weight_bytes = out.parameter_bytes + buffers;
     // The optimizer keeps as many tensors per parameter as recorded (momentum one, Adam two), over the elements
-    // it steps: the local shards (fsdp, zero2), the parameters the rank owns (zero1), or all of them (ddp).
-    const double perElement
-        = fullNumel > 0 ? static_cast<double>(optimizerStateBytes) / static_cast<double>(fullNumel * cd) : 0.0;
+    // it steps: the local shards (fsdp, zero2), the parameters the rank owns (zero1), or all of them (ddp); of the
+    // parameters that take gradients only (a frozen one has no state).
+    const double perElement = trainableNumel > 0
+        ? static_cast<double>(optimizerStateBytes) / static_cast<double>(trainableNumel * cd)
+        : 0.0;
     const int statesPerParameter = static_cast<int>(perElement + 0.5);
-    // ZeRO-1 as torch.distributed.optim.ZeroRedundancyOptimizer partitions: whole parameters, largest first, each
-    // to the rank with the fewest elements so far (the first on a tie).
+    // ZeRO-1 as torch.distributed.optim.ZeroRedundancyOptimizer partitions the parameters it is given (those that
+    // take gradients, as a fine-tune's optimizer is given them): whole parameters, largest first, each to the rank
+    // with the fewest elements so far (the first on a tie).
     std::vector<char> owned(params.size(), 1);
     if (plan.shard == Sharding::Zero1 && n > 1) {
-        std::vector<std::size_t> order(params.size());
-        for (std::size_t k = 0; k < order.size(); ++k)
-            order[k] = k;
+        std::vector<std::size_t> order;
+        for (std::size_t k = 0; k < params.size(); ++k)
+            if (params[k].trainable)
+                order.push_back(k);
         std::stable_sort(order.begin(), order.end(),
             [&](std::size_t a, std::size_t b) { return params[a].numel > params[b].numel; });
         std::vector<std::int64_t> load(static_cast<std::size_t>(n), 0);
@@ -298,12 +307,12 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
     std::int64_t optimizerNumel = 0;
     for (std::size_t k = 0; k < params.size(); ++k)
         if (owned[k])
-            optimizerNumel += fsdp ? params[k].local : params[k].numel;
+            optimizerNumel += params[k].stepped();
     out.optimizer_state_bytes = static_cast<std::int64_t>(perElement * static_cast<double>(optimizerNumel * md) + 0.5);
     for (int s = 0; s < statesPerParameter; ++s)
         for (std::size_t k = 0; k < params.size(); ++k)
-            if (owned[k] && (fsdp ? params[k].local : params[k].numel) > 0)
-                info.resident_blocks.push_back((fsdp ? params[k].local : params[k].numel) * md);
+            if (owned[k] && params[k].stepped() > 0)
+                info.resident_blocks.push_back(params[k].stepped() * md);
 
     TraceEdit edit(step);
     const Phase* optimizer = findPhase(phases, "optimizer");
@@ -329,17 +338,19 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
                     std::size_t end = op == ops.begin() ? e + 1 : std::max<std::size_t>((op - 1)->end_event, e + 1);
                     edit.addFree(std::min(end, step.size()), e);
                 }
-        out.gradient_bytes = plan.gradient_as_bucket_view ? 0 : fullNumel * md;
+        out.gradient_bytes = plan.gradient_as_bucket_view ? 0 : trainableNumel * md;
     } else {
         const auto hooks = findHooks(step, ops, phases, info.units);
         std::map<std::string, std::vector<const ParamShard*>> paramsOf;
         for (const auto& p : params)
             paramsOf[p.unit].push_back(&p);
         std::int64_t shardedGradients = 0;
-        auto paddedOf = [&](const std::string& u) {
+        // A unit's padded shard elements: all its parameters (gathered), or those that take gradients (reduced).
+        auto paddedOf = [&](const std::string& u, bool trainableOnly = false) {
             std::int64_t s = 0;
             for (const auto* p : paramsOf[u])
-                s += p->padded;
+                if (p->trainable || !trainableOnly)
+                    s += p->padded;
             return s;
         };
         // FSDP2's schedule (torch/distributed/fsdp/_fully_shard/, PyTorch 2.15), per unit:
@@ -353,7 +364,9 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
         // - post-backward: the unsharded parameters freed, the previous unit's reduce-scatter input freed, the
         //   gradients copied into this unit's reduce-scatter input and freed, the reduce-scatter output made
         //   (and cast to the master dtype where reduce_dtype differs), the input kept until the next unit's
-        //   post-backward (the last until the backward ends).
+        //   post-backward (the last until the backward ends); only the parameters that take gradients are reduced;
+        // - the backward's end (the root's final callback): the post-backward of every unit whose backward did not
+        //   run (all frozen, or not reached by the loss), which reshards what is still gathered.
         struct UnitState {
             std::vector<TraceEdit::Handle> params; // unsharded, while gathered
             std::optional<TraceEdit::Handle> issued; // an all-gather output not yet copied out
@@ -402,9 +415,9 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
                 edit.addFree(pos, *pendingReduceInput);
                 pendingReduceInput.reset();
             }
-            if (paramsOf[u].empty())
+            const auto shardNumel = paddedOf(u, true);
+            if (shardNumel == 0) // no gradients to reduce (a unit with none, or all of its parameters frozen)
                 return;
-            const auto shardNumel = paddedOf(u);
             auto input = edit.addAlloc(pos, shardNumel * n * rd, Ledger::Communication, u, "fsdp::reduce_scatter_input");
             for (auto g : gradientsOf[u])
                 if (g < pos)
@@ -473,8 +486,12 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
             case 1:
                 postBackward(u, pt.pos);
                 break;
-            default: // the backward's end: the root's post-backward, then the last reduce-scatter input freed
+            default: // the backward's end: the root's post-backward, the other units' still gathered resharded,
+                     // then the last reduce-scatter input freed
                 postBackward(u, pt.pos);
+                for (auto& [other, st] : state)
+                    if (!st.params.empty())
+                        reshard(other, pt.pos);
                 if (pendingReduceInput) {
                     edit.addFree(pt.pos, *pendingReduceInput);
                     pendingReduceInput.reset();
@@ -487,18 +504,19 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
 
     // The optimizer's temporaries are those of the elements it steps: the recorded ones (full parameters at the
     // run's dtype) scaled to the rank's shard at the master dtype, matched to their parameter by size in
-    // parameter order.
+    // parameter order (of those that take gradients).
     if (optimizer && (fsdp || plan.shard == Sharding::Zero1 || md != cd)) {
         std::size_t next = 0;
         for (std::size_t i = optimizer->first_event; i < optimizer->end_event && i < step.size(); ++i) {
             if (step.action[i] != Action::Alloc || edit.dropped(i))
                 continue;
             const auto numel = cd > 0 ? step.bytes[i] / cd : 0;
+            auto matches = [&](std::size_t k) { return params[k].trainable && params[k].numel == numel; };
             std::size_t k = next;
-            for (std::size_t tries = 0; tries < params.size() && params[k].numel != numel; ++tries)
+            for (std::size_t tries = 0; tries < params.size() && !matches(k); ++tries)
                 k = (k + 1) % params.size();
             double share = 1.0;
-            if (params[k].numel == numel && numel > 0) {
+            if (matches(k) && numel > 0) {
                 next = k;
                 share = fsdp ? static_cast<double>(params[k].local) / static_cast<double>(numel) : owned[k] ? 1.0 : 0.0;
             } else if (fsdp || plan.shard == Sharding::Zero1) {
