@@ -43,6 +43,8 @@ ReloadMarks::ReloadMarks(TimelinePlot* plot)
     , endLabel_(markLabel(plot))
 {
     connect(plot_, &QCustomPlot::beforeReplot, this, &ReloadMarks::place);
+    // After the plot's own afterLayout slot (connected when it was made), which places the current peak's label.
+    connect(plot_, &QCustomPlot::afterLayout, this, &ReloadMarks::avoidPeakLabel);
 }
 
 void ReloadMarks::show(const LoadFigures& previous)
@@ -77,6 +79,35 @@ double ReloadMarks::endKey() const
 double ReloadMarks::peakValue() const
 {
     return peakLine_->point1->value();
+}
+
+QRectF ReloadMarks::peakLabelRect() const
+{
+    if (!peakLabel_->visible())
+        return {};
+    return QRectF(peakLabel_->topLeft->pixelPosition(), peakLabel_->bottomRight->pixelPosition()).normalized();
+}
+
+void ReloadMarks::avoidPeakLabel()
+{
+    if (!peakLabel_->visible())
+        return;
+    // The previous peak's label sits on its dashed line at the left, above it; where that covers the current
+    // peak's label (both peaks near the same height, the current one near the left), it moves to the right, then
+    // below the line.
+    const auto current = plot_->peakLabelRect();
+    const double y = peakLine_->point1->value();
+    const struct {
+        double x;
+        Qt::Alignment align;
+    } spots[] = {{0.01, Qt::AlignLeft | Qt::AlignBottom}, {0.99, Qt::AlignRight | Qt::AlignBottom},
+        {0.01, Qt::AlignLeft | Qt::AlignTop}, {0.99, Qt::AlignRight | Qt::AlignTop}};
+    for (const auto& spot : spots) {
+        peakLabel_->position->setCoords(spot.x, y);
+        peakLabel_->setPositionAlignment(spot.align);
+        if (current.isEmpty() || !peakLabelRect().intersects(current))
+            return;
+    }
 }
 
 void ReloadMarks::place()

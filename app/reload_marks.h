@@ -27,9 +27,11 @@ public:
     bool endShown() const;
     double endKey() const; // where the previous load's end lies on the current axis (when shown)
     double peakValue() const;
+    QRectF peakLabelRect() const; // in pixels, where drawn; empty when hidden
 
 private:
     void place(); // before each replot: the axis or the series may have changed
+    void avoidPeakLabel(); // after the layout: off the current peak's label, which is placed then too
 
     TimelinePlot* plot_;
     std::optional<LoadFigures> previous_;

@@ -27,6 +27,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -197,6 +198,29 @@ TEST(WatchGui, FollowsASnapshotRewrittenInPlaceAndByReplaceKeepingTheView)
         << watch->noticeText().toStdString();
     EXPECT_FALSE(watch->lastReadFailed());
     expectViewKept();
+
+    // The previous peak's label keeps off the current peak's: a previous load that peaked at the same height, with
+    // the current peak at the left edge (where both labels would sit), in the middle and at the right edge.
+    LoadFigures same;
+    same.plotted_peak = plot->series().peak_value;
+    same.peak_bytes = static_cast<std::int64_t>(same.plotted_peak);
+    watch->marks()->show(same);
+    // A window narrow enough to hold the peak at its left edge inside the data (the plot keeps its range there).
+    const double peakKey = plot->series().peak_key;
+    const double width = std::min({upper - lower, 0.9 * (plot->series().lastKey() - peakKey), 0.9 * (peakKey - plot->series().firstKey())});
+    ASSERT_GT(width, 0);
+    plot->yAxis->setRange(0, same.plotted_peak * 1.5); // room above the peak for both labels
+    for (double at : {0.0, 0.005, 0.5, 0.995}) {
+        SCOPED_TRACE(at);
+        plot->xAxis->setRange(peakKey - at * width, peakKey + (1 - at) * width);
+        plot->replot();
+        ASSERT_NEAR(plot->xAxis->range().lower, peakKey - at * width, 1e-9);
+        const auto previous = watch->marks()->peakLabelRect(), current = plot->peakLabelRect();
+        ASSERT_FALSE(previous.isEmpty());
+        ASSERT_FALSE(current.isEmpty());
+        EXPECT_FALSE(previous.intersects(current)) << "previous " << previous.x() << "," << previous.y() << " current "
+                                                   << current.x() << "," << current.y();
+    }
 
     // Opening another file stops watching: its notice and marks go.
     w.openFile(QStringLiteral("/nonexistent/other.pickle"));
