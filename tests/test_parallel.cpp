@@ -66,6 +66,7 @@ std::int64_t category(const nlohmann::json& snapshot, const char* name)
 std::string caseName(const nlohmann::json& c)
 {
     return c["model"].get<std::string>() + " " + c["input"].get<std::string>() + " on " + std::to_string(c["gpus"].get<int>())
+        + (c.value("units", nlohmann::json()).is_string() ? " (units " + c["units"].get<std::string>() + ")" : "")
         + ", " + c["param_dtype"].get<std::string>() + (c["reduce_dtype"].is_string() ? "/" + c["reduce_dtype"].get<std::string>() : "")
         + (c["reshard_after_forward"].get<bool>() ? ", reshard" : ", no reshard");
 }
@@ -105,6 +106,8 @@ TEST_F(Fsdp, RankAgreesWithFsdpMemTracker)
         plan.reduce_dtype = c["reduce_dtype"].is_string() ? c["reduce_dtype"].get<std::string>() : std::string();
         plan.reshard_after_forward = c["reshard_after_forward"].get<bool>();
         plan.root_reshard_after_forward = plan.reshard_after_forward; // the truth passes it to the root too
+        if (c.value("units", nlohmann::json()).is_string()) // units inside units, as --shard-units names them
+            plan.units = shardUnitsMatching(step.layers, c["units"].get<std::string>());
         auto rank = rankReport(step, plan);
         const auto& peak = c["peak"];
         const auto& after = c["after_step"];
@@ -232,9 +235,11 @@ TEST(RealJobs, FsdpRanksOnGlooAgreeWithTheJobsLowestIteration)
             skipped.push_back(c.value("skipped", std::string("no ranks")));
             continue;
         }
-        const auto pd = c.value("param_dtype", std::string("float32"));
+        const auto dtypes = c.value("param_dtype", std::string("float32")); // "float32/bfloat16": param/reduce
+        const auto slash = dtypes.find('/');
+        const auto pd = dtypes.substr(0, slash);
         const auto name = c["model"].get<std::string>() + " " + c["input"].get<std::string>() + " fsdp on "
-            + std::to_string(c["nproc"].get<int>()) + ", " + pd;
+            + std::to_string(c["nproc"].get<int>()) + ", " + dtypes;
         SCOPED_TRACE(name);
         ASSERT_TRUE(c["ranks"][0].contains("peak_bytes_later")); // several iterations
         const auto file = fixture("dist/" + c["file"].get<std::string>());
@@ -250,6 +255,7 @@ TEST(RealJobs, FsdpRanksOnGlooAgreeWithTheJobsLowestIteration)
         plan.shard = Sharding::Fsdp;
         plan.master_dtype = "float32";
         plan.param_dtype = pd;
+        plan.reduce_dtype = slash == std::string::npos ? std::string() : dtypes.substr(slash + 1);
         plan.backend = "gloo";
         auto rank = rankReport(steps[key], plan);
         const auto& rank0 = c["ranks"][0];
@@ -483,7 +489,7 @@ TEST_F(Fsdp, WhatIfRowsPerRank)
     auto unit = runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + fixture("fsdp/toy.pt2")
         + " --input 2x32:int64 --gpus 4 --shard fsdp --shard-units blocks.*");
     EXPECT_EQ(unit.exit_code, 2) << unit.output;
-    EXPECT_NE(unit.output.find("has no module 'blocks'"), std::string::npos) << unit.output;
+    EXPECT_NE(unit.output.find("has no module 'blocks.*'"), std::string::npos) << unit.output;
     auto implied = runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + fixture("fsdp/toy.pt2")
         + " --input 2x32:int64 --gpus 2 --shard zero1");
     EXPECT_EQ(implied.exit_code, 0) << implied.output;
@@ -596,20 +602,31 @@ TEST(ParallelPlan, DefaultUnitsAreTheHeaviestListsBlocks)
 
 TEST(ParallelPlan, UnitsAndNames)
 {
-    std::vector<LayerStats> layers(5);
+    std::vector<LayerStats> layers(7);
     layers[0].path = "";
-    layers[0].children = {1, 4};
+    layers[0].children = {1, 6};
     layers[1].path = "layers";
     layers[1].type = "ModuleList";
-    layers[1].children = {2, 3};
+    layers[1].children = {2, 4};
     layers[2].path = "layers.0";
     layers[2].type = "LlamaBlock";
-    layers[3].path = "layers.1";
-    layers[3].type = "LlamaBlock";
-    layers[4].path = "norm";
+    layers[2].children = {3};
+    layers[3].path = "layers.0.mlp";
+    layers[3].type = "Mlp";
+    layers[4].path = "layers.1";
+    layers[4].type = "LlamaBlock";
+    layers[4].children = {5};
+    layers[5].path = "layers.1.mlp";
+    layers[5].type = "Mlp";
+    layers[6].path = "norm";
     EXPECT_EQ(defaultShardUnits(layers), (std::vector<std::string> {"layers.0", "layers.1", ""}));
     EXPECT_EQ(shardUnitsMatching(layers, "layers.*, norm"), (std::vector<std::string> {"layers.0", "layers.1", "norm", ""}));
+    // "*" stands for one module name anywhere in the path: each block's MLP a unit inside its block.
+    EXPECT_EQ(shardUnitsMatching(layers, "layers.*.mlp,layers.*"),
+        (std::vector<std::string> {"layers.0.mlp", "layers.1.mlp", "layers.0", "layers.1", ""}));
+    EXPECT_EQ(shardUnitsMatching(layers, "layers.1.mlp"), (std::vector<std::string> {"layers.1.mlp", ""}));
     EXPECT_THROW(shardUnitsMatching(layers, "blocks.*"), std::invalid_argument);
+    EXPECT_THROW(shardUnitsMatching(layers, "layers.*.attention"), std::invalid_argument);
     EXPECT_EQ(shardingFromName("zero1"), Sharding::Zero1);
     EXPECT_FALSE(shardingFromName("zero3"));
     EXPECT_TRUE(isInsideModule("layers.10.mlp", "layers.10"));

@@ -63,6 +63,22 @@ std::vector<std::string> defaultShardUnits(const std::vector<LayerStats>& layers
     return units;
 }
 
+namespace {
+
+std::vector<std::string> splitDotted(const std::string& path)
+{
+    std::vector<std::string> out(1);
+    for (char c : path) {
+        if (c == '.')
+            out.emplace_back();
+        else
+            out.back() += c;
+    }
+    return out;
+}
+
+} // namespace
+
 std::vector<std::string> shardUnitsMatching(const std::vector<LayerStats>& layers, const std::string& pattern)
 {
     std::vector<std::string> units;
@@ -73,17 +89,25 @@ std::vector<std::string> shardUnitsMatching(const std::vector<LayerStats>& layer
             item.pop_back();
         if (item.empty())
             continue;
-        const bool children = item.size() >= 2 && item.compare(item.size() - 2, 2, ".*") == 0;
-        const auto path = children ? item.substr(0, item.size() - 2) : item;
-        auto it = std::find_if(layers.begin(), layers.end(), [&](const LayerStats& l) { return l.path == path; });
-        if (it == layers.end())
-            throw std::invalid_argument("--shard-units: the model has no module '" + path + "'");
-        if (children) {
-            for (int c : it->children)
-                units.push_back(layers[static_cast<std::size_t>(c)].path);
-        } else if (!path.empty()) {
-            units.push_back(path);
+        // A path whose components may be "*" (any one module name): "layers.*", "layers.*.feed_forward".
+        const auto parts = splitDotted(item);
+        bool any = false;
+        for (const auto& l : layers) {
+            if (l.path.empty())
+                continue;
+            const auto names = splitDotted(l.path);
+            bool match = names.size() == parts.size();
+            for (std::size_t k = 0; match && k < parts.size(); ++k)
+                match = parts[k] == "*" || parts[k] == names[k];
+            if (!match)
+                continue;
+            any = true;
+            if (std::find(units.begin(), units.end(), l.path) == units.end())
+                units.push_back(l.path);
         }
+        if (!any)
+            throw std::invalid_argument("--shard-units: the model has no module '" + item + "'"
+                + (item.find('*') != std::string::npos ? " (\"*\" stands for one module name)" : ""));
     }
     units.push_back("");
     return units;
@@ -163,7 +187,8 @@ std::vector<ParamShard> shardParameters(const ModelInfo& model, const std::vecto
 // The step's parts that the schedule hooks onto.
 struct Hooks {
     std::map<std::string, std::size_t> pre_forward, post_forward, pre_backward, post_backward;
-    std::vector<std::string> forward_order; // units whose forward ran, first first
+    std::vector<std::string> forward_order; // units whose forward ran, in the order their forward began (the root first)
+    std::vector<std::string> post_forward_order; // the same, in the order their forward ended (the root last)
 };
 
 Hooks findHooks(const Trace& t, const std::vector<OpCall>& ops, const std::vector<Phase>& phases,
@@ -194,11 +219,35 @@ Hooks findHooks(const Trace& t, const std::vector<OpCall>& ops, const std::vecto
             h.post_forward[unit] = op.end_event;
         }
     }
+    // A unit holding another (a block wrapped with its MLP wrapped inside) runs its hooks around the inner unit's:
+    // its forward and backward begin no later and end no earlier than those of the units inside it, whose ops
+    // are the inner unit's own.
+    auto widen = [&](std::map<std::string, std::size_t>& at, bool earliest) {
+        auto copy = at;
+        for (auto& [outer, pos] : at)
+            for (const auto& [inner, innerPos] : copy)
+                if (inner != outer && isInsideModule(inner, outer))
+                    pos = earliest ? std::min(pos, innerPos) : std::max(pos, innerPos);
+    };
+    widen(h.pre_forward, true);
+    widen(h.post_forward, false);
+    widen(h.pre_backward, true);
+    widen(h.post_backward, false);
+    std::stable_sort(h.forward_order.begin(), h.forward_order.end(),
+        [&](const std::string& a, const std::string& b) { return h.pre_forward.at(a) < h.pre_forward.at(b); });
+    // The order FSDP2 records post-forwards in (comm_ctx.post_forward_order), which its backward prefetch walks:
+    // an inner unit's forward ends before its outer one's.
+    h.post_forward_order = h.forward_order;
+    std::stable_sort(h.post_forward_order.begin(), h.post_forward_order.end(), [&](const std::string& a, const std::string& b) {
+        const auto ea = h.post_forward.at(a), eb = h.post_forward.at(b);
+        return ea != eb ? ea < eb : isInsideModule(a, b) && a != b;
+    });
     h.pre_forward[""] = forward->first_event;
     h.post_forward[""] = forward->end_event;
     h.pre_backward[""] = firstModelBackward.value_or(backward->first_event);
     h.post_backward[""] = backward->end_event;
     h.forward_order.insert(h.forward_order.begin(), std::string());
+    h.post_forward_order.push_back(std::string());
     return h;
 }
 
@@ -324,6 +373,13 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
             gradientsOf[fsdp ? unitOf(step.strings.at(step.where[i]), info.units) : std::string()].push_back(i);
         }
 
+    // Where the backward op that made event i ends (its outputs' last owner, AccumulateGrad, is done by then).
+    auto endOfOpAt = [&](std::size_t i) {
+        auto op = std::upper_bound(
+            ops.begin(), ops.end(), i, [](std::size_t event, const OpCall& o) { return event < o.first_event; });
+        return std::min(op == ops.begin() ? i + 1 : std::max<std::size_t>((op - 1)->end_event, i + 1), step.size());
+    };
+
     if (!fsdp) {
         // DDP's buckets, made when the model is wrapped: alive through the step.
         for (auto b : ddpBuckets(params, md, plan))
@@ -332,15 +388,32 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
         // AccumulateGrad copies it into the bucket and frees it when the op that made it is done.
         if (plan.gradient_as_bucket_view)
             for (auto& [unit, events] : gradientsOf)
-                for (auto e : events) {
-                    auto op = std::upper_bound(ops.begin(), ops.end(), e,
-                        [](std::size_t event, const OpCall& o) { return event < o.first_event; });
-                    std::size_t end = op == ops.begin() ? e + 1 : std::max<std::size_t>((op - 1)->end_event, e + 1);
-                    edit.addFree(std::min(end, step.size()), e);
-                }
+                for (auto e : events)
+                    edit.addFree(endOfOpAt(e), e);
         out.gradient_bytes = plan.gradient_as_bucket_view ? 0 : trainableNumel * md;
     } else {
         const auto hooks = findHooks(step, ops, phases, info.units);
+        // FSDP2's root casts floating-point inputs to param_dtype (MixedPrecisionPolicy.cast_forward_inputs): the
+        // step ran on the cast; the caller's own tensor, in its dtype, is held through the step as well.
+        if (plan.paramDtype() != plan.master_dtype)
+            for (std::size_t i = 0; i < run.input_shapes.size(); ++i) {
+                const auto given = inputTypeAt(run.input_types, i).dtype;
+                if (isFloatingDtype(given) && given != plan.paramDtype())
+                    edit.addAlloc(0, numelOf(run.input_shapes[i]) * dtypeSize(given), Ledger::Inputs, "", "fsdp::caller_input");
+            }
+        // FSDP2 gives each unsharded parameter grad_dtype = reduce_dtype: a gradient no wider than the compute dtype
+        // is cast to it by AccumulateGrad as autograd makes it (the computed one freed when its op is done); a wider
+        // one is left in the compute dtype until the reduce-scatter's copy-in (_set_unsharded_grad_dtypes).
+        // Placed just before the gradient, after the hooks' events at that position (a unit's pre-backward).
+        if (plan.reduceDtype() != plan.paramDtype() && rd <= pd)
+            for (auto& [unit, events] : gradientsOf)
+                for (auto e : events) {
+                    auto computed = edit.addAlloc(
+                        e, step.bytes[e], Ledger::Temporaries, step.strings.at(step.where[e]), "autograd::grad_before_cast");
+                    edit.order(computed, 1, 0);
+                    edit.addFree(endOfOpAt(e), computed);
+                    edit.resize(e, step.bytes[e] / pd * rd);
+                }
         std::map<std::string, std::vector<const ParamShard*>> paramsOf;
         for (const auto& p : params)
             paramsOf[p.unit].push_back(&p);
@@ -450,13 +523,11 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
             points.push_back({pos, u.empty() ? 4 : 1, u});
         std::stable_sort(points.begin(), points.end(),
             [](const Point& a, const Point& b) { return a.pos != b.pos ? a.pos < b.pos : a.order < b.order; });
-        // The unit whose backward comes next (FSDP2 prefetches its all-gather): the one before it in the forward;
-        // the root's is the last block, the first block's none.
+        // The unit FSDP2 prefetches in a unit's pre-backward: the one whose forward ended just before this one's
+        // (the root's: the last block; the first block's: none; a block's with its MLP wrapped inside: that MLP).
         std::map<std::string, std::string> nextInBackward;
-        const auto& order = hooks.forward_order; // the root first
-        if (order.size() > 1)
-            nextInBackward[""] = order.back();
-        for (std::size_t k = 2; k < order.size(); ++k)
+        const auto& order = hooks.post_forward_order; // the root last
+        for (std::size_t k = 1; k < order.size(); ++k)
             nextInBackward[order[k]] = order[k - 1];
         for (const auto& pt : points) {
             const auto& u = pt.unit;

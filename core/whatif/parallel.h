@@ -78,8 +78,8 @@ struct ParallelPlan {
 // list's items of one type, the set holding the most weights; a Llama's decoder layers), then the root (""). A model
 // with no repeated block: the root alone.
 std::vector<std::string> defaultShardUnits(const std::vector<LayerStats>& layers);
-// --shard-units: a comma-separated list of module paths, each may end in ".*" (every child of that module),
-// e.g. "layers.*,tok_embeddings". The root is always added. Throws std::invalid_argument naming a path the
+// --shard-units: a comma-separated list of module paths, any component of which may be "*" (any one module name),
+// e.g. "layers.*,tok_embeddings" or "layers.*.feed_forward,layers.*" (each block's MLP a unit inside its block). The root is always added. Throws std::invalid_argument naming a path the
 // model does not have.
 std::vector<std::string> shardUnitsMatching(const std::vector<LayerStats>& layers, const std::string& pattern);
 
