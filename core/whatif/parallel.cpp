@@ -405,15 +405,37 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
         // is cast to it by AccumulateGrad as autograd makes it (the computed one freed when its op is done); a wider
         // one is left in the compute dtype until the reduce-scatter's copy-in (_set_unsharded_grad_dtypes).
         // Placed just before the gradient, after the hooks' events at that position (a unit's pre-backward).
-        if (plan.reduceDtype() != plan.paramDtype() && rd <= pd)
+        // A tied weight's gradient comes in parts (the head's and the embedding's) that autograd sums (aten::add)
+        // before accumulating: each part is cast as the node that made it returns, so the parts held until the sum
+        // are in reduce_dtype too. They are the blocks of the gradient's size freed by the node that sums them.
+        if (plan.reduceDtype() != plan.paramDtype() && rd <= pd) {
+            auto cast = [&](std::size_t e) {
+                auto computed = edit.addAlloc(
+                    e, step.bytes[e], Ledger::Temporaries, step.strings.at(step.where[e]), "autograd::grad_before_cast");
+                edit.order(computed, 1, 0);
+                edit.addFree(endOfOpAt(e), computed);
+                edit.resize(e, step.bytes[e] / pd * rd);
+            };
+            const Phase* backward = findPhase(phases, "backward");
             for (auto& [unit, events] : gradientsOf)
-                for (auto e : events) {
-                    auto computed = edit.addAlloc(
-                        e, step.bytes[e], Ledger::Temporaries, step.strings.at(step.where[e]), "autograd::grad_before_cast");
-                    edit.order(computed, 1, 0);
-                    edit.addFree(endOfOpAt(e), computed);
-                    edit.resize(e, step.bytes[e] / pd * rd);
+                for (auto g : events) {
+                    cast(g);
+                    if (!backward || step.strings.at(step.inner_op[g]) != "aten::add")
+                        continue;
+                    auto node = std::upper_bound(ops.begin(), ops.end(), g,
+                        [](std::size_t event, const OpCall& o) { return event < o.first_event; });
+                    if (node == ops.begin())
+                        continue;
+                    --node;
+                    for (std::size_t a = backward->first_event; a < g; ++a) {
+                        const auto f = step.partner[a];
+                        if (step.action[a] == Action::Alloc && step.ledger[a] != Ledger::Gradients
+                            && step.bytes[a] == step.bytes[g] && f >= 0 && static_cast<std::size_t>(f) > g
+                            && static_cast<std::uint32_t>(f) < node->end_event)
+                            cast(a);
+                    }
                 }
+        }
         std::map<std::string, std::vector<const ParamShard*>> paramsOf;
         for (const auto& p : params)
             paramsOf[p.unit].push_back(&p);
