@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -59,6 +60,32 @@ std::int64_t ledgerTotal(const Report& r, Ledger l)
     return r.ledgers[static_cast<std::size_t>(l)].total;
 }
 
+// PyTorch's category of each allocation a capture's profiler recorded, looked up by where and when it was made:
+// take(report, event) gives the next one made there then ("" where PyTorch names none), nullopt where the profiler
+// did not record it (every_steps: the sessions before the last one).
+class Categories {
+public:
+    explicit Categories(const nlohmann::json& allocs)
+    {
+        for (const auto& a : allocs)
+            byPlace_[{a.at("addr").get<std::uint64_t>(), a.at("time_us").get<std::int64_t>()}].push_back(
+                a.at("category").is_null() ? std::string() : a.at("category").get<std::string>());
+    }
+    std::optional<std::string> take(const Report& r, std::size_t i)
+    {
+        const Trace& t = *r.trace;
+        auto it = byPlace_.find({t.address[i], r.snapshot->trace_start_us + t.time_ns[i] / 1000});
+        if (it == byPlace_.end() || it->second.empty())
+            return std::nullopt;
+        std::string c = it->second.front();
+        it->second.erase(it->second.begin());
+        return c;
+    }
+
+private:
+    std::map<std::pair<std::uint64_t, std::int64_t>, std::vector<std::string>> byPlace_;
+};
+
 TEST(PythonCapture, LedgersAgreeWithPyTorchCategories)
 {
     REQUIRE_TRUTH();
@@ -68,20 +95,14 @@ TEST(PythonCapture, LedgersAgreeWithPyTorchCategories)
     const auto steps = truth().at("steps").get<std::int64_t>();
 
     // Each allocation PyTorch calls a gradient or optimizer state is in that ledger of memledger's.
-    // (address, time_us) -> the categories of the allocations made there then, in order
-    std::map<std::pair<std::uint64_t, std::int64_t>, std::vector<std::string>> category;
-    for (const auto& a : truth().at("allocs"))
-        category[{a.at("addr").get<std::uint64_t>(), a.at("time_us").get<std::int64_t>()}].push_back(
-            a.at("category").is_null() ? std::string() : a.at("category").get<std::string>());
+    Categories category(truth().at("allocs"));
     std::map<std::string, std::pair<int, int>> table; // category -> (agree, disagree)
     for (std::size_t i = 0; i < t.size(); ++i) {
         if (t.action[i] != Action::Alloc)
             continue;
-        auto it = category.find({t.address[i], r.snapshot->trace_start_us + t.time_ns[i] / 1000});
-        ASSERT_TRUE(it != category.end() && !it->second.empty())
-            << "event " << i << ": an allocation PyTorch's profiler did not record";
-        const std::string c = it->second.front();
-        it->second.erase(it->second.begin());
+        const auto taken = category.take(r, i);
+        ASSERT_TRUE(taken) << "event " << i << ": an allocation PyTorch's profiler did not record";
+        const std::string c = *taken;
         if (c != "GRADIENT" && c != "OPTIMIZER_STATE")
             continue;
         const Ledger want = c == "GRADIENT" ? Ledger::Gradients : Ledger::OptimizerState;
@@ -156,6 +177,70 @@ TEST(PythonCapture, RangesAreTheHooksPhases)
             EXPECT_LE(end, he);
             EXPECT_GE(end, he - kSlackUs);
         }
+    }
+}
+
+// Loops users write, each captured on its own (capture_truths.py's LOOPS), against PyTorch's figures of the same run:
+// - each allocation PyTorch calls a gradient is a gradient, optimizer state is optimizer state; an input made
+//   outside a forward (the next batch, made after the previous forward) is no activation; an activation of a
+//   forward is never optimizer state (LBFGS's closure runs the forward inside the step);
+// - the bytes alive before the trace and the peak: a loop already running, captured from its third step with
+//   zero_grad() first, frees the gradients made before the capture (the profiler records no such free): PyTorch's
+//   figures there come from a profiler that ran from before the model was made;
+// - the forward and backward ranges, one per call of the model and of loss.backward(), where torch.utils.checkpoint
+//   raises inside each block to stop its recomputation; every_steps writes once a step there too;
+// - batches made with NumPy are not alive before the trace (the CPU allocator never made them).
+TEST(PythonCapture, LoopsUsersWrite)
+{
+    REQUIRE_TRUTH();
+    ASSERT_TRUE(truth().contains("loops"));
+    for (const auto& [name, loop] : truth().at("loops").items()) {
+        SCOPED_TRACE(name);
+        Report r;
+        ASSERT_NO_THROW(r = readSnapshotReport(kDir + "/" + loop.at("file").get<std::string>(), false));
+        const Trace& t = *r.trace;
+        Categories category(loop.at("allocs"));
+        std::vector<std::pair<std::int64_t, std::int64_t>> forwards; // PyTorch calls a constant a forward makes INPUT
+        for (const auto& a : r.snapshot->annotations)
+            if (a.name == "memledger.forward")
+                forwards.emplace_back(r.snapshot->startNs(a), r.snapshot->endNs(a));
+        auto inForward = [&](std::int64_t ns) {
+            return std::any_of(forwards.begin(), forwards.end(), [&](auto f) { return f.first <= ns && ns <= f.second; });
+        };
+        std::map<std::string, int> agree;
+        for (std::size_t i = 0; i < t.size(); ++i) {
+            if (t.action[i] != Action::Alloc)
+                continue;
+            const auto c = category.take(r, i);
+            if (!c)
+                continue;
+            const std::string at = std::string(" at event ") + std::to_string(i) + ", " + std::to_string(t.bytes[i])
+                + " bytes, " + t.strings.at(t.where[i]) + ", is " + ledgerName(t.ledger[i]);
+            if (*c == "GRADIENT")
+                EXPECT_EQ(t.ledger[i], Ledger::Gradients) << *c << at;
+            else if (*c == "OPTIMIZER_STATE")
+                EXPECT_EQ(t.ledger[i], Ledger::OptimizerState) << *c << at;
+            else if (*c == "INPUT" && !inForward(t.time_ns[i])) // the batch made after a forward
+                EXPECT_NE(t.ledger[i], Ledger::Activations) << *c << at;
+            else if (*c == "ACTIVATION" && inForward(t.time_ns[i])) // a forward inside a step (a closure's)
+                EXPECT_NE(t.ledger[i], Ledger::OptimizerState) << *c << at;
+            ++agree[*c];
+        }
+        if (loop.at("backwards").get<int>() > 0)
+            EXPECT_GT(agree["GRADIENT"], 0);
+        EXPECT_EQ(aliveBeforeTrace(*r.snapshot), loop.at("alive_before").get<std::int64_t>());
+        if (loop.contains("peak"))
+            EXPECT_EQ(r.peak_bytes, loop.at("peak").get<std::int64_t>());
+        std::map<std::string, int> ranges;
+        const auto j = reportToJson(r, false);
+        for (const auto& a : j.at("snapshot").at("annotations")) {
+            ++ranges[a.at("name").get<std::string>()];
+            EXPECT_FALSE(a.at("end_us").is_null()) << a.at("name") << " never ends";
+        }
+        EXPECT_EQ(ranges["memledger.forward"], loop.at("forwards").get<int>());
+        EXPECT_EQ(ranges["memledger.backward"], loop.at("backwards").get<int>());
+        if (name == "checkpoint_every")
+            EXPECT_EQ(loop.at("writes").get<int>(), 3);
     }
 }
 

@@ -5,6 +5,7 @@
 #include "snapshot/snapshot.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,9 @@ struct StackFacts {
     bool cpp = false; // any C++ frame
     // Leaving a torch.autocast region, which drops autocast's weight-cast cache: what is freed here is the cache.
     bool clearsAutocastCache = false;
+    // Code an optimizer's step calls back (LBFGS's closure: the forward, the loss and the backward again), not the
+    // step's own work: an annotation of the step does not make it the optimizer's.
+    bool closure = false;
 };
 
 bool contains(std::string_view s, std::string_view part)
@@ -60,16 +64,39 @@ StackFacts factsOf(const Trace& t, std::uint32_t stack)
     StackFacts f;
     if (stack == 0)
         return f;
+    // The user's files, innermost first: a file of the user's named like an optimizer's is one where a file of the
+    // user's other than it calls it.
+    std::vector<std::string_view> userFiles;
+    for (auto it = t.stacks.begin(stack); it != t.stacks.end(stack); ++it) {
+        const std::string_view file = t.strings.at(t.stacks.frame(*it).file);
+        if (classifyFrame(file) == FrameKind::User)
+            userFiles.push_back(file);
+    }
+    std::size_t userFrame = 0; // user frames seen so far (inner to the frame at hand)
+    bool inner = false; // a frame of the user's or of an nn.Module call inside the frame at hand
     bool backward = false, optimizer = false, zeroGrad = false, setup = false;
     for (auto it = t.stacks.begin(stack); it != t.stacks.end(stack); ++it) {
         const StackFrame& frame = t.stacks.frame(*it);
         const std::string_view file = t.strings.at(frame.file);
         const std::string_view name = t.strings.at(frame.name);
+        const bool user = classifyFrame(file) == FrameKind::User;
         zeroGrad = zeroGrad || contains(name, "zero_grad");
         backward = backward || isEngineFrame(name);
         // torch.optim, or the user's own optimizer module (optimizer.py, my_optim.py: its constructor makes state)
-        const bool optimizerFile = inTorchFolder(file, "torch/optim/", "torch\\optim\\")
-            || (endsWith(file, ".py") && contains(file.substr(file.find_last_of("/\\") + 1), "optim"));
+        // called from another file of the user's. The script that runs the loop is not an optimizer whatever its
+        // name (train_optimizers.py): its own frames are the outermost, or its top level (<module>).
+        const bool torchOptim = inTorchFolder(file, "torch/optim/", "torch\\optim\\");
+        const bool optimizerFile = torchOptim
+            || (user && name != "<module>" && contains(file.substr(file.find_last_of("/\\") + 1), "optim")
+                && std::any_of(userFiles.begin() + static_cast<std::ptrdiff_t>(userFrame + 1), userFiles.end(),
+                    [&](std::string_view outer) { return outer != file; }));
+        // An optimizer's own step (adam.py, lbfgs.py; not the base class's wrapper in optimizer.py, which calls a
+        // subclass's step) that runs the user's code or a module: the closure it was given.
+        if (torchOptim && inner && !endsWith(file, "optimizer.py") && !optimizer)
+            f.closure = true;
+        if (user)
+            ++userFrame;
+        inner = inner || user || endsWith(file, "nn/modules/module.py") || endsWith(file, "nn\\modules\\module.py");
         optimizer = optimizer || optimizerFile;
         setup = setup || (name == "__init__" && !optimizerFile && endsWith(file, ".py"))
             || (name == "_apply"
@@ -91,11 +118,11 @@ StackFacts factsOf(const Trace& t, std::uint32_t stack)
         f.doing = Doing::Unknown;
         return f;
     }
-    f.doing = zeroGrad       ? Doing::ZeroGrad
-        : backward           ? Doing::Backward
-        : optimizer          ? Doing::Optimizer
-        : setup && !f.module ? Doing::Setup
-                             : Doing::Forward;
+    f.doing = zeroGrad                ? Doing::ZeroGrad
+        : backward                    ? Doing::Backward
+        : optimizer && !f.closure     ? Doing::Optimizer
+        : setup && !f.module          ? Doing::Setup
+                                      : Doing::Forward;
     return f;
 }
 
@@ -148,7 +175,8 @@ std::vector<Doing> doingOfEvents(const Trace& t, const Snapshot& s, std::vector<
         auto i = static_cast<std::size_t>(
             std::lower_bound(t.time_ns.begin(), t.time_ns.end(), s.startNs(a)) - t.time_ns.begin());
         for (; i < t.size() && t.time_ns[i] <= end; ++i)
-            if (t.device[i] == a.device && (doing[i] == Doing::Unknown || doing[i] == Doing::Forward))
+            if (t.device[i] == a.device && (doing[i] == Doing::Unknown || doing[i] == Doing::Forward)
+                && !(d == Doing::Optimizer && facts[t.stack[i]].closure))
                 doing[i] = d;
     }
     return doing;
@@ -235,6 +263,47 @@ void keepWeightsUpdatedOutOfPlace(Trace& t, const std::vector<Doing>& phase, con
     }
 }
 
+// The inputs of a step that follows a forward with no backward or optimizer between (an inference loop, an eval
+// pass before the next training step): what the user's own code makes after the model ran and before the next
+// annotated range begins (the capture's memledger.forward), still alive then. A loss the user's code computes is
+// followed by its backward first. What the loop keeps of a forward's output through the next one (predictions the
+// user's code makes from the logits) is told as an input too: no stack tells it from the next batch.
+void findInputsOfForwardsInARow(Trace& t, const Snapshot& s, const std::vector<StackFacts>& facts,
+    const std::vector<Doing>& doing, const std::vector<Doing>& phase)
+{
+    const std::size_t n = t.size();
+    if (!s.trace_has_time || !std::is_sorted(t.time_ns.begin(), t.time_ns.end()))
+        return;
+    std::map<std::int8_t, std::vector<std::int64_t>> starts; // device -> the ranges' starts, of no phase of their own
+    for (const auto& a : s.annotations)
+        if (doingOfAnnotation(a.name) == Doing::Unknown)
+            starts[a.device].push_back(s.startNs(a));
+    for (auto& [device, v] : starts)
+        std::sort(v.begin(), v.end());
+    std::vector<std::int64_t> nextStepNs(n + 1, std::numeric_limits<std::int64_t>::max()); // a backward's, optimizer's
+    for (std::size_t i = n; i-- > 0;)
+        nextStepNs[i] = isBlockEvent(t.action[i])
+                && (phase[i] == Doing::Backward || phase[i] == Doing::Optimizer || phase[i] == Doing::ZeroGrad)
+            ? t.time_ns[i]
+            : nextStepNs[i + 1];
+    for (std::size_t i = 0; i < n; ++i) {
+        if (t.action[i] != Action::Alloc || t.ledger[i] != Ledger::Activations)
+            continue;
+        const StackFacts& f = facts[t.stack[i]];
+        if (!(f.userCode && !f.modelCode) || (doing[i] == Doing::Unknown ? phase[i] : doing[i]) != Doing::Forward)
+            continue;
+        const auto d = starts.find(t.device[i]);
+        if (d == starts.end())
+            continue;
+        const auto next = std::upper_bound(d->second.begin(), d->second.end(), t.time_ns[i]);
+        if (next == d->second.end() || nextStepNs[i] <= *next)
+            continue;
+        const auto p = t.partner[i];
+        if (p == kNoPartner || t.time_ns[static_cast<std::size_t>(p)] > *next)
+            setLedger(t, i, Ledger::Inputs);
+    }
+}
+
 } // namespace
 
 void assignSnapshotLedgers(Trace& t, const Snapshot& s)
@@ -263,6 +332,20 @@ void assignSnapshotLedgers(Trace& t, const Snapshot& s)
         phase[i] = now;
         run[i] = runs;
     }
+
+    // The end of the optimizer step's range around an event (-1: none). A step that calls a closure (LBFGS) is in
+    // more than one run: what it frees before it returns is its scratch all the same.
+    std::vector<std::pair<std::int64_t, std::int64_t>> steps; // (start, end) of Optimizer.step ranges
+    if (s.trace_has_time)
+        for (const auto& a : s.annotations)
+            if (doingOfAnnotation(a.name) == Doing::Optimizer && a.end_us >= 0)
+                steps.emplace_back(s.startNs(a), s.endNs(a));
+    std::sort(steps.begin(), steps.end());
+    auto stepEndNs = [&](std::size_t i) -> std::int64_t {
+        auto it = std::upper_bound(steps.begin(), steps.end(),
+            std::make_pair(t.time_ns[i], std::numeric_limits<std::int64_t>::max()));
+        return it != steps.begin() && std::prev(it)->second >= t.time_ns[i] ? std::prev(it)->second : -1;
+    };
 
     // Inputs: what the user's own code makes (no torch or library Python frames), or a DataLoader, before the
     // step's model code first allocates. A step begins after a backward or an optimizer's allocations, or where an
@@ -304,7 +387,8 @@ void assignSnapshotLedgers(Trace& t, const Snapshot& s)
             l = freedInSameRun ? Ledger::Temporaries : Ledger::Gradients;
             break;
         case Doing::Optimizer:
-            l = freedInSameRun ? Ledger::Temporaries : Ledger::OptimizerState;
+            l = freedInSameRun || (freed && t.time_ns[j] <= stepEndNs(i)) ? Ledger::Temporaries
+                                                                         : Ledger::OptimizerState;
             break;
         case Doing::ZeroGrad:
             l = Ledger::Temporaries;
@@ -335,6 +419,7 @@ void assignSnapshotLedgers(Trace& t, const Snapshot& s)
         }
         setLedger(t, i, l); // and its free's (report/trace_edit.h)
     }
+    findInputsOfForwardsInARow(t, s, facts, doing, phase);
     keepWeightsUpdatedOutOfPlace(t, phase, run);
     assignAutocastCache(t, facts);
 }

@@ -16,8 +16,12 @@ The profiler keeps its events until it stops; every_steps stops it at a step bou
 it again, so the trace goes on across the restarts.
 """
 
+import bisect
 import gc
 import os
+import threading
+import time
+import weakref
 
 import torch
 
@@ -65,8 +69,57 @@ def _is_range(event, kinds):
     return not (name.startswith("aten::") or name.startswith("autograd::") or "::" in name)
 
 
+def _cpu_tensors():
+    """(tensor, storage, address, bytes) of each live Python tensor on the CPU with a storage of its own."""
+    tensor = torch.Tensor
+    for obj in gc.get_objects():
+        try:
+            if not issubclass(type(obj), tensor) or obj.device.type != "cpu" or obj.is_sparse:
+                continue
+            storage = obj.untyped_storage() if hasattr(obj, "untyped_storage") else obj.storage()
+            addr, size = storage.data_ptr(), storage.nbytes()
+        except Exception:  # mkldnn, a tensor subclass without storage, ...
+            continue
+        if addr and size > 0:
+            yield obj, storage, addr, size
+
+
+def _cpu_storages():
+    return {addr: size for _, _, addr, size in _cpu_tensors()}
+
+
+def _storage_weak_ref(storage):
+    """A weak reference to a storage's StorageImpl (torch.multiprocessing's), None where torch has none."""
+    try:
+        from torch.multiprocessing.reductions import StorageWeakRef
+        return StorageWeakRef(storage)
+    except Exception:
+        return None
+
+
+class _Before:
+    """A block alive before the trace: its size, a weak reference to its storage (expired once the allocator has
+    it back), and when its Python tensors died (weakref callbacks: the moment a .grad set to None goes)."""
+
+    __slots__ = ("size", "ref", "tensors", "died_ns", "alive_ns", "freed_ns", "traced_free")
+
+    def __init__(self, size, ref, now):
+        self.size, self.ref = size, ref
+        self.tensors = []  # weakref.ref of each Python tensor on the storage, with a callback
+        self.died_ns = None  # when the last of them died
+        self.alive_ns = now  # the last time it was seen alive
+        self.freed_ns = None  # when it was found freed
+        self.traced_free = False  # the profiler recorded its free after all (allocated under an earlier profiler)
+
+
 class CpuRecorder:
-    """Runs torch.profiler and turns its events into a snapshot's trace; `flush()` stops and restarts it."""
+    """Runs torch.profiler and turns its events into a snapshot's trace; `flush()` stops and restarts it.
+
+    The profiler records no free of a block allocated before it started (the CPU allocator's reporter does not
+    know its size), so the blocks alive before the trace (found among the live Python objects when the capture
+    starts) are watched: `poll()`, called at each phase boundary, finds those the allocator has taken back, and the
+    trace gets their frees, at the moment their last Python tensor died where that is known, else at the poll.
+    """
 
     def __init__(self):
         self.entries = []  # the trace, in time order
@@ -76,9 +129,14 @@ class CpuRecorder:
         self.last_profile = None  # the last one stopped (its events: the categories of torch.profiler._memory_profiler)
         self._frames = {}  # interned frame lists
         self._interned = {}  # (filename, line, name) -> its frame dict
+        self._before = None  # address -> _Before, the blocks alive when the capture started
+        self._watched = []  # the _Before blocks not yet found freed
+        self._lock = threading.Lock()
 
     def start(self):
         from torch.profiler import ProfilerActivity, profile
+        if self._before is None:
+            self._find_blocks_before()
         self.profile = profile(activities=[ProfilerActivity.CPU], profile_memory=True, with_stack=True,
                                record_shapes=True)
         self.profile.__enter__()
@@ -86,10 +144,85 @@ class CpuRecorder:
     def stop(self):
         if self.profile is None:
             return
+        self.poll()
         prof, self.profile = self.profile, None
         prof.__exit__(None, None, None)
         self.last_profile = prof
         self._take(prof)
+
+    # -- the blocks alive before the trace
+
+    def _find_blocks_before(self):
+        """The CPU storages of the live Python tensors: the parameters, the optimizer's state, the inputs made before
+        the capture. Storages that the CPU allocator did not make are among them only when they were alive then
+        (a NumPy array's, torch.from_numpy): one made in the trace is never an allocation of its."""
+        self._before = {}
+        now = time.time_ns()
+        for obj, storage, addr, size in _cpu_tensors():
+            block = self._before.get(addr)
+            if block is None:
+                block = self._before[addr] = _Before(size, _storage_weak_ref(storage), now)
+                if block.ref is not None:
+                    self._watched.append(block)
+            if block.ref is not None:
+                try:
+                    block.tensors.append(weakref.ref(obj, self._tensor_died(block)))
+                except TypeError:
+                    pass
+
+    @staticmethod
+    def _tensor_died(block):
+        def died(ref):
+            block.tensors = [r for r in block.tensors if r is not ref]
+            if not block.tensors:
+                block.died_ns = time.time_ns()
+        return died
+
+    def poll(self):
+        """Finds the blocks alive before the trace that the allocator has taken back since the last poll."""
+        now = time.time_ns()
+        with self._lock:
+            still = []
+            for block in self._watched:
+                try:
+                    expired = block.ref.expired()
+                except Exception:
+                    expired = False
+                if not expired:
+                    block.alive_ns = now
+                    still.append(block)
+                    continue
+                died = block.died_ns
+                block.freed_ns = died if died is not None and died >= block.alive_ns else now
+                block.tensors = []
+            self._watched = still
+
+    def _frees_before(self):
+        """The frees of the blocks alive before the trace that it took back, as (index, entry): each at its time,
+        and before any alloc the trace made at its address after it was last seen alive (the allocator gave it
+        again), so that no two blocks hold one address at once."""
+        times = [e["time_us"] for e in self.entries]
+        out = []
+        for addr, block in self._before.items():
+            if block.freed_ns is None or block.traced_free:
+                continue
+            at = bisect.bisect_right(times, block.freed_ns // 1000)
+            k = bisect.bisect_left(times, block.alive_ns // 1000)
+            end = addr + block.size
+            for i in range(k, at):
+                e = self.entries[i]
+                if e["action"] == "alloc" and e["addr"] < end and addr < e["addr"] + e["size"]:
+                    at = i
+                    break
+            time_us = block.freed_ns // 1000
+            if at < len(times):
+                time_us = min(time_us, times[at])
+            if at > 0:
+                time_us = max(time_us, times[at - 1])
+            out.append((at, {"action": "free_completed", "addr": addr, "size": block.size, "stream": 0,
+                             "time_us": time_us, "device": CPU_DEVICE, "frames": []}))
+        out.sort(key=lambda x: x[0])
+        return out
 
     def flush(self):
         """Takes the events so far: stops the profiler and starts it again."""
@@ -141,7 +274,11 @@ class CpuRecorder:
                 action = "alloc"
             else:
                 size = -size
-                self.live.pop(ptr, None)
+                if self.live.pop(ptr, None) is None:
+                    # allocated under an earlier profiler, before this capture: its free is recorded after all
+                    block = self._before.get(ptr) if self._before else None
+                    if block is not None and block.size == size:
+                        block.traced_free = True
                 action = "free_completed"
             self.entries.append({"action": action, "addr": ptr, "size": size, "stream": 0, "time_us": t // 1000,
                                  "device": CPU_DEVICE, "frames": flist})
@@ -174,18 +311,28 @@ class CpuRecorder:
 
     def snapshot(self, extra=None):
         """The snapshot dict of everything taken so far."""
+        self.poll()
         blocks = {addr: (size, frames) for addr, (size, frames) in self.live.items()}
-        # Tensors alive before the trace: the live Python objects' CPU storages that no alloc of the trace made.
-        tensor = torch.Tensor
-        for obj in gc.get_objects():
-            try:
-                if not issubclass(type(obj), tensor) or obj.device.type != "cpu" or obj.is_sparse:
-                    continue
-                storage = obj.untyped_storage() if hasattr(obj, "untyped_storage") else obj.storage()
-                addr, size = storage.data_ptr(), storage.nbytes()
-            except Exception:  # mkldnn, a tensor subclass without storage, ...
-                continue
-            if addr and size > 0 and addr not in blocks:
+        entries = list(self.entries)
+        # The blocks alive before the trace: freed in it (their frees put in), or alive still, without frames.
+        with self._lock:
+            frees = self._frees_before()
+            alive = [(addr, b.size) for addr, b in (self._before or {}).items()
+                     if b.freed_ns is None and not b.traced_free]
+        if frees:
+            merged, last = [], 0
+            for at, entry in frees:
+                merged.extend(entries[last:at])
+                merged.append(entry)
+                last = at
+            merged.extend(entries[last:])
+            entries = merged
+        unwatched = [addr for addr, b in (self._before or {}).items() if b.ref is None]
+        if unwatched:  # a torch without storage weak references: those alive still are those a tensor holds now
+            now = _cpu_storages()
+            alive = [(addr, size) for addr, size in alive if addr not in unwatched or now.get(addr) == size]
+        for addr, size in alive:
+            if addr not in blocks:
                 blocks[addr] = (size, [])
         segments = []
         for addr in sorted(blocks):
@@ -199,5 +346,5 @@ class CpuRecorder:
                    "torch": str(torch.__version__), "note": NOTE}
         if extra:
             capture.update(extra)
-        return {"segments": segments, "device_traces": [list(self.entries)],
+        return {"segments": segments, "device_traces": [entries],
                 "external_annotations": list(self.annotations), "memledger_capture": capture}

@@ -104,6 +104,7 @@ class Capture:
             from .capture_cpu import CpuRecorder
             self._cpu = CpuRecorder()
             self._cpu.start()
+            self._hooks.on_phase = self._cpu.poll  # the blocks alive before the capture that it frees
         try:
             self._hooks.install()
         except BaseException:

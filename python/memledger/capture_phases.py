@@ -64,9 +64,10 @@ class PhaseHooks:
     """Installs the hooks; `on_step()` is called after every optimizer step, `at_rest()` before the outermost
     forward begins (no range of ours open then: the CPU capture rewrites its file there)."""
 
-    def __init__(self, on_step=None, at_rest=None):
+    def __init__(self, on_step=None, at_rest=None, on_phase=None):
         self.on_step = on_step
         self.at_rest = at_rest
+        self.on_phase = on_phase  # called where a forward, a backward or a step begins or ends
         self.steps = 0
         self.step_hooks = False  # torch has global optimizer hooks (2.0 and later)
         self._local = threading.local()
@@ -80,7 +81,12 @@ class PhaseHooks:
     def install(self):
         modules = importlib.import_module("torch.nn.modules.module")
         self._handles.append(modules.register_module_forward_pre_hook(self._forward_pre))
-        self._handles.append(modules.register_module_forward_hook(self._forward_post))
+        # always_call (torch 2.1 and later): the hook runs when a forward raises too, as torch.utils.checkpoint's
+        # recomputation does to stop early, or a loop that catches a bad batch's error; the depth stays right.
+        try:
+            self._handles.append(modules.register_module_forward_hook(self._forward_post, always_call=True))
+        except TypeError:
+            self._handles.append(modules.register_module_forward_hook(self._forward_post))
         optim = importlib.import_module("torch.optim.optimizer")
         if hasattr(optim, "register_optimizer_step_post_hook"):
             self._handles.append(optim.register_optimizer_step_post_hook(self._step_post))
@@ -98,12 +104,21 @@ class PhaseHooks:
         self._local.depth = 0
         self._close_backward()
 
+    def _in_backward(self):
+        """A module called by the autograd engine: torch.utils.checkpoint recomputing a forward in the backward."""
+        node = getattr(torch._C, "_current_autograd_node", None)
+        return self._backward is not None or (node is not None and node() is not None)
+
     def _forward_pre(self, module, args):
         depth = self._depth()
         if depth == 0:
-            if self.at_rest is not None:
-                self.at_rest()
-            self._local.forward = _Range(FORWARD)
+            if self._in_backward():
+                self._local.forward = None  # a recomputation, part of the backward's range
+            else:
+                self._phase()
+                if self.at_rest is not None:
+                    self.at_rest()
+                self._local.forward = _Range(FORWARD)
         self._local.depth = depth + 1
 
     def _forward_post(self, module, args, output):
@@ -112,9 +127,11 @@ class PhaseHooks:
         if depth > 0:
             return
         forward = getattr(self._local, "forward", None)
-        if forward is not None:
-            forward.close()
-            self._local.forward = None
+        if forward is None:
+            return  # a recomputation in the backward
+        forward.close()
+        self._local.forward = None
+        self._phase()
         if not torch.is_grad_enabled():
             return
         for t in _tensors(output, []):
@@ -126,6 +143,7 @@ class PhaseHooks:
             if self._backward is not None:
                 return
             self._backward = _Range(BACKWARD)
+        self._phase()
         try:
             torch.autograd.Variable._execution_engine.queue_callback(self._close_backward)
         except RuntimeError:  # not inside the engine (cannot happen from a tensor hook): close it now
@@ -136,8 +154,21 @@ class PhaseHooks:
             rng, self._backward = self._backward, None
         if rng is not None:
             rng.close()
+            self._phase()
+
+    def _phase(self):
+        if self.on_phase is not None:
+            self.on_phase()
 
     def _step_post(self, optimizer, args, kwargs):
+        # No forward is open when a step returns (a closure's ran inside it): a depth left over by a forward that
+        # raised under a torch without always_call hooks starts again from here.
+        if self._depth():
+            self._local.depth = 0
+            forward, self._local.forward = getattr(self._local, "forward", None), None
+            if forward is not None:
+                forward.close()
+        self._phase()
         self.steps += 1
         if self.on_step is not None:
             self.on_step(self.steps)
