@@ -241,6 +241,9 @@ TEST(PythonCapture, LoopsUsersWrite)
         EXPECT_EQ(ranges["memledger.backward"], loop.at("backwards").get<int>());
         if (name == "checkpoint_every")
             EXPECT_EQ(loop.at("writes").get<int>(), 3);
+        if (name == "inference") // says so, not "0 optimizer steps"
+            EXPECT_TRUE(std::any_of(r.notes.begin(), r.notes.end(),
+                [](const std::string& n) { return n.find("no optimizer step:") != std::string::npos; }));
     }
 }
 

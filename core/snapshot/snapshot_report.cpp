@@ -508,7 +508,10 @@ Report reportFromSnapshot(Snapshot&& s, const std::string& path, bool checkAlloc
         r.notes.push_back("made by memledger.capture on " + s.capture.device
             + (s.capture.torch.empty() ? std::string() : " (torch " + s.capture.torch + ")")
             + (s.capture.source.empty() ? std::string() : " from " + s.capture.source)
-            + (s.capture.steps >= 0 ? ", " + std::to_string(s.capture.steps) + " optimizer steps" : std::string())
+            + (s.capture.steps == 0       ? std::string(", no optimizer step")
+                  : s.capture.steps == 1    ? std::string(", 1 optimizer step")
+                  : s.capture.steps > 1     ? ", " + std::to_string(s.capture.steps) + " optimizer steps"
+                                            : std::string())
             + (s.capture.note.empty() ? std::string() : ": " + s.capture.note));
     if (start > 0 && t.size() > 0)
         r.notes.push_back(formatBytes(start) + " were allocated before the trace began ("
