@@ -11,6 +11,8 @@
 #include "synthetic_run.h"
 #include "whatif/whatif.h"
 
+#include "whatif/whatif_policy.h"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -307,6 +309,37 @@ TEST(FitRules, TheSequenceWhatIfPastAKernelSwitchEqualsDirectRuns)
             EXPECT_TRUE(p.reliable);
         }
     }
+}
+
+// Records past a kernel switch are for figures beyond the records: a `whatif --seq` with rows and no budget stops
+// once its longest row is recorded (a long-context model recorded to sequence 8192 for rows up to 48 took minutes
+// and gigabytes); with a budget the longest sequence that fits is searched for, and the records go on past the
+// switch as above.
+TEST(FitRules, RowsAskedForWithoutABudgetRecordNoFurther)
+{
+    SKIP_WITHOUT_EXPORT(lmTruth());
+    if (!lmTruth()["models"].contains("long_gpt"))
+        GTEST_FAIL() << "lm_truth.json has no long_gpt: remake the fixtures";
+    auto model = Model::open(fixture("lm/long_gpt.pt"));
+    RunOptions base;
+    base.inputs = {{1, 64}};
+    InputType tokens;
+    tokens.dtype = "int64";
+    base.input_types = {tokens};
+    base.threads = 1;
+    WhatIfRequest request;
+    request.axis = WhatIfAxis::Seq;
+    request.rows = {32, 96};
+    request.current_seq = 64;
+    request.dtypes = {"float32"};
+    auto rows = recordWhatIf(model, base, request, nullptr, nullptr);
+    const auto asked = rows.recordedBatches("float32");
+    ASSERT_FALSE(asked.empty());
+    EXPECT_GE(asked.back(), 96);
+    EXPECT_LT(asked.back(), 2 * 96) << "recorded past the longest row asked for";
+    request.budget = std::int64_t {16} << 30;
+    auto budgeted = recordWhatIf(model, base, request, nullptr, nullptr);
+    EXPECT_GE(budgeted.recordedBatches("float32").back(), 1024) << "a budget's search goes past the switch";
 }
 
 // A program run on the example it was exported with is not labelled a guess (a TorchScript model's guessed input is).

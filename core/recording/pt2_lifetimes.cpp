@@ -15,6 +15,7 @@ namespace {
 struct Frame {
     std::string file, func, code;
     std::string line;
+    bool passThrough = false; // a decorator's wrapper between a call and the forward it runs (withModules)
 };
 
 std::string trimmed(const std::string& s)
@@ -145,6 +146,21 @@ std::optional<std::vector<std::string>> assignedNames(const std::string& code)
 // of a forward is the next module's. The forward of a torch.nn module that the trace leaves out (a strict export
 // shows no frame of torch's own code) becomes a frame of its own, which holds its arguments until it returns as
 // the real one does; it has no source line but for Sequential's loop, `input = module(input)`.
+// A decorator's wrapper that hands its call on whole: `return func(*args, **kwargs)`, `output = func(self, *args,
+// **kwargs)` (transformers wraps each layer's forward in two: forward_with_checkpointing and deprecate_kwarg's).
+bool handsItsCallOn(const Frame& f)
+{
+    if (f.func == "forward")
+        return false;
+    const auto open = f.code.find('(');
+    if (open == std::string::npos || f.code.find("**", open) == std::string::npos)
+        return false;
+    auto args = trimmed(f.code.substr(open + 1));
+    if (args.rfind("self,", 0) == 0)
+        args = trimmed(args.substr(5));
+    return args.size() > 1 && args[0] == '*' && args[1] != '*';
+}
+
 std::vector<Frame> withModules(const std::vector<Frame>& frames, const std::vector<ModuleName>& stack,
     std::vector<std::string>& module)
 {
@@ -161,6 +177,7 @@ std::vector<Frame> withModules(const std::vector<Frame>& frames, const std::vect
     module.clear();
     std::size_t next = 0; // the next module of the stack
     std::string current;
+    std::vector<std::size_t> wrappers; // the wrappers just above the frame at hand: the module they call is theirs
     for (const auto& f : frames) {
         if (f.func == "forward" && next < stack.size()) {
             const bool libraryFrame = f.file.find("/torch/nn/modules/") != std::string::npos;
@@ -170,9 +187,18 @@ std::vector<Frame> withModules(const std::vector<Frame>& frames, const std::vect
                 ++next;
             }
             current = stack[next++].path;
+            // each call of a wrapper is the call of the module it runs (a new one for the next layer of a loop)
+            for (auto w : wrappers)
+                module[w] = current;
         }
         out.push_back(f);
         module.push_back(current);
+        if (handsItsCallOn(f)) {
+            out.back().passThrough = true;
+            wrappers.push_back(out.size() - 1);
+        } else {
+            wrappers.clear();
+        }
     }
     if (!frames.empty())
         for (; next < stack.size(); ++next) {
@@ -242,7 +268,8 @@ public:
                 const bool sameCall = previous && depth_[*previous] >= j && key[*previous][J] == key[i][J]
                     && (j == 0 || call_[*previous][J - 1] == call_[i][J - 1]);
                 bool sameStatement = sameCall && frames[*previous][J].line == frames[i][J].line;
-                const bool calls = depth_[i] > j && frames[i][J + 1].func == "forward";
+                const bool calls
+                    = depth_[i] > j && (frames[i][J + 1].func == "forward" || frames[i][J + 1].passThrough);
                 if (sameStatement && calls && indexedSiblings(calleeModule, module[i][J + 1]))
                     sameStatement = false; // the next iteration of `for block in self.blocks: x = block(x)`
                 if (!sameCall) {
@@ -392,6 +419,9 @@ ValueEnds eagerLifetimes(const nlohmann::json& nodes, const ValueEnds& graphEnd)
             }
             if (escaping.size() < targets->size()) // `hidden, _ = attn(...)` of a call that returns (out, None)
                 targets->erase(std::remove(targets->begin(), targets->end(), "_"), targets->end());
+            // `hidden, attn_weights = attn(...)`, the weights None: what a call leaves out comes last
+            if (!escaping.empty() && escaping.size() < targets->size())
+                targets->resize(escaping.size());
             if (escaping.size() != targets->size())
                 return callEnd;
             auto at = std::find(escaping.begin(), escaping.end(), name);

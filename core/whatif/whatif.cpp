@@ -660,8 +660,10 @@ WhatIf WhatIf::recordAlong(
                     && near(allocated, before.allocated) && near(biggest, before.largest);
             };
             // Four records at least, so that the last parabola can be checked at all, and records up to the
-            // sequence where CPU attention has settled its blocks, where this machine runs them.
-            for (int extra = 0; (fits.size() < 2 || xs.back() < kAttentionSettled || !lastAgrees())
+            // sequence where CPU attention has settled its blocks, where this machine runs them; none when no
+            // figure beyond the records is wanted and every length asked for is recorded.
+            const bool beyond = plan.beyond_records || (!plan.wanted.empty() && xs.back() < plan.wanted.back());
+            for (int extra = 0; beyond && (fits.size() < 2 || xs.back() < kAttentionSettled || !lastAgrees())
                  && extra < kMoreRecordsPastASwitch && xs.back() < all.range_.max;
                  ++extra) {
                 const auto next = std::min(xs.back() * 2, all.range_.max);

@@ -52,6 +52,10 @@ public:
         // Batches (or sequences) asked for: recorded too on the way to `largest`, so that they are measured
         // rather than predicted where this machine can run them.
         std::vector<std::int64_t> wanted;
+        // Figures beyond the largest record are wanted (a budget's search for the longest sequence, the window's
+        // slider): along the sequence, records go on past a kernel switch so that the extrapolation is trusted.
+        // false (rows asked for, no budget): no record past the longest row asked for, once it is recorded.
+        bool beyond_records = true;
         // Told the what-if of the first two records (the base dtype, the others rescaled) before the larger
         // ones are made, so that a view can use it meanwhile.
         std::function<void(const WhatIf& firstRecords)> first_records;

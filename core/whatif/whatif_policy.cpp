@@ -48,6 +48,7 @@ WhatIf::Plan whatIfPlan(const WhatIfRequest& request,
         plan.largest = request.rows.empty() ? kLongestSequence : std::min(plan.wanted.back(), kLongestSequence);
     else
         plan.largest = plan.wanted.back();
+    plan.beyond_records = request.rows.empty() || request.budget > 0;
     plan.seconds_budget = kSecondsPerRecord;
     plan.total_seconds_budget = kSecondsInAll;
     plan.memory_budget = 0; // a quarter of this machine's memory
