@@ -191,6 +191,18 @@ TEST(MemledgerExport, SaysWhatItDidForAHuggingFaceShapedModel)
     EXPECT_TRUE(contains(gpt, "size 1 in batch was traced as 2")) << gpt;
 }
 
+// A position table that keeps rows for padding (RoBERTa's: 130 rows, padding_idx 1, positions from 2): the range
+// printed is the sequences the eager model runs, found by running it, not the table's rows.
+TEST(MemledgerExport, APositionTablesPaddingRowsAreNotSequence)
+{
+    SKIP_WITHOUT_EXPORT_FIXTURES();
+    const auto& padded = exportTruth()["edge_programs"]["padded_positions"];
+    const auto printed = padded["printed"].get<std::string>();
+    const auto longest = padded["longest_that_runs"].get<std::int64_t>();
+    EXPECT_EQ(longest, 128);
+    EXPECT_TRUE(contains(printed, "seq: 1.." + std::to_string(longest) + " ")) << printed;
+}
+
 // A model with data-dependent control flow: no .pt2, PyTorch's reason with the user's line, and the advice to use
 // memledger.capture, as an ExportError. Under a torch without torch.export the error says that instead.
 TEST(MemledgerExport, AModelItCannotExportGetsTheReasonAndTheAdviceToCapture)

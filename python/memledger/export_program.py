@@ -167,13 +167,22 @@ def _on_device(value, device, torch):
 
 
 def _sequence_limit(model):
-    """The model's own bound on a sequence (an attribute of it or of its config), with the attribute's name."""
+    """The model's own bound on a sequence (an attribute of it or of its config), with the attribute's name. A
+    position table that keeps rows for padding (an nn.Embedding of that many rows with a padding_idx: RoBERTa's
+    positions start at padding_idx + 1) holds that many fewer positions."""
     for owner, prefix in ((model, ""), (getattr(model, "config", None), "config.")):
         if owner is None:
             continue
         for attr in SEQUENCE_LIMITS:
             value = getattr(owner, attr, None)
             if isinstance(value, int) and not isinstance(value, bool) and value > 1:
+                modules = model.modules() if hasattr(model, "modules") else ()
+                for m in modules:
+                    pad = getattr(m, "padding_idx", None)
+                    if (type(m).__name__ == "Embedding" and getattr(m, "num_embeddings", None) == value
+                            and isinstance(pad, int) and 0 <= pad < value - 1):
+                        return value - pad - 1, "%s%s less its position table's padding rows (padding_idx %d)" % (
+                            prefix, attr, pad)
                 return value, prefix + attr
     return None, None
 
