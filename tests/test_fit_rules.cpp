@@ -251,6 +251,18 @@ TEST(FitRules, BudgetsByGpuName)
     EXPECT_NE(r.output.find("H100-80GB"), std::string::npos) << r.output;
 }
 
+// long_gpt's run: one sequence of 64 token ids, one thread.
+RunOptions longGptTokens()
+{
+    RunOptions base;
+    base.inputs = {{1, 64}};
+    InputType tokens;
+    tokens.dtype = "int64";
+    base.input_types = {tokens};
+    base.threads = 1;
+    return base;
+}
+
 // The sequence what-if beyond its records, against direct runs of the same model: a long-context decoder whose CPU
 // attention changes its kernels' blocks with the sequence (its temporaries jump between sequence 128 and 1024).
 // Planned up to sequence 128, the what-if records more, past sequence 1024 and until four records lie on one parabola
@@ -265,12 +277,7 @@ TEST(FitRules, TheSequenceWhatIfPastAKernelSwitchEqualsDirectRuns)
     auto model = Model::open(fixture("lm/long_gpt.pt"));
     for (const std::string dtype : {"float32", "bfloat16"}) {
         SCOPED_TRACE(dtype);
-        RunOptions base;
-        base.inputs = {{1, 64}};
-        InputType tokens;
-        tokens.dtype = "int64";
-        base.input_types = {tokens};
-        base.threads = 1;
+        RunOptions base = longGptTokens();
         base.dtype = dtype;
         WhatIf::Plan plan;
         plan.largest = 128;
@@ -321,12 +328,7 @@ TEST(FitRules, RowsAskedForWithoutABudgetRecordNoFurther)
     if (!lmTruth()["models"].contains("long_gpt"))
         GTEST_FAIL() << "lm_truth.json has no long_gpt: remake the fixtures";
     auto model = Model::open(fixture("lm/long_gpt.pt"));
-    RunOptions base;
-    base.inputs = {{1, 64}};
-    InputType tokens;
-    tokens.dtype = "int64";
-    base.input_types = {tokens};
-    base.threads = 1;
+    const RunOptions base = longGptTokens();
     WhatIfRequest request;
     request.axis = WhatIfAxis::Seq;
     request.rows = {32, 96};
