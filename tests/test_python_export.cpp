@@ -203,6 +203,22 @@ TEST(MemledgerExport, APositionTablesPaddingRowsAreNotSequence)
     EXPECT_TRUE(contains(printed, "seq: 1.." + std::to_string(longest) + " ")) << printed;
 }
 
+// A branch on the sequence being the model's full length (GPT-Neo's): torch.export guards seq != 64 without a
+// suggested fix. The range stops short of that size, says why, and the program runs at its longest.
+TEST(MemledgerExport, AGuardOnOneSizeEndsTheRangeBeforeIt)
+{
+    SKIP_WITHOUT_EXPORT_FIXTURES();
+    const auto& full = exportTruth()["edge_programs"]["full_length"];
+    const auto printed = full["printed"].get<std::string>();
+    ASSERT_FALSE(full.contains("error")) << full["error"].get<std::string>() << "\n" << printed;
+    EXPECT_TRUE(contains(printed, "seq: 1..63 (torch.export: the model's code branches on seq == 64)")) << printed;
+    const auto file = exportFile(full["file"].get<std::string>());
+    auto at = runCommand(memledger::test::memledgerBinary() + " analyze " + file + " --input 2x63:int64 --threads 1");
+    EXPECT_EQ(at.exit_code, 0) << at.output;
+    auto past = runCommand(memledger::test::memledgerBinary() + " analyze " + file + " --input 2x64:int64 --threads 1");
+    EXPECT_NE(past.exit_code, 0) << past.output;
+}
+
 // A model with data-dependent control flow: no .pt2, PyTorch's reason with the user's line, and the advice to use
 // memledger.capture, as an ExportError. Under a torch without torch.export the error says that instead.
 TEST(MemledgerExport, AModelItCannotExportGetsTheReasonAndTheAdviceToCapture)

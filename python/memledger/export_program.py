@@ -301,12 +301,27 @@ class _Dims:
         return result
 
     def apply_fixes(self, text):
-        """torch.export's "Suggested fixes" (`seq = Dim('seq', max=256)`, `batch = 1`) onto the ranges; whether
-        any applied."""
-        if "Suggested fixes:" not in text:
-            return False
+        """torch.export's "Suggested fixes" (`seq = Dim('seq', max=256)`, `batch = 1`) onto the ranges, and the guards
+        it names without one (`... in the specified range seq <= 128 satisfy the generated guard ... != 128`: the
+        code branches on that one size, which the program cannot take with the others: the range stops short of it);
+        whether any applied."""
         applied = False
         by_identifier = {_dim_identifier(n): n for n in self.ranges}
+        for m in re.finditer(r"Not all values of (\w+) = (\S+) in the specified range [^.]*? satisfy the generated "
+                             r"guard (\S+) != (\d+)", text):
+            name = by_identifier.get(m.group(1))
+            if name is None or m.group(2) != m.group(3):
+                continue
+            lo, hi = self.ranges[name]
+            size = int(m.group(4))
+            new = [lo, size - 1] if hi == size else [size + 1, hi] if (lo or 1) == size else None
+            if new is not None and (new[1] is None or new[0] <= new[1]):
+                self.ranges[name] = new
+                self.why[name] = "torch.export: the model's code branches on %s == %d" % (name, size)
+                self.given.pop(name, None)
+                applied = True
+        if "Suggested fixes:" not in text:
+            return applied
         for line in text.split("Suggested fixes:", 1)[1].splitlines():
             line = line.strip()
             m = re.match(r"^(\w+) = Dim\('(\w+)'(.*)\)$", line)
