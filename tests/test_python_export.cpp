@@ -219,6 +219,33 @@ TEST(MemledgerExport, AGuardOnOneSizeEndsTheRangeBeforeIt)
     EXPECT_NE(past.exit_code, 0) << past.output;
 }
 
+// memledger runs ATen operators, not a higher-order operator's subgraph. A custom autograd.Function, which strict
+// export wraps in a grad-mode region, is exported non-strict instead, with the reason, and its inference equals
+// PyTorch's profiler of the eager model; a torch.no_grad() region in the forward, a higher-order operator either
+// way, gets an ExportError naming it and memledger.capture, and no file.
+TEST(MemledgerExport, AProgramMemledgerCannotRunIsNotSavedAsIfItCould)
+{
+    SKIP_WITHOUT_EXPORT_FIXTURES();
+    const auto& edges = exportTruth()["edge_programs"];
+    const auto& fn = edges["with_function"];
+    ASSERT_FALSE(fn.contains("error")) << fn["error"].get<std::string>();
+    const auto printed = fn["printed"].get<std::string>();
+    EXPECT_TRUE(contains(printed, "wrap_with_set_grad_enabled, which memledger does not run")) << printed;
+    EXPECT_TRUE(contains(printed, "(non-strict)")) << printed;
+    auto json = std::string(::testing::TempDir()) + "/with_function.json";
+    auto r = runCommand(memledger::test::memledgerBinary() + " analyze " + exportFile(fn["file"].get<std::string>())
+        + " --input 8x64 --threads 1 --json " + json);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in(json);
+    EXPECT_EQ(nlohmann::json::parse(in)["peak_bytes"].get<std::int64_t>(), fn["peak_bytes"].get<std::int64_t>());
+    const auto& region = edges["no_grad_region"];
+    ASSERT_TRUE(region.contains("error")) << region["printed"].get<std::string>();
+    const auto error = region["error"].get<std::string>();
+    EXPECT_TRUE(contains(error, "torch.ops.higher_order.wrap_with_set_grad_enabled")) << error;
+    EXPECT_TRUE(contains(error, "memledger.capture")) << error;
+    EXPECT_FALSE(region["saved"].get<bool>());
+}
+
 // A model with data-dependent control flow: no .pt2, PyTorch's reason with the user's line, and the advice to use
 // memledger.capture, as an ExportError. Under a torch without torch.export the error says that instead.
 TEST(MemledgerExport, AModelItCannotExportGetsTheReasonAndTheAdviceToCapture)

@@ -521,6 +521,14 @@ def _reason(error):
     return reason
 
 
+def _higher_order(ep, torch):
+    """The higher-order operators (a subgraph of their own) a program's graph calls, by name."""
+    kind = getattr(getattr(torch, "_ops", None), "HigherOrderOperator", None)
+    if kind is None:
+        return []
+    return sorted({n.target.__name__ for n in ep.graph.nodes if isinstance(n.target, kind)})
+
+
 def _supports(function, parameter):
     try:
         return parameter in inspect.signature(function).parameters
@@ -742,6 +750,16 @@ def export(model, args, path, *, kwargs=None, dynamic=None, verbose=True):
             if not _supports(torch.export.export, "strict"):  # an early torch.export: strict is all it does
                 raise ExportError("torch.export cannot trace %s: %s" % (type(model).__name__, strict_failure)) from e
             _say(verbose, "strict export failed: %s\n  retrying non-strict" % strict_failure)
+        held = _higher_order(ep, torch) if ep is not None else []
+        if held and _supports(torch.export.export, "strict"):
+            # memledger runs ATen operators: a strict program with a subgraph operator (a custom autograd.Function's
+            # region, wrap_with_set_grad_enabled) is tried non-strict, which traces through some of them
+            strict_failure = strict_short = ("the program holds %s, which memledger does not run"
+                                             % ", ".join("torch.ops.higher_order." + h for h in held))
+            _say(verbose, "strict export: %s\n  retrying non-strict (a torch.autograd.Function is then traced "
+                 "through its forward: a training step differentiates those operators, not the Function's own "
+                 "backward)" % strict_failure)
+            ep = None
         if ep is None:
             try:
                 ep = _attempt(torch, model, dims, inputs, strict=False)
@@ -749,6 +767,13 @@ def export(model, args, path, *, kwargs=None, dynamic=None, verbose=True):
                 raise ExportError("torch.export cannot trace %s: %s%s" % (
                     type(model).__name__, _reason(e),
                     "" if strict_failure is None else "; strict export: " + strict_short)) from e
+        held = _higher_order(ep, torch)
+        if held:
+            raise ExportError("torch.export made a program of %s that memledger cannot run: it holds %s, a "
+                              "higher-order operator with a subgraph of its own (a torch.no_grad() or enable_grad() "
+                              "region, a torch.cond, an autocast region inside the forward); nothing was saved" % (
+                                  type(model).__name__,
+                                  ", ".join("torch.ops.higher_order." + h for h in held)))
         seen = _describe_output(torch, model, call, [inp.example for inp in inputs]) if verbose else {}
 
     directory = os.path.dirname(os.path.abspath(path))
