@@ -115,8 +115,9 @@ TEST_P(Lifetimes, TrainingStepIsTheEagerModulesStep)
 // AdamW steps the parameters one by one, and one parameter's temporaries (its denom) stay alive while the next
 // one's are made: the order counts. Eager lifetimes step them as the eager module's parameters() lists them, in
 // the order they were registered; graph lifetimes as torch.export.load(FILE).module() lists them, in the
-// signature's order. encdec, exported strict, reads its position table first but registered it third: the two
-// orders peak 768 KiB apart there.
+// signature's order, a module's own parameters before its submodules'. encdec, exported strict, reads its
+// position table first but registered it third: the two orders peak 768 KiB apart there. own_params reads its
+// token table (a submodule's) before the class token and position table that are its own.
 TEST_P(Lifetimes, AdamWStepsTheParametersInTheModulesOrder)
 {
     auto o = trainingStepFor(entry, "adamw");
@@ -135,7 +136,7 @@ TEST_P(Lifetimes, AdamWStepsTheParametersInTheModulesOrder)
 INSTANTIATE_TEST_SUITE_P(Programs, Lifetimes,
     ::testing::Values("nanogpt_2x64", "nanogpt_4x32", "gpt_sdpa_2x64", "gpt_sdpa_4x32", "gpt_mha_2x64",
         "gpt_mha_4x32", "llama_2x64", "llama_4x32", "encdec_2x64", "encdec_4x32", "hf_wrapped_2x64",
-        "hf_wrapped_4x32"));
+        "hf_wrapped_4x32", "own_params_2x64", "own_params_4x32"));
 
 // Eager is what a run does unless told otherwise, and the eager module's peak is the higher: the Python code keeps
 // its locals (q, k, v, att) until its forward returns, the graph drops each after its last reader.

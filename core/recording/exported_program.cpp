@@ -151,17 +151,65 @@ void numberWeights(Impl& d, const std::vector<std::string>& stateDictOrder)
         }
 }
 
-// Puts the parameters and buffers in registration order (or the signature's), keeping the graph's weight
-// placeholders pointing at them.
+// The order torch.export.load(FILE).module() lists the weights in: it registers each in the signature's order,
+// making the modules on its path as it goes, and parameters() lists a module's own before its submodules' (ViT's
+// cls_token and position table, on `embeddings`, before `embeddings.patch_embeddings.projection`, which the graph
+// reads first). The positions in `list` of its elements, in that order.
+std::vector<std::size_t> unliftedOrder(const std::vector<ExportedProgram::NamedTensor>& list)
+{
+    struct Node {
+        std::vector<std::size_t> own;
+        std::vector<std::pair<std::string, std::size_t>> children; // name, node index, in the order made
+    };
+    std::vector<Node> nodes(1);
+    std::vector<std::size_t> byRead(list.size());
+    for (std::size_t i = 0; i < byRead.size(); ++i)
+        byRead[i] = i;
+    std::stable_sort(byRead.begin(), byRead.end(), [&](std::size_t a, std::size_t b) { return list[a].read < list[b].read; });
+    for (auto i : byRead) {
+        std::size_t at = 0;
+        const auto& name = list[i].name;
+        for (std::size_t start = 0, dot; (dot = name.find('.', start)) != std::string::npos; start = dot + 1) {
+            const auto part = name.substr(start, dot - start);
+            auto& children = nodes[at].children;
+            auto c = std::find_if(children.begin(), children.end(), [&](const auto& ch) { return ch.first == part; });
+            if (c == children.end()) {
+                nodes.emplace_back();
+                nodes[at].children.emplace_back(part, nodes.size() - 1);
+                at = nodes.size() - 1;
+            } else {
+                at = c->second;
+            }
+        }
+        nodes[at].own.push_back(i);
+    }
+    std::vector<std::size_t> out;
+    std::vector<std::size_t> stack {0};
+    while (!stack.empty()) {
+        const auto n = stack.back();
+        stack.pop_back();
+        out.insert(out.end(), nodes[n].own.begin(), nodes[n].own.end());
+        for (auto c = nodes[n].children.rbegin(); c != nodes[n].children.rend(); ++c)
+            stack.push_back(c->second);
+    }
+    return out;
+}
+
+// Puts the parameters in registration order (eager: model.parameters()'s) or in torch.export.load(FILE).module()'s
+// (graph), and the buffers in registration order or the signature's, keeping the graph's weight placeholders
+// pointing at them.
 void orderWeights(Impl& d, bool registered)
 {
     auto reorder = [&](std::vector<ExportedProgram::NamedTensor>& list, bool buffer) {
         std::vector<std::size_t> order(list.size());
         for (std::size_t i = 0; i < order.size(); ++i)
             order[i] = i;
-        std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-            return registered ? list[a].registered < list[b].registered : list[a].read < list[b].read;
-        });
+        if (!registered && !buffer)
+            order = unliftedOrder(list);
+        else
+            std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+                return registered ? list[a].registered < list[b].registered : list[a].read < list[b].read;
+            });
         std::vector<std::size_t> newIndex(list.size());
         std::vector<ExportedProgram::NamedTensor> sorted;
         sorted.reserve(list.size());

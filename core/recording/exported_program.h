@@ -38,8 +38,9 @@ public:
         std::size_t read = 0; // its place in the program's signature (the order the graph first reads them)
     };
     // Unique tensors (a tied weight once, under its first name), in the order the run's lifetimes say the
-    // program's model holds them (setLifetimes): eager, the model's registration order; graph, the signature's,
-    // as torch.export.load(FILE).module() registers them.
+    // program's model holds them (setLifetimes): eager, the model's registration order; graph, the order
+    // torch.export.load(FILE).module()'s parameters() lists them in (registered in the signature's order, a
+    // module's own before its submodules').
     std::vector<NamedTensor>& parameters();
     std::vector<NamedTensor>& buffers();
 
