@@ -142,10 +142,6 @@ std::optional<std::vector<std::string>> assignedNames(const std::string& code)
     return names;
 }
 
-// The frames of a node with the module each runs in (`module`, one per frame), from its module stack: each frame
-// of a forward is the next module's. The forward of a torch.nn module that the trace leaves out (a strict export
-// shows no frame of torch's own code) becomes a frame of its own, which holds its arguments until it returns as
-// the real one does; it has no source line but for Sequential's loop, `input = module(input)`.
 // A decorator's wrapper that hands its call on whole: `return func(*args, **kwargs)`, `output = func(self, *args,
 // **kwargs)` (transformers wraps each layer's forward in two: forward_with_checkpointing and deprecate_kwarg's).
 bool handsItsCallOn(const Frame& f)
@@ -161,6 +157,10 @@ bool handsItsCallOn(const Frame& f)
     return args.size() > 1 && args[0] == '*' && args[1] != '*';
 }
 
+// The frames of a node with the module each runs in (`module`, one per frame), from its module stack: each frame
+// of a forward is the next module's. The forward of a torch.nn module that the trace leaves out (a strict export
+// shows no frame of torch's own code) becomes a frame of its own, which holds its arguments until it returns as
+// the real one does; it has no source line but for Sequential's loop, `input = module(input)`.
 std::vector<Frame> withModules(const std::vector<Frame>& frames, const std::vector<ModuleName>& stack,
     std::vector<std::string>& module)
 {

@@ -79,7 +79,8 @@ StackFacts factsOf(const Trace& t, std::uint32_t stack)
         const StackFrame& frame = t.stacks.frame(*it);
         const std::string_view file = t.strings.at(frame.file);
         const std::string_view name = t.strings.at(frame.name);
-        const bool user = classifyFrame(file) == FrameKind::User;
+        const FrameKind kind = classifyFrame(file);
+        const bool user = kind == FrameKind::User;
         zeroGrad = zeroGrad || contains(name, "zero_grad");
         backward = backward || isEngineFrame(name);
         // torch.optim, or the user's own optimizer module (optimizer.py, my_optim.py: its constructor makes state)
@@ -107,7 +108,6 @@ StackFacts factsOf(const Trace& t, std::uint32_t stack)
         f.clearsAutocastCache = f.clearsAutocastCache || contains(name, "at::autocast::clear_cache")
             || contains(name, "clear_autocast_cache")
             || (name == "__exit__" && (endsWith(file, "autocast_mode.py")));
-        const FrameKind kind = classifyFrame(file);
         f.python = f.python || endsWith(file, ".py");
         f.cpp = f.cpp || kind == FrameKind::Cpp;
         f.modelCode = f.modelCode || kind == FrameKind::Torch || kind == FrameKind::Library;

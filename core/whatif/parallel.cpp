@@ -374,10 +374,15 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
         }
 
     // Where the backward op that made event i ends (its outputs' last owner, AccumulateGrad, is done by then).
-    auto endOfOpAt = [&](std::size_t i) {
+    // The op call an event lies in (the last that began at or before it); null before the first.
+    auto opAt = [&](std::size_t i) -> const OpCall* {
         auto op = std::upper_bound(
             ops.begin(), ops.end(), i, [](std::size_t event, const OpCall& o) { return event < o.first_event; });
-        return std::min(op == ops.begin() ? i + 1 : std::max<std::size_t>((op - 1)->end_event, i + 1), step.size());
+        return op == ops.begin() ? nullptr : &*(op - 1);
+    };
+    auto endOfOpAt = [&](std::size_t i) {
+        const OpCall* op = opAt(i);
+        return std::min(op ? std::max<std::size_t>(op->end_event, i + 1) : i + 1, step.size());
     };
 
     if (!fsdp) {
@@ -422,11 +427,9 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
                     cast(g);
                     if (!backward || step.strings.at(step.inner_op[g]) != "aten::add")
                         continue;
-                    auto node = std::upper_bound(ops.begin(), ops.end(), g,
-                        [](std::size_t event, const OpCall& o) { return event < o.first_event; });
-                    if (node == ops.begin())
+                    const OpCall* node = opAt(g);
+                    if (!node)
                         continue;
-                    --node;
                     for (std::size_t a = backward->first_event; a < g; ++a) {
                         const auto f = step.partner[a];
                         if (step.action[a] == Action::Alloc && step.ledger[a] != Ledger::Gradients

@@ -313,21 +313,18 @@ class CpuRecorder:
         """The snapshot dict of everything taken so far."""
         self.poll()
         blocks = {addr: (size, frames) for addr, (size, frames) in self.live.items()}
-        entries = list(self.entries)
         # The blocks alive before the trace: freed in it (their frees put in), or alive still, without frames.
         with self._lock:
             frees = self._frees_before()
             alive = [(addr, b.size) for addr, b in (self._before or {}).items()
                      if b.freed_ns is None and not b.traced_free]
-        if frees:
-            merged, last = [], 0
-            for at, entry in frees:
-                merged.extend(entries[last:at])
-                merged.append(entry)
-                last = at
-            merged.extend(entries[last:])
-            entries = merged
-        unwatched = [addr for addr, b in (self._before or {}).items() if b.ref is None]
+        entries, last = [], 0
+        for at, entry in frees:
+            entries.extend(self.entries[last:at])
+            entries.append(entry)
+            last = at
+        entries.extend(self.entries[last:])
+        unwatched = {addr for addr, b in (self._before or {}).items() if b.ref is None}
         if unwatched:  # a torch without storage weak references: those alive still are those a tensor holds now
             now = _cpu_storages()
             alive = [(addr, size) for addr, size in alive if addr not in unwatched or now.get(addr) == size]
