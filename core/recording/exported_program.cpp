@@ -569,9 +569,23 @@ void separateKeptCasts(Impl& d)
     }
 }
 
+// What memledger.export read from the model's source files (python/memledger/source_facts.py), where it saved them:
+// null when the archive has none, or one memledger cannot read (the stack traces alone then tell eager lifetimes).
+std::optional<json> sourceFacts(caffe2::serialize::PyTorchStreamReader& reader)
+{
+    const std::string name = "extra/memledger_sources.json";
+    if (!reader.hasRecord(name))
+        return std::nullopt;
+    try {
+        return pt2::recordJson(reader, name);
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+}
+
 // When each value is dropped, for the graph's lifetimes and for eager Python's (pt2_lifetimes.h). The program's
 // outputs and the buffers it mutates are read by the caller, and never dropped.
-void markReleases(Impl& d)
+void markReleases(Impl& d, const std::optional<json>& sources)
 {
     std::vector<std::string> keep;
     namesIn(d.outputs, keep);
@@ -583,7 +597,7 @@ void markReleases(Impl& d)
         d.nodes[i].graph_release.push_back(name);
     if (!pt2::hasSourceLines(nodes))
         return;
-    for (const auto& [name, i] : pt2::eagerLifetimes(nodes, graph))
+    for (const auto& [name, i] : pt2::eagerLifetimes(nodes, graph, sources ? &*sources : nullptr))
         d.nodes[i].eager_release.push_back(name);
     d.eager_known = d.eager_lifetimes = true;
 }
@@ -689,7 +703,7 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
     ModuleOrder modules;
     readNodes(d, modules);
     separateKeptCasts(d);
-    markReleases(d);
+    markReleases(d, sourceFacts(reader));
     buildModuleTree(d, modules);
     if (d.meta_weights) // a program saved with some weights on meta and some not runs on meta alone: all there
         p->convert(std::nullopt, c10::Device(c10::kMeta));

@@ -274,6 +274,7 @@ public:
                     sameStatement = false; // the next iteration of `for block in self.blocks: x = block(x)`
                 if (!sameCall) {
                     call_[i][J] = static_cast<int>(callEnd_.size());
+                    callBegin_.push_back(i);
                     callEnd_.push_back(i);
                     callStatements_.emplace_back();
                 } else {
@@ -285,6 +286,8 @@ public:
                     statementEnd_.push_back(i);
                     statementCall_.push_back(call_[i][J]);
                     statementCode_.push_back(frames[i][J].code);
+                    statementLine_.push_back(frames[i][J].file + ":" + frames[i][J].line);
+                    statementDepth_.push_back(j);
                     callStatements_[static_cast<std::size_t>(call_[i][J])].push_back(statement_[i][J]);
                     calleeModule.clear();
                 } else {
@@ -300,12 +303,17 @@ public:
     }
 
     int depth(std::size_t node) const { return depth_[node]; }
+    int callCount() const { return static_cast<int>(callEnd_.size()); }
     int call(std::size_t node, int j) const { return call_[node][static_cast<std::size_t>(j)]; }
     int statement(std::size_t node, int j) const { return statement_[node][static_cast<std::size_t>(j)]; }
+    std::size_t callBegin(int call) const { return callBegin_[static_cast<std::size_t>(call)]; }
     std::size_t callEnd(int call) const { return callEnd_[static_cast<std::size_t>(call)]; }
     std::size_t statementBegin(int s) const { return statementBegin_[static_cast<std::size_t>(s)]; }
     std::size_t statementEnd(int s) const { return statementEnd_[static_cast<std::size_t>(s)]; }
     const std::string& code(int s) const { return statementCode_[static_cast<std::size_t>(s)]; }
+    // "FILE:LINE" of the statement's frame, as source_facts.py keys its lines
+    const std::string& line(int s) const { return statementLine_[static_cast<std::size_t>(s)]; }
+    int statementDepth(int s) const { return statementDepth_[static_cast<std::size_t>(s)]; }
     int callOf(int s) const { return statementCall_[static_cast<std::size_t>(s)]; }
     const std::vector<int>& statements(int call) const { return callStatements_[static_cast<std::size_t>(call)]; }
 
@@ -321,9 +329,9 @@ public:
 private:
     std::vector<int> depth_;
     std::vector<std::vector<int>> call_, statement_; // per node, per frame
-    std::vector<std::size_t> callEnd_, statementBegin_, statementEnd_; // the first or last node of each
-    std::vector<int> statementCall_;
-    std::vector<std::string> statementCode_;
+    std::vector<std::size_t> callBegin_, callEnd_, statementBegin_, statementEnd_; // the first or last node of each
+    std::vector<int> statementCall_, statementDepth_;
+    std::vector<std::string> statementCode_, statementLine_;
     std::vector<std::vector<int>> callStatements_;
 };
 
@@ -340,6 +348,321 @@ void namesRead(const nlohmann::json& node, std::vector<std::string>& out)
         if (in.contains("arg"))
             namesIn(in.at("arg"), out);
 }
+
+// What memledger.export read from the source files the stack traces name (python/memledger/source_facts.py):
+// each traced line's statement (the names it binds, whether it is a call or a return) and each function's returns.
+// Absent or of another version: nothing is known, and the stack traces alone tell the lifetimes.
+class SourceFacts {
+public:
+    explicit SourceFacts(const nlohmann::json* facts)
+    {
+        if (facts && facts->is_object() && facts->value("version", 0) == 1) {
+            lines_ = member(*facts, "lines");
+            functions_ = member(*facts, "functions");
+        }
+    }
+    bool known() const { return lines_ && functions_; }
+    const nlohmann::json* line(const std::string& key) const { return lines_ ? member(*lines_, key) : nullptr; }
+    const nlohmann::json* function(const std::string& name) const
+    {
+        return functions_ ? member(*functions_, name) : nullptr;
+    }
+    // The names a traced line's statement binds: nullopt when it binds something else or is not known.
+    static std::optional<std::vector<std::string>> targets(const nlohmann::json& line)
+    {
+        const auto* t = member(line, "targets");
+        if (!t || !t->is_array())
+            return std::nullopt;
+        std::vector<std::string> names;
+        for (const auto& n : *t) {
+            if (!n.is_string())
+                return std::nullopt;
+            names.push_back(n.get<std::string>());
+        }
+        return names;
+    }
+    static bool flag(const nlohmann::json& line, const char* key)
+    {
+        const auto* f = member(line, key);
+        return f && f->is_boolean() && f->get<bool>();
+    }
+    static int first(const nlohmann::json& line)
+    {
+        const auto* f = member(line, "first");
+        return f && f->is_number_integer() ? f->get<int>() : -1;
+    }
+
+    static const nlohmann::json* member(const nlohmann::json& object, const std::string& key)
+    {
+        if (!object.is_object())
+            return nullptr;
+        auto it = object.find(key);
+        return it == object.end() ? nullptr : &*it;
+    }
+
+private:
+    const nlohmann::json* lines_ = nullptr;
+    const nlohmann::json* functions_ = nullptr;
+};
+
+// Where a call binds a name again, told from the statements the trace shows and, where the source facts are there,
+// from the lines that rebind it without an op (`hidden_states = outputs[0]`, `attn_weights = None`), which the
+// trace does not show: such a line runs between the two traced statements whose lines bracket it (in a loop, where
+// the lines wrap round past it).
+class Rebinding {
+public:
+    Rebinding(const CallTree& tree, const SourceFacts& facts)
+        : tree_(tree)
+        , facts_(facts)
+    {
+    }
+
+    struct End {
+        std::size_t node; // the last node the name holds its value through
+        bool rebound; // bound again before the call returns
+    };
+
+    // The end of the value statement k of call c binds to `name`.
+    End after(int c, std::size_t k, const std::string& name) const
+    {
+        const auto& statements = tree_.statements(c);
+        const auto untraced = untracedRebinds(c, name);
+        for (auto later = k; later < statements.size(); ++later) {
+            const int s = statements[later];
+            if (later > k) {
+                const auto* line = facts_.line(tree_.line(s));
+                auto targets = line ? SourceFacts::targets(*line) : assignedNames(tree_.code(s));
+                if (targets && std::find(targets->begin(), targets->end(), name) != targets->end())
+                    return {tree_.statementEnd(s), true};
+            }
+            const int from = lineNumber(s);
+            const int to = later + 1 < statements.size() ? lineNumber(statements[later + 1]) : -1;
+            for (int l : untraced) {
+                const bool between = to < 0 ? l > from : to > from ? (from < l && l < to) : (l > from || l < to);
+                if (between)
+                    return {tree_.statementEnd(s), true};
+            }
+        }
+        return {tree_.callEnd(c), false};
+    }
+
+    // The function call c runs, as the source facts name it: null when they do not know it.
+    const nlohmann::json* functionOf(int c) const
+    {
+        for (int s : tree_.statements(c))
+            if (const auto* line = facts_.line(tree_.line(s)))
+                if (const auto* name = SourceFacts::member(*line, "function"); name && name->is_string())
+                    return facts_.function(name->get<std::string>());
+        return nullptr;
+    }
+
+private:
+    // The first line of statement s's Python statement (the frame's line where the facts do not know it).
+    int lineNumber(int s) const
+    {
+        if (const auto* line = facts_.line(tree_.line(s)); line && SourceFacts::first(*line) >= 0)
+            return SourceFacts::first(*line);
+        const auto& key = tree_.line(s);
+        const auto colon = key.rfind(':');
+        try {
+            return colon == std::string::npos ? -1 : std::stoi(key.substr(colon + 1));
+        } catch (const std::exception&) {
+            return -1;
+        }
+    }
+
+    // The lines of c's function that rebind `name` without an op, where the run executed them: the lines no
+    // statement of c shows.
+    std::vector<int> untracedRebinds(int c, const std::string& name) const
+    {
+        std::vector<int> out;
+        const auto* function = functionOf(c);
+        const auto* rebinds = function ? SourceFacts::member(*function, "rebinds") : nullptr;
+        const auto* lines = rebinds ? SourceFacts::member(*rebinds, name) : nullptr;
+        if (!lines || !lines->is_array())
+            return out;
+        const auto& statements = tree_.statements(c);
+        for (const auto& l : *lines) {
+            if (l.is_number_integer() && std::none_of(statements.begin(), statements.end(),
+                    [&](int s) { return lineNumber(s) == l.get<int>(); }))
+                out.push_back(l.get<int>());
+        }
+        return out;
+    }
+
+    const CallTree& tree_;
+    const SourceFacts& facts_;
+};
+
+// The values a call returns and its caller binds to names, held as long as those names are: `hidden, _ =
+// self.attn(x)` keeps the attention weights in `_` until the layer returns, though nothing reads them there, and
+// `outputs = block(x)` keeps the whole tuple the block returned until the next block's tuple replaces it. The trace
+// shows neither (no node reads them); the source facts tell what each function returns and what each line binds.
+class ReturnBinding {
+public:
+    ReturnBinding(const CallTree& tree, const SourceFacts& facts, const Rebinding& rebinding,
+        const std::vector<std::vector<std::string>>& made, const std::unordered_map<std::string, Value>& values,
+        ValueEnds& ends)
+        : tree_(tree)
+        , facts_(facts)
+        , rebinding_(rebinding)
+        , made_(made)
+        , values_(values)
+        , ends_(ends)
+        , envs_(static_cast<std::size_t>(tree.callCount()))
+        , returned_(static_cast<std::size_t>(tree.callCount()))
+    {
+    }
+
+    void run()
+    {
+        for (int c = 0; c < tree_.callCount(); ++c)
+            walk(c);
+    }
+
+private:
+    using Element = std::vector<std::string>; // the values one returned element may be
+    using Returned = std::optional<std::vector<Element>>; // nullopt: not known
+    struct Binding {
+        Element values;
+        std::size_t statement = 0; // the index, among its call's statements, of the one that bound it
+    };
+    using Env = std::unordered_map<std::string, Binding>;
+    static constexpr int kDeepest = 256; // frames followed into the calls a statement makes
+
+    // What statement `s` evaluates to: the outputs of its last node where the statement made it, else what the
+    // call that made its last node returned.
+    Returned result(int s)
+    {
+        const auto last = tree_.statementEnd(s);
+        const int j = tree_.statementDepth(s);
+        if (j >= kDeepest)
+            return std::nullopt; // each frame is a call deeper: a file's stack traces do not bound the recursion
+
+        if (tree_.depth(last) == j) {
+            std::vector<Element> out;
+            for (const auto& name : made_[last])
+                out.push_back({name});
+            return out;
+        }
+        return returned(tree_.call(last, j + 1));
+    }
+
+    // The traced line of each of call c's statements, where the facts know it.
+    const nlohmann::json* lineOf(int s) const { return facts_.line(tree_.line(s)); }
+
+    // What call c returns, element by element.
+    Returned returned(int c)
+    {
+        auto& memo = returned_[static_cast<std::size_t>(c)];
+        if (memo)
+            return *memo;
+        memo = Returned {};
+        Returned out = outOf(c);
+        memo = out;
+        return out;
+    }
+
+    Returned outOf(int c)
+    {
+        const auto& statements = tree_.statements(c);
+        int returnStatement = -1; // the last statement that is a return
+        for (int s : statements)
+            if (const auto* line = lineOf(s); line && SourceFacts::flag(*line, "return"))
+                returnStatement = s;
+        const auto* function = rebinding_.functionOf(c);
+        const auto* returns = function ? SourceFacts::member(*function, "returns") : nullptr;
+        const bool lastIsReturn = returnStatement >= 0 && returnStatement == statements.back();
+        if (returns && returns->is_string() && returns->get<std::string>() == "call")
+            return lastIsReturn ? result(returnStatement) : fallback(c);
+        if (!returns || !returns->is_array())
+            return fallback(c);
+        if (returns->size() == 1 && !returns->front().is_string()) // `return x + y`: what that statement makes
+            return lastIsReturn ? result(returnStatement) : fallback(c);
+        const auto& env = walk(c);
+        std::vector<Element> out;
+        for (const auto& r : *returns) {
+            out.emplace_back();
+            if (!r.is_string())
+                continue;
+            // a name bound again where the trace does not show it (`attn_weights = None`) returns what is not known
+            auto it = env.find(r.get<std::string>());
+            if (it != env.end() && !rebinding_.after(c, it->second.statement, it->first).rebound)
+                out.back() = it->second.values;
+        }
+        return out;
+    }
+
+    // A call the facts do not describe (a torch.nn module's forward a strict export hides): the one value it made
+    // that is read after it returns, when there is exactly one.
+    Returned fallback(int c) const
+    {
+        const auto end = tree_.callEnd(c);
+        std::optional<std::string> only;
+        for (auto i = tree_.callBegin(c); i <= end; ++i)
+            for (const auto& name : made_[i]) {
+                auto v = values_.find(name);
+                if (v == values_.end() || v->second.maker != i)
+                    continue;
+                const auto& readers = v->second.readers;
+                if (readers.empty() || readers.back() <= end)
+                    continue;
+                if (only)
+                    return std::nullopt;
+                only = name;
+            }
+        if (!only)
+            return std::nullopt;
+        return std::vector<Element> {{*only}};
+    }
+
+    // The names each statement of call c binds, in order; each bound value held until the call binds that name
+    // again or returns.
+    const Env& walk(int c)
+    {
+        auto& memo = envs_[static_cast<std::size_t>(c)];
+        if (memo)
+            return *memo;
+        Env env;
+        const auto& statements = tree_.statements(c);
+        for (std::size_t k = 0; k < statements.size(); ++k) {
+            const int s = statements[k];
+            const auto* line = lineOf(s);
+            if (!line)
+                continue;
+            auto targets = SourceFacts::targets(*line);
+            if (!targets || targets->empty())
+                continue;
+            auto r = result(s);
+            std::vector<Element> bound(targets->size());
+            if (r && r->size() == targets->size()) {
+                bound = *r;
+            } else if (r && targets->size() == 1 && SourceFacts::flag(*line, "call")) { // `outputs = block(x)`
+                for (const auto& e : *r)
+                    bound[0].insert(bound[0].end(), e.begin(), e.end());
+            }
+            for (std::size_t t = 0; t < targets->size(); ++t) {
+                const auto& name = (*targets)[t];
+                env[name] = Binding {bound[t], k};
+                const auto end = rebinding_.after(c, k, name).node;
+                for (const auto& v : bound[t])
+                    if (auto e = ends_.find(v); e != ends_.end())
+                        e->second = std::max(e->second, end);
+            }
+        }
+        memo = std::move(env);
+        return *memo;
+    }
+
+    const CallTree& tree_;
+    const SourceFacts& facts_;
+    const Rebinding& rebinding_;
+    const std::vector<std::vector<std::string>>& made_;
+    const std::unordered_map<std::string, Value>& values_;
+    ValueEnds& ends_;
+    std::vector<std::optional<Env>> envs_;
+    std::vector<std::optional<Returned>> returned_;
+};
 
 } // namespace
 
@@ -368,9 +691,11 @@ bool hasSourceLines(const nlohmann::json& nodes)
     return false;
 }
 
-ValueEnds eagerLifetimes(const nlohmann::json& nodes, const ValueEnds& graphEnd)
+ValueEnds eagerLifetimes(const nlohmann::json& nodes, const ValueEnds& graphEnd, const nlohmann::json* sources)
 {
     const CallTree tree(nodes);
+    const SourceFacts facts(sources);
+    const Rebinding rebinding(tree, facts);
     std::unordered_map<std::string, Value> values;
     std::vector<std::vector<std::string>> made(nodes.size());
     std::vector<std::string> names;
@@ -430,13 +755,8 @@ ValueEnds eagerLifetimes(const nlohmann::json& nodes, const ValueEnds& graphEnd)
             target = (*targets)[static_cast<std::size_t>(at - escaping.begin())];
         }
         const auto& statements = tree.statements(tree.callOf(s));
-        auto it = std::find(statements.begin(), statements.end(), s);
-        for (++it; it != statements.end(); ++it) {
-            auto later = assignedNames(tree.code(*it));
-            if (later && std::find(later->begin(), later->end(), target) != later->end())
-                return tree.statementEnd(*it);
-        }
-        return callEnd;
+        const auto k = static_cast<std::size_t>(std::find(statements.begin(), statements.end(), s) - statements.begin());
+        return rebinding.after(tree.callOf(s), k, target).node;
     };
     ValueEnds ends = graphEnd;
     for (auto& [name, end] : ends) {
@@ -454,6 +774,8 @@ ValueEnds eagerLifetimes(const nlohmann::json& nodes, const ValueEnds& graphEnd)
                 end = std::max(end, boundUntil(name, value, j));
         }
     }
+    if (facts.known())
+        ReturnBinding(tree, facts, rebinding, made, values, ends).run();
     return ends;
 }
 

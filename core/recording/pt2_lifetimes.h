@@ -31,8 +31,11 @@ using ValueEnds = std::unordered_map<std::string, std::size_t>;
 ValueEnds graphLifetimes(const nlohmann::json& nodes, const std::vector<std::string>& keep);
 
 // Eager lifetimes: each value of `graphEnd` dropped no earlier than there, and later where the eager code holds it.
-// Values of nodes without source lines keep their graph end.
-ValueEnds eagerLifetimes(const nlohmann::json& nodes, const ValueEnds& graphEnd);
+// Values of nodes without source lines keep their graph end. `sources`, where memledger.export saved them
+// (extra/memledger_sources.json, python/memledger/source_facts.py), tell what each traced function returns and what
+// each traced line binds: a returned value its caller binds to a name it never reads (`hidden, _ = self.attn(x)`)
+// lives as long as that name.
+ValueEnds eagerLifetimes(const nlohmann::json& nodes, const ValueEnds& graphEnd, const nlohmann::json* sources = nullptr);
 
 // Whether the nodes carry the source lines eager lifetimes are told from: a stack_trace with a frame that is not
 // torch.export's own.

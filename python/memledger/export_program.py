@@ -43,6 +43,8 @@ import sys
 import warnings
 from collections.abc import Mapping
 
+from . import source_facts
+
 __all__ = ["export", "ExportError"]
 
 CAPTURE_ADVICE = ("record it with memledger.capture instead: `with memledger.capture(\"run.pickle\"): model(...)` "
@@ -560,19 +562,20 @@ def _attempt(torch, model, dims, inputs, strict):
     raise RuntimeError("torch.export kept suggesting other ranges")
 
 
-def _describe_output(torch, model, call, examples):
-    """What the program returns ({"output": "logits of CausalLMOutput"}), from a run of the forward under
-    FakeTensorMode (shapes only, nothing computed); {} where that run is not possible."""
-    seen = {}
+def _fake_run(torch, model, call, examples, files):
+    """A run of the forward under FakeTensorMode (shapes only, nothing computed): what the program returns
+    ({"output": "logits of CausalLMOutput"}) and the lines of `files` it executed ({(file, line)}); ({}, None) where
+    that run is not possible."""
+    seen, executed = {}, set()
     try:
         from torch._subclasses.fake_tensor import FakeTensorMode
         with _Quiet(), contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with FakeTensorMode(allow_non_fake_inputs=True), torch.no_grad():
+            with FakeTensorMode(allow_non_fake_inputs=True), torch.no_grad(), source_facts.lines_run(files, executed):
                 call(model, examples, seen)
-    except Exception:  # noqa: BLE001 (the description is optional)
-        return {}
-    return seen
+    except Exception:  # noqa: BLE001 (the description and the lines are optional)
+        return {}, None
+    return seen, executed
 
 
 def _shape_text(shape):
@@ -774,11 +777,17 @@ def export(model, args, path, *, kwargs=None, dynamic=None, verbose=True):
                               "region, a torch.cond, an autocast region inside the forward); nothing was saved" % (
                                   type(model).__name__,
                                   ", ".join("torch.ops.higher_order." + h for h in held)))
-        seen = _describe_output(torch, model, call, [inp.example for inp in inputs]) if verbose else {}
+        seen, executed = _fake_run(torch, model, call, [inp.example for inp in inputs],
+                                   source_facts.files_of(source_facts.traces_of(ep)))
 
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    torch.export.save(ep, path)
+    if _supports(torch.export.save, "extra_files"):
+        # what the source says of the traced lines (what each function returns, what each line binds), for eager
+        # lifetimes: a value the caller binds to a name it never reads is held by that name
+        torch.export.save(ep, path, extra_files={"memledger_sources.json": source_facts.of_program(ep, executed)})
+    else:
+        torch.export.save(ep, path)
 
     if verbose:
         described = ", ".join("%s %s" % (i.name, _shape_text(i.value.shape) + ":" + str(i.value.dtype).replace(
