@@ -132,6 +132,17 @@ Tensor where(const Tensor& condition, const Tensor& self, const Tensor& other)
     return at::empty(shape, a.options());
 }
 
+// where.self_out: into `out`, which the math attention's _safe_softmax passes as both the result and its source
+// (`where_out(out, masked_rows, zero, out)`: the CPU writes in place). An `out` of another shape takes storage of
+// the result's, as the CPU's resize would allocate it (a meta resize allocates nothing).
+Tensor& whereOut(const Tensor& condition, const Tensor& self, const Tensor& other, Tensor& out)
+{
+    auto shape = at::infer_size_dimvector(at::infer_size_dimvector(condition.sizes(), self.sizes()), other.sizes());
+    if (!out.sizes().equals(shape))
+        out.set_(at::empty(shape, out.options()));
+    return out;
+}
+
 // native_layer_norm: the output (contiguous) and the statistics of every normalised row, [M] viewed as the
 // input's leading sizes followed by ones.
 std::tuple<Tensor, Tensor, Tensor> nativeLayerNorm(const Tensor& input, c10::SymIntArrayRef normalizedShape,
@@ -193,18 +204,33 @@ std::tuple<Tensor, Tensor, Tensor> flashAttentionForCpuBackward(const Tensor& gr
     return {gradientOf(query), gradientOf(key), gradientOf(value)};
 }
 
+// The mask as the CPU's backend choice sees it. The choice asks a mask's last dimension to have stride 1, but on
+// the CPU it does not look (sdp_utils check_last_dim_stride_equals_1_dense, `is_cpu`): Hugging Face's expanded
+// masks, stride 0 there, take the CPU's flash attention. On meta the same mask is seen with stride 1 (a view of its
+// storage, nothing allocated), so that the choice is the CPU's.
+OptionalTensor asTheCpuChecksIt(const OptionalTensor& mask)
+{
+    if (!defined(mask) || mask->dim() == 0 || mask->stride(-1) == 1)
+        return mask;
+    auto strides = mask->strides().vec();
+    strides.back() = 1;
+    return mask->as_strided(mask->sizes(), strides, mask->storage_offset());
+}
+
 // scaled_dot_product_attention on meta tensors, as on the CPU: the backend the CPU would choose for these shapes
-// (its flash attention, else the math path), a boolean mask turned into an additive one first. Registered for
+// (its flash attention, else the math path), a boolean mask turned into an additive one first. The math path adds
+// the mask into the scores in place on the CPU but into a new tensor on meta (a meta tensor counts as a tensor
+// subclass there): one temporary of the scores' size the CPU does not make. Registered for
 // autograd on meta, in place of the composite (which would take the math path on any device but the CPU's).
 Tensor scaledDotProductAttention(const Tensor& query, const Tensor& key, const Tensor& value,
     const OptionalTensor& attnMask, double dropoutP, bool isCausal, std::optional<double> scale, bool enableGqa)
 {
-    auto choice = static_cast<at::SDPBackend>(
-        at::native::_fused_sdp_choice_cpp(query, key, value, attnMask, dropoutP, isCausal, scale, enableGqa));
+    auto choice = static_cast<at::SDPBackend>(at::native::_fused_sdp_choice_cpp(
+        query, key, value, asTheCpuChecksIt(attnMask), dropoutP, isCausal, scale, enableGqa));
     OptionalTensor mask = attnMask;
-    if (defined(mask) && mask->scalar_type() == at::kBool)
-        mask = at::where(mask->logical_not(), -std::numeric_limits<double>::infinity(),
-            at::scalar_tensor(0.0, mask->options().dtype(query.scalar_type())));
+    if (defined(mask) && mask->scalar_type() == at::kBool) // as attention.cpp's convert_boolean_attn_mask
+        mask = at::where(*mask, 0.0,
+            at::scalar_tensor(-std::numeric_limits<double>::infinity(), mask->options().dtype(query.scalar_type())));
     if (choice == at::SDPBackend::flash_attention)
         return std::get<0>(
             at::_scaled_dot_product_flash_attention_for_cpu(query, key, value, dropoutP, isCausal, mask, scale));
@@ -338,6 +364,7 @@ TORCH_LIBRARY_IMPL(aten, Meta, m)
     m.impl("index_select", TORCH_FN(indexSelect));
     m.impl("embedding_dense_backward", TORCH_FN(embeddingDenseBackward));
     m.impl("where.self", TORCH_FN(where));
+    m.impl("where.self_out", TORCH_FN(whereOut));
     m.impl("native_layer_norm", TORCH_FN(nativeLayerNorm));
     m.impl("native_layer_norm_backward", TORCH_FN(nativeLayerNormBackward));
     m.impl("_scaled_dot_product_flash_attention_for_cpu", TORCH_FN(flashAttentionForCpu));

@@ -484,6 +484,17 @@ RunError explainMetaFailure(const std::string& message)
         return RunError("--device meta: " + op + " has no meta kernel (neither libtorch's C++ nor memledger's has "
             "one), so this model cannot run on the meta device; run it on the cpu");
     }
+    // PyTorch 2's wording: "aten::where.self_out: attempted to run this operator with Meta tensors, but there was
+    // no fake impl or Meta kernel registered"
+    const std::string noKernel = ": attempted to run this operator with Meta tensors";
+    if (auto at = message.find(noKernel); at != std::string::npos && message.find("Meta kernel") != std::string::npos) {
+        auto begin = message.rfind(' ', at);
+        begin = begin == std::string::npos ? 0 : begin + 1;
+        auto name = message.substr(begin, at - begin);
+        return RunError("--device meta: " + (name.empty() ? op : name) + " has no meta kernel (neither libtorch's C++ "
+            "nor memledger's has one)" + (op.empty() || op == name ? std::string() : ", called by " + op)
+            + ", so this model cannot run on the meta device; run it on the cpu");
+    }
     auto has = [&](const char* text) { return message.find(text) != std::string::npos; };
     if (has("meta tensor") || has("item()") || has("_local_scalar_dense") || has("no data") || has("Meta"))
         return RunError("--device meta: the model reads a tensor's values" + (op.empty() ? std::string() : " in " + op)
