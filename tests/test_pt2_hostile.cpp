@@ -58,6 +58,23 @@ TEST_P(HostileProgram, IsRefusedNamingTheFileAndTheReason)
     EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
 }
 
+// Source facts (extra/memledger_sources.json, which memledger.export writes for eager lifetimes) that are not JSON,
+// not of the types it writes, absurd, or nested past the JSON reader's limit are ignored: the program runs.
+TEST(HostileProgramControl, BadSourceFactsAreIgnored)
+{
+    for (const std::string name : {"sources_not_json", "sources_wrong_types", "sources_absurd", "sources_deep"}) {
+        SCOPED_TRACE(name);
+        auto why = make(name);
+        if (why.rfind("pt2_hostile.py failed", 0) == 0)
+            FAIL() << why;
+        if (!why.empty())
+            GTEST_SKIP() << why;
+        auto r = runCommand(memledgerBinary() + " analyze '" + fixture("pt2_hostile/" + name + ".pt2") + "' --input 1x16:int64");
+        EXPECT_EQ(r.exit_code, 0) << r.output;
+        EXPECT_NE(r.output.find("eager lifetimes"), std::string::npos) << r.output;
+    }
+}
+
 // The rewriting itself keeps a program whole: the same records written again run.
 TEST(HostileProgramControl, TheProgramRewrittenUnchangedRuns)
 {
