@@ -137,7 +137,8 @@ INSTANTIATE_TEST_SUITE_P(Programs, Lifetimes,
     ::testing::Values("nanogpt_2x64", "nanogpt_4x32", "gpt_sdpa_2x64", "gpt_sdpa_4x32", "gpt_mha_2x64",
         "gpt_mha_4x32", "llama_2x64", "llama_4x32", "encdec_2x64", "encdec_4x32", "hf_wrapped_2x64",
         "hf_wrapped_4x32", "own_params_2x64", "own_params_4x32", "eager_attn_2x64", "eager_attn_4x32", "neo_tuple_2x64",
-        "neo_tuple_4x32", "neo_none_2x64", "neo_none_4x32"));
+        "neo_tuple_4x32", "neo_none_2x64", "neo_none_4x32", "proj_layers_2x64", "proj_layers_4x32", "shared_loop_2x64",
+        "shared_loop_4x32"));
 
 // Eager is what a run does unless told otherwise, and the eager module's peak is the higher: the Python code keeps
 // its locals (q, k, v, att) until its forward returns, the graph drops each after its last reader.

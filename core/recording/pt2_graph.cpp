@@ -266,7 +266,10 @@ ModuleName innermostModule(const std::string& stack, std::vector<ModuleName>* al
             if (path == "_empty_nn_module_stack_from_metadata_hook")
                 return {};
             auto dot = type.rfind('.');
-            m = {path, dot == std::string::npos ? type : type.substr(dot + 1), type};
+            const auto key = entry.substr(0, c1);
+            const auto at = key.rfind('@');
+            m = {path, dot == std::string::npos ? type : type.substr(dot + 1), type,
+                at == std::string::npos ? std::string() : key.substr(at + 1)};
             if (all)
                 all->push_back(m);
         }

@@ -42,6 +42,7 @@ struct ModuleName {
     std::string path;
     std::string type; // "Block"
     std::string qualified_type; // "torch.nn.modules.linear.Linear", "__main__.Block"
+    std::string call; // "" for a module's first call, "1", "2", ... for its later ones (the stack key's "@1")
 };
 ModuleName innermostModule(const std::string& stack, std::vector<ModuleName>* all);
 

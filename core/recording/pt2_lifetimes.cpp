@@ -157,6 +157,13 @@ bool handsItsCallOn(const Frame& f)
     return args.size() > 1 && args[0] == '*' && args[1] != '*';
 }
 
+// A module's identity in a frame: its path, and which of its calls ("blocks.0@1" for the second, as torch.export
+// numbers a shared module's later calls in the stack's keys).
+std::string callOf(const ModuleName& m)
+{
+    return m.call.empty() ? m.path : m.path + "@" + m.call;
+}
+
 // The frames of a node with the module each runs in (`module`, one per frame), from its module stack: each frame
 // of a forward is the next module's. The forward of a torch.nn module that the trace leaves out (a strict export
 // shows no frame of torch's own code) becomes a frame of its own, which holds its arguments until it returns as
@@ -183,10 +190,10 @@ std::vector<Frame> withModules(const std::vector<Frame>& frames, const std::vect
             const bool libraryFrame = f.file.find("/torch/nn/modules/") != std::string::npos;
             while (next + 1 < stack.size() && library(stack[next]) && !libraryFrame) {
                 out.push_back(hidden(stack[next]));
-                module.push_back(stack[next].path);
+                module.push_back(callOf(stack[next]));
                 ++next;
             }
-            current = stack[next++].path;
+            current = callOf(stack[next++]);
             // each call of a wrapper is the call of the module it runs (a new one for the next layer of a loop)
             for (auto w : wrappers)
                 module[w] = current;
@@ -203,7 +210,7 @@ std::vector<Frame> withModules(const std::vector<Frame>& frames, const std::vect
     if (!frames.empty())
         for (; next < stack.size(); ++next) {
             out.push_back(hidden(stack[next]));
-            module.push_back(stack[next].path);
+            module.push_back(callOf(stack[next]));
         }
     return out;
 }
@@ -221,6 +228,18 @@ bool indexedSiblings(const std::string& a, const std::string& b)
         return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
     };
     return parentA == parentB && digits(lastA) && digits(lastB);
+}
+
+// The next iteration of a loop that calls modules: "layers.3" then "layers.4" (two elements of one ModuleList or
+// Sequential), or "group.0" then "group.0@1" (one module called again, as ALBERT's shared layer is).
+bool nextInLoop(const std::string& a, const std::string& b)
+{
+    if (a == b)
+        return false;
+    const auto pathA = a.substr(0, a.find('@')), pathB = b.substr(0, b.find('@'));
+    if (!pathA.empty() && pathA == pathB)
+        return true;
+    return indexedSiblings(pathA, pathB);
 }
 
 // The calls (frames) each node runs in, and the statement of each.
@@ -270,7 +289,7 @@ public:
                 bool sameStatement = sameCall && frames[*previous][J].line == frames[i][J].line;
                 const bool calls
                     = depth_[i] > j && (frames[i][J + 1].func == "forward" || frames[i][J + 1].passThrough);
-                if (sameStatement && calls && indexedSiblings(calleeModule, module[i][J + 1]))
+                if (sameStatement && calls && nextInLoop(calleeModule, module[i][J + 1]))
                     sameStatement = false; // the next iteration of `for block in self.blocks: x = block(x)`
                 if (!sameCall) {
                     call_[i][J] = static_cast<int>(callEnd_.size());
@@ -664,6 +683,20 @@ private:
     std::vector<std::optional<Returned>> returned_;
 };
 
+// The tensors a node makes, in order: its outputs but for symbolic values (`as_sym_int`: a size the graph
+// computes, no memory), which a statement does not hand to a name the way it hands a tensor.
+void tensorsMade(const nlohmann::json& outputs, std::vector<std::string>& out)
+{
+    if (!outputs.is_array())
+        return namesIn(outputs, out);
+    for (const auto& output : outputs) {
+        const bool symbolic = output.is_object() && output.size() == 1
+            && output.begin().key().rfind("as_sym_", 0) == 0;
+        if (!symbolic)
+            namesIn(output, out);
+    }
+}
+
 } // namespace
 
 ValueEnds graphLifetimes(const nlohmann::json& nodes, const std::vector<std::string>& keep)
@@ -707,7 +740,7 @@ ValueEnds eagerLifetimes(const nlohmann::json& nodes, const ValueEnds& graphEnd,
             if (v != values.end() && (v->second.readers.empty() || v->second.readers.back() != i))
                 v->second.readers.push_back(i);
         }
-        namesIn(nodes.at(i).at("outputs"), made[i]);
+        tensorsMade(nodes.at(i).at("outputs"), made[i]);
         for (const auto& name : made[i])
             values[name] = Value {i, {}};
     }
