@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <optional>
 #include <vector>
 
@@ -375,7 +376,8 @@ class SourceFacts {
 public:
     explicit SourceFacts(const nlohmann::json* facts)
     {
-        if (facts && facts->is_object() && facts->value("version", 0) == 1) {
+        const auto* version = facts ? member(*facts, "version") : nullptr;
+        if (version && version->is_number_integer() && version->get<std::int64_t>() == 1) {
             lines_ = member(*facts, "lines");
             functions_ = member(*facts, "functions");
         }
