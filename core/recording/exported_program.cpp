@@ -573,7 +573,7 @@ void separateKeptCasts(Impl& d)
 // null when the archive has none, or one memledger cannot read (the stack traces alone then tell eager lifetimes).
 std::optional<json> sourceFacts(caffe2::serialize::PyTorchStreamReader& reader)
 {
-    const std::string name = "extra/memledger_sources.json";
+    const std::string name = "extra/memledger_sources.json"; // source_facts.RECORD, saved under extra/
     if (!reader.hasRecord(name))
         return std::nullopt;
     try {

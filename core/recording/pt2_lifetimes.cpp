@@ -324,6 +324,7 @@ public:
 
     int depth(std::size_t node) const { return depth_[node]; }
     int callCount() const { return static_cast<int>(callEnd_.size()); }
+    int statementCount() const { return static_cast<int>(statementEnd_.size()); }
     int call(std::size_t node, int j) const { return call_[node][static_cast<std::size_t>(j)]; }
     int statement(std::size_t node, int j) const { return statement_[node][static_cast<std::size_t>(j)]; }
     std::size_t callBegin(int call) const { return callBegin_[static_cast<std::size_t>(call)]; }
@@ -432,10 +433,26 @@ private:
 // the lines wrap round past it).
 class Rebinding {
 public:
+    // What the facts say of each statement (its traced line, the first line of its Python statement) and of each
+    // call (its function), looked up once.
     Rebinding(const CallTree& tree, const SourceFacts& facts)
         : tree_(tree)
-        , facts_(facts)
     {
+        for (int s = 0; s < tree.statementCount(); ++s) {
+            const auto* line = facts.line(tree.line(s));
+            lines_.push_back(line);
+            numbers_.push_back(line && SourceFacts::first(*line) >= 0 ? SourceFacts::first(*line) : frameLine(s));
+        }
+        for (int c = 0; c < tree.callCount(); ++c) {
+            const nlohmann::json* function = nullptr;
+            for (int s : tree.statements(c))
+                if (const auto* line = lineOf(s))
+                    if (const auto* name = SourceFacts::member(*line, "function"); name && name->is_string()) {
+                        function = facts.function(name->get<std::string>());
+                        break;
+                    }
+            functions_.push_back(function);
+        }
     }
 
     struct End {
@@ -451,7 +468,7 @@ public:
         for (auto later = k; later < statements.size(); ++later) {
             const int s = statements[later];
             if (later > k) {
-                const auto* line = facts_.line(tree_.line(s));
+                const auto* line = lineOf(s);
                 auto targets = line ? SourceFacts::targets(*line) : assignedNames(tree_.code(s));
                 if (targets && std::find(targets->begin(), targets->end(), name) != targets->end())
                     return {tree_.statementEnd(s), true};
@@ -467,22 +484,18 @@ public:
         return {tree_.callEnd(c), false};
     }
 
+    // Statement s's traced line as the facts know it: null when they do not.
+    const nlohmann::json* lineOf(int s) const { return lines_[static_cast<std::size_t>(s)]; }
+
     // The function call c runs, as the source facts name it: null when they do not know it.
-    const nlohmann::json* functionOf(int c) const
-    {
-        for (int s : tree_.statements(c))
-            if (const auto* line = facts_.line(tree_.line(s)))
-                if (const auto* name = SourceFacts::member(*line, "function"); name && name->is_string())
-                    return facts_.function(name->get<std::string>());
-        return nullptr;
-    }
+    const nlohmann::json* functionOf(int c) const { return functions_[static_cast<std::size_t>(c)]; }
 
 private:
     // The first line of statement s's Python statement (the frame's line where the facts do not know it).
-    int lineNumber(int s) const
+    int lineNumber(int s) const { return numbers_[static_cast<std::size_t>(s)]; }
+
+    int frameLine(int s) const
     {
-        if (const auto* line = facts_.line(tree_.line(s)); line && SourceFacts::first(*line) >= 0)
-            return SourceFacts::first(*line);
         const auto& key = tree_.line(s);
         const auto colon = key.rfind(':');
         try {
@@ -512,7 +525,9 @@ private:
     }
 
     const CallTree& tree_;
-    const SourceFacts& facts_;
+    std::vector<const nlohmann::json*> lines_; // per statement
+    std::vector<int> numbers_; // per statement
+    std::vector<const nlohmann::json*> functions_; // per call
 };
 
 // The values a call returns and its caller binds to names, held as long as those names are: `hidden, _ =
@@ -521,11 +536,9 @@ private:
 // shows neither (no node reads them); the source facts tell what each function returns and what each line binds.
 class ReturnBinding {
 public:
-    ReturnBinding(const CallTree& tree, const SourceFacts& facts, const Rebinding& rebinding,
-        const std::vector<std::vector<std::string>>& made, const std::unordered_map<std::string, Value>& values,
-        ValueEnds& ends)
+    ReturnBinding(const CallTree& tree, const Rebinding& rebinding, const std::vector<std::vector<std::string>>& made,
+        const std::unordered_map<std::string, Value>& values, ValueEnds& ends)
         : tree_(tree)
-        , facts_(facts)
         , rebinding_(rebinding)
         , made_(made)
         , values_(values)
@@ -569,19 +582,13 @@ private:
         return returned(tree_.call(last, j + 1));
     }
 
-    // The traced line of each of call c's statements, where the facts know it.
-    const nlohmann::json* lineOf(int s) const { return facts_.line(tree_.line(s)); }
-
-    // What call c returns, element by element.
+    // What call c returns, element by element (outOf follows only calls deeper than c).
     Returned returned(int c)
     {
         auto& memo = returned_[static_cast<std::size_t>(c)];
-        if (memo)
-            return *memo;
-        memo = Returned {};
-        Returned out = outOf(c);
-        memo = out;
-        return out;
+        if (!memo)
+            memo = outOf(c);
+        return *memo;
     }
 
     Returned outOf(int c)
@@ -589,7 +596,7 @@ private:
         const auto& statements = tree_.statements(c);
         int returnStatement = -1; // the last statement that is a return
         for (int s : statements)
-            if (const auto* line = lineOf(s); line && SourceFacts::flag(*line, "return"))
+            if (const auto* line = rebinding_.lineOf(s); line && SourceFacts::flag(*line, "return"))
                 returnStatement = s;
         const auto* function = rebinding_.functionOf(c);
         const auto* returns = function ? SourceFacts::member(*function, "returns") : nullptr;
@@ -648,7 +655,7 @@ private:
         const auto& statements = tree_.statements(c);
         for (std::size_t k = 0; k < statements.size(); ++k) {
             const int s = statements[k];
-            const auto* line = lineOf(s);
+            const auto* line = rebinding_.lineOf(s);
             if (!line)
                 continue;
             auto targets = SourceFacts::targets(*line);
@@ -676,7 +683,6 @@ private:
     }
 
     const CallTree& tree_;
-    const SourceFacts& facts_;
     const Rebinding& rebinding_;
     const std::vector<std::vector<std::string>>& made_;
     const std::unordered_map<std::string, Value>& values_;
@@ -790,8 +796,8 @@ ValueEnds eagerLifetimes(const nlohmann::json& nodes, const ValueEnds& graphEnd,
             target = (*targets)[static_cast<std::size_t>(at - escaping.begin())];
         }
         const auto& statements = tree.statements(tree.callOf(s));
-        const auto k = static_cast<std::size_t>(std::find(statements.begin(), statements.end(), s) - statements.begin());
-        return rebinding.after(tree.callOf(s), k, target).node;
+        const auto at = std::find(statements.begin(), statements.end(), s);
+        return rebinding.after(tree.callOf(s), static_cast<std::size_t>(at - statements.begin()), target).node;
     };
     ValueEnds ends = graphEnd;
     for (auto& [name, end] : ends) {
@@ -810,7 +816,7 @@ ValueEnds eagerLifetimes(const nlohmann::json& nodes, const ValueEnds& graphEnd,
         }
     }
     if (facts.known())
-        ReturnBinding(tree, facts, rebinding, made, values, ends).run();
+        ReturnBinding(tree, rebinding, made, values, ends).run();
     return ends;
 }
 

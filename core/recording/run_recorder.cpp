@@ -477,12 +477,18 @@ private:
 RunError explainMetaFailure(const std::string& message)
 {
     auto op = MetaOpTrail::failedOp();
+    // `name` (an overload, "aten::where.self_out") has no meta kernel; `op` the operator whose call reached it
+    auto noMetaKernel = [&](const std::string& name) {
+        const bool sameOperator = op.empty() || name.substr(0, name.find('.')) == op;
+        return RunError("--device meta: " + name + " has no meta kernel (neither libtorch's C++ nor memledger's has "
+            "one)" + (sameOperator ? std::string() : ", called by " + op)
+            + ", so this model cannot run on the meta device; run it on the cpu");
+    };
     const std::string marker = "Could not run '";
     if (auto at = message.find(marker); at != std::string::npos && message.find("'Meta' backend") != std::string::npos) {
-        auto end = message.find('\'', at + marker.size());
-        op = message.substr(at + marker.size(), end == std::string::npos ? std::string::npos : end - at - marker.size());
-        return RunError("--device meta: " + op + " has no meta kernel (neither libtorch's C++ nor memledger's has "
-            "one), so this model cannot run on the meta device; run it on the cpu");
+        const auto begin = at + marker.size();
+        const auto end = message.find('\'', begin);
+        return noMetaKernel(message.substr(begin, end == std::string::npos ? std::string::npos : end - begin));
     }
     // PyTorch 2's wording: "aten::where.self_out: attempted to run this operator with Meta tensors, but there was
     // no fake impl or Meta kernel registered"
@@ -490,10 +496,8 @@ RunError explainMetaFailure(const std::string& message)
     if (auto at = message.find(noKernel); at != std::string::npos && message.find("Meta kernel") != std::string::npos) {
         auto begin = message.rfind(' ', at);
         begin = begin == std::string::npos ? 0 : begin + 1;
-        auto name = message.substr(begin, at - begin);
-        return RunError("--device meta: " + (name.empty() ? op : name) + " has no meta kernel (neither libtorch's C++ "
-            "nor memledger's has one)" + (op.empty() || op == name ? std::string() : ", called by " + op)
-            + ", so this model cannot run on the meta device; run it on the cpu");
+        const auto name = message.substr(begin, at - begin);
+        return noMetaKernel(name.empty() ? op : name);
     }
     auto has = [&](const char* text) { return message.find(text) != std::string::npos; };
     if (has("meta tensor") || has("item()") || has("_local_scalar_dense") || has("no data") || has("Meta"))

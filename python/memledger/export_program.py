@@ -524,11 +524,11 @@ def _reason(error):
 
 
 def _higher_order(ep, torch):
-    """The higher-order operators (a subgraph of their own) a program's graph calls, by name."""
+    """The higher-order operators (a subgraph of their own) a program's graph calls, by qualified name."""
     kind = getattr(getattr(torch, "_ops", None), "HigherOrderOperator", None)
     if kind is None:
         return []
-    return sorted({n.target.__name__ for n in ep.graph.nodes if isinstance(n.target, kind)})
+    return sorted({"torch.ops.higher_order." + n.target.__name__ for n in ep.graph.nodes if isinstance(n.target, kind)})
 
 
 def _supports(function, parameter):
@@ -758,7 +758,7 @@ def export(model, args, path, *, kwargs=None, dynamic=None, verbose=True):
             # memledger runs ATen operators: a strict program with a subgraph operator (a custom autograd.Function's
             # region, wrap_with_set_grad_enabled) is tried non-strict, which traces through some of them
             strict_failure = strict_short = ("the program holds %s, which memledger does not run"
-                                             % ", ".join("torch.ops.higher_order." + h for h in held))
+                                             % ", ".join(held))
             _say(verbose, "strict export: %s\n  retrying non-strict (a torch.autograd.Function is then traced "
                  "through its forward: a training step differentiates those operators, not the Function's own "
                  "backward)" % strict_failure)
@@ -776,7 +776,7 @@ def export(model, args, path, *, kwargs=None, dynamic=None, verbose=True):
                               "higher-order operator with a subgraph of its own (a torch.no_grad() or enable_grad() "
                               "region, a torch.cond, an autocast region inside the forward); nothing was saved" % (
                                   type(model).__name__,
-                                  ", ".join("torch.ops.higher_order." + h for h in held)))
+                                  ", ".join(held)))
         seen, executed = _fake_run(torch, model, call, [inp.example for inp in inputs],
                                    source_facts.files_of(source_facts.traces_of(ep)))
 
@@ -785,7 +785,7 @@ def export(model, args, path, *, kwargs=None, dynamic=None, verbose=True):
     if _supports(torch.export.save, "extra_files"):
         # what the source says of the traced lines (what each function returns, what each line binds), for eager
         # lifetimes: a value the caller binds to a name it never reads is held by that name
-        torch.export.save(ep, path, extra_files={"memledger_sources.json": source_facts.of_program(ep, executed)})
+        torch.export.save(ep, path, extra_files=source_facts.extra_files(ep, executed))
     else:
         torch.export.save(ep, path)
 

@@ -32,6 +32,9 @@ import sys
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in ')
 
+# The archive's extra file memledger reads them from (torch.export.save writes it as extra/RECORD).
+RECORD = "memledger_sources.json"
+
 
 def _names(target):
     """The local names an assignment target binds, or None when it binds something else."""
@@ -59,10 +62,10 @@ def _is_call(value):
 def _calls_on(value, name):
     """Whether `value` is a call on `name`'s own value (`x.to(t)`, `dropout(x, p)`): in eval mode or for a no-op
     cast it returns that value, and the line makes no node."""
-    if not _is_call(value):
-        return False
     if isinstance(value, ast.Await):
         value = value.value
+    if not isinstance(value, ast.Call):
+        return False
     func = value.func
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == name:
         return True
@@ -228,3 +231,8 @@ def of_traces(traces, executed=None):
 def of_program(ep, executed=None):
     """The facts of an ExportedProgram's stack traces."""
     return of_traces(traces_of(ep), executed)
+
+
+def extra_files(ep, executed=None):
+    """torch.export.save's extra_files holding the facts of `ep`, where memledger looks for them."""
+    return {RECORD: of_program(ep, executed)}
