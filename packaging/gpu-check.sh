@@ -5,8 +5,10 @@
 #   peak_total_bytes   against torch.cuda.max_memory_allocated()  (must agree within 1%)
 #   reserved peak      against torch.cuda.max_memory_reserved()   (must agree within 2%)
 #   simulated reserve  (memledger's allocator model) against the real one (shown, not judged)
+#   then packaging/gpu_autocast.py: --autocast on a CUDA run and on the meta device against torch.autocast("cuda")
 #   then packaging/gpu_snapshots.py: a real snapshot of two AdamW steps whose weights, gradients, optimizer
 #   state, ranges, tensor annotation and pinned host memory the model tells, against memledger's analyze
+# What the checks wrote (reports, snapshots, captures) stays in build-gpu/check/.
 # Exits 0 only when every row agrees. Needs: cmake, a C++20 compiler, the CUDA toolkit (nvcc) of the torch's
 # CUDA major version, and .gpu-deps/ (made by packaging/gpu-deps.sh on a Debian machine) for nlohmann_json.
 # PYTHON (default python3) is the Python with torch; torchvision is needed for the fixtures.
@@ -40,9 +42,18 @@ cmake --build build-gpu -j"$jobs" --target memledger >>build-gpu.log 2>&1 || {
   exit 2
 }
 build-gpu/app/memledger --version
+echo "gpu-check: built in ${SECONDS} s"
 "$python" tests/fixtures/make_fixtures.py build-gpu/fixtures
+rm -rf build-gpu/check
+mkdir -p build-gpu/check
+echo "gpu-check: fixtures made at ${SECONDS} s"
 status=0
-"$python" packaging/gpu_check.py build-gpu/app/memledger build-gpu/fixtures || status=1
+"$python" packaging/gpu_check.py build-gpu/app/memledger build-gpu/fixtures build-gpu/check/runs || status=1
+# --autocast on a CUDA run (libtorch's own) and on the meta device (memledger's rules) against torch.autocast("cuda").
+"$python" packaging/gpu_autocast.py build-gpu/app/memledger build-gpu/check/autocast || status=1
 # Real snapshots whose contents the model tells: ledgers, ranges, annotations, pinned host memory.
-"$python" packaging/gpu_snapshots.py build-gpu/app/memledger build-gpu/snapshots || status=1
+"$python" packaging/gpu_snapshots.py build-gpu/app/memledger build-gpu/check/snapshots || status=1
+# What a process holds outside the caching allocator (the CUDA context, the libraries' modules): measured, not judged.
+"$python" packaging/gpu_context.py | tee build-gpu/check/context.json || true
+echo "gpu-check: done at ${SECONDS} s"
 exit $status

@@ -1,6 +1,7 @@
 """packaging/gpu-check.sh's comparison: memledger's CUDA run of each fixture model against PyTorch's own
 counters over the same warm-up and run, in a fresh process each, and memledger.capture on the GPU (usage:
-gpu_check.py MEMLEDGER FIXTURES)."""
+gpu_check.py MEMLEDGER FIXTURES [WORKDIR]: the reports and captures are written there, else in a temporary
+folder)."""
 import json
 import os
 import subprocess
@@ -15,7 +16,7 @@ REFERENCE = r'''
 import json, sys, torch
 path, shapes, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 dev = torch.device("cuda:0")
-torch._C._jit_set_graph_executor_optimize(False)  # as memledger runs it
+torch._C._set_graph_executor_optimize(False)  # as memledger runs it
 m = torch.jit.load(path, map_location="cpu").float().to(dev)
 inputs = [torch.randn([int(d) for d in s.split("x")], device=dev) for s in shapes.split(",")]
 
@@ -138,7 +139,7 @@ def off(a, b):
     return abs(a - b) / max(b, 1)
 
 
-def main(memledger, fixtures):
+def main(memledger, fixtures, work=None):
     with open(os.path.join(fixtures, "truth.json")) as f:
         truth = json.load(f)
     cases = []
@@ -151,7 +152,8 @@ def main(memledger, fixtures):
     print("%-24s %-9s %13s %13s %6s  %13s %13s %6s  %13s %13s" % ("model", "mode", "memledger peak",
           "torch peak", "diff", "memledger rsv", "torch rsv", "diff", "simulated rsv", "real rsv"))
     failed = 0
-    tmp = tempfile.mkdtemp(prefix="gpu-check-")
+    tmp = work or tempfile.mkdtemp(prefix="gpu-check-")
+    os.makedirs(tmp, exist_ok=True)
     for name, file, shapes, mode in cases:
         path = os.path.join(fixtures, file)
         out = os.path.join(tmp, "%s-%s.json" % (name, mode))
@@ -186,4 +188,4 @@ def main(memledger, fixtures):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    sys.exit(main(*sys.argv[1:4]))
