@@ -172,7 +172,8 @@ TEST_P(ExportedByMemledger, TheCommandItPrintsRuns)
 
 std::vector<std::string> exportedModels()
 {
-    return {"gpt", "gpt_meta", "llama", "llama_meta", "hf", "hf_meta", "transformers_llama", "transformers_llama_meta"};
+    return {"gpt", "gpt_meta", "llama", "llama_meta", "hf", "hf_meta", "hf_padcheck", "transformers_llama",
+        "transformers_llama_meta"};
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ExportedByMemledger, ::testing::ValuesIn(exportedModels()),

@@ -25,6 +25,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <regex>
 #include <set>
@@ -460,9 +461,28 @@ struct ModuleOrder {
     }
 };
 
+// Operators that a Python library registers (torch.library.custom_op), whose code is Python and so in no
+// libtorch, and that compute what an ATen operator computes: the program's call runs that ATen operator, its
+// arguments renamed. Each gives the same outputs from the same inputs, and the ATen operator's autograd saves what
+// the library's does.
+struct LibraryOperator {
+    const char* name; // namespace::op, its default overload
+    const char* aten; // the ATen operator, its default overload
+    std::array<std::pair<const char*, const char*>, 3> arguments; // the library's argument name -> ATen's
+};
+constexpr LibraryOperator kLibraryOperators[] = {
+    // transformers 5's mixture-of-experts layers (integrations/moe.py, grouped_mm_experts_forward): the grouped
+    // matmul of the tokens sorted by expert, input [S, K] x weight [E, K, N] with offs the cumulative tokens per
+    // expert (int32) -> [S, N], saving input and weight for the backward. transformers calls it where torch's own
+    // grouped_mm is not compiled, so under torch.export of float32 or float16 weights; the eager model calls
+    // torch's aten::_grouped_mm there, the same matmul.
+    {"transformers::grouped_mm_fallback", "aten::_grouped_mm", {{{"input", "self"}, {"weight", "mat2"}, {"offs", "offs"}}}},
+};
+
 // Its operator: torch.ops.<namespace>.<op>.<overload> ("default" is the overload without a name) looked up
-// once; Python's arithmetic on sizes has none.
-std::optional<c10::OperatorHandle> operatorOf(const std::string& target)
+// once; Python's arithmetic on sizes has none. A library's operator of kLibraryOperators is its ATen operator,
+// and *library says which.
+std::optional<c10::OperatorHandle> operatorOf(const std::string& target, const LibraryOperator** library)
 {
     if (target.rfind("torch.ops.higher_order.", 0) == 0) // torch.cond, while_loop, a region with its own autocast or grad mode
         throw std::runtime_error("the program calls " + target.substr(23) + " (" + target
@@ -479,6 +499,12 @@ std::optional<c10::OperatorHandle> operatorOf(const std::string& target)
         if (overload == "default")
             overload.clear();
         auto handle = c10::Dispatcher::singleton().findSchema({opName, overload});
+        if (!handle && overload.empty())
+            for (const auto& l : kLibraryOperators)
+                if (opName == l.name && (handle = c10::Dispatcher::singleton().findSchema({l.aten, ""}))) {
+                    *library = &l;
+                    break;
+                }
         if (!handle)
             throw std::runtime_error("the program calls " + opName + (overload.empty() ? "" : "." + overload)
                 + ", which this libtorch (" + std::string(TORCH_VERSION) + ") does not have");
@@ -495,12 +521,20 @@ std::optional<c10::OperatorHandle> operatorOf(const std::string& target)
 void readNodes(Impl& d, ModuleOrder& modules)
 {
     std::map<std::string, std::size_t> castsOnLine;
-    for (const auto& n : d.program.at("nodes")) {
+    for (auto& n : d.program.at("nodes")) {
         Impl::Node node;
         node.target = n.at("target").get<std::string>();
+        const LibraryOperator* library = nullptr;
+        node.op = operatorOf(node.target, &library);
+        if (library) // the ATen operator's names for the library's arguments
+            for (auto& in : n.at("inputs"))
+                for (const auto& [theirs, aten] : library->arguments)
+                    if (in.value("name", std::string()) == theirs) {
+                        in["name"] = aten;
+                        break;
+                    }
         node.inputs = &n.at("inputs");
         node.outputs = &n.at("outputs");
-        node.op = operatorOf(node.target);
         node.assertion = node.op && node.op->schema().name() == "aten::_assert_tensor_metadata";
         const auto& meta = n.value("metadata", json::object());
         if (meta.contains("nn_module_stack")) {

@@ -460,14 +460,29 @@ public:
         bool rebound; // bound again before the call returns
     };
 
+    // Whether statement `later` of call c is the next traced line of the same Python statement as `earlier`, a
+    // container literal over lines (`masks = {\n"full": f(x),\n"sliding": g(x)}`): a line further down, not the
+    // next run of a loop.
+    bool continues(int c, std::size_t earlier, std::size_t later) const
+    {
+        const auto& statements = tree_.statements(c);
+        const int a = statements[earlier], b = statements[later];
+        const auto* line = lineOf(a);
+        return later == earlier + 1 && line && SourceFacts::flag(*line, "container") && lineNumber(a) == lineNumber(b)
+            && frameLine(b) > frameLine(a);
+    }
+
     // The end of the value statement k of call c binds to `name`.
     End after(int c, std::size_t k, const std::string& name) const
     {
         const auto& statements = tree_.statements(c);
         const auto untraced = untracedRebinds(c, name);
+        std::size_t part = k; // the last traced line of k's Python statement so far
         for (auto later = k; later < statements.size(); ++later) {
             const int s = statements[later];
-            if (later > k) {
+            if (later > k && continues(c, part, later)) {
+                part = later;
+            } else if (later > k) {
                 const auto* line = lineOf(s);
                 auto targets = line ? SourceFacts::targets(*line) : assignedNames(tree_.code(s));
                 if (targets && std::find(targets->begin(), targets->end(), name) != targets->end())
@@ -621,8 +636,10 @@ private:
         return out;
     }
 
-    // A call the facts do not describe (a torch.nn module's forward a strict export hides): the one value it made
-    // that is read after it returns, when there is exactly one.
+    // A call the facts do not describe (a torch.nn module's forward a strict export hides, a function whose return
+    // statements differ): the one value it made that is read after it returns, when there is exactly one; where it
+    // made none, the one value its last node made, when nothing reads it (`create_sliding_window_causal_mask(...)`
+    // into a dict whose sliding entry no layer reads).
     Returned fallback(int c) const
     {
         const auto end = tree_.callEnd(c);
@@ -639,9 +656,52 @@ private:
                     return std::nullopt;
                 only = name;
             }
+        if (!only && made_[end].size() == 1) {
+            auto v = values_.find(made_[end].front());
+            if (v != values_.end() && v->second.maker == end && v->second.readers.empty())
+                only = v->first;
+        }
         if (!only)
             return std::nullopt;
         return std::vector<Element> {{*only}};
+    }
+
+    // What (a traced line of) a container literal's statement holds: each value that a call it makes returns and
+    // each value it makes itself, that nothing later in the statement reads.
+    Element elements(int s)
+    {
+        const int j = tree_.statementDepth(s);
+        const auto end = tree_.statementEnd(s);
+        Element out;
+        if (j >= kDeepest)
+            return out;
+        auto keep = [&](const std::string& name) {
+            auto v = values_.find(name);
+            if (v == values_.end())
+                return;
+            const auto& readers = v->second.readers;
+            if (std::none_of(readers.begin(), readers.end(), [&](std::size_t r) { return r > v->second.maker && r <= end; }))
+                out.push_back(name);
+        };
+        int lastCall = -1;
+        for (auto i = tree_.statementBegin(s); i <= end; ++i) {
+            if (tree_.depth(i) < j || tree_.statement(i, j) != s)
+                continue;
+            if (tree_.depth(i) == j) {
+                for (const auto& name : made_[i])
+                    keep(name);
+                continue;
+            }
+            const int c = tree_.call(i, j + 1);
+            if (c == lastCall)
+                continue;
+            lastCall = c;
+            if (auto r = returned(c))
+                for (const auto& e : *r)
+                    for (const auto& name : e)
+                        keep(name);
+        }
+        return out;
     }
 
     // The names each statement of call c binds, in order; each bound value held until the call binds that name
@@ -663,7 +723,12 @@ private:
                 continue;
             auto r = result(s);
             std::vector<Element> bound(targets->size());
-            if (r && r->size() == targets->size()) {
+            if (targets->size() == 1 && SourceFacts::flag(*line, "container")) { // `masks = {"full": f(x), ...}`
+                bound[0] = elements(s);
+                if (k > 0 && rebinding_.continues(c, k - 1, k)) // its earlier lines' elements stay bound too
+                    if (auto it = env.find(targets->front()); it != env.end() && it->second.statement == k - 1)
+                        bound[0].insert(bound[0].begin(), it->second.values.begin(), it->second.values.end());
+            } else if (r && r->size() == targets->size()) {
                 bound = *r;
             } else if (r && targets->size() == 1 && SourceFacts::flag(*line, "call")) { // `outputs = block(x)`
                 for (const auto& e : *r)

@@ -564,18 +564,38 @@ def _attempt(torch, model, dims, inputs, strict):
 
 def _fake_run(torch, model, call, examples, files):
     """A run of the forward under FakeTensorMode (shapes only, nothing computed): what the program returns
-    ({"output": "logits of CausalLMOutput"}) and the lines of `files` it executed ({(file, line)}); ({}, None) where
-    that run is not possible."""
-    seen, executed = {}, set()
-    try:
-        from torch._subclasses.fake_tensor import FakeTensorMode
+    ({"output": "logits of CausalLMOutput"}) and the lines of `files` it executed ({(file, line)}). Where the forward
+    reads a tensor's values (transformers' warn_if_padding_and_no_attention_mask asks whether the pad token is in
+    the ids, which a fake tensor cannot answer) and the model and examples hold real values, the run is a real one
+    on the examples, under no_grad; ({}, None) where neither is possible."""
+    def attempt(fake):
+        seen, executed = {}, set()
         with _Quiet(), contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with FakeTensorMode(allow_non_fake_inputs=True), torch.no_grad(), source_facts.lines_run(files, executed):
+            with fake or contextlib.nullcontext(), torch.no_grad(), source_facts.lines_run(files, executed):
                 call(model, examples, seen)
+        return seen, executed
+
+    try:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        return attempt(FakeTensorMode(allow_non_fake_inputs=True))
     except Exception:  # noqa: BLE001 (the description and the lines are optional)
+        pass
+    tensors = list(model.parameters()) + list(model.buffers()) + [e for e in examples if isinstance(e, torch.Tensor)]
+    if any(t.device.type == "meta" for t in tensors):
         return {}, None
-    return seen, executed
+    # the user's model as it was: its buffers (a BatchNorm's running statistics in train mode) and the random state
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    rng = torch.get_rng_state()
+    try:
+        return attempt(None)
+    except Exception:  # noqa: BLE001
+        return {}, None
+    finally:
+        with torch.no_grad():
+            for b, saved in buffers:
+                b.copy_(saved)
+        torch.set_rng_state(rng)
 
 
 def _shape_text(shape):

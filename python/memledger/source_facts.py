@@ -10,7 +10,8 @@ the frames name (at export time, where they exist) and writes, for the program's
      "functions": {"FILE:FIRST_LINE": {"returns": R,
                                        "rebinds": {NAME: [LINE, ...]}}},  lines that bind NAME to something other
                                                          than a call on its own value (`x = None`, `x = out[0]`),
-                                                         those a run of the forward executed where one was made
+                                                         those a run of the forward executed (none where no
+                                                         run was possible)
                                                          R: null (the return statements differ, or none), "call" (the
                                                          function returns a call's value as it is:
                                                          `return self.attention(...)`), or a list, one entry per
@@ -19,6 +20,9 @@ the frames name (at export time, where they exist) and writes, for the program's
                              "targets": [...] | null,   the local names the statement binds, [] for none, null when it
                                                         binds something else (an attribute, an item)
                              "call": bool,              its value is a call, bound as the call returns it
+                             "container": true,         (only where true) its value is a dict, list, tuple or set
+                                                        literal: the name holds every element, also those nothing
+                                                        reads (`masks = {"full": f(x), "sliding": g(x)}`)
                              "return": bool}}}          it is a return statement
 
 A file that cannot be read or parsed is left out: memledger then keeps what the stack traces alone tell.
@@ -123,11 +127,15 @@ class _Function:
                     self.rebinds.setdefault(name, []).append((statement.lineno, statement.lineno))
 
     def rebinds_run(self, path, executed):
-        """The rebinding lines, those a run executed where `executed` ({(file, line)}) is known."""
+        """The rebinding lines that a run executed (`executed`: {(file, line)}); none where no run told which ran:
+        a line that did not run, taken as run, would drop a value the eager code still holds (an under-count), while
+        one that ran, left out, holds a value longer than it lives (an over-count, the safe side)."""
         out = {}
+        if executed is None:
+            return out
         for name, spans in self.rebinds.items():
             lines = [first for first, last in spans
-                     if executed is None or any((path, line) in executed for line in range(first, last + 1))]
+                     if any((path, line) in executed for line in range(first, last + 1))]
             if lines:
                 out[name] = lines
         return out
@@ -154,8 +162,12 @@ def _functions_of(path, cache):
     return cache[path]
 
 
+_CONTAINERS = (ast.Dict, ast.List, ast.Tuple, ast.Set)
+
+
 def _describe(statement):
     targets, call = [], False
+    container = isinstance(statement, (ast.Assign, ast.AnnAssign)) and isinstance(statement.value, _CONTAINERS)
     if isinstance(statement, ast.Assign):
         bound = [_names(t) for t in statement.targets]
         targets = None if any(b is None for b in bound) or len(bound) != 1 else bound[0]
@@ -167,8 +179,11 @@ def _describe(statement):
         targets = _names(statement.target)
     elif isinstance(statement, ast.Return):
         call = statement.value is not None and _is_call(statement.value)
-    return {"first": statement.lineno, "targets": targets, "call": bool(call),
-            "return": isinstance(statement, ast.Return)}
+    facts = {"first": statement.lineno, "targets": targets, "call": bool(call),
+             "return": isinstance(statement, ast.Return)}
+    if container:
+        facts["container"] = True
+    return facts
 
 
 def files_of(traces):
@@ -203,7 +218,8 @@ def lines_run(files, executed):
 def of_traces(traces, executed=None):
     """The facts of the lines the stack traces name, as the JSON text described above. `executed` ({(file, line)},
     from lines_run around a run of the forward) keeps, of the lines that rebind a name to something the trace does
-    not show (`attn_weights = None` under `if not output_attentions:`), those that ran; without it, all of them."""
+    not show (`attn_weights = None` under `if not output_attentions:`), those that ran; without it, none of them
+    (rebinds_run)."""
     cache, functions, lines = {}, {}, {}
     for trace in traces:
         for path, line in _FRAME.findall(trace or ""):
