@@ -143,6 +143,30 @@ INSTANTIATE_TEST_SUITE_P(Programs, Lifetimes,
         "neo_tuple_4x32", "neo_none_2x64", "neo_none_4x32", "proj_layers_2x64", "proj_layers_4x32", "shared_loop_2x64",
         "shared_loop_4x32", "mask_dict_2x64", "mask_dict_4x32", "moe_2x64", "moe_4x32"));
 
+// transformers 5's mixture of experts on the meta device, where a 47B Mixtral is asked about: the sorted tokens'
+// `perm // top_k` (floor_divide, whose meta function PyTorch writes in Python), the expert histogram and the grouped
+// matmul run on shapes alone, and the peaks are the profiler's of the eager model: in inference to the byte; in an
+// SGD step but for the 8-byte CPU scalar each layer's attention saves for the backward (`* scaling`, a wrapped
+// Python number), which a CPU run counts and a meta run, standing for a GPU, leaves in host memory (docs/meta.md).
+TEST(LifetimesMeta, MixtureOfExpertsRunsOnMetaAsTheEagerModel)
+{
+    SKIP_IF_TRUTH_IS_NOT_HERE(truthFile(), true);
+    const auto& cases = truthFile()["cases"];
+    if (!cases.contains("moe_2x64"))
+        GTEST_SKIP() << "the truths' torch has no torch._grouped_mm";
+    for (const std::string name : {"moe_2x64", "moe_4x32"}) {
+        const auto& entry = cases[name];
+        auto o = optionsFor(entry);
+        o.device = "meta";
+        EXPECT_EQ(analyzeModel(modelFor(entry), o).peak_bytes, entry["eager_peak_bytes"].get<std::int64_t>()) << name;
+        auto t = trainingStepFor(entry, "sgd");
+        t.device = "meta";
+        const auto short_ = entry["eager_train_peak_bytes"].get<std::int64_t>() - analyzeModel(modelFor(entry), t).peak_bytes;
+        EXPECT_TRUE(short_ >= 0 && short_ <= 3 * 8) << name << ": one SGD step on meta, " << short_
+                                                   << " bytes under the profiler's (three layers' 8-byte scalars at most)";
+    }
+}
+
 // Eager is what a run does unless told otherwise, and the eager module's peak is the higher: the Python code keeps
 // its locals (q, k, v, att) until its forward returns, the graph drops each after its last reader.
 TEST(LifetimesDefault, IsEagerAndHoldsMoreThanTheGraph)

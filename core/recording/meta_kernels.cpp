@@ -63,6 +63,42 @@ Tensor logicalNot(const Tensor& self)
     return at::empty_like(self, self.options().dtype(at::kBool));
 }
 
+// floor_divide (transformers' mixture of experts: `perm // num_top_k`, the token of each sorted expert slot): the
+// broadcast of its arguments in their promoted type. PyTorch's own meta function is Python's (torch._refs).
+Tensor floorDivide(const Tensor& self, const Tensor& other)
+{
+    return at::empty(at::infer_size(self.sizes(), other.sizes()), self.options().dtype(at::result_type(self, other)));
+}
+
+Tensor floorDivideScalar(const Tensor& self, const at::Scalar& other)
+{
+    return at::empty_like(self, self.options().dtype(at::result_type(self, other)));
+}
+
+// histc (the tokens per expert, counted over the sorted expert ids): `bins` counts of the input's type.
+Tensor histogramCounts(const Tensor& self, int64_t bins, const at::Scalar&, const at::Scalar&)
+{
+    return at::empty({bins}, self.options());
+}
+
+// _grouped_mm (a mixture of experts' matmul of the tokens sorted by expert, offs their cumulative counts), whose
+// C++ function reads the offsets on the CPU: the output as PyTorch's meta function shapes it (2-D x 3-D [M, N]; 2-D x
+// 2-D, a backward's weight gradient, [groups, M, N]; 3-D x 2-D [M, N]; 3-D x 3-D batched), contiguous as the CPU's.
+Tensor groupedMatmul(const Tensor& self, const Tensor& mat2, const OptionalTensor& offs, const OptionalTensor&,
+    std::optional<c10::ScalarType> outDtype)
+{
+    std::vector<int64_t> size;
+    if (self.dim() == 2 && mat2.dim() == 2)
+        size = {defined(offs) ? offs->size(0) : 1, self.size(0), mat2.size(1)};
+    else if (self.dim() == 2)
+        size = {self.size(0), mat2.size(-1)};
+    else if (mat2.dim() == 2)
+        size = {self.size(1), mat2.size(1)};
+    else
+        size = {self.size(0), self.size(1), mat2.size(-1)};
+    return at::empty(size, self.options().dtype(outDtype.value_or(self.scalar_type())));
+}
+
 // abs (T5's relative positions): shaped as the input, a complex one's magnitudes real.
 Tensor absolute(const Tensor& self)
 {
@@ -370,6 +406,12 @@ TORCH_LIBRARY_IMPL(aten, Meta, m)
     m.impl("_scaled_dot_product_flash_attention_for_cpu", TORCH_FN(flashAttentionForCpu));
     m.impl("_scaled_dot_product_flash_attention_for_cpu_backward", TORCH_FN(flashAttentionForCpuBackward));
     m.impl("abs", TORCH_FN(absolute));
+    m.impl("floor_divide", TORCH_FN(floorDivide));
+    m.impl("floor_divide.Scalar", TORCH_FN(floorDivideScalar));
+    m.impl("histc", TORCH_FN(histogramCounts));
+#if MEMLEDGER_HAS_GROUPED_MM
+    m.impl("_grouped_mm", TORCH_FN(groupedMatmul));
+#endif
     m.impl("add.Tensor", TORCH_FN(add));
     m.impl("convolution", TORCH_FN(convolution));
     m.impl("convolution_backward", TORCH_FN(convolutionBackward));

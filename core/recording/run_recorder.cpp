@@ -438,6 +438,16 @@ public:
 
     // The innermost op that was running when the run failed; "" if none.
     static std::string failedOp() { return ops().empty() ? std::string() : ops().back().name; }
+    // The ops it ran inside, innermost first: " (inside aten::index_put_, ...)"; "" if none.
+    static std::string callers()
+    {
+        const auto& stack = ops();
+        std::string out;
+        for (auto it = stack.rbegin() + (stack.empty() ? 0 : 1); it != stack.rend(); ++it)
+            if (it->name != (it == stack.rbegin() ? std::string() : std::prev(it)->name))
+                out += (out.empty() ? " (inside " : ", ") + it->name;
+        return out.empty() ? out : out + ")";
+    }
 
 private:
     struct Entry {
@@ -501,7 +511,8 @@ RunError explainMetaFailure(const std::string& message)
     }
     auto has = [&](const char* text) { return message.find(text) != std::string::npos; };
     if (has("meta tensor") || has("item()") || has("_local_scalar_dense") || has("no data") || has("Meta"))
-        return RunError("--device meta: the model reads a tensor's values" + (op.empty() ? std::string() : " in " + op)
+        return RunError("--device meta: the model reads a tensor's values"
+            + (op.empty() ? std::string() : " in " + op + MetaOpTrail::callers())
             + ", which a meta tensor does not have (only its shape): run it on the cpu (" + message + ")");
     return RunError("--device meta: the model failed" + (op.empty() ? std::string() : " in " + op) + ": " + message);
 }

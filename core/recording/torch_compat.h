@@ -22,6 +22,9 @@ C10_API void free_cpu(void* data);
 } // namespace c10
 #endif
 
+// aten::_grouped_mm(self, mat2, offs?, bias?, out_dtype?), the grouped matmul of mixture-of-experts layers (2.8 on).
+#define MEMLEDGER_HAS_GROUPED_MM MEMLEDGER_TORCH_AT_LEAST(2, 8)
+
 namespace memledger::compat {
 
 // c10::MemoryReportingInfoBase::reportMemoryUsage's running totals: int64_t in 1.13, size_t in 2.x.
