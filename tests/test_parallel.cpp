@@ -409,6 +409,43 @@ TEST(ParallelNotes, ACpuRecordedRankNamesItsKernelScratch)
     }
 }
 
+// FSDP2 shards dim 0 padded to whole rows: the mixture of experts' [4, ...] weights on 8 ranks cost rank 0 a row
+// each (its shards equal FSDPMemTracker's, RankAgreesWithFsdpMemTracker); the rank's report and the fit table say
+// so with the parameters and what it costs over an even split, and a model whose dim 0s all exceed the ranks, or a
+// GPU count no larger than the experts, says nothing.
+TEST_F(Fsdp, ShortRowsPaddedToWholeRowsAreSaid)
+{
+    if (!fsdpTruth()["models"].contains("moe"))
+        GTEST_SKIP() << "the truths' torch has no torch._grouped_mm";
+    auto model = Model::open(fixture("fsdp/moe.pt2"));
+    auto step = analyzeModel(model, stepOptions("2x32:int64", "float32"));
+    auto noteOf = [](const Report& r) -> std::string {
+        for (const auto& n : r.notes)
+            if (n.find("fewer rows in dim 0") != std::string::npos)
+                return n;
+        return {};
+    };
+    ParallelPlan plan;
+    plan.shard = Sharding::Fsdp;
+    plan.master_dtype = "float32";
+    plan.gpus = 8;
+    auto rank = rankReport(step, plan);
+    const auto note = noteOf(rank);
+    // 3 layers' gate_up_proj [4, 128, 512] and down_proj [4, 256, 128], and their routers' [4, 128] weights
+    EXPECT_NE(note.find("9 parameters"), std::string::npos) << note;
+    EXPECT_NE(note.find("layers.0.experts.gate_up_proj, 4)"), std::string::npos) << note;
+    // rank 0 holds one of each parameter's four rows, where an even split gives it half a row
+    const std::int64_t over = 3 * (4 * 128 * 512 + 4 * 256 * 128 + 4 * 128) / 8;
+    EXPECT_NE(note.find(formatBytes(over * 4) + " more than an even split"), std::string::npos) << note;
+    plan.gpus = 4;
+    EXPECT_EQ(noteOf(rankReport(step, plan)), "");
+    EXPECT_EQ(fsdpPaddingNote(Model::open(fixture("fsdp/toy.pt2")).info(), 64, "float32"), "");
+    auto fit = runCommand(std::string(MEMLEDGER_BINARY) + " fit " + fixture("fsdp/moe.pt2")
+        + " --input 2x32:int64 --budget 80GB --precision float32 --shard fsdp --gpus 1,2,4,8,16");
+    ASSERT_EQ(fit.exit_code, 0) << fit.output;
+    EXPECT_NE(fit.output.find("fsdp and zero2 on 8 GPUs (and more): 9 parameters"), std::string::npos) << fit.output;
+}
+
 // whatif --gpus --shard: one row per micro-batch x strategy x GPU count, rank 0's figures, fits monotone.
 TEST_F(Fsdp, WhatIfRowsPerRank)
 {

@@ -207,6 +207,13 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
     if (atRangeEnd)
         t.notes.push_back("a micro-batch of " + std::to_string(t.runnable.max) + " is the most the program accepts ("
             + (t.runnable.why.empty() ? t.runnable.text() : t.runnable.why) + "): a larger one may fit but cannot run");
+    // FSDP2's padding of short dim 0s (a mixture of experts' weights), from the fewest GPUs where it arises.
+    if (std::any_of(r.shards.begin(), r.shards.end(), [](Sharding s) { return s == Sharding::Fsdp || s == Sharding::Zero2; }))
+        for (int n : t.gpu_counts)
+            if (auto note = fsdpPaddingNote(w.model(), n, masterDtypeOf(r.precisions.front())); !note.empty()) {
+                t.notes.push_back("fsdp and zero2 on " + std::to_string(n) + " GPUs (and more): " + note);
+                break;
+            }
     t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return t;
 }

@@ -144,6 +144,7 @@ struct ParamShard {
     std::int64_t numel = 0;
     std::int64_t padded = 0; // elements of each rank's padded shard
     std::int64_t local = 0; // rank 0's elements, unpadded (what its optimizer state covers)
+    std::int64_t rows = 0; // dim 0
     bool trainable = true; // takes a gradient: frozen parameters are gathered but never reduced or stepped
     std::int64_t stepped() const { return trainable ? local : 0; } // the elements rank 0's optimizer steps
 };
@@ -172,6 +173,7 @@ std::vector<ParamShard> shardParameters(const ModelInfo& model, const std::vecto
         p.trainable = t.requires_grad;
         const std::int64_t rows = t.shape.empty() ? 1 : std::max<std::int64_t>(t.shape[0], 0);
         const std::int64_t rest = rows > 0 ? p.numel / rows : 0;
+        p.rows = rows;
         if (!shard || gpus == 1) {
             p.padded = p.local = p.numel;
         } else {
@@ -182,6 +184,33 @@ std::vector<ParamShard> shardParameters(const ModelInfo& model, const std::vecto
         out.push_back(p);
     }
     return out;
+}
+
+// FSDP2 pads dim 0 to ceil(rows / N) rows on every rank, so a parameter with fewer rows than GPUs (a mixture of
+// experts' [experts, ...] weights) costs rank 0 a whole row and every all-gather N rows: said, with what it costs
+// over an even split. "" when no parameter is so.
+std::string fewRowsNote(const std::vector<ParamShard>& params, int n, int md, std::int64_t fullNumel)
+{
+    std::int64_t count = 0, numel = 0, over = 0;
+    const ParamShard* largest = nullptr;
+    for (const auto& p : params)
+        if (p.rows > 0 && p.rows < n) {
+            ++count;
+            numel += p.numel;
+            over += p.local - p.numel / n;
+            if (!largest || p.numel > largest->numel)
+                largest = &p;
+        }
+    if (!largest || over * 10 < fullNumel / n) // under a tenth more than an even split (a bias of 4): no word
+        return {};
+    return std::to_string(count) + " parameters (" + formatBytes(numel * md) + ", "
+        + std::to_string(static_cast<int>(100.0 * static_cast<double>(numel) / static_cast<double>(fullNumel) + 0.5))
+        + "% of the model's) have fewer rows in dim 0 than the " + std::to_string(n) + " GPUs (the largest, "
+        + largest->name + ", " + std::to_string(largest->rows) + "): FSDP2 shards dim 0 with every rank's shard "
+        + "padded to whole rows, so rank 0 holds one row of each, " + formatBytes(over * md)
+        + " more than an even split, and each all-gather of them is " + std::to_string(n) + " rows wide. FSDP2's "
+        + "shard_placement_fn (sharding them on another dimension) and expert parallelism avoid it; memledger "
+        + "models neither";
 }
 
 // The step's parts that the schedule hooks onto.
@@ -275,6 +304,17 @@ std::vector<std::int64_t> ddpBuckets(const std::vector<ParamShard>& params, int 
 
 } // namespace
 
+std::string fsdpPaddingNote(const ModelInfo& model, int gpus, const std::string& masterDtype)
+{
+    if (gpus <= 1)
+        return {};
+    const auto params = shardParameters(model, {""}, gpus, true);
+    std::int64_t fullNumel = 0;
+    for (const auto& p : params)
+        fullNumel += p.numel;
+    return fewRowsNote(params, gpus, dtypeSize(masterDtype), fullNumel);
+}
+
 RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& layers, const Trace& step,
     const std::vector<OpCall>& ops, const std::vector<Phase>& phases, const RunInfo& run,
     std::int64_t optimizerStateBytes, const ParallelPlan& plan)
@@ -309,6 +349,9 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
         trainableNumel += p.trainable ? p.numel : 0;
     }
     info.full_parameter_bytes = fullNumel * md;
+    if (fsdp)
+        if (auto note = fewRowsNote(params, n, md, fullNumel); !note.empty())
+            out.notes.push_back(note);
 
     // Resident before the step: parameters (shards), buffers, optimizer state.
     std::int64_t buffers = 0;

@@ -87,6 +87,11 @@ std::vector<std::string> shardUnitsMatching(const std::vector<LayerStats>& layer
 // known); throws std::invalid_argument with what to change.
 void checkPlan(const ParallelPlan& plan, const RunInfo& run);
 
+// What FSDP2's row padding costs on `gpus` GPUs where parameters have fewer rows in dim 0 than GPUs (a mixture of
+// experts' [experts, ...] weights): a sentence for a note, "" where none does (or they cost rank 0 under a tenth
+// more than an even split of the model would).
+std::string fsdpPaddingNote(const ModelInfo& model, int gpus, const std::string& masterDtype);
+
 // The rank's step: the recorded step's trace with the schedule laid over it.
 struct RankLayout {
     Trace trace;

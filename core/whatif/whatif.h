@@ -121,6 +121,7 @@ public:
     RunMode mode() const; // what the records ran
     std::string device() const; // where the records ran: cpu, or meta (figures from shapes, not measured)
     std::vector<std::string> notes() const; // alignment, rescaled dtypes, ...
+    const ModelInfo& model() const { return *model_; } // the model's tensors, as recorded
     std::size_t eventCount(const std::string& dtype) const; // events replayed per prediction
 
     struct Fit; // one dtype's fitted sizes, in core/whatif/fit.h
