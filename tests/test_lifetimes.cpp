@@ -143,6 +143,30 @@ INSTANTIATE_TEST_SUITE_P(Programs, Lifetimes,
         "neo_tuple_4x32", "neo_none_2x64", "neo_none_4x32", "proj_layers_2x64", "proj_layers_4x32", "shared_loop_2x64",
         "shared_loop_4x32", "mask_dict_2x64", "mask_dict_4x32", "moe_2x64", "moe_4x32"));
 
+// A float32 program run in bfloat16 (--dtype bfloat16) is the eager model.to(torch.bfloat16), to the byte, in
+// inference and an SGD step: transformers' eager attention computes its softmax in float32 and casts back
+// (`softmax(w, dim=-1, dtype=torch.float32).to(query.dtype)`), which the program's nodes tell only in their source
+// line, under which Python 3.11 prints carets.
+TEST(LifetimesBfloat16, TheProgramConvertedIsTheEagerModelConverted)
+{
+    SKIP_IF_TRUTH_IS_NOT_HERE(truthFile(), true);
+    int checked = 0;
+    for (const auto& [name, entry] : truthFile()["cases"].items()) {
+        if (!entry.contains("bf16_eager_peak_bytes"))
+            continue;
+        auto o = optionsFor(entry);
+        o.dtype = "bfloat16";
+        EXPECT_EQ(analyzeModel(modelFor(entry), o).peak_bytes, entry["bf16_eager_peak_bytes"].get<std::int64_t>())
+            << name;
+        auto t = trainingStepFor(entry, "sgd");
+        t.dtype = "bfloat16";
+        EXPECT_EQ(analyzeModel(modelFor(entry), t).peak_bytes, entry["bf16_eager_train_peak_bytes"].get<std::int64_t>())
+            << name << ": one SGD step";
+        ++checked;
+    }
+    EXPECT_GE(checked, 4);
+}
+
 // transformers 5's mixture of experts on the meta device, where a 47B Mixtral is asked about: the sorted tokens'
 // `perm // top_k` (floor_divide, whose meta function PyTorch writes in Python), the expert histogram and the grouped
 // matmul run on shapes alone, and the peaks are the profiler's of the eager model: in inference to the byte; in an

@@ -70,9 +70,19 @@ bool namesTypeOnPurpose(const json& n, c10::ScalarType exported, std::map<std::s
     if (cast && !called.empty() && called != "to" && called != "type")
         return called == method; // x.float(), x.half(), ...: named by the method
     auto trace = meta.value("stack_trace", std::string());
-    while (!trace.empty() && std::isspace(static_cast<unsigned char>(trace.back())))
-        trace.pop_back();
-    auto line = trace.substr(trace.rfind('\n') == std::string::npos ? 0 : trace.rfind('\n') + 1);
+    // The innermost frame's source line: the trace's last, but for the line of carets (^^^~~~) under the part of it
+    // that made the node, which Python 3.11 and later print where that is not the whole line.
+    std::string line;
+    for (;;) {
+        while (!trace.empty() && std::isspace(static_cast<unsigned char>(trace.back())))
+            trace.pop_back();
+        const auto newline = trace.rfind('\n');
+        line = trace.substr(newline == std::string::npos ? 0 : newline + 1);
+        const bool markers = !line.empty() && line.find_first_not_of(" \t^~") == std::string::npos;
+        if (!markers || newline == std::string::npos)
+            break;
+        trace.erase(newline);
+    }
     if (line.empty() || line.size() > kMaxSourceLine)
         return false;
     const std::regex spelled(pattern);
