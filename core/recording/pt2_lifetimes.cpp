@@ -667,7 +667,9 @@ private:
     }
 
     // What (a traced line of) a container literal's statement holds: each value that a call it makes returns and
-    // each value it makes itself, that nothing later in the statement reads.
+    // each value it makes itself, that nothing later in the statement reads, and each value made inside its calls
+    // that nothing reads at all (two calls of one function on one line, `(mask(a), mask(b))`, are one call in the
+    // trace, which returns the second: the first is the value no one reads).
     Element elements(int s)
     {
         const int j = tree_.statementDepth(s);
@@ -692,6 +694,9 @@ private:
                     keep(name);
                 continue;
             }
+            for (const auto& name : made_[i])
+                if (auto v = values_.find(name); v != values_.end() && v->second.maker == i && v->second.readers.empty())
+                    keep(name);
             const int c = tree_.call(i, j + 1);
             if (c == lastCall)
                 continue;
