@@ -4,6 +4,7 @@
 #include "layer_tree_panel.h"
 #include "job_runner.h"
 #include "ledger_summary.h"
+#include "gpu_fit_view.h"
 #include "main_window.h"
 #include "qt_test_app.h"
 #include "window_wait.h"
@@ -66,6 +67,22 @@ void writeFile(const QString& path, const QByteArray& bytes)
 }
 
 } // namespace
+
+// The GPUs tab shows the fit table's notes as the CLI and the HTML page do: the program's range, FSDP2's padding.
+TEST(GpuFitView, ShowsTheTablesNotes)
+{
+    qtTestApp();
+    GpuFitView view;
+    GpuFitTable t;
+    t.budget_bytes = 80'000'000'000;
+    t.gpu_counts = {1, 2};
+    t.notes = {"a micro-batch of 16 is the most the program accepts", "fsdp and zero2 on 16 GPUs (and more): 96 parameters"};
+    view.setTable(t);
+    EXPECT_EQ(view.notesText(), "Note: a micro-batch of 16 is the most the program accepts\nNote: fsdp and zero2 on 16 GPUs "
+                                "(and more): 96 parameters");
+    view.clear("a training step's question");
+    EXPECT_TRUE(view.notesText().isEmpty());
+}
 
 TEST(MainWindow, RunsTheDemoAndShowsWhatTheCoreReports)
 {

@@ -47,6 +47,10 @@ GpuFitView::GpuFitView(QWidget* parent)
     layout->addWidget(answers_, 3);
     layout->addWidget(new QLabel(tr("Largest micro-batch per rank by GPU count (–: does not fit):"), this));
     layout->addWidget(byGpus_, 2);
+    notes_ = new QLabel(this);
+    notes_->setWordWrap(true);
+    notes_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    layout->addWidget(notes_);
     clear(tr("The fit table answers for a training step: run the model with Mode \"training step\"."));
 }
 
@@ -55,11 +59,17 @@ QString GpuFitView::headerText() const
     return header_->text();
 }
 
+QString GpuFitView::notesText() const
+{
+    return notes_->text();
+}
+
 void GpuFitView::clear(const QString& why)
 {
     header_->setText(why);
     answers_->setRowCount(0);
     byGpus_->setRowCount(0);
+    notes_->clear();
 }
 
 void GpuFitView::setTable(const GpuFitTable& t)
@@ -124,6 +134,10 @@ void GpuFitView::setTable(const GpuFitTable& t)
             byGpus_->setItem(row, c++, item(b == 0 ? tr("–") : QString::fromStdString(WhatIfTable::largestText(b))));
         ++row;
     }
+    QStringList notes; // as `memledger fit` and its HTML page say them
+    for (const auto& n : t.notes)
+        notes << tr("Note: %1").arg(QString::fromStdString(n));
+    notes_->setText(notes.join(QLatin1Char('\n')));
 }
 
 } // namespace memledger

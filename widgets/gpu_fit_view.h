@@ -20,11 +20,13 @@ public:
     QTableWidget* answers() const { return answers_; }
     QTableWidget* byGpus() const { return byGpus_; }
     QString headerText() const;
+    QString notesText() const; // the table's notes (the program's range, FSDP2's padding), one "Note:" line each
 
 private:
     QLabel* header_;
     QTableWidget* answers_;
     QTableWidget* byGpus_;
+    QLabel* notes_;
 };
 
 } // namespace memledger
