@@ -24,6 +24,8 @@ import os
 import subprocess
 import sys
 
+from gpu_check import mib, off  # packaging/, beside this script
+
 FIXTURE_SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
 PEAK_TOLERANCE = 0.01
 META_TOLERANCE = 0.02
@@ -118,14 +120,6 @@ CASES = [  # (file, input, mode, autocast dtype, weight-cast cache)
     ("cnn_bn.pt", "8x3x64x64", "inference", "bfloat16", "on"),
     ("cnn_bn.pt", "8x3x64x64", "train", "bfloat16", "on"),
 ]
-
-
-def mib(b):
-    return "%9.2f MiB" % (b / 1048576.0)
-
-
-def off(a, b):
-    return abs(a - b) / max(b, 1)
 
 
 def memledger_run(memledger, path, shape, mode, dtype, cache, device, out):

@@ -443,9 +443,9 @@ public:
     {
         const auto& stack = ops();
         std::string out;
-        for (auto it = stack.rbegin() + (stack.empty() ? 0 : 1); it != stack.rend(); ++it)
-            if (it->name != (it == stack.rbegin() ? std::string() : std::prev(it)->name))
-                out += (out.empty() ? " (inside " : ", ") + it->name;
+        for (std::size_t k = stack.size(); k-- > 1;) // from the innermost's caller out, each operator once in a row
+            if (stack[k - 1].name != stack[k].name)
+                out += (out.empty() ? " (inside " : ", ") + stack[k - 1].name;
         return out.empty() ? out : out + ")";
     }
 

@@ -41,8 +41,8 @@ void checkPrecisions(const std::vector<std::string>& precisions)
 std::vector<std::string> recordedPrecisionsFor(const std::vector<std::string>& precisions, const std::vector<Sharding>& shards)
 {
     checkPrecisions(precisions);
-    const bool sharded = std::any_of(shards.begin(), shards.end(), [](Sharding s) { return s == Sharding::Fsdp || s == Sharding::Zero2; });
-    const bool unsharded = std::any_of(shards.begin(), shards.end(), [](Sharding s) { return s == Sharding::Ddp || s == Sharding::Zero1; });
+    const bool sharded = std::any_of(shards.begin(), shards.end(), shardsParameters);
+    const bool unsharded = std::any_of(shards.begin(), shards.end(), [](Sharding s) { return !shardsParameters(s); });
     std::vector<std::string> out;
     auto add = [&](const std::string& d) {
         if (std::find(out.begin(), out.end(), d) == out.end())
@@ -208,7 +208,7 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
         t.notes.push_back("a micro-batch of " + std::to_string(t.runnable.max) + " is the most the program accepts ("
             + (t.runnable.why.empty() ? t.runnable.text() : t.runnable.why) + "): a larger one may fit but cannot run");
     // FSDP2's padding of short dim 0s (a mixture of experts' weights), from the fewest GPUs where it arises.
-    if (std::any_of(r.shards.begin(), r.shards.end(), [](Sharding s) { return s == Sharding::Fsdp || s == Sharding::Zero2; }))
+    if (std::any_of(r.shards.begin(), r.shards.end(), shardsParameters))
         for (int n : t.gpu_counts)
             if (auto note = fsdpPaddingNote(w.model(), n, masterDtypeOf(r.precisions.front())); !note.empty()) {
                 t.notes.push_back("fsdp and zero2 on " + std::to_string(n) + " GPUs (and more): " + note);

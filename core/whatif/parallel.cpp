@@ -189,11 +189,12 @@ std::vector<ParamShard> shardParameters(const ModelInfo& model, const std::vecto
 // FSDP2 pads dim 0 to ceil(rows / N) rows on every rank, so a parameter with fewer rows than GPUs (a mixture of
 // experts' [experts, ...] weights) costs rank 0 a whole row and every all-gather N rows: said, with what it costs
 // over an even split. "" when no parameter is so.
-std::string fewRowsNote(const std::vector<ParamShard>& params, int n, int md, std::int64_t fullNumel)
+std::string fewRowsNote(const std::vector<ParamShard>& params, int n, int md)
 {
-    std::int64_t count = 0, numel = 0, over = 0;
+    std::int64_t fullNumel = 0, count = 0, numel = 0, over = 0;
     const ParamShard* largest = nullptr;
-    for (const auto& p : params)
+    for (const auto& p : params) {
+        fullNumel += p.numel;
         if (p.rows > 0 && p.rows < n) {
             ++count;
             numel += p.numel;
@@ -201,6 +202,7 @@ std::string fewRowsNote(const std::vector<ParamShard>& params, int n, int md, st
             if (!largest || p.numel > largest->numel)
                 largest = &p;
         }
+    }
     if (!largest || over * 10 < fullNumel / n) // under a tenth more than an even split (a bias of 4): no word
         return {};
     return std::to_string(count) + " parameters (" + formatBytes(numel * md) + ", "
@@ -308,11 +310,7 @@ std::string fsdpPaddingNote(const ModelInfo& model, int gpus, const std::string&
 {
     if (gpus <= 1)
         return {};
-    const auto params = shardParameters(model, {""}, gpus, true);
-    std::int64_t fullNumel = 0;
-    for (const auto& p : params)
-        fullNumel += p.numel;
-    return fewRowsNote(params, gpus, dtypeSize(masterDtype), fullNumel);
+    return fewRowsNote(shardParameters(model, {""}, gpus, true), gpus, dtypeSize(masterDtype));
 }
 
 RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& layers, const Trace& step,
@@ -350,7 +348,7 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
     }
     info.full_parameter_bytes = fullNumel * md;
     if (fsdp)
-        if (auto note = fewRowsNote(params, n, md, fullNumel); !note.empty())
+        if (auto note = fewRowsNote(params, n, md); !note.empty())
             out.notes.push_back(note);
 
     // Resident before the step: parameters (shards), buffers, optimizer state.

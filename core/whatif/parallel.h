@@ -35,6 +35,11 @@ namespace memledger {
 
 enum class Sharding { Fsdp, Zero2, Zero1, Ddp };
 const char* shardingName(Sharding s); // "fsdp" | "zero2" | "zero1" | "ddp"
+// fsdp and zero2 shard the parameters (gathered in param_dtype per unit); zero1 and ddp keep them whole.
+inline bool shardsParameters(Sharding s)
+{
+    return s == Sharding::Fsdp || s == Sharding::Zero2;
+}
 std::optional<Sharding> shardingFromName(const std::string& name);
 
 struct ParallelPlan {
@@ -69,7 +74,7 @@ struct ParallelPlan {
         return sharded() || autocast.empty() ? paramDtype() : precisionOf(master_dtype, autocast);
     }
     std::string reduceDtype() const { return reduce_dtype.empty() ? master_dtype : reduce_dtype; }
-    bool sharded() const { return shard == Sharding::Fsdp || shard == Sharding::Zero2; }
+    bool sharded() const { return shardsParameters(shard); }
     // "fsdp on 8 GPUs, bfloat16 parameters, float32 master": for notes and titles.
     std::string text() const;
 };
