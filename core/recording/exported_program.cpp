@@ -16,12 +16,14 @@
 #include "recording/pt2_graph.h"
 #include "recording/pt2_interpreter.h"
 #include "recording/pt2_lifetimes.h"
+#include "recording/torch_compat.h"
 #include "report/report.h"
 #include "support/dtype.h"
 #include "support/errors.h"
 
 #include <caffe2/serialize/inline_container.h>
 #include <nlohmann/json.hpp>
+#include <torch/csrc/autograd/functions/utils.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -87,6 +89,21 @@ struct ExportedProgram::Impl {
     };
     std::vector<Node> nodes;
     json outputs;
+
+    // The calls of torch.autograd.Function forwards (pt2::autogradFunctionCalls): a training run runs each as one
+    // autograd node, as eager does (runFunctionCall).
+    struct FunctionCall {
+        std::size_t first = 0, last = 0;
+        std::string name;
+        std::vector<std::string> inputs; // what its nodes read that an earlier node (or input) made
+        std::vector<std::string> outputs; // what its nodes make that a later node (or the caller) reads
+    };
+    std::vector<FunctionCall> function_calls;
+    std::vector<int> call_at; // per node: the index of the call its first node starts, or -1
+
+    // Nodes first..last: each run (the forward's onNode told first) and the values it was the last to need dropped.
+    void runNodes(pt2::Interpreter& env, std::size_t first, std::size_t last, bool eager,
+        const std::function<void(const std::string&)>* onNode) const;
 };
 
 namespace {
@@ -636,6 +653,49 @@ void markReleases(Impl& d, const std::optional<json>& sources)
     d.eager_known = d.eager_lifetimes = true;
 }
 
+// The calls of torch.autograd.Function forwards, each with what it reads from before it and what is read of it after.
+void markFunctionCalls(Impl& d)
+{
+    const auto& nodes = d.program.at("nodes");
+    d.call_at.assign(d.nodes.size(), -1);
+    std::vector<std::string> later; // what the program's caller reads
+    namesIn(d.outputs, later);
+    for (const auto& [output, buffer] : d.buffer_mutations)
+        later.push_back(output);
+    for (const auto& c : pt2::autogradFunctionCalls(nodes)) {
+        Impl::FunctionCall call {c.first, c.last, c.name, {}, {}};
+        std::set<std::string> made, read;
+        for (auto i = c.first; i <= c.last; ++i) {
+            std::vector<std::string> in, out;
+            for (const auto& arg : nodes.at(i).at("inputs"))
+                if (arg.contains("arg"))
+                    namesIn(arg.at("arg"), in);
+            for (const auto& name : in)
+                if (!made.count(name) && read.insert(name).second)
+                    call.inputs.push_back(name);
+            namesIn(nodes.at(i).at("outputs"), out);
+            made.insert(out.begin(), out.end());
+        }
+        std::set<std::string> after(later.begin(), later.end());
+        for (auto i = c.last + 1; i < nodes.size(); ++i) {
+            std::vector<std::string> in;
+            for (const auto& arg : nodes.at(i).at("inputs"))
+                if (arg.contains("arg"))
+                    namesIn(arg.at("arg"), in);
+            after.insert(in.begin(), in.end());
+        }
+        for (auto i = c.first; i <= c.last; ++i) {
+            std::vector<std::string> out;
+            namesIn(nodes.at(i).at("outputs"), out);
+            for (const auto& name : out)
+                if (after.count(name))
+                    call.outputs.push_back(name);
+        }
+        d.call_at[c.first] = static_cast<int>(d.function_calls.size());
+        d.function_calls.push_back(std::move(call));
+    }
+}
+
 // The module tree: the modules the nodes name, those that own a weight but call no op of their own (their
 // children do), and every parent; parents before children.
 void buildModuleTree(Impl& d, ModuleOrder& modules)
@@ -738,6 +798,7 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
     readNodes(d, modules);
     separateKeptCasts(d);
     markReleases(d, sourceFacts(reader));
+    markFunctionCalls(d);
     buildModuleTree(d, modules);
     if (d.meta_weights) // a program saved with some weights on meta and some not runs on meta alone: all there
         p->convert(std::nullopt, c10::Device(c10::kMeta));
@@ -791,6 +852,157 @@ void ExportedProgram::checkInputs(const std::vector<at::Tensor>& values) const
     }
 }
 
+void Impl::runNodes(pt2::Interpreter& env, std::size_t first, std::size_t last, bool eager,
+    const std::function<void(const std::string&)>* onNode) const
+{
+    for (auto i = first; i <= last; ++i) {
+        const auto& node = nodes[i];
+        if (!node.assertion) {
+            if (onNode)
+                (*onNode)(node.module);
+            env.keep_type = node.keeps_type;
+            if (node.op)
+                env.call(*node.op, *node.inputs, *node.outputs);
+            else
+                env.callPython(node.target, *node.inputs, *node.outputs);
+        }
+        for (const auto& name : eager ? node.eager_release : node.graph_release)
+            env.values.erase(name);
+    }
+}
+
+namespace {
+
+// One call of a torch.autograd.Function's forward, as eager Python runs `GeLUFunction.apply(x)`: an op of the
+// function's name around its nodes, which run under no_grad, so that none of their own autograd nodes saves
+// anything; the call's outputs get one autograd node ("GeLUFunctionBackward"), which keeps the tensors the call read
+// (what ctx.save_for_backward keeps of most such functions: their inputs). Its backward runs the nodes again from
+// them with gradients and takes the gradients of their outputs: the function's own backward is Python the program
+// does not hold, and this one allocates what autograd's backward of its nodes does.
+class FunctionCallBackward : public torch::autograd::Node {
+public:
+    FunctionCallBackward(const Impl& program, std::size_t call)
+        : program_(program)
+        , call_(call)
+        , name_(program.function_calls[call].name + "Backward")
+    {
+    }
+
+    std::string name() const override { return name_; }
+    void release_variables() override { saved_.clear(); }
+
+    // The call run forward in `env`: its outputs bound there to tensors whose gradient this node (`self`) takes.
+    void forward(const compat::NodePtr& self, pt2::Interpreter& env, bool eager,
+        const std::function<void(const std::string&)>* onNode)
+    {
+        const auto& call = program_.function_calls[call_];
+        std::vector<at::Tensor> tensors;
+        for (const auto& name : call.inputs) {
+            const auto& v = env.get(name);
+            if (v.isTensor()) {
+                inputs_.push_back(name);
+                tensors.push_back(v.toTensor());
+            } else {
+                others_[name] = v;
+            }
+        }
+        set_next_edges(torch::autograd::collect_next_edges(tensors));
+        for (const auto& t : tensors) {
+            saved_.emplace_back(t, false);
+            differentiable_.push_back(t.requires_grad() && isDifferentiableType(t.scalar_type()));
+        }
+        {
+            torch::NoGradGuard noGrad;
+            program_.runNodes(env, call.first, call.last, eager, onNode);
+        }
+        const auto& values = program_.program.at("tensor_values");
+        for (const auto& name : call.outputs) {
+            if (!values.contains(name))
+                continue; // a size, bound as it was made
+            auto out = env.get(name).toTensor();
+            if (!isDifferentiableType(out.scalar_type()))
+                continue;
+            // a tensor of its own (sharing the storage) where the output is an input or a view of one, as
+            // autograd's custom functions make them
+            out = out.detach();
+            torch::autograd::set_history(out, self);
+            env.values[name] = out;
+            outputs_.push_back(name);
+        }
+    }
+
+    torch::autograd::variable_list apply(torch::autograd::variable_list&& gradients) override
+    {
+        const auto& call = program_.function_calls[call_];
+        pt2::Interpreter env;
+        env.values = others_;
+        env.exported = program_.exported;
+        env.runs = program_.run_scalar;
+        std::vector<at::Tensor> wrt;
+        std::vector<std::size_t> wrtIndex;
+        for (std::size_t i = 0; i < saved_.size(); ++i) {
+            auto t = saved_[i].unpack().detach();
+            env.device = t.device();
+            if (differentiable_[i] && task_should_compute_output(i)) {
+                t.requires_grad_(true);
+                wrt.push_back(t);
+                wrtIndex.push_back(i);
+            }
+            env.values[inputs_[i]] = t;
+        }
+        torch::autograd::variable_list grads(saved_.size());
+        if (wrt.empty())
+            return grads;
+        std::vector<at::Tensor> outputs, incoming;
+        {
+            torch::AutoGradMode withGradients(true);
+            program_.runNodes(env, call.first, call.last, false, nullptr);
+            for (std::size_t j = 0; j < outputs_.size() && j < gradients.size(); ++j) {
+                auto out = env.get(outputs_[j]).toTensor();
+                if (gradients[j].defined() && out.requires_grad()) {
+                    outputs.push_back(out);
+                    incoming.push_back(gradients[j]);
+                }
+            }
+            env.values.clear(); // what the outputs' autograd nodes saved lives on in them; the rest goes now
+        }
+        if (outputs.empty())
+            return grads;
+        auto taken = torch::autograd::grad(outputs, wrt, incoming, false, false, true);
+        for (std::size_t k = 0; k < taken.size(); ++k)
+            grads[wrtIndex[k]] = taken[k];
+        return grads;
+    }
+
+private:
+    static bool isDifferentiableType(c10::ScalarType t) { return at::isFloatingType(t) || at::isComplexType(t); }
+
+    const Impl& program_;
+    std::size_t call_;
+    std::string name_;
+    std::vector<std::string> inputs_; // the tensors the call read, by graph name (saved_, differentiable_)
+    std::vector<torch::autograd::SavedVariable> saved_;
+    std::vector<bool> differentiable_;
+    std::unordered_map<std::string, c10::IValue> others_; // the sizes it read
+    std::vector<std::string> outputs_; // its outputs that take a gradient, in the order of this node's inputs
+};
+
+// The call, in a training run: an op of the function's name (as PyTorch's profiler shows Function.apply), at the
+// module that calls it, whose sequence number is its backward node's, so that the backward is that module's too.
+void runFunctionCall(const Impl& d, std::size_t index, pt2::Interpreter& env, const std::function<void(const std::string&)>* onNode)
+{
+    const auto& call = d.function_calls[index];
+    compat::NodePtr node = compat::makeNode<FunctionCallBackward>(d, index);
+    if (onNode)
+        (*onNode)(d.nodes[call.first].module);
+    at::RecordFunction op(at::RecordScope::FUNCTION);
+    if (op.isActive())
+        op.before(call.name.c_str(), static_cast<std::int64_t>(node->sequence_nr()));
+    static_cast<FunctionCallBackward&>(*node).forward(node, env, d.eager_lifetimes, onNode);
+}
+
+} // namespace
+
 c10::IValue ExportedProgram::run(const std::vector<at::Tensor>& inputs, const std::function<void(const std::string&)>& onNode)
 {
     auto& d = *d_;
@@ -807,18 +1019,15 @@ c10::IValue ExportedProgram::run(const std::vector<at::Tensor>& inputs, const st
         env.values[name] = t.device() == env.device ? t : t.to(env.device);
     for (std::size_t i = 0; i < d.user_inputs.size() && i < inputs.size(); ++i)
         env.values[d.user_inputs[i]] = inputs[i];
-    for (auto& node : d.nodes) {
-        if (!node.assertion) {
-            if (onNode)
-                onNode(node.module);
-            env.keep_type = node.keeps_type;
-            if (node.op)
-                env.call(*node.op, *node.inputs, *node.outputs);
-            else
-                env.callPython(node.target, *node.inputs, *node.outputs);
+    const bool recordsGradients = at::GradMode::is_enabled();
+    for (std::size_t i = 0; i < d.nodes.size(); ++i) {
+        const int call = recordsGradients ? d.call_at[i] : -1;
+        if (call < 0) {
+            d.runNodes(env, i, i, d.eager_lifetimes, onNode ? &onNode : nullptr);
+            continue;
         }
-        for (const auto& name : d.eager_lifetimes ? node.eager_release : node.graph_release)
-            env.values.erase(name);
+        runFunctionCall(d, static_cast<std::size_t>(call), env, onNode ? &onNode : nullptr);
+        i = d.function_calls[static_cast<std::size_t>(call)].last;
     }
     for (const auto& [output, buffer] : d.buffer_mutations)
         for (auto& b : d.buffers)

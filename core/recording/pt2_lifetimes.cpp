@@ -890,4 +890,43 @@ ValueEnds eagerLifetimes(const nlohmann::json& nodes, const ValueEnds& graphEnd,
     return ends;
 }
 
+std::vector<FunctionCall> autogradFunctionCalls(const nlohmann::json& nodes)
+{
+    std::vector<FunctionCall> calls;
+    std::string open; // the call sites down to the open call's `.apply(` statement, and its module stack
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+        std::vector<ModuleName> stack;
+        innermostModule(metadataString(nodes.at(i), "nn_module_stack"), &stack);
+        std::vector<std::string> module; // per frame, the module whose code it runs
+        const auto frames = withModules(framesOf(metadataString(nodes.at(i), "stack_trace")), stack, module);
+        if (frames.empty())
+            continue; // one between two nodes of a call is part of it
+        std::string key, name;
+        for (std::size_t k = 0; k + 1 < frames.size(); ++k) {
+            key += frames[k].file + ":" + frames[k].line + "|";
+            // the statement's `.apply(` runs a forward that is no module's (`Fn.apply(self.up_proj(x))` also calls
+            // up_proj's)
+            const auto apply = frames[k].code.find(".apply(");
+            if (apply == std::string::npos || frames[k + 1].func != "forward" || module[k + 1] != module[k])
+                continue;
+            auto b = apply;
+            while (b > 0 && (std::isalnum(static_cast<unsigned char>(frames[k].code[b - 1])) || frames[k].code[b - 1] == '_'))
+                --b;
+            name = frames[k].code.substr(b, apply - b);
+            key += metadataString(nodes.at(i), "nn_module_stack");
+            break;
+        }
+        if (name.empty()) {
+            open.clear();
+            continue;
+        }
+        if (key == open)
+            calls.back().last = i;
+        else
+            calls.push_back({i, i, name});
+        open = key;
+    }
+    return calls;
+}
+
 } // namespace memledger::pt2

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace memledger::pt2 {
 
@@ -40,5 +41,16 @@ ValueEnds eagerLifetimes(const nlohmann::json& nodes, const ValueEnds& graphEnd,
 // Whether the nodes carry the source lines eager lifetimes are told from: a stack_trace with a frame that is not
 // torch.export's own.
 bool hasSourceLines(const nlohmann::json& nodes);
+
+// The forward of a torch.autograd.Function subclass the program was traced through (Bloom's
+// `GeLUFunction.apply(x)`): nodes first..last, one call. Eager Python runs it under no_grad and keeps for backward
+// only what it saves, where the graph's ops would each save their own inputs. Told from the stack traces: a frame
+// whose statement calls `.apply(` with a frame in a `forward` below it that is no module's; nodes without source
+// lines between two nodes of one call belong to it. `name` is what the statement applies ("GeLUFunction").
+struct FunctionCall {
+    std::size_t first = 0, last = 0;
+    std::string name;
+};
+std::vector<FunctionCall> autogradFunctionCalls(const nlohmann::json& nodes);
 
 } // namespace memledger::pt2

@@ -282,6 +282,10 @@ std::unique_ptr<at::ObserverContext> onOpStart(const at::RecordFunction& fn)
     }
     if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) {
         // An autograd node. Its sequence number is that of the forward op that made it.
+        if (s->stack.size() >= 2) { // a node of a backward run inside another node's (a Function's recompute):
+            s->stack.push_back(id); // part of that node's call, at its module
+            return nullptr;
+        }
         if (s->stack.empty()) { // not inside the engine's evaluate_function span: a call of its own
             OpCall call;
             call.start_ns = s->now();

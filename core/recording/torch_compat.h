@@ -7,8 +7,13 @@
 #include <c10/util/Logging.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 
+#include <torch/csrc/autograd/function.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <type_traits>
+#include <utility>
 
 #define MEMLEDGER_TORCH_AT_LEAST(major, minor)                                                                         \
     (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
@@ -50,6 +55,19 @@ inline int& c10LogLevel()
 #else
     return ::FLAGS_caffe2_log_level;
 #endif
+}
+
+// What owns an autograd node: std::shared_ptr<Node> in 1.13 and most of 2.x, c10::intrusive_ptr<Node> in recent 2.x.
+using NodePtr = decltype(torch::autograd::Edge::function);
+
+// A new autograd node of type T, owned as the libtorch owns them.
+template <typename T, typename... Args>
+auto makeNode(Args&&... args)
+{
+    if constexpr (std::is_same_v<NodePtr, std::shared_ptr<torch::autograd::Node>>)
+        return std::make_shared<T>(std::forward<Args>(args)...);
+    else
+        return c10::make_intrusive<T>(std::forward<Args>(args)...);
 }
 
 } // namespace memledger::compat

@@ -40,6 +40,8 @@ import os
 import re
 import shutil
 import sys
+import sysconfig
+import traceback
 import warnings
 from collections.abc import Mapping
 
@@ -489,6 +491,41 @@ class _Quiet:
         return False
 
 
+@contextlib.contextmanager
+def full_stack_traces(torch):
+    """A non-strict trace keeps only the frames of functions named `forward` in each node's stack_trace
+    (TracerBase._record_forward_stack_traces_only): the helper functions a forward calls (transformers'
+    eager_attention_forward, Bloom's bloom_gelu_forward) are left out, and with them the lines that tell how long
+    eager Python holds their values (the attention weights a layer binds to `_`). Inside this, a non-strict trace
+    also keeps the frames of the model's own code between them, as a strict one does: every frame below the first
+    forward that is not torch's or Python's own (torch's module forwards, as before, too)."""
+    tracer = getattr(getattr(getattr(torch, "fx", None), "proxy", None), "TracerBase", None)
+    original = getattr(tracer, "_filter_traceback_frames", None)
+    if original is None or not hasattr(tracer, "_record_forward_stack_traces_only"):
+        yield  # a torch without that filter keeps what it keeps
+        return
+    not_the_models = tuple(os.path.join(p, "") for p in {os.path.dirname(os.path.abspath(torch.__file__)),
+                                                        sysconfig.get_paths()["stdlib"],
+                                                        sysconfig.get_paths()["platstdlib"]})
+
+    def model_frames(self, summary):
+        frames = list(summary)
+        first = next((i for i, f in enumerate(frames) if f.name == "forward"), None)
+        if not self._record_forward_stack_traces_only or first is None:
+            return original(self, summary)
+        from torch.fx.experimental.symbolic_shapes import uninteresting_files  # the tracer's own, as it drops them
+        tracers = uninteresting_files()
+        return traceback.StackSummary.from_list([
+            f for f in frames[first:] if f.filename not in tracers
+            and (f.name == "forward" or not (f.filename.startswith(not_the_models) or f.filename.startswith("<")))])
+
+    tracer._filter_traceback_frames = model_frames
+    try:
+        yield
+    finally:
+        tracer._filter_traceback_frames = original
+
+
 def _short(error):
     lines = [l.strip() for l in str(error).splitlines() if l.strip()]
     return "%s: %s" % (type(error).__name__, lines[0] if lines else "")
@@ -548,7 +585,7 @@ def _attempt(torch, model, dims, inputs, strict):
             options["dynamic_shapes"] = shapes
         captured = io.StringIO()
         try:
-            with _Quiet(), contextlib.redirect_stderr(captured):
+            with _Quiet(), contextlib.redirect_stderr(captured), full_stack_traces(torch):
                 ep = torch.export.export(model, tuple(inp.example for inp in inputs), **options)
         except Exception as e:  # noqa: BLE001 (any failure of the trace is reported with PyTorch's words)
             # What torch printed on the way (the partial graph of a failed trace) is dropped: the reason is
@@ -780,8 +817,8 @@ def export(model, args, path, *, kwargs=None, dynamic=None, verbose=True):
             strict_failure = strict_short = ("the program holds %s, which memledger does not run"
                                              % ", ".join(held))
             _say(verbose, "strict export: %s\n  retrying non-strict (a torch.autograd.Function is then traced "
-                 "through its forward: a training step differentiates those operators, not the Function's own "
-                 "backward)" % strict_failure)
+                 "through its forward, which a training step runs as one autograd node that keeps its inputs; its "
+                 "backward is the backward of those operators, not the Function's own)" % strict_failure)
             ep = None
         if ep is None:
             try:
