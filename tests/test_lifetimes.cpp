@@ -264,6 +264,45 @@ TEST(LifetimesDefault, WithoutSourceLinesTheGraphsAndTheReportSaysWhy)
     EXPECT_TRUE(said) << "no note says why the lifetimes are the graph's";
 }
 
+namespace {
+
+bool saysSomewhere(const Report& r, const std::string& words)
+{
+    for (const auto& note : r.notes)
+        if (note.find(words) != std::string::npos)
+            return true;
+    return false;
+}
+
+} // namespace
+
+// A file torch.export.save wrote alone (no memledger.export source facts), traced non-strict: its report says what
+// eager lifetimes cannot see there and how to get a file without the limit; one memledger.export wrote says nothing.
+TEST(LifetimesDefault, AFileWithoutSourceFactsSaysWhatItsLifetimesCannotSee)
+{
+    SKIP_IF_TRUTH_IS_NOT_HERE(truthFile(), true);
+    auto plain = Model::open(fixture("dtype/llama_f32.pt2"));
+    RunOptions o;
+    o.threads = 1;
+    auto report = analyzeModel(plain, o);
+    EXPECT_EQ(report.run.lifetimes, "eager");
+    EXPECT_TRUE(saysSomewhere(report, "not saved by memledger.export")) << "no note on the missing source facts";
+    EXPECT_TRUE(saysSomewhere(report, "a helper function's lines are not seen")) << "no note on the non-strict trace";
+    const auto& entry = truthFile()["cases"]["eager_attn_ns_2x64"];
+    EXPECT_FALSE(saysSomewhere(recorded(entry, "eager"), "not saved by memledger.export"));
+}
+
+// A training step of a program with torch.autograd.Function calls says how they ran and that the step errs high;
+// inference runs them as any nodes and says nothing.
+TEST(LifetimesFunction, ATrainingStepSaysHowTheFunctionsRan)
+{
+    SKIP_IF_TRUTH_IS_NOT_HERE(truthFile(), true);
+    const auto& entry = truthFile()["cases"]["function_2x64"];
+    EXPECT_TRUE(saysSomewhere(analyzeModel(modelFor(entry), trainingStepFor(entry, "sgd")),
+        "4 calls of a torch.autograd.Function (TanhGeluFunction)"));
+    EXPECT_FALSE(saysSomewhere(recorded(entry, "eager"), "torch.autograd.Function"));
+}
+
 // The CLI: --lifetimes names the choice in the text report, and refuses anything else with a usage error.
 TEST(LifetimesCli, TheTextReportNamesItAndABadValueIsAUsageError)
 {

@@ -105,6 +105,15 @@ public:
     // does not. "" when the graph has none.
     std::string evalModeNote() const;
 
+    // What a report with eager lifetimes says when the program was not saved by memledger.export: the stack traces
+    // alone do not tell what a function returns to a name its caller never reads, nor (non-strict) a helper
+    // function's lines, so such values are dropped early. "" for a file with memledger.export's source facts.
+    std::string eagerLifetimesNote() const;
+
+    // What a training step's report says of the custom torch.autograd.Function calls the program holds: how they
+    // run and that their backward errs high. "" when it holds none.
+    std::string functionCallNote() const;
+
     // What loading decided that a report should say (a meta weight taken as a tied weight's storage).
     const std::vector<std::string>& loadNotes() const;
 
