@@ -248,22 +248,6 @@ TEST(LifetimesDefault, IsEagerAndHoldsMoreThanTheGraph)
     EXPECT_GT(entry["eager_peak_bytes"].get<std::int64_t>(), entry["graph_peak_bytes"].get<std::int64_t>());
 }
 
-// A program whose nodes carry no source lines cannot be told eager lifetimes: it runs with the graph's, and the
-// report says so and why.
-TEST(LifetimesDefault, WithoutSourceLinesTheGraphsAndTheReportSaysWhy)
-{
-    SKIP_IF_TRUTH_IS_NOT_HERE(truthFile(), true);
-    auto model = Model::open(fixture("dtype/llama_f32_nosrc.pt2"));
-    RunOptions o;
-    o.threads = 1;
-    auto report = analyzeModel(model, o);
-    EXPECT_EQ(report.run.lifetimes, "graph");
-    bool said = false;
-    for (const auto& note : report.notes)
-        said = said || note.find("carry no source lines (stack_trace)") != std::string::npos;
-    EXPECT_TRUE(said) << "no note says why the lifetimes are the graph's";
-}
-
 namespace {
 
 bool saysSomewhere(const Report& r, const std::string& words)
@@ -274,17 +258,33 @@ bool saysSomewhere(const Report& r, const std::string& words)
     return false;
 }
 
+// The fixture file's inference with one thread and the default lifetimes.
+Report defaultRun(const std::string& file)
+{
+    auto model = Model::open(fixture(file));
+    RunOptions o;
+    o.threads = 1;
+    return analyzeModel(model, o);
+}
+
 } // namespace
+
+// A program whose nodes carry no source lines cannot be told eager lifetimes: it runs with the graph's, and the
+// report says so and why.
+TEST(LifetimesDefault, WithoutSourceLinesTheGraphsAndTheReportSaysWhy)
+{
+    SKIP_IF_TRUTH_IS_NOT_HERE(truthFile(), true);
+    auto report = defaultRun("dtype/llama_f32_nosrc.pt2");
+    EXPECT_EQ(report.run.lifetimes, "graph");
+    EXPECT_TRUE(saysSomewhere(report, "carry no source lines (stack_trace)")) << "no note says why the lifetimes are the graph's";
+}
 
 // A file torch.export.save wrote alone (no memledger.export source facts), traced non-strict: its report says what
 // eager lifetimes cannot see there and how to get a file without the limit; one memledger.export wrote says nothing.
 TEST(LifetimesDefault, AFileWithoutSourceFactsSaysWhatItsLifetimesCannotSee)
 {
     SKIP_IF_TRUTH_IS_NOT_HERE(truthFile(), true);
-    auto plain = Model::open(fixture("dtype/llama_f32.pt2"));
-    RunOptions o;
-    o.threads = 1;
-    auto report = analyzeModel(plain, o);
+    auto report = defaultRun("dtype/llama_f32.pt2");
     EXPECT_EQ(report.run.lifetimes, "eager");
     EXPECT_TRUE(saysSomewhere(report, "not saved by memledger.export")) << "no note on the missing source facts";
     EXPECT_TRUE(saysSomewhere(report, "a helper function's lines are not seen")) << "no note on the non-strict trace";

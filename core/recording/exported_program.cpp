@@ -921,6 +921,8 @@ public:
             torch::NoGradGuard noGrad;
             program_.runNodes(env, call.first, call.last, eager, onNode);
         }
+        if (std::none_of(differentiable_.begin(), differentiable_.end(), [](bool d) { return d; }))
+            return; // nothing to differentiate: outputs that take no gradient, as the Function's would be
         const auto& values = program_.program.at("tensor_values");
         for (const auto& name : call.outputs) {
             if (!values.contains(name))
