@@ -73,6 +73,7 @@ struct ExportedProgram::Impl {
     std::vector<std::string> user_inputs; // graph names of the user inputs, in order
     std::vector<std::pair<std::string, std::string>> buffer_mutations; // graph output name -> buffer name
 
+    struct GradRegion;
     struct Node {
         std::string target;
         std::optional<c10::OperatorHandle> op; // an ATen (or other registered) operator
@@ -88,6 +89,18 @@ struct ExportedProgram::Impl {
         // Its type argument names the exported type because the model's source does (x.float(),
         // .to(torch.float32), softmax(..., dtype=torch.float32)): it keeps it in a converted run.
         bool keeps_type = false;
+        // torch.ops.higher_order.wrap_with_set_grad_enabled: a `with torch.no_grad():` (or enable_grad) block
+        // inside the forward, its nodes a subgraph of their own.
+        std::shared_ptr<GradRegion> region;
+    };
+    // A region's subgraph: its nodes run with autograd on or off; its inputs are the node's tensor arguments after
+    // the mode and the graph, in order; its outputs the node's outputs, in order. Each value is dropped after its
+    // last reader in the region.
+    struct GradRegion {
+        bool enabled = false;
+        std::vector<std::string> inputs;
+        const json* outputs = nullptr;
+        std::vector<Node> nodes;
     };
     std::vector<Node> nodes;
     json outputs;
@@ -106,6 +119,9 @@ struct ExportedProgram::Impl {
     // Nodes first..last: each run (the forward's onNode told first) and the values it was the last to need dropped.
     void runNodes(pt2::Interpreter& env, std::size_t first, std::size_t last, bool eager,
         const std::function<void(const std::string&)>* onNode) const;
+    void runNode(const Node& node, pt2::Interpreter& env, bool eager, const std::function<void(const std::string&)>* onNode) const;
+    // A grad-mode region: its subgraph run in an interpreter of its own, with autograd as the block sets it.
+    void runRegion(const Node& node, pt2::Interpreter& env, const std::function<void(const std::string&)>* onNode) const;
 };
 
 namespace {
@@ -503,7 +519,7 @@ constexpr LibraryOperator kLibraryOperators[] = {
 // and *library says which.
 std::optional<c10::OperatorHandle> operatorOf(const std::string& target, const LibraryOperator** library)
 {
-    if (target.rfind("torch.ops.higher_order.", 0) == 0) // torch.cond, while_loop, a region with its own autocast or grad mode
+    if (target.rfind("torch.ops.higher_order.", 0) == 0) // torch.cond, while_loop, a region with its own autocast
         throw std::runtime_error("the program calls " + target.substr(23) + " (" + target
             + "), a higher-order operator with a subgraph of its own, which memledger cannot run (it runs ATen "
               "operators and arithmetic on sizes); memledger.capture records any code that runs in PyTorch");
@@ -536,13 +552,35 @@ std::optional<c10::OperatorHandle> operatorOf(const std::string& target, const L
     return std::nullopt;
 }
 
-// The nodes: each operator looked up once, each node's module, and whether a converted run keeps its type.
-void readNodes(Impl& d, ModuleOrder& modules)
+// One node: its operator looked up once, its module, and whether a converted run keeps its type; a grad-mode
+// region's subgraph read the same way.
+Impl::Node readNode(Impl& d, json& n, ModuleOrder& modules, std::map<std::string, std::size_t>& castsOnLine)
 {
-    std::map<std::string, std::size_t> castsOnLine;
-    for (auto& n : d.program.at("nodes")) {
-        Impl::Node node;
-        node.target = n.at("target").get<std::string>();
+    Impl::Node node;
+    node.target = n.at("target").get<std::string>();
+    node.inputs = &n.at("inputs");
+    node.outputs = &n.at("outputs");
+    if (node.target == "torch.ops.higher_order.wrap_with_set_grad_enabled") {
+        auto region = std::make_shared<Impl::GradRegion>();
+        auto& inputs = n.at("inputs");
+        if (inputs.size() < 2 || !inputs[0].at("arg").contains("as_bool") || !inputs[1].at("arg").contains("as_graph"))
+            throw std::runtime_error("a wrap_with_set_grad_enabled node without its mode and subgraph (a damaged graph)");
+        region->enabled = inputs[0].at("arg").at("as_bool").get<bool>();
+        auto& graph = inputs[1].at("arg").at("as_graph").at("graph");
+        for (const auto& in : graph.at("inputs"))
+            namesIn(in, region->inputs);
+        region->outputs = &graph.at("outputs");
+        auto& nodes = graph.at("nodes");
+        for (auto& sub : nodes)
+            region->nodes.push_back(readNode(d, sub, modules, castsOnLine));
+        std::vector<std::string> keep;
+        namesIn(*region->outputs, keep);
+        for (const auto& [name, i] : pt2::graphLifetimes(nodes, keep))
+            region->nodes[i].graph_release.push_back(name);
+        for (auto& sub : region->nodes)
+            sub.eager_release = sub.graph_release; // no source facts inside: the graph's lifetimes either way
+        node.region = std::move(region);
+    } else {
         const LibraryOperator* library = nullptr;
         node.op = operatorOf(node.target, &library);
         if (library) // the ATen operator's names for the library's arguments
@@ -552,36 +590,42 @@ void readNodes(Impl& d, ModuleOrder& modules)
                         in["name"] = aten;
                         break;
                     }
-        node.inputs = &n.at("inputs");
-        node.outputs = &n.at("outputs");
-        node.assertion = node.op && node.op->schema().name() == "aten::_assert_tensor_metadata";
-        const auto& meta = n.value("metadata", json::object());
-        if (meta.contains("nn_module_stack")) {
-            std::vector<pt2::ModuleName> stack;
-            auto m = pt2::innermostModule(meta.at("nn_module_stack").get<std::string>(), &stack);
-            for (const auto& s : stack)
-                modules.addWithParents({s.path, s.type});
-            node.module = m.path;
-        }
-        const auto& trace = meta.value("stack_trace", std::string());
-        if (!trace.empty())
-            d.source_lines = true;
-        if (trace.find("/torch/_dynamo/") != std::string::npos)
-            d.strict_trace = true;
-        std::optional<bool> passesExported; // set when it passes a type: whether that is the exported one
-        for (const auto& in : n.at("inputs"))
-            if (in.contains("arg") && in.at("arg").contains("as_scalar_type"))
-                passesExported = passesExported.value_or(false)
-                    || scalarOf(in.at("arg").at("as_scalar_type").get<int>()) == d.exported;
-        // Every cast that passes a type is counted on its line (namesTypeOnPurpose), so that the k-th cast node of a
-        // line is its k-th call; only one that passes the exported type can keep it.
-        if (passesExported && !node.assertion) {
-            const bool named = pt2::namesTypeOnPurpose(n, d.exported, castsOnLine);
-            node.keeps_type = named && *passesExported;
-            d.kept_casts += node.keeps_type ? 1 : 0;
-        }
-        d.nodes.push_back(std::move(node));
     }
+    node.assertion = node.op && node.op->schema().name() == "aten::_assert_tensor_metadata";
+    const auto& meta = n.value("metadata", json::object());
+    if (meta.contains("nn_module_stack")) {
+        std::vector<pt2::ModuleName> stack;
+        auto m = pt2::innermostModule(meta.at("nn_module_stack").get<std::string>(), &stack);
+        for (const auto& s : stack)
+            modules.addWithParents({s.path, s.type});
+        node.module = m.path;
+    }
+    const auto& trace = meta.value("stack_trace", std::string());
+    if (!trace.empty())
+        d.source_lines = true;
+    if (trace.find("/torch/_dynamo/") != std::string::npos)
+        d.strict_trace = true;
+    std::optional<bool> passesExported; // set when it passes a type: whether that is the exported one
+    for (const auto& in : n.at("inputs"))
+        if (in.contains("arg") && in.at("arg").contains("as_scalar_type"))
+            passesExported = passesExported.value_or(false)
+                || scalarOf(in.at("arg").at("as_scalar_type").get<int>()) == d.exported;
+    // Every cast that passes a type is counted on its line (namesTypeOnPurpose), so that the k-th cast node of a
+    // line is its k-th call; only one that passes the exported type can keep it.
+    if (passesExported && !node.assertion) {
+        const bool named = pt2::namesTypeOnPurpose(n, d.exported, castsOnLine);
+        node.keeps_type = named && *passesExported;
+        d.kept_casts += node.keeps_type ? 1 : 0;
+    }
+    return node;
+}
+
+// The nodes, in order (readNode).
+void readNodes(Impl& d, ModuleOrder& modules)
+{
+    std::map<std::string, std::size_t> castsOnLine;
+    for (auto& n : d.program.at("nodes"))
+        d.nodes.push_back(readNode(d, n, modules, castsOnLine));
 }
 
 // A cast the source names that cost nothing at export (x.float() of a float32 x returns x itself) leaves one name
@@ -861,20 +905,55 @@ void ExportedProgram::checkInputs(const std::vector<at::Tensor>& values) const
 void Impl::runNodes(pt2::Interpreter& env, std::size_t first, std::size_t last, bool eager,
     const std::function<void(const std::string&)>* onNode) const
 {
-    for (auto i = first; i <= last; ++i) {
-        const auto& node = nodes[i];
-        if (!node.assertion) {
-            if (onNode)
-                (*onNode)(node.module);
-            env.keep_type = node.keeps_type;
-            if (node.op)
-                env.call(*node.op, *node.inputs, *node.outputs);
-            else
-                env.callPython(node.target, *node.inputs, *node.outputs);
-        }
-        for (const auto& name : eager ? node.eager_release : node.graph_release)
-            env.values.erase(name);
+    for (auto i = first; i <= last; ++i)
+        runNode(nodes[i], env, eager, onNode);
+}
+
+void Impl::runNode(const Node& node, pt2::Interpreter& env, bool eager, const std::function<void(const std::string&)>* onNode) const
+{
+    if (node.region) {
+        runRegion(node, env, onNode);
+    } else if (!node.assertion) {
+        if (onNode)
+            (*onNode)(node.module);
+        env.keep_type = node.keeps_type;
+        if (node.op)
+            env.call(*node.op, *node.inputs, *node.outputs);
+        else
+            env.callPython(node.target, *node.inputs, *node.outputs);
     }
+    for (const auto& name : eager ? node.eager_release : node.graph_release)
+        env.values.erase(name);
+}
+
+void Impl::runRegion(const Node& node, pt2::Interpreter& env, const std::function<void(const std::string&)>* onNode) const
+{
+    const auto& region = *node.region;
+    pt2::Interpreter inside;
+    inside.device = env.device;
+    inside.exported = env.exported;
+    inside.runs = env.runs;
+    for (std::size_t k = 0; k < region.inputs.size() && k + 2 < node.inputs->size(); ++k)
+        inside.values[region.inputs[k]] = env.value(node.inputs->at(k + 2).at("arg"));
+    {
+        torch::AutoGradMode mode(region.enabled);
+        for (const auto& sub : region.nodes)
+            runNode(sub, inside, false, onNode);
+    }
+    // the node's outputs, one per output of the subgraph (as_tensor each, or one as_tensors of them all)
+    std::vector<c10::IValue> results;
+    for (const auto& out : *region.outputs)
+        results.push_back(inside.value(out));
+    const auto& outputs = *node.outputs;
+    if (outputs.size() == 1 && outputs.front().contains("as_tensors")) {
+        c10::List<at::Tensor> list;
+        for (const auto& r : results)
+            list.push_back(r.toTensor());
+        env.bind(outputs.front(), list);
+        return;
+    }
+    for (std::size_t i = 0; i < outputs.size() && i < results.size(); ++i)
+        env.bind(outputs[i], results[i]);
 }
 
 namespace {
