@@ -812,10 +812,13 @@ def export(model, args, path, *, kwargs=None, dynamic=None, verbose=True):
             _say(verbose, "strict export failed: %s\n  retrying non-strict" % strict_failure)
         held = _higher_order(ep, torch) if ep is not None else []
         if held and _supports(torch.export.export, "strict"):
-            # memledger runs ATen operators: a strict program with a subgraph operator (a custom autograd.Function's
-            # region, wrap_with_set_grad_enabled) is tried non-strict, which traces through some of them
-            strict_failure = strict_short = ("the program holds %s, which memledger does not run"
-                                             % ", ".join(held))
+            # a strict program with a subgraph operator is tried non-strict, which traces through some of them:
+            # strict export makes a custom autograd.Function a no_grad region (wrap_with_set_grad_enabled) whose
+            # outputs take no gradient, where eager's take the Function's
+            grad_region = held == ["torch.ops.higher_order.wrap_with_set_grad_enabled"]
+            strict_failure = strict_short = "the program holds %s, %s" % (", ".join(held), (
+                "which a strict trace makes of a torch.autograd.Function without its gradient" if grad_region
+                else "which memledger does not run"))
             _say(verbose, "strict export: %s\n  retrying non-strict (a torch.autograd.Function is then traced "
                  "through its forward, which a training step runs as one autograd node that keeps its inputs; its "
                  "backward is the backward of those operators, not the Function's own)" % strict_failure)
