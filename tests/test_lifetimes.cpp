@@ -5,6 +5,7 @@
 #include "fixture_paths.h"
 #include "recording/build_report.h"
 #include "recording/model.h"
+#include "report/report_summary.h"
 #include "run_command.h"
 #include "support/format.h"
 #include "truth_file.h"
@@ -68,17 +69,14 @@ Report recorded(const nlohmann::json& entry, const std::string& lifetimes)
     return analyzeModel(modelFor(entry), o);
 }
 
-
 // Bytes allocated in the step and alive when its backward begins: what the forward and the loss left for it.
 std::int64_t aliveWhenBackwardBegins(const Report& r)
 {
     const auto* backward = findPhase(r.phases, "backward");
     if (!backward)
         return -1;
-    std::int64_t live = 0;
-    for (std::uint32_t i = 0; i < backward->first_event && i < r.trace->size(); ++i)
-        live += r.trace->action[i] == Action::Alloc ? r.trace->bytes[i] : r.trace->action[i] == Action::Free ? -r.trace->bytes[i] : 0;
-    return live;
+    const auto live = liveBytesAfterEachEvent(*r.trace);
+    return backward->first_event == 0 || backward->first_event > live.size() ? 0 : live[backward->first_event - 1];
 }
 
 
@@ -127,6 +125,8 @@ TEST_P(Lifetimes, TrainingStepIsTheEagerModulesStep)
     EXPECT_EQ(report.run.lifetimes, "eager");
     EXPECT_EQ(report.peak_bytes, entry["eager_train_peak_bytes"].get<std::int64_t>())
         << GetParam() << ": one SGD step, against torch.profiler on the eager module's";
+    EXPECT_EQ(aliveWhenBackwardBegins(report), entry["eager_saved_bytes"].get<std::int64_t>())
+        << GetParam() << ": what the forward and the loss leave for the backward";
 }
 
 // AdamW steps the parameters one by one, and one parameter's temporaries (its denom) stay alive while the next

@@ -575,10 +575,8 @@ Impl::Node readNode(Impl& d, json& n, ModuleOrder& modules, std::map<std::string
             region->nodes.push_back(readNode(d, sub, modules, castsOnLine));
         std::vector<std::string> keep;
         namesIn(*region->outputs, keep);
-        for (const auto& [name, i] : pt2::graphLifetimes(nodes, keep))
+        for (const auto& [name, i] : pt2::graphLifetimes(nodes, keep)) // runRegion runs them with these
             region->nodes[i].graph_release.push_back(name);
-        for (auto& sub : region->nodes)
-            sub.eager_release = sub.graph_release; // no source facts inside: the graph's lifetimes either way
         node.region = std::move(region);
     } else {
         const LibraryOperator* library = nullptr;
@@ -684,8 +682,8 @@ std::optional<json> sourceFacts(caffe2::serialize::PyTorchStreamReader& reader)
 }
 
 // When each value is dropped, for the graph's lifetimes and for eager Python's (pt2_lifetimes.h). The program's
-// outputs and the buffers it mutates are read by the caller, and never dropped.
-void markReleases(Impl& d, const std::optional<json>& sources)
+// outputs and the buffers it mutates are read by the caller, and never dropped. Returns the graph's lifetimes.
+pt2::ValueEnds markReleases(Impl& d, const std::optional<json>& sources)
 {
     std::vector<std::string> keep;
     namesIn(d.outputs, keep);
@@ -696,22 +694,20 @@ void markReleases(Impl& d, const std::optional<json>& sources)
     for (const auto& [name, i] : graph)
         d.nodes[i].graph_release.push_back(name);
     if (!pt2::hasSourceLines(nodes))
-        return;
+        return graph;
     d.source_facts = sources.has_value();
     for (const auto& [name, i] : pt2::eagerLifetimes(nodes, graph, sources ? &*sources : nullptr))
         d.nodes[i].eager_release.push_back(name);
     d.eager_known = d.eager_lifetimes = true;
+    return graph;
 }
 
-// The calls of torch.autograd.Function forwards, each with what it reads from before it and what is read of it after.
-void markFunctionCalls(Impl& d)
+// The calls of torch.autograd.Function forwards, each with what it reads from before it and what is read of it after:
+// a value it makes that the graph drops after its last node, or never (an output of the program), is read later.
+void markFunctionCalls(Impl& d, const pt2::ValueEnds& graphEnd)
 {
     const auto& nodes = d.program.at("nodes");
     d.call_at.assign(d.nodes.size(), -1);
-    std::vector<std::string> later; // what the program's caller reads
-    namesIn(d.outputs, later);
-    for (const auto& [output, buffer] : d.buffer_mutations)
-        later.push_back(output);
     for (const auto& c : pt2::autogradFunctionCalls(nodes)) {
         Impl::FunctionCall call {c.first, c.last, c.name, {}, {}};
         std::set<std::string> made, read;
@@ -724,22 +720,12 @@ void markFunctionCalls(Impl& d)
                 if (!made.count(name) && read.insert(name).second)
                     call.inputs.push_back(name);
             namesIn(nodes.at(i).at("outputs"), out);
-            made.insert(out.begin(), out.end());
-        }
-        std::set<std::string> after(later.begin(), later.end());
-        for (auto i = c.last + 1; i < nodes.size(); ++i) {
-            std::vector<std::string> in;
-            for (const auto& arg : nodes.at(i).at("inputs"))
-                if (arg.contains("arg"))
-                    namesIn(arg.at("arg"), in);
-            after.insert(in.begin(), in.end());
-        }
-        for (auto i = c.first; i <= c.last; ++i) {
-            std::vector<std::string> out;
-            namesIn(nodes.at(i).at("outputs"), out);
-            for (const auto& name : out)
-                if (after.count(name))
+            for (const auto& name : out) {
+                made.insert(name);
+                auto end = graphEnd.find(name);
+                if (end == graphEnd.end() || end->second > c.last)
                     call.outputs.push_back(name);
+            }
         }
         d.call_at[c.first] = static_cast<int>(d.function_calls.size());
         d.function_calls.push_back(std::move(call));
@@ -847,8 +833,7 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
     ModuleOrder modules;
     readNodes(d, modules);
     separateKeptCasts(d);
-    markReleases(d, sourceFacts(reader));
-    markFunctionCalls(d);
+    markFunctionCalls(d, markReleases(d, sourceFacts(reader)));
     buildModuleTree(d, modules);
     if (d.meta_weights) // a program saved with some weights on meta and some not runs on meta alone: all there
         p->convert(std::nullopt, c10::Device(c10::kMeta));
@@ -929,10 +914,7 @@ void Impl::runNode(const Node& node, pt2::Interpreter& env, bool eager, const st
 void Impl::runRegion(const Node& node, pt2::Interpreter& env, const std::function<void(const std::string&)>* onNode) const
 {
     const auto& region = *node.region;
-    pt2::Interpreter inside;
-    inside.device = env.device;
-    inside.exported = env.exported;
-    inside.runs = env.runs;
+    auto inside = env.fresh();
     for (std::size_t k = 0; k < region.inputs.size() && k + 2 < node.inputs->size(); ++k)
         inside.values[region.inputs[k]] = env.value(node.inputs->at(k + 2).at("arg"));
     {
@@ -981,6 +963,7 @@ public:
         const std::function<void(const std::string&)>* onNode)
     {
         const auto& call = program_.function_calls[call_];
+        scope_ = env.fresh();
         std::vector<at::Tensor> tensors;
         for (const auto& name : call.inputs) {
             const auto& v = env.get(name);
@@ -988,7 +971,7 @@ public:
                 inputs_.push_back(name);
                 tensors.push_back(v.toTensor());
             } else {
-                others_[name] = v;
+                scope_.values[name] = v;
             }
         }
         set_next_edges(torch::autograd::collect_next_edges(tensors));
@@ -1021,15 +1004,11 @@ public:
     torch::autograd::variable_list apply(torch::autograd::variable_list&& gradients) override
     {
         const auto& call = program_.function_calls[call_];
-        pt2::Interpreter env;
-        env.values = others_;
-        env.exported = program_.exported;
-        env.runs = program_.run_scalar;
+        auto env = scope_;
         std::vector<at::Tensor> wrt;
         std::vector<std::size_t> wrtIndex;
         for (std::size_t i = 0; i < saved_.size(); ++i) {
             auto t = saved_[i].unpack().detach();
-            env.device = t.device();
             if (differentiable_[i] && task_should_compute_output(i)) {
                 t.requires_grad_(true);
                 wrt.push_back(t);
@@ -1070,7 +1049,7 @@ private:
     std::vector<std::string> inputs_; // the tensors the call read, by graph name (saved_, differentiable_)
     std::vector<torch::autograd::SavedVariable> saved_;
     std::vector<bool> differentiable_;
-    std::unordered_map<std::string, c10::IValue> others_; // the sizes it read
+    pt2::Interpreter scope_; // the forward's run (device, types) and the sizes the call read
     std::vector<std::string> outputs_; // its outputs that take a gradient, in the order of this node's inputs
 };
 
@@ -1110,7 +1089,7 @@ c10::IValue ExportedProgram::run(const std::vector<at::Tensor>& inputs, const st
     for (std::size_t i = 0; i < d.nodes.size(); ++i) {
         const int call = recordsGradients ? d.call_at[i] : -1;
         if (call < 0) {
-            d.runNodes(env, i, i, d.eager_lifetimes, onNode ? &onNode : nullptr);
+            d.runNode(d.nodes[i], env, d.eager_lifetimes, onNode ? &onNode : nullptr);
             continue;
         }
         runFunctionCall(d, static_cast<std::size_t>(call), env, onNode ? &onNode : nullptr);

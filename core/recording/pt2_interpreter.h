@@ -23,6 +23,16 @@ public:
     c10::ScalarType exported = c10::kFloat, runs = c10::kFloat;
     bool keep_type = false; // the node being run keeps the exported type (its source names it)
 
+    // An interpreter of the same run (device, types) with no values: a subgraph's, or a recomputation's.
+    Interpreter fresh() const
+    {
+        Interpreter i;
+        i.device = device;
+        i.exported = exported;
+        i.runs = runs;
+        return i;
+    }
+
     // The value named `name`; throws RunError when the run has not made it.
     const c10::IValue& get(const std::string& name) const;
     // One serialized argument as the value an operator takes.

@@ -819,9 +819,10 @@ def export(model, args, path, *, kwargs=None, dynamic=None, verbose=True):
             strict_failure = strict_short = "the program holds %s, %s" % (", ".join(held), (
                 "which a strict trace makes of a torch.autograd.Function without its gradient" if grad_region
                 else "which memledger does not run"))
-            _say(verbose, "strict export: %s\n  retrying non-strict (a torch.autograd.Function is then traced "
-                 "through its forward, which a training step runs as one autograd node that keeps its inputs; its "
-                 "backward is the backward of those operators, not the Function's own)" % strict_failure)
+            _say(verbose, "strict export: %s\n  retrying non-strict%s" % (strict_failure, (
+                " (a torch.autograd.Function is then traced through its forward, which a training step runs as one "
+                "autograd node that keeps its inputs; its backward is the backward of those operators, not the "
+                "Function's own)") if grad_region else ""))
             ep = None
         if ep is None:
             try:
