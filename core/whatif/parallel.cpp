@@ -506,16 +506,23 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
         //   post-backward (the last until the backward ends); only the parameters that take gradients are reduced;
         // - the backward's end (the root's final callback): the post-backward of every unit whose backward did not
         //   run (all frozen, or not reached by the loss), which reshards what is still gathered.
+        // - one rank (FSDP2's world_size 1): no all-gather; the copy-out makes each unsharded parameter from its
+        //   shard (cast to param_dtype first where it differs), so there is no flat output to keep or prefetch.
         struct UnitState {
             std::vector<TraceEdit::Handle> params; // unsharded, while gathered
             std::optional<TraceEdit::Handle> issued; // an all-gather output not yet copied out
+            bool requested = false; // one rank: unshard asked for, nothing gathered
         };
         std::map<std::string, UnitState> state;
         std::optional<TraceEdit::Handle> forwardBuffer, pendingReduceInput;
         auto issue = [&](const std::string& u, std::size_t pos) {
             auto& st = state[u];
-            if (!st.params.empty() || st.issued || paramsOf[u].empty())
+            if (!st.params.empty() || st.issued || st.requested || paramsOf[u].empty())
                 return;
+            if (n == 1) {
+                st.requested = true;
+                return;
+            }
             std::vector<TraceEdit::Handle> casts;
             if (pd != md)
                 for (const auto* p : paramsOf[u])
@@ -528,6 +535,21 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
         };
         auto copyOut = [&](const std::string& u, std::size_t pos, bool forward) {
             auto& st = state[u];
+            if (st.requested) { // one rank: a loop over the parameters whose local holds the last cast
+                std::optional<TraceEdit::Handle> cast;
+                for (const auto* p : paramsOf[u]) {
+                    auto previous = cast;
+                    if (pd != md)
+                        cast = edit.addAlloc(pos, p->padded * pd, Ledger::Communication, u, "fsdp::all_gather_input");
+                    if (previous && pd != md)
+                        edit.addFree(pos, *previous);
+                    st.params.push_back(edit.addAlloc(pos, p->padded * pd, Ledger::GatheredParameters, u, "fsdp::unshard"));
+                }
+                if (cast)
+                    edit.addFree(pos, *cast);
+                st.requested = false;
+                return;
+            }
             if (!st.params.empty() || !st.issued)
                 return;
             if (forward && forwardBuffer) {
