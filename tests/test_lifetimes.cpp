@@ -292,6 +292,13 @@ TEST(LifetimesDefault, AFileWithoutSourceFactsSaysWhatItsLifetimesCannotSee)
     EXPECT_TRUE(saysSomewhere(report, "a helper function's lines are not seen")) << "no note on the non-strict trace";
     const auto& entry = truthFile()["cases"]["eager_attn_ns_2x64"];
     EXPECT_FALSE(saysSomewhere(recorded(entry, "eager"), "not saved by memledger.export"));
+    // What the file cannot tell qualifies every answer built on its runs: the what-if table's and the fit table's.
+    const auto file = fixture("dtype/llama_f32.pt2");
+    for (const auto& command : {" whatif " + file + " --batch 1,2", " fit " + file + " --budget 1GB --gpus 1,2 --precision float32"}) {
+        auto out = runCommand(memledger::test::memledgerBinary() + command);
+        EXPECT_EQ(out.exit_code, 0) << command << "\n" << out.output;
+        EXPECT_NE(out.output.find("not saved by memledger.export"), std::string::npos) << command << "\n" << out.output;
+    }
 }
 
 // A training step of a program with torch.autograd.Function calls says how they ran and that the step errs high;

@@ -23,6 +23,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -319,6 +320,10 @@ TEST_F(Fsdp, FitTableAnswersTheSevenBQuestion)
     auto w = recordWhatIf(model, base, records);
     auto t = makeGpuFitTable(w, request);
     ASSERT_EQ(t.answers.size(), 12u);
+    // The file was saved by torch.export.save alone: the table (the CLI's, the window's, the HTML's) says what its
+    // lifetimes cannot see.
+    EXPECT_TRUE(std::any_of(t.notes.begin(), t.notes.end(),
+        [](const std::string& n) { return n.find("not saved by memledger.export") != std::string::npos; }));
     for (const auto& a : t.answers) {
         SCOPED_TRACE(a.precision + " " + a.shard);
         EXPECT_TRUE(a.not_modelled.empty()) << a.not_modelled; // DDP and ZeRO-1 in mixed precision too

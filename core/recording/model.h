@@ -81,6 +81,10 @@ struct RawRun {
     bool buffer_reads_recorded = false;
     bool meta_weights = false; // the model's weights are meta tensors (Model::metaWeights)
     std::vector<std::string> notes; // what the model's loading or conversion makes a report say
+    // Of `notes`, those that qualify every figure taken from the run, not only this report's (eager lifetimes told
+    // from stack traces alone can read under the eager model, a torch.autograd.Function's backward errs high, an
+    // eval export trains without dropout): a what-if table and a fit table built on the run say them too.
+    std::vector<std::string> figure_notes;
 };
 
 // A model file (TorchScript or a torch.export program) loaded on the CPU. libtorch stays behind the pointer, in

@@ -750,8 +750,10 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
                 "nodes carry no source lines (stack_trace) to tell how its Python held them");
         for (const auto& note : {d.program->eagerLifetimesNote(),
                  options.mode == RunMode::Train ? d.program->functionCallNote() : std::string()})
-            if (!note.empty())
+            if (!note.empty()) {
                 raw.notes.push_back(note);
+                raw.figure_notes.push_back(note);
+            }
         if (options.dtype != exportedDtype)
             raw.notes.push_back(d.program->conversionNote(scalarTypeFor(options.dtype)));
     }
@@ -765,8 +767,10 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
     }
     if (train && d.program) {
         auto note = d.program->evalModeNote();
-        if (!note.empty())
+        if (!note.empty()) {
             raw.notes.push_back(note);
+            raw.figure_notes.push_back(note);
+        }
     }
     raw.info.mode = mode;
     raw.info.input_shapes = options.inputs;

@@ -41,6 +41,7 @@ struct WhatIf::Fit {
     std::vector<Recorded> recorded;
     bool reliable = true;
     std::vector<std::string> notes;
+    std::vector<std::string> figure_notes; // RawRun::figure_notes of its records: said once by WhatIf::notes()
 
     std::int64_t inputBytes(std::int64_t x) const;
     std::vector<Shape> inputsAt(std::int64_t x) const; // the inputs at batch (or sequence) x

@@ -214,6 +214,9 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
                 t.notes.push_back("fsdp and zero2 on " + std::to_string(n) + " GPUs (and more): " + note);
                 break;
             }
+    // What qualifies the step itself (its lifetimes, its Functions, its dropout) qualifies every answer.
+    for (const auto& n : w.figureNotes())
+        t.notes.push_back(n);
     t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return t;
 }

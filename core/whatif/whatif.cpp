@@ -131,6 +131,7 @@ std::shared_ptr<WhatIf::Fit> makeFit(const ModelInfo& model, const std::vector<L
     // does not scale: the batch's does).
     f->target_bytes_per_sample = b2 > 0 ? std::max<std::int64_t>(0, r2.input_bytes - f->inputBytes(b2)) / b2 : 0;
 
+    f->figure_notes = r2.figure_notes;
     std::vector<std::string> converted; // read before the runs are moved into their reports
     for (const auto& n : r2.notes)
         if (n.rfind("converted: ", 0) == 0)
@@ -830,9 +831,20 @@ std::int64_t WhatIf::batch2() const
 
 std::vector<std::string> WhatIf::notes() const
 {
-    std::vector<std::string> out = notes_;
+    auto out = figureNotes(); // what qualifies every row first
+    out.insert(out.end(), notes_.begin(), notes_.end());
     for (const auto& f : fits_)
         out.insert(out.end(), f->notes.begin(), f->notes.end());
+    return out;
+}
+
+std::vector<std::string> WhatIf::figureNotes() const
+{
+    std::vector<std::string> out; // the program's, the same for each precision: once
+    for (const auto& f : fits_)
+        for (const auto& n : f->figure_notes)
+            if (std::find(out.begin(), out.end(), n) == out.end())
+                out.push_back(n);
     return out;
 }
 
@@ -1078,6 +1090,8 @@ Report WhatIf::predictedReport(std::int64_t batch, const std::string& dtype) con
     raw.gradient_events = f.gradient_events;
     raw.gradient_bytes = f.gradient_bytes;
     raw.autocast_cache_events = f.autocast_cache_events;
+    raw.notes = f.figure_notes; // a predicted report is qualified as its records were
+    raw.figure_notes = f.figure_notes;
     auto report = buildReport(*model_, *modules_, std::move(raw));
     auto p = predict(batch, dtype, false);
     report.notes.insert(report.notes.begin(), p.notes.begin(), p.notes.end());

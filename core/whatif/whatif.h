@@ -121,6 +121,9 @@ public:
     RunMode mode() const; // what the records ran
     std::string device() const; // where the records ran: cpu, or meta (figures from shapes, not measured)
     std::vector<std::string> notes() const; // alignment, rescaled dtypes, ...
+    // Of notes(), those that qualify every figure the records give (RawRun::figure_notes): what a table built on this
+    // what-if (the fit table) repeats.
+    std::vector<std::string> figureNotes() const;
     const ModelInfo& model() const { return *model_; } // the model's tensors, as recorded
     std::size_t eventCount(const std::string& dtype) const; // events replayed per prediction
 
