@@ -107,11 +107,13 @@ void expectWithinOnePercent(std::int64_t got, std::int64_t expected, const std::
 // the peak and the simulated reserve equal; and both against PyTorch's own figures for the bfloat16 program. GPT
 // passes no type of its own; the Llama computes its RMSNorm in float32 (x.float(), then type_as(x)) and returns
 // logits.float(), which the converted run keeps as its source says; the Hugging Face-style decoder upcasts with
-// .to(torch.float32) and softmax(dtype=torch.float32) and fills its mask with torch.finfo(dtype).min.
+// .to(torch.float32) and softmax(dtype=torch.float32) and fills its mask with torch.finfo(dtype).min; olmo's norm
+// casts twice on one line, once per norm (each norm's first cast keeps float32: memledger counted the line's casts
+// over the whole program, and from the second norm on converted them too, 2.7% under in its training step).
 TEST(ExportDtype, ConvertedProgramsAreTheirBfloat16Exports)
 {
     SKIP_WITHOUT_DTYPE_FIXTURES();
-    for (const std::string name : {"gpt", "llama", "hf"}) {
+    for (const std::string name : {"gpt", "llama", "hf", "olmo"}) {
         const auto& t = dtypeTruth()["models"][name];
         for (auto mode : {RunMode::Inference, RunMode::Train}) {
             const std::string what = name + (mode == RunMode::Train ? " adamw step" : " inference");

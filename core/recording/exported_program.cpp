@@ -554,7 +554,7 @@ std::optional<c10::OperatorHandle> operatorOf(const std::string& target, const L
 
 // One node: its operator looked up once, its module, and whether a converted run keeps its type; a grad-mode
 // region's subgraph read the same way.
-Impl::Node readNode(Impl& d, json& n, ModuleOrder& modules, std::map<std::string, std::size_t>& castsOnLine)
+Impl::Node readNode(Impl& d, json& n, ModuleOrder& modules, pt2::LineCasts& castsOnLine)
 {
     Impl::Node node;
     node.target = n.at("target").get<std::string>();
@@ -601,6 +601,7 @@ Impl::Node readNode(Impl& d, json& n, ModuleOrder& modules, std::map<std::string
     const auto& trace = meta.value("stack_trace", std::string());
     if (!trace.empty())
         d.source_lines = true;
+    castsOnLine.see(trace);
     if (trace.find("/torch/_dynamo/") != std::string::npos)
         d.strict_trace = true;
     std::optional<bool> passesExported; // set when it passes a type: whether that is the exported one
@@ -621,7 +622,7 @@ Impl::Node readNode(Impl& d, json& n, ModuleOrder& modules, std::map<std::string
 // The nodes, in order (readNode).
 void readNodes(Impl& d, ModuleOrder& modules)
 {
-    std::map<std::string, std::size_t> castsOnLine;
+    pt2::LineCasts castsOnLine;
     for (auto& n : d.program.at("nodes"))
         d.nodes.push_back(readNode(d, n, modules, castsOnLine));
 }

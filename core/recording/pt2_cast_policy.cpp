@@ -58,7 +58,33 @@ constexpr std::size_t kMaxSourceLine = 2000;
 
 } // namespace
 
-bool namesTypeOnPurpose(const json& n, c10::ScalarType exported, std::map<std::string, std::size_t>& castsOnLine)
+std::string lineTraceOf(std::string trace)
+{
+    for (;;) {
+        while (!trace.empty() && std::isspace(static_cast<unsigned char>(trace.back())))
+            trace.pop_back();
+        const auto newline = trace.rfind('\n');
+        const auto line = trace.substr(newline == std::string::npos ? 0 : newline + 1);
+        const bool markers = !line.empty() && line.find_first_not_of(" \t^~") == std::string::npos;
+        if (!markers)
+            return trace;
+        trace.erase(newline == std::string::npos ? 0 : newline);
+    }
+}
+
+void LineCasts::see(const std::string& stackTrace)
+{
+    if (stackTrace.empty())
+        return;
+    auto line = lineTraceOf(stackTrace);
+    // The same execution goes on while the nodes are of this line or of calls it makes (their traces extend it).
+    const bool sameExecution = previous_ == line || previous_.rfind(line + "\n", 0) == 0;
+    if (!sameExecution)
+        count_[line] = 0;
+    previous_ = std::move(line);
+}
+
+bool namesTypeOnPurpose(const json& n, c10::ScalarType exported, LineCasts& casts)
 {
     const auto& meta = n.value("metadata", json::object());
     const auto [pattern, method] = pythonSpelling(exported);
@@ -69,26 +95,17 @@ bool namesTypeOnPurpose(const json& n, c10::ScalarType exported, std::map<std::s
     auto called = fn.substr(fn.rfind('.') == std::string::npos ? fn.size() : fn.rfind('.') + 1);
     if (cast && !called.empty() && called != "to" && called != "type")
         return called == method; // x.float(), x.half(), ...: named by the method
-    auto trace = meta.value("stack_trace", std::string());
     // The innermost frame's source line: the trace's last, but for the line of carets (^^^~~~) under the part of it
     // that made the node, which Python 3.11 and later print where that is not the whole line.
-    std::string line;
-    for (;;) {
-        while (!trace.empty() && std::isspace(static_cast<unsigned char>(trace.back())))
-            trace.pop_back();
-        const auto newline = trace.rfind('\n');
-        line = trace.substr(newline == std::string::npos ? 0 : newline + 1);
-        const bool markers = !line.empty() && line.find_first_not_of(" \t^~") == std::string::npos;
-        if (!markers || newline == std::string::npos)
-            break;
-        trace.erase(newline);
-    }
+    const auto trace = lineTraceOf(meta.value("stack_trace", std::string()));
+    const auto newline = trace.rfind('\n');
+    const auto line = trace.substr(newline == std::string::npos ? 0 : newline + 1);
     if (line.empty() || line.size() > kMaxSourceLine)
         return false;
     const std::regex spelled(pattern);
     if (cast) {
         auto calls = castArguments(line);
-        auto k = castsOnLine[trace]++;
+        auto k = casts.next(trace);
         if (k < calls.size())
             return std::regex_search(calls[k], spelled);
         return !calls.empty() && std::all_of(calls.begin(), calls.end(), [&](const std::string& a) { return std::regex_search(a, spelled); });

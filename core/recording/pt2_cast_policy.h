@@ -20,7 +20,28 @@ namespace memledger::pt2 {
 //   - a cast (aten.to.*, _to_copy) on a line with .to(...) or .type(...) calls: the k-th cast node of that line
 //     is its k-th call, which names it when its argument spells the type (.to(torch.float32), not .to(x.dtype));
 //   - any other op: the line passes dtype=torch.float32 (F.softmax(x, dim=-1, dtype=torch.float32)).
-// `castsOnLine` counts the cast nodes seen per source line. Without a source line (stack_trace), no.
-bool namesTypeOnPurpose(const nlohmann::json& n, c10::ScalarType exported, std::map<std::string, std::size_t>& castsOnLine);
+// `casts` counts the cast nodes of each execution of a line. Without a source line (stack_trace), no.
+class LineCasts;
+bool namesTypeOnPurpose(const nlohmann::json& n, c10::ScalarType exported, LineCasts& casts);
+
+// The cast nodes of each execution of a source line, so that the k-th cast node of an execution is the line's k-th
+// call. One line runs once per call of its function: each decoder layer's `x.to(torch.float32)` is the first call
+// of its own execution, not the layer's k-th. An execution of a line ends at a node of another line that is not
+// inside a call the line makes.
+class LineCasts {
+public:
+    // Every node, in the graph's order, before namesTypeOnPurpose is asked about it.
+    void see(const std::string& stackTrace);
+    // The index, in its line's current execution, of a cast node of the line `lineTrace` (see's key).
+    std::size_t next(const std::string& lineTrace) { return count_[lineTrace]++; }
+
+private:
+    std::map<std::string, std::size_t> count_;
+    std::string previous_; // the last node's line (its trace without the innermost frame's markers)
+};
+
+// A stack trace without the lines of carets (^^^~~~) Python 3.11 and later print under the innermost frame's
+// source line: one key for every node of one line.
+std::string lineTraceOf(std::string stackTrace);
 
 } // namespace memledger::pt2
