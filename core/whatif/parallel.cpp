@@ -585,7 +585,8 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
                     edit.addFree(pos, g);
             auto output = edit.addAlloc(pos, shardNumel * rd, rd == md ? Ledger::Gradients : Ledger::Communication, u,
                 "fsdp::reduce_scatter");
-            if (gloo) // c10d::_reduce_scatter_base_ on gloo clones its input; FSDP waits for it in the same hook
+            if (gloo && n > 1) // c10d::_reduce_scatter_base_ on gloo clones its input; FSDP waits for it in the same
+                               // hook (one rank copies its input into the output and calls no collective)
                 edit.addFree(pos, edit.addAlloc(pos, shardNumel * n * rd, Ledger::Communication, u, "gloo::reduce_scatter"));
             if (rd != md) {
                 edit.addAlloc(pos, shardNumel * md, Ledger::Gradients, u, "fsdp::sharded_grad");
