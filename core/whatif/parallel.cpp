@@ -541,7 +541,7 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
                     auto previous = cast;
                     if (pd != md)
                         cast = edit.addAlloc(pos, p->padded * pd, Ledger::Communication, u, "fsdp::all_gather_input");
-                    if (previous && pd != md)
+                    if (previous) // set only where a cast is made
                         edit.addFree(pos, *previous);
                     st.params.push_back(edit.addAlloc(pos, p->padded * pd, Ledger::GatheredParameters, u, "fsdp::unshard"));
                 }
