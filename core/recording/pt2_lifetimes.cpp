@@ -443,6 +443,22 @@ public:
             lines_.push_back(line);
             numbers_.push_back(line && SourceFacts::first(*line) >= 0 ? SourceFacts::first(*line) : frameLine(s));
         }
+        // One Python statement over lines (`q, k = rotary(split(q_proj(h)),\n split(k_proj(h)))`): its traced lines
+        // alternate (the first, the next, the first again) under one first line; the same line twice in a row is
+        // the next run of a loop, a new execution.
+        execution_.resize(static_cast<std::size_t>(tree.statementCount()));
+        executionStart_.resize(static_cast<std::size_t>(tree.statementCount()));
+        for (int c = 0; c < tree.callCount(); ++c) {
+            int previous = -1;
+            for (int st : tree.statements(c)) {
+                const bool continued = previous >= 0 && lines_[static_cast<std::size_t>(st)]
+                    && lineNumber(st) == lineNumber(previous) && tree.line(st) != tree.line(previous);
+                execution_[static_cast<std::size_t>(st)] = continued ? execution_[static_cast<std::size_t>(previous)] : st;
+                executionStart_[static_cast<std::size_t>(st)]
+                    = continued ? executionStart_[static_cast<std::size_t>(previous)] : st;
+                previous = st;
+            }
+        }
         for (int c = 0; c < tree.callCount(); ++c) {
             const nlohmann::json* function = nullptr;
             for (int s : tree.statements(c))
@@ -502,6 +518,11 @@ public:
     // Statement s's traced line as the facts know it: null when they do not.
     const nlohmann::json* lineOf(int s) const { return lines_[static_cast<std::size_t>(s)]; }
 
+    // The execution of a Python statement that traced statement s is part of (the same for each line of one that
+    // spans lines, where the facts tell its first line), and its first traced statement.
+    int execution(int s) const { return execution_[static_cast<std::size_t>(s)]; }
+    int executionStart(int s) const { return executionStart_[static_cast<std::size_t>(s)]; }
+
     // The function call c runs, as the source facts name it: null when they do not know it.
     const nlohmann::json* functionOf(int c) const { return functions_[static_cast<std::size_t>(c)]; }
 
@@ -542,6 +563,7 @@ private:
     const CallTree& tree_;
     std::vector<const nlohmann::json*> lines_; // per statement
     std::vector<int> numbers_; // per statement
+    std::vector<int> execution_, executionStart_; // per statement
     std::vector<const nlohmann::json*> functions_; // per call
 };
 
@@ -827,25 +849,30 @@ ValueEnds eagerLifetimes(const nlohmann::json& nodes, const ValueEnds& graphEnd,
     auto escapes = [&](const std::string& name, const Value& v, int j) {
         if (!graphEnd.count(name) || tree.depth(v.maker) < j)
             return true;
-        const int s = tree.statement(v.maker, j);
+        const int s = rebinding.execution(tree.statement(v.maker, j));
         return std::any_of(v.readers.begin(), v.readers.end(), [&](std::size_t r) {
             const int common = tree.commonDepth(v.maker, r);
-            return common < j || tree.statement(r, j) != s;
+            return common < j || rebinding.execution(tree.statement(r, j)) != s;
         });
     };
     // The end of the name a statement assigns `name` (made in it) to: where the call assigns that name again, or
     // returns.
     auto boundUntil = [&](const std::string& name, const Value& v, int j) {
-        const int s = tree.statement(v.maker, j);
+        const int execution = rebinding.execution(tree.statement(v.maker, j));
+        const int s = rebinding.executionStart(tree.statement(v.maker, j)); // its first line holds the assignment
         const std::size_t callEnd = tree.callEnd(tree.callOf(s));
+        const auto& statements = tree.statements(tree.callOf(s));
+        auto last = std::find(statements.begin(), statements.end(), s);
+        while (last + 1 != statements.end() && rebinding.execution(*(last + 1)) == execution)
+            ++last; // the statement's last line: a later line of the same statement binds nothing again
         auto targets = assignedNames(tree.code(s));
         if (!targets || targets->empty())
             return callEnd;
         std::string target = targets->front();
         if (targets->size() > 1) {
             std::vector<std::string> escaping; // what the statement hands to its names, in order
-            for (std::size_t i = tree.statementBegin(s); i <= tree.statementEnd(s); ++i) {
-                if (tree.depth(i) < j || tree.statement(i, j) != s)
+            for (std::size_t i = tree.statementBegin(s); i <= tree.statementEnd(*last); ++i) {
+                if (tree.depth(i) < j || rebinding.execution(tree.statement(i, j)) != execution)
                     continue;
                 for (const auto& out : made[i]) {
                     auto it = values.find(out);
@@ -865,9 +892,7 @@ ValueEnds eagerLifetimes(const nlohmann::json& nodes, const ValueEnds& graphEnd,
                 return callEnd;
             target = (*targets)[static_cast<std::size_t>(at - escaping.begin())];
         }
-        const auto& statements = tree.statements(tree.callOf(s));
-        const auto at = std::find(statements.begin(), statements.end(), s);
-        return rebinding.after(tree.callOf(s), static_cast<std::size_t>(at - statements.begin()), target).node;
+        return rebinding.after(tree.callOf(s), static_cast<std::size_t>(last - statements.begin()), target).node;
     };
     ValueEnds ends = graphEnd;
     for (auto& [name, end] : ends) {
@@ -881,7 +906,8 @@ ValueEnds eagerLifetimes(const nlohmann::json& nodes, const ValueEnds& graphEnd,
                 continue;
             if (tree.depth(r) > j) // an argument of a call made at frame j: alive until it returns
                 end = std::max(end, tree.callEnd(tree.call(r, j + 1)));
-            if (tree.statement(r, j) != tree.statement(value.maker, j)) // assigned to a name at frame j
+            // assigned to a name at frame j: read by another statement (not another line of the same one)
+            if (rebinding.execution(tree.statement(r, j)) != rebinding.execution(tree.statement(value.maker, j)))
                 end = std::max(end, boundUntil(name, value, j));
         }
     }
