@@ -1,10 +1,12 @@
 // --autocast: a run under libtorch's own autocast (around the forward and the loss, as users write
 // `with torch.autocast(...)`) against PyTorch's figures for the same runs under torch.autocast("cpu", ...)
-// (tests/fixtures/autocast_truths.py, autocast/autocast_truth.json): a torch.export decoder (llama_gqa.pt2) and a
-// TorchScript CNN (cnn_bn.pt), inference and an AdamW step, bfloat16 and float16 with the weight-cast cache on and
+// (tests/fixtures/autocast_truths.py, autocast/autocast_truth.json): a torch.export decoder (llama_gqa.pt2), a
+// TorchScript CNN (cnn_bn.pt) and an HF-shaped decoder saved by memledger.export whose casts take their type from
+// tensors (hf_eager.pt2, against the eager model itself), inference and an AdamW step, bfloat16 and float16 with the weight-cast cache on and
 // off, and the same runs without autocast. The peak totals and the step's peak within 1%; the autocast cache's
 // ledger is what the region's clear_cache() freed. Skipped, with the reason, where the truth says so or the build
 // runs no torch.export programs.
+#include "doc_table.h"
 #include "exports/report_json.h"
 #include "exports/report_text.h"
 #include "truth_file.h"
@@ -18,6 +20,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -47,7 +50,7 @@ std::string skipReason()
 }
 
 struct AutocastCase {
-    std::string model; // llama_gqa | cnn_bn
+    std::string model; // llama_gqa | cnn_bn | hf_eager
     std::string mode; // inference | train
     std::string dtype; // float32 (no autocast) | bfloat16 | float16
     bool cache = true;
@@ -95,7 +98,8 @@ RunOptions optionsFor(const AutocastCase& c)
     o.device = "cpu";
     o.mode = c.mode == "train" ? RunMode::Train : RunMode::Inference;
     o.optimizer = "adamw";
-    o.lifetimes = "graph"; // the truths run torch.export.load(FILE).module(): the graph's lifetimes
+    // the truths run torch.export.load(FILE).module() (the graph's lifetimes), or the eager model itself
+    o.lifetimes = program.value("lifetimes", std::string("graph"));
     o.hold_output = "backward"; // autocast_truths.py's loop: `del out, loss` after loss.backward(), before opt.step()
     if (c.dtype != "float32") {
         o.autocast = c.dtype;
@@ -204,6 +208,20 @@ TEST_P(AutocastTruth, PeaksWithinOnePercentOfTheProfiler)
         percentOff(oursPeak, theirsPeak));
     EXPECT_NEAR(oursTotal, theirsTotal, 0.01 * theirsTotal) << name;
     EXPECT_NEAR(oursPeak, theirsPeak, 0.01 * theirsPeak) << name;
+    auto withOff = [](double ours, double theirs) {
+        char pct[32];
+        std::snprintf(pct, sizeof pct, " (%+.2f%%)", percentOff(ours, theirs));
+        return test::groupedBytes(static_cast<std::int64_t>(ours)) + pct;
+    };
+    const auto cache = report->ledgers[static_cast<std::size_t>(Ledger::AutocastCache)].total;
+    test::docTableRow("cli.md", "autocast",
+        {name, test::groupedBytes(static_cast<std::int64_t>(theirsTotal)), withOff(oursTotal, theirsTotal),
+            test::groupedBytes(static_cast<std::int64_t>(theirsPeak)), withOff(oursPeak, theirsPeak),
+            test::groupedBytes(cache)},
+        {{"autocast_truth " + name + " peak total", static_cast<std::int64_t>(oursTotal),
+             static_cast<std::int64_t>(theirsTotal), 0.01},
+            {"autocast_truth " + name + " peak", static_cast<std::int64_t>(oursPeak), static_cast<std::int64_t>(theirsPeak), 0.01},
+            {"autocast_truth " + name + " freed at the region's exit", cache, -num(*truth, "autocast_exit_bytes"), 0}});
 }
 
 // The autocast cache's ledger is what the region's end freed: in inference the casts of every float32 weight that
@@ -233,6 +251,8 @@ TEST_P(AutocastTruth, AProgramsDtypeChecksAreSkippedAndSaidSo)
     bool noted = false;
     for (const auto& n : report->notes)
         noted = noted || n.find("_assert_tensor_metadata") != std::string::npos;
+    if (c.model == "hf_eager")
+        GTEST_SKIP() << "its truths run the eager model, which has no dtype checks to fail";
     if (c.model != "llama_gqa" || c.dtype == "float32") {
         EXPECT_FALSE(noted);
         return;
@@ -257,7 +277,12 @@ INSTANTIATE_TEST_SUITE_P(Runs, AutocastTruth,
         AutocastCase {"cnn_bn", "inference", "bfloat16", false}, AutocastCase {"cnn_bn", "inference", "float16", true},
         AutocastCase {"cnn_bn", "inference", "float16", false}, AutocastCase {"cnn_bn", "train", "float32"},
         AutocastCase {"cnn_bn", "train", "bfloat16", true}, AutocastCase {"cnn_bn", "train", "bfloat16", false},
-        AutocastCase {"cnn_bn", "train", "float16", true}, AutocastCase {"cnn_bn", "train", "float16", false}),
+        AutocastCase {"cnn_bn", "train", "float16", true}, AutocastCase {"cnn_bn", "train", "float16", false},
+        AutocastCase {"hf_eager", "inference", "float32"}, AutocastCase {"hf_eager", "inference", "bfloat16", true},
+        AutocastCase {"hf_eager", "inference", "bfloat16", false}, AutocastCase {"hf_eager", "inference", "float16", true},
+        AutocastCase {"hf_eager", "inference", "float16", false}, AutocastCase {"hf_eager", "train", "float32"},
+        AutocastCase {"hf_eager", "train", "bfloat16", true}, AutocastCase {"hf_eager", "train", "bfloat16", false},
+        AutocastCase {"hf_eager", "train", "float16", true}, AutocastCase {"hf_eager", "train", "float16", false}),
     caseName);
 
 namespace {
@@ -322,6 +347,36 @@ TEST_F(Autocast, TheCliTakesAutocastAndItsCache)
     auto cache = runCommand(bin + "--autocast bfloat16 --autocast-cache maybe");
     EXPECT_EQ(cache.exit_code, 2) << cache.output;
     EXPECT_NE(cache.output.find("--autocast-cache 'maybe' is not on or off"), std::string::npos) << cache.output;
+}
+
+// A type the model's source takes from a tensor (`q_type = q.dtype; ... .to(q_type)`, `.to(value.dtype)`) is the
+// exported float32 in the program; under autocast eager PyTorch passes bfloat16 where that tensor is bfloat16.
+// memledger.export records which (python/memledger/autocast_types.py) and the run follows the record: the peak is the
+// eager model's, and nothing is said. The same archive without the record runs those casts in float32 (no copy where
+// eager makes one, a float32 result where eager's is half the size), misses the peak, and says that its figures may
+// be off, in the report and in the what-if's notes.
+TEST_F(Autocast, ATypeTheSourceTakesFromATensorFollowsItUnderAutocast)
+{
+    const AutocastCase c {"hf_eager", "inference", "bfloat16", false};
+    const auto* truth = truthOf(c);
+    ASSERT_NE(truth, nullptr);
+    auto saysMayErr = [](const std::vector<std::string>& notes) {
+        return std::any_of(notes.begin(), notes.end(), [](const std::string& n) {
+            return n.find("take the type from a tensor") != std::string::npos && n.find("may be off") != std::string::npos;
+        });
+    };
+    const auto& recordedRun = recorded(c);
+    EXPECT_EQ(recordedRun.peak_bytes, num(*truth, "peak_bytes"));
+    EXPECT_FALSE(saysMayErr(recordedRun.notes));
+
+    auto unrecorded = Model::open(fixture("autocast/" + autocastTruth()["programs"]["hf_eager"]["unrecorded"].get<std::string>()));
+    auto plain = analyzeModel(unrecorded, optionsFor(c));
+    EXPECT_NE(plain.peak_bytes, num(*truth, "peak_bytes"));
+    EXPECT_TRUE(saysMayErr(plain.notes));
+    auto w = WhatIf::record(unrecorded, optionsFor(c), 1, 2, {});
+    EXPECT_TRUE(saysMayErr(w.figureNotes()));
+    // without autocast there is nothing to say
+    EXPECT_FALSE(saysMayErr(analyzeModel(unrecorded, optionsFor({"hf_eager", "inference", "float32"})).notes));
 }
 
 // The what-if keeps the run's autocast: its records run under it, a predicted report keeps the cache's ledger, and

@@ -191,6 +191,11 @@ bool autocastEmulationActive()
     return active != nullptr;
 }
 
+std::optional<c10::ScalarType> autocastEmulationType()
+{
+    return active ? std::optional<c10::ScalarType>(active->lower) : std::nullopt;
+}
+
 torch::jit::Stack callUnderAutocast(const char* name, const char* overload, torch::jit::Stack stack)
 {
     auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);

@@ -36,6 +36,8 @@ std::optional<c10::OperatorHandle> autocastBeforeCall(const c10::OperatorHandle&
 
 // Whether an AutocastEmulationScope is open on this thread.
 bool autocastEmulationActive();
+// The autocast type of the scope open on this thread; nullopt where none is.
+std::optional<c10::ScalarType> autocastEmulationType();
 
 // Calls the operator `name`.`overload` ("" for the default) with `stack` as the interpreter calls a node: under a
 // scope, autocast's casts first. Returns the operator's outputs. For the ops memledger calls itself in a region (the

@@ -7,6 +7,7 @@
 // signature's inputs and outputs, the exported type, the nodes and their operators, the casts a converted run
 // keeps, the values' last uses, and the module tree.
 #include "recording/exported_program.h"
+#include "recording/autocast_emulation.h"
 #include "recording/meta_device.h"
 #include "recording/model.h"
 
@@ -57,6 +58,9 @@ struct ExportedProgram::Impl {
     c10::ScalarType run_scalar = c10::kFloat; // the one it runs in now (convert)
     std::vector<std::string> notes; // loadNotes()
     std::size_t kept_casts = 0; // nodes that keep the exported type in a converted run
+    std::size_t unnamed_types = 0; // nodes passing the exported type that their source does not name
+    std::map<std::string, std::size_t> type_sites; // per source line, the nodes that pass a type
+    std::array<bool, 2> autocast_known {false, false}; // whether the file records autocast's types, per rules
     bool source_lines = false; // whether the nodes carry their source (stack_trace), which tells those
     bool eager_known = false; // the nodes carry the source lines eager_release is told from
     bool eager_lifetimes = false; // runs with eager_release (setLifetimes)
@@ -89,6 +93,12 @@ struct ExportedProgram::Impl {
         // Its type argument names the exported type because the model's source does (x.float(),
         // .to(torch.float32), softmax(..., dtype=torch.float32)): it keeps it in a converted run.
         bool keeps_type = false;
+        // Where it passes a type: its source line (pt2::typeSiteOf) and its index among the nodes of that line that
+        // pass one; and what CPU and CUDA autocast make of that type where the source takes it from a tensor's
+        // (pt2::AutocastTypes, indexed by pt2::AutocastRules).
+        std::string type_site;
+        std::size_t type_site_index = 0;
+        std::array<std::optional<pt2::AutocastType>, 2> autocast_types;
         // torch.ops.higher_order.wrap_with_set_grad_enabled: a `with torch.no_grad():` (or enable_grad) block
         // inside the forward, its nodes a subgraph of their own.
         std::shared_ptr<GradRegion> region;
@@ -615,6 +625,10 @@ Impl::Node readNode(Impl& d, json& n, ModuleOrder& modules, pt2::LineCasts& cast
         const bool named = pt2::namesTypeOnPurpose(n, d.exported, castsOnLine);
         node.keeps_type = named && *passesExported;
         d.kept_casts += node.keeps_type ? 1 : 0;
+        d.unnamed_types += !named && *passesExported ? 1 : 0;
+        node.type_site = pt2::typeSiteOf(n);
+        if (!node.type_site.empty())
+            node.type_site_index = d.type_sites[node.type_site]++;
     }
     return node;
 }
@@ -668,11 +682,25 @@ void separateKeptCasts(Impl& d)
     }
 }
 
-// What memledger.export read from the model's source files (python/memledger/source_facts.py), where it saved them:
-// null when the archive has none, or one memledger cannot read (the stack traces alone then tell eager lifetimes).
-std::optional<json> sourceFacts(caffe2::serialize::PyTorchStreamReader& reader)
+// What CPU and CUDA autocast make of the types each node passes (pt2::AutocastTypes), a region's nodes too.
+void markAutocastTypes(Impl& d, std::vector<Impl::Node>& nodes, const pt2::AutocastTypes& types)
 {
-    const std::string name = "extra/memledger_sources.json"; // source_facts.RECORD, saved under extra/
+    for (auto& node : nodes) {
+        if (node.region)
+            markAutocastTypes(d, node.region->nodes, types);
+        if (node.type_site.empty())
+            continue;
+        for (auto rules : {pt2::AutocastRules::Cpu, pt2::AutocastRules::Cuda})
+            node.autocast_types[static_cast<std::size_t>(rules)]
+                = types.at(rules, node.type_site, node.type_site_index, d.type_sites.at(node.type_site));
+    }
+}
+
+// An extra file memledger.export saved beside the program (torch.export.save's extra_files, under extra/): nullopt
+// when the archive has none, or one memledger cannot read.
+std::optional<json> extraRecord(caffe2::serialize::PyTorchStreamReader& reader, const std::string& file)
+{
+    const std::string name = "extra/" + file;
     if (!reader.hasRecord(name))
         return std::nullopt;
     try {
@@ -680,6 +708,20 @@ std::optional<json> sourceFacts(caffe2::serialize::PyTorchStreamReader& reader)
     } catch (const std::exception&) {
         return std::nullopt;
     }
+}
+
+// What memledger.export read from the model's source files (python/memledger/source_facts.py, source_facts.RECORD):
+// without it the stack traces alone tell eager lifetimes.
+std::optional<json> sourceFacts(caffe2::serialize::PyTorchStreamReader& reader)
+{
+    return extraRecord(reader, "memledger_sources.json");
+}
+
+// What memledger.export recorded of autocast and the types the forward passes (python/memledger/autocast_types.py,
+// autocast_types.RECORD).
+std::optional<json> autocastRecord(caffe2::serialize::PyTorchStreamReader& reader)
+{
+    return extraRecord(reader, "memledger_autocast.json");
 }
 
 // When each value is dropped, for the graph's lifetimes and for eager Python's (pt2_lifetimes.h). The program's
@@ -835,6 +877,10 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
     readNodes(d, modules);
     separateKeptCasts(d);
     markFunctionCalls(d, markReleases(d, sourceFacts(reader)));
+    const pt2::AutocastTypes autocastTypes(autocastRecord(reader));
+    for (auto rules : {pt2::AutocastRules::Cpu, pt2::AutocastRules::Cuda})
+        d.autocast_known[static_cast<std::size_t>(rules)] = autocastTypes.known(rules);
+    markAutocastTypes(d, d.nodes, autocastTypes);
     buildModuleTree(d, modules);
     if (d.meta_weights) // a program saved with some weights on meta and some not runs on meta alone: all there
         p->convert(std::nullopt, c10::Device(c10::kMeta));
@@ -903,6 +949,8 @@ void Impl::runNode(const Node& node, pt2::Interpreter& env, bool eager, const st
         if (onNode)
             (*onNode)(node.module);
         env.keep_type = node.keeps_type;
+        const auto* type = env.autocast_rules ? &node.autocast_types[static_cast<std::size_t>(*env.autocast_rules)] : nullptr;
+        env.autocast_type = type && *type ? &**type : nullptr;
         if (node.op)
             env.call(*node.op, *node.inputs, *node.outputs);
         else
@@ -1080,6 +1128,16 @@ c10::IValue ExportedProgram::run(const std::vector<at::Tensor>& inputs, const st
         env.device = inputs.front().device();
     else if (!d.parameters.empty())
         env.device = d.parameters.front().value.device();
+    // under autocast: CUDA's rules on the meta device (autocast_emulation.h) and a GPU, the CPU's on the CPU
+    if (env.device.is_meta()) {
+        if (auto lower = autocastEmulationType()) {
+            env.autocast_rules = pt2::AutocastRules::Cuda;
+            env.autocast_lower = *lower;
+        }
+    } else if ((env.device.is_cpu() || env.device.is_cuda()) && compat::autocastEnabled(env.device.type())) {
+        env.autocast_rules = env.device.is_cpu() ? pt2::AutocastRules::Cpu : pt2::AutocastRules::Cuda;
+        env.autocast_lower = compat::autocastDtype(env.device.type());
+    }
     for (const auto& [name, ref] : d.weight_inputs)
         env.values[name] = (ref.buffer ? d.buffers : d.parameters)[ref.index].value;
     for (const auto& [name, t] : d.constants)
@@ -1137,6 +1195,21 @@ std::string ExportedProgram::autocastNote() const
         + ", which torch.export puts after a cast such as x.float()) would fail, as they do in PyTorch (\"Tensor dtype "
           "mismatch\"): autocast changes the dtypes they expect. They allocate nothing and were skipped, as if erased "
           "from the graph";
+}
+
+std::string ExportedProgram::followedTypesNote(bool cudaRules, const std::string& lower) const
+{
+    const auto rules = cudaRules ? pt2::AutocastRules::Cuda : pt2::AutocastRules::Cpu;
+    if (d_->autocast_known[static_cast<std::size_t>(rules)] || d_->unnamed_types == 0)
+        return {};
+    const auto exported = dtypeName(d_->exported);
+    const auto n = std::to_string(d_->unnamed_types);
+    return "under autocast, " + n + (d_->unnamed_types == 1 ? " op passes " : " ops pass ") + exported
+        + " where the model's source may take the type from a tensor (.to(query.dtype), dtype=x.dtype), and this file "
+          "does not record what " + (cudaRules ? "CUDA" : "CPU") + " autocast makes of "
+        + (d_->unnamed_types == 1 ? "it" : "them") + " (memledger.export saves that record): they ran in " + exported
+        + " as traced, where PyTorch passes " + lower + " when that tensor is " + lower
+        + " (a cast that copies, and a result half the size): the figures may be off either way";
 }
 
 std::string ExportedProgram::eagerLifetimesNote() const
@@ -1323,6 +1396,10 @@ c10::ScalarType ExportedProgram::exportedScalar() const
     return c10::kFloat;
 }
 std::string ExportedProgram::autocastNote() const
+{
+    return {};
+}
+std::string ExportedProgram::followedTypesNote(bool, const std::string&) const
 {
     return {};
 }

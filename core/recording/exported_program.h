@@ -100,6 +100,12 @@ public:
     // export puts after a cast such as x.float()): they are skipped. "" when the graph has none.
     std::string autocastNote() const;
 
+    // What a report of a run under autocast in `lower` (CUDA's rules, or the CPU's) says where the file does not
+    // record which of the types the program passes its source takes from a tensor's (`.to(query.dtype)`), which
+    // autocast changes (memledger.export records them): those ops ran in the exported type, and the figures may be
+    // off either way. "" where it records them, or no op passes the exported type unnamed.
+    std::string followedTypesNote(bool cudaRules, const std::string& lower) const;
+
     // What a training step's report says when the program was exported from model.eval(): how many of its dropouts
     // (p > 0) run as the identity and its BatchNorms on the running statistics, which the model in model.train()
     // does not. "" when the graph has none.

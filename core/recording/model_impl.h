@@ -87,5 +87,7 @@ at::Tensor lossOf(const c10::IValue& output, const LossChoice& loss, const at::T
 
 c10::ScalarType scalarTypeFor(const std::string& dtype);
 std::string dtypeName(c10::ScalarType t);
+// dtypeName's inverse: nullopt for a name it does not give.
+std::optional<c10::ScalarType> scalarTypeNamed(const std::string& name);
 
 } // namespace memledger

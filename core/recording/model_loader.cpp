@@ -63,6 +63,15 @@ std::string dtypeName(c10::ScalarType t)
     }
 }
 
+std::optional<c10::ScalarType> scalarTypeNamed(const std::string& name)
+{
+    for (auto t : {c10::kFloat, c10::kHalf, c10::kBFloat16, c10::kDouble, c10::kLong, c10::kInt, c10::kShort, c10::kChar,
+             c10::kByte, c10::kBool})
+        if (dtypeName(t) == name)
+            return t;
+    return std::nullopt;
+}
+
 namespace {
 
 std::string typeName(const torch::jit::Module& m)

@@ -1,7 +1,10 @@
 #include "recording/pt2_cast_policy.h"
 
+#include "recording/model_impl.h"
+
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <regex>
 #include <string>
 
@@ -82,6 +85,73 @@ void LineCasts::see(const std::string& stackTrace)
     if (!sameExecution)
         count_[line] = 0;
     previous_ = std::move(line);
+}
+
+std::string typeSiteOf(const json& n)
+{
+    const auto trace = lineTraceOf(n.value("metadata", json::object()).value("stack_trace", std::string()));
+    const auto file = trace.rfind("File \"");
+    if (file == std::string::npos)
+        return {};
+    const auto quote = trace.find("\", line ", file + 6);
+    if (quote == std::string::npos)
+        return {};
+    const auto digits = quote + 8;
+    auto end = digits;
+    while (end < trace.size() && std::isdigit(static_cast<unsigned char>(trace[end])))
+        ++end;
+    if (end == digits)
+        return {};
+    return trace.substr(file + 6, quote - file - 6) + ":" + trace.substr(digits, end - digits);
+}
+
+AutocastTypes::AutocastTypes(std::optional<json> record)
+{
+    if (record && record->is_object() && record->value("version", 0) == 1 && record->contains("policies")
+        && record->at("policies").is_object())
+        record_ = std::move(record);
+}
+
+const json* AutocastTypes::lines(AutocastRules rules) const
+{
+    if (!record_)
+        return nullptr;
+    const auto& policies = record_->at("policies");
+    auto it = policies.find(rules == AutocastRules::Cpu ? "cpu" : "cuda");
+    return it != policies.end() && it->is_object() ? &*it : nullptr;
+}
+
+bool AutocastTypes::known(AutocastRules rules) const
+{
+    return lines(rules) != nullptr;
+}
+
+std::optional<AutocastType> AutocastTypes::at(AutocastRules rules, const std::string& site, std::size_t k, std::size_t calls) const
+{
+    const auto* all = lines(rules);
+    if (!all || site.empty())
+        return std::nullopt;
+    auto line = all->find(site);
+    if (line == all->end() || !line->is_object() || line->value("calls", std::int64_t {-1}) != static_cast<std::int64_t>(calls))
+        return std::nullopt;
+    const auto& changed = line->value("changed", json::object());
+    auto entry = changed.find(std::to_string(k));
+    if (entry == changed.end() || !entry->is_array() || entry->size() != 2 || !(*entry)[0].is_string()
+        || !(*entry)[1].is_string())
+        return std::nullopt;
+    auto from = scalarTypeNamed((*entry)[0].get<std::string>());
+    const auto to = (*entry)[1].get<std::string>();
+    if (!from)
+        return std::nullopt;
+    AutocastType type;
+    type.from = *from;
+    if (to != "lower") {
+        auto named = scalarTypeNamed(to);
+        if (!named)
+            return std::nullopt;
+        type.to = *named;
+    }
+    return type;
 }
 
 bool namesTypeOnPurpose(const json& n, c10::ScalarType exported, LineCasts& casts)

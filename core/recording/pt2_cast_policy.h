@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,39 @@ public:
 private:
     std::map<std::string, std::size_t> count_;
     std::string previous_; // the last node's line (its trace without the innermost frame's markers)
+};
+
+// Autocast and the types a program passes where its source takes them from a tensor's (`.to(query.dtype)`, `q_type =
+// q.dtype; ... .to(q_type)`): the graph holds the type the tensor had at export, float32, where eager code under
+// autocast passes bfloat16 when the tensor came out of a linear. memledger.export records which calls autocast
+// changes (extra/memledger_autocast.json, python/memledger/autocast_types.py), under each device's rules.
+enum class AutocastRules { Cpu = 0, Cuda = 1 }; // CPU autocast's; CUDA's (a CUDA run, and a meta run that stands for one)
+
+// A type a node passes that autocast changes: `from` becomes `to`, or autocast's own type where `to` is unset.
+struct AutocastType {
+    c10::ScalarType from = c10::kFloat;
+    std::optional<c10::ScalarType> to;
+};
+
+// The source line a node passing a type was made by, as the record keys it ("FILE:LINE", the innermost frame of
+// its stack_trace); "" without one.
+std::string typeSiteOf(const nlohmann::json& node);
+
+// The record of one program, read once.
+class AutocastTypes {
+public:
+    // `record`: the archive's extra/memledger_autocast.json; nullopt for a file memledger.export did not save.
+    explicit AutocastTypes(std::optional<nlohmann::json> record);
+    // Whether the record knows the calls of the program's forward under these rules.
+    bool known(AutocastRules rules) const;
+    // What autocast makes of the type the k-th node passing a type on `site` passes (`calls`: how many such nodes
+    // the program has on that site); nullopt where it leaves it as traced, or the program's nodes are not the
+    // forward's calls on that line.
+    std::optional<AutocastType> at(AutocastRules rules, const std::string& site, std::size_t k, std::size_t calls) const;
+
+private:
+    const nlohmann::json* lines(AutocastRules rules) const; // the record's lines under these rules, or null
+    std::optional<nlohmann::json> record_;
 };
 
 // A stack trace without the lines of carets (^^^~~~) Python 3.11 and later print under the innermost frame's

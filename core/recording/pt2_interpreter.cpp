@@ -174,6 +174,8 @@ c10::IValue Interpreter::value(const json& arg) const
     }
     if (kind == "as_scalar_type") {
         auto t = scalarOf(v.get<int>());
+        if (autocast_type && t == autocast_type->from)
+            return static_cast<std::int64_t>(autocast_type->to.value_or(autocast_lower));
         return static_cast<std::int64_t>(t == exported && !keep_type ? runs : t);
     }
     if (kind == "as_memory_format")

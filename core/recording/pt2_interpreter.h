@@ -3,6 +3,8 @@
 // graph names; a node's serialized arguments (serde's tagged unions: as_tensor, as_sym_ints, as_scalar_type, ...)
 // made into the values an ATen operator takes, its call through the dispatcher, and its outputs bound to their
 // names; Python's arithmetic on sizes (pt2_arithmetic.h) for the nodes that are not operators.
+#include "recording/pt2_cast_policy.h"
+
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
 #include <c10/core/Device.h>
@@ -10,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -22,6 +25,11 @@ public:
     // The type the program was exported in, and the one it runs in (ExportedProgram::convert).
     c10::ScalarType exported = c10::kFloat, runs = c10::kFloat;
     bool keep_type = false; // the node being run keeps the exported type (its source names it)
+    // Under autocast: whose rules (nullopt: no autocast), its type, and what it makes of the type the node being run
+    // passes (null: nothing), where the source takes that type from a tensor's (pt2_cast_policy.h).
+    std::optional<AutocastRules> autocast_rules;
+    c10::ScalarType autocast_lower = c10::kBFloat16;
+    const AutocastType* autocast_type = nullptr;
 
     // An interpreter of the same run (device, types) with no values: a subgraph's, or a recomputation's.
     Interpreter fresh() const
@@ -30,6 +38,8 @@ public:
         i.device = device;
         i.exported = exported;
         i.runs = runs;
+        i.autocast_rules = autocast_rules;
+        i.autocast_lower = autocast_lower;
         return i;
     }
 

@@ -563,50 +563,6 @@ RunError explainRunFailure(
     return RunError(text);
 }
 
-// libtorch's autocast state of one device type. PyTorch 2.4 made the functions take the device; libtorch 1.13
-// (Debian's) has one set per device, CPU and CUDA among them.
-#if MEMLEDGER_TORCH_AT_LEAST(2, 4)
-bool autocastEnabled(c10::DeviceType type)
-{
-    return at::autocast::is_autocast_enabled(type);
-}
-void setAutocastEnabled(c10::DeviceType type, bool on)
-{
-    at::autocast::set_autocast_enabled(type, on);
-}
-c10::ScalarType autocastDtype(c10::DeviceType type)
-{
-    return at::autocast::get_autocast_dtype(type);
-}
-void setAutocastDtype(c10::DeviceType type, c10::ScalarType dtype)
-{
-    at::autocast::set_autocast_dtype(type, dtype);
-}
-#else
-bool autocastEnabled(c10::DeviceType type)
-{
-    return type == c10::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
-}
-void setAutocastEnabled(c10::DeviceType type, bool on)
-{
-    if (type == c10::kCUDA)
-        at::autocast::set_enabled(on);
-    else
-        at::autocast::set_cpu_enabled(on);
-}
-c10::ScalarType autocastDtype(c10::DeviceType type)
-{
-    return type == c10::kCUDA ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
-}
-void setAutocastDtype(c10::DeviceType type, c10::ScalarType dtype)
-{
-    if (type == c10::kCUDA)
-        at::autocast::set_autocast_gpu_dtype(dtype);
-    else
-        at::autocast::set_autocast_cpu_dtype(dtype);
-}
-#endif
-
 // Why this build cannot run --autocast `dtype` on `device`; "" when it can.
 // A meta run stands for a GPU: it applies CUDA autocast's rules itself (autocast_emulation.h), to the operators of a
 // torch.export program, whose interpreter is memledger's.
@@ -640,16 +596,16 @@ public:
     AutocastRegion(c10::DeviceType type, c10::ScalarType dtype, bool cache, const Trace* trace)
         : type_(type)
         , trace_(trace)
-        , enabled_(type == c10::kMeta ? false : autocastEnabled(type))
-        , dtype_(type == c10::kMeta ? dtype : autocastDtype(type))
+        , enabled_(type == c10::kMeta ? false : compat::autocastEnabled(type))
+        , dtype_(type == c10::kMeta ? dtype : compat::autocastDtype(type))
         , cache_(at::autocast::is_autocast_cache_enabled())
     {
         if (type == c10::kMeta) { // CUDA autocast's rules, applied by the exported program's interpreter
             emulated_.emplace(dtype, cache);
             return;
         }
-        setAutocastEnabled(type, true);
-        setAutocastDtype(type, dtype);
+        compat::setAutocastEnabled(type, true);
+        compat::setAutocastDtype(type, dtype);
         at::autocast::increment_nesting();
         at::autocast::set_autocast_cache_enabled(cache);
     }
@@ -679,8 +635,8 @@ public:
             at::autocast::clear_cache();
             cleared_end_ = trace_ ? trace_->size() : 0;
         }
-        setAutocastEnabled(type_, enabled_);
-        setAutocastDtype(type_, dtype_);
+        compat::setAutocastEnabled(type_, enabled_);
+        compat::setAutocastDtype(type_, dtype_);
         at::autocast::set_autocast_cache_enabled(cache_);
     }
     // The trace's events [first, end) that the cache's clearing recorded (its frees of the cached weight casts).
@@ -764,6 +720,11 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
         auto note = d.program->autocastNote();
         if (!note.empty())
             raw.notes.push_back(note);
+        note = d.program->followedTypesNote(!device.is_cpu(), options.autocast);
+        if (!note.empty()) {
+            raw.notes.push_back(note);
+            raw.figure_notes.push_back(note);
+        }
     }
     if (train && d.program) {
         auto note = d.program->evalModeNote();

@@ -3,7 +3,9 @@
 // 1.13, CPU only; PyTorch 2.x from pip, with CUDA) lives here and nowhere else.
 #include <torch/version.h>
 
+#include <ATen/autocast_mode.h>
 #include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
 #include <c10/util/Logging.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 
@@ -69,5 +71,49 @@ auto makeNode(Args&&... args)
     else
         return c10::make_intrusive<T>(std::forward<Args>(args)...);
 }
+
+// libtorch's autocast state of one device type. PyTorch 2.4 made the functions take the device; libtorch 1.13
+// (Debian's) has one set per device, CPU and CUDA among them.
+#if MEMLEDGER_TORCH_AT_LEAST(2, 4)
+inline bool autocastEnabled(c10::DeviceType type)
+{
+    return at::autocast::is_autocast_enabled(type);
+}
+inline void setAutocastEnabled(c10::DeviceType type, bool on)
+{
+    at::autocast::set_autocast_enabled(type, on);
+}
+inline c10::ScalarType autocastDtype(c10::DeviceType type)
+{
+    return at::autocast::get_autocast_dtype(type);
+}
+inline void setAutocastDtype(c10::DeviceType type, c10::ScalarType dtype)
+{
+    at::autocast::set_autocast_dtype(type, dtype);
+}
+#else
+inline bool autocastEnabled(c10::DeviceType type)
+{
+    return type == c10::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+}
+inline void setAutocastEnabled(c10::DeviceType type, bool on)
+{
+    if (type == c10::kCUDA)
+        at::autocast::set_enabled(on);
+    else
+        at::autocast::set_cpu_enabled(on);
+}
+inline c10::ScalarType autocastDtype(c10::DeviceType type)
+{
+    return type == c10::kCUDA ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
+}
+inline void setAutocastDtype(c10::DeviceType type, c10::ScalarType dtype)
+{
+    if (type == c10::kCUDA)
+        at::autocast::set_autocast_gpu_dtype(dtype);
+    else
+        at::autocast::set_autocast_cpu_dtype(dtype);
+}
+#endif
 
 } // namespace memledger::compat

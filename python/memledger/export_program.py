@@ -45,7 +45,7 @@ import traceback
 import warnings
 from collections.abc import Mapping
 
-from . import source_facts
+from . import autocast_types, source_facts
 
 __all__ = ["export", "ExportError"]
 
@@ -840,15 +840,20 @@ def export(model, args, path, *, kwargs=None, dynamic=None, verbose=True):
                               "autocast region inside the forward); nothing was saved" % (
                                   type(model).__name__,
                                   ", ".join(held)))
-        seen, executed = _fake_run(torch, model, call, [inp.example for inp in inputs],
-                                   source_facts.files_of(source_facts.traces_of(ep)))
+        files = source_facts.files_of(source_facts.traces_of(ep))
+        seen, executed = _fake_run(torch, model, call, [inp.example for inp in inputs], files)
+        # which types the forward takes from a tensor's, which autocast changes (autocast_types.py)
+        autocast = autocast_types.record(torch, model, call, [inp.example for inp in inputs], files)
 
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     if _supports(torch.export.save, "extra_files"):
         # what the source says of the traced lines (what each function returns, what each line binds), for eager
         # lifetimes: a value the caller binds to a name it never reads is held by that name
-        torch.export.save(ep, path, extra_files=source_facts.extra_files(ep, executed))
+        extra = source_facts.extra_files(ep, executed)
+        if autocast is not None:
+            extra[autocast_types.RECORD] = autocast
+        torch.export.save(ep, path, extra_files=extra)
     else:
         torch.export.save(ep, path)
 
