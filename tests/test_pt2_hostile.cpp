@@ -58,22 +58,47 @@ TEST_P(HostileProgram, IsRefusedNamingTheFileAndTheReason)
     EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
 }
 
-// Source facts (extra/memledger_sources.json, which memledger.export writes for eager lifetimes) that are not JSON,
-// not of the types it writes, absurd, or nested past the JSON reader's limit are ignored: the program runs.
-TEST(HostileProgramControl, BadSourceFactsAreIgnored)
+namespace {
+
+// Each of the cases `names`, made, runs with each of the argument lists `runs` (after `--input 1x16:int64`), and its
+// output says `says` where given.
+void eachRuns(const std::vector<std::string>& names, const std::vector<std::string>& runs, const std::string& says = "")
 {
-    for (const std::string name :
-        {"sources_not_json", "sources_wrong_types", "sources_version_text", "sources_absurd", "sources_deep"}) {
+    for (const auto& name : names) {
         SCOPED_TRACE(name);
         auto why = make(name);
         if (why.rfind("pt2_hostile.py failed", 0) == 0)
             FAIL() << why;
         if (!why.empty())
             GTEST_SKIP() << why;
-        auto r = runCommand(memledgerBinary() + " analyze '" + fixture("pt2_hostile/" + name + ".pt2") + "' --input 1x16:int64");
-        EXPECT_EQ(r.exit_code, 0) << r.output;
-        EXPECT_NE(r.output.find("eager lifetimes"), std::string::npos) << r.output;
+        for (const auto& args : runs) {
+            auto r = runCommand(memledgerBinary() + " analyze '" + fixture("pt2_hostile/" + name + ".pt2")
+                + "' --input 1x16:int64" + args);
+            EXPECT_EQ(r.exit_code, 0) << args << ": " << r.output;
+            EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+            if (!says.empty())
+                EXPECT_NE(r.output.find(says), std::string::npos) << r.output;
+        }
     }
+}
+
+} // namespace
+
+// Source facts (extra/memledger_sources.json, which memledger.export writes for eager lifetimes) that are not JSON,
+// not of the types it writes, absurd, or nested past the JSON reader's limit are ignored: the program runs.
+TEST(HostileProgramControl, BadSourceFactsAreIgnored)
+{
+    eachRuns({"sources_not_json", "sources_wrong_types", "sources_version_text", "sources_absurd", "sources_deep"}, {""},
+        "eager lifetimes");
+}
+
+// Autocast types (extra/memledger_autocast.json, which memledger.export writes) that are not JSON, not of the types it
+// writes, absurd (integer types, counts past any program, indexes that are not numbers), or nested past the JSON
+// reader's limit are not used: the program runs under --autocast, on the CPU and on meta.
+TEST(HostileProgramControl, BadAutocastTypesAreNotUsed)
+{
+    eachRuns({"autocast_not_json", "autocast_wrong_types", "autocast_version_text", "autocast_absurd", "autocast_deep"},
+        {" --autocast bfloat16 --device cpu", " --autocast bfloat16 --device meta"});
 }
 
 // The rewriting itself keeps a program whole: the same records written again run.

@@ -107,8 +107,12 @@ std::string typeSiteOf(const json& n)
 
 AutocastTypes::AutocastTypes(std::optional<json> record)
 {
-    if (record && record->is_object() && record->value("version", 0) == 1 && record->contains("policies")
-        && record->at("policies").is_object())
+    if (!record || !record->is_object())
+        return;
+    auto version = record->find("version");
+    auto policies = record->find("policies");
+    if (version != record->end() && version->is_number_integer() && version->get<std::int64_t>() == 1
+        && policies != record->end() && policies->is_object())
         record_ = std::move(record);
 }
 
@@ -132,22 +136,27 @@ std::optional<AutocastType> AutocastTypes::at(AutocastRules rules, const std::st
     if (!all || site.empty())
         return std::nullopt;
     auto line = all->find(site);
-    if (line == all->end() || !line->is_object() || line->value("calls", std::int64_t {-1}) != static_cast<std::int64_t>(calls))
+    if (line == all->end() || !line->is_object())
         return std::nullopt;
-    const auto& changed = line->value("changed", json::object());
-    auto entry = changed.find(std::to_string(k));
-    if (entry == changed.end() || !entry->is_array() || entry->size() != 2 || !(*entry)[0].is_string()
+    auto count = line->find("calls");
+    auto changed = line->find("changed");
+    if (count == line->end() || !count->is_number_integer() || count->get<std::int64_t>() != static_cast<std::int64_t>(calls)
+        || changed == line->end() || !changed->is_object())
+        return std::nullopt;
+    auto entry = changed->find(std::to_string(k));
+    if (entry == changed->end() || !entry->is_array() || entry->size() != 2 || !(*entry)[0].is_string()
         || !(*entry)[1].is_string())
         return std::nullopt;
+    // autocast changes one floating type into another, nothing else: a record that says otherwise is not used
     auto from = scalarTypeNamed((*entry)[0].get<std::string>());
     const auto to = (*entry)[1].get<std::string>();
-    if (!from)
+    if (!from || !c10::isFloatingType(*from))
         return std::nullopt;
     AutocastType type;
     type.from = *from;
     if (to != "lower") {
         auto named = scalarTypeNamed(to);
-        if (!named)
+        if (!named || !c10::isFloatingType(*named))
             return std::nullopt;
         type.to = *named;
     }
