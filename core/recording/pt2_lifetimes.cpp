@@ -444,14 +444,17 @@ public:
             numbers_.push_back(line && SourceFacts::first(*line) >= 0 ? SourceFacts::first(*line) : frameLine(s));
         }
         // One Python statement over lines (`q, k = rotary(split(q_proj(h)),\n split(k_proj(h)))`): its traced lines
-        // alternate (the first, the next, the first again) under one first line; the same line twice in a row is
-        // the next run of a loop, a new execution.
+        // alternate (the first, the next, the first again) under one first line. Only for a statement in no loop of
+        // its function (the facts' "once"), which runs once per call: in a loop, the lines of the next run follow
+        // those of this one, and taken as one run a value bound by the first would be freed while its name holds
+        // it.
         execution_.resize(static_cast<std::size_t>(tree.statementCount()));
         executionStart_.resize(static_cast<std::size_t>(tree.statementCount()));
         for (int c = 0; c < tree.callCount(); ++c) {
             int previous = -1;
             for (int st : tree.statements(c)) {
-                const bool continued = previous >= 0 && lines_[static_cast<std::size_t>(st)]
+                const auto* line = lines_[static_cast<std::size_t>(st)];
+                const bool continued = previous >= 0 && line && SourceFacts::flag(*line, "once")
                     && lineNumber(st) == lineNumber(previous) && tree.line(st) != tree.line(previous);
                 execution_[static_cast<std::size_t>(st)] = continued ? execution_[static_cast<std::size_t>(previous)] : st;
                 executionStart_[static_cast<std::size_t>(st)]

@@ -23,6 +23,9 @@ the frames name (at export time, where they exist) and writes, for the program's
                              "container": true,         (only where true) its value is a dict, list, tuple or set
                                                         literal: the name holds every element, also those nothing
                                                         reads (`masks = {"full": f(x), "sliding": g(x)}`)
+                             "once": true,              (only where true) it is in no loop of its function: it runs
+                                                        at most once per call, so the traced lines of a statement
+                                                        over several lines, one after another, are one run of it
                              "return": bool}}}          it is a return statement
 
 A file that cannot be read or parsed is left out: memledger then keeps what the stack traces alone tell.
@@ -90,16 +93,18 @@ def _returned(value):
     return [None]
 
 
-def _statements(body):
-    """The statements of a block and of the blocks inside it, not those of functions or classes defined there."""
+def _statements(body, looped=False):
+    """(statement, in a loop) for the statements of a block and of the blocks inside it, not those of functions or
+    classes defined there. `looped`: the block is inside a for or while loop (its else block counted in)."""
     for statement in body:
         if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
-        yield statement
+        yield statement, looped
+        inner_looped = looped or isinstance(statement, (ast.For, ast.AsyncFor, ast.While))
         for field in ("body", "orelse", "finalbody"):
-            yield from _statements(getattr(statement, field, None) or [])
+            yield from _statements(getattr(statement, field, None) or [], inner_looped)
         for inner in (getattr(statement, "handlers", None) or []) + (getattr(statement, "cases", None) or []):
-            yield from _statements(inner.body)
+            yield from _statements(inner.body, inner_looped)
 
 
 class _Function:
@@ -108,7 +113,9 @@ class _Function:
     def __init__(self, node):
         self.first = node.lineno
         self.last = node.end_lineno
-        self.statements = list(_statements(node.body))
+        walked = list(_statements(node.body))
+        self.statements = [s for s, _ in walked]
+        self.looped = {id(s) for s, looped in walked if looped}
         returns = [_returned(s.value) for s in self.statements if isinstance(s, ast.Return)]
         shapes = {json.dumps(r) for r in returns}
         self.returns = returns[0] if len(shapes) == 1 else None
@@ -165,7 +172,7 @@ def _functions_of(path, cache):
 _CONTAINERS = (ast.Dict, ast.List, ast.Tuple, ast.Set)
 
 
-def _describe(statement):
+def _describe(statement, looped):
     targets, call = [], False
     container = isinstance(statement, (ast.Assign, ast.AnnAssign)) and isinstance(statement.value, _CONTAINERS)
     if isinstance(statement, ast.Assign):
@@ -183,6 +190,8 @@ def _describe(statement):
              "return": isinstance(statement, ast.Return)}
     if container:
         facts["container"] = True
+    if not looped:
+        facts["once"] = True
     return facts
 
 
@@ -240,7 +249,7 @@ def of_traces(traces, executed=None):
             name = "%s:%d" % (path, function.first)
             if name not in functions:
                 functions[name] = {"returns": function.returns, "rebinds": function.rebinds_run(path, executed)}
-            lines[key] = dict(_describe(statement), function=name)
+            lines[key] = dict(_describe(statement, id(statement) in function.looped), function=name)
     return json.dumps({"version": 1, "functions": functions, "lines": lines}, sort_keys=True)
 
 
