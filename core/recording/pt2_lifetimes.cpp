@@ -449,7 +449,6 @@ public:
         // those of this one, and taken as one run a value bound by the first would be freed while its name holds
         // it.
         execution_.resize(static_cast<std::size_t>(tree.statementCount()));
-        executionStart_.resize(static_cast<std::size_t>(tree.statementCount()));
         for (int c = 0; c < tree.callCount(); ++c) {
             int previous = -1;
             for (int st : tree.statements(c)) {
@@ -457,8 +456,6 @@ public:
                 const bool continued = previous >= 0 && line && SourceFacts::flag(*line, "once")
                     && lineNumber(st) == lineNumber(previous) && tree.line(st) != tree.line(previous);
                 execution_[static_cast<std::size_t>(st)] = continued ? execution_[static_cast<std::size_t>(previous)] : st;
-                executionStart_[static_cast<std::size_t>(st)]
-                    = continued ? executionStart_[static_cast<std::size_t>(previous)] : st;
                 previous = st;
             }
         }
@@ -521,10 +518,9 @@ public:
     // Statement s's traced line as the facts know it: null when they do not.
     const nlohmann::json* lineOf(int s) const { return lines_[static_cast<std::size_t>(s)]; }
 
-    // The execution of a Python statement that traced statement s is part of (the same for each line of one that
-    // spans lines, where the facts tell its first line), and its first traced statement.
+    // The execution of a Python statement that traced statement s is part of, named by its first traced statement
+    // (the same for each line of one that spans lines, where the facts tell its first line).
     int execution(int s) const { return execution_[static_cast<std::size_t>(s)]; }
-    int executionStart(int s) const { return executionStart_[static_cast<std::size_t>(s)]; }
 
     // The function call c runs, as the source facts name it: null when they do not know it.
     const nlohmann::json* functionOf(int c) const { return functions_[static_cast<std::size_t>(c)]; }
@@ -566,7 +562,7 @@ private:
     const CallTree& tree_;
     std::vector<const nlohmann::json*> lines_; // per statement
     std::vector<int> numbers_; // per statement
-    std::vector<int> execution_, executionStart_; // per statement
+    std::vector<int> execution_; // per statement
     std::vector<const nlohmann::json*> functions_; // per call
 };
 
@@ -861,12 +857,12 @@ ValueEnds eagerLifetimes(const nlohmann::json& nodes, const ValueEnds& graphEnd,
     // The end of the name a statement assigns `name` (made in it) to: where the call assigns that name again, or
     // returns.
     auto boundUntil = [&](const std::string& name, const Value& v, int j) {
-        const int execution = rebinding.execution(tree.statement(v.maker, j));
-        const int s = rebinding.executionStart(tree.statement(v.maker, j)); // its first line holds the assignment
+        // the execution, and its first traced statement, whose line holds the assignment
+        const int s = rebinding.execution(tree.statement(v.maker, j));
         const std::size_t callEnd = tree.callEnd(tree.callOf(s));
         const auto& statements = tree.statements(tree.callOf(s));
         auto last = std::find(statements.begin(), statements.end(), s);
-        while (last + 1 != statements.end() && rebinding.execution(*(last + 1)) == execution)
+        while (last + 1 != statements.end() && rebinding.execution(*(last + 1)) == s)
             ++last; // the statement's last line: a later line of the same statement binds nothing again
         auto targets = assignedNames(tree.code(s));
         if (!targets || targets->empty())
@@ -875,7 +871,7 @@ ValueEnds eagerLifetimes(const nlohmann::json& nodes, const ValueEnds& graphEnd,
         if (targets->size() > 1) {
             std::vector<std::string> escaping; // what the statement hands to its names, in order
             for (std::size_t i = tree.statementBegin(s); i <= tree.statementEnd(*last); ++i) {
-                if (tree.depth(i) < j || rebinding.execution(tree.statement(i, j)) != execution)
+                if (tree.depth(i) < j || rebinding.execution(tree.statement(i, j)) != s)
                     continue;
                 for (const auto& out : made[i]) {
                     auto it = values.find(out);

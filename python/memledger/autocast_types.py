@@ -28,11 +28,12 @@ import sys
 
 RECORD = "memledger_autocast.json"
 
-# Tensor methods that name their type: in the program, each is a cast that passes it.
-_METHOD_TYPES = ("float", "double", "half", "bfloat16", "int", "long", "short", "bool", "byte", "char")
+# Tensor methods that name their type, and the type: in the program, each is a cast that passes it.
+_METHOD_TYPES = {"float": "float32", "double": "float64", "half": "float16", "bfloat16": "bfloat16", "int": "int32",
+                 "long": "int64", "short": "int16", "bool": "bool", "byte": "uint8", "char": "int8"}
 
 
-def _type_name(torch, dtype):
+def _type_name(dtype):
     return str(dtype).replace("torch.", "")
 
 
@@ -41,10 +42,7 @@ def _calls_recorder(torch, files):
     innermost frame of `files` (the frames the program's stack traces name)."""
     from torch.overrides import TorchFunctionMode
 
-    methods = {getattr(torch.Tensor, m): getattr(torch, m if m not in ("int", "long", "short", "bool", "byte", "char")
-                                                  else {"int": "int32", "long": "int64", "short": "int16",
-                                                        "bool": "bool", "byte": "uint8", "char": "int8"}[m])
-               for m in _METHOD_TYPES if hasattr(torch.Tensor, m)}
+    methods = {getattr(torch.Tensor, m): getattr(torch, t) for m, t in _METHOD_TYPES.items() if hasattr(torch.Tensor, m)}
 
     class Calls(TorchFunctionMode):
         def __init__(self):
@@ -152,8 +150,7 @@ def record(torch, model, call, examples, files):
             if before == after:
                 continue
             entry = lines.setdefault(line, {"calls": totals[line], "changed": {}})
-            entry["changed"][str(k)] = [_type_name(torch, before),
-                                        "lower" if after == torch.bfloat16 else _type_name(torch, after)]
+            entry["changed"][str(k)] = [_type_name(before), "lower" if after == torch.bfloat16 else _type_name(after)]
         policies[policy] = lines
     if not policies:
         return None

@@ -841,9 +841,10 @@ def export(model, args, path, *, kwargs=None, dynamic=None, verbose=True):
                                   type(model).__name__,
                                   ", ".join(held)))
         files = source_facts.files_of(source_facts.traces_of(ep))
-        seen, executed = _fake_run(torch, model, call, [inp.example for inp in inputs], files)
+        examples = [inp.example for inp in inputs]
+        seen, executed = _fake_run(torch, model, call, examples, files)
         # which types the forward takes from a tensor's, which autocast changes (autocast_types.py)
-        autocast = autocast_types.record(torch, model, call, [inp.example for inp in inputs], files)
+        autocast = autocast_types.record(torch, model, call, examples, files)
 
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
