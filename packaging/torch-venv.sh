@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # PyTorch 2.x from pip (the default build; MEMLEDGER_TORCH=pip names it too) in .venv-torch/ at the repository root (git-ignored, reused when
 # present). The wheel carries libtorch's headers, CMake config and CUDA libraries; torchvision and pillow make
-# the test fixtures. Prints nothing; the venv's python is .venv-torch/bin/python.
+# the test fixtures, and transformers (pinned: its mask code is what the unpadded export follows) the tests of
+# Hugging Face's own models, which skip with the reason where it could not be installed. Prints nothing; the venv's
+# python is .venv-torch/bin/python.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.venv-torch
@@ -19,6 +21,12 @@ if ! "$venv/bin/python" -c 'import torch, torchvision, PIL' 2>/dev/null; then
   echo "memledger: installing torch, torchvision and pillow into $venv (a few GB)" >&2
   "$venv/bin/python" -m pip install -q --upgrade pip
   "$venv/bin/python" -m pip install -q torch torchvision pillow
+fi
+transformers_version=5.25.0
+if ! "$venv/bin/python" -c "import transformers, sys; sys.exit(transformers.__version__ != '$transformers_version')" 2>/dev/null; then
+  echo "memledger: installing transformers $transformers_version into $venv" >&2
+  "$venv/bin/python" -m pip install -q "transformers==$transformers_version" \
+    || echo "memledger: transformers $transformers_version could not be installed: the tests of its models skip" >&2
 fi
 # memledger's own Python package (python/memledger): `import memledger` and `python -m memledger` work in the venv.
 # A .pth file points at this checkout, so the package follows the sources with nothing to reinstall.

@@ -8,7 +8,9 @@
 #include "recording/model.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
+#include <cstdio>
 #include <fstream>
 
 using namespace memledger::test;
@@ -99,6 +101,38 @@ TEST(HostileProgramControl, BadAutocastTypesAreNotUsed)
 {
     eachRuns({"autocast_not_json", "autocast_wrong_types", "autocast_version_text", "autocast_absurd", "autocast_deep"},
         {" --autocast bfloat16 --device cpu", " --autocast bfloat16 --device meta"});
+}
+
+// A module the model does not hold, called from a global (TorchDynamo's `G['__import_...'].fn`: a function that
+// transformers' kernel hub wraps in a module), is not a layer of the model: the layer tree and the peak are those of
+// the same program without it.
+TEST(HostileProgramControl, AModuleOutsideTheModelIsNotALayer)
+{
+    for (const char* name : {"unchanged", "global_module_frame"}) {
+        auto why = make(name);
+        if (why.rfind("pt2_hostile.py failed", 0) == 0)
+            FAIL() << why;
+        if (!why.empty())
+            GTEST_SKIP() << why;
+    }
+    auto report = [](const std::string& name) {
+        const auto json = fixture("pt2_hostile/" + name + ".report.json");
+        std::remove(json.c_str());
+        auto r = runCommand(memledgerBinary() + " analyze '" + fixture("pt2_hostile/" + name + ".pt2")
+            + "' --input 1x16:int64 --json '" + json + "'");
+        EXPECT_EQ(r.exit_code, 0) << r.output;
+        std::ifstream in(json);
+        return nlohmann::json::parse(in, nullptr, false);
+    };
+    auto plain = report("unchanged"), global = report("global_module_frame");
+    ASSERT_TRUE(plain.is_object() && global.is_object());
+    std::vector<std::string> plainPaths, globalPaths;
+    for (const auto& l : plain["layers"])
+        plainPaths.push_back(l["path"].get<std::string>());
+    for (const auto& l : global["layers"])
+        globalPaths.push_back(l["path"].get<std::string>());
+    EXPECT_EQ(globalPaths, plainPaths);
+    EXPECT_EQ(global["peak_bytes"], plain["peak_bytes"]);
 }
 
 // The rewriting itself keeps a program whole: the same records written again run.

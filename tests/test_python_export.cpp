@@ -173,7 +173,7 @@ TEST_P(ExportedByMemledger, TheCommandItPrintsRuns)
 std::vector<std::string> exportedModels()
 {
     return {"gpt", "gpt_meta", "llama", "llama_meta", "hf", "hf_meta", "hf_padcheck", "transformers_llama",
-        "transformers_llama_meta"};
+        "transformers_llama_meta", "transformers_llama_unpadded", "transformers_llama_unpadded_meta"};
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ExportedByMemledger, ::testing::ValuesIn(exportedModels()),
@@ -298,6 +298,44 @@ TEST(MemledgerExport, AStrictFailureIsRetriedNonStrictWithTheReason)
     auto run = runCommand(memledger::test::memledgerBinary() + " analyze " + file + " --input 2x8:float32 --threads 1");
     EXPECT_EQ(run.exit_code, 0) << run.output;
     EXPECT_TRUE(contains(run.output, "proj")) << run.output;
+}
+
+// transformers' LlamaForCausalLM called with input_ids only is an unpadded batch: eager transformers builds no causal
+// mask (sdpa's is_causal) and lets sdpa repeat the key/value heads. Exported with causal_mask="skipped", memledger's
+// AdamW step equals PyTorch's profiler of the eager model's, to the byte (its inference peak: the parametrized test).
+TEST(MemledgerExport, AnUnpaddedTransformersBatchTrainsAsEagerPyTorch)
+{
+    SKIP_WITHOUT_EXPORT_FIXTURES();
+    const auto& t = exportTruth()["models"]["transformers_llama_unpadded"];
+    if (t.contains("skipped"))
+        GTEST_SKIP() << t["skipped"].get<std::string>();
+    EXPECT_TRUE(contains(t["printed"].get<std::string>(), "causal_mask='skipped': the batch unpadded")) << t["printed"];
+    const auto json = exportFile("transformers_llama_unpadded_train.json");
+    auto r = runCommand(memledger::test::memledgerBinary() + " analyze " + exportFile(t["file"].get<std::string>())
+        + " --input " + t["input"].get<std::string>()
+        + " --mode train --optimizer adamw --loss next_token --threads 1 --json " + json);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in(json);
+    auto j = nlohmann::json::parse(in, nullptr, false);
+    EXPECT_EQ(j.value("peak_bytes", std::int64_t {0}), t["eager_train_adamw_peak_bytes"].get<std::int64_t>())
+        << "PyTorch's profiler peak of the eager model's AdamW step";
+}
+
+// causal_mask="skipped" on a model that is not a transformers one, and a causal_mask that is not a choice: an
+// ExportError that says why, and no file.
+TEST(MemledgerExport, ACausalMaskChoiceThatCannotApplyIsRefused)
+{
+    SKIP_WITHOUT_EXPORT_FIXTURES();
+    const auto& t = exportTruth()["edge_programs"]["causal_mask_refused"];
+    ASSERT_TRUE(t.is_object()) << exportTruth()["edge_programs"].dump();
+    ASSERT_TRUE(t["not_transformers"]["error"].is_string()) << t.dump();
+    EXPECT_TRUE(contains(t["not_transformers"]["error"].get<std::string>(),
+        "causal_mask='skipped': FrozenMLP is not a transformers model")) << t.dump();
+    ASSERT_TRUE(t["unknown"]["error"].is_string()) << t.dump();
+    EXPECT_TRUE(contains(t["unknown"]["error"].get<std::string>(), "causal_mask is 'sometimes': use one of 'built', 'skipped'"))
+        << t.dump();
+    EXPECT_FALSE(t["not_transformers"]["saved"].get<bool>());
+    EXPECT_FALSE(t["unknown"]["saved"].get<bool>());
 }
 
 // A program runs in the mode it was exported in. DropNet (a dropout of p 0.25, a BatchNorm, a dropout of p 0) exported

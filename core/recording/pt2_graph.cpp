@@ -265,6 +265,12 @@ ModuleName innermostModule(const std::string& stack, std::vector<ModuleName>* al
             auto type = entry.substr(c2 + 1);
             if (path == "_empty_nn_module_stack_from_metadata_hook")
                 return {};
+            if (path.find("['") != std::string::npos) { // TorchDynamo's source of a module outside the model
+                if (end == std::string::npos)
+                    break;
+                start = end + 1;
+                continue;
+            }
             auto dot = type.rfind('.');
             const auto key = entry.substr(0, c1);
             const auto at = key.rfind('@');

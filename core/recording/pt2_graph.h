@@ -37,7 +37,10 @@ std::int64_t symHint(const json& s);
 double number(const json& v);
 
 // "L__self__,,__main__.M;L__self__layers_0,layers.0,__main__.Block": the innermost module's path and type (the
-// last element of `all`, which gets every module of the stack, outermost first).
+// last element of `all`, which gets every module of the stack, outermost first). A module the model does not hold,
+// called from a global (`G['__import_transformers...modeling_llama'].apply_rotary_pos_emb`: a function that
+// transformers' kernel hub wraps in a module), is not a module of the model: its ops belong to the module that
+// called it, and the entry is passed over.
 struct ModuleName {
     std::string path;
     std::string type; // "Block"

@@ -32,6 +32,7 @@ feature, so the package imports under any PyTorch (the export itself needs torch
 """
 
 import contextlib
+import copy
 import inspect
 import io
 import keyword
@@ -45,7 +46,7 @@ import traceback
 import warnings
 from collections.abc import Mapping
 
-from . import autocast_types, source_facts
+from . import autocast_types, hf_masks, source_facts
 
 __all__ = ["export", "ExportError"]
 
@@ -258,6 +259,17 @@ class _Dims:
                     raise ExportError("dynamic[%r][%d] is %r: give a name (\"batch\"), a (name, min, max) tuple or a "
                                       "torch.export.Dim" % (inp.name, dim, spec), advice="")
                 inp.dims[dim] = name
+
+    def snapshot(self, inputs):
+        """What an export attempt may change (the ranges, the fixed names, the traced examples), for restore."""
+        return (copy.deepcopy(self.ranges), dict(self.given), set(self.fixed), dict(self.why),
+                [(inp, inp.example) for inp in inputs])
+
+    def restore(self, snapshot, inputs):
+        self.ranges, self.given, self.fixed, self.why = (copy.deepcopy(snapshot[0]), dict(snapshot[1]),
+                                                          set(snapshot[2]), dict(snapshot[3]))
+        for inp, example in snapshot[4]:
+            inp.example = example
 
     def double_size_one(self, inputs):
         """An example of size 1 in a named dimension, doubled (repeated) in every input that has the name:
@@ -758,47 +770,9 @@ def _eval_mode_layers(model, torch):
     return dropouts, norms
 
 
-def export(model, args, path, *, kwargs=None, dynamic=None, verbose=True):
-    """Exports `model` called as model(*args, **kwargs) with torch.export and saves it at `path` (a `.pt2` that
-    memledger opens). Returns the torch.export.ExportedProgram.
-
-    dynamic: {input name: {dim: name}} (a name, a (name, min, max) tuple or a torch.export.Dim): dimensions that
-    the program takes at any size in their range; one name shared by two inputs is one size.
-    verbose: print what was done, the ranges and the memledger command to run next.
-    Raises ExportError (with PyTorch's reason, and the advice to use memledger.capture where the model cannot be
-    traced)."""
-    try:
-        import torch
-    except ImportError as e:
-        raise ExportError("PyTorch is not installed (%s)" % e) from e
-    if not (hasattr(torch, "export") and hasattr(torch.export, "export") and hasattr(torch.export, "save")):
-        raise ExportError("torch %s has no torch.export (PyTorch 2.1 or later has it)" % torch.__version__)
-    if dynamic and not hasattr(torch.export, "Dim"):
-        raise ExportError("torch %s has no torch.export.Dim for named dynamic dimensions (PyTorch 2.2 or later has "
-                          "it)" % torch.__version__, advice="export without dynamic=, or " + CAPTURE_ADVICE)
-    if not isinstance(model, torch.nn.Module):
-        raise ExportError("model is a %s, not a torch.nn.Module" % type(model).__name__, advice="")
-    path = os.fspath(path)
-    if isinstance(args, (torch.Tensor, Mapping)) or not isinstance(args, (tuple, list)):
-        args = (args,)
-    kwargs = dict(kwargs or {})
-
-    signature, bound, inputs = _bind(model, tuple(args), kwargs, torch)
-    cache_off = _use_cache_off(signature, bound)
-    device = _model_device(model)
-    on_meta = device is not None and device.type == "meta"
-    moved = []
-    for inp in inputs:
-        inp.example = _on_device(inp.value, device, torch)
-        if inp.example is not inp.value:
-            moved.append(inp.name)
-    _read_dynamic(dynamic, inputs, torch)
-    dims = _Dims(model, inputs, torch)
-    doubled = dims.double_size_one(inputs)
-
-    own = model.__dict__.get("forward")  # a forward set on the instance is the one its callers get
-    original = (lambda self, *a, **k: own(*a, **k)) if own is not None else type(model).forward
-    forward, call = _make_forward(signature, bound, inputs, torch, original)
+def _trace(torch, model, forward, call, dims, inputs, verbose):
+    """torch.export of `model` (strict, else non-strict), then the fake runs that tell which source lines ran and which
+    types autocast changes: (program, the strict failure or None, what the output was, lines run, autocast record)."""
     strict_failure = None
     ep = None
     with _AsItself(model, forward):
@@ -846,6 +820,79 @@ def export(model, args, path, *, kwargs=None, dynamic=None, verbose=True):
         # which types the forward takes from a tensor's, which autocast changes (autocast_types.py)
         autocast = autocast_types.record(torch, model, call, examples, files)
 
+    return ep, strict_failure, seen, executed, autocast
+
+
+def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask="built", verbose=True):
+    """Exports `model` called as model(*args, **kwargs) with torch.export and saves it at `path` (a `.pt2` that
+    memledger opens). Returns the torch.export.ExportedProgram.
+
+    dynamic: {input name: {dim: name}} (a name, a (name, min, max) tuple or a torch.export.Dim): dimensions that
+    the program takes at any size in their range; one name shared by two inputs is one size.
+    causal_mask: for a transformers model called without attention_mask, "built" (the default) keeps the causal mask
+    the traced program builds, as a padded batch (and FakeTensorMode) runs it: an upper bound; "skipped" exports the
+    unpadded batch, which eager transformers runs without a mask (sdpa's is_causal; hf_masks.py).
+    verbose: print what was done, the ranges and the memledger command to run next.
+    Raises ExportError (with PyTorch's reason, and the advice to use memledger.capture where the model cannot be
+    traced)."""
+    try:
+        import torch
+    except ImportError as e:
+        raise ExportError("PyTorch is not installed (%s)" % e) from e
+    if not (hasattr(torch, "export") and hasattr(torch.export, "export") and hasattr(torch.export, "save")):
+        raise ExportError("torch %s has no torch.export (PyTorch 2.1 or later has it)" % torch.__version__)
+    if dynamic and not hasattr(torch.export, "Dim"):
+        raise ExportError("torch %s has no torch.export.Dim for named dynamic dimensions (PyTorch 2.2 or later has "
+                          "it)" % torch.__version__, advice="export without dynamic=, or " + CAPTURE_ADVICE)
+    if not isinstance(model, torch.nn.Module):
+        raise ExportError("model is a %s, not a torch.nn.Module" % type(model).__name__, advice="")
+    if causal_mask not in hf_masks.CHOICES:
+        raise ExportError("causal_mask is %r: use one of %s" % (causal_mask, ", ".join(map(repr, hf_masks.CHOICES))),
+                          advice="")
+    path = os.fspath(path)
+    if isinstance(args, (torch.Tensor, Mapping)) or not isinstance(args, (tuple, list)):
+        args = (args,)
+    kwargs = dict(kwargs or {})
+
+    signature, bound, inputs = _bind(model, tuple(args), kwargs, torch)
+    cache_off = _use_cache_off(signature, bound)
+    device = _model_device(model)
+    on_meta = device is not None and device.type == "meta"
+    moved = []
+    for inp in inputs:
+        inp.example = _on_device(inp.value, device, torch)
+        if inp.example is not inp.value:
+            moved.append(inp.name)
+    _read_dynamic(dynamic, inputs, torch)
+    dims = _Dims(model, inputs, torch)
+    doubled = dims.double_size_one(inputs)
+
+    own = model.__dict__.get("forward")  # a forward set on the instance is the one its callers get
+    original = (lambda self, *a, **k: own(*a, **k)) if own is not None else type(model).forward
+    forward, call = _make_forward(signature, bound, inputs, torch, original)
+    skip = causal_mask == "skipped"
+    if skip:
+        why = hf_masks.why_not_skipped(model, [i.name for i in inputs])
+        if why:
+            raise ExportError("causal_mask='skipped': " + why, advice="")
+        before = dims.snapshot(inputs)
+        with hf_masks.unpadded(model):
+            traced = _trace(torch, model, forward, call, dims, inputs, verbose)
+        masked, total = hf_masks.masked_attention_calls(traced[0])
+        narrowed = dims.snapshot(inputs)[:4] != before[:4]
+        if masked or narrowed:
+            _say(verbose, "causal_mask='skipped' not applied: %s; exported with the mask built, as a padded batch "
+                 "runs" % ("%d of %d attention calls still take a mask (a sliding window, or a mask this model builds "
+                           "its own way)" % (masked, total) if masked else
+                           "the unpadded branch narrows the program's range (a sliding window: eager builds the mask "
+                           "from its length on)"))
+            dims.restore(before, inputs)
+            skip = False
+            traced = _trace(torch, model, forward, call, dims, inputs, verbose)
+    else:
+        traced = _trace(torch, model, forward, call, dims, inputs, verbose)
+    ep, strict_failure, seen, executed, autocast = traced
+
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     if _supports(torch.export.save, "extra_files"):
@@ -868,6 +915,15 @@ def export(model, args, path, *, kwargs=None, dynamic=None, verbose=True):
                  % ("; the inputs %s traced as meta tensors" % ", ".join(moved) if moved else ""))
         for later, first in _tied(model):
             _say(True, "tied: %s is %s (stored and counted once)" % (later, first))
+        masked, total = hf_masks.masked_attention_calls(ep)
+        if skip:
+            _say(True, "causal_mask='skipped': the batch unpadded, as eager transformers runs one without an "
+                 "attention_mask: no causal mask, sdpa's is_causal in its %d attention calls" % total)
+        elif masked and hf_masks.why_not_skipped(model, [i.name for i in inputs]) is None:
+            _say(True, "the causal mask is built in the program (%d attention calls take it), as a padded batch and "
+                 "FakeTensorMode run the model: an upper bound for an unpadded batch (packed sequences, an all-ones "
+                 "attention_mask), which eager transformers runs without it; causal_mask='skipped' exports that"
+                 % masked)
         dropped = _dropped_buffers(model, ep)
         if dropped:
             _say(True, "not in the program: %s (%d bytes: buffers no op reads, which torch.export leaves out; the "

@@ -1,0 +1,84 @@
+"""The causal mask of a Hugging Face transformers model, as an unpadded batch runs it.
+
+Eager transformers (4.53 and later: transformers.masking_utils) looks at its inputs before it builds the attention
+mask. With no attention_mask (or one of all ones) and no packed position ids, an sdpa model builds no mask at all: it
+passes is_causal=True to scaled_dot_product_attention, and a grouped-query model lets sdpa repeat the key/value heads
+(enable_gqa) instead of copying them (repeat_kv). Under torch.export, and under FakeTensorMode (FSDPMemTracker), it
+cannot look at values, so it builds the mask: a batch x 1 x seq x seq tensor, a float copy of it that each sdpa call
+keeps for the backward, and the repeated key/value heads. That is what a padded batch costs, and it is the program
+memledger.export writes by default (causal_mask="built"): its figures are then an upper bound for an unpadded batch.
+
+causal_mask="skipped" exports the unpadded batch instead: for the duration of the export the mask functions of
+transformers.masking_utils take the branch eager takes for inputs without an attention_mask (no packed sequences, the
+mask left to is_causal). It applies to a transformers model called without attention_mask and position_ids, since
+only then is that branch known without the values.
+"""
+
+import contextlib
+import sys
+
+# Inputs whose values decide, in eager transformers, whether the mask is built.
+VALUE_INPUTS = ("attention_mask", "position_ids", "cache_position", "past_key_values", "inputs_embeds")
+
+CHOICES = ("built", "skipped")
+
+
+def is_transformers_model(model):
+    return type(model).__module__.split(".")[0] == "transformers"
+
+
+def _masking_utils():
+    if "transformers" not in sys.modules:
+        return None
+    try:
+        from transformers import masking_utils
+    except ImportError:
+        return None
+    return masking_utils
+
+
+def why_not_skipped(model, input_names):
+    """Why causal_mask="skipped" cannot apply to `model` called with `input_names`, or None."""
+    if not is_transformers_model(model):
+        return ("%s is not a transformers model (causal_mask='skipped' changes the mask functions of "
+                "transformers.masking_utils)" % type(model).__name__)
+    if _masking_utils() is None or not hasattr(_masking_utils(), "find_packed_sequence_indices"):
+        return "this transformers has no masking_utils.find_packed_sequence_indices (transformers 4.53 or later has it)"
+    given = [n for n in input_names if n in VALUE_INPUTS]
+    if given:
+        return ("the program takes %s, whose values decide whether eager transformers builds the mask: export "
+                "without %s for an unpadded batch" % (", ".join(given), "it" if len(given) == 1 else "them"))
+    return None
+
+
+@contextlib.contextmanager
+def unpadded(model):
+    """The branch eager transformers takes for an unpadded batch, for the duration of the block: no packed sequences
+    (the model's own position ids are one sequence per row), and "not exporting", so that the sdpa mask functions
+    skip the mask where no padding mask is given (they still keep it where a sliding window needs it)."""
+    utils = _masking_utils()
+    replaced = {"find_packed_sequence_indices": lambda position_ids, *args, **kwargs: None}
+    for name in ("is_torchdynamo_exporting", "is_torchdynamo_compiling"):
+        if hasattr(utils, name):
+            replaced[name] = lambda *args, **kwargs: False
+    saved = {name: getattr(utils, name) for name in replaced}
+    try:
+        for name, value in replaced.items():
+            setattr(utils, name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(utils, name, value)
+
+
+def masked_attention_calls(ep):
+    """(calls of scaled_dot_product_attention that are given a mask, all calls) in an ExportedProgram."""
+    masked = total = 0
+    for node in ep.graph_module.graph.nodes:
+        if node.op != "call_function" or "scaled_dot_product" not in str(node.target):
+            continue
+        total += 1
+        mask = node.kwargs.get("attn_mask", node.args[3] if len(node.args) > 3 else None)
+        if mask is not None:
+            masked += 1
+    return masked, total
