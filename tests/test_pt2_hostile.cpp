@@ -103,6 +103,29 @@ TEST(HostileProgramControl, BadAutocastTypesAreNotUsed)
         {" --autocast bfloat16 --device cpu", " --autocast bfloat16 --device meta"});
 }
 
+// memledger.export's record of the export (extra/memledger_export.json) that is not JSON, not of the types it writes,
+// absurd, or nested past the JSON reader's limit says nothing: the program runs without the causal-mask note. A
+// well-formed one that says the mask was built gets the note.
+TEST(HostileProgramControl, BadExportRecordsSayNothing)
+{
+    const std::string note = "the causal mask is built";
+    for (const char* name : {"export_record_not_json", "export_record_absurd", "export_record_wrong_types",
+             "export_record_deep", "export_record_built"}) {
+        SCOPED_TRACE(name);
+        auto why = make(name);
+        if (why.rfind("pt2_hostile.py failed", 0) == 0)
+            FAIL() << why;
+        if (!why.empty())
+            GTEST_SKIP() << why;
+        auto r = runCommand(memledgerBinary() + " analyze '" + fixture(std::string("pt2_hostile/") + name + ".pt2")
+            + "' --input 1x16:int64");
+        EXPECT_EQ(r.exit_code, 0) << r.output;
+        EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+        const bool noted = r.output.find(note) != std::string::npos;
+        EXPECT_EQ(noted, std::string(name) == "export_record_built") << r.output;
+    }
+}
+
 // A module the model does not hold, called from a global (TorchDynamo's `G['__import_...'].fn`: a function that
 // transformers' kernel hub wraps in a module), is not a layer of the model: the layer tree and the peak are those of
 // the same program without it.

@@ -319,6 +319,25 @@ TEST(MemledgerExport, AnUnpaddedTransformersBatchTrainsAsEagerPyTorch)
     auto j = nlohmann::json::parse(in, nullptr, false);
     EXPECT_EQ(j.value("peak_bytes", std::int64_t {0}), t["eager_train_adamw_peak_bytes"].get<std::int64_t>())
         << "PyTorch's profiler peak of the eager model's AdamW step";
+    // The unpadded program has no mask to note; the one exported with an attention_mask (built) says its figures err
+    // high for an unpadded batch.
+    auto notesOf = [](const nlohmann::json& report) {
+        std::string out;
+        for (const auto& n : report.value("notes", nlohmann::json::array()))
+            out += n.get<std::string>() + "\n";
+        return out;
+    };
+    EXPECT_FALSE(contains(notesOf(j), "the causal mask is built")) << notesOf(j);
+    const auto& built = exportTruth()["models"]["transformers_llama"];
+    const auto builtJson = exportFile("transformers_llama_notes.json");
+    auto b = runCommand(memledger::test::memledgerBinary() + " analyze " + exportFile(built["file"].get<std::string>())
+        + " --input " + built["input"].get<std::string>() + " --threads 1 --json " + builtJson);
+    ASSERT_EQ(b.exit_code, 0) << b.output;
+    std::ifstream builtIn(builtJson);
+    auto bj = nlohmann::json::parse(builtIn, nullptr, false);
+    EXPECT_TRUE(contains(notesOf(bj), "the causal mask is built (memledger.export's default, as a padded batch runs the "
+                                      "model): 2 attention calls take it")) << notesOf(bj);
+    EXPECT_TRUE(contains(notesOf(bj), "without attention_mask")) << notesOf(bj);
 }
 
 // causal_mask="skipped" on a model that is not a transformers one, and a causal_mask that is not a choice: an

@@ -65,6 +65,8 @@ struct ExportedProgram::Impl {
     bool eager_known = false; // the nodes carry the source lines eager_release is told from
     bool eager_lifetimes = false; // runs with eager_release (setLifetimes)
     bool source_facts = false; // memledger.export saved what the source says beside it
+    int causal_masks_built = 0; // attention calls given the causal mask an unpadded batch skips (memledger_export.json)
+    bool causal_mask_skippable = false; // memledger.export could have exported the unpadded batch (causal_mask="skipped")
     bool strict_trace = false; // traced by TorchDynamo (its stack traces hold torch/_dynamo's frames)
 
     // The graph's placeholders that are weights: graph name -> (parameter or buffer list, index).
@@ -724,6 +726,25 @@ std::optional<json> autocastRecord(caffe2::serialize::PyTorchStreamReader& reade
     return extraRecord(reader, "memledger_autocast.json");
 }
 
+// What memledger.export said of the export itself (python/memledger/hf_masks.py, hf_masks.RECORD): the attention
+// calls of a transformers model that take the causal mask eager builds only for a padded batch. A record that is not
+// what it writes says nothing.
+void readExportRecord(Impl& d, caffe2::serialize::PyTorchStreamReader& reader)
+{
+    const auto record = extraRecord(reader, "memledger_export.json");
+    if (!record || !record->is_object())
+        return;
+    const auto version = record->find("version");
+    const auto mode = record->find("causal_mask");
+    const auto calls = record->find("masked_attention_calls");
+    if (version == record->end() || *version != 1 || mode == record->end() || *mode != "built" || calls == record->end()
+        || !calls->is_number_integer())
+        return;
+    d.causal_masks_built = static_cast<int>(std::clamp<std::int64_t>(calls->get<std::int64_t>(), 0, 1 << 20));
+    const auto skippable = record->find("skippable");
+    d.causal_mask_skippable = skippable != record->end() && skippable->is_boolean() && skippable->get<bool>();
+}
+
 // When each value is dropped, for the graph's lifetimes and for eager Python's (pt2_lifetimes.h). The program's
 // outputs and the buffers it mutates are read by the caller, and never dropped. Returns the graph's lifetimes.
 pt2::ValueEnds markReleases(Impl& d, const std::optional<json>& sources)
@@ -877,6 +898,7 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
     readNodes(d, modules);
     separateKeptCasts(d);
     markFunctionCalls(d, markReleases(d, sourceFacts(reader)));
+    readExportRecord(d, reader);
     const pt2::AutocastTypes autocastTypes(autocastRecord(reader));
     for (auto rules : {pt2::AutocastRules::Cpu, pt2::AutocastRules::Cuda})
         d.autocast_known[static_cast<std::size_t>(rules)] = autocastTypes.known(rules);
@@ -1224,6 +1246,21 @@ std::string ExportedProgram::eagerLifetimesNote() const
           "up to 17% under); memledger.export(model, args, path) saves a file without this limit";
 }
 
+std::string ExportedProgram::causalMaskNote() const
+{
+    const int n = d_->causal_masks_built;
+    if (n == 0)
+        return {};
+    return "the causal mask is built (memledger.export's default, as a padded batch runs the model): "
+        + std::to_string(n) + " attention call" + (n == 1 ? " takes" : "s take")
+        + " it; an unpadded batch (packed sequences, an all-ones attention_mask) builds none in eager transformers, so "
+          "for one these figures err high by the mask (batch x seq x seq per call) and a grouped-query model's copied "
+          "key/value heads"
+        + (d_->causal_mask_skippable ? "; memledger.export(..., causal_mask=\"skipped\") exports that batch"
+                                     : "; memledger.export(..., causal_mask=\"skipped\"), without attention_mask, "
+                                       "exports that batch");
+}
+
 std::string ExportedProgram::functionCallNote() const
 {
     if (d_->function_calls.empty())
@@ -1412,6 +1449,10 @@ std::string ExportedProgram::eagerLifetimesNote() const
     return {};
 }
 std::string ExportedProgram::functionCallNote() const
+{
+    return {};
+}
+std::string ExportedProgram::causalMaskNote() const
 {
     return {};
 }

@@ -120,6 +120,10 @@ public:
     // run and that their backward errs high. "" when it holds none.
     std::string functionCallNote() const;
 
+    // What a report says of a transformers program memledger.export saved with its causal mask built (the default):
+    // an unpadded batch builds none, so the figures err high for one. "" otherwise.
+    std::string causalMaskNote() const;
+
     // What loading decided that a report should say (a meta weight taken as a tied weight's storage).
     const std::vector<std::string>& loadNotes() const;
 

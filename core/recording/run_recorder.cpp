@@ -704,7 +704,7 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
         if (raw.info.lifetimes != options.lifetimes)
             raw.notes.push_back("lifetimes: graph (each value dropped after its last reader), not eager: the program's "
                 "nodes carry no source lines (stack_trace) to tell how its Python held them");
-        for (const auto& note : {d.program->eagerLifetimesNote(),
+        for (const auto& note : {d.program->eagerLifetimesNote(), d.program->causalMaskNote(),
                  options.mode == RunMode::Train ? d.program->functionCallNote() : std::string()})
             if (!note.empty()) {
                 raw.notes.push_back(note);

@@ -901,6 +901,9 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask="built",
         extra = source_facts.extra_files(ep, executed)
         if autocast is not None:
             extra[autocast_types.RECORD] = autocast
+        mask = hf_masks.record(model, [i.name for i in inputs], ep, skip)
+        if mask is not None:
+            extra[hf_masks.RECORD] = mask
         torch.export.save(ep, path, extra_files=extra)
     else:
         torch.export.save(ep, path)

@@ -15,12 +15,17 @@ only then is that branch known without the values.
 """
 
 import contextlib
+import json
 import sys
 
 # Inputs whose values decide, in eager transformers, whether the mask is built.
 VALUE_INPUTS = ("attention_mask", "position_ids", "cache_position", "past_key_values", "inputs_embeds")
 
 CHOICES = ("built", "skipped")
+
+# The archive's extra file that says how the mask was exported, which memledger reads to note that a program with the
+# mask built errs high for an unpadded batch (torch.export.save writes it as extra/RECORD).
+RECORD = "memledger_export.json"
 
 
 def is_transformers_model(model):
@@ -82,3 +87,17 @@ def masked_attention_calls(ep):
         if mask is not None:
             masked += 1
     return masked, total
+
+
+def record(model, input_names, ep, skipped):
+    """The RECORD text for a transformers model whose program has attention calls, else None:
+    {"version": 1, "causal_mask": "built" | "skipped", "masked_attention_calls": N, "attention_calls": M,
+     "skippable": whether causal_mask="skipped" applies to the model called with these inputs}."""
+    if not is_transformers_model(model):
+        return None
+    masked, total = masked_attention_calls(ep)
+    if total == 0:
+        return None
+    return json.dumps({"version": 1, "causal_mask": "skipped" if skipped else "built", "masked_attention_calls": masked,
+                       "attention_calls": total, "skippable": why_not_skipped(model, input_names) is None},
+                      sort_keys=True)
