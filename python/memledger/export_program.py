@@ -921,7 +921,9 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask="built",
         masked, total = hf_masks.masked_attention_calls(ep)
         if skip:
             _say(True, "causal_mask='skipped': the batch unpadded, as eager transformers runs one without an "
-                 "attention_mask: no causal mask, sdpa's is_causal in its %d attention calls" % total)
+                 "attention_mask: %s" % ("no causal mask, sdpa's is_causal in its %d attention calls" % total if total
+                                         else "its mask functions took that branch (this attention implementation "
+                                              "calls no scaled_dot_product_attention)"))
         elif masked and hf_masks.why_not_skipped(model, [i.name for i in inputs]) is None:
             _say(True, "the causal mask is built in the program (%d attention calls take it), as a padded batch and "
                  "FakeTensorMode run the model: an upper bound for an unpadded batch (packed sequences, an all-ones "
