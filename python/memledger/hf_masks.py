@@ -93,8 +93,9 @@ def record(model, input_names, ep, skipped):
     """The RECORD text for a transformers model whose program has attention calls, else None:
     {"version": 1, "causal_mask": "built" | "skipped", "masked_attention_calls": N, "attention_calls": M,
      "skippable": whether causal_mask="skipped" applies to the model called with these inputs}."""
-    if not is_transformers_model(model):
-        return None
+    utils = _masking_utils()
+    if not is_transformers_model(model) or utils is None or not hasattr(utils, "find_packed_sequence_indices"):
+        return None  # not a transformers model, or one whose mask code this module does not know
     masked, total = masked_attention_calls(ep)
     if total == 0:
         return None
