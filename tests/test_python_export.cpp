@@ -170,6 +170,28 @@ TEST_P(ExportedByMemledger, TheCommandItPrintsRuns)
     EXPECT_TRUE(contains(r.output, "input " + inputs)) << r.output;
 }
 
+// `memledger analyze FILE --input INPUT ARGS --threads 1 --json python_export/JSON_NAME` of an exported file, read
+// back (null where it did not run).
+nlohmann::json analyzed(const nlohmann::json& t, const std::string& args, const std::string& jsonName)
+{
+    const auto json = exportFile(jsonName);
+    std::remove(json.c_str());
+    auto r = runCommand(memledger::test::memledgerBinary() + " analyze " + exportFile(t["file"].get<std::string>())
+        + " --input " + t["input"].get<std::string>() + args + " --threads 1 --json " + json);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in(json);
+    return nlohmann::json::parse(in, nullptr, false);
+}
+
+std::string notesOf(const nlohmann::json& report)
+{
+    std::string out;
+    if (report.is_object())
+        for (const auto& n : report.value("notes", nlohmann::json::array()))
+            out += n.get<std::string>() + "\n";
+    return out;
+}
+
 std::vector<std::string> exportedModels()
 {
     return {"gpt", "gpt_meta", "llama", "llama_meta", "hf", "hf_meta", "hf_padcheck", "transformers_llama",
@@ -310,34 +332,16 @@ TEST(MemledgerExport, AnUnpaddedTransformersBatchTrainsAsEagerPyTorch)
     if (t.contains("skipped"))
         GTEST_SKIP() << t["skipped"].get<std::string>();
     EXPECT_TRUE(contains(t["printed"].get<std::string>(), "causal_mask='skipped': the batch unpadded")) << t["printed"];
-    const auto json = exportFile("transformers_llama_unpadded_train.json");
-    auto r = runCommand(memledger::test::memledgerBinary() + " analyze " + exportFile(t["file"].get<std::string>())
-        + " --input " + t["input"].get<std::string>()
-        + " --mode train --optimizer adamw --loss next_token --threads 1 --json " + json);
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    std::ifstream in(json);
-    auto j = nlohmann::json::parse(in, nullptr, false);
+    auto j = analyzed(t, " --mode train --optimizer adamw --loss next_token", "transformers_llama_unpadded_train.json");
     EXPECT_EQ(j.value("peak_bytes", std::int64_t {0}), t["eager_train_adamw_peak_bytes"].get<std::int64_t>())
         << "PyTorch's profiler peak of the eager model's AdamW step";
     // The unpadded program has no mask to note; the one exported with an attention_mask (built) says its figures err
     // high for an unpadded batch.
-    auto notesOf = [](const nlohmann::json& report) {
-        std::string out;
-        for (const auto& n : report.value("notes", nlohmann::json::array()))
-            out += n.get<std::string>() + "\n";
-        return out;
-    };
     EXPECT_FALSE(contains(notesOf(j), "the causal mask is built")) << notesOf(j);
-    const auto& built = exportTruth()["models"]["transformers_llama"];
-    const auto builtJson = exportFile("transformers_llama_notes.json");
-    auto b = runCommand(memledger::test::memledgerBinary() + " analyze " + exportFile(built["file"].get<std::string>())
-        + " --input " + built["input"].get<std::string>() + " --threads 1 --json " + builtJson);
-    ASSERT_EQ(b.exit_code, 0) << b.output;
-    std::ifstream builtIn(builtJson);
-    auto bj = nlohmann::json::parse(builtIn, nullptr, false);
-    EXPECT_TRUE(contains(notesOf(bj), "the causal mask is built (memledger.export's default, as a padded batch runs the "
-                                      "model): 2 attention calls take it")) << notesOf(bj);
-    EXPECT_TRUE(contains(notesOf(bj), "without attention_mask")) << notesOf(bj);
+    auto built = analyzed(exportTruth()["models"]["transformers_llama"], "", "transformers_llama_notes.json");
+    EXPECT_TRUE(contains(notesOf(built), "the causal mask is built (memledger.export's default, as a padded batch runs "
+                                         "the model): 2 attention calls take it")) << notesOf(built);
+    EXPECT_TRUE(contains(notesOf(built), "without attention_mask")) << notesOf(built);
 }
 
 // causal_mask="skipped" on a model that is not a transformers one, and a causal_mask that is not a choice: an
