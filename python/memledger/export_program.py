@@ -870,13 +870,14 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask="built",
     own = model.__dict__.get("forward")  # a forward set on the instance is the one its callers get
     original = (lambda self, *a, **k: own(*a, **k)) if own is not None else type(model).forward
     forward, call = _make_forward(signature, bound, inputs, torch, original)
+    names = [i.name for i in inputs]
     skip = causal_mask == "skipped"
     if skip:
-        why = hf_masks.why_not_skipped(model, [i.name for i in inputs])
+        why = hf_masks.why_not_skipped(model, names)
         if why:
             raise ExportError("causal_mask='skipped': " + why, advice="")
         before = dims.snapshot(inputs)
-        with hf_masks.unpadded(model):
+        with hf_masks.unpadded():
             traced = _trace(torch, model, forward, call, dims, inputs, verbose)
         masked, total = hf_masks.masked_attention_calls(traced[0])
         narrowed = dims.snapshot(inputs)[:4] != before[:4]
@@ -892,6 +893,8 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask="built",
     else:
         traced = _trace(torch, model, forward, call, dims, inputs, verbose)
     ep, strict_failure, seen, executed, autocast = traced
+    masked, total = hf_masks.masked_attention_calls(ep)
+    skippable = hf_masks.why_not_skipped(model, names) is None
 
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
@@ -901,7 +904,7 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask="built",
         extra = source_facts.extra_files(ep, executed)
         if autocast is not None:
             extra[autocast_types.RECORD] = autocast
-        mask = hf_masks.record(model, [i.name for i in inputs], ep, skip)
+        mask = hf_masks.record(model, masked, total, skippable, skip)
         if mask is not None:
             extra[hf_masks.RECORD] = mask
         torch.export.save(ep, path, extra_files=extra)
@@ -918,13 +921,12 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask="built",
                  % ("; the inputs %s traced as meta tensors" % ", ".join(moved) if moved else ""))
         for later, first in _tied(model):
             _say(True, "tied: %s is %s (stored and counted once)" % (later, first))
-        masked, total = hf_masks.masked_attention_calls(ep)
         if skip:
             _say(True, "causal_mask='skipped': the batch unpadded, as eager transformers runs one without an "
                  "attention_mask: %s" % ("no causal mask, sdpa's is_causal in its %d attention calls" % total if total
                                          else "its mask functions took that branch (this attention implementation "
                                               "calls no scaled_dot_product_attention)"))
-        elif masked and hf_masks.why_not_skipped(model, [i.name for i in inputs]) is None:
+        elif masked and skippable:
             _say(True, "the causal mask is built in the program (%d attention calls take it), as a padded batch and "
                  "FakeTensorMode run the model: an upper bound for an unpadded batch (packed sequences, an all-ones "
                  "attention_mask), which eager transformers runs without it; causal_mask='skipped' exports that"

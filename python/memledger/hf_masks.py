@@ -33,13 +33,15 @@ def is_transformers_model(model):
 
 
 def _masking_utils():
+    """transformers.masking_utils where it has the mask code this module changes (transformers 4.53 and later), else
+    None."""
     if "transformers" not in sys.modules:
         return None
     try:
         from transformers import masking_utils
     except ImportError:
         return None
-    return masking_utils
+    return masking_utils if hasattr(masking_utils, "find_packed_sequence_indices") else None
 
 
 def why_not_skipped(model, input_names):
@@ -47,7 +49,7 @@ def why_not_skipped(model, input_names):
     if not is_transformers_model(model):
         return ("%s is not a transformers model (causal_mask='skipped' changes the mask functions of "
                 "transformers.masking_utils)" % type(model).__name__)
-    if _masking_utils() is None or not hasattr(_masking_utils(), "find_packed_sequence_indices"):
+    if _masking_utils() is None:
         return "this transformers has no masking_utils.find_packed_sequence_indices (transformers 4.53 or later has it)"
     given = [n for n in input_names if n in VALUE_INPUTS]
     if given:
@@ -57,7 +59,7 @@ def why_not_skipped(model, input_names):
 
 
 @contextlib.contextmanager
-def unpadded(model):
+def unpadded():
     """The branch eager transformers takes for an unpadded batch, for the duration of the block: no packed sequences
     (the model's own position ids are one sequence per row), and "not exporting", so that the sdpa mask functions
     skip the mask where no padding mask is given (they still keep it where a sliding window needs it)."""
@@ -89,16 +91,11 @@ def masked_attention_calls(ep):
     return masked, total
 
 
-def record(model, input_names, ep, skipped):
-    """The RECORD text for a transformers model whose program has attention calls, else None:
-    {"version": 1, "causal_mask": "built" | "skipped", "masked_attention_calls": N, "attention_calls": M,
-     "skippable": whether causal_mask="skipped" applies to the model called with these inputs}."""
-    utils = _masking_utils()
-    if not is_transformers_model(model) or utils is None or not hasattr(utils, "find_packed_sequence_indices"):
-        return None  # not a transformers model, or one whose mask code this module does not know
-    masked, total = masked_attention_calls(ep)
-    if total == 0:
-        return None
+def record(model, masked, total, skippable, skipped):
+    """The RECORD text for a transformers model whose program has `total` attention calls (`masked` of them given a
+    mask), else None: {"version": 1, "causal_mask": "built" | "skipped", "masked_attention_calls": N,
+    "attention_calls": M, "skippable": whether causal_mask="skipped" applies to the model called with its inputs}."""
+    if not is_transformers_model(model) or _masking_utils() is None or total == 0:
+        return None  # not a transformers model, one whose mask code this module does not know, or no attention
     return json.dumps({"version": 1, "causal_mask": "skipped" if skipped else "built", "masked_attention_calls": masked,
-                       "attention_calls": total, "skippable": why_not_skipped(model, input_names) is None},
-                      sort_keys=True)
+                       "attention_calls": total, "skippable": skippable}, sort_keys=True)
