@@ -108,13 +108,17 @@ TEST(HostileProgramControl, BadAutocastTypesAreNotUsed)
 
 // memledger.export's record of the export (extra/memledger_export.json) that is not JSON, not of the types it writes,
 // absurd, or nested past the JSON reader's limit says nothing: the program runs without the causal-mask note. A
-// well-formed one that says the mask was built gets the note.
+// well-formed one that says the mask was built gets the note, and the model's sliding window where it names one.
 TEST(HostileProgramControl, BadExportRecordsSayNothing)
 {
     const std::string note = "the causal mask is built";
     eachRuns({"export_record_not_json", "export_record_absurd", "export_record_wrong_types", "export_record_deep"}, {""},
         "", note);
     eachRuns({"export_record_built"}, {""}, note);
+    // A sliding window (Mistral's, Gemma's): eager builds the mask from the window's length on, unpadded or not, and
+    // causal_mask="skipped" cannot export the model; a window that is not a length is not one.
+    eachRuns({"export_record_window"}, {""}, "shorter than the model's sliding window (4096 tokens)", "causal_mask=");
+    eachRuns({"export_record_bad_window"}, {""}, "causal_mask=\"skipped\") exports that batch", "sliding window");
 }
 
 // A module the model does not hold, called from a global (TorchDynamo's `G['__import_...'].fn`: a function that

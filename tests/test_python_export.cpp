@@ -361,6 +361,31 @@ TEST(MemledgerExport, ACausalMaskChoiceThatCannotApplyIsRefused)
     EXPECT_FALSE(t["unknown"]["saved"].get<bool>());
 }
 
+// causal_mask="skipped" on a model with a sliding window shorter than its positions (transformers' Mistral): eager
+// builds the mask from the window's length on, so the export falls back to the mask built and says so; its record
+// says "skipped" does not apply and names the window, and memledger's note says an unpadded batch skips the mask only
+// below the window, without advising causal_mask="skipped".
+TEST(MemledgerExport, ASlidingWindowKeepsTheCausalMask)
+{
+    SKIP_WITHOUT_EXPORT_FIXTURES();
+    const auto& t = exportTruth()["edge_programs"]["causal_mask_sliding_window"];
+    ASSERT_TRUE(t.is_object()) << exportTruth()["edge_programs"].dump();
+    if (t.contains("skipped"))
+        GTEST_SKIP() << t["skipped"].get<std::string>();
+    const auto printed = t["printed"].get<std::string>();
+    EXPECT_TRUE(contains(printed, "causal_mask='skipped' not applied")) << printed;
+    EXPECT_FALSE(contains(printed, "causal_mask='skipped' exports that")) << printed;
+    const auto& record = t["record"];
+    ASSERT_TRUE(record.is_object()) << t.dump();
+    EXPECT_EQ(record["causal_mask"], "built");
+    EXPECT_EQ(record["skippable"], false);
+    EXPECT_EQ(record["sliding_window"], 16);
+    EXPECT_GT(record["masked_attention_calls"].get<int>(), 0);
+    auto j = analyzed(t, "", "mistral_sliding_window.json");
+    EXPECT_TRUE(contains(notesOf(j), "shorter than the model's sliding window (16 tokens)")) << notesOf(j);
+    EXPECT_FALSE(contains(notesOf(j), "causal_mask=")) << notesOf(j);
+}
+
 // A program runs in the mode it was exported in. DropNet (a dropout of p 0.25, a BatchNorm, a dropout of p 0) exported
 // from model.train() trains as the eager model in model.train() does (PyTorch's profiler of its AdamW step, to the
 // byte); exported from model.eval() it trains without the dropout's mask and BatchNorm's batch statistics, and

@@ -67,6 +67,7 @@ struct ExportedProgram::Impl {
     bool source_facts = false; // memledger.export saved what the source says beside it
     int causal_masks_built = 0; // attention calls given the causal mask an unpadded batch skips (memledger_export.json)
     bool causal_mask_skippable = false; // memledger.export could have exported the unpadded batch (causal_mask="skipped")
+    std::int64_t sliding_window = 0; // the model's sliding window (tokens), where its attention uses one, else 0
     bool strict_trace = false; // traced by TorchDynamo (its stack traces hold torch/_dynamo's frames)
 
     // The graph's placeholders that are weights: graph name -> (parameter or buffer list, index).
@@ -743,6 +744,9 @@ void readExportRecord(Impl& d, caffe2::serialize::PyTorchStreamReader& reader)
     d.causal_masks_built = static_cast<int>(std::clamp<std::int64_t>(calls->get<std::int64_t>(), 0, 1 << 20));
     const auto skippable = record->find("skippable");
     d.causal_mask_skippable = skippable != record->end() && skippable->is_boolean() && skippable->get<bool>();
+    const auto window = record->find("sliding_window");
+    if (window != record->end() && window->is_number_integer() && window->get<std::int64_t>() > 0)
+        d.sliding_window = window->get<std::int64_t>();
 }
 
 // When each value is dropped, for the graph's lifetimes and for eager Python's (pt2_lifetimes.h). The program's
@@ -1251,14 +1255,19 @@ std::string ExportedProgram::causalMaskNote() const
     const int n = d_->causal_masks_built;
     if (n == 0)
         return {};
+    const auto window = d_->sliding_window;
+    std::string advice;
+    if (d_->causal_mask_skippable)
+        advice = "; memledger.export(..., causal_mask=\"skipped\") exports that batch";
+    else if (window == 0)
+        advice = "; memledger.export(..., causal_mask=\"skipped\"), without attention_mask, exports that batch";
     return "the causal mask is built (memledger.export's default, as a padded batch runs the model): "
-        + std::to_string(n) + " attention call" + (n == 1 ? " takes" : "s take")
-        + " it; an unpadded batch (packed sequences, an all-ones attention_mask) builds none in eager transformers, so "
-          "for one these figures err high by the mask (batch x seq x seq per call) and a grouped-query model's copied "
-          "key/value heads"
-        + (d_->causal_mask_skippable ? "; memledger.export(..., causal_mask=\"skipped\") exports that batch"
-                                     : "; memledger.export(..., causal_mask=\"skipped\"), without attention_mask, "
-                                       "exports that batch");
+        + std::to_string(n) + " attention call" + (n == 1 ? " takes" : "s take") + " it; an unpadded batch (packed "
+        + "sequences, an all-ones attention_mask)"
+        + (window > 0 ? " shorter than the model's sliding window (" + std::to_string(window) + " tokens)" : "")
+        + " builds none in eager transformers, so for one these figures err high by the mask (batch x seq x seq per "
+          "call) and a grouped-query model's copied key/value heads"
+        + advice;
 }
 
 std::string ExportedProgram::functionCallNote() const

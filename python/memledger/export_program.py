@@ -872,8 +872,11 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask="built",
     forward, call = _make_forward(signature, bound, inputs, torch, original)
     names = [i.name for i in inputs]
     skip = causal_mask == "skipped"
+    # whether causal_mask="skipped" exports this model with these inputs: not where it fell back, nor (untried)
+    # where a sliding window makes eager build the mask from the window's length on
+    why = hf_masks.why_not_skipped(model, names)
+    skippable = why is None and hf_masks.sliding_window(model) is None
     if skip:
-        why = hf_masks.why_not_skipped(model, names)
         if why:
             raise ExportError("causal_mask='skipped': " + why, advice="")
         before = dims.snapshot(inputs)
@@ -888,13 +891,14 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask="built",
                            "the unpadded branch narrows the program's range (a sliding window: eager builds the mask "
                            "from its length on)"))
             dims.restore(before, inputs)
-            skip = False
+            skip = skippable = False
             traced = _trace(torch, model, forward, call, dims, inputs, verbose)
+        else:
+            skippable = True
     else:
         traced = _trace(torch, model, forward, call, dims, inputs, verbose)
     ep, strict_failure, seen, executed, autocast = traced
     masked, total = hf_masks.masked_attention_calls(ep)
-    skippable = hf_masks.why_not_skipped(model, names) is None
 
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)

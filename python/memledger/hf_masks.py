@@ -78,6 +78,20 @@ def unpadded():
             setattr(utils, name, value)
 
 
+def sliding_window(model):
+    """The sliding window a transformers model's attention uses (tokens), else None. Eager transformers builds the
+    mask of such a model once the sequence reaches the window, unpadded or not, so its unpadded branch holds for
+    shorter sequences only."""
+    config = getattr(model, "config", None)
+    window = getattr(config, "sliding_window", None)
+    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+        return None
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types:
+        return window if "sliding_attention" in layer_types else None
+    return None if getattr(config, "use_sliding_window", True) is False else window
+
+
 def masked_attention_calls(ep):
     """(calls of scaled_dot_product_attention that are given a mask, all calls) in an ExportedProgram."""
     masked = total = 0
@@ -94,8 +108,10 @@ def masked_attention_calls(ep):
 def record(model, masked, total, skippable, skipped):
     """The RECORD text for a transformers model whose program has `total` attention calls (`masked` of them given a
     mask), else None: {"version": 1, "causal_mask": "built" | "skipped", "masked_attention_calls": N,
-    "attention_calls": M, "skippable": whether causal_mask="skipped" applies to the model called with its inputs}."""
+    "attention_calls": M, "skippable": whether causal_mask="skipped" exports the model called with its inputs,
+    "sliding_window": the window in tokens (see sliding_window) or null}."""
     if not is_transformers_model(model) or _masking_utils() is None or total == 0:
         return None  # not a transformers model, one whose mask code this module does not know, or no attention
     return json.dumps({"version": 1, "causal_mask": "skipped" if skipped else "built", "masked_attention_calls": masked,
-                       "attention_calls": total, "skippable": skippable}, sort_keys=True)
+                       "attention_calls": total, "skippable": skippable, "sliding_window": sliding_window(model)},
+                      sort_keys=True)
