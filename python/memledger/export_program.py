@@ -823,15 +823,17 @@ def _trace(torch, model, forward, call, dims, inputs, verbose):
     return ep, strict_failure, seen, executed, autocast
 
 
-def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask="built", verbose=True):
+def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask=None, verbose=True):
     """Exports `model` called as model(*args, **kwargs) with torch.export and saves it at `path` (a `.pt2` that
     memledger opens). Returns the torch.export.ExportedProgram.
 
     dynamic: {input name: {dim: name}} (a name, a (name, min, max) tuple or a torch.export.Dim): dimensions that
     the program takes at any size in their range; one name shared by two inputs is one size.
-    causal_mask: for a transformers model called without attention_mask, "built" (the default) keeps the causal mask
-    the traced program builds, as a padded batch (and FakeTensorMode) runs it: an upper bound; "skipped" exports the
-    unpadded batch, which eager transformers runs without a mask (sdpa's is_causal; hf_masks.py).
+    causal_mask: for a transformers model called without attention_mask, "built" keeps the attention mask the traced
+    program builds, as a padded batch (and FakeTensorMode) runs it: an upper bound; "skipped" exports the unpadded
+    batch, which eager transformers runs without a mask (sdpa's is_causal; hf_masks.py). None (the default):
+    "skipped" where the inputs hold no token ids (an image or audio model: no batch of them is padded, and neither
+    eager nor FakeTensorMode builds the mask), else "built".
     verbose: print what was done, the ranges and the memledger command to run next.
     Raises ExportError (with PyTorch's reason, and the advice to use memledger.capture where the model cannot be
     traced)."""
@@ -846,9 +848,9 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask="built",
                           "it)" % torch.__version__, advice="export without dynamic=, or " + CAPTURE_ADVICE)
     if not isinstance(model, torch.nn.Module):
         raise ExportError("model is a %s, not a torch.nn.Module" % type(model).__name__, advice="")
-    if causal_mask not in hf_masks.CHOICES:
-        raise ExportError("causal_mask is %r: use one of %s" % (causal_mask, ", ".join(map(repr, hf_masks.CHOICES))),
-                          advice="")
+    if causal_mask is not None and causal_mask not in hf_masks.CHOICES:
+        raise ExportError("causal_mask is %r: use one of %s, or None (the default)"
+                          % (causal_mask, ", ".join(map(repr, hf_masks.CHOICES))), advice="")
     path = os.fspath(path)
     if isinstance(args, (torch.Tensor, Mapping)) or not isinstance(args, (tuple, list)):
         args = (args,)
@@ -871,10 +873,13 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask="built",
     original = (lambda self, *a, **k: own(*a, **k)) if own is not None else type(model).forward
     forward, call = _make_forward(signature, bound, inputs, torch, original)
     names = [i.name for i in inputs]
+    why = hf_masks.why_not_skipped(model, names)
+    chosen = causal_mask is None  # the default: skipped where no batch of these inputs is padded
+    if chosen:
+        causal_mask = "skipped" if why is None and hf_masks.never_padded([i.value for i in inputs]) else "built"
     skip = causal_mask == "skipped"
     # whether causal_mask="skipped" exports this model with these inputs: not where it fell back, nor (untried)
     # where a sliding window makes eager build the mask from the window's length on
-    why = hf_masks.why_not_skipped(model, names)
     skippable = why is None and hf_masks.sliding_window(model) is None
     if skip:
         if why:
@@ -926,10 +931,12 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask="built",
         for later, first in _tied(model):
             _say(True, "tied: %s is %s (stored and counted once)" % (later, first))
         if skip:
-            _say(True, "causal_mask='skipped': the batch unpadded, as eager transformers runs one without an "
-                 "attention_mask: %s" % ("no causal mask, sdpa's is_causal in its %d attention calls" % total if total
-                                         else "its mask functions took that branch (this attention implementation "
-                                              "calls no scaled_dot_product_attention)"))
+            _say(True, "causal_mask='skipped'%s: the batch unpadded, as eager transformers runs one without an "
+                 "attention_mask: %s" % (" (the default where the inputs hold no token ids: no batch of them is padded)"
+                                         if chosen else "",
+                                         "no mask in its %d attention calls (sdpa's is_causal where causal)" % total
+                                         if total else "its mask functions took that branch (this attention "
+                                                       "implementation calls no scaled_dot_product_attention)"))
         elif masked and skippable:
             _say(True, "the causal mask is built in the program (%d attention calls take it), as a padded batch and "
                  "FakeTensorMode run the model: an upper bound for an unpadded batch (packed sequences, an all-ones "

@@ -6,12 +6,14 @@ passes is_causal=True to scaled_dot_product_attention, and a grouped-query model
 (enable_gqa) instead of copying them (repeat_kv). Under torch.export, and under FakeTensorMode (FSDPMemTracker), it
 cannot look at values, so it builds the mask: a batch x 1 x seq x seq tensor, a float copy of it that each sdpa call
 keeps for the backward, and the repeated key/value heads. That is what a padded batch costs, and it is the program
-memledger.export writes by default (causal_mask="built"): its figures are then an upper bound for an unpadded batch.
+memledger.export writes by default for token inputs (causal_mask="built"): its figures are then an upper bound for an
+unpadded batch. Inputs that hold no token ids (pixels, audio features) are never padded: for them the default is
+"skipped".
 
 causal_mask="skipped" exports the unpadded batch instead: for the duration of the export the mask functions of
 transformers.masking_utils take the branch eager takes for inputs without an attention_mask (no packed sequences, the
-mask left to is_causal). It applies to a transformers model called without attention_mask and position_ids, since
-only then is that branch known without the values.
+mask left to is_causal). It applies to a transformers model (or a module holding one) called without attention_mask and
+position_ids, since only then is that branch known without the values.
 """
 
 import contextlib
@@ -28,8 +30,10 @@ CHOICES = ("built", "skipped")
 RECORD = "memledger_export.json"
 
 
-def is_transformers_model(model):
-    return type(model).__module__.split(".")[0] == "transformers"
+def transformers_model(model):
+    """The outermost transformers module of `model` (the model itself, or the one a user's wrapper holds), else None."""
+    modules = model.modules() if hasattr(model, "modules") else (model,)
+    return next((m for m in modules if type(m).__module__.split(".")[0] == "transformers"), None)
 
 
 def _masking_utils():
@@ -46,8 +50,8 @@ def _masking_utils():
 
 def why_not_skipped(model, input_names):
     """Why causal_mask="skipped" cannot apply to `model` called with `input_names`, or None."""
-    if not is_transformers_model(model):
-        return ("%s is not a transformers model (causal_mask='skipped' changes the mask functions of "
+    if transformers_model(model) is None:
+        return ("%s is not a transformers model and holds none (causal_mask='skipped' changes the mask functions of "
                 "transformers.masking_utils)" % type(model).__name__)
     if _masking_utils() is None:
         return "this transformers has no masking_utils.find_packed_sequence_indices (transformers 4.53 or later has it)"
@@ -56,6 +60,13 @@ def why_not_skipped(model, input_names):
         return ("the program takes %s, whose values decide whether eager transformers builds the mask: export "
                 "without %s for an unpadded batch" % (", ".join(given), "it" if len(given) == 1 else "them"))
     return None
+
+
+def never_padded(values):
+    """Whether no batch of these inputs (a call's argument values) is padded: none is token ids (an integer or bool
+    tensor), as an image or audio model's pixels or features. Eager transformers builds no mask for them, and neither
+    does FakeTensorMode (FSDPMemTracker), so the unpadded branch is what every run of such a call takes."""
+    return not any(hasattr(v, "is_floating_point") and not v.is_floating_point() for v in values)
 
 
 @contextlib.contextmanager
@@ -82,7 +93,7 @@ def sliding_window(model):
     """The sliding window a transformers model's attention uses (tokens), else None. Eager transformers builds the
     mask of such a model once the sequence reaches the window, unpadded or not, so its unpadded branch holds for
     shorter sequences only."""
-    config = getattr(model, "config", None)
+    config = getattr(transformers_model(model), "config", None)
     window = getattr(config, "sliding_window", None)
     if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
         return None
@@ -110,7 +121,7 @@ def record(model, masked, total, skippable, skipped):
     mask), else None: {"version": 1, "causal_mask": "built" | "skipped", "masked_attention_calls": N,
     "attention_calls": M, "skippable": whether causal_mask="skipped" exports the model called with its inputs,
     "sliding_window": the window in tokens (see sliding_window) or null}."""
-    if not is_transformers_model(model) or _masking_utils() is None or total == 0:
+    if transformers_model(model) is None or _masking_utils() is None or total == 0:
         return None  # not a transformers model, one whose mask code this module does not know, or no attention
     return json.dumps({"version": 1, "causal_mask": "skipped" if skipped else "built", "masked_attention_calls": masked,
                        "attention_calls": total, "skippable": skippable, "sliding_window": sliding_window(model)},
