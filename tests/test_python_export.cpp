@@ -398,7 +398,7 @@ TEST(MemledgerExport, AnImageModelExportsWithoutTheMask)
     if (t.contains("skipped"))
         GTEST_SKIP() << t["skipped"].get<std::string>();
     const auto printed = t["printed"].get<std::string>();
-    EXPECT_TRUE(contains(printed, "causal_mask='skipped' (the default where the inputs hold no token ids")) << printed;
+    EXPECT_TRUE(contains(printed, "causal_mask='skipped' (the default where the inputs hold no token ids: pixels")) << printed;
     ASSERT_TRUE(t["record"].is_object()) << t.dump();
     EXPECT_EQ(t["record"]["causal_mask"], "skipped");
     EXPECT_EQ(t["record"]["masked_attention_calls"], 0);

@@ -832,8 +832,8 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask=None, ve
     causal_mask: for a transformers model called without attention_mask, "built" keeps the attention mask the traced
     program builds, as a padded batch (and FakeTensorMode) runs it: an upper bound; "skipped" exports the unpadded
     batch, which eager transformers runs without a mask (sdpa's is_causal; hf_masks.py). None (the default):
-    "skipped" where the inputs hold no token ids (an image or audio model: no batch of them is padded, and neither
-    eager nor FakeTensorMode builds the mask), else "built".
+    "skipped" where the inputs hold no token ids (an image model's pixels, an audio model's features called without
+    an attention_mask: neither eager nor FakeTensorMode builds the mask), else "built".
     verbose: print what was done, the ranges and the memledger command to run next.
     Raises ExportError (with PyTorch's reason, and the advice to use memledger.capture where the model cannot be
     traced)."""
@@ -932,7 +932,8 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask=None, ve
             _say(True, "tied: %s is %s (stored and counted once)" % (later, first))
         if skip:
             _say(True, "causal_mask='skipped'%s: the batch unpadded, as eager transformers runs one without an "
-                 "attention_mask: %s" % (" (the default where the inputs hold no token ids: no batch of them is padded)"
+                 "attention_mask: %s" % (" (the default where the inputs hold no token ids: pixels or audio "
+                                         "features, called without an attention_mask)"
                                          if chosen else "",
                                          "no mask in its %d attention calls (sdpa's is_causal where causal)" % total
                                          if total else "its mask functions took that branch (this attention "

@@ -7,7 +7,8 @@ passes is_causal=True to scaled_dot_product_attention, and a grouped-query model
 cannot look at values, so it builds the mask: a batch x 1 x seq x seq tensor, a float copy of it that each sdpa call
 keeps for the backward, and the repeated key/value heads. That is what a padded batch costs, and it is the program
 memledger.export writes by default for token inputs (causal_mask="built"): its figures are then an upper bound for an
-unpadded batch. Inputs that hold no token ids (pixels, audio features) are never padded: for them the default is
+unpadded batch. For inputs that hold no token ids (an image model's pixels, an audio model's features called without
+an attention_mask) eager transformers builds no mask, and neither does FakeTensorMode: for them the default is
 "skipped".
 
 causal_mask="skipped" exports the unpadded batch instead: for the duration of the export the mask functions of
@@ -63,9 +64,10 @@ def why_not_skipped(model, input_names):
 
 
 def never_padded(values):
-    """Whether no batch of these inputs (a call's argument values) is padded: none is token ids (an integer or bool
-    tensor), as an image or audio model's pixels or features. Eager transformers builds no mask for them, and neither
-    does FakeTensorMode (FSDPMemTracker), so the unpadded branch is what every run of such a call takes."""
+    """Whether none of these inputs (a call's argument values) is token ids (an integer or bool tensor) that a batch
+    pads: an image model's pixels, an audio model's features. Called so (without an attention_mask, which
+    why_not_skipped asks), eager transformers builds no mask, and neither does FakeTensorMode (FSDPMemTracker), so
+    the unpadded branch is what every run of such a call takes."""
     return not any(hasattr(v, "is_floating_point") and not v.is_floating_point() for v in values)
 
 
