@@ -118,6 +118,8 @@ TEST(HostileProgramControl, BadExportRecordsSayNothing)
     // A sliding window (Mistral's, Gemma's): eager builds the mask from the window's length on, unpadded or not, and
     // causal_mask="skipped" cannot export the model; a window that is not a length is not one.
     eachRuns({"export_record_window"}, {""}, "shorter than the model's sliding window (4096 tokens)", "causal_mask=");
+    // Eager attention: no call takes the mask by itself, the masks an unpadded batch does not build are counted.
+    eachRuns({"export_record_eager"}, {""}, "3 masks that an unpadded batch", "attention call");
     eachRuns({"export_record_bad_window"}, {""}, "causal_mask=\"skipped\") exports that batch", "sliding window");
 }
 

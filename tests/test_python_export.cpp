@@ -414,6 +414,36 @@ TEST(MemledgerExport, AnImageModelExportsWithoutTheMask)
     EXPECT_FALSE(contains(notesOf(step), "the causal mask is built")) << notesOf(step);
 }
 
+// Eager attention (transformers' T5: no scaled_dot_product_attention call to count) with token inputs: the default
+// builds the masks, as a padded batch does; export counts those an unpadded batch does not build (its program traced
+// again on the unpadded branch) and says so, and memledger's note says it. The program exported with
+// causal_mask="skipped" equals PyTorch's profiler of the eager model called without an attention_mask, to the byte
+// (with the masks built it read 4% high at seq 128).
+TEST(MemledgerExport, EagerAttentionsMasksAreCountedAndSkipped)
+{
+    SKIP_WITHOUT_EXPORT_FIXTURES();
+    const auto& t = exportTruth()["edge_programs"]["eager_attention_masks"];
+    ASSERT_TRUE(t.is_object()) << exportTruth()["edge_programs"].dump();
+    if (t.contains("skipped"))
+        GTEST_SKIP() << t["skipped"].get<std::string>();
+    const auto printed = t["printed"].get<std::string>();
+    EXPECT_TRUE(contains(printed, "masks an unpadded batch does not build")) << printed;
+    ASSERT_TRUE(t["record"].is_object()) << t.dump();
+    EXPECT_EQ(t["record"]["causal_mask"], "built");
+    EXPECT_EQ(t["record"]["attention_calls"], 0);
+    EXPECT_GT(t["record"]["unpadded_skips"].get<int>(), 0);
+    auto built = analyzed(t, "", "t5_masks_built.json");
+    EXPECT_TRUE(contains(notesOf(built), "masks that an unpadded batch")) << notesOf(built);
+    EXPECT_GT(built.value("peak_bytes", std::int64_t {0}), t["eager_peak_bytes"].get<std::int64_t>())
+        << "the masks an unpadded batch does not build";
+    nlohmann::json skipped = t;
+    skipped["file"] = t["skipped_file"];
+    auto unpadded = analyzed(skipped, "", "t5_masks_skipped.json");
+    EXPECT_EQ(unpadded.value("peak_bytes", std::int64_t {0}), t["eager_peak_bytes"].get<std::int64_t>())
+        << "PyTorch's profiler peak of the eager model";
+    EXPECT_FALSE(contains(notesOf(unpadded), "is built")) << notesOf(unpadded);
+}
+
 // A program runs in the mode it was exported in. DropNet (a dropout of p 0.25, a BatchNorm, a dropout of p 0) exported
 // from model.train() trains as the eager model in model.train() does (PyTorch's profiler of its AdamW step, to the
 // byte); exported from model.eval() it trains without the dropout's mask and BatchNorm's batch statistics, and

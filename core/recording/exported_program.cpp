@@ -68,6 +68,7 @@ struct ExportedProgram::Impl {
     int causal_masks_built = 0; // attention calls given the causal mask an unpadded batch skips (memledger_export.json)
     bool causal_mask_skippable = false; // memledger.export could have exported the unpadded batch (causal_mask="skipped")
     std::int64_t sliding_window = 0; // the model's sliding window (tokens), where its attention uses one, else 0
+    int unpadded_skips = 0; // masks built that an unpadded batch does not build (eager attention, no sdpa call to count)
     bool strict_trace = false; // traced by TorchDynamo (its stack traces hold torch/_dynamo's frames)
 
     // The graph's placeholders that are weights: graph name -> (parameter or buffer list, index).
@@ -744,6 +745,9 @@ void readExportRecord(Impl& d, caffe2::serialize::PyTorchStreamReader& reader)
     d.causal_masks_built = static_cast<int>(std::clamp<std::int64_t>(calls->get<std::int64_t>(), 0, 1 << 20));
     const auto skippable = record->find("skippable");
     d.causal_mask_skippable = skippable != record->end() && skippable->is_boolean() && skippable->get<bool>();
+    const auto skips = record->find("unpadded_skips");
+    if (skips != record->end() && skips->is_number_integer())
+        d.unpadded_skips = static_cast<int>(std::clamp<std::int64_t>(skips->get<std::int64_t>(), 0, 1 << 20));
     const auto window = record->find("sliding_window");
     if (window != record->end() && window->is_number_integer() && window->get<std::int64_t>() > 0)
         d.sliding_window = window->get<std::int64_t>();
@@ -1252,8 +1256,8 @@ std::string ExportedProgram::eagerLifetimesNote() const
 
 std::string ExportedProgram::causalMaskNote() const
 {
-    const int n = d_->causal_masks_built;
-    if (n == 0)
+    const int n = d_->causal_masks_built, masks = d_->unpadded_skips;
+    if (n == 0 && masks == 0)
         return {};
     const auto window = d_->sliding_window;
     std::string advice;
@@ -1261,10 +1265,15 @@ std::string ExportedProgram::causalMaskNote() const
         advice = "; memledger.export(..., causal_mask=\"skipped\") exports that batch";
     else if (window == 0)
         advice = "; memledger.export(..., causal_mask=\"skipped\"), without attention_mask, exports that batch";
+    const std::string unpadded = "an unpadded batch (packed sequences, an all-ones attention_mask)"
+        + (window > 0 ? " shorter than the model's sliding window (" + std::to_string(window) + " tokens)" : "");
+    if (n == 0) // eager attention: the masks themselves, counted against the unpadded branch's program
+        return "the attention mask is built (memledger.export's default, as a padded batch runs the model): "
+            + std::to_string(masks) + (masks == 1 ? " mask" : " masks") + " that " + unpadded
+            + " does not build in eager transformers, so for one these figures err high by "
+            + (masks == 1 ? "it" : "them") + " (batch x seq x seq each) and what the attention makes of them" + advice;
     return "the causal mask is built (memledger.export's default, as a padded batch runs the model): "
-        + std::to_string(n) + " attention call" + (n == 1 ? " takes" : "s take") + " it; an unpadded batch (packed "
-        + "sequences, an all-ones attention_mask)"
-        + (window > 0 ? " shorter than the model's sliding window (" + std::to_string(window) + " tokens)" : "")
+        + std::to_string(n) + " attention call" + (n == 1 ? " takes" : "s take") + " it; " + unpadded
         + " builds none in eager transformers, so for one these figures err high by the mask (batch x seq x seq per "
           "call) and a grouped-query model's copied key/value heads"
         + advice;

@@ -770,6 +770,22 @@ def _eval_mode_layers(model, torch):
     return dropouts, norms
 
 
+def _unpadded_masks(torch, model, forward, dims, inputs):
+    """The attention masks (hf_masks.built_masks) of the program traced under hf_masks.unpadded(), the unpadded branch,
+    or None where it does not trace. The program is not kept, and the dimensions' ranges are left as they were."""
+    before = dims.snapshot(inputs)
+    try:
+        with _AsItself(model, forward), hf_masks.unpadded():
+            for strict in (True, False):
+                try:
+                    return hf_masks.built_masks(_attempt(torch, model, dims, inputs, strict=strict))
+                except Exception:  # noqa: BLE001
+                    continue
+        return None
+    finally:
+        dims.restore(before, inputs)
+
+
 def _trace(torch, model, forward, call, dims, inputs, verbose):
     """torch.export of `model` (strict, else non-strict), then the fake runs that tell which source lines ran and which
     types autocast changes: (program, the strict failure or None, what the output was, lines run, autocast record)."""
@@ -904,6 +920,13 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask=None, ve
         traced = _trace(torch, model, forward, call, dims, inputs, verbose)
     ep, strict_failure, seen, executed, autocast = traced
     masked, total = hf_masks.masked_attention_calls(ep)
+    skips = 0
+    if not skip and total == 0 and skippable:
+        # no scaled_dot_product_attention call to count (eager attention): the masks an unpadded batch skips are those
+        # the unpadded branch's program does not build
+        built = hf_masks.built_masks(ep)
+        unpadded = _unpadded_masks(torch, model, forward, dims, inputs) if built else None
+        skips = max(built - unpadded, 0) if unpadded is not None else 0
 
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
@@ -913,7 +936,7 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask=None, ve
         extra = source_facts.extra_files(ep, executed)
         if autocast is not None:
             extra[autocast_types.RECORD] = autocast
-        mask = hf_masks.record(model, masked, total, skippable, skip)
+        mask = hf_masks.record(model, masked, total, skippable, skip, skips)
         if mask is not None:
             extra[hf_masks.RECORD] = mask
         torch.export.save(ep, path, extra_files=extra)
@@ -938,11 +961,12 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask=None, ve
                                          "no mask in its %d attention calls (sdpa's is_causal where causal)" % total
                                          if total else "its mask functions took that branch (this attention "
                                                        "implementation calls no scaled_dot_product_attention)"))
-        elif masked and skippable:
-            _say(True, "the causal mask is built in the program (%d attention calls take it), as a padded batch and "
-                 "FakeTensorMode run the model: an upper bound for an unpadded batch (packed sequences, an all-ones "
-                 "attention_mask), which eager transformers runs without it; causal_mask='skipped' exports that"
-                 % masked)
+        elif (masked or skips) and skippable:
+            _say(True, "the attention mask is built in the program (%s), as a padded batch and FakeTensorMode run the "
+                 "model: an upper bound for an unpadded batch (packed sequences, an all-ones attention_mask), which "
+                 "eager transformers runs without it; causal_mask='skipped' exports that"
+                 % ("%d attention calls take it" % masked if masked else
+                    "%d mask%s an unpadded batch does not build" % (skips, "" if skips == 1 else "s")))
         dropped = _dropped_buffers(model, ep)
         if dropped:
             _say(True, "not in the program: %s (%d bytes: buffers no op reads, which torch.export leaves out; the "

@@ -118,13 +118,26 @@ def masked_attention_calls(ep):
     return masked, total
 
 
-def record(model, masked, total, skippable, skipped):
+def built_masks(ep):
+    """The attention masks an ExportedProgram builds: values made in transformers.masking_utils that the model's own
+    code reads."""
+    def in_mask_code(node):
+        return "masking_utils.py" in (node.meta.get("stack_trace") or "")
+
+    return sum(1 for node in ep.graph_module.graph.nodes
+               if node.op == "call_function" and in_mask_code(node)
+               and any(not in_mask_code(user) for user in node.users))
+
+
+def record(model, masked, total, skippable, skipped, unpadded_skips=0):
     """The RECORD text for a transformers model whose program has `total` attention calls (`masked` of them given a
     mask), else None: {"version": 1, "causal_mask": "built" | "skipped", "masked_attention_calls": N,
     "attention_calls": M, "skippable": whether causal_mask="skipped" exports the model called with its inputs,
-    "sliding_window": the window in tokens (see sliding_window) or null}."""
-    if transformers_model(model) is None or _masking_utils() is None or total == 0:
-        return None  # not a transformers model, one whose mask code this module does not know, or no attention
+    "sliding_window": the window in tokens (see sliding_window) or null, "unpadded_skips": of the masks the program
+    builds, those the unpadded branch does not (counted where no attention call is scaled_dot_product_attention's:
+    eager attention)}."""
+    if transformers_model(model) is None or _masking_utils() is None or (total == 0 and unpadded_skips == 0):
+        return None  # not a transformers model, one whose mask code this module does not know, or no mask to say
     return json.dumps({"version": 1, "causal_mask": "skipped" if skipped else "built", "masked_attention_calls": masked,
-                       "attention_calls": total, "skippable": skippable, "sliding_window": sliding_window(model)},
-                      sort_keys=True)
+                       "attention_calls": total, "skippable": skippable, "sliding_window": sliding_window(model),
+                       "unpadded_skips": unpadded_skips}, sort_keys=True)
