@@ -80,14 +80,35 @@ def _calls_on(value, name):
     return any(isinstance(a, ast.Name) and a.id == name for a in arguments)
 
 
+def _base_name(value):
+    """The local name an expression reads its value from (`out`, `out.last_hidden_state`, `out[0]`), else None."""
+    while isinstance(value, (ast.Attribute, ast.Subscript)):
+        value = value.value
+    return value.id if isinstance(value, ast.Name) else None
+
+
+def _constructs(value):
+    """Whether `value` calls a class by its name (`BaseModelOutput(last_hidden_state=h, ...)`): an object that holds
+    its arguments, which no node of the trace makes."""
+    if not isinstance(value, ast.Call):
+        return False
+    func = value.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    return name[:1].isupper()
+
+
 def _returned(value):
-    """What one return statement hands back: a list of names (None for an expression), or "call"."""
+    """What one return statement hands back: a list of names (None for an expression), or "call". An object made by
+    its class's name (a transformers ModelOutput) hands back the locals its arguments read, whole: the caller's name
+    holds what `encoder_outputs.last_hidden_state` reads as long as it holds the object."""
     if value is None:
         return []
     if isinstance(value, ast.Name):
         return [value.id]
     if isinstance(value, ast.Tuple):
         return [e.id if isinstance(e, ast.Name) else None for e in value.elts]
+    if _constructs(value):
+        return [_base_name(a) for a in list(value.args) + [k.value for k in value.keywords]] or [None]
     if _is_call(value):
         return "call"
     return [None]
