@@ -41,6 +41,15 @@ const nlohmann::json& exportTruth()
             GTEST_SKIP() << "this build's libtorch runs no torch.export programs (the PyTorch 2 build does)";          \
     } while (0)
 
+// Binds `t` to the export truths' edge program `name`, or skips the test with the reason that program was not made
+// (a transformers model this Python does not have).
+#define EDGE_PROGRAM_OR_SKIP(t, name)                                                                                  \
+    SKIP_WITHOUT_EXPORT_FIXTURES();                                                                                    \
+    const auto& t = exportTruth()["edge_programs"][name];                                                              \
+    ASSERT_TRUE(t.is_object()) << exportTruth()["edge_programs"].dump();                                               \
+    if (t.contains("skipped"))                                                                                         \
+        GTEST_SKIP() << t["skipped"].get<std::string>()
+
 std::string exportFile(const std::string& file)
 {
     return fixture("python_export/" + file);
@@ -367,11 +376,7 @@ TEST(MemledgerExport, ACausalMaskChoiceThatCannotApplyIsRefused)
 // below the window, without advising causal_mask="skipped".
 TEST(MemledgerExport, ASlidingWindowKeepsTheCausalMask)
 {
-    SKIP_WITHOUT_EXPORT_FIXTURES();
-    const auto& t = exportTruth()["edge_programs"]["causal_mask_sliding_window"];
-    ASSERT_TRUE(t.is_object()) << exportTruth()["edge_programs"].dump();
-    if (t.contains("skipped"))
-        GTEST_SKIP() << t["skipped"].get<std::string>();
+    EDGE_PROGRAM_OR_SKIP(t, "causal_mask_sliding_window");
     const auto printed = t["printed"].get<std::string>();
     EXPECT_TRUE(contains(printed, "causal_mask='skipped' not applied")) << printed;
     EXPECT_FALSE(contains(printed, "causal_mask='skipped' exports that")) << printed;
@@ -392,11 +397,7 @@ TEST(MemledgerExport, ASlidingWindowKeepsTheCausalMask)
 // (with the mask built, as torch.export traces it, the step read 3.7% high).
 TEST(MemledgerExport, AnImageModelExportsWithoutTheMask)
 {
-    SKIP_WITHOUT_EXPORT_FIXTURES();
-    const auto& t = exportTruth()["edge_programs"]["vision_default"];
-    ASSERT_TRUE(t.is_object()) << exportTruth()["edge_programs"].dump();
-    if (t.contains("skipped"))
-        GTEST_SKIP() << t["skipped"].get<std::string>();
+    EDGE_PROGRAM_OR_SKIP(t, "vision_default");
     const auto printed = t["printed"].get<std::string>();
     EXPECT_TRUE(contains(printed, "causal_mask='skipped' (the default where the inputs hold no token ids: pixels")) << printed;
     ASSERT_TRUE(t["record"].is_object()) << t.dump();
@@ -421,11 +422,7 @@ TEST(MemledgerExport, AnImageModelExportsWithoutTheMask)
 // (with the masks built it read 4% high at seq 128).
 TEST(MemledgerExport, EagerAttentionsMasksAreCountedAndSkipped)
 {
-    SKIP_WITHOUT_EXPORT_FIXTURES();
-    const auto& t = exportTruth()["edge_programs"]["eager_attention_masks"];
-    ASSERT_TRUE(t.is_object()) << exportTruth()["edge_programs"].dump();
-    if (t.contains("skipped"))
-        GTEST_SKIP() << t["skipped"].get<std::string>();
+    EDGE_PROGRAM_OR_SKIP(t, "eager_attention_masks");
     const auto printed = t["printed"].get<std::string>();
     EXPECT_TRUE(contains(printed, "masks an unpadded batch does not build")) << printed;
     ASSERT_TRUE(t["record"].is_object()) << t.dump();
@@ -450,11 +447,7 @@ TEST(MemledgerExport, EagerAttentionsMasksAreCountedAndSkipped)
 // 8.3% low when the returned object was taken to hold nothing).
 TEST(MemledgerExport, AReturnedOutputObjectHoldsItsArguments)
 {
-    SKIP_WITHOUT_EXPORT_FIXTURES();
-    const auto& t = exportTruth()["edge_programs"]["encoder_decoder_outputs"];
-    ASSERT_TRUE(t.is_object()) << exportTruth()["edge_programs"].dump();
-    if (t.contains("skipped"))
-        GTEST_SKIP() << t["skipped"].get<std::string>();
+    EDGE_PROGRAM_OR_SKIP(t, "encoder_decoder_outputs");
     auto j = analyzed(t, "", "bart_skipped.json");
     EXPECT_EQ(j.value("peak_bytes", std::int64_t {0}), t["eager_peak_bytes"].get<std::int64_t>())
         << "PyTorch's profiler peak of the eager model";
