@@ -391,6 +391,28 @@ TEST(MemledgerExport, ASlidingWindowKeepsTheCausalMask)
     EXPECT_FALSE(contains(notesOf(j), "causal_mask=")) << notesOf(j);
 }
 
+// A sequence range that torch.export narrows on both branches is no sliding window's: transformers' MPT branches on
+// seq == max_seq_len with or without its mask, so the unpadded branch and the built one both run up to 255 tokens.
+// causal_mask="skipped" is kept (it fell back before, and the program read high with a mask an unpadded batch never
+// builds); the program equals PyTorch's profiler of the eager model at the example and at twice its sequence.
+TEST(MemledgerExport, ARangeBothBranchesNarrowKeepsTheSkip)
+{
+    EDGE_PROGRAM_OR_SKIP(t, "range_narrowed_either_way");
+    const auto printed = t["printed"].get<std::string>();
+    EXPECT_FALSE(contains(printed, "not applied")) << printed;
+    EXPECT_TRUE(contains(printed, "causal_mask='skipped': the batch unpadded")) << printed;
+    EXPECT_TRUE(contains(printed, "seq: 1..255")) << printed;
+    for (const auto& [input, truth] : t["eager_peak_bytes"].items()) {
+        auto r = runCommand(memledger::test::memledgerBinary() + " analyze " + exportFile(t["file"].get<std::string>())
+            + " --input " + input + " --threads 1 --json " + exportFile("mpt_range.json"));
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        std::ifstream in(exportFile("mpt_range.json"));
+        auto j = nlohmann::json::parse(in, nullptr, false);
+        EXPECT_EQ(j.value("peak_bytes", std::int64_t {0}), truth.get<std::int64_t>())
+            << input << ": PyTorch's profiler peak of the eager model";
+    }
+}
+
 // An image model (transformers' ViT) exported with memledger.export's defaults: its input holds no token ids, no
 // batch of it is padded, and eager transformers builds no attention mask for it (nor does FakeTensorMode), so the
 // program builds none either. Its inference and AdamW step equal PyTorch's profiler of the eager model to the byte

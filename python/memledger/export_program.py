@@ -904,16 +904,28 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask=None, ve
         with hf_masks.unpadded():
             traced = _trace(torch, model, forward, call, dims, inputs, verbose)
         masked, total = hf_masks.masked_attention_calls(traced[0])
-        narrowed = dims.snapshot(inputs)[:4] != before[:4]
+        unpadded = dims.snapshot(inputs)
+        narrowed = unpadded[:4] != before[:4]
+        built = None
+        if narrowed and not masked:
+            # A narrowing the built branch makes too is not the unpadded branch's (MPT's code branches on
+            # seq == max_seq_len either way): only a range the unpadded branch alone narrows is a sliding window's.
+            dims.restore(before, inputs)
+            built = _trace(torch, model, forward, call, dims, inputs, verbose)
+            if dims.snapshot(inputs)[:4] == unpadded[:4]:
+                narrowed, built = False, None
+                dims.restore(unpadded, inputs)
         if masked or narrowed:
             _say(verbose, "causal_mask='skipped' not applied: %s; exported with the mask built, as a padded batch "
                  "runs" % ("%d of %d attention calls still take a mask (a sliding window, or a mask this model builds "
                            "its own way)" % (masked, total) if masked else
                            "the unpadded branch narrows the program's range (a sliding window: eager builds the mask "
                            "from its length on)"))
-            dims.restore(before, inputs)
             skip = skippable = False
-            traced = _trace(torch, model, forward, call, dims, inputs, verbose)
+            if built is None:
+                dims.restore(before, inputs)
+                built = _trace(torch, model, forward, call, dims, inputs, verbose)
+            traced = built
         else:
             skippable = True
     else:
