@@ -221,7 +221,11 @@ TEST_P(AutocastTruth, PeaksWithinOnePercentOfTheProfiler)
         {{"autocast_truth " + name + " peak total", static_cast<std::int64_t>(oursTotal),
              static_cast<std::int64_t>(theirsTotal), 0.01},
             {"autocast_truth " + name + " peak", static_cast<std::int64_t>(oursPeak), static_cast<std::int64_t>(theirsPeak), 0.01},
-            {"autocast_truth " + name + " freed at the region's exit", cache, -num(*truth, "autocast_exit_bytes"), 0}});
+            {"autocast_truth " + name + " freed at the region's exit", cache, -num(*truth, "autocast_exit_bytes"), 0}},
+        // bfloat16 and float16 on the CPU: oneDNN picks its kernels, and their scratch, by the instructions the CPU
+        // has (avx512_bf16, avx512_fp16, AMX), so the figures are this CPU's; the row is checked for its key here, the
+        // figures against PyTorch's above
+        false);
 }
 
 // The autocast cache's ledger is what the region's end freed: in inference the casts of every float32 weight that

@@ -1318,6 +1318,19 @@ bool isFalse(const json* arg)
     return arg && arg->contains("as_bool") && arg->at("as_bool").is_boolean() && !arg->at("as_bool").get<bool>();
 }
 
+// The dropout operators (their arguments p and train).
+bool isDropout(const std::string& name)
+{
+    return name == "aten::dropout" || name == "aten::feature_dropout" || name == "aten::alpha_dropout"
+        || name == "aten::feature_alpha_dropout" || name == "aten::native_dropout";
+}
+
+// An argument that is the constant true ({"as_bool": true}).
+bool isTrue(const json* arg)
+{
+    return arg && arg->contains("as_bool") && arg->at("as_bool").is_boolean() && arg->at("as_bool").get<bool>();
+}
+
 double floatArgument(const json* arg)
 {
     if (arg && arg->contains("as_float"))
@@ -1337,8 +1350,7 @@ std::string ExportedProgram::evalModeNote() const
         if (!n.op || !n.inputs)
             continue;
         const auto& name = n.op->schema().name();
-        if (name == "aten::dropout" || name == "aten::feature_dropout" || name == "aten::alpha_dropout"
-            || name == "aten::feature_alpha_dropout" || name == "aten::native_dropout") {
+        if (isDropout(name)) {
             if (isFalse(argumentNamed(*n.inputs, "train")) && floatArgument(argumentNamed(*n.inputs, "p")) != 0.0)
                 ++dropouts;
         } else if (name == "aten::batch_norm" || name == "aten::_native_batch_norm_legit_no_training") {
@@ -1364,17 +1376,60 @@ std::string ExportedProgram::evalModeNote() const
         + " for the backward. Export from model.train() to record that";
 }
 
+std::string ExportedProgram::trainModeNote() const
+{
+    // Dropout with train=True and p != 0; scaled_dot_product_attention with a dropout_p != 0 (transformers passes
+    // its attention_dropout in model.train() and 0.0 in model.eval()); BatchNorm with training=True.
+    std::size_t dropouts = 0, attentions = 0, norms = 0;
+    for (const auto& n : d_->nodes) {
+        if (!n.op || !n.inputs)
+            continue;
+        const auto& name = n.op->schema().name();
+        if (isDropout(name)) {
+            if (!isFalse(argumentNamed(*n.inputs, "train")) && floatArgument(argumentNamed(*n.inputs, "p")) != 0.0)
+                ++dropouts;
+        } else if (name == "aten::scaled_dot_product_attention") {
+            const json* p = argumentNamed(*n.inputs, "dropout_p");
+            if (p && floatArgument(p) != 0.0)
+                ++attentions;
+        } else if (name == "aten::batch_norm" || name == "aten::_native_batch_norm_legit"
+            || name == "aten::_native_batch_norm_legit_functional") {
+            if (isTrue(argumentNamed(*n.inputs, "training")))
+                ++norms;
+        }
+    }
+    if (dropouts + attentions + norms == 0)
+        return {};
+    std::vector<std::string> what;
+    if (dropouts > 0)
+        what.push_back(std::to_string(dropouts) + (dropouts == 1 ? " dropout drops" : " dropouts drop"));
+    if (attentions > 0)
+        what.push_back(std::to_string(attentions) + " scaled_dot_product_attention "
+            + (attentions == 1 ? "call applies" : "calls apply") + " dropout to the attention weights");
+    if (norms > 0)
+        what.push_back(std::to_string(norms) + (norms == 1 ? " BatchNorm takes" : " BatchNorms take")
+            + " the batch's statistics");
+    std::string list;
+    for (std::size_t i = 0; i < what.size(); ++i)
+        list += (i == 0 ? "" : i + 1 == what.size() ? " and " : ", ") + what[i];
+    return "exported from model.train(): in this inference " + list
+        + ", as the program runs them; the model in model.eval(), as an inference runs it, does not, and its peak"
+          " is lower. Export from model.eval() for an inference's figures";
+}
+
 std::string ExportedProgram::conversionNote(c10::ScalarType runs) const
 {
     const auto& d = *d_;
     const auto from = dtypeName(d.exported), to = dtypeName(runs);
     std::string note = "converted: exported in " + from + ", run in " + to + " (its floating weights, and each " + from
         + " type its graph passes, as the program exported from model.to(torch." + to + ") would)";
+    const std::string asExported = " (--dtype " + from + " runs it as exported)";
     if (!d.source_lines)
         return note + "; its nodes carry no source lines, so a cast to " + from + " the model makes on purpose (an "
-            "RMSNorm's x.float()) ran in " + to + " too: export from model.to(torch." + to + ") to record those as they are";
+            "RMSNorm's x.float()) ran in " + to + " too: export from model.to(torch." + to + ") to record those as they are"
+            + asExported;
     return note + "; " + std::to_string(d.kept_casts) + (d.kept_casts == 1 ? " op keeps " : " ops keep ") + from
-        + " because the model's source names it (x.float(), .to(torch." + from + "), dtype=torch." + from + ")";
+        + " because the model's source names it (x.float(), .to(torch." + from + "), dtype=torch." + from + ")" + asExported;
 }
 
 void ExportedProgram::convert(std::optional<c10::ScalarType> scalar, std::optional<c10::Device> device)
@@ -1459,6 +1514,10 @@ std::string ExportedProgram::followedTypesNote(bool, const std::string&) const
     return {};
 }
 std::string ExportedProgram::evalModeNote() const
+{
+    return {};
+}
+std::string ExportedProgram::trainModeNote() const
 {
     return {};
 }

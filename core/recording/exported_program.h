@@ -110,6 +110,10 @@ public:
     // (p > 0) run as the identity and its BatchNorms on the running statistics, which the model in model.train()
     // does not. "" when the graph has none.
     std::string evalModeNote() const;
+    // What an inference's report says when the program was exported from model.train(): how many of its dropouts
+    // drop (p > 0, scaled_dot_product_attention's dropout_p among them) and how many BatchNorms take the batch's
+    // statistics, as the program runs them and the model in model.eval() does not. "" when the graph has none.
+    std::string trainModeNote() const;
 
     // What a report with eager lifetimes says when the program was not saved by memledger.export: the stack traces
     // alone do not tell what a function returns to a name its caller never reads, nor (non-strict) a helper

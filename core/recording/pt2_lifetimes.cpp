@@ -500,7 +500,7 @@ public:
                 part = later;
             } else if (later > k) {
                 const auto* line = lineOf(s);
-                auto targets = line ? SourceFacts::targets(*line) : assignedNames(tree_.code(s));
+                auto targets = targetsOf(s);
                 if (targets && std::find(targets->begin(), targets->end(), name) != targets->end())
                     return {tree_.statementEnd(s), true};
             }
@@ -517,6 +517,15 @@ public:
 
     // Statement s's traced line as the facts know it: null when they do not.
     const nlohmann::json* lineOf(int s) const { return lines_[static_cast<std::size_t>(s)]; }
+
+    // The local names statement s's Python statement binds: the facts' (of the whole statement, whichever of its
+    // lines s traced: `x = torch.max(\n x, torch.full(...))` traces its second line first), else those its traced
+    // line's text shows (null: it binds something else, or the text does not tell).
+    std::optional<std::vector<std::string>> targetsOf(int s) const
+    {
+        const auto* line = lineOf(s);
+        return line ? SourceFacts::targets(*line) : assignedNames(tree_.code(s));
+    }
 
     // The execution of a Python statement that traced statement s is part of, named by its first traced statement
     // (the same for each line of one that spans lines, where the facts tell its first line).
@@ -864,7 +873,7 @@ ValueEnds eagerLifetimes(const nlohmann::json& nodes, const ValueEnds& graphEnd,
         auto last = std::find(statements.begin(), statements.end(), s);
         while (last + 1 != statements.end() && rebinding.execution(*(last + 1)) == s)
             ++last; // the statement's last line: a later line of the same statement binds nothing again
-        auto targets = assignedNames(tree.code(s));
+        auto targets = rebinding.targetsOf(s);
         if (!targets || targets->empty())
             return callEnd;
         std::string target = targets->front();

@@ -726,8 +726,8 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
             raw.figure_notes.push_back(note);
         }
     }
-    if (train && d.program) {
-        auto note = d.program->evalModeNote();
+    if (d.program) {
+        auto note = train ? d.program->evalModeNote() : d.program->trainModeNote();
         if (!note.empty()) {
             raw.notes.push_back(note);
             raw.figure_notes.push_back(note);

@@ -770,6 +770,38 @@ def _eval_mode_layers(model, torch):
     return dropouts, norms
 
 
+def _train_mode_ops(ep):
+    """The ops of a program exported from model.train() that run as in training in an inference too: dropouts with
+    p != 0 (scaled_dot_product_attention's dropout_p among them) and BatchNorms on the batch's statistics, as
+    [text, ...] ("3 dropouts (p > 0)")."""
+    dropouts = attentions = norms = 0
+    for node in ep.graph.nodes:
+        if node.op != "call_function":
+            continue
+        schema = getattr(node.target, "_schema", None)
+        if schema is None:
+            continue
+        args = {a.name: a.default_value for a in schema.arguments if a.has_default_value()}
+        args.update(zip((a.name for a in schema.arguments), node.args))
+        args.update(node.kwargs)
+        if schema.name in ("aten::dropout", "aten::native_dropout", "aten::feature_dropout", "aten::alpha_dropout",
+                           "aten::feature_alpha_dropout"):
+            dropouts += args.get("train") is not False and args.get("p") != 0
+        elif schema.name == "aten::scaled_dot_product_attention":
+            attentions += args.get("dropout_p") not in (None, 0)
+        elif schema.name in ("aten::batch_norm", "aten::_native_batch_norm_legit",
+                             "aten::_native_batch_norm_legit_functional"):
+            norms += args.get("training") is True
+    return [text for text in (_counted(dropouts, "dropout", " (p > 0)"),
+                              _counted(attentions, "scaled_dot_product_attention call", " with dropout_p > 0"),
+                              _counted(norms, "BatchNorm", " on the batch's statistics")) if text]
+
+
+def _counted(n, noun, after=""):
+    """"2 dropouts (p > 0)": n nouns, then `after`; "" for none."""
+    return "%d %s%s%s" % (n, noun, "s" if n > 1 else "", after) if n else ""
+
+
 def _unpadded_masks(torch, model, forward, dims, inputs):
     """The attention masks (hf_masks.built_masks) of the program traced under hf_masks.unpadded(), the unpadded branch,
     or None where it does not trace. The program is not kept, and the dimensions' ranges are left as they were."""
@@ -985,14 +1017,15 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask=None, ve
                  "eager model holds them, memledger does not count them)"
                  % (", ".join(n for n, _ in dropped), sum(b for _, b in dropped)))
         dropouts, norms = _eval_mode_layers(model, torch)
-        layers = []
-        if dropouts:
-            layers.append("%d dropout%s (p > 0)" % (dropouts, "s" if dropouts > 1 else ""))
-        if norms:
-            layers.append("%d BatchNorm%s" % (norms, "s" if norms > 1 else ""))
+        layers = [text for text in (_counted(dropouts, "dropout", " (p > 0)"), _counted(norms, "BatchNorm")) if text]
         if layers:
             _say(True, "eval mode: %s run as in eval in this file, in a training step too; export from "
                  "model.train() for a training step's figures" % " and ".join(layers))
+        if model.training:
+            ops = _train_mode_ops(ep)
+            if ops:
+                _say(True, "train mode: %s run as in training in this file, in an inference too; export from "
+                     "model.eval() for an inference's figures" % " and ".join(ops))
         doubled = [n for n in doubled if n not in dims.fixed]
         if doubled:
             _say(True, "the example's size 1 in %s was traced as 2 (torch.export fixes a size of 1)"
