@@ -426,6 +426,23 @@ TEST(MemledgerExport, AStatementTracedFromItsSecondLineBindsItsName)
         << "PyTorch's profiler peak of the eager model";
 }
 
+// A mask the model hands its attention itself is no causal mask an unpadded batch skips: transformers' BEiT passes its
+// relative position bias as sdpa's attn_mask, on the unpadded branch too, so the export falls back to the program
+// as traced and records no mask to skip; memledger's report then says nothing of a causal mask (it said the figures
+// erred high by one, which eager builds as well).
+TEST(MemledgerExport, AModelsOwnAttentionMaskIsNoCausalMask)
+{
+    EDGE_PROGRAM_OR_SKIP(t, "own_attention_masks");
+    EXPECT_TRUE(contains(t["printed"].get<std::string>(), "causal_mask='skipped' not applied: 2 of 2 attention calls"))
+        << t["printed"];
+    ASSERT_TRUE(t["record"].is_object()) << t.dump();
+    EXPECT_EQ(t["record"]["masked_attention_calls"], 0);
+    EXPECT_EQ(t["record"]["attention_calls"], 2);
+    auto j = analyzed(t, "", "beit.json");
+    EXPECT_GT(j.value("peak_bytes", std::int64_t {0}), 0);
+    EXPECT_FALSE(contains(notesOf(j), "mask is built")) << notesOf(j);
+}
+
 // An image model (transformers' ViT) exported with memledger.export's defaults: its input holds no token ids, no
 // batch of it is padded, and eager transformers builds no attention mask for it (nor does FakeTensorMode), so the
 // program builds none either. Its inference and AdamW step equal PyTorch's profiler of the eager model to the byte

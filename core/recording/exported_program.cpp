@@ -1413,8 +1413,8 @@ std::string ExportedProgram::trainModeNote() const
     for (std::size_t i = 0; i < what.size(); ++i)
         list += (i == 0 ? "" : i + 1 == what.size() ? " and " : ", ") + what[i];
     return "exported from model.train(): in this inference " + list
-        + ", as the program runs them; the model in model.eval(), as an inference runs it, does not, and its peak"
-          " is lower. Export from model.eval() for an inference's figures";
+        + ", as the program runs them; the model in model.eval(), as an inference runs it, does not (its peak can"
+          " be lower). Export from model.eval() for an inference's figures";
 }
 
 std::string ExportedProgram::conversionNote(c10::ScalarType runs) const

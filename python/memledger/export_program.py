@@ -929,6 +929,7 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask=None, ve
     # whether causal_mask="skipped" exports this model with these inputs: not where it fell back, nor (untried)
     # where a sliding window makes eager build the mask from the window's length on
     skippable = why is None and hf_masks.sliding_window(model) is None
+    own_masks = 0  # attention calls the unpadded branch gives a mask too: the model's own (BEiT's position bias)
     if skip:
         if why:
             raise ExportError("causal_mask='skipped': " + why, advice="")
@@ -953,6 +954,8 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask=None, ve
                            "its own way)" % (masked, total) if masked else
                            "the unpadded branch narrows the program's range (a sliding window: eager builds the mask "
                            "from its length on)"))
+            if masked and hf_masks.sliding_window(model) is None:
+                own_masks = masked  # no causal mask an unpadded batch skips: eager passes these masks too
             skip = skippable = False
             if built is None:
                 dims.restore(before, inputs)
@@ -980,7 +983,7 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask=None, ve
         extra = source_facts.extra_files(ep, executed)
         if autocast is not None:
             extra[autocast_types.RECORD] = autocast
-        mask = hf_masks.record(model, masked, total, skippable, skip, skips)
+        mask = hf_masks.record(model, max(masked - own_masks, 0), total, skippable, skip, skips)
         if mask is not None:
             extra[hf_masks.RECORD] = mask
         torch.export.save(ep, path, extra_files=extra)
