@@ -192,6 +192,16 @@ nlohmann::json analyzed(const nlohmann::json& t, const std::string& args, const 
     return nlohmann::json::parse(in, nullptr, false);
 }
 
+// analyzed(t, args, jsonName), expecting its peak to equal `truth`, PyTorch's profiler peak of the eager model
+// (`what` names the eager run); returns the report.
+nlohmann::json analyzedAtEagerPeak(const nlohmann::json& t, const std::string& args, const std::string& jsonName,
+    std::int64_t truth, const std::string& what = "PyTorch's profiler peak of the eager model")
+{
+    auto j = analyzed(t, args, jsonName);
+    EXPECT_EQ(j.value("peak_bytes", std::int64_t {0}), truth) << t["input"].get<std::string>() << ": " << what;
+    return j;
+}
+
 std::string notesOf(const nlohmann::json& report)
 {
     std::string out;
@@ -403,13 +413,9 @@ TEST(MemledgerExport, ARangeBothBranchesNarrowKeepsTheSkip)
     EXPECT_TRUE(contains(printed, "causal_mask='skipped': the batch unpadded")) << printed;
     EXPECT_TRUE(contains(printed, "seq: 1..255")) << printed;
     for (const auto& [input, truth] : t["eager_peak_bytes"].items()) {
-        auto r = runCommand(memledger::test::memledgerBinary() + " analyze " + exportFile(t["file"].get<std::string>())
-            + " --input " + input + " --threads 1 --json " + exportFile("mpt_range.json"));
-        ASSERT_EQ(r.exit_code, 0) << r.output;
-        std::ifstream in(exportFile("mpt_range.json"));
-        auto j = nlohmann::json::parse(in, nullptr, false);
-        EXPECT_EQ(j.value("peak_bytes", std::int64_t {0}), truth.get<std::int64_t>())
-            << input << ": PyTorch's profiler peak of the eager model";
+        nlohmann::json at = t;
+        at["input"] = input;
+        analyzedAtEagerPeak(at, "", "mpt_range.json", truth.get<std::int64_t>());
     }
 }
 
@@ -421,9 +427,7 @@ TEST(MemledgerExport, ARangeBothBranchesNarrowKeepsTheSkip)
 TEST(MemledgerExport, AStatementTracedFromItsSecondLineBindsItsName)
 {
     EDGE_PROGRAM_OR_SKIP(t, "statement_traced_from_its_second_line");
-    auto j = analyzed(t, "", "xglm.json");
-    EXPECT_EQ(j.value("peak_bytes", std::int64_t {0}), t["eager_peak_bytes"].get<std::int64_t>())
-        << "PyTorch's profiler peak of the eager model";
+    analyzedAtEagerPeak(t, "", "xglm.json", t["eager_peak_bytes"].get<std::int64_t>());
 }
 
 // A mask the model hands its attention itself is no causal mask an unpadded batch skips: transformers' BEiT passes its
@@ -458,12 +462,9 @@ TEST(MemledgerExport, AnImageModelExportsWithoutTheMask)
     // held by a user's module, as a vision fine-tune wraps it
     ASSERT_TRUE(t["wrapped_record"].is_object()) << t.dump();
     EXPECT_EQ(t["wrapped_record"]["causal_mask"], "skipped");
-    auto inference = analyzed(t, "", "vit_default.json");
-    EXPECT_EQ(inference.value("peak_bytes", std::int64_t {0}), t["eager_peak_bytes"].get<std::int64_t>())
-        << "PyTorch's profiler peak of the eager model";
-    auto step = analyzed(t, " --mode train --optimizer adamw", "vit_default_train.json");
-    EXPECT_EQ(step.value("peak_bytes", std::int64_t {0}), t["eager_train_adamw_peak_bytes"].get<std::int64_t>())
-        << "PyTorch's profiler peak of the eager model's AdamW step";
+    analyzedAtEagerPeak(t, "", "vit_default.json", t["eager_peak_bytes"].get<std::int64_t>());
+    auto step = analyzedAtEagerPeak(t, " --mode train --optimizer adamw", "vit_default_train.json",
+        t["eager_train_adamw_peak_bytes"].get<std::int64_t>(), "PyTorch's profiler peak of the eager model's AdamW step");
     EXPECT_FALSE(contains(notesOf(step), "the causal mask is built")) << notesOf(step);
 }
 
@@ -487,9 +488,7 @@ TEST(MemledgerExport, EagerAttentionsMasksAreCountedAndSkipped)
         << "the masks an unpadded batch does not build";
     nlohmann::json skipped = t;
     skipped["file"] = t["skipped_file"];
-    auto unpadded = analyzed(skipped, "", "t5_masks_skipped.json");
-    EXPECT_EQ(unpadded.value("peak_bytes", std::int64_t {0}), t["eager_peak_bytes"].get<std::int64_t>())
-        << "PyTorch's profiler peak of the eager model";
+    auto unpadded = analyzedAtEagerPeak(skipped, "", "t5_masks_skipped.json", t["eager_peak_bytes"].get<std::int64_t>());
     EXPECT_FALSE(contains(notesOf(unpadded), "is built")) << notesOf(unpadded);
 }
 
@@ -500,9 +499,7 @@ TEST(MemledgerExport, EagerAttentionsMasksAreCountedAndSkipped)
 TEST(MemledgerExport, AReturnedOutputObjectHoldsItsArguments)
 {
     EDGE_PROGRAM_OR_SKIP(t, "encoder_decoder_outputs");
-    auto j = analyzed(t, "", "bart_skipped.json");
-    EXPECT_EQ(j.value("peak_bytes", std::int64_t {0}), t["eager_peak_bytes"].get<std::int64_t>())
-        << "PyTorch's profiler peak of the eager model";
+    analyzedAtEagerPeak(t, "", "bart_skipped.json", t["eager_peak_bytes"].get<std::int64_t>());
 }
 
 // A program runs in the mode it was exported in. DropNet (a dropout of p 0.25, a BatchNorm, a dropout of p 0) exported
