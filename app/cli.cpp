@@ -66,10 +66,12 @@ int runAnalyze(const CliOptions& o)
         file = openFileOrDemo(o.model);
         if (o.parallel()) {
             // One rank: the step recorded in the dtype the ranks compute in, the schedule laid over it.
-            auto plan = parallelPlanFromCli(o, file.model ? file.model->modules() : std::vector<LayerStats> {});
+            const auto layers = file.model ? file.model->modules() : std::vector<LayerStats> {};
+            auto plan = parallelPlanFromCli(o, layers);
             RunOptions run = o.run;
             run.dtype = plan.paramDtype(); // the dtype the forward and backward compute in
             run.mode = RunMode::Train; // a rank of a training job
+            run.cast_module_inputs = inputCastUnits(plan, layers);
             report = rankReport(analyzeOpened(file, run), plan);
         } else {
             report = analyzeOpened(file, o.run);

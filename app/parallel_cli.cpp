@@ -79,6 +79,8 @@ int runFit(const CliOptions& o)
             base.inputs = file.default_inputs;
             base.input_types = file.default_input_types;
         }
+        if (!request.base.units.empty()) // --shard-units: the units FSDP records cast the inputs of (gpu_fit.h)
+            base.cast_module_inputs = unitsBelowRoot(request.base, file.model->modules());
         WhatIfRequest records;
         records.dtypes = recordedPrecisionsFor(request.precisions, request.shards);
         records.rows = {1, 2, 4, 8}; // the records a training step's what-if makes, and a row past them if it is cheap
@@ -176,6 +178,8 @@ int runRankWhatIf(const CliOptions& o)
             base.inputs = file.default_inputs;
             base.input_types = file.default_input_types;
         }
+        if (!request.base.units.empty()) // --shard-units: the units FSDP records cast the inputs of (gpu_fit.h)
+            base.cast_module_inputs = unitsBelowRoot(request.base, file.model->modules());
         std::vector<std::int64_t> batches = o.batches;
         if (batches.empty())
             batches = {1, 2, 4, 8};

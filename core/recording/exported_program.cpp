@@ -130,6 +130,17 @@ struct ExportedProgram::Impl {
     std::vector<FunctionCall> function_calls;
     std::vector<int> call_at; // per node: the index of the call its first node starts, or -1
 
+    // A call of a module whose inputs are cast as it begins (castModuleInputs): its nodes first..last (a run of
+    // the graph's nodes in the module or inside it), and the names they read that come from outside it.
+    struct InputCast {
+        std::size_t first = 0, last = 0;
+        std::string module;
+        std::vector<std::string> reads;
+    };
+    std::vector<InputCast> input_casts; // by first, an outer call before a call inside it
+    std::size_t module_input_casts = 0; // the last run's casts, and their bytes
+    std::int64_t module_input_cast_bytes = 0;
+
     // Nodes first..last: each run (the forward's onNode told first) and the values it was the last to need dropped.
     void runNodes(pt2::Interpreter& env, std::size_t first, std::size_t last, bool eager,
         const std::function<void(const std::string&)>* onNode) const;
@@ -1148,6 +1159,76 @@ void runFunctionCall(const Impl& d, std::size_t index, pt2::Interpreter& env, co
 
 } // namespace
 
+void ExportedProgram::castModuleInputs(std::vector<std::string> modules)
+{
+    auto& d = *d_;
+    d.input_casts.clear();
+    if (modules.empty())
+        return;
+    // A weight is the module's own when one of its names lies inside it.
+    std::unordered_map<std::string, std::vector<std::string>> weightNames;
+    for (const auto& [graphName, ref] : d.weight_inputs) {
+        const auto& w = (ref.buffer ? d.buffers : d.parameters)[ref.index];
+        auto& names = weightNames[graphName];
+        names.push_back(w.name);
+        names.insert(names.end(), w.aliases.begin(), w.aliases.end());
+    }
+    std::set<std::string> constants;
+    for (const auto& [name, t] : d.constants)
+        constants.insert(name);
+    auto inside = [](const std::string& path, const std::string& module) {
+        return path == module
+            || (path.size() > module.size() && path.compare(0, module.size(), module) == 0 && path[module.size()] == '.');
+    };
+    for (const auto& module : modules) {
+        if (module.empty())
+            continue; // the root's inputs are the run's own
+        for (std::size_t i = 0; i < d.nodes.size();) {
+            if (!inside(d.nodes[i].module, module)) {
+                ++i;
+                continue;
+            }
+            Impl::InputCast c;
+            c.first = i;
+            c.module = module;
+            std::set<std::string> made, seen;
+            for (; i < d.nodes.size() && inside(d.nodes[i].module, module); ++i) {
+                std::vector<std::string> read;
+                for (const auto& in : *d.nodes[i].inputs)
+                    if (in.is_object() && in.contains("arg"))
+                        namesIn(in.at("arg"), read);
+                for (const auto& name : read) {
+                    if (made.count(name) || constants.count(name) || !seen.insert(name).second)
+                        continue;
+                    auto w = weightNames.find(name);
+                    if (w != weightNames.end()
+                        && std::any_of(w->second.begin(), w->second.end(), [&](const std::string& n) { return inside(n, module); }))
+                        continue;
+                    c.reads.push_back(name);
+                }
+                std::vector<std::string> out;
+                namesIn(*d.nodes[i].outputs, out);
+                made.insert(out.begin(), out.end());
+            }
+            c.last = i - 1;
+            d.input_casts.push_back(std::move(c));
+        }
+    }
+    std::stable_sort(d.input_casts.begin(), d.input_casts.end(), [](const Impl::InputCast& a, const Impl::InputCast& b) {
+        return a.first != b.first ? a.first < b.first : a.last > b.last;
+    });
+}
+
+std::size_t ExportedProgram::moduleInputCasts() const
+{
+    return d_->module_input_casts;
+}
+
+std::int64_t ExportedProgram::moduleInputCastBytes() const
+{
+    return d_->module_input_cast_bytes;
+}
+
 c10::IValue ExportedProgram::run(const std::vector<at::Tensor>& inputs, const std::function<void(const std::string&)>& onNode)
 {
     auto& d = *d_;
@@ -1175,14 +1256,47 @@ c10::IValue ExportedProgram::run(const std::vector<at::Tensor>& inputs, const st
     for (std::size_t i = 0; i < d.user_inputs.size() && i < inputs.size(); ++i)
         env.values[d.user_inputs[i]] = inputs[i];
     const bool recordsGradients = at::GradMode::is_enabled();
+    d.module_input_casts = 0;
+    d.module_input_cast_bytes = 0;
+    std::size_t nextCast = 0; // the first of d.input_casts not begun
+    std::vector<std::pair<std::size_t, std::vector<std::string>>> openCasts; // a call's last node, the names it cast
     for (std::size_t i = 0; i < d.nodes.size(); ++i) {
         const int call = recordsGradients ? d.call_at[i] : -1;
-        if (call < 0) {
-            d.runNode(d.nodes[i], env, d.eager_lifetimes, onNode ? &onNode : nullptr);
-            continue;
+        const auto last = call < 0 ? i : d.function_calls[static_cast<std::size_t>(call)].last;
+        // Calls that begin here (or inside a Function call run as one): their inputs cast under the module's name,
+        // as FSDP2's pre-forward hook casts them.
+        for (; nextCast < d.input_casts.size() && d.input_casts[nextCast].first <= last; ++nextCast) {
+            const auto& c = d.input_casts[nextCast];
+            std::vector<std::string> cast;
+            for (const auto& name : c.reads) {
+                auto found = env.values.find(name);
+                if (env.cast_inputs.count(name) || found == env.values.end())
+                    continue; // an outer call's copy; or not a value (a name that is no tensor's)
+                const auto& v = found->second;
+                if (!v.isTensor() || !v.toTensor().defined() || !v.toTensor().is_floating_point()
+                    || v.toTensor().scalar_type() == env.runs)
+                    continue;
+                if (onNode)
+                    onNode(c.module);
+                auto copy = v.toTensor().to(env.runs);
+                d.module_input_cast_bytes += static_cast<std::int64_t>(copy.numel()) * copy.element_size();
+                ++d.module_input_casts;
+                env.cast_inputs[name] = std::move(copy);
+                cast.push_back(name);
+            }
+            openCasts.emplace_back(c.last, std::move(cast));
         }
-        runFunctionCall(d, static_cast<std::size_t>(call), env, onNode ? &onNode : nullptr);
-        i = d.function_calls[static_cast<std::size_t>(call)].last;
+        if (call < 0)
+            d.runNode(d.nodes[i], env, d.eager_lifetimes, onNode ? &onNode : nullptr);
+        else
+            runFunctionCall(d, static_cast<std::size_t>(call), env, onNode ? &onNode : nullptr);
+        i = last;
+        // Calls that have returned: their copies dropped (what autograd saved of them lives on), inner ones first.
+        while (!openCasts.empty() && openCasts.back().first <= i) {
+            for (const auto& name : openCasts.back().second)
+                env.cast_inputs.erase(name);
+            openCasts.pop_back();
+        }
     }
     for (const auto& [output, buffer] : d.buffer_mutations)
         for (auto& b : d.buffers)
@@ -1490,6 +1604,15 @@ std::string ExportedProgram::rootType() const
 c10::IValue ExportedProgram::run(const std::vector<at::Tensor>&, const std::function<void(const std::string&)>&)
 {
     throw std::runtime_error("torch.export programs need the PyTorch 2 build of memledger");
+}
+void ExportedProgram::castModuleInputs(std::vector<std::string>) { }
+std::size_t ExportedProgram::moduleInputCasts() const
+{
+    return 0;
+}
+std::int64_t ExportedProgram::moduleInputCastBytes() const
+{
+    return 0;
 }
 void ExportedProgram::convert(std::optional<c10::ScalarType>, std::optional<c10::Device>) { }
 std::string ExportedProgram::setLifetimes(const std::string&)

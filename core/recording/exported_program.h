@@ -93,6 +93,16 @@ public:
     // the model's own code. Without source lines in the graph every such type is converted.
     void convert(std::optional<c10::ScalarType> scalar, std::optional<c10::Device> device);
 
+    // FSDP2's MixedPrecisionPolicy.cast_forward_inputs, for units that are not the root: as each call of one of
+    // `modules` (module paths) begins, the floating-point tensors it reads from outside itself (its arguments: not
+    // its own weights, nor constants) that are not in the type the program runs in are cast to it, and every node of
+    // the call reads the copy, held until the call returns (the hook's arguments), longer where autograd saves it.
+    // A call inside one of them reads the copy. Empty: no casts (the default). Kept for later runs until set again.
+    void castModuleInputs(std::vector<std::string> modules);
+    // How many tensors the last run cast so (castModuleInputs), and their bytes.
+    std::size_t moduleInputCasts() const;
+    std::int64_t moduleInputCastBytes() const;
+
     // What a report of a run converted to `runs` says: what was converted and which ops kept the exported type.
     std::string conversionNote(c10::ScalarType runs) const;
 

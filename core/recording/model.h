@@ -54,6 +54,11 @@ struct RunOptions {
     // meta tensors (Model::metaWeights), else cpu.
     std::string device;
     bool cudnn_benchmark = false; // CUDA: cuDNN's autotuner (at::globalContext().setBenchmarkCuDNN)
+    // FSDP2's MixedPrecisionPolicy.cast_forward_inputs (a rank of a job whose param_dtype is `dtype`): as each call
+    // of these modules (module paths; FSDP's units, the root aside) begins, the floating-point tensors it takes
+    // from outside itself that are not in `dtype` are cast to it (ExportedProgram::castModuleInputs). A torch.export
+    // program only; a TorchScript model runs without, and says so.
+    std::vector<std::string> cast_module_inputs;
 };
 
 // What a recorded run produced, before it is turned into a Report.
@@ -69,6 +74,8 @@ struct RawRun {
     std::vector<std::uint32_t> gradient_events; // allocs that ended as a parameter's .grad
     // Under autocast: the allocs that the region's clear_cache() freed (the cached weight casts no one else held).
     std::vector<std::uint32_t> autocast_cache_events;
+    // RunOptions::cast_module_inputs: how many tensors the recorded run cast at a module's call.
+    std::size_t module_input_casts = 0;
     std::int64_t gradient_bytes = 0;
     std::int64_t optimizer_state_bytes = 0;
     std::vector<TensorUse> forward_uses; // forward and loss ops' tensor inputs

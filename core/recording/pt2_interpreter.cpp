@@ -75,6 +75,9 @@ double Interpreter::floating(const json& v) const
 
 const c10::IValue& Interpreter::get(const std::string& name) const
 {
+    if (!cast_inputs.empty())
+        if (auto cast = cast_inputs.find(name); cast != cast_inputs.end())
+            return cast->second;
     auto it = values.find(name);
     if (it == values.end())
         throw RunError("the program uses '" + name + "' before it is made (a damaged graph)");

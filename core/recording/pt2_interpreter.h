@@ -21,6 +21,9 @@ namespace memledger::pt2 {
 class Interpreter {
 public:
     std::unordered_map<std::string, c10::IValue> values; // by graph name
+    // What get() reads in place of a value while a module call that casts its inputs runs (FSDP2's
+    // cast_forward_inputs, ExportedProgram::castModuleInputs): the cast copy, by the original's graph name.
+    std::unordered_map<std::string, c10::IValue> cast_inputs;
     c10::Device device {c10::kCPU}; // the run's: every as_device argument names it
     // The type the program was exported in, and the one it runs in (ExportedProgram::convert).
     c10::ScalarType exported = c10::kFloat, runs = c10::kFloat;

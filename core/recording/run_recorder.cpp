@@ -712,6 +712,11 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
             }
         if (options.dtype != exportedDtype)
             raw.notes.push_back(d.program->conversionNote(scalarTypeFor(options.dtype)));
+        d.program->castModuleInputs(options.cast_module_inputs);
+    } else if (!options.cast_module_inputs.empty()) {
+        raw.notes.push_back("FSDP's cast of each unit's floating-point inputs to " + options.dtype
+            + " (MixedPrecisionPolicy.cast_forward_inputs) is not modelled for a TorchScript model: a unit given a "
+              "tensor in another type computes in it here");
     }
     raw.info.dtype = options.dtype;
     raw.info.autocast = options.autocast;
@@ -1094,6 +1099,14 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
             raw.autocast_cache_events.push_back(static_cast<std::uint32_t>(raw.trace.partner[i]));
     raw.trace.shrinkToFit();
     raw.info.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+    raw.module_input_casts = d.program ? d.program->moduleInputCasts() : 0;
+    if (raw.module_input_casts > 0) {
+        const auto n = raw.module_input_casts;
+        raw.notes.push_back("FSDP's MixedPrecisionPolicy.cast_forward_inputs: " + std::to_string(n)
+            + (n == 1 ? " floating-point input" : " floating-point inputs") + " of the units cast to " + options.dtype
+            + " as each unit's forward began (" + formatBytes(d.program->moduleInputCastBytes())
+            + "), the unit computing in " + options.dtype + " what it would otherwise compute in the input's type");
+    }
     if (train)
         finishTrainingStep(raw, state, params);
     if (!train) {

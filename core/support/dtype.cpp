@@ -24,12 +24,33 @@ bool isSupportedPrecision(const std::string& precision)
 
 std::string masterDtypeOf(const std::string& precision)
 {
-    return isMixedPrecision(precision) ? std::string("float32") : precision;
+    return isMixedPrecision(precision) || isFsdpRecordPrecision(precision) ? std::string("float32") : precision;
 }
 
 std::string autocastDtypeOf(const std::string& precision)
 {
     return isMixedPrecision(precision) ? precision.substr(0, precision.size() - kMixed.size()) : std::string();
+}
+
+namespace {
+const std::string kFsdp = "-fsdp";
+}
+
+bool isFsdpRecordPrecision(const std::string& precision)
+{
+    return precision.size() > kFsdp.size()
+        && precision.compare(precision.size() - kFsdp.size(), kFsdp.size(), kFsdp) == 0
+        && isSupportedDtype(precision.substr(0, precision.size() - kFsdp.size()));
+}
+
+std::string fsdpRecordPrecision(const std::string& dtype)
+{
+    return dtype + kFsdp;
+}
+
+std::string recordDtypeOf(const std::string& precision)
+{
+    return isFsdpRecordPrecision(precision) ? precision.substr(0, precision.size() - kFsdp.size()) : masterDtypeOf(precision);
 }
 
 std::string precisionOf(const std::string& dtype, const std::string& autocast)

@@ -19,6 +19,14 @@ bool isMixedPrecision(const std::string& precision);
 bool isSupportedPrecision(const std::string& precision); // a supported dtype, or one of them "-mixed"
 std::string masterDtypeOf(const std::string& precision); // the weights' dtype: "float32" for a mixed one
 std::string autocastDtypeOf(const std::string& precision); // a mixed one's compute dtype; "" for a pure one
+// A rank's record of FSDP2 in mixed precision, "<dtype>-fsdp": what fsdp and zero2 record for "<dtype>-mixed"
+// (MixedPrecisionPolicy over float32 master weights): the model converted to <dtype> (the gathered parameters),
+// each unit's floating-point inputs cast to it as the unit's forward begins (cast_forward_inputs). A what-if's
+// record only (ParallelPlan::recordedPrecision), not a precision a user names: isSupportedPrecision says no.
+bool isFsdpRecordPrecision(const std::string& precision);
+std::string fsdpRecordPrecision(const std::string& dtype); // "bfloat16" -> "bfloat16-fsdp"
+// The dtype a record of `precision` runs the model's weights in: masterDtypeOf, or an FSDP record's <dtype>.
+std::string recordDtypeOf(const std::string& precision);
 // The precision of a run at `dtype` under `autocast` ("": none).
 std::string precisionOf(const std::string& dtype, const std::string& autocast);
 

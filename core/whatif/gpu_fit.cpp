@@ -23,9 +23,13 @@ std::string computeDtypeOf(const std::string& precision)
 
 std::string notRecorded(const WhatIf& w, const ParallelPlan& plan)
 {
-    const auto key = plan.recordedPrecision();
-    if (w.hasPrecision(key))
+    if (!w.rankPrecision(plan).empty())
         return {};
+    const auto key = plan.recordedPrecision();
+    if (isFsdpRecordPrecision(key))
+        return std::string(shardingName(plan.shard)) + " in " + plan.paramDtype() + " over " + plan.master_dtype
+            + " master weights is the step recorded in " + plan.paramDtype() + ", which this what-if could not record "
+              "(its notes say why)";
     return std::string(shardingName(plan.shard)) + " in " + key + " is the step recorded under " + plan.autocast
         + " autocast over " + plan.master_dtype + " weights, which this what-if could not record (its notes say why)";
 }
@@ -53,8 +57,8 @@ std::vector<std::string> recordedPrecisionsFor(const std::vector<std::string>& p
             add(p);
             continue;
         }
-        if (sharded) // FSDP's MixedPrecisionPolicy: the step computes in param_dtype
-            add(computeDtypeOf(p));
+        if (sharded) // FSDP's MixedPrecisionPolicy: the step computes in param_dtype, each unit's inputs cast to it
+            add(fsdpRecordPrecision(computeDtypeOf(p)));
         if (unsharded) // DDP's and ZeRO-1's: torch.autocast over float32 weights
             add(p);
     }

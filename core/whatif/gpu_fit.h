@@ -28,8 +28,9 @@ struct GpuFitRequest {
 };
 
 // The precisions a what-if must record (support/dtype.h) for these precisions and strategies: fsdp and zero2 in
-// mixed precision record the compute dtype (FSDP's param_dtype: "bfloat16"); ddp and zero1 the mixed precision
-// itself ("bfloat16-mixed": autocast over float32 weights).
+// mixed precision record the compute dtype (FSDP's param_dtype) with each unit's inputs cast to it
+// ("bfloat16-fsdp": the what-if's RunOptions::cast_module_inputs name the units, else the default ones); ddp and zero1 the
+// mixed precision itself ("bfloat16-mixed": autocast over float32 weights).
 std::vector<std::string> recordedPrecisionsFor(const std::vector<std::string>& precisions, const std::vector<Sharding>& shards);
 // Throws std::invalid_argument naming an unknown precision.
 void checkPrecisions(const std::vector<std::string>& precisions);

@@ -79,6 +79,20 @@ std::vector<std::string> splitDotted(const std::string& path)
 
 } // namespace
 
+std::vector<std::string> unitsBelowRoot(const ParallelPlan& plan, const std::vector<LayerStats>& layers)
+{
+    auto units = plan.units.empty() ? defaultShardUnits(layers) : plan.units;
+    units.erase(std::remove(units.begin(), units.end(), std::string()), units.end());
+    return units;
+}
+
+std::vector<std::string> inputCastUnits(const ParallelPlan& plan, const std::vector<LayerStats>& layers)
+{
+    if (!isFsdpRecordPrecision(plan.recordedPrecision()))
+        return {};
+    return unitsBelowRoot(plan, layers);
+}
+
 std::vector<std::string> shardUnitsMatching(const std::vector<LayerStats>& layers, const std::string& pattern)
 {
     std::vector<std::string> units;

@@ -68,10 +68,13 @@ struct ParallelPlan {
 
     std::string paramDtype() const { return param_dtype.empty() ? master_dtype : param_dtype; }
     // The precision of the recorded step the rank is laid over (support/dtype.h): fsdp and zero2 record in their
-    // param_dtype; ddp and zero1 in the master dtype, under autocast where it is set ("bfloat16-mixed").
+    // param_dtype, with each unit's inputs cast to it where it is not the master dtype ("bfloat16-fsdp"); ddp and
+    // zero1 in the master dtype, under autocast where it is set ("bfloat16-mixed").
     std::string recordedPrecision() const
     {
-        return sharded() || autocast.empty() ? paramDtype() : precisionOf(master_dtype, autocast);
+        if (sharded())
+            return paramDtype() == master_dtype ? paramDtype() : fsdpRecordPrecision(paramDtype());
+        return autocast.empty() ? paramDtype() : precisionOf(master_dtype, autocast);
     }
     std::string reduceDtype() const { return reduce_dtype.empty() ? master_dtype : reduce_dtype; }
     bool sharded() const { return shardsParameters(shard); }
@@ -87,6 +90,14 @@ std::vector<std::string> defaultShardUnits(const std::vector<LayerStats>& layers
 // e.g. "layers.*,tok_embeddings" or "layers.*.feed_forward,layers.*" (each block's MLP a unit inside its block). The root is always added. Throws std::invalid_argument naming a path the
 // model does not have.
 std::vector<std::string> shardUnitsMatching(const std::vector<LayerStats>& layers, const std::string& pattern);
+
+// The plan's units but the root (plan.units, or defaultShardUnits): those whose floating-point inputs FSDP2 casts to
+// param_dtype as their forward begins (MixedPrecisionPolicy.cast_forward_inputs, on by default), the root's being
+// the run's own inputs.
+std::vector<std::string> unitsBelowRoot(const ParallelPlan& plan, const std::vector<LayerStats>& layers);
+// unitsBelowRoot where the plan gathers parameters in a dtype other than the master dtype (its recordedPrecision is
+// an FSDP record); none otherwise. What the step a rank is laid over is recorded with (RunOptions::cast_module_inputs).
+std::vector<std::string> inputCastUnits(const ParallelPlan& plan, const std::vector<LayerStats>& layers);
 
 // Checks a plan against a recorded step (a training step, in the plan's param dtype, gpus >= 1, the dtypes
 // known); throws std::invalid_argument with what to change.

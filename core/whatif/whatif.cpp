@@ -98,14 +98,16 @@ void replayReserve(Prediction& p, const ResidentSet& resident, std::size_t event
 }
 
 // A fit through two records along the batch (a line per allocation) or three along the sequence (a parabola).
+// `precision`: the records' (support/dtype.h); "" for what their RunInfo says (not an FSDP record).
 std::shared_ptr<WhatIf::Fit> makeFit(const ModelInfo& model, const std::vector<LayerStats>& modules,
-    std::vector<RawRun> runs, const std::vector<std::int64_t>& xs, WhatIfAxis axis)
+    std::vector<RawRun> runs, const std::vector<std::int64_t>& xs, WhatIfAxis axis, const std::string& precision = {})
 {
     auto f = std::make_shared<WhatIf::Fit>();
     auto& r2 = runs.back();
     const auto b1 = xs.front(), b2 = xs.back();
     f->axis = axis;
-    f->dtype = precisionOf(r2.info.dtype, r2.info.autocast); // "bfloat16-mixed" for an autocast record
+    // "bfloat16-mixed" for an autocast record
+    f->dtype = precision.empty() ? precisionOf(r2.info.dtype, r2.info.autocast) : precision;
     f->b1 = b1;
     f->b2 = b2;
     SizeFit sizes;
@@ -194,7 +196,7 @@ std::shared_ptr<WhatIf::Fit> rescaleFit(
     f->rescaled_from = from.dtype;
     f->recorded.clear();
     f->notes.clear();
-    double factor = static_cast<double>(dtypeSize(dtype)) / static_cast<double>(dtypeSize(masterDtypeOf(from.dtype)));
+    double factor = static_cast<double>(dtypeSize(dtype)) / static_cast<double>(dtypeSize(recordDtypeOf(from.dtype)));
     if (factor != 1.0) {
         for (auto& v : f->slope)
             v *= factor;
@@ -233,7 +235,7 @@ std::vector<Shape> WhatIf::Fit::inputsAt(std::int64_t x) const
 
 std::int64_t WhatIf::Fit::inputBytes(std::int64_t x) const
 {
-    auto bytes = memledger::inputBytes(inputsAt(x), info.input_types, masterDtypeOf(dtype));
+    auto bytes = memledger::inputBytes(inputsAt(x), info.input_types, recordDtypeOf(dtype));
     return bytes + target_bytes_per_sample * (axis == WhatIfAxis::Batch ? x : b2);
 }
 
@@ -271,16 +273,19 @@ WhatIf WhatIf::record(
 
 namespace {
 
+// The base precision first; FSDP records (support/dtype.h) last, after the pure record of their dtype they may be
+// (aliasFsdpRecord).
 std::vector<std::string> dtypeOrder(const RunOptions& base, const std::vector<std::string>& dtypes)
 {
     std::vector<std::string> order {precisionOf(base.dtype, base.autocast)};
     for (const auto& d : dtypes) {
-        if (!isSupportedPrecision(d))
+        if (!isSupportedPrecision(d) && !isFsdpRecordPrecision(d))
             throw std::invalid_argument("unknown dtype '" + d
                 + "' (use float32, bfloat16 or float16, or bfloat16-mixed or float16-mixed: autocast over float32)");
         if (std::find(order.begin(), order.end(), d) == order.end())
             order.push_back(d);
     }
+    std::stable_partition(order.begin(), order.end(), [](const std::string& d) { return !isFsdpRecordPrecision(d); });
     return order;
 }
 
@@ -332,20 +337,60 @@ std::int64_t nextRecord(std::int64_t last, std::int64_t step, const WhatIf::Plan
 
 // The run options of one precision (support/dtype.h): a pure one converts the model; a mixed one runs the float32
 // model under autocast.
-void setPrecision(RunOptions& o, const std::string& precision)
+// An FSDP record casts the inputs of the modules base.cast_module_inputs names (the units below the root: the
+// default units where it names none); no other.
+void setPrecision(RunOptions& o, const std::string& precision, Model& model)
 {
-    o.dtype = masterDtypeOf(precision);
+    o.dtype = recordDtypeOf(precision);
     o.autocast = autocastDtypeOf(precision);
+    if (!isFsdpRecordPrecision(precision))
+        o.cast_module_inputs.clear();
+    else if (o.cast_module_inputs.empty())
+        o.cast_module_inputs = unitsBelowRoot(ParallelPlan {}, model.modules());
+}
+
+// An FSDP record (support/dtype.h) of a model whose units are given no floating-point input in another type is
+// the pure record of its dtype: where that was recorded, its fits under the FSDP key (into `fits`), rather than
+// the same records again. One run at the pure record's first size tells (RawRun::module_input_casts). False where
+// the record must be made.
+bool aliasFsdpRecord(Model& model, RunOptions o, const std::string& dtype, WhatIfAxis axis,
+    std::vector<std::shared_ptr<const WhatIf::Fit>>& fits)
+{
+    if (!isFsdpRecordPrecision(dtype))
+        return false;
+    std::vector<std::shared_ptr<const WhatIf::Fit>> pure;
+    for (const auto& f : fits)
+        if (f->dtype == recordDtypeOf(dtype) && f->rescaled_from.empty())
+            pure.push_back(f);
+    if (pure.empty())
+        return false;
+    if (!o.cast_module_inputs.empty()) {
+        (axis == WhatIfAxis::Batch ? o.batch : o.seq) = pure.front()->b1;
+        o.inputs = pure.front()->info.input_shapes;
+        o.input_types = pure.front()->info.input_types;
+        try {
+            if (model.run(o).module_input_casts > 0)
+                return false;
+        } catch (const RunError&) {
+            return false; // recorded as any other, which says why it cannot run
+        }
+    }
+    for (const auto& f : pure) {
+        auto alias = std::make_shared<WhatIf::Fit>(*f);
+        alias->dtype = dtype;
+        fits.push_back(std::move(alias));
+    }
+    return true;
 }
 
 // Runs `o` (one precision) at each batch into `runs`. The inputs guessed by the first run are kept in `base` for
 // every later batch and precision. A precision other than the base one that cannot run is put in `cannotRun`
 // (false); the base one's failure is thrown.
-bool recordRuns(Model& model, RunOptions& base, RunOptions& o, const std::vector<std::int64_t>& batches,
-    std::vector<RawRun>& runs, std::vector<std::pair<std::string, std::string>>& cannotRun,
-    WhatIfAxis axis = WhatIfAxis::Batch, const WhatIf::Plan* plan = nullptr)
+bool recordRuns(Model& model, RunOptions& base, RunOptions& o, const std::string& precision,
+    const std::vector<std::int64_t>& batches, std::vector<RawRun>& runs,
+    std::vector<std::pair<std::string, std::string>>& cannotRun, WhatIfAxis axis = WhatIfAxis::Batch,
+    const WhatIf::Plan* plan = nullptr)
 {
-    const auto precision = precisionOf(o.dtype, o.autocast);
     try {
         for (auto b : batches) {
             if (plan && plan->progress) // told each record as it starts, so that a failure names the one told
@@ -388,9 +433,11 @@ WhatIf WhatIf::recordAt(Model& model, RunOptions base, const std::vector<std::in
     std::vector<std::pair<std::string, std::string>> cannotRun; // dtype, why
     for (const auto& dtype : dtypeOrder(base, dtypes)) {
         RunOptions o = base;
-        setPrecision(o, dtype);
+        setPrecision(o, dtype, model);
+        if (aliasFsdpRecord(model, o, dtype, axis, w.fits_))
+            continue;
         std::vector<RawRun> runs;
-        if (!recordRuns(model, base, o, xs, runs, cannotRun, axis))
+        if (!recordRuns(model, base, o, dtype, xs, runs, cannotRun, axis))
             continue;
         // Each record serves the fits on either side of it.
         for (std::size_t k = 0; k + window <= runs.size(); ++k)
@@ -399,7 +446,7 @@ WhatIf WhatIf::recordAt(Model& model, RunOptions base, const std::vector<std::in
                     runs.begin() + static_cast<std::ptrdiff_t>(k + window)),
                 std::vector<std::int64_t>(xs.begin() + static_cast<std::ptrdiff_t>(k),
                     xs.begin() + static_cast<std::ptrdiff_t>(k + window)),
-                axis));
+                axis, dtype));
     }
     w.addRescaledFits(cannotRun);
     return w;
@@ -483,8 +530,8 @@ std::string recordedNote(const std::string& dtype, WhatIfAxis axis, const std::v
 // The first records of a sequence what-if, the three of the first parabola: T/2, T and 2T (T itself is the run the
 // user asked for); T/4, T/2 and T where 2T is refused (beyond the range an exported program takes). The base
 // precision finds the three (`start` empty); the others record at the same ones. False: this precision cannot run.
-bool firstSeqRecords(Model& model, RunOptions& base, RunOptions& o, std::int64_t t0, const std::vector<std::int64_t>& start,
-    SizeRange& range, std::vector<std::int64_t>& seqs, std::vector<RawRun>& runs,
+bool firstSeqRecords(Model& model, RunOptions& base, RunOptions& o, const std::string& precision, std::int64_t t0,
+    const std::vector<std::int64_t>& start, SizeRange& range, std::vector<std::int64_t>& seqs, std::vector<RawRun>& runs,
     std::vector<std::pair<std::string, std::string>>& cannotRun, const WhatIf::Plan& plan)
 {
     std::vector<std::vector<std::int64_t>> all3, candidates;
@@ -504,7 +551,7 @@ bool firstSeqRecords(Model& model, RunOptions& base, RunOptions& o, std::int64_t
         seqs = first;
         runs.clear();
         try {
-            return recordRuns(model, base, o, seqs, runs, cannotRun, WhatIfAxis::Seq, &plan);
+            return recordRuns(model, base, o, precision, seqs, runs, cannotRun, WhatIfAxis::Seq, &plan);
         } catch (const RunError& e) {
             if (first.back() == t0 || !start.empty())
                 throw;
@@ -551,15 +598,17 @@ WhatIf WhatIf::recordAlong(
     // Each precision on its own plan: a precision the CPU runs slowly (float16 convolutions) stops earlier.
     for (const auto& dtype : dtypeOrder(base, dtypes)) {
         RunOptions o = base;
-        setPrecision(o, dtype);
+        setPrecision(o, dtype, model);
+        if (aliasFsdpRecord(model, o, dtype, axis, all.fits_))
+            continue;
         std::vector<std::int64_t> xs;
         std::vector<RawRun> runs;
         bool ran = false;
         if (seqAxis) {
-            ran = firstSeqRecords(model, base, o, t0, start, all.range_, xs, runs, cannotRun, plan);
+            ran = firstSeqRecords(model, base, o, dtype, t0, start, all.range_, xs, runs, cannotRun, plan);
         } else {
             xs = firstBatches;
-            ran = recordRuns(model, base, o, xs, runs, cannotRun, axis, &plan);
+            ran = recordRuns(model, base, o, dtype, xs, runs, cannotRun, axis, &plan);
         }
         if (!ran)
             continue;
@@ -573,7 +622,7 @@ WhatIf WhatIf::recordAlong(
                     runs.begin() + static_cast<std::ptrdiff_t>(k + n)),
                 std::vector<std::int64_t>(xs.begin() + static_cast<std::ptrdiff_t>(k),
                     xs.begin() + static_cast<std::ptrdiff_t>(k + n)),
-                axis);
+                axis, dtype);
         };
         std::vector<std::shared_ptr<const Fit>> fits {fitOf(0)};
         if (!seqAxis && dtype == precisionOf(base.dtype, base.autocast) && plan.first_records) {
@@ -709,9 +758,9 @@ WhatIfAxis WhatIf::axis() const
 
 void WhatIf::addRescaledFits(const std::vector<std::pair<std::string, std::string>>& cannotRun)
 {
-    // A mixed precision is never rescaled from another: one that could not run is said so.
+    // A mixed precision (or an FSDP record) is never rescaled from another: one that could not run is said so.
     for (const auto& [d, reason] : cannotRun)
-        if (isMixedPrecision(d))
+        if (isMixedPrecision(d) || isFsdpRecordPrecision(d))
             notes_.push_back(d + ": could not be recorded here: " + reason);
     // Every supported dtype gets a fit up front, so that a const WhatIf is safe to share between threads.
     for (const char* dtype : {"float32", "bfloat16", "float16"}) {
@@ -723,7 +772,7 @@ void WhatIf::addRescaledFits(const std::vector<std::pair<std::string, std::strin
                 why = "it cannot be recorded here (" + reason + ")";
         std::string from = fits_.front()->dtype; // the base precision's, a pure one where there is one
         for (const auto& f : fits_)
-            if (!isMixedPrecision(f->dtype)) {
+            if (!isMixedPrecision(f->dtype) && !isFsdpRecordPrecision(f->dtype)) {
                 from = f->dtype;
                 break;
             }
@@ -768,7 +817,7 @@ std::vector<std::string> WhatIf::dtypes() const
 {
     std::vector<std::string> out;
     for (const auto& f : fits_)
-        if (std::find(out.begin(), out.end(), f->dtype) == out.end())
+        if (!isFsdpRecordPrecision(f->dtype) && std::find(out.begin(), out.end(), f->dtype) == out.end())
             out.push_back(f->dtype);
     return out;
 }
@@ -908,7 +957,7 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
     if (withReserved) {
         // The same resident set as the report's replay (allocator/gpu_replay.h), at this batch and dtype.
         const auto& t = *f.trace;
-        auto resident = residentBlocks(*model_, masterDtypeOf(dtype), p.weight_bytes, f.optimizer_state_bytes, f.inputsAt(batch),
+        auto resident = residentBlocks(*model_, recordDtypeOf(dtype), p.weight_bytes, f.optimizer_state_bytes, f.inputsAt(batch),
             f.info.input_types, p.input_bytes);
         replayReserve(p, resident, t.size(), t.size() ? t.device.front() : -1, capacity, [&](Trace& replay) {
             for (std::size_t i = 0; i < t.size(); ++i)
@@ -992,10 +1041,35 @@ Prediction WhatIf::predictRank(std::int64_t batch, const ParallelPlan& plan, boo
     return rankPrediction(batch, plan, withReserved, capacity, false);
 }
 
+std::string WhatIf::rankPrecision(const ParallelPlan& plan) const
+{
+    const auto key = plan.recordedPrecision();
+    if (hasPrecision(key))
+        return key;
+    if (isFsdpRecordPrecision(key) && hasPrecision(recordDtypeOf(key)))
+        return recordDtypeOf(key);
+    return {};
+}
+
+namespace {
+
+// What a rank laid over the pure record of its FSDP record's dtype says (WhatIf::rankPrecision).
+std::string uncastInputsNote(const std::string& dtype)
+{
+    return "the " + dtype + " step without FSDP's cast of each unit's floating-point inputs to " + dtype
+        + " (MixedPrecisionPolicy.cast_forward_inputs; this what-if did not record it): a unit handed a tensor in "
+          "another type (MPT's float32 ALiBi bias) computes in that type here, which moved such a rank's peak by up "
+          "to 2% either way; memledger analyze --gpus N --shard fsdp --param-dtype " + dtype + " records it";
+}
+
+} // namespace
+
 Prediction WhatIf::rankPrediction(std::int64_t batch, const ParallelPlan& plan, bool withReserved, std::int64_t capacity,
     bool replayOnlyIfPeakFits) const
 {
-    const auto dtype = plan.recordedPrecision();
+    auto dtype = rankPrecision(plan);
+    if (dtype.empty())
+        dtype = plan.recordedPrecision(); // fit() names what is missing
     const auto& f = fit(dtype, batch);
     if (f.info.mode != RunMode::Train)
         throw std::invalid_argument("a rank of a data-parallel job is a training step's what-if: record with --mode train");
@@ -1003,7 +1077,7 @@ Prediction WhatIf::rankPrediction(std::int64_t batch, const ParallelPlan& plan, 
     auto p = predict(batch, dtype, false);
     Trace sized = predictedTrace(batch, dtype);
     RunInfo info = f.info;
-    info.dtype = masterDtypeOf(dtype);
+    info.dtype = recordDtypeOf(dtype);
     auto layout = layOutRank(*model_, *modules_, sized, *f.ops, f.phases, info, f.optimizer_state_bytes, plan);
     p.gpus = plan.gpus;
     p.shard = shardingName(plan.shard);
@@ -1026,12 +1100,14 @@ Prediction WhatIf::rankPrediction(std::int64_t batch, const ParallelPlan& plan, 
     if (p.method == FigureMethod::Measured) // the record was of one device: the rank is laid over it
         p.method = FigureMethod::Predicted;
     p.notes.insert(p.notes.begin(), layout.notes.begin(), layout.notes.end());
+    if (dtype != plan.recordedPrecision())
+        p.notes.insert(p.notes.begin(), uncastInputsNote(dtype));
     if (replayOnlyIfPeakFits && (!p.runnable || (capacity > 0 && p.predicted_peak_total_bytes > capacity)))
         withReserved = false; // does not fit whatever the reserve
     if (withReserved) {
         ResidentSet resident; // the rank's shards, buffers and optimizer state, then the inputs
         resident.blocks = layout.info.resident_blocks;
-        auto inputs = residentBlocks(ModelInfo {}, masterDtypeOf(dtype), 0, 0, f.inputsAt(batch), f.info.input_types, p.input_bytes);
+        auto inputs = residentBlocks(ModelInfo {}, recordDtypeOf(dtype), 0, 0, f.inputsAt(batch), f.info.input_types, p.input_bytes);
         resident.blocks.insert(resident.blocks.end(), inputs.blocks.begin(), inputs.blocks.end());
         replayReserve(p, resident, t.size(), t.size() ? t.device.front() : -1, capacity, [&](Trace& replay) {
             for (std::size_t i = 0; i < t.size(); ++i)
@@ -1044,8 +1120,13 @@ Prediction WhatIf::rankPrediction(std::int64_t batch, const ParallelPlan& plan, 
 
 Report WhatIf::predictedRankReport(std::int64_t batch, const ParallelPlan& plan) const
 {
-    auto step = predictedReport(batch, plan.recordedPrecision());
+    auto dtype = rankPrecision(plan);
+    if (dtype.empty())
+        dtype = plan.recordedPrecision(); // fit() names what is missing
+    auto step = predictedReport(batch, dtype);
     auto r = rankReport(step, plan);
+    if (dtype != plan.recordedPrecision())
+        r.notes.insert(r.notes.begin(), uncastInputsNote(dtype));
     return r;
 }
 
@@ -1079,7 +1160,7 @@ Report WhatIf::predictedReport(std::int64_t batch, const std::string& dtype) con
         raw.info.seq = batch;
     else
         raw.info.batch = batch;
-    raw.info.dtype = masterDtypeOf(dtype);
+    raw.info.dtype = recordDtypeOf(dtype);
     raw.info.duration_ms = 0.0;
     raw.info.input_shapes = f.inputsAt(batch);
     raw.input_bytes = f.inputBytes(batch);
@@ -1106,7 +1187,7 @@ Prediction WhatIf::measure(Model& model, std::int64_t batch, const std::string& 
     o.inputs = f.info.input_shapes;
     o.input_types = f.info.input_types;
     (f.axis == WhatIfAxis::Seq ? o.seq : o.batch) = batch;
-    o.dtype = masterDtypeOf(dtype);
+    o.dtype = recordDtypeOf(dtype);
     o.autocast = f.info.autocast;
     o.autocast_cache = f.info.autocast_cache;
     o.mode = f.info.mode;

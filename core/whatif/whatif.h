@@ -97,6 +97,10 @@ public:
     Prediction predictRank(std::int64_t batch, const ParallelPlan& plan, bool withReserved = true,
         std::int64_t capacity = 0) const;
     Report predictedRankReport(std::int64_t batch, const ParallelPlan& plan) const;
+    // The precision of the records a rank of `plan` is laid over: plan.recordedPrecision(); for an FSDP record
+    // (support/dtype.h) this what-if did not make, the pure record of its dtype, where it has one, whose units
+    // compute a floating-point input in its own type (the rank's figures say so). "" where it has neither.
+    std::string rankPrecision(const ParallelPlan& plan) const;
     // The largest micro-batch (or sequence) per rank that fits `budget`, as maxBatch: 0 if not even the smallest.
     std::int64_t maxRankBatch(const ParallelPlan& plan, std::int64_t budget, bool withReserved = true,
         std::int64_t upTo = 0) const;
@@ -110,7 +114,8 @@ public:
     // Runs the model at batch/dtype (throws RunError where the CPU has no kernel) and compares.
     Prediction measure(Model& model, std::int64_t batch, const std::string& dtype, std::int64_t capacity = 0) const;
 
-    std::vector<std::string> dtypes() const; // every dtype predict() accepts
+    // Every dtype predict() accepts but the FSDP records (support/dtype.h), which ranks are laid over (predictRank).
+    std::vector<std::string> dtypes() const;
     // Whether predict() accepts `precision`: every dtype does; a mixed one where it was recorded (support/dtype.h).
     bool hasPrecision(const std::string& precision) const;
     bool isRecorded(const std::string& dtype) const; // recorded, not rescaled

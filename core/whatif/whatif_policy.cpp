@@ -20,8 +20,10 @@ std::vector<std::string> whatIfDtypes(const std::vector<std::string>& asked)
 std::vector<std::string> windowWhatIfDtypes(RunMode mode)
 {
     auto dtypes = whatIfDtypes({});
-    if (mode == RunMode::Train)
+    if (mode == RunMode::Train) { // one device's mixed precision (autocast), and FSDP's (gpu_fit.h)
         dtypes.push_back("bfloat16-mixed");
+        dtypes.push_back(fsdpRecordPrecision("bfloat16"));
+    }
     return dtypes;
 }
 

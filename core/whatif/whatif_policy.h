@@ -31,7 +31,8 @@ struct WhatIfRequest {
 // float32, bfloat16 and float16: the precisions a what-if records (or rescales) unless others are asked for.
 std::vector<std::string> whatIfDtypes(const std::vector<std::string>& asked);
 // The window's what-if: those three, and for a training step "bfloat16-mixed" too (autocast over float32 weights),
-// the precision a fine-tune means, which its What if panel offers first.
+// the precision a fine-tune means, which its What if panel offers first, and "bfloat16-fsdp", what FSDP and ZeRO-2
+// ranks in it are laid over (the units' inputs cast: RunOptions::cast_module_inputs).
 std::vector<std::string> windowWhatIfDtypes(RunMode mode);
 // The rows of a table: those asked for (or 1, 8, 32, 64 and 128 along the batch; 512, 1024, 2048, 4096 and
 // 8192 along the sequence), with the run's own, increasing, each once.
