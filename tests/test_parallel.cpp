@@ -571,50 +571,51 @@ TEST_F(Fsdp, WhatIfRowsPerRank)
 // whose blocks are given nothing to cast reuses its pure record (no records made twice).
 TEST_F(Fsdp, MixedPrecisionRowsCastEachUnitsInputs)
 {
+    // `whatif` rows of one rank at batch 2 in these precisions, `analyze`'s rank in bfloat16 beside them.
+    struct Answers {
+        std::string output; // whatif's
+        nlohmann::json rows, rank;
+    };
+    auto answers = [](const std::string& args, const std::string& precisions, const std::string& stem) {
+        Answers out;
+        auto w = runCommand(std::string(MEMLEDGER_BINARY) + " whatif " + args + " --precision " + precisions
+            + " --batch 2 --json " + fixture("fsdp/" + stem + "-rows.json"));
+        EXPECT_EQ(w.exit_code, 0) << w.output;
+        out.output = w.output;
+        auto a = runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + args + " --param-dtype bfloat16 --json "
+            + fixture("fsdp/" + stem + "-rank.json"));
+        EXPECT_EQ(a.exit_code, 0) << a.output;
+        std::ifstream rows(fixture("fsdp/" + stem + "-rows.json")), rank(fixture("fsdp/" + stem + "-rank.json"));
+        out.rows = nlohmann::json::parse(rows, nullptr, false)["predictions"];
+        out.rank = nlohmann::json::parse(rank, nullptr, false);
+        return out;
+    };
     int checked = 0;
     for (const auto& c : fsdpTruth()["cases"]) {
         if (c["model"] != "alibi" || c["gpus"] != 8 || c["param_dtype"] != "bfloat16" || c["reshard_after_forward"].get<bool>())
             continue;
-        const auto common = fixture("fsdp/alibi.pt2") + " --input 2x32:int64 --mode train --optimizer adamw --gpus 8 --shard zero2";
-        auto w = runCommand(std::string(MEMLEDGER_BINARY) + " whatif " + common
-            + " --precision bfloat16-mixed --batch 2 --json " + fixture("fsdp/alibi-rows.json"));
-        ASSERT_EQ(w.exit_code, 0) << w.output;
-        EXPECT_NE(w.output.find("what-if record 1 in bfloat16-fsdp at batch 2"), std::string::npos) << w.output;
-        std::ifstream in(fixture("fsdp/alibi-rows.json"));
-        auto rows = nlohmann::json::parse(in)["predictions"];
-        ASSERT_EQ(rows.size(), 1u);
-        auto a = runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + common + " --param-dtype bfloat16 --json "
-            + fixture("fsdp/alibi-rank.json"));
-        ASSERT_EQ(a.exit_code, 0) << a.output;
-        std::ifstream rin(fixture("fsdp/alibi-rank.json"));
-        const auto rank = nlohmann::json::parse(rin);
-        EXPECT_EQ(rows[0]["predicted_peak_total_bytes"].get<std::int64_t>(), rank["peak_total_bytes"].get<std::int64_t>());
+        auto alibi = answers(fixture("fsdp/alibi.pt2") + " --input 2x32:int64 --mode train --optimizer adamw --gpus 8 --shard zero2",
+            "bfloat16-mixed", "alibi");
+        EXPECT_NE(alibi.output.find("what-if record 1 in bfloat16-fsdp at batch 2"), std::string::npos) << alibi.output;
+        ASSERT_EQ(alibi.rows.size(), 1u);
+        const auto ours = alibi.rows[0]["predicted_peak_total_bytes"].get<std::int64_t>();
+        EXPECT_EQ(ours, alibi.rank["peak_total_bytes"].get<std::int64_t>());
         const double theirs = c["peak"]["Total"].get<double>() - c["step_tensor_bytes"].get<double>();
         const double off = c["peak_total_cast_forward_inputs_off"].get<double>() - c["step_tensor_bytes"].get<double>();
-        const double ours = rows[0]["predicted_peak_total_bytes"].get<double>();
         ASSERT_GT(std::abs(off - theirs), 0.005 * theirs) << "the cast no longer moves this case's peak";
-        EXPECT_LT(std::abs(ours - theirs), std::abs(off - theirs) / 4) << "ours " << ours << ", FSDPMemTracker " << theirs
-                                                                       << ", without the cast " << off;
+        EXPECT_LT(std::abs(static_cast<double>(ours) - theirs), std::abs(off - theirs) / 4)
+            << "ours " << ours << ", FSDPMemTracker " << theirs << ", without the cast " << off;
         ++checked;
     }
     EXPECT_EQ(checked, 1);
     // toy's blocks are handed the hidden states and the rotary table, already in bfloat16: one run tells, and the
     // bfloat16 records serve, so the rows equal analyze's rank.
-    const auto toy = fixture("fsdp/toy.pt2") + " --input 2x32:int64 --mode train --optimizer adamw --gpus 8 --shard fsdp";
-    auto w = runCommand(std::string(MEMLEDGER_BINARY) + " whatif " + toy
-        + " --precision bfloat16-mixed,bfloat16 --batch 2 --json " + fixture("fsdp/toy-rows.json"));
-    ASSERT_EQ(w.exit_code, 0) << w.output;
-    EXPECT_EQ(w.output.find("in bfloat16-fsdp at batch"), std::string::npos) << w.output;
-    std::ifstream in(fixture("fsdp/toy-rows.json"));
-    auto rows = nlohmann::json::parse(in)["predictions"];
-    ASSERT_EQ(rows.size(), 2u);
-    auto a = runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + toy + " --param-dtype bfloat16 --json "
-        + fixture("fsdp/toy-rank.json"));
-    ASSERT_EQ(a.exit_code, 0) << a.output;
-    std::ifstream rin(fixture("fsdp/toy-rank.json"));
-    const auto rank = nlohmann::json::parse(rin);
-    EXPECT_EQ(rows[0]["dtype"], "bfloat16-mixed");
-    EXPECT_EQ(rows[0]["predicted_peak_total_bytes"].get<std::int64_t>(), rank["peak_total_bytes"].get<std::int64_t>());
+    auto toy = answers(fixture("fsdp/toy.pt2") + " --input 2x32:int64 --mode train --optimizer adamw --gpus 8 --shard fsdp",
+        "bfloat16-mixed,bfloat16", "toy");
+    EXPECT_EQ(toy.output.find("in bfloat16-fsdp at batch"), std::string::npos) << toy.output;
+    ASSERT_EQ(toy.rows.size(), 2u);
+    EXPECT_EQ(toy.rows[0]["dtype"], "bfloat16-mixed");
+    EXPECT_EQ(toy.rows[0]["predicted_peak_total_bytes"].get<std::int64_t>(), toy.rank["peak_total_bytes"].get<std::int64_t>());
 }
 
 // The editor keeps the recorded events, places new ones before a position, gives an alloc without a free one,
