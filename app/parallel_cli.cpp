@@ -51,6 +51,25 @@ ParallelPlan parallelPlanFromCli(const CliOptions& o, const std::vector<LayerSta
     return plan;
 }
 
+namespace {
+
+// The training step fit and whatif --gpus record: the CLI's run as a step, at the file's own inputs where --input
+// gives none; --shard-units names the units FSDP records cast the inputs of (gpu_fit.h).
+RunOptions rankStepOptions(const CliOptions& o, const OpenedFile& file, const ParallelPlan& plan)
+{
+    RunOptions base = o.run;
+    base.mode = RunMode::Train;
+    if (base.inputs.empty()) {
+        base.inputs = file.default_inputs;
+        base.input_types = file.default_input_types;
+    }
+    if (!plan.units.empty())
+        base.cast_module_inputs = unitsBelowRoot(plan, file.model->modules());
+    return base;
+}
+
+} // namespace
+
 int runFit(const CliOptions& o)
 {
     const std::string name = o.model.empty() ? kDemoModelName : o.model;
@@ -73,14 +92,7 @@ int runFit(const CliOptions& o)
         request.budget_text = o.budget_text;
         request.base = parallelPlanFromCli(o, file.model->modules(), 1, "fsdp");
 
-        RunOptions base = o.run;
-        base.mode = RunMode::Train;
-        if (base.inputs.empty()) {
-            base.inputs = file.default_inputs;
-            base.input_types = file.default_input_types;
-        }
-        if (!request.base.units.empty()) // --shard-units: the units FSDP records cast the inputs of (gpu_fit.h)
-            base.cast_module_inputs = unitsBelowRoot(request.base, file.model->modules());
+        const RunOptions base = rankStepOptions(o, file, request.base);
         WhatIfRequest records;
         records.dtypes = recordedPrecisionsFor(request.precisions, request.shards);
         records.rows = {1, 2, 4, 8}; // the records a training step's what-if makes, and a row past them if it is cheap
@@ -172,14 +184,7 @@ int runRankWhatIf(const CliOptions& o)
         std::vector<int> gpus;
         for (auto n : o.gpus.empty() ? std::vector<std::int64_t> {1} : o.gpus)
             gpus.push_back(static_cast<int>(n));
-        RunOptions base = o.run;
-        base.mode = RunMode::Train;
-        if (base.inputs.empty()) {
-            base.inputs = file.default_inputs;
-            base.input_types = file.default_input_types;
-        }
-        if (!request.base.units.empty()) // --shard-units: the units FSDP records cast the inputs of (gpu_fit.h)
-            base.cast_module_inputs = unitsBelowRoot(request.base, file.model->modules());
+        const RunOptions base = rankStepOptions(o, file, request.base);
         std::vector<std::int64_t> batches = o.batches;
         if (batches.empty())
             batches = {1, 2, 4, 8};

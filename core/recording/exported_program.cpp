@@ -138,6 +138,7 @@ struct ExportedProgram::Impl {
         std::vector<std::string> reads;
     };
     std::vector<InputCast> input_casts; // by first, an outer call before a call inside it
+    std::vector<std::string> input_cast_modules; // the modules input_casts were found for
     std::size_t module_input_casts = 0; // the last run's casts, and their bytes
     std::int64_t module_input_cast_bytes = 0;
 
@@ -1162,6 +1163,9 @@ void runFunctionCall(const Impl& d, std::size_t index, pt2::Interpreter& env, co
 void ExportedProgram::castModuleInputs(std::vector<std::string> modules)
 {
     auto& d = *d_;
+    if (modules == d.input_cast_modules)
+        return; // the calls found for them already
+    d.input_cast_modules = modules;
     d.input_casts.clear();
     if (modules.empty())
         return;
@@ -1176,15 +1180,11 @@ void ExportedProgram::castModuleInputs(std::vector<std::string> modules)
     std::set<std::string> constants;
     for (const auto& [name, t] : d.constants)
         constants.insert(name);
-    auto inside = [](const std::string& path, const std::string& module) {
-        return path == module
-            || (path.size() > module.size() && path.compare(0, module.size(), module) == 0 && path[module.size()] == '.');
-    };
     for (const auto& module : modules) {
         if (module.empty())
             continue; // the root's inputs are the run's own
         for (std::size_t i = 0; i < d.nodes.size();) {
-            if (!inside(d.nodes[i].module, module)) {
+            if (!isInsideModule(d.nodes[i].module, module)) {
                 ++i;
                 continue;
             }
@@ -1192,7 +1192,7 @@ void ExportedProgram::castModuleInputs(std::vector<std::string> modules)
             c.first = i;
             c.module = module;
             std::set<std::string> made, seen;
-            for (; i < d.nodes.size() && inside(d.nodes[i].module, module); ++i) {
+            for (; i < d.nodes.size() && isInsideModule(d.nodes[i].module, module); ++i) {
                 std::vector<std::string> read;
                 for (const auto& in : *d.nodes[i].inputs)
                     if (in.is_object() && in.contains("arg"))
@@ -1202,7 +1202,7 @@ void ExportedProgram::castModuleInputs(std::vector<std::string> modules)
                         continue;
                     auto w = weightNames.find(name);
                     if (w != weightNames.end()
-                        && std::any_of(w->second.begin(), w->second.end(), [&](const std::string& n) { return inside(n, module); }))
+                        && std::any_of(w->second.begin(), w->second.end(), [&](const std::string& n) { return isInsideModule(n, module); }))
                         continue;
                     c.reads.push_back(name);
                 }

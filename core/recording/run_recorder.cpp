@@ -944,6 +944,7 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
         return device.is_meta() ? explainMetaFailure(message) : explain(message);
     };
 
+    auto castsMade = [&]() -> std::size_t { return d.program ? d.program->moduleInputCasts() : 0; };
     if (!options.record) {
         try {
             if (train)
@@ -961,6 +962,7 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
         }
         if (train)
             setGradientsToNone(params);
+        raw.module_input_casts = castsMade();
         return raw;
     }
     if (options.warm_up || train) {
@@ -1099,7 +1101,7 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
             raw.autocast_cache_events.push_back(static_cast<std::uint32_t>(raw.trace.partner[i]));
     raw.trace.shrinkToFit();
     raw.info.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
-    raw.module_input_casts = d.program ? d.program->moduleInputCasts() : 0;
+    raw.module_input_casts = castsMade();
     if (raw.module_input_casts > 0) {
         const auto n = raw.module_input_casts;
         raw.notes.push_back("FSDP's MixedPrecisionPolicy.cast_forward_inputs: " + std::to_string(n)

@@ -23,7 +23,7 @@ std::string computeDtypeOf(const std::string& precision)
 
 std::string notRecorded(const WhatIf& w, const ParallelPlan& plan)
 {
-    if (!w.rankPrecision(plan).empty())
+    if (w.hasPrecision(w.rankPrecision(plan)))
         return {};
     const auto key = plan.recordedPrecision();
     if (isFsdpRecordPrecision(key))

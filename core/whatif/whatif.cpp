@@ -368,6 +368,7 @@ bool aliasFsdpRecord(Model& model, RunOptions o, const std::string& dtype, WhatI
         (axis == WhatIfAxis::Batch ? o.batch : o.seq) = pure.front()->b1;
         o.inputs = pure.front()->info.input_shapes;
         o.input_types = pure.front()->info.input_types;
+        o.record = false; // a plain run counts the casts too
         try {
             if (model.run(o).module_input_casts > 0)
                 return false;
@@ -1044,11 +1045,9 @@ Prediction WhatIf::predictRank(std::int64_t batch, const ParallelPlan& plan, boo
 std::string WhatIf::rankPrecision(const ParallelPlan& plan) const
 {
     const auto key = plan.recordedPrecision();
-    if (hasPrecision(key))
-        return key;
-    if (isFsdpRecordPrecision(key) && hasPrecision(recordDtypeOf(key)))
+    if (!hasPrecision(key) && isFsdpRecordPrecision(key) && hasPrecision(recordDtypeOf(key)))
         return recordDtypeOf(key);
-    return {};
+    return key;
 }
 
 namespace {
@@ -1067,9 +1066,7 @@ std::string uncastInputsNote(const std::string& dtype)
 Prediction WhatIf::rankPrediction(std::int64_t batch, const ParallelPlan& plan, bool withReserved, std::int64_t capacity,
     bool replayOnlyIfPeakFits) const
 {
-    auto dtype = rankPrecision(plan);
-    if (dtype.empty())
-        dtype = plan.recordedPrecision(); // fit() names what is missing
+    const auto dtype = rankPrecision(plan);
     const auto& f = fit(dtype, batch);
     if (f.info.mode != RunMode::Train)
         throw std::invalid_argument("a rank of a data-parallel job is a training step's what-if: record with --mode train");
@@ -1120,9 +1117,7 @@ Prediction WhatIf::rankPrediction(std::int64_t batch, const ParallelPlan& plan, 
 
 Report WhatIf::predictedRankReport(std::int64_t batch, const ParallelPlan& plan) const
 {
-    auto dtype = rankPrecision(plan);
-    if (dtype.empty())
-        dtype = plan.recordedPrecision(); // fit() names what is missing
+    const auto dtype = rankPrecision(plan);
     auto step = predictedReport(batch, dtype);
     auto r = rankReport(step, plan);
     if (dtype != plan.recordedPrecision())

@@ -97,9 +97,9 @@ public:
     Prediction predictRank(std::int64_t batch, const ParallelPlan& plan, bool withReserved = true,
         std::int64_t capacity = 0) const;
     Report predictedRankReport(std::int64_t batch, const ParallelPlan& plan) const;
-    // The precision of the records a rank of `plan` is laid over: plan.recordedPrecision(); for an FSDP record
-    // (support/dtype.h) this what-if did not make, the pure record of its dtype, where it has one, whose units
-    // compute a floating-point input in its own type (the rank's figures say so). "" where it has neither.
+    // The precision of the records a rank of `plan` is laid over: plan.recordedPrecision() (also where this what-if
+    // lacks it: hasPrecision says no); for an FSDP record (support/dtype.h) it did not make, the pure record of its
+    // dtype, where it has one, whose units compute a floating-point input in its own type (the rank's figures say so).
     std::string rankPrecision(const ParallelPlan& plan) const;
     // The largest micro-batch (or sequence) per rank that fits `budget`, as maxBatch: 0 if not even the smallest.
     std::int64_t maxRankBatch(const ParallelPlan& plan, std::int64_t budget, bool withReserved = true,
