@@ -93,10 +93,8 @@ int runFit(const CliOptions& o)
         request.base = parallelPlanFromCli(o, file.model->modules(), 1, "fsdp");
 
         const RunOptions base = rankStepOptions(o, file, request.base);
-        WhatIfRequest records;
-        records.dtypes = recordedPrecisionsFor(request.precisions, request.shards);
-        records.rows = {1, 2, 4, 8}; // the records a training step's what-if makes, and a row past them if it is cheap
-        auto w = recordWhatIf(*file.model, base, records, [](const std::string& dtype, std::int64_t batch, int done) {
+        const auto recordedDtypes = recordedPrecisionsFor(request.precisions, request.shards);
+        auto w = recordFitWhatIf(*file.model, base, request, [](const std::string& dtype, std::int64_t batch, int done) {
             std::cerr << "memledger: fit record " << done << " in " << dtype << " at batch " << batch << "\n";
         });
         // A model with token inputs: its what-if along the sequence too, at the smallest micro-batch, for the
@@ -107,7 +105,7 @@ int runFit(const CliOptions& o)
         if (tokens) {
             WhatIfRequest seqRecords;
             seqRecords.axis = WhatIfAxis::Seq;
-            seqRecords.dtypes = records.dtypes;
+            seqRecords.dtypes = recordedDtypes;
             seqRecords.current_batch = w.runnableRange().min;
             seqRecords.current_seq = base.seq.value_or(base.inputs.front()[1]);
             try {
@@ -131,10 +129,10 @@ int runFit(const CliOptions& o)
                     + (range.why.empty() ? range.text() : range.why) + "): a longer one may fit but cannot run");
         }
         table.optimizer = base.optimizer;
-        if (!base.inputs.empty() && base.inputs.front().size() > 1)
+        if (tokens)
             table.seq = base.seq.value_or(base.inputs.front()[1]);
         auto notes = w.notes();
-        keepNotesOf(records.dtypes, notes);
+        keepNotesOf(recordedDtypes, notes);
         for (const auto& n : notes)
             if (std::find(table.notes.begin(), table.notes.end(), n) == table.notes.end())
                 table.notes.push_back(n);

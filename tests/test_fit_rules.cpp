@@ -12,6 +12,8 @@
 #include "whatif/whatif.h"
 
 #include "whatif/whatif_policy.h"
+#include "whatif/gpu_fit.h"
+#include "exports/gpu_fit_export.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -232,6 +234,80 @@ TEST(FitRules, TheReserveNeverExceedsTheDeviceAndFitsIsMonotone)
     for (const auto& p : table.predictions)
         EXPECT_EQ(table.fits(p), p.batch <= n) << p.batch;
     EXPECT_EQ(WhatIfTable::largestText(0), "none");
+}
+
+// The fit table's answer is the largest micro-batch that fits: where it lies beyond the first records (micro-batch 2,
+// 4 and 8), `memledger fit` records again up to past it, so that the answer, and the size above it that does not
+// fit, are interpolated between records, not extrapolated from batch 8. The MNIST step on a 600 MiB GPU fits
+// about 200: the answer equals a run of `memledger analyze` at that micro-batch (the same rank, recorded there)
+// within 1%, and fits the allocator's share of the budget by that run's own figures.
+TEST(FitRules, AFitAnswerLiesInsideItsRecords)
+{
+    const auto out = ::testing::TempDir() + "fit_rules_inside.json";
+    std::remove(out.c_str());
+    const std::string run = " demo:mnist-train.pt --mode train --optimizer adamw --threads 1";
+    auto fit = runCommand(std::string(MEMLEDGER_BINARY) + " fit" + run
+        + " --budget 600MiB --gpus 1 --shard ddp --precision float32 --json " + out);
+    ASSERT_EQ(fit.exit_code, 0) << fit.output;
+    std::ifstream in(out);
+    const auto j = nlohmann::json::parse(in);
+    ASSERT_EQ(j["answers"].size(), 1u);
+    const auto& a = j["answers"][0];
+    const auto b = a["micro_batch"].get<std::int64_t>();
+    ASSERT_GT(b, 8) << fit.output; // beyond the first records
+    // Recorded past the answer: the answer and the size above it lie inside the records.
+    EXPECT_GT(a.value("last_record", std::int64_t {0}), b) << fit.output;
+    EXPECT_FALSE(a["rank"]["extrapolated"].get<bool>());
+    EXPECT_FALSE(a["largest_micro_batch"][0]["extrapolated"].get<bool>());
+    EXPECT_EQ(fit.output.find(std::to_string(b) + "*"), std::string::npos) << fit.output;
+    EXPECT_NE(fit.output.find("float32: recorded at batch 2, 4, 8, 32"), std::string::npos) << fit.output;
+    // The rank at the answer, recorded there.
+    const auto at = ::testing::TempDir() + "fit_rules_inside_at.json";
+    std::remove(at.c_str());
+    auto direct = runCommand(std::string(MEMLEDGER_BINARY) + " analyze" + run + " --batch " + std::to_string(b)
+        + " --gpus 1 --shard ddp --json " + at);
+    ASSERT_EQ(direct.exit_code, 0) << direct.output;
+    std::ifstream atIn(at);
+    const auto measured = nlohmann::json::parse(atIn)["peak_total_bytes"].get<std::int64_t>();
+    const auto predicted = a["rank"]["predicted_peak_total_bytes"].get<std::int64_t>();
+    std::printf("[ fit      ] MNIST step, 600 MiB: micro-batch %lld, predicted %lld, recorded there %lld (%+.3f%%)\n",
+        static_cast<long long>(b), static_cast<long long>(predicted), static_cast<long long>(measured),
+        100.0 * static_cast<double>(predicted - measured) / static_cast<double>(measured));
+    EXPECT_NEAR(static_cast<double>(predicted), static_cast<double>(measured), 0.01 * static_cast<double>(measured));
+    EXPECT_LE(measured, j["budget_bytes"].get<std::int64_t>() - j["cuda_context_bytes"].get<std::int64_t>());
+}
+
+// An answer the records could not reach (this machine's memory or time for one record) is marked, in the text,
+// the HTML and the JSON, with the last record it was extrapolated from.
+TEST(FitRules, AnExtrapolatedFitAnswerIsMarked)
+{
+    GpuFitTable t;
+    t.budget_bytes = std::int64_t {80} << 30;
+    t.gpu_counts = {1, 2};
+    GpuFitAnswer a;
+    a.precision = "float32";
+    a.shard = "ddp";
+    a.fewest_gpus = 1;
+    a.micro_batch = 75;
+    a.largest = {{1, 75}, {2, 70}};
+    a.last_record = 70;
+    a.at = Prediction {};
+    a.at->batch = 75;
+    t.answers.push_back(a);
+    EXPECT_EQ(a.microBatchText(75), "75*");
+    EXPECT_EQ(a.microBatchText(70), "70");
+    const auto legend = t.extrapolatedLegend();
+    EXPECT_NE(legend.find("float32 at micro-batch 70"), std::string::npos) << legend;
+    const auto text = gpuFitToText(t);
+    EXPECT_NE(text.find("75*"), std::string::npos) << text;
+    EXPECT_NE(text.find(legend), std::string::npos) << text;
+    EXPECT_NE(gpuFitToHtml(t, "m").find("75*"), std::string::npos);
+    const auto j = gpuFitToJson(t);
+    EXPECT_TRUE(j["answers"][0]["largest_micro_batch"][0]["extrapolated"].get<bool>());
+    EXPECT_FALSE(j["answers"][0]["largest_micro_batch"][1]["extrapolated"].get<bool>());
+    EXPECT_EQ(gpuFitFromJson(j).answers[0].last_record, 70);
+    t.answers[0].last_record = 80;
+    EXPECT_TRUE(t.extrapolatedLegend().empty());
 }
 
 TEST(FitRules, BudgetsByGpuName)

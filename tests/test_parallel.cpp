@@ -337,14 +337,13 @@ TEST_F(Fsdp, FitTableAnswersTheSevenBQuestion)
     GpuFitRequest request;
     request.budget = *parseBudget("H100-80GB");
     request.budget_text = "H100-80GB";
-    WhatIfRequest records;
     // bfloat16-fsdp (FSDP's param_dtype, each unit's inputs cast: the bfloat16 records, nothing being cast),
     // bfloat16-mixed (autocast on meta, for DDP and ZeRO-1), bfloat16 (pure), float32
-    records.dtypes = recordedPrecisionsFor(request.precisions, request.shards);
-    EXPECT_EQ(records.dtypes, (std::vector<std::string> {"bfloat16-fsdp", "bfloat16-mixed", "bfloat16", "float32"}));
-    records.rows = {1, 2, 4, 8};
+    EXPECT_EQ(recordedPrecisionsFor(request.precisions, request.shards),
+        (std::vector<std::string> {"bfloat16-fsdp", "bfloat16-mixed", "bfloat16", "float32"}));
     auto base = stepOptions("1x4096:int64", "float32");
-    auto w = recordWhatIf(model, base, records);
+    // As `memledger fit` records it: micro-batch 2, 4 and 8, and past an answer beyond them.
+    auto w = recordFitWhatIf(model, base, request);
     auto t = makeGpuFitTable(w, request);
     ASSERT_EQ(t.answers.size(), 12u);
     // The file was saved by torch.export.save alone: the table (the CLI's, the window's, the HTML's) says what its
@@ -361,6 +360,7 @@ TEST_F(Fsdp, FitTableAnswersTheSevenBQuestion)
             if (b > 0) {
                 EXPECT_TRUE(fitsWithin(w.predictRank(b, plan, true, budget), budget)) << n << " GPUs, batch " << b;
                 EXPECT_TRUE(t.runnable.contains(b));
+                EXPECT_FALSE(a.extrapolated(b)) << n << " GPUs, batch " << b << ", last record " << a.last_record;
             }
             if (b + 1 <= t.runnable.max)
                 EXPECT_FALSE(fitsWithin(w.predictRank(b + 1, plan, true, budget), budget)) << n << " GPUs, batch " << b + 1;

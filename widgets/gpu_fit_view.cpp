@@ -102,7 +102,7 @@ void GpuFitView::setTable(const GpuFitTable& t)
         }
         const auto& p = *a.at;
         answers_->item(row, 2)->setText(QString::number(a.fewest_gpus));
-        answers_->item(row, 3)->setText(QString::fromStdString(WhatIfTable::largestText(a.micro_batch)));
+        answers_->item(row, 3)->setText(QString::fromStdString(a.microBatchText(a.micro_batch)));
         answers_->item(row, 4)->setText(bytesText(p.predicted_peak_total_bytes));
         answers_->item(row, 5)->setText(p.predicted_reserved_bytes > 0 ? bytesText(p.predicted_reserved_bytes) : tr("—"));
         answers_->item(row, 6)->setText(bytesText(p.weight_bytes));
@@ -131,10 +131,12 @@ void GpuFitView::setTable(const GpuFitTable& t)
         byGpus_->setItem(row, 1, item(QString::fromStdString(a.shard), false));
         int c = 2;
         for (const auto& [n, b] : a.largest)
-            byGpus_->setItem(row, c++, item(b == 0 ? tr("–") : QString::fromStdString(WhatIfTable::largestText(b))));
+            byGpus_->setItem(row, c++, item(b == 0 ? tr("–") : QString::fromStdString(a.microBatchText(b))));
         ++row;
     }
     QStringList notes; // as `memledger fit` and its HTML page say them
+    if (const auto legend = t.extrapolatedLegend(); !legend.empty())
+        notes << QString::fromStdString(legend);
     for (const auto& n : t.notes)
         notes << tr("Note: %1").arg(QString::fromStdString(n));
     notes_->setText(notes.join(QLatin1Char('\n')));

@@ -43,7 +43,7 @@ std::string gpuFitToText(const GpuFitTable& t)
             continue;
         }
         const auto& p = *a.at;
-        out << padCell(std::to_string(a.fewest_gpus), 13, true) << padCell(WhatIfTable::largestText(a.micro_batch), 13, true)
+        out << padCell(std::to_string(a.fewest_gpus), 13, true) << padCell(a.microBatchText(a.micro_batch), 13, true)
             << (seq ? padCell(a.longest_seq > 0 ? WhatIfTable::largestText(a.longest_seq) : "-", 13, true) : std::string())
             << padCell(formatBytes(p.predicted_peak_total_bytes), 13, true)
             << padCell(p.predicted_reserved_bytes > 0 ? formatBytes(p.predicted_reserved_bytes) : "-", 13, true)
@@ -61,9 +61,11 @@ std::string gpuFitToText(const GpuFitTable& t)
                 continue;
             out << padCell(a.precision, 16) << padCell(a.shard, 10);
             for (const auto& [n, b] : a.largest)
-                out << padCell(b >= 1000000 ? ">=1e6" : std::to_string(b), 9, true);
+                out << padCell(b >= 1000000 ? ">=1e6" : a.microBatchText(b), 9, true);
             out << "\n";
         }
+        if (const auto legend = t.extrapolatedLegend(); !legend.empty())
+            out << legend << "\n";
     }
     if (seq)
         out << "\nLongest seq: at the fewest GPUs and micro-batch " << t.runnable.min
@@ -98,11 +100,13 @@ nlohmann::json gpuFitToJson(const GpuFitTable& t)
             {"micro_batch", a.micro_batch}};
         if (a.longest_seq > 0)
             row["longest_seq"] = a.longest_seq;
+        if (a.last_record > 0)
+            row["last_record"] = a.last_record;
         if (!a.not_modelled.empty())
             row["not_modelled"] = a.not_modelled;
         auto& largest = row["largest_micro_batch"] = nlohmann::json::array();
         for (const auto& [n, b] : a.largest)
-            largest.push_back({{"gpus", n}, {"micro_batch", b}});
+            largest.push_back({{"gpus", n}, {"micro_batch", b}, {"extrapolated", b > 0 && a.extrapolated(b)}});
         if (a.at) {
             row["rank"] = predictionToJson(*a.at);
         }
@@ -144,7 +148,7 @@ std::string gpuFitToHtml(const GpuFitTable& t, const std::string& title)
             continue;
         }
         const auto& p = *a.at;
-        out << "<td class=fit>" << a.fewest_gpus << "</td><td class=fit>" << WhatIfTable::largestText(a.micro_batch)
+        out << "<td class=fit>" << a.fewest_gpus << "</td><td class=fit>" << a.microBatchText(a.micro_batch)
             << "</td><td>" << (a.longest_seq > 0 ? WhatIfTable::largestText(a.longest_seq) : std::string("&ndash;"))
             << "</td><td>" << formatBytes(p.predicted_peak_total_bytes) << "</td><td>"
             << (p.predicted_reserved_bytes > 0 ? formatBytes(p.predicted_reserved_bytes) : "-") << "</td><td>"
@@ -161,12 +165,14 @@ std::string gpuFitToHtml(const GpuFitTable& t, const std::string& title)
             continue;
         out << "<tr><td class=l>" << htmlEscape(a.precision) << "</td><td class=l>" << htmlEscape(a.shard) << "</td>";
         for (const auto& [n, b] : a.largest)
-            out << "<td" << (b == 0 ? " class=none" : "") << ">" << (b == 0 ? std::string("&ndash;") : WhatIfTable::largestText(b))
+            out << "<td" << (b == 0 ? " class=none" : "") << ">" << (b == 0 ? std::string("&ndash;") : a.microBatchText(b))
                 << "</td>";
         out << "</tr>\n";
     }
     out << "</table>\n<p class=muted>&ndash;: does not fit. \"Fits\": the peak total, and the reserve of PyTorch's "
            "caching allocator replayed on a device of the allocator's share of the budget.</p>\n";
+    if (const auto legend = t.extrapolatedLegend(); !legend.empty())
+        out << "<p class=muted>" << htmlEscape(legend) << "</p>\n";
     if (!t.notes.empty()) {
         out << "<h2>Notes</h2>\n<ul>";
         for (const auto& n : t.notes)
@@ -205,6 +211,7 @@ GpuFitTable gpuFitFromJson(const nlohmann::json& j)
         a.micro_batch = row.value("micro_batch", std::int64_t {0});
         a.longest_seq = row.value("longest_seq", std::int64_t {0});
         a.not_modelled = row.value("not_modelled", std::string());
+        a.last_record = row.value("last_record", std::int64_t {0});
         for (const auto& l : row.value("largest_micro_batch", nlohmann::json::array()))
             a.largest.emplace_back(l.at("gpus").get<int>(), l.at("micro_batch").get<std::int64_t>());
         if (row.contains("rank")) {

@@ -63,4 +63,31 @@ std::string WhatIfTable::largestText(std::int64_t n)
     return n <= 0 ? "none" : n >= 1000000 ? ">= 1000000" : std::to_string(n);
 }
 
+std::string GpuFitAnswer::microBatchText(std::int64_t microBatch) const
+{
+    return WhatIfTable::largestText(microBatch) + (microBatch > 0 && extrapolated(microBatch) ? "*" : "");
+}
+
+std::string GpuFitTable::extrapolatedLegend() const
+{
+    std::string records; // each precision's last record once
+    bool any = false;
+    for (const auto& a : answers) {
+        bool marked = false;
+        for (const auto& [n, b] : a.largest)
+            marked = marked || (b > 0 && a.extrapolated(b));
+        if (!marked)
+            continue;
+        any = true;
+        const auto item = a.precision + " at micro-batch " + std::to_string(a.last_record);
+        if (records.find(item) == std::string::npos)
+            records += (records.empty() ? "" : ", ") + item;
+    }
+    if (!any)
+        return {};
+    return "*: beyond the last record of its precision (" + records
+        + "): extrapolated from the last two records, not measured; this machine could record no further (the notes "
+          "say why)";
+}
+
 } // namespace memledger

@@ -123,6 +123,12 @@ struct GpuFitAnswer {
     // sequence what-if was recorded; 0: not asked, or none).
     std::int64_t longest_seq = 0;
     std::string not_modelled; // set: no answer, and why
+    // The largest micro-batch recorded in the precision this answer's ranks are laid over (0: not known, a table
+    // read from an older file): a micro-batch beyond it is extrapolated from the last two records, not interpolated.
+    std::int64_t last_record = 0;
+    bool extrapolated(std::int64_t microBatch) const { return last_record > 0 && microBatch > last_record; }
+    // "853", or "853*" where extrapolated (GpuFitTable::extrapolatedLegend says what the mark means).
+    std::string microBatchText(std::int64_t microBatch) const;
 };
 struct GpuFitTable {
     std::int64_t budget_bytes = 0;
@@ -147,6 +153,9 @@ struct GpuFitTable {
     {
         return budget_bytes - cuda_context_bytes - (gpus > 1 ? nccl_bytes : 0);
     }
+    // What a micro-batch marked extrapolated (GpuFitAnswer::microBatchText) means, for the text, the HTML and the
+    // window alike; "" when no answer is.
+    std::string extrapolatedLegend() const;
 };
 
 // The one rule for one prediction: runnable, no out of memory on a device of the budget's size, and the peak

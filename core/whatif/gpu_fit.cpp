@@ -2,6 +2,7 @@
 
 #include "support/dtype.h"
 #include "support/format.h"
+#include "whatif/whatif_policy.h"
 
 #include <algorithm>
 #include <chrono>
@@ -193,6 +194,10 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
                     largest = budget > 0 ? w.maxRankBatch(plan, budget, r.with_reserved) : 0;
                 previous = largest;
                 a.largest.emplace_back(n, largest);
+                if (a.last_record == 0) {
+                    const auto records = w.recordedBatches(w.rankPrecision(plan));
+                    a.last_record = records.empty() ? 0 : records.back();
+                }
                 if (largest > 0 && a.fewest_gpus == 0) {
                     a.fewest_gpus = n;
                     a.micro_batch = largest;
@@ -223,6 +228,49 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
         t.notes.push_back(n);
     t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return t;
+}
+
+std::int64_t fitRecordsWanted(const GpuFitTable& t)
+{
+    std::int64_t wanted = 0;
+    for (const auto& a : t.answers)
+        for (const auto& [n, b] : a.largest)
+            // The answer, or the size just above it that does not fit, beyond the records: recorded to an eighth
+            // past it, so that an answer the new records move a little further is still inside them.
+            if (const auto past = std::min(b + 1, t.runnable.max); b > 0 && a.last_record > 0 && past > a.last_record)
+                wanted = std::max(wanted, std::min(past + b / 8, t.runnable.max));
+    return wanted;
+}
+
+WhatIf recordFitWhatIf(Model& model, const RunOptions& base, const GpuFitRequest& r,
+    const std::function<void(const std::string& dtype, std::int64_t batch, int done)>& progress)
+{
+    WhatIfRequest records;
+    records.dtypes = recordedPrecisionsFor(r.precisions, r.shards);
+    records.rows = {1, 2, 4, 8}; // the records a training step's what-if makes, and a row past them if it is cheap
+    auto w = recordWhatIf(model, base, records, progress);
+    GpuFitRequest answers = r;
+    answers.seq_whatif = nullptr; // the batch records alone decide the micro-batches
+    for (int round = 0; round < 2; ++round) {
+        const auto wanted = fitRecordsWanted(makeGpuFitTable(w, answers));
+        if (wanted == 0)
+            break;
+        records.rows = {1, 2, 4, 8, wanted};
+        auto further = recordWhatIf(model, base, records, progress);
+        // Some precision recorded beyond where it was: the new records are kept. None reached `wanted` (this
+        // machine's memory or time for one record ended them sooner): another round would stop at the same place.
+        bool gained = false, reached = false;
+        for (const auto& d : records.dtypes) {
+            const auto before = w.recordedBatches(d), after = further.recordedBatches(d);
+            gained = gained || (!after.empty() && (before.empty() || after.back() > before.back()));
+            reached = reached || (!after.empty() && after.back() >= wanted);
+        }
+        if (gained)
+            w = std::move(further);
+        if (!gained || !reached)
+            break;
+    }
+    return w;
 }
 
 } // namespace memledger
