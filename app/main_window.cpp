@@ -333,6 +333,10 @@ void MainWindow::connectViews()
     connect(whatIf_, &WhatIfController::rankReady, this, &MainWindow::showRank);
     connect(whatIf_, &WhatIfController::ready, this, &MainWindow::updateGpuFit);
     connect(whatIf_, &WhatIfController::budgetChanged, this, &MainWindow::updateGpuFit);
+    connect(gpuFit_, &GpuFitView::recordFurtherRequested, this, [this](qint64 x) {
+        gpuFit_->clear(tr("Recording the step up to micro-batch %1…").arg(x));
+        whatIf_->recordUpTo(x);
+    });
     connect(remedies_, &RemediesController::ready, this, &MainWindow::remediesReady);
     connect(remedies_, &RemediesController::statusMessage, this, &MainWindow::showStatus);
     connect(comparison_, &ComparisonController::statusMessage, this, &MainWindow::showStatus);
@@ -453,7 +457,12 @@ void MainWindow::updateGpuFit()
             if (!self || generation != self->gpuFitGeneration_)
                 return;
             if (error.isEmpty()) {
-                self->gpuFit_->setTable(*table);
+                // An answer beyond the records is offered a record up to it, once: records asked for already went
+                // as far as this machine's memory and time for one record let them.
+                auto wanted = fitRecordsWanted(*table);
+                if (wanted <= self->whatIf_->askedUpTo())
+                    wanted = 0;
+                self->gpuFit_->setTable(*table, wanted);
                 self->whatIf_->panel()->setGpuFitTable(table);
             } else
                 self->gpuFit_->clear(tr("No fit table: %1").arg(error));

@@ -117,6 +117,7 @@ public:
     void openRanks(const QStringList& paths);
     RanksView* ranksView() const { return ranksView_; }
     GpuFitView* gpuFitView() const { return gpuFit_; }
+    WhatIfController* whatIfController() const { return whatIf_; }
 
 signals:
     void reportChanged(std::shared_ptr<const memledger::Report> report); // a report is shown; never nullptr

@@ -126,7 +126,21 @@ void WhatIfController::record(std::shared_ptr<const OpenedFile> file, const Repo
         if (!report.run.loss.empty())
             base.loss = report.run.loss;
     }
+    base_ = base;
+    askedUpTo_ = 0;
     worker_->record(file_, base, exportRequest());
+}
+
+void WhatIfController::recordUpTo(std::int64_t x)
+{
+    if (!file_ || !whatIf_ || x <= 0)
+        return;
+    auto request = exportRequest();
+    request.rows = whatIfRows(request);
+    request.rows.push_back(x);
+    askedUpTo_ = std::max(askedUpTo_, x);
+    emit statusMessage(tr("What-if: recording up to micro-batch %1 for the GPUs tab").arg(x), 8000);
+    worker_->record(file_, base_, request);
 }
 
 WhatIfRequest WhatIfController::exportRequest() const

@@ -29,6 +29,11 @@ public:
     // Records the model of `file` for `report` (its inputs, mode, optimizer and loss), cancelling any recording.
     void record(std::shared_ptr<const OpenedFile> file, const Report& report);
     void clear(); // another file: nothing recorded
+    // Records the same model again, its rows and `x` too (a fit answer beyond the records: whatif/gpu_fit.h), the
+    // panel keeping its settings; ready() when done. Nothing before record().
+    void recordUpTo(std::int64_t x);
+    // The largest size recordUpTo asked for since record() (0: none).
+    std::int64_t askedUpTo() const { return askedUpTo_; }
 
     // The table a saved or exported report of `report` holds: the policy's rows (with the panel's batch) at the
     // panel's budget. The one the recording made, its unreliable rows measured, when the rows and budget are the
@@ -57,6 +62,8 @@ private:
     std::string runDtype_;
     std::int64_t runSeq_ = 0;
     bool partial_ = false; // the panel shows the first records while larger ones are made
+    RunOptions base_; // what record() records
+    std::int64_t askedUpTo_ = 0;
 };
 
 } // namespace memledger

@@ -10,6 +10,7 @@
 #include "window_wait.h"
 #include "run_panel.h"
 #include "timeline_plot.h"
+#include "whatif_controller.h"
 #include "whatif_panel.h"
 #include "run_command.h"
 #include "whatif/whatif.h"
@@ -580,6 +581,65 @@ TEST(MainWindow, WhatIfPanelShowsOneRankOfAShardedJob)
     back->trigger();
     EXPECT_EQ(w.report(), run);
     EXPECT_FALSE(back->isVisible());
+}
+
+// The GPUs tab: an answer beyond the window's records (the MNIST step fits about 200 on a 600 MiB GPU; the
+// window records up to batch 128) is marked * and offered "Record up to micro-batch N"; the records made, the
+// answer lies inside them, unmarked, and the button is gone.
+TEST(MainWindow, GpusTabRecordsUpToAnAnswerBeyondItsRecords)
+{
+    qtTestApp();
+    MainWindow w;
+    w.show();
+    QSignalSpy ready(&w, &MainWindow::whatIfReady);
+    QSignalSpy fitReady(&w, &MainWindow::gpuFitReady);
+    w.openFile(QStringLiteral("demo:mnist-train.pt"));
+    ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
+    QElapsedTimer clock;
+    clock.start();
+    while (ready.isEmpty() && clock.elapsed() < 3 * kRunTimeoutMs)
+        ready.wait(100);
+    ASSERT_FALSE(ready.isEmpty()) << "the what-if records never arrived";
+    auto* view = w.gpuFitView();
+    auto* button = view->recordFurtherButton();
+    // The fit table for the budget typed (the panel's budget rests before the table follows it).
+    auto waitForFit = [&](int ms) {
+        QElapsedTimer c;
+        c.start();
+        while (c.elapsed() < ms) {
+            fitReady.clear();
+            fitReady.wait(200);
+            if (view->headerText().contains(QStringLiteral("600.0 MiB")) && view->answers()->rowCount() > 0
+                && fitReady.isEmpty())
+                return true;
+        }
+        return false;
+    };
+    w.whatIfPanel()->setBudget(QStringLiteral("600 MiB"));
+    ASSERT_TRUE(waitForFit(20000)) << view->headerText().toStdString();
+    const auto recordedBefore = w.whatIfController()->whatIf()->recordedBatches().back();
+    ASSERT_FALSE(button->isHidden()) << view->notesText().toStdString();
+    EXPECT_TRUE(button->text().startsWith(QStringLiteral("Record up to micro-batch "))) << button->text().toStdString();
+    EXPECT_TRUE(view->notesText().contains(QStringLiteral("*: beyond the last record"))) << view->notesText().toStdString();
+    const auto wanted = button->text().section(QLatin1Char(' '), -1).toLongLong();
+    EXPECT_GT(wanted, recordedBefore);
+    const auto readyBefore = ready.count();
+    button->click();
+    clock.restart();
+    while (ready.count() == readyBefore && clock.elapsed() < 6 * kRunTimeoutMs)
+        ready.wait(100);
+    ASSERT_GT(ready.count(), readyBefore) << "the records up to the answer never arrived";
+    ASSERT_TRUE(waitForFit(20000)) << view->headerText().toStdString();
+    EXPECT_GE(w.whatIfController()->whatIf()->recordedBatches().back(), wanted);
+    EXPECT_TRUE(button->isHidden());
+    EXPECT_FALSE(view->notesText().contains(QStringLiteral("*: beyond the last record"))) << view->notesText().toStdString();
+    bool any = false;
+    for (int r = 0; r < view->answers()->rowCount(); ++r)
+        if (auto* cell = view->answers()->item(r, 3); cell && !cell->text().isEmpty()) {
+            any = true;
+            EXPECT_FALSE(cell->text().endsWith(QLatin1Char('*'))) << cell->text().toStdString();
+        }
+    EXPECT_TRUE(any);
 }
 
 // The Run panel's Device choice lists the CPU, then every CUDA GPU this libtorch sees (here, without a GPU or

@@ -5,7 +5,9 @@
 
 #include <QHeaderView>
 #include <QLabel>
+#include <QPushButton>
 #include <QTableWidget>
+#include <QHBoxLayout>
 #include <QVBoxLayout>
 
 namespace memledger {
@@ -51,6 +53,18 @@ GpuFitView::GpuFitView(QWidget* parent)
     notes_->setWordWrap(true);
     notes_->setTextInteractionFlags(Qt::TextSelectableByMouse);
     layout->addWidget(notes_);
+    recordFurther_ = new QPushButton(this);
+    recordFurther_->setToolTip(tr("An answer lies beyond the last record of its precision (marked *): record the step "
+                                  "up to past it, so that it is interpolated between records, not extrapolated"));
+    recordFurther_->hide();
+    connect(recordFurther_, &QPushButton::clicked, this, [this] {
+        if (recordUpTo_ > 0)
+            emit recordFurtherRequested(recordUpTo_);
+    });
+    auto* buttons = new QHBoxLayout;
+    buttons->addWidget(recordFurther_);
+    buttons->addStretch(1);
+    layout->addLayout(buttons);
     clear(tr("The fit table answers for a training step: run the model with Mode \"training step\"."));
 }
 
@@ -70,10 +84,15 @@ void GpuFitView::clear(const QString& why)
     answers_->setRowCount(0);
     byGpus_->setRowCount(0);
     notes_->clear();
+    recordUpTo_ = 0;
+    recordFurther_->hide();
 }
 
-void GpuFitView::setTable(const GpuFitTable& t)
+void GpuFitView::setTable(const GpuFitTable& t, std::int64_t recordUpTo)
 {
+    recordUpTo_ = recordUpTo;
+    recordFurther_->setText(tr("Record up to micro-batch %1").arg(recordUpTo));
+    recordFurther_->setVisible(recordUpTo > 0);
     header_->setText(tr("Budget per GPU %1; off it, outside PyTorch's allocator: the CUDA context %2 and NCCL's "
                         "buffers %3 (estimates). Rank 0 of each job%4; answered in %5 s.")
                          .arg(QString::fromStdString(t.budget_text.empty() ? bytesText(t.budget_bytes).toStdString()

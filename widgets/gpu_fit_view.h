@@ -6,7 +6,10 @@
 
 #include <QWidget>
 
+#include <cstdint>
+
 class QLabel;
+class QPushButton;
 class QTableWidget;
 
 namespace memledger {
@@ -15,18 +18,27 @@ class GpuFitView : public QWidget {
     Q_OBJECT
 public:
     explicit GpuFitView(QWidget* parent = nullptr);
-    void setTable(const GpuFitTable& table);
+    // `recordUpTo` > 0: an answer lies beyond the records and this machine may record that far: a button offers it
+    // (recordFurtherRequested); 0: none (every answer inside its records, or the records went as far as they could).
+    void setTable(const GpuFitTable& table, std::int64_t recordUpTo = 0);
     void clear(const QString& why); // nothing to show, and why ("a training step's question", ...)
     QTableWidget* answers() const { return answers_; }
     QTableWidget* byGpus() const { return byGpus_; }
     QString headerText() const;
     QString notesText() const; // the table's notes (the program's range, FSDP2's padding), one "Note:" line each
+    QPushButton* recordFurtherButton() const { return recordFurther_; }
+
+signals:
+    // "Record up to micro-batch N": the what-if's records to reach the answers (whatif/gpu_fit.h, fitRecordsWanted).
+    void recordFurtherRequested(qint64 microBatch);
 
 private:
     QLabel* header_;
     QTableWidget* answers_;
     QTableWidget* byGpus_;
     QLabel* notes_;
+    QPushButton* recordFurther_;
+    std::int64_t recordUpTo_ = 0;
 };
 
 } // namespace memledger

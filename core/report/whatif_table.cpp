@@ -70,24 +70,22 @@ std::string GpuFitAnswer::microBatchText(std::int64_t microBatch) const
 
 std::string GpuFitTable::extrapolatedLegend() const
 {
-    std::string records; // each precision's last record once
-    bool any = false;
+    std::vector<std::string> records; // each precision's last record once
     for (const auto& a : answers) {
         bool marked = false;
         for (const auto& [n, b] : a.largest)
             marked = marked || (b > 0 && a.extrapolated(b));
-        if (!marked)
-            continue;
-        any = true;
         const auto item = a.precision + " at micro-batch " + std::to_string(a.last_record);
-        if (records.find(item) == std::string::npos)
-            records += (records.empty() ? "" : ", ") + item;
+        if (marked && std::find(records.begin(), records.end(), item) == records.end())
+            records.push_back(item);
     }
-    if (!any)
+    if (records.empty())
         return {};
-    return "*: beyond the last record of its precision (" + records
-        + "): extrapolated from the last two records, not measured; this machine could record no further (the notes "
-          "say why)";
+    std::string list;
+    for (std::size_t i = 0; i < records.size(); ++i)
+        list += (i == 0 ? "" : ", ") + records[i];
+    return "*: beyond the last record of its precision (" + list
+        + "): extrapolated from the last two records, not interpolated between records";
 }
 
 } // namespace memledger
