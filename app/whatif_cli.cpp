@@ -53,7 +53,7 @@ WhatIfTable computeWhatIfTable(const OpenedFile& file, const CliOptions& o, std:
         // Without rows asked for, the input's own batch is a row too, as the window's run is in its What if panel.
         if (o.batches.empty() && !base.inputs.empty() && !base.inputs.front().empty())
             request.current_batch = base.inputs.front().front();
-        auto w = recordWhatIf(*file.model, base, request, [](const std::string& dtype, std::int64_t batch, int done) {
+        auto w = recordWhatIfForBudget(*file.model, base, request, [](const std::string& dtype, std::int64_t batch, int done) {
             std::cerr << "memledger: what-if record " << done << " in " << dtype << " at batch " << batch << "\n";
         });
         auto table = whatIfTableFor(w, request, file.model.get());

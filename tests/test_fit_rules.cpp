@@ -277,6 +277,20 @@ TEST(FitRules, AFitAnswerLiesInsideItsRecords)
     EXPECT_LE(measured, j["budget_bytes"].get<std::int64_t>() - j["cuda_context_bytes"].get<std::int64_t>());
 }
 
+// `whatif --budget` likewise: the largest batch within the budget lies beyond the default rows' records (128), so
+// the records go on past it; the answer is then interpolated and confirmed by a run at that batch ("measured").
+TEST(FitRules, TheLargestBatchWithinABudgetIsRecordedUpTo)
+{
+    auto r = whatIf("demo:mnist-train.pt --mode train --budget 300MiB --dtype float32", "reach");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto n = r.json["max_batch"]["float32"].get<std::int64_t>();
+    ASSERT_GT(n, 128) << r.output;
+    EXPECT_EQ(r.json["max_batch_method"]["float32"], "measured") << r.output;
+    const auto recorded = r.json["recorded_batches"].get<std::vector<std::int64_t>>();
+    ASSERT_FALSE(recorded.empty());
+    EXPECT_GT(recorded.back(), n) << r.output;
+}
+
 // An answer the records could not reach (this machine's memory or time for one record) is marked, in the text,
 // the HTML and the JSON, with the last record it was extrapolated from.
 TEST(FitRules, AnExtrapolatedFitAnswerIsMarked)

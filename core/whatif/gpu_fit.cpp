@@ -235,10 +235,7 @@ std::int64_t fitRecordsWanted(const GpuFitTable& t)
     std::int64_t wanted = 0;
     for (const auto& a : t.answers)
         for (const auto& [n, b] : a.largest)
-            // The answer, or the size just above it that does not fit, beyond the records: recorded to an eighth
-            // past it, so that an answer the new records move a little further is still inside them.
-            if (const auto past = std::min(b + 1, t.runnable.max); b > 0 && a.last_record > 0 && past > a.last_record)
-                wanted = std::max(wanted, std::min(past + b / 8, t.runnable.max));
+            wanted = std::max(wanted, recordsToReach(b, a.last_record, t.runnable));
     return wanted;
 }
 
@@ -248,29 +245,10 @@ WhatIf recordFitWhatIf(Model& model, const RunOptions& base, const GpuFitRequest
     WhatIfRequest records;
     records.dtypes = recordedPrecisionsFor(r.precisions, r.shards);
     records.rows = {1, 2, 4, 8}; // the records a training step's what-if makes, and a row past them if it is cheap
-    auto w = recordWhatIf(model, base, records, progress);
     GpuFitRequest answers = r;
     answers.seq_whatif = nullptr; // the batch records alone decide the micro-batches
-    for (int round = 0; round < 2; ++round) {
-        const auto wanted = fitRecordsWanted(makeGpuFitTable(w, answers));
-        if (wanted == 0)
-            break;
-        records.rows = {1, 2, 4, 8, wanted};
-        auto further = recordWhatIf(model, base, records, progress);
-        // Some precision recorded beyond where it was: the new records are kept. None reached `wanted` (this
-        // machine's memory or time for one record ended them sooner): another round would stop at the same place.
-        bool gained = false, reached = false;
-        for (const auto& d : records.dtypes) {
-            const auto before = w.recordedBatches(d), after = further.recordedBatches(d);
-            gained = gained || (!after.empty() && (before.empty() || after.back() > before.back()));
-            reached = reached || (!after.empty() && after.back() >= wanted);
-        }
-        if (gained)
-            w = std::move(further);
-        if (!gained || !reached)
-            break;
-    }
-    return w;
+    return recordWhatIfReaching(
+        model, base, records, [&](const WhatIf& w) { return fitRecordsWanted(makeGpuFitTable(w, answers)); }, progress);
 }
 
 } // namespace memledger

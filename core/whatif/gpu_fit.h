@@ -47,17 +47,14 @@ std::string precisionText(const std::string& precision);
 GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r);
 
 // The training step's what-if a fit table is made from (`base`: the step's run options): the precisions `r` needs
-// (recordedPrecisionsFor), recorded at micro-batch 1, 2, 4 and 8, and then, where an answer lies at or beyond the
-// last record of the precision its ranks are laid over, recorded again up to an eighth past the largest such answer
-// (log-spaced, each record within whatif_policy.h's memory and time for one), so that no answer, and no "does not
-// fit" just above it, is extrapolated where this machine can record it. At most two such rounds (an answer the new
-// records moved past them is followed once more), and none where the last could not reach its size. `progress` is
-// told each record as it starts.
+// (recordedPrecisionsFor), recorded at micro-batch 1, 2, 4 and 8, and again up to past the answers where one lies
+// beyond the last record of the precision its ranks are laid over (whatif_policy.h's recordWhatIfReaching with
+// fitRecordsWanted), so that no answer, and no "does not fit" just above it, is extrapolated where this machine
+// can record it. `progress` is told each record as it starts.
 WhatIf recordFitWhatIf(Model& model, const RunOptions& base, const GpuFitRequest& r,
     const std::function<void(const std::string& dtype, std::int64_t batch, int done)>& progress = {});
-// The micro-batch the records of a fit table's what-if must reach so that none of its answers is extrapolated: an
-// eighth past the largest answer at or beyond its precision's last record (within the program's range); 0 when
-// every answer lies inside its records.
+// The furthest size the records of a fit table's what-if must reach (recordsToReach of each answer at each GPU count
+// from its precision's last record); 0 when every answer lies inside its records.
 std::int64_t fitRecordsWanted(const GpuFitTable& t);
 
 // The estimates off a GPU's budget outside PyTorch's allocator (the CUDA context, NCCL's buffers), with their

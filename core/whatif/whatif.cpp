@@ -814,6 +814,58 @@ const WhatIf::Fit& WhatIf::fit(const std::string& dtype, std::int64_t batch) con
     return *chosen;
 }
 
+bool WhatIf::keepFurthest(const WhatIf& further)
+{
+    auto last = [](const WhatIf& w, const std::string& d) {
+        const auto records = w.recordedBatches(d);
+        return records.empty() ? std::int64_t {0} : records.back();
+    };
+    std::vector<std::string> taken;
+    for (const auto& f : further.fits_)
+        if (f->rescaled_from.empty() && std::find(taken.begin(), taken.end(), f->dtype) == taken.end()
+            && last(further, f->dtype) > last(*this, f->dtype))
+            taken.push_back(f->dtype);
+    if (taken.empty())
+        return false;
+    auto isTaken = [&](const std::string& d) { return std::find(taken.begin(), taken.end(), d) != taken.end(); };
+    // The fits, in the order recorded: this what-if's kept, further's of the precisions taken in their place.
+    std::vector<std::shared_ptr<const Fit>> fits;
+    for (const auto& f : fits_)
+        if (!isTaken(f->dtype))
+            fits.push_back(f);
+    for (const auto& f : further.fits_)
+        if (isTaken(f->dtype))
+            fits.push_back(f);
+    std::stable_sort(fits.begin(), fits.end(), [&](const auto& a, const auto& b) {
+        auto rank = [&](const std::string& d) {
+            for (std::size_t i = 0; i < fits_.size(); ++i)
+                if (fits_[i]->dtype == d)
+                    return i;
+            return fits_.size();
+        };
+        return rank(a->dtype) < rank(b->dtype);
+    });
+    fits_ = std::move(fits);
+    // "float32: recorded at ..." and the like: each precision's own notes from the what-if its records come from.
+    auto noteOf = [&](const std::string& n) -> std::string {
+        for (const auto& f : fits_)
+            if (n.rfind(f->dtype + ":", 0) == 0)
+                return f->dtype;
+        return {};
+    };
+    std::vector<std::string> notes;
+    for (const auto& n : notes_)
+        if (!isTaken(noteOf(n)))
+            notes.push_back(n);
+    for (const auto& n : further.notes_)
+        if (isTaken(noteOf(n)))
+            notes.push_back(n);
+    notes_ = std::move(notes);
+    if (further.range_.max < range_.max || further.range_.min > range_.min)
+        range_ = further.range_;
+    return true;
+}
+
 std::vector<std::string> WhatIf::dtypes() const
 {
     std::vector<std::string> out;

@@ -114,6 +114,11 @@ public:
     // Runs the model at batch/dtype (throws RunError where the CPU has no kernel) and compares.
     Prediction measure(Model& model, std::int64_t batch, const std::string& dtype, std::int64_t capacity = 0) const;
 
+    // Where `further` (the same model and settings, recorded again with larger rows) recorded a precision beyond
+    // this what-if's last record of it, that precision's records (its fits and notes) become further's; the
+    // others stay. A size further found the model refuses narrows the range too. True if any precision changed.
+    bool keepFurthest(const WhatIf& further);
+
     // Every dtype predict() accepts but the FSDP records (support/dtype.h), which ranks are laid over (predictRank).
     std::vector<std::string> dtypes() const;
     // Whether predict() accepts `precision`: every dtype does; a mixed one where it was recorded (support/dtype.h).

@@ -48,6 +48,30 @@ WhatIf::Plan whatIfPlan(const WhatIfRequest& request,
 WhatIf recordWhatIf(Model& model, RunOptions base, const WhatIfRequest& request,
     std::function<void(const std::string& dtype, std::int64_t x, int done)> progress = {},
     std::function<void(const WhatIf& first)> first = {});
+// The same for a command that answers "the largest batch within the budget" (`memledger whatif --budget`,
+// `analyze --whatif --budget`): along the batch with a budget, where that batch, or the one above it that does not
+// fit, lies beyond the last record of its precision, the records are made again up to past it
+// (recordWhatIfReaching, budgetRecordsWanted), so that it is interpolated, not extrapolated, where this machine can
+// record it. The window records with recordWhatIf in the background and marks such an answer extrapolated instead
+// (its Measure runs it; the GPUs tab offers the records).
+WhatIf recordWhatIfForBudget(Model& model, RunOptions base, const WhatIfRequest& request,
+    std::function<void(const std::string& dtype, std::int64_t x, int done)> progress = {});
+
+// The size records must reach so that an answer (`answer`, the largest size that fits) and the size just above it
+// lie inside them, with an eighth to spare (new records may move the answer a little), within `range`; 0 when the
+// last record (`lastRecord`) already reaches past the answer, or there is no answer.
+std::int64_t recordsToReach(std::int64_t answer, std::int64_t lastRecord, const SizeRange& range);
+// Of `dtypes`, the furthest size the records must reach so that the largest batch within `budget` of each is
+// inside its records (recordsToReach); 0 when every one is.
+std::int64_t budgetRecordsWanted(const WhatIf& w, const std::vector<std::string>& dtypes, std::int64_t budget);
+// The records of `request` (as recordWhatIf makes them without a budget), then, while `wanted` names a size beyond
+// them, again with that size as a row (log-spaced records, each within this machine's memory and time for one):
+// at most two more rounds, none after a round that could not reach its size (this machine's memory or time ended
+// it: another would stop at the same place), and none once two minutes are spent.
+WhatIf recordWhatIfReaching(Model& model, RunOptions base, WhatIfRequest request,
+    const std::function<std::int64_t(const WhatIf&)>& wanted,
+    std::function<void(const std::string& dtype, std::int64_t x, int done)> progress = {},
+    std::function<void(const WhatIf& first)> first = {});
 
 // The table a report or `whatif --json` saves: every row x precision of the request, with the largest batch (or
 // sequence) within the budget. With `model`, a row the records do not back is run instead (measured).
