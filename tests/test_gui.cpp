@@ -386,11 +386,8 @@ TEST(MainWindow, WhatIfPanelGetsItsRecordsAndTheSavedReportCarriesTheTable)
     QSignalSpy ready(&w, &MainWindow::whatIfReady);
     w.openDemo();
     ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
-    QElapsedTimer clock;
-    clock.start();
-    while (ready.isEmpty() && clock.elapsed() < 3 * kRunTimeoutMs) // recorded as the policy plans: up to batch 128
-        ready.wait(100);
-    ASSERT_FALSE(ready.isEmpty()) << "the what-if records never arrived";
+    // Recorded as the policy plans: up to batch 128.
+    ASSERT_TRUE(waitForSignals(ready, 3 * kRunTimeoutMs)) << "the what-if records never arrived";
     EXPECT_EQ(w.whatIfPanel()->batch(), w.report()->run.batch); // it starts at the run the window shows
     auto exported = w.reportForExport();
     ASSERT_TRUE(exported.whatif);
@@ -519,11 +516,9 @@ TEST(MainWindow, WhatIfPanelShowsOneRankOfAShardedJob)
     QSignalSpy ready(&w, &MainWindow::whatIfReady);
     w.openFile(QStringLiteral("demo:mnist-train.pt"));
     ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
+    ASSERT_TRUE(waitForSignals(ready, 3 * kRunTimeoutMs)) << "the what-if records never arrived";
     QElapsedTimer clock;
     clock.start();
-    while (ready.isEmpty() && clock.elapsed() < 3 * kRunTimeoutMs)
-        ready.wait(100);
-    ASSERT_FALSE(ready.isEmpty()) << "the what-if records never arrived";
     auto* panel = w.whatIfPanel();
     const auto run = w.report();
     ASSERT_EQ(run->run.mode, RunMode::Train);
@@ -595,11 +590,7 @@ TEST(MainWindow, GpusTabRecordsUpToAnAnswerBeyondItsRecords)
     QSignalSpy fitReady(&w, &MainWindow::gpuFitReady);
     w.openFile(QStringLiteral("demo:mnist-train.pt"));
     ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
-    QElapsedTimer clock;
-    clock.start();
-    while (ready.isEmpty() && clock.elapsed() < 3 * kRunTimeoutMs)
-        ready.wait(100);
-    ASSERT_FALSE(ready.isEmpty()) << "the what-if records never arrived";
+    ASSERT_TRUE(waitForSignals(ready, 3 * kRunTimeoutMs)) << "the what-if records never arrived";
     auto* view = w.gpuFitView();
     auto* button = view->recordFurtherButton();
     // The fit table for the budget typed (the panel's budget rests before the table follows it).
@@ -623,12 +614,8 @@ TEST(MainWindow, GpusTabRecordsUpToAnAnswerBeyondItsRecords)
     EXPECT_TRUE(view->notesText().contains(QStringLiteral("*: beyond the last record"))) << view->notesText().toStdString();
     const auto wanted = button->text().section(QLatin1Char(' '), -1).toLongLong();
     EXPECT_GT(wanted, recordedBefore);
-    const auto readyBefore = ready.count();
     button->click();
-    clock.restart();
-    while (ready.count() == readyBefore && clock.elapsed() < 6 * kRunTimeoutMs)
-        ready.wait(100);
-    ASSERT_GT(ready.count(), readyBefore) << "the records up to the answer never arrived";
+    ASSERT_TRUE(waitForSignals(ready, 6 * kRunTimeoutMs, ready.count() + 1)) << "the records up to the answer never arrived";
     ASSERT_TRUE(waitForFit(20000)) << view->headerText().toStdString();
     EXPECT_GE(w.whatIfController()->whatIf()->recordedBatches().back(), wanted);
     EXPECT_TRUE(button->isHidden());
@@ -685,11 +672,7 @@ TEST(Window, MetaRunIsShownAsComputedFromShapes)
     EXPECT_TRUE(w.runPanel()->status().contains(QStringLiteral("on meta (shapes only)")))
         << w.runPanel()->status().toStdString();
 
-    QElapsedTimer clock;
-    clock.start();
-    while (ready.isEmpty() && clock.elapsed() < 3 * kRunTimeoutMs)
-        ready.wait(100);
-    ASSERT_FALSE(ready.isEmpty()) << "the what-if records never arrived";
+    ASSERT_TRUE(waitForSignals(ready, 3 * kRunTimeoutMs)) << "the what-if records never arrived";
     auto* whatIf = w.whatIfPanel();
     ASSERT_TRUE(whatIf->activeWhatIf());
     EXPECT_EQ(whatIf->activeWhatIf()->device(), "meta");

@@ -26,3 +26,13 @@ inline bool openAndWait(memledger::MainWindow& w, const QString& path)
     w.openFile(path);
     return waitForReport(w);
 }
+
+// Waits until `spy` has caught `count` signals (true), at most timeoutMs, serving the window's events meanwhile.
+inline bool waitForSignals(QSignalSpy& spy, int timeoutMs, int count = 1)
+{
+    QElapsedTimer clock;
+    clock.start();
+    while (spy.count() < count && clock.elapsed() < timeoutMs)
+        spy.wait(100);
+    return spy.count() >= count;
+}
