@@ -194,10 +194,8 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
                     largest = budget > 0 ? w.maxRankBatch(plan, budget, r.with_reserved) : 0;
                 previous = largest;
                 a.largest.emplace_back(n, largest);
-                if (a.last_record == 0) {
-                    const auto records = w.recordedBatches(w.rankPrecision(plan));
-                    a.last_record = records.empty() ? 0 : records.back();
-                }
+                if (a.last_record == 0)
+                    a.last_record = w.lastRecord(w.rankPrecision(plan));
                 if (largest > 0 && a.fewest_gpus == 0) {
                     a.fewest_gpus = n;
                     a.micro_batch = largest;

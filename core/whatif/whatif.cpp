@@ -816,14 +816,10 @@ const WhatIf::Fit& WhatIf::fit(const std::string& dtype, std::int64_t batch) con
 
 bool WhatIf::keepFurthest(const WhatIf& further)
 {
-    auto last = [](const WhatIf& w, const std::string& d) {
-        const auto records = w.recordedBatches(d);
-        return records.empty() ? std::int64_t {0} : records.back();
-    };
     std::vector<std::string> taken;
     for (const auto& f : further.fits_)
         if (f->rescaled_from.empty() && std::find(taken.begin(), taken.end(), f->dtype) == taken.end()
-            && last(further, f->dtype) > last(*this, f->dtype))
+            && further.lastRecord(f->dtype) > lastRecord(f->dtype))
             taken.push_back(f->dtype);
     if (taken.empty())
         return false;
@@ -896,6 +892,12 @@ std::vector<std::int64_t> WhatIf::recordedBatches(const std::string& dtype) cons
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());
     return out;
+}
+
+std::int64_t WhatIf::lastRecord(const std::string& dtype) const
+{
+    const auto records = recordedBatches(dtype);
+    return records.empty() ? 0 : records.back();
 }
 
 bool WhatIf::hasPrecision(const std::string& precision) const

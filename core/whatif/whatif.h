@@ -128,6 +128,7 @@ public:
     std::int64_t batch2() const; // the largest record
     std::vector<std::int64_t> recordedBatches() const; // of the first dtype, increasing
     std::vector<std::int64_t> recordedBatches(const std::string& dtype) const; // a precision's own records
+    std::int64_t lastRecord(const std::string& dtype) const; // the last of them (0: none)
     RunMode mode() const; // what the records ran
     std::string device() const; // where the records ran: cpu, or meta (figures from shapes, not measured)
     std::vector<std::string> notes() const; // alignment, rescaled dtypes, ...

@@ -60,10 +60,7 @@ WhatIf::Plan whatIfPlan(const WhatIfRequest& request,
     return plan;
 }
 
-namespace {
-
-// recordWhatIf's records, once: up to the plan's largest row.
-WhatIf recordRows(Model& model, RunOptions base, const WhatIfRequest& request,
+WhatIf recordWhatIf(Model& model, RunOptions base, const WhatIfRequest& request,
     std::function<void(const std::string& dtype, std::int64_t x, int done)> progress,
     std::function<void(const WhatIf& first)> first)
 {
@@ -79,14 +76,6 @@ WhatIf recordRows(Model& model, RunOptions base, const WhatIfRequest& request,
     return WhatIf::recordPlanned(model, std::move(base), dtypes, plan);
 }
 
-std::int64_t lastRecordOf(const WhatIf& w, const std::string& dtype)
-{
-    const auto records = w.recordedBatches(dtype);
-    return records.empty() ? 0 : records.back();
-}
-
-} // namespace
-
 std::int64_t recordsToReach(std::int64_t answer, std::int64_t lastRecord, const SizeRange& range)
 {
     const auto past = std::min(answer + 1, range.max);
@@ -100,7 +89,7 @@ std::int64_t budgetRecordsWanted(const WhatIf& w, const std::vector<std::string>
     std::int64_t wanted = 0;
     for (const auto& d : dtypes)
         if (w.hasPrecision(d) && w.isRecorded(d))
-            wanted = std::max(wanted, recordsToReach(w.maxBatch(d, budget), lastRecordOf(w, d), w.runnableRange()));
+            wanted = std::max(wanted, recordsToReach(w.maxBatch(d, budget), w.lastRecord(d), w.runnableRange()));
     return wanted;
 }
 
@@ -110,7 +99,7 @@ WhatIf recordWhatIfReaching(Model& model, RunOptions base, WhatIfRequest request
     std::function<void(const WhatIf& first)> first)
 {
     const auto started = std::chrono::steady_clock::now();
-    auto w = recordRows(model, base, request, progress, std::move(first));
+    auto w = recordWhatIf(model, base, request, progress, std::move(first));
     const auto dtypes = whatIfDtypes(request.dtypes);
     for (int round = 0; round < 2; ++round) {
         if (std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() > kSecondsReaching)
@@ -120,31 +109,24 @@ WhatIf recordWhatIfReaching(Model& model, RunOptions base, WhatIfRequest request
             break;
         request.rows = whatIfRows(request);
         request.rows.push_back(x);
-        auto further = recordRows(model, base, request, progress, {});
+        auto further = recordWhatIf(model, base, request, progress);
         // Each precision recorded beyond where it was takes the new records; the others keep theirs (the records
         // of one precision share a minute with the others'). None reached `x`: this machine's memory or time for
         // one record ended them, and another round would stop at the same place.
         bool reached = false;
         for (const auto& d : dtypes)
-            reached = reached || lastRecordOf(further, d) >= x;
+            reached = reached || further.lastRecord(d) >= x;
         if (!w.keepFurthest(further) || !reached)
             break;
     }
     return w;
 }
 
-WhatIf recordWhatIf(Model& model, RunOptions base, const WhatIfRequest& request,
-    std::function<void(const std::string& dtype, std::int64_t x, int done)> progress,
-    std::function<void(const WhatIf& first)> first)
-{
-    return recordRows(model, std::move(base), request, std::move(progress), std::move(first));
-}
-
 WhatIf recordWhatIfForBudget(Model& model, RunOptions base, const WhatIfRequest& request,
     std::function<void(const std::string& dtype, std::int64_t x, int done)> progress)
 {
     if (request.axis != WhatIfAxis::Batch || request.budget <= 0)
-        return recordRows(model, std::move(base), request, std::move(progress), {});
+        return recordWhatIf(model, std::move(base), request, std::move(progress));
     const auto dtypes = whatIfDtypes(request.dtypes);
     return recordWhatIfReaching(model, std::move(base), request,
         [&](const WhatIf& w) { return budgetRecordsWanted(w, dtypes, request.budget); }, std::move(progress));
