@@ -277,6 +277,26 @@ TEST(FitRules, AFitAnswerLiesInsideItsRecords)
     EXPECT_LE(measured, j["budget_bytes"].get<std::int64_t>() - j["cuda_context_bytes"].get<std::int64_t>());
 }
 
+// A program's example inputs are its fit's too when no --input is given: its token inputs make the fit say its
+// sequence and find the longest sequence that fits (capped by the program's range), as with --input.
+TEST(FitRules, AProgramsExampleGivesTheFitItsSequence)
+{
+    SKIP_WITHOUT_EXPORT(lmTruth());
+    const auto out = ::testing::TempDir() + "fit_rules_example.json";
+    std::remove(out.c_str());
+    auto r = runCommand(std::string(MEMLEDGER_BINARY) + " fit " + lmFile("gpt_sdpa", "pt2")
+        + " --budget 600MiB --gpus 1 --shard ddp --precision float32 --threads 1 --json " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in(out);
+    const auto j = nlohmann::json::parse(in);
+    const auto example = lmTruth()["models"]["gpt_sdpa"]["input"].get<std::string>(); // "2x32:int64"
+    EXPECT_EQ(j["seq"].get<std::int64_t>(), std::stoll(example.substr(example.find('x') + 1))) << r.output;
+    ASSERT_GT(j["answers"][0]["micro_batch"].get<std::int64_t>(), 0) << r.output;
+    const auto longest = j["answers"][0].value("longest_seq", std::int64_t {0});
+    EXPECT_GT(longest, 0) << r.output;
+    EXPECT_LE(longest, lmTruth()["models"]["gpt_sdpa"]["dynamic"]["seq"][1].get<std::int64_t>());
+}
+
 // `whatif --budget` likewise: the largest batch within the budget lies beyond the default rows' records (128), so
 // the records go on past it; the answer is then interpolated and confirmed by a run at that batch ("measured").
 TEST(FitRules, TheLargestBatchWithinABudgetIsRecordedUpTo)
