@@ -54,12 +54,13 @@ ParallelPlan parallelPlanFromCli(const CliOptions& o, const std::vector<LayerSta
 namespace {
 
 // The training step fit and whatif --gpus record: the CLI's run as a step, at the file's own inputs where --input
-// gives none (the demo's, a program's example, else the guess); --shard-units names the units FSDP records cast the inputs of (gpu_fit.h).
+// gives none (the demo's, a program's export example, else the guess: a program's token inputs give the fit its
+// sequence); --shard-units names the units FSDP records cast the inputs of (gpu_fit.h).
 RunOptions rankStepOptions(const CliOptions& o, const OpenedFile& file, const ParallelPlan& plan)
 {
     RunOptions base = o.run;
     base.mode = RunMode::Train;
-    if (base.inputs.empty()) // the demo's own inputs, or a program's export example (its token inputs: a sequence)
+    if (base.inputs.empty())
         base.inputs = file.inputsFor(base, nullptr, &base.input_types);
     if (!plan.units.empty())
         base.cast_module_inputs = unitsBelowRoot(plan, file.model->modules());

@@ -135,12 +135,9 @@ void WhatIfController::recordUpTo(std::int64_t x)
 {
     if (!file_ || !whatIf_ || x <= 0)
         return;
-    auto request = exportRequest();
-    request.rows = whatIfRows(request);
-    request.rows.push_back(x);
     askedUpTo_ = std::max(askedUpTo_, x);
     emit statusMessage(tr("What-if: recording up to micro-batch %1 for the GPUs tab").arg(x), 8000);
-    worker_->record(file_, base_, request);
+    worker_->record(file_, base_, withRow(exportRequest(), x));
 }
 
 WhatIfRequest WhatIfController::exportRequest() const

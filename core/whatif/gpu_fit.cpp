@@ -176,12 +176,14 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
             GpuFitAnswer a;
             a.precision = precision;
             a.shard = shardingName(shard);
-            const auto why = notRecorded(w, planFor(r, precision, shard, 1));
+            const auto one = planFor(r, precision, shard, 1);
+            const auto why = notRecorded(w, one);
             if (!why.empty()) {
                 a.not_modelled = why;
                 t.answers.push_back(a);
                 continue;
             }
+            a.last_record = w.lastRecord(w.rankPrecision(one)); // the same records at every GPU count
             std::int64_t previous = -1;
             for (int n : t.gpu_counts) {
                 auto plan = planFor(r, precision, shard, n);
@@ -194,8 +196,6 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
                     largest = budget > 0 ? w.maxRankBatch(plan, budget, r.with_reserved) : 0;
                 previous = largest;
                 a.largest.emplace_back(n, largest);
-                if (a.last_record == 0)
-                    a.last_record = w.lastRecord(w.rankPrecision(plan));
                 if (largest > 0 && a.fewest_gpus == 0) {
                     a.fewest_gpus = n;
                     a.micro_batch = largest;

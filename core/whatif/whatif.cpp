@@ -824,23 +824,17 @@ bool WhatIf::keepFurthest(const WhatIf& further)
     if (taken.empty())
         return false;
     auto isTaken = [&](const std::string& d) { return std::find(taken.begin(), taken.end(), d) != taken.end(); };
-    // The fits, in the order recorded: this what-if's kept, further's of the precisions taken in their place.
+    // Precision by precision, in the order recorded: each one's fits from the what-if its records now come from.
+    std::vector<std::string> order;
+    for (const auto* w : {static_cast<const WhatIf*>(this), &further})
+        for (const auto& f : w->fits_)
+            if (std::find(order.begin(), order.end(), f->dtype) == order.end())
+                order.push_back(f->dtype);
     std::vector<std::shared_ptr<const Fit>> fits;
-    for (const auto& f : fits_)
-        if (!isTaken(f->dtype))
-            fits.push_back(f);
-    for (const auto& f : further.fits_)
-        if (isTaken(f->dtype))
-            fits.push_back(f);
-    std::stable_sort(fits.begin(), fits.end(), [&](const auto& a, const auto& b) {
-        auto rank = [&](const std::string& d) {
-            for (std::size_t i = 0; i < fits_.size(); ++i)
-                if (fits_[i]->dtype == d)
-                    return i;
-            return fits_.size();
-        };
-        return rank(a->dtype) < rank(b->dtype);
-    });
+    for (const auto& d : order)
+        for (const auto& f : (isTaken(d) ? further : *this).fits_)
+            if (f->dtype == d)
+                fits.push_back(f);
     fits_ = std::move(fits);
     // "float32: recorded at ..." and the like: each precision's own notes from the what-if its records come from.
     auto noteOf = [&](const std::string& n) -> std::string {

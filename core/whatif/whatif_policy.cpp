@@ -42,6 +42,13 @@ std::vector<std::int64_t> whatIfRows(const WhatIfRequest& request)
     return rows;
 }
 
+WhatIfRequest withRow(WhatIfRequest request, std::int64_t x)
+{
+    request.rows = whatIfRows(request);
+    request.rows.push_back(x);
+    return request;
+}
+
 WhatIf::Plan whatIfPlan(const WhatIfRequest& request,
     std::function<void(const std::string& dtype, std::int64_t x, int done)> progress)
 {
@@ -107,8 +114,7 @@ WhatIf recordWhatIfReaching(Model& model, RunOptions base, WhatIfRequest request
         const auto x = wanted(w);
         if (x == 0)
             break;
-        request.rows = whatIfRows(request);
-        request.rows.push_back(x);
+        request = withRow(request, x);
         auto further = recordWhatIf(model, base, request, progress);
         // Each precision recorded beyond where it was takes the new records; the others keep theirs (the records
         // of one precision share a minute with the others'). None reached `x`: this machine's memory or time for

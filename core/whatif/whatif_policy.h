@@ -34,6 +34,8 @@ std::vector<std::string> whatIfDtypes(const std::vector<std::string>& asked);
 // the precision a fine-tune means, which its What if panel offers first, and "bfloat16-fsdp", what FSDP and ZeRO-2
 // ranks in it are laid over (the units' inputs cast: RunOptions::cast_module_inputs).
 std::vector<std::string> windowWhatIfDtypes(RunMode mode);
+// `request` with `x` as a row of its own besides its rows (whatIfRows): records made for it reach x.
+WhatIfRequest withRow(WhatIfRequest request, std::int64_t x);
 // The rows of a table: those asked for (or 1, 8, 32, 64 and 128 along the batch; 512, 1024, 2048, 4096 and
 // 8192 along the sequence), with the run's own, increasing, each once.
 std::vector<std::int64_t> whatIfRows(const WhatIfRequest& request);
