@@ -57,6 +57,27 @@ PngRenderer& pngRenderer()
     return renderer;
 }
 
+namespace {
+
+// analyze --checkpoint: a training step as it runs with the checkpoints asked for, or else with those the model was
+// exported with (checkpointsToAnalyze), its notes saying what is recomputed; the step itself where there are none.
+Report checkpointedStep(Report step, const CliOptions& o, const OpenedFile& file)
+{
+    if (step.run.mode != RunMode::Train || !file.model)
+        return step;
+    std::vector<std::string> notes;
+    const auto specs = checkpointsToAnalyze(o.checkpoints, file.model->info(), &notes);
+    if (specs.empty() || specs.front().none())
+        return step;
+    auto c = predictCheckpoint(step, specs.front(), true);
+    Report out = *c.report;
+    out.notes.insert(out.notes.begin(), c.notes.begin(), c.notes.end());
+    out.notes.insert(out.notes.begin(), notes.begin(), notes.end());
+    return out;
+}
+
+} // namespace
+
 int runAnalyze(const CliOptions& o)
 {
     const std::string name = o.model.empty() ? kDemoModelName : o.model;
@@ -72,9 +93,13 @@ int runAnalyze(const CliOptions& o)
             run.dtype = plan.paramDtype(); // the dtype the forward and backward compute in
             run.mode = RunMode::Train; // a rank of a training job
             run.cast_module_inputs = inputCastUnits(plan, layers);
-            report = rankReport(analyzeOpened(file, run), plan);
+            report = rankReport(checkpointedStep(analyzeOpened(file, run), o, file), plan);
+        } else if (o.checkpointed()) {
+            RunOptions run = o.run;
+            run.mode = RunMode::Train;
+            report = checkpointedStep(analyzeOpened(file, run), o, file);
         } else {
-            report = analyzeOpened(file, o.run);
+            report = checkpointedStep(analyzeOpened(file, o.run), o, file);
         }
     } catch (const std::exception&) {
         return failureExit({}, name);

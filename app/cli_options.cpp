@@ -73,6 +73,11 @@ std::string usageText()
            "                    [--json FILE]   along the sequence length of the token inputs\n"
            "  memledger whatif MODEL.pt --mode train --checkpoint PATH[,PATH...]|auto [--budget SIZE]\n"
            "                    [--checkpoint-impl reentrant|non-reentrant] [RUN] [--json FILE]\n"
+           "  memledger analyze|whatif|fit MODEL ... --checkpoint none|full|selective [--checkpoint-every K]\n"
+           "                    activation checkpointing of each repeated block (non-reentrant; selective keeps\n"
+           "                    the outputs of matmuls and attention), on one device or per rank (--gpus,\n"
+           "                    --shard); fit and whatif --gpus take several: --checkpoint none,selective,full\n"
+           "                    PATH may hold * for any one module name: layers.*.feed_forward\n"
            "  memledger analyze MODEL --mode train --gpus N --shard fsdp|zero2|zero1|ddp [--param-dtype T]\n"
            "                    [--reduce-dtype T] [--no-reshard-after-forward] [--reshard-root-after-forward]\n"
            "                    [--shard-units PATH.*,PATH] [--gradient-as-bucket-view] [--backend nccl|gloo] [RUN]\n"
@@ -121,6 +126,9 @@ CliOptions parseCli(const std::vector<std::string>& args)
     if (!args.empty() && args.front() == "diff")
         return parseDiffCli(std::vector<std::string>(args.begin() + 1, args.end()));
     CliOptions o;
+    std::string checkpointText; // --checkpoint, typed once the flags that qualify it are read
+    int checkpointEvery = 1;
+    std::optional<CheckpointImpl> checkpointImpl;
     std::size_t i = 0;
     if (i < args.size() && (args[i] == "analyze" || args[i] == "whatif" || args[i] == "ranks" || args[i] == "fit")) {
         o.command = args[i];
@@ -262,14 +270,16 @@ CliOptions parseCli(const std::vector<std::string>& args)
                 throw std::invalid_argument("--autocast-cache '" + v + "' is not on or off");
             o.run.autocast_cache = v == "on";
         } else if (a == "--checkpoint") {
-            o.checkpoint = splitComma(value(a));
-            if (o.checkpoint.empty())
-                throw std::invalid_argument("--checkpoint needs module paths like layer1,layer2 (or auto)");
+            checkpointText = value(a);
+            if (splitComma(checkpointText).empty())
+                throw std::invalid_argument("--checkpoint needs none, full, selective, auto or module paths (layers.*)");
+        } else if (a == "--checkpoint-every") {
+            checkpointEvery = static_cast<int>(parsePositive(a, value(a)));
         } else if (a == "--checkpoint-impl") {
-            o.checkpoint_impl = value(a);
-            if (o.checkpoint_impl != "reentrant" && o.checkpoint_impl != "non-reentrant")
-                throw std::invalid_argument("--checkpoint-impl '" + o.checkpoint_impl
-                    + "' is not reentrant or non-reentrant");
+            auto v = value(a);
+            checkpointImpl = checkpointImplFromName(v);
+            if (!checkpointImpl)
+                throw std::invalid_argument("--checkpoint-impl '" + v + "' is not reentrant or non-reentrant");
         } else if (a == "--gpus") {
             o.gpus.clear();
             for (const auto& n : splitComma(value(a)))
@@ -340,10 +350,23 @@ CliOptions parseCli(const std::vector<std::string>& args)
         throw std::invalid_argument("--watch follows a file a job rewrites, not the built-in " + o.model);
     if (o.command == "ranks" && o.rank_files.empty() && !o.help)
         throw std::invalid_argument("ranks needs the snapshots (or reports) of the ranks, or a folder of them");
-    if (!o.checkpoint.empty() && o.command != "whatif")
-        throw std::invalid_argument("--checkpoint is for 'memledger whatif MODEL --mode train --checkpoint ...'");
-    if (!o.checkpoint.empty() && o.run.mode == RunMode::Inference)
-        throw std::invalid_argument("--checkpoint predicts a training step: use --mode train");
+    if (checkpointText.empty() && (checkpointEvery != 1 || checkpointImpl))
+        throw std::invalid_argument("--checkpoint-every and --checkpoint-impl qualify --checkpoint full|selective|PATH,...");
+    if (!checkpointText.empty()) {
+        o.checkpoints = parseCheckpointSpecs(checkpointText, checkpointEvery, checkpointImpl);
+        if (o.command != "whatif" && o.command != "analyze" && o.command != "fit")
+            throw std::invalid_argument("--checkpoint is for analyze, whatif and fit (a training step)");
+        if (o.run.mode == RunMode::Inference)
+            throw std::invalid_argument("--checkpoint predicts a training step: use --mode train");
+        if (o.checkpoints.size() > 1 && o.command != "fit" && !(o.command == "whatif" && o.parallel()))
+            throw std::invalid_argument("--checkpoint takes several of none, full and selective for fit and whatif "
+                                        "--gpus (a column each); analyze and a one-device whatif take one");
+        const bool automatic = o.checkpoints.front().mode == CheckpointMode::Auto;
+        if (automatic && (o.parallel() || o.command != "whatif"))
+            throw std::invalid_argument("--checkpoint auto plans the checkpoints of one device within --budget "
+                                        "(memledger whatif MODEL --checkpoint auto --budget SIZE); with --gpus, "
+                                        "--shard or fit give full or selective");
+    }
     if (o.command == "fit" && !o.budget && !o.help)
         throw std::invalid_argument("fit needs --budget: a GPU (H100-80GB, A100-40GB, H200, ...) or a size (80GB)");
     if (!o.precisions.empty() && o.command != "fit" && !(o.command == "whatif" && o.parallel()))
@@ -367,7 +390,7 @@ CliOptions parseCli(const std::vector<std::string>& args)
         && std::find(o.shards.begin(), o.shards.end(), "fsdp") == o.shards.end())
         throw std::invalid_argument("--reshard-root-after-forward is fsdp's: zero2 keeps every unit gathered from "
                                     "its forward to its backward, and zero1 and ddp never gather (add --shard fsdp)");
-    if (o.checkpoint.size() == 1 && o.checkpoint[0] == "auto" && !o.budget)
+    if (o.checkpointed() && o.checkpoints.front().mode == CheckpointMode::Auto && !o.budget)
         throw std::invalid_argument("--checkpoint auto needs --budget SIZE (the peak total to fit)");
     return o;
 }

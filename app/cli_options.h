@@ -1,5 +1,6 @@
 #pragma once
 #include "recording/model.h"
+#include "whatif/checkpoint.h"
 
 #include <optional>
 #include <string>
@@ -30,9 +31,11 @@ struct CliOptions {
     std::size_t diff_rows = 40; // --rows: entries the text lists
     bool remedies = false; // analyze --remedies: "What would help"
     std::vector<std::int64_t> tile; // analyze --tile HxW: the tiling remedy's tile
-    // whatif --mode train --checkpoint PATH,PATH | auto: torch.utils.checkpoint around those modules.
-    std::vector<std::string> checkpoint;
-    std::string checkpoint_impl = "reentrant"; // --checkpoint-impl reentrant|non-reentrant
+    // --checkpoint none|full|selective|auto|PATH,... with --checkpoint-every K and --checkpoint-impl: activation
+    // checkpointing of the training step (whatif/checkpoint.h). One spec, or for fit and whatif --gpus several
+    // (--checkpoint none,selective,full: an axis of the table). Empty: not asked (the step as recorded).
+    std::vector<CheckpointSpec> checkpoints;
+    bool checkpointed() const { return !checkpoints.empty(); }
     // One rank of a data-parallel training job (whatif/parallel.h): --gpus N and --shard S (lists for whatif).
     std::vector<std::int64_t> gpus;
     std::vector<std::string> shards; // fsdp | zero2 | zero1 | ddp

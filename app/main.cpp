@@ -106,6 +106,9 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
                 panel->setGpus(qEnvironmentVariable("MEMLEDGER_GPUS").toInt());
             if (qEnvironmentVariableIsSet("MEMLEDGER_SHARD"))
                 panel->setShard(qEnvironmentVariable("MEMLEDGER_SHARD"));
+            // MEMLEDGER_ACTIVATION_CHECKPOINT=none|selective|full sets its Checkpointing row.
+            if (qEnvironmentVariableIsSet("MEMLEDGER_ACTIVATION_CHECKPOINT"))
+                panel->setCheckpoint(qEnvironmentVariable("MEMLEDGER_ACTIVATION_CHECKPOINT"));
             if (qEnvironmentVariableIsSet("MEMLEDGER_BUDGET"))
                 panel->setBudget(qEnvironmentVariable("MEMLEDGER_BUDGET"));
             // MEMLEDGER_SCROLL_WHATIF=1 scrolls the What if dock to its last table (the fewest GPUs).

@@ -440,6 +440,8 @@ void MainWindow::updateGpuFit()
         return;
     }
     request.precisions.push_back("float16"); // every precision the What if panel offers: it shows the rows of its own
+    // and every checkpointing its Checkpointing row offers (a model without repeated blocks: those rows say why)
+    request.checkpoints = parseCheckpointSpecs("none,selective,full");
     request.with_reserved = w->eventCount(w->dtypes().front()) <= 200000;
     // Off the GUI thread (a 7B step takes a second or more); the latest request wins.
     const auto generation = ++gpuFitGeneration_;

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <iostream>
 #include <stdexcept>
@@ -72,6 +73,7 @@ RunOptions rankStepOptions(const CliOptions& o, const OpenedFile& file, const Pa
 int runFit(const CliOptions& o)
 {
     const std::string name = o.model.empty() ? kDemoModelName : o.model;
+    const auto started = std::chrono::steady_clock::now();
     GpuFitTable table;
     try {
         auto file = openFileOrDemo(o.model);
@@ -90,6 +92,8 @@ int runFit(const CliOptions& o)
         request.budget = *o.budget;
         request.budget_text = o.budget_text;
         request.base = parallelPlanFromCli(o, file.model->modules(), 1, "fsdp");
+        std::vector<std::string> checkpointNotes;
+        request.checkpoints = checkpointsToAnalyze(o.checkpoints, file.model->info(), &checkpointNotes);
 
         const RunOptions base = rankStepOptions(o, file, request.base);
         const auto recordedDtypes = recordedPrecisionsFor(request.precisions, request.shards);
@@ -128,6 +132,7 @@ int runFit(const CliOptions& o)
                     + (range.why.empty() ? range.text() : range.why) + "): a longer one may fit but cannot run");
         }
         table.optimizer = base.optimizer;
+        table.notes.insert(table.notes.begin(), checkpointNotes.begin(), checkpointNotes.end());
         if (tokens)
             table.seq = base.seq.value_or(base.inputs.front()[1]);
         auto notes = w.notes();
@@ -135,6 +140,8 @@ int runFit(const CliOptions& o)
         for (const auto& n : notes)
             if (std::find(table.notes.begin(), table.notes.end(), n) == table.notes.end())
                 table.notes.push_back(n);
+        // The time the answer took, records included (the table's own is the search over them).
+        table.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     } catch (const std::exception&) {
         return failureExit({}, name);
     }
@@ -191,23 +198,34 @@ int runRankWhatIf(const CliOptions& o)
         auto w = recordWhatIf(*file.model, base, records, [](const std::string& dtype, std::int64_t batch, int done) {
             std::cerr << "memledger: what-if record " << done << " in " << dtype << " at batch " << batch << "\n";
         });
-        rows = rankRows(w, batches, precisions, shards, gpus, request);
+        auto specs = checkpointsToAnalyze(o.checkpoints, file.model->info(), &notes);
+        if (specs.empty())
+            specs.emplace_back();
+        for (const auto& spec : specs) {
+            auto part = rankRows(w.withCheckpoint(spec), batches, precisions, shards, gpus, request);
+            for (auto& p : part)
+                p.checkpoint = spec.text();
+            rows.insert(rows.end(), part.begin(), part.end());
+        }
         overheads.budget_bytes = request.budget;
         overheads.budget_text = request.budget_text;
         setOverheadEstimates(overheads);
-        notes = w.notes();
-        keepNotesOf(records.dtypes, notes);
+        auto whatIfNotes = w.notes();
+        keepNotesOf(records.dtypes, whatIfNotes);
+        notes.insert(notes.end(), whatIfNotes.begin(), whatIfNotes.end());
         std::sort(notes.begin(), notes.end());
         notes.erase(std::unique(notes.begin(), notes.end()), notes.end());
     } catch (const std::exception&) {
         return failureExit({}, name);
     }
     std::cout << "What-if for " << name << ": one rank (rank 0) of a data-parallel training step\n\n";
-    std::cout << "precision       strategy  " << padCell("GPUs", 6, true) << padCell("batch", 7, true) << padCell("peak total", 13, true)
+    const bool ckpt = std::any_of(rows.begin(), rows.end(), [](const Prediction& p) { return p.checkpoint != "none"; });
+    std::cout << "precision       strategy  " << (ckpt ? padCell("checkpoint", 24) : std::string()) << padCell("GPUs", 6, true) << padCell("batch", 7, true) << padCell("peak total", 13, true)
               << padCell("reserved", 13, true) << padCell("weights", 12, true) << padCell("grads", 12, true) << padCell("optimizer", 12, true)
               << (overheads.budget_bytes > 0 ? "  fits" : "") << "\n";
     for (const auto& p : rows) {
-        std::cout << padCell(p.dtype, 16) << padCell(p.shard, 10) << padCell(std::to_string(p.gpus), 6, true) << padCell(std::to_string(p.seq > 0 ? p.seq : p.batch), 7, true);
+        std::cout << padCell(p.dtype, 16) << padCell(p.shard, 10) << (ckpt ? padCell(p.checkpoint, 24) : std::string())
+                  << padCell(std::to_string(p.gpus), 6, true) << padCell(std::to_string(p.seq > 0 ? p.seq : p.batch), 7, true);
         if (!p.runnable) {
             std::cout << "  " << p.not_runnable << "\n";
             continue;

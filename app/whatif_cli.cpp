@@ -94,8 +94,9 @@ WhatIfTable computeWhatIfTable(const OpenedFile& file, const CliOptions& o, std:
 int runCheckpointWhatIf(const CliOptions& o)
 {
     const std::string name = o.model.empty() ? kDemoModelName : o.model;
-    auto impl = checkpointImplFromName(o.checkpoint_impl).value_or(CheckpointImpl::Reentrant);
-    const bool automatic = o.checkpoint.size() == 1 && o.checkpoint[0] == "auto";
+    const auto& spec = o.checkpoints.front();
+    const auto impl = spec.implementation();
+    const bool automatic = spec.mode == CheckpointMode::Auto;
     nlohmann::json out;
     try {
         auto file = openFileOrDemo(o.model);
@@ -113,7 +114,7 @@ int runCheckpointWhatIf(const CliOptions& o)
             plan = planCheckpoints(recorded, *o.budget, impl);
             p = plan->prediction;
         } else {
-            p = predictCheckpoint(recorded, o.checkpoint, impl);
+            p = predictCheckpoint(recorded, spec);
         }
         // A meta run's step is computed from shapes, not measured: said in the header and the JSON.
         const bool meta = recorded.run.device == "meta";
@@ -177,7 +178,7 @@ int runCheckpointWhatIf(const CliOptions& o)
 
 int runWhatIf(const CliOptions& o)
 {
-    if (!o.checkpoint.empty())
+    if (o.checkpointed() && !o.parallel())
         return runCheckpointWhatIf(o);
     if (o.parallel())
         return runRankWhatIf(o);

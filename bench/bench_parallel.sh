@@ -4,7 +4,9 @@
 # peak resident set (/usr/bin/time -v) of each command against its target:
 #   - analyze of a 7B AdamW step as one rank of FSDP on 8 GPUs, bfloat16 parameters (target 5 s, 1 GiB);
 #   - fit of the 7B for an H100-80GB, every precision and strategy, 1..1024 GPUs (target 10 s);
-#   - fit of the 70B (target 30 s).
+#   - fit of the 70B (target 30 s);
+#   - the same fits with the checkpoint axis, --checkpoint none,selective,full (7B: 10 s; 70B: 30 s and 2 GiB);
+#   - fit of the GPT demo for 8 GiB on 1, 2 and 8 GPUs (target 10 s).
 # The programs are kept in the work folder (default: a temp folder) for the next run.
 #   bench/bench_parallel.sh [BUILD_DIR] [WORK_DIR]
 set -euo pipefail
@@ -44,6 +46,12 @@ run "7B rank, fsdp on 8 GPUs" 5 1024 analyze "$work/llama7b-4096.pt2" --input 1x
   --optimizer adamw --gpus 8 --shard fsdp --param-dtype bfloat16
 run "7B fit, H100-80GB" 10 0 fit "$work/llama7b-4096.pt2" --input 1x4096:int64 --budget H100-80GB
 run "70B fit, H100-80GB" 30 0 fit "$work/llama70b-4096.pt2" --input 1x4096:int64 --budget H100-80GB
+run "7B fit, checkpoint axis" 10 0 fit "$work/llama7b-4096.pt2" --input 1x4096:int64 --budget H100-80GB \
+  --checkpoint none,selective,full
+run "70B fit, checkpoint axis" 30 2048 fit "$work/llama70b-4096.pt2" --input 1x4096:int64 --budget H100-80GB \
+  --checkpoint none,selective,full
+run "GPT demo fit, 8 GiB, 1,2,8 GPUs" 10 0 fit demo:gpt.pt2 --budget 8GiB --gpus 1,2,8
 grep -E "^bfloat16-mixed +fsdp" "$work/7B fit, H100-80GB.out" | sed 's/^/  7B:  /' || true
 grep -E "^bfloat16-mixed +fsdp" "$work/70B fit, H100-80GB.out" | sed 's/^/  70B: /' || true
+grep -E "^bfloat16-mixed +fsdp" "$work/70B fit, checkpoint axis.out" | sed 's/^/  70B: /' || true
 exit $missed

@@ -13,6 +13,7 @@
 #include "whatif_controller.h"
 #include "whatif_panel.h"
 #include "run_command.h"
+#include "whatif/checkpoint.h"
 #include "whatif/whatif.h"
 
 #include "exports/report_json.h"
@@ -622,11 +623,84 @@ TEST(MainWindow, GpusTabRecordsUpToAnAnswerBeyondItsRecords)
     EXPECT_FALSE(view->notesText().contains(QStringLiteral("*: beyond the last record"))) << view->notesText().toStdString();
     bool any = false;
     for (int r = 0; r < view->answers()->rowCount(); ++r)
-        if (auto* cell = view->answers()->item(r, 3); cell && !cell->text().isEmpty()) {
+        if (auto* cell = view->answers()->item(r, 4); cell && !cell->text().isEmpty()) {
             any = true;
             EXPECT_FALSE(cell->text().endsWith(QLatin1Char('*'))) << cell->text().toStdString();
         }
     EXPECT_TRUE(any);
+}
+
+// The What if panel's Checkpointing row on the GPT demo's AdamW step: each block checkpointed lowers the peak, the
+// figures are the checkpointed what-if's (the same as the CLI's analyze --checkpoint), a rank and its Show this rank
+// follow it, and the GPUs tab answers per checkpointing with the panel's rows those of the choice.
+TEST(MainWindow, CheckpointingRowPredictsTheCheckpointedStep)
+{
+    if (!canRunExportedPrograms())
+        GTEST_SKIP() << "this build's libtorch runs no torch.export programs (" << torchBuildInfo() << ")";
+    qtTestApp();
+    MainWindow w;
+    w.show();
+    QSignalSpy ready(&w, &MainWindow::whatIfReady);
+    QSignalSpy fitReady(&w, &MainWindow::gpuFitReady);
+    w.openFile(QStringLiteral("demo:gpt-train.pt2"));
+    ASSERT_TRUE(waitForReport(w)) << w.errorText().toStdString();
+    ASSERT_TRUE(waitForSignals(ready, 3 * kRunTimeoutMs)) << "the what-if records never arrived";
+    auto* panel = w.whatIfPanel();
+    EXPECT_TRUE(panel->checkpointBox()->isVisibleTo(panel));
+    panel->setDtype(QStringLiteral("float32"));
+    panel->setBatch(8);
+    const auto plain = panel->activeWhatIf()->predict(8, "float32", false);
+    panel->setCheckpoint(QStringLiteral("full"));
+    EXPECT_EQ(panel->activeWhatIf()->checkpoint().text(), "full");
+    const auto full = panel->activeWhatIf()->predict(8, "float32", false);
+    EXPECT_LT(full.predicted_peak_total_bytes, plain.predicted_peak_total_bytes);
+    EXPECT_TRUE(panel->peakTotalText().startsWith(QString::fromStdString(formatBytes(full.predicted_peak_total_bytes))))
+        << panel->peakTotalText().toStdString();
+    // The same figure as the command line's analyze --checkpoint full at that batch.
+    QTemporaryDir dir;
+    const auto json = dir.filePath(QStringLiteral("gpt_train_full_checkpoint.json")).toStdString();
+    auto r = memledger::test::runCommand(memledger::test::memledgerBinary()
+        + " analyze demo:gpt-train.pt2 --batch 8 --optimizer " + w.report()->run.optimizer + " --checkpoint full --json '"
+        + json + "'");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in(json);
+    const auto cli = nlohmann::json::parse(in).value("peak_total_bytes", std::int64_t {0});
+    EXPECT_NEAR(static_cast<double>(full.predicted_peak_total_bytes), static_cast<double>(cli), 0.01 * static_cast<double>(cli));
+    panel->setCheckpoint(QStringLiteral("selective"));
+    const auto selective = panel->activeWhatIf()->predict(8, "float32", false);
+    EXPECT_LT(selective.predicted_peak_total_bytes, plain.predicted_peak_total_bytes);
+    EXPECT_GT(selective.predicted_peak_total_bytes, full.predicted_peak_total_bytes);
+    // A rank of FSDP on 4 GPUs, checkpointed, and Show this rank.
+    panel->setCheckpoint(QStringLiteral("full"));
+    panel->setGpus(4);
+    auto plan = panel->rankPlan();
+    ASSERT_TRUE(plan);
+    auto rank = panel->activeWhatIf()->predictRank(panel->batch(), *plan, false);
+    EXPECT_TRUE(panel->peakTotalText().startsWith(QString::fromStdString(formatBytes(rank.predicted_peak_total_bytes))))
+        << panel->peakTotalText().toStdString();
+    panel->requestRank();
+    ASSERT_TRUE(w.report()->run.parallel);
+    EXPECT_NEAR(static_cast<double>(w.report()->peak_total_bytes), static_cast<double>(rank.predicted_peak_total_bytes),
+        0.001 * static_cast<double>(rank.predicted_peak_total_bytes));
+    // The GPUs tab: a row per checkpointing; the panel's rows are the chosen one's.
+    panel->setBudget(QStringLiteral("64 MiB"));
+    QElapsedTimer clock;
+    clock.start();
+    auto* view = w.gpuFitView();
+    while (clock.elapsed() < 30000
+        && !(view->headerText().contains(QStringLiteral("64.00 MiB")) && view->answers()->rowCount() > 0))
+        QTest::qWait(100);
+    ASSERT_GT(view->answers()->rowCount(), 0) << view->headerText().toStdString();
+    QStringList checkpoints;
+    for (int r = 0; r < view->answers()->rowCount(); ++r)
+        checkpoints << view->answers()->item(r, 2)->text();
+    EXPECT_TRUE(checkpoints.contains(QStringLiteral("none")));
+    EXPECT_TRUE(checkpoints.contains(QStringLiteral("selective")));
+    EXPECT_TRUE(checkpoints.contains(QStringLiteral("full")));
+    clock.restart();
+    while (panel->gpuFitText().isEmpty() && clock.elapsed() < 10000)
+        QTest::qWait(50);
+    EXPECT_TRUE(panel->gpuFitText().contains("fsdp")) << panel->gpuFitText().toStdString();
 }
 
 // The Run panel's Device choice lists the CPU, then every CUDA GPU this libtorch sees (here, without a GPU or
@@ -692,3 +766,4 @@ TEST(Window, MetaRunIsShownAsComputedFromShapes)
     whatIf->budgetBox()->setEditText(QStringLiteral("a100 40gb"));
     EXPECT_EQ(whatIf->budget(), *parseBudget("A100-40GB"));
 }
+

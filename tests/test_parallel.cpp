@@ -17,6 +17,7 @@
 #include "support/format.h"
 #include "exports/gpu_fit_export.h"
 #include "whatif/gpu_fit.h"
+#include "whatif/checkpoint.h"
 #include "whatif/parallel.h"
 #include "whatif/whatif_policy.h"
 
@@ -166,6 +167,147 @@ TEST_F(Fsdp, RankAgreesWithFsdpMemTracker)
     }
     EXPECT_GE(checked, 10);
     EXPECT_GE(castChecked, 2); // alibi without reshard after forward, on 8 and 64 ranks
+}
+
+const nlohmann::json& fsdpCheckpointTruth()
+{
+    static const nlohmann::json truth = test::readTruth("fsdp/fsdp_ac_truth.json", "make_fsdp_ac_fixtures");
+    return truth;
+}
+
+std::string checkpointCaseName(const nlohmann::json& c)
+{
+    return caseName(c) + ", " + c["checkpoint"].get<std::string>()
+        + (c["every"].get<int>() > 1 ? " every " + std::to_string(c["every"].get<int>()) : std::string());
+}
+
+// Activation checkpointing under FSDP2 (tests/fixtures/fsdp_ac_truths.py): checkpoint_wrapper on every block (every
+// K-th), full and selective (create_selective_checkpoint_contexts saving matmul and attention outputs), against
+// FSDPMemTracker on toy, gpt, a 7B and a 70B at 4 to 64 ranks. As analyze --checkpoint full|selective --gpus N
+// --shard fsdp does it: the step recorded in param_dtype, rewritten by the checkpoint what-if, the rank laid over it.
+// The rank's shards exact, its peak total within 2%; and the what-if's checkpointed fits (fit, whatif --gpus) give
+// the same peak as the report at the recorded size.
+TEST_F(Fsdp, CheckpointedRankAgreesWithFsdpMemTracker)
+{
+    const auto& truth = fsdpCheckpointTruth();
+    SKIP_IF_TRUTH_IS_NOT_HERE(truth, true);
+    const auto& cases = truth["cases"];
+    ASSERT_FALSE(cases.empty());
+    std::map<std::string, Report> steps;
+    int checked = 0, selective = 0, fitsChecked = 0;
+    for (const auto& c : cases) {
+        SCOPED_TRACE(checkpointCaseName(c));
+        const auto file = fixture("fsdp/" + c["file"].get<std::string>());
+        const auto pd = c["param_dtype"].get<std::string>();
+        auto layers = Model::open(file).modules();
+        ParallelPlan plan;
+        plan.gpus = c["gpus"].get<int>();
+        plan.shard = Sharding::Fsdp;
+        plan.master_dtype = "float32";
+        plan.param_dtype = pd;
+        plan.reshard_after_forward = c["reshard_after_forward"].get<bool>();
+        plan.root_reshard_after_forward = plan.reshard_after_forward;
+        auto options = stepOptions(c["input"].get<std::string>(), pd);
+        options.cast_module_inputs = inputCastUnits(plan, layers);
+        const std::string key = file + "|" + c["input"].get<std::string>() + "|" + pd;
+        if (!steps.count(key)) {
+            auto model = Model::open(file);
+            steps[key] = analyzeModel(model, options);
+        }
+        const auto spec = parseCheckpointSpec(c["checkpoint"].get<std::string>(), c["every"].get<int>());
+        auto checkpointed = predictCheckpoint(steps[key], spec, false);
+        EXPECT_EQ(checkpointed.checkpoint.size(),
+            (largestRepeatedBlocks(layers).size() + static_cast<std::size_t>(spec.every) - 1) / static_cast<std::size_t>(spec.every));
+        EXPECT_GT(checkpointed.recomputed_ops, 0);
+        auto rank = rankReport(*checkpointed.report, plan);
+        EXPECT_EQ(rank.model.parameter_bytes, c["padded_sharded_param_bytes"].get<std::int64_t>());
+        const double theirs = static_cast<double>(category(c["peak"], "Total") - c["step_tensor_bytes"].get<std::int64_t>());
+        const double ours = static_cast<double>(rank.peak_total_bytes);
+        std::printf("[ fsdp ac  ] %-60s memledger %16s FSDPMemTracker %16s (%+.2f%%)\n", checkpointCaseName(c).c_str(),
+            groupedBytes(rank.peak_total_bytes).c_str(), groupedBytes(static_cast<std::int64_t>(theirs)).c_str(),
+            100.0 * (ours - theirs) / theirs);
+        EXPECT_NEAR(ours, theirs, 0.02 * theirs) << "peak " << c["peak"].dump();
+        char pct[32];
+        std::snprintf(pct, sizeof pct, "%+.2f%%", 100.0 * (ours - theirs) / theirs);
+        test::docTableRow("distributed.md", "fsdp-checkpoint",
+            {checkpointCaseName(c), groupedBytes(rank.model.parameter_bytes), groupedBytes(static_cast<std::int64_t>(theirs)),
+                groupedBytes(rank.peak_total_bytes), pct,
+                formatPercent(100.0 * checkpointed.recomputeShare())},
+            {{"fsdp_ac_truth " + checkpointCaseName(c) + " padded sharded parameters", rank.model.parameter_bytes,
+                 c["padded_sharded_param_bytes"].get<std::int64_t>(), 0},
+                {"fsdp_ac_truth " + checkpointCaseName(c) + " FSDPMemTracker peak total", rank.peak_total_bytes,
+                    static_cast<std::int64_t>(theirs), 0.02}},
+            false);
+        selective += spec.mode == CheckpointMode::Selective;
+        ++checked;
+        // The what-if's checkpointed fits (what fit and whatif --gpus lay ranks over) at the recorded size: the
+        // same rank peak as the report's, once per model and checkpoint.
+        if (c["model"] == "toy" && plan.gpus == 4) {
+            auto model = Model::open(file);
+            auto base = options;
+            auto w = WhatIf::record(model, base, std::vector<std::int64_t> {1, 2}, {pd}).withCheckpoint(spec);
+            auto p = w.predictRank(2, plan, false);
+            EXPECT_NEAR(static_cast<double>(p.predicted_peak_total_bytes), ours, 0.001 * ours);
+            auto viaReport = w.predictedRankReport(2, plan);
+            EXPECT_NEAR(static_cast<double>(viaReport.peak_total_bytes), ours, 0.001 * ours);
+            ++fitsChecked;
+        }
+    }
+    EXPECT_GE(checked, 18);
+    EXPECT_GE(selective, 8);
+    EXPECT_GE(fitsChecked, 4);
+}
+
+// The question the issue brought: a Llama-2-70B at sequence 4096, AdamW, bfloat16 mixed with FSDP on H100-80GB. Without
+// checkpointing no GPU count up to 1024 fits; with each block checkpointed the fit names the fewest GPUs, and its
+// rank at the truth's world size is within 2% of FSDPMemTracker's.
+TEST_F(Fsdp, SeventyBFitsWithCheckpointing)
+{
+    const auto& truth = fsdpCheckpointTruth();
+    SKIP_IF_TRUTH_IS_NOT_HERE(truth, true);
+    const nlohmann::json* full = nullptr;
+    for (const auto& c : truth["cases"])
+        if (c["model"] == "70b" && c["checkpoint"] == "full")
+            full = &c;
+    ASSERT_TRUE(full);
+    auto model = Model::open(fixture("fsdp/llama70b.pt2"));
+    GpuFitRequest request;
+    request.budget = *parseBudget("H100-80GB");
+    request.budget_text = "H100-80GB";
+    request.precisions = {"bfloat16-mixed"};
+    request.shards = {Sharding::Fsdp};
+    request.gpu_counts = {8, 16, 32, 64, 128, 256, 512, 1024};
+    request.checkpoints = {parseCheckpointSpec("none"), parseCheckpointSpec("selective"), parseCheckpointSpec("full")};
+    auto w = recordFitWhatIf(model, stepOptions("1x4096:int64", "float32"), request);
+    auto t = makeGpuFitTable(w, request);
+    ASSERT_EQ(t.answers.size(), 3u);
+    std::printf("%s", gpuFitToText(t).c_str());
+    const auto& none = t.answers[0];
+    const auto& fullAnswer = t.answers[2];
+    EXPECT_EQ(none.checkpoint, "none");
+    EXPECT_EQ(none.fewest_gpus, 0); // the saved activations of 80 blocks at 4096 tokens alone exceed 80 GB
+    ASSERT_TRUE(none.closest); // and the row says by how much
+    EXPECT_GT(none.closest->predicted_peak_total_bytes, t.allocatorBudget(1024));
+    EXPECT_EQ(fullAnswer.checkpoint, "full");
+    ASSERT_GT(fullAnswer.fewest_gpus, 0);
+    EXPECT_LE(fullAnswer.fewest_gpus, 64);
+    EXPECT_GT(fullAnswer.recompute_share, 0.5);
+    // The rank at the truth's world size and micro-batch 1, as the fit table lays it: within 2% of FSDPMemTracker.
+    auto plan = planFor(request, "bfloat16-mixed", Sharding::Fsdp, (*full)["gpus"].get<int>());
+    plan.root_reshard_after_forward = true; // the truth passes reshard_after_forward=True to the root too
+    auto rank = w.withCheckpoint(parseCheckpointSpec("full")).predictRank(1, plan, false);
+    const double theirs = static_cast<double>(category((*full)["peak"], "Total") - (*full)["step_tensor_bytes"].get<std::int64_t>());
+    std::printf("[ fit      ] 70B, seq 4096, bfloat16 mixed FSDP, full checkpointing: %d GPUs, micro-batch %lld; on %d "
+                "ranks memledger %s, FSDPMemTracker %s\n",
+        fullAnswer.fewest_gpus, static_cast<long long>(fullAnswer.micro_batch), (*full)["gpus"].get<int>(),
+        groupedBytes(rank.predicted_peak_total_bytes).c_str(), groupedBytes(static_cast<std::int64_t>(theirs)).c_str());
+    EXPECT_NEAR(static_cast<double>(rank.predicted_peak_total_bytes), theirs, 0.02 * theirs);
+    // JSON and HTML say the checkpoint of each row.
+    auto j = gpuFitToJson(t);
+    EXPECT_EQ(j["answers"][2]["checkpoint"], "full");
+    EXPECT_TRUE(j["answers"][0].contains("closest"));
+    EXPECT_EQ(gpuFitFromJson(j).answers[2].checkpoint, "full");
+    EXPECT_NE(gpuFitToHtml(t, "llama70b.pt2").find("<td class=l>full, "), std::string::npos);
 }
 
 const nlohmann::json& distTruth()

@@ -363,6 +363,33 @@ TEST(MemledgerExport, AnUnpaddedTransformersBatchTrainsAsEagerPyTorch)
     EXPECT_TRUE(contains(notesOf(built), "without attention_mask")) << notesOf(built);
 }
 
+// transformers' activation_checkpointing_enable() before memledger.export: torch.export keeps no checkpoint, so the file
+// records it and memledger's training step has it. Its peak is PyTorch's profiler of the eager checkpointed model's
+// AdamW step within 1%, the report says where the checkpointing came from, and the figures are those of the same
+// model exported without it and analysed with --checkpoint full; --checkpoint none gives the step without.
+TEST(MemledgerExport, ACheckpointedTransformersModelTrainsCheckpointed)
+{
+    SKIP_WITHOUT_EXPORT_FIXTURES();
+    const auto& t = exportTruth()["models"]["transformers_llama_unpadded_checkpointed"];
+    if (t.contains("skipped"))
+        GTEST_SKIP() << t["skipped"].get<std::string>();
+    EXPECT_TRUE(contains(t["printed"].get<std::string>(), "activation checkpointing (transformers")) << t["printed"];
+    const std::string train = " --mode train --optimizer adamw --loss next_token";
+    auto j = analyzed(t, train, "transformers_llama_checkpointed_train.json");
+    const double truth = t["eager_train_adamw_peak_bytes"].get<double>();
+    const double ours = static_cast<double>(j.value("peak_bytes", std::int64_t {0}));
+    std::printf("[ export   ] checkpointed LlamaForCausalLM AdamW step: memledger %.0f, PyTorch's profiler %.0f (%+.2f%%)\n",
+        ours, truth, 100.0 * (ours - truth) / truth);
+    EXPECT_NEAR(ours, truth, 0.01 * truth) << "PyTorch's profiler peak of the eager checkpointed model's AdamW step";
+    EXPECT_TRUE(contains(notesOf(j), "exported with activation checkpointing on (transformers")) << notesOf(j);
+    auto full = analyzed(exportTruth()["models"]["transformers_llama_unpadded"], train + " --checkpoint full",
+        "transformers_llama_full_train.json");
+    EXPECT_EQ(full.value("peak_bytes", std::int64_t {0}), j.value("peak_bytes", std::int64_t {-1}));
+    auto none = analyzed(t, train + " --checkpoint none", "transformers_llama_checkpointed_none.json");
+    EXPECT_GT(none.value("peak_bytes", std::int64_t {0}), j.value("peak_bytes", std::int64_t {0}));
+    EXPECT_FALSE(contains(notesOf(none), "exported with activation checkpointing on")) << notesOf(none);
+}
+
 // causal_mask="skipped" on a model that is not a transformers one, and a causal_mask that is not a choice: an
 // ExportError that says why, and no file.
 TEST(MemledgerExport, ACausalMaskChoiceThatCannotApplyIsRefused)

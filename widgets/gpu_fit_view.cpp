@@ -41,9 +41,9 @@ GpuFitView::GpuFitView(QWidget* parent)
     header_->setWordWrap(true);
     header_->setTextInteractionFlags(Qt::TextSelectableByMouse);
     answers_ = makeTable(this,
-        {tr("Precision"), tr("Strategy"), tr("Fewest GPUs"), tr("Micro-batch"), tr("Peak total"), tr("Reserved"),
-            tr("Weights"), tr("Gradients"), tr("Optimizer state")});
-    byGpus_ = makeTable(this, {tr("Precision"), tr("Strategy")});
+        {tr("Precision"), tr("Strategy"), tr("Checkpointing"), tr("Fewest GPUs"), tr("Micro-batch"), tr("Peak total"),
+            tr("Reserved"), tr("Weights"), tr("Gradients"), tr("Optimizer state")});
+    byGpus_ = makeTable(this, {tr("Precision"), tr("Strategy"), tr("Checkpointing")});
     auto* layout = new QVBoxLayout(this);
     layout->addWidget(header_);
     layout->addWidget(answers_, 3);
@@ -108,32 +108,47 @@ void GpuFitView::setTable(const GpuFitTable& t, std::int64_t recordUpTo)
         precision->setToolTip(QString::fromStdString(precisionText(a.precision)));
         answers_->setItem(row, 0, precision);
         answers_->setItem(row, 1, item(QString::fromStdString(a.shard), false));
-        for (int c = 2; c < answers_->columnCount(); ++c)
+        auto* checkpoint = item(QString::fromStdString(a.checkpoint), false);
+        if (a.checkpoint != "none")
+            checkpoint->setToolTip(tr("%1% of the forward's ops run again in the backward").arg(100.0 * a.recompute_share, 0, 'f', 1));
+        answers_->setItem(row, 2, checkpoint);
+        for (int c = 3; c < answers_->columnCount(); ++c)
             answers_->setItem(row, c, item(QString()));
         if (!a.not_modelled.empty()) {
-            answers_->item(row, 2)->setText(tr("not modelled"));
-            answers_->item(row, 2)->setToolTip(QString::fromStdString(a.not_modelled));
+            answers_->item(row, 3)->setText(tr("not modelled"));
+            answers_->item(row, 3)->setToolTip(QString::fromStdString(a.not_modelled));
             continue;
         }
         if (a.fewest_gpus == 0 || !a.at) {
-            answers_->item(row, 2)->setText(tr("none up to %1").arg(t.gpu_counts.empty() ? 0 : t.gpu_counts.back()));
+            answers_->item(row, 3)->setText(tr("none up to %1").arg(t.gpu_counts.empty() ? 0 : t.gpu_counts.back()));
+            if (a.closest) { // how far the closest rank is from fitting
+                const auto& p = *a.closest;
+                answers_->item(row, 5)->setText(bytesText(p.predicted_peak_total_bytes));
+                answers_->item(row, 5)->setToolTip(tr("At %1 GPUs and micro-batch %2: the closest rank to fitting")
+                                                       .arg(t.gpu_counts.empty() ? 0 : t.gpu_counts.back())
+                                                       .arg(p.batch));
+                answers_->item(row, 6)->setText(p.predicted_reserved_bytes > 0 ? bytesText(p.predicted_reserved_bytes) : tr("—"));
+                answers_->item(row, 7)->setText(bytesText(p.weight_bytes));
+                answers_->item(row, 8)->setText(bytesText(p.gradient_bytes));
+                answers_->item(row, 9)->setText(bytesText(p.optimizer_state_bytes));
+            }
             continue;
         }
         const auto& p = *a.at;
-        answers_->item(row, 2)->setText(QString::number(a.fewest_gpus));
-        answers_->item(row, 3)->setText(QString::fromStdString(a.microBatchText(a.micro_batch)));
-        answers_->item(row, 4)->setText(bytesText(p.predicted_peak_total_bytes));
-        answers_->item(row, 5)->setText(p.predicted_reserved_bytes > 0 ? bytesText(p.predicted_reserved_bytes) : tr("—"));
-        answers_->item(row, 6)->setText(bytesText(p.weight_bytes));
-        answers_->item(row, 7)->setText(bytesText(p.gradient_bytes));
-        answers_->item(row, 8)->setText(bytesText(p.optimizer_state_bytes));
-        for (int c : {2, 3}) {
+        answers_->item(row, 3)->setText(QString::number(a.fewest_gpus));
+        answers_->item(row, 4)->setText(QString::fromStdString(a.microBatchText(a.micro_batch)));
+        answers_->item(row, 5)->setText(bytesText(p.predicted_peak_total_bytes));
+        answers_->item(row, 6)->setText(p.predicted_reserved_bytes > 0 ? bytesText(p.predicted_reserved_bytes) : tr("—"));
+        answers_->item(row, 7)->setText(bytesText(p.weight_bytes));
+        answers_->item(row, 8)->setText(bytesText(p.gradient_bytes));
+        answers_->item(row, 9)->setText(bytesText(p.optimizer_state_bytes));
+        for (int c : {3, 4}) {
             auto f = answers_->item(row, c)->font();
             f.setBold(true);
             answers_->item(row, c)->setFont(f);
         }
     }
-    QStringList headers {tr("Precision"), tr("Strategy")};
+    QStringList headers {tr("Precision"), tr("Strategy"), tr("Checkpointing")};
     for (int n : t.gpu_counts)
         headers << QString::number(n);
     byGpus_->setColumnCount(static_cast<int>(headers.size()));
@@ -148,7 +163,8 @@ void GpuFitView::setTable(const GpuFitTable& t, std::int64_t recordUpTo)
             continue;
         byGpus_->setItem(row, 0, item(QString::fromStdString(a.precision), false));
         byGpus_->setItem(row, 1, item(QString::fromStdString(a.shard), false));
-        int c = 2;
+        byGpus_->setItem(row, 2, item(QString::fromStdString(a.checkpoint), false));
+        int c = 3;
         for (const auto& [n, b] : a.largest)
             byGpus_->setItem(row, c++, item(b == 0 ? tr("–") : QString::fromStdString(a.microBatchText(b))));
         ++row;

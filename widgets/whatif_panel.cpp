@@ -87,10 +87,18 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     shardBox_->addItem(tr("ZeRO-1 (optimizer state sharded)"), QStringLiteral("zero1"));
     shardBox_->addItem(tr("DDP (replicated)"), QStringLiteral("ddp"));
     shardBox_->setToolTip(tr("How the job shards the parameters, gradients and optimizer state"));
+    checkpointBox_ = new QComboBox(this);
+    checkpointBox_->addItem(tr("none"), QStringLiteral("none"));
+    checkpointBox_->addItem(tr("selective (matmuls kept)"), QStringLiteral("selective"));
+    checkpointBox_->addItem(tr("full (each block)"), QStringLiteral("full"));
+    checkpointBox_->setToolTip(tr("Activation checkpointing of each repeated block (torch.utils.checkpoint, "
+                                  "non-reentrant): full recomputes the block's forward in its backward, selective "
+                                  "keeps the outputs of its matrix products and attention"));
+    checkpointLabel_ = new QLabel(tr("Checkpointing"), this);
     // The choices' long names ("ZeRO-2 (FSDP, no reshard after forward)", "bfloat16 mixed (...)") never widen the
     // panel past its dock: the box shows what fits and its list shows them whole. A wider panel was clipped on the
     // right, the Fits answer with it.
-    for (auto* box : {dtypeBox_, budgetBox_, shardBox_}) {
+    for (auto* box : {dtypeBox_, budgetBox_, shardBox_, checkpointBox_}) {
         box->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
         box->setMinimumContentsLength(10);
     }
@@ -137,6 +145,7 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     form->addRow(tr("Precision"), dtypeBox_);
     form->addRow(gpusLabel_, gpusBox_);
     form->addRow(shardLabel_, shardBox_);
+    form->addRow(checkpointLabel_, checkpointBox_);
     form->addRow(tr("Memory budget"), budgetBox_);
     form->addRow(tr("Peak"), peak_);
     form->addRow(tr("Peak total"), total_);
@@ -204,6 +213,11 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
         repredict();
     });
     connect(shardBox_, &QComboBox::currentIndexChanged, this, [this] { repredict(); });
+    connect(checkpointBox_, &QComboBox::currentIndexChanged, this, [this] {
+        repredict();
+        updateFitTable();
+        updateGpuFit();
+    });
     connect(showRank_, &QPushButton::clicked, this, &WhatIfPanel::requestRank);
     connect(budgetBox_, &QComboBox::currentTextChanged, this, [this] {
         showPrediction(current_, !reservedTimer_->isActive());
@@ -219,7 +233,7 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     });
     // The wheel scrolls the panel: a control takes it only once clicked or tabbed into.
     for (QWidget* w : std::initializer_list<QWidget*> {slider_, batchBox_, seqSlider_, seqBox_, dtypeBox_, budgetBox_,
-             gpusBox_, shardBox_}) {
+             gpusBox_, shardBox_, checkpointBox_}) {
         w->setFocusPolicy(Qt::StrongFocus);
         w->installEventFilter(this);
     }
@@ -247,6 +261,7 @@ bool WhatIfPanel::eventFilter(QObject* watched, QEvent* event)
 
 void WhatIfPanel::setSeqWhatIf(std::shared_ptr<const WhatIf> seqWhatIf, std::int64_t baseSeq)
 {
+    checkpointed_.clear();
     seqWhatIf_ = std::move(seqWhatIf);
     baseSeq_ = baseSeq;
     seqRow_->setVisible(seqWhatIf_ != nullptr);
@@ -278,7 +293,40 @@ bool WhatIfPanel::seqActive() const
 
 std::shared_ptr<const WhatIf> WhatIfPanel::activeWhatIf() const
 {
-    return seqActive() ? seqWhatIf_ : whatIf_;
+    return staged(seqActive() ? seqWhatIf_ : whatIf_);
+}
+
+std::shared_ptr<const WhatIf> WhatIfPanel::staged(const std::shared_ptr<const WhatIf>& w) const
+{
+    const auto choice = checkpoint().toStdString();
+    if (!w || choice == "none" || w->mode() != RunMode::Train)
+        return w;
+    const auto key = std::make_pair(w.get(), choice);
+    auto it = checkpointed_.find(key);
+    if (it == checkpointed_.end()) {
+        std::shared_ptr<const WhatIf> made = w;
+        try {
+            made = std::make_shared<const WhatIf>(w->withCheckpoint(parseCheckpointSpec(choice)));
+            checkpointBox_->setToolTip(tr("Activation checkpointing of each repeated block (torch.utils.checkpoint, "
+                                          "non-reentrant)"));
+        } catch (const std::exception& e) {
+            checkpointBox_->setToolTip(tr("Not checkpointed: %1").arg(QString::fromUtf8(e.what())));
+        }
+        it = checkpointed_.emplace(key, made).first;
+    }
+    return it->second;
+}
+
+QString WhatIfPanel::checkpoint() const
+{
+    return checkpointBox_->currentData().toString();
+}
+
+void WhatIfPanel::setCheckpoint(const QString& checkpoint)
+{
+    auto i = checkpointBox_->findData(checkpoint);
+    if (i >= 0)
+        checkpointBox_->setCurrentIndex(i);
 }
 
 std::int64_t WhatIfPanel::batch() const
@@ -390,6 +438,7 @@ QString WhatIfPanel::notesText() const
 
 void WhatIfPanel::setWhatIf(std::shared_ptr<const WhatIf> whatIf)
 {
+    checkpointed_.clear();
     whatIf_ = std::move(whatIf);
     gpuFitTable_.reset(); // another what-if: the window makes its table anew
     setEnabled(whatIf_ != nullptr);
@@ -424,7 +473,8 @@ void WhatIfPanel::updateParallelRows()
         QSignalBlocker block(dtypeBox_);
         dtypeBox_->removeItem(mixed);
     }
-    for (QWidget* w : std::initializer_list<QWidget*> {gpusLabel_, gpusBox_, shardLabel_, shardBox_, showRank_, gpuFitTitle_, gpuFit_})
+    for (QWidget* w : std::initializer_list<QWidget*> {gpusLabel_, gpusBox_, shardLabel_, shardBox_, checkpointLabel_,
+             checkpointBox_, showRank_, gpuFitTitle_, gpuFit_})
         w->setVisible(train);
 }
 
@@ -457,7 +507,7 @@ void WhatIfPanel::repredict()
     // what-if makes one, as `whatif --dtype bfloat16-mixed` does), where it could be made.
     const auto key = precision().toStdString();
     if (!activeWhatIf()->hasPrecision(key)) {
-        current_ = whatIf_->predict(batch(), dtype().toStdString(), false);
+        current_ = staged(whatIf_)->predict(batch(), dtype().toStdString(), false);
         current_.runnable = false;
         current_.not_runnable = tr("%1 on one device is torch.autocast over float32 weights, which this what-if did not "
                                    "record (its notes say why): choose FSDP or ZeRO-2 (float32 master weights, %2 "
@@ -479,20 +529,22 @@ void WhatIfPanel::repredict()
     slider_->setToolTip(fixedBatch ? why : tr("Batch size, in powers of two"));
     batchBox_->setToolTip(why);
     if (seqMode) {
-        current_ = seqWhatIf_->predict(seq(), key, false);
+        current_ = staged(seqWhatIf_)->predict(seq(), key, false);
         QSignalBlocker block(batchBox_);
         QSignalBlocker blockSlider(slider_);
         batchBox_->setValue(static_cast<int>(current_.batch));
     } else {
-        current_ = whatIf_->predict(batch(), key, false);
+        current_ = staged(whatIf_)->predict(batch(), key, false);
     }
     showPrediction(current_, false);
     reservedTimer_->start();
     const bool recorded = activeWhatIf()->isRecorded(key);
-    measure_->setEnabled(recorded && current_.runnable);
+    const bool checkpointed = !activeWhatIf()->checkpoint().none();
+    measure_->setEnabled(recorded && current_.runnable && !checkpointed);
     measure_->setToolTip(!current_.runnable ? QString::fromStdString(current_.not_runnable)
-            : recorded                       ? tr("Run the model at this batch and precision on the CPU and compare")
-                                             : tr("The CPU build of libtorch cannot run %1").arg(dtype()));
+            : checkpointed ? tr("The checkpointed step is the recorded one rewritten: there is nothing to run here")
+            : recorded     ? tr("Run the model at this batch and precision on the CPU and compare")
+                           : tr("The CPU build of libtorch cannot run %1").arg(dtype()));
     emit predictionChanged(current_);
 }
 
@@ -511,8 +563,7 @@ void WhatIfPanel::updateReserved()
     const auto key = precision().toStdString();
     if (!activeWhatIf()->hasPrecision(key))
         return; // not recorded: said by repredict
-    current_ = seqActive() ? seqWhatIf_->predict(seq(), key, true, budget())
-                           : whatIf_->predict(batch(), key, true, budget());
+    current_ = activeWhatIf()->predict(seqActive() ? seq() : batch(), key, true, budget());
     showPrediction(current_, true);
 }
 
@@ -662,7 +713,7 @@ void WhatIfPanel::updateFitTable()
         return;
     auto b = budget();
     // Along the sequence: the longest sequence at the sequence what-if's batch.
-    const auto& w = seqActive() ? *seqWhatIf_ : *whatIf_;
+    const auto& w = *activeWhatIf();
     fitTableTitle_->setText(seqActive() ? tr("Longest sequence that fits the budget (batch %1):").arg(current_.batch)
                                         : tr("Largest batch that fits the budget:"));
     fitTable_->setHorizontalHeaderLabels({tr("Precision"), seqActive() ? tr("Longest sequence") : tr("Largest batch")});
@@ -704,15 +755,17 @@ void WhatIfPanel::updateGpuFit()
     gpuFit_->setRowCount(0);
     if (!whatIf_ || whatIf_->mode() != RunMode::Train)
         return;
-    gpuFitTitle_->setText(tr("Fewest GPUs that fit the budget, %1, per rank (CUDA context and NCCL buffers "
+    const auto spec = activeWhatIf()->checkpoint();
+    gpuFitTitle_->setText(tr("Fewest GPUs that fit the budget, %1%2, per rank (CUDA context and NCCL buffers "
                              "estimated off it):")
-                              .arg(precision()));
+                              .arg(precision(), spec.none() ? QString() : tr(", %1 checkpointing").arg(QString::fromStdString(spec.text()))));
     if (!gpuFitTable_ || gpuFitTable_->budget_bytes != budget())
         return; // the window's table for this budget is on its way
     GpuFitTable table = *gpuFitTable_;
     const auto chosen = precision().toStdString();
+    const auto chosenCheckpoint = activeWhatIf()->checkpoint().text();
     table.answers.erase(std::remove_if(table.answers.begin(), table.answers.end(),
-                            [&](const GpuFitAnswer& a) { return a.precision != chosen; }),
+                            [&](const GpuFitAnswer& a) { return a.precision != chosen || a.checkpoint != chosenCheckpoint; }),
         table.answers.end());
     gpuFit_->setRowCount(static_cast<int>(table.answers.size()));
     for (std::size_t i = 0; i < table.answers.size(); ++i) {

@@ -5,6 +5,7 @@
 
 #include <QWidget>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -47,6 +48,11 @@ public:
     QString shard() const;
     void setGpus(int gpus);
     void setShard(const QString& shard); // "" (one device), fsdp, zero2, zero1, ddp
+    // A training step's activation checkpointing (none, selective, full: each repeated block): the figures, the
+    // rank and the fewest GPUs are the checkpointed step's (WhatIf::withCheckpoint).
+    QString checkpoint() const;
+    void setCheckpoint(const QString& checkpoint);
+    QComboBox* checkpointBox() const { return checkpointBox_; }
     // The plan of the rank shown; nullopt: one device.
     std::optional<ParallelPlan> rankPlan() const;
     QString gpuFitText() const; // the fewest GPUs per strategy for the precision and budget, as shown
@@ -93,8 +99,15 @@ private:
     void showPrediction(const Prediction& p, bool reservedKnown);
     void applyFitsColour();
 
+    // `w` with the chosen checkpointing (made once per what-if and choice); `w` itself for none, or where the model
+    // cannot be checkpointed so (said in the Checkpointing row's tooltip).
+    std::shared_ptr<const WhatIf> staged(const std::shared_ptr<const WhatIf>& w) const;
+
     std::shared_ptr<const WhatIf> whatIf_;
     std::shared_ptr<const WhatIf> seqWhatIf_;
+    mutable std::map<std::pair<const WhatIf*, std::string>, std::shared_ptr<const WhatIf>> checkpointed_;
+    QLabel* checkpointLabel_ = nullptr;
+    QComboBox* checkpointBox_ = nullptr;
     std::int64_t baseSeq_ = 0;
     QWidget* seqRow_ = nullptr;
     QLabel* seqLabel_ = nullptr;

@@ -9,10 +9,49 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
 namespace memledger {
+
+namespace {
+
+// Whether the table has a checkpoint axis (an answer with checkpointing): its column is shown.
+bool hasCheckpointColumn(const GpuFitTable& t)
+{
+    return std::any_of(t.answers.begin(), t.answers.end(), [](const GpuFitAnswer& a) { return a.checkpoint != "none"; });
+}
+
+// "full (38% of the forward's ops run again)" / "none".
+std::string checkpointCell(const GpuFitAnswer& a)
+{
+    if (a.checkpoint == "none")
+        return a.checkpoint;
+    return a.checkpoint + ", " + formatPercent(100.0 * a.recompute_share) + " recomputed";
+}
+
+// A row with no answer: how far its closest rank (the most GPUs, the smallest micro-batch) is from fitting.
+std::string closestText(const GpuFitTable& t, const GpuFitAnswer& a)
+{
+    const int most = t.gpu_counts.empty() ? 0 : t.gpu_counts.back();
+    std::string s = "not even micro-batch " + std::to_string(t.runnable.min) + " fits on " + std::to_string(most) + " GPUs";
+    if (!a.closest)
+        return s;
+    const auto& p = *a.closest;
+    const auto budget = t.allocatorBudget(most);
+    const auto need = std::max(p.predicted_peak_total_bytes, p.predicted_reserved_bytes);
+    s += ": a rank needs " + formatBytes(p.predicted_peak_total_bytes) + " peak total";
+    if (p.predicted_reserved_bytes > p.predicted_peak_total_bytes)
+        s += " (" + formatBytes(p.predicted_reserved_bytes) + " reserved)";
+    if (need > budget)
+        s += ", " + formatBytes(need - budget) + " over the allocator's " + formatBytes(budget);
+    else if (p.out_of_memory)
+        s += ", out of memory in the allocator's replay (fragmentation)";
+    return s;
+}
+
+} // namespace
 
 
 std::string gpuFitToText(const GpuFitTable& t)
@@ -28,18 +67,20 @@ std::string gpuFitToText(const GpuFitTable& t)
     bool seq = false;
     for (const auto& a : t.answers)
         seq = seq || a.longest_seq > 0;
-    out << padCell("precision", 16) << padCell("strategy", 10) << padCell("fewest GPUs", 13, true) << padCell("micro-batch", 13, true)
+    const bool ckpt = hasCheckpointColumn(t);
+    const std::size_t ckptWidth = 34;
+    out << padCell("precision", 16) << padCell("strategy", 10) << (ckpt ? padCell("checkpoint", ckptWidth) : std::string())
+        << padCell("fewest GPUs", 13, true) << padCell("micro-batch", 13, true)
         << (seq ? padCell("longest seq", 13, true) : std::string()) << padCell("peak total", 13, true) << padCell("reserved", 13, true) << padCell("weights", 12, true)
         << padCell("grads", 12, true) << padCell("optimizer", 12, true) << "\n";
     for (const auto& a : t.answers) {
-        out << padCell(a.precision, 16) << padCell(a.shard, 10);
+        out << padCell(a.precision, 16) << padCell(a.shard, 10) << (ckpt ? padCell(checkpointCell(a), ckptWidth) : std::string());
         if (!a.not_modelled.empty()) {
             out << "  not modelled: " << a.not_modelled << "\n";
             continue;
         }
         if (a.fewest_gpus == 0 || !a.at) {
-            out << padCell("none", 13, true) << "  (not even micro-batch " << (t.runnable.min) << " fits on "
-                << (t.gpu_counts.empty() ? 0 : t.gpu_counts.back()) << " GPUs)\n";
+            out << padCell("none", 13, true) << "  (" << closestText(t, a) << ")\n";
             continue;
         }
         const auto& p = *a.at;
@@ -52,14 +93,15 @@ std::string gpuFitToText(const GpuFitTable& t)
     }
     // The largest micro-batch per GPU count, one line per precision and strategy.
     if (!t.gpu_counts.empty()) {
-        out << "\nLargest micro-batch per rank by GPU count (0: does not fit):\n" << padCell("", 26);
+        out << "\nLargest micro-batch per rank by GPU count (0: does not fit):\n"
+            << padCell("", 26 + (ckpt ? ckptWidth : 0));
         for (int n : t.gpu_counts)
             out << padCell(std::to_string(n), 9, true);
         out << "\n";
         for (const auto& a : t.answers) {
             if (!a.not_modelled.empty())
                 continue;
-            out << padCell(a.precision, 16) << padCell(a.shard, 10);
+            out << padCell(a.precision, 16) << padCell(a.shard, 10) << (ckpt ? padCell(checkpointCell(a), ckptWidth) : std::string());
             for (const auto& [n, b] : a.largest)
                 out << padCell(b >= 1000000 ? ">=1e6" : a.microBatchText(b), 9, true);
             out << "\n";
@@ -96,8 +138,12 @@ nlohmann::json gpuFitToJson(const GpuFitTable& t)
         {"notes", t.notes}, {"seconds", t.seconds}};
     auto& answers = j["answers"] = nlohmann::json::array();
     for (const auto& a : t.answers) {
-        nlohmann::json row = {{"precision", a.precision}, {"shard", a.shard}, {"fewest_gpus", a.fewest_gpus},
-            {"micro_batch", a.micro_batch}};
+        nlohmann::json row = {{"precision", a.precision}, {"shard", a.shard}, {"checkpoint", a.checkpoint},
+            {"recompute_share", a.recompute_share}, {"fewest_gpus", a.fewest_gpus}, {"micro_batch", a.micro_batch}};
+        if (a.closest) {
+            row["closest"] = predictionToJson(*a.closest);
+            row["closest"]["allocator_budget_bytes"] = t.allocatorBudget(t.gpu_counts.empty() ? 1 : t.gpu_counts.back());
+        }
         if (a.longest_seq > 0)
             row["longest_seq"] = a.longest_seq;
         if (a.last_record > 0)
@@ -132,19 +178,18 @@ std::string gpuFitToHtml(const GpuFitTable& t, const std::string& title)
         << "</td></tr>\n<tr><td class=l>left to the allocator</td><td>" << formatBytes(t.allocatorBudget(2))
         << "</td><td class=l>on more than one GPU (" << formatBytes(t.allocatorBudget(1)) << " on one)</td></tr></table>\n";
     out << "<h2>Fewest GPUs and the largest micro-batch per rank</h2>\n<table id=fit><tr><th class=l>precision</th>"
-           "<th class=l>strategy</th><th>fewest GPUs</th><th>micro-batch</th><th>longest sequence</th><th>peak total</th><th>reserved</th>"
+           "<th class=l>strategy</th><th class=l>checkpoint</th><th>fewest GPUs</th><th>micro-batch</th><th>longest sequence</th><th>peak total</th><th>reserved</th>"
            "<th>weights</th><th>gradients</th><th>optimizer state</th></tr>\n";
     for (const auto& a : t.answers) {
         out << "<tr" << (a.not_modelled.empty() ? "" : " class=nm") << "><td class=l title=\""
             << htmlEscape(precisionText(a.precision)) << "\">" << htmlEscape(a.precision) << "</td><td class=l>"
-            << htmlEscape(a.shard) << "</td>";
+            << htmlEscape(a.shard) << "</td><td class=l>" << htmlEscape(checkpointCell(a)) << "</td>";
         if (!a.not_modelled.empty()) {
             out << "<td colspan=8 class=l>not modelled: " << htmlEscape(a.not_modelled) << "</td></tr>\n";
             continue;
         }
         if (a.fewest_gpus == 0 || !a.at) {
-            out << "<td class=none>none</td><td colspan=7 class=l>not even micro-batch " << t.runnable.min << " fits on "
-                << (t.gpu_counts.empty() ? 0 : t.gpu_counts.back()) << " GPUs</td></tr>\n";
+            out << "<td class=none>none</td><td colspan=7 class=l>" << htmlEscape(closestText(t, a)) << "</td></tr>\n";
             continue;
         }
         const auto& p = *a.at;
@@ -156,14 +201,15 @@ std::string gpuFitToHtml(const GpuFitTable& t, const std::string& title)
             << formatBytes(p.optimizer_state_bytes) << "</td></tr>\n";
     }
     out << "</table>\n<h2>Largest micro-batch per rank by GPU count</h2>\n<table id=by-gpus><tr><th class=l>precision</th>"
-           "<th class=l>strategy</th>";
+           "<th class=l>strategy</th><th class=l>checkpoint</th>";
     for (int n : t.gpu_counts)
         out << "<th>" << n << "</th>";
     out << "</tr>\n";
     for (const auto& a : t.answers) {
         if (!a.not_modelled.empty())
             continue;
-        out << "<tr><td class=l>" << htmlEscape(a.precision) << "</td><td class=l>" << htmlEscape(a.shard) << "</td>";
+        out << "<tr><td class=l>" << htmlEscape(a.precision) << "</td><td class=l>" << htmlEscape(a.shard)
+            << "</td><td class=l>" << htmlEscape(a.checkpoint) << "</td>";
         for (const auto& [n, b] : a.largest)
             out << "<td" << (b == 0 ? " class=none" : "") << ">" << (b == 0 ? std::string("&ndash;") : a.microBatchText(b))
                 << "</td>";
@@ -207,6 +253,8 @@ GpuFitTable gpuFitFromJson(const nlohmann::json& j)
         GpuFitAnswer a;
         a.precision = row.at("precision").get<std::string>();
         a.shard = row.at("shard").get<std::string>();
+        a.checkpoint = row.value("checkpoint", std::string("none"));
+        a.recompute_share = row.value("recompute_share", 0.0);
         a.fewest_gpus = row.value("fewest_gpus", 0);
         a.micro_batch = row.value("micro_batch", std::int64_t {0});
         a.longest_seq = row.value("longest_seq", std::int64_t {0});

@@ -33,6 +33,8 @@ nlohmann::json predictionToJson(const Prediction& p)
     }
     if (p.seq > 0)
         j["seq"] = p.seq;
+    if (p.checkpoint != "none")
+        j["checkpoint"] = p.checkpoint;
     if (p.gpus > 0) { // one rank of a data-parallel job
         j["gpus"] = p.gpus;
         j["shard"] = p.shard;

@@ -66,6 +66,7 @@ struct ExportedProgram::Impl {
     bool eager_lifetimes = false; // runs with eager_release (setLifetimes)
     bool source_facts = false; // memledger.export saved what the source says beside it
     int causal_masks_built = 0; // attention calls given the causal mask an unpadded batch skips (memledger_export.json)
+    ModelInfo::Checkpointing checkpointing; // memledger_checkpoint.json
     bool causal_mask_skippable = false; // memledger.export could have exported the unpadded batch (causal_mask="skipped")
     std::int64_t sliding_window = 0; // the model's sliding window (tokens), where its attention uses one, else 0
     int unpadded_skips = 0; // masks built that an unpadded batch does not build (eager attention, no sdpa call to count)
@@ -765,6 +766,30 @@ void readExportRecord(Impl& d, caffe2::serialize::PyTorchStreamReader& reader)
         d.sliding_window = window->get<std::int64_t>();
 }
 
+// The activation checkpointing memledger.export recorded (python/memledger/checkpoint_record.py, RECORD): the
+// modules, how they run and who set them up. A record that is not what it writes says nothing.
+void readCheckpointRecord(Impl& d, caffe2::serialize::PyTorchStreamReader& reader)
+{
+    const auto record = extraRecord(reader, "memledger_checkpoint.json");
+    if (!record || !record->is_object() || record->value("version", 0) != 1)
+        return;
+    const auto modules = record->find("modules");
+    if (modules == record->end() || !modules->is_array())
+        return;
+    ModelInfo::Checkpointing c;
+    for (const auto& m : *modules)
+        if (m.is_string())
+            c.modules.push_back(m.get<std::string>());
+    const auto impl = record->value("implementation", std::string());
+    if (c.modules.empty() || (impl != "reentrant" && impl != "non-reentrant"))
+        return;
+    c.implementation = impl;
+    c.source = record->value("source", std::string("memledger.export"));
+    c.offload = record->value("offload", false);
+    c.context_fn = record->value("context_fn", false);
+    d.checkpointing = std::move(c);
+}
+
 // When each value is dropped, for the graph's lifetimes and for eager Python's (pt2_lifetimes.h). The program's
 // outputs and the buffers it mutates are read by the caller, and never dropped. Returns the graph's lifetimes.
 pt2::ValueEnds markReleases(Impl& d, const std::optional<json>& sources)
@@ -919,6 +944,7 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
     separateKeptCasts(d);
     markFunctionCalls(d, markReleases(d, sourceFacts(reader)));
     readExportRecord(d, reader);
+    readCheckpointRecord(d, reader);
     const pt2::AutocastTypes autocastTypes(autocastRecord(reader));
     for (auto rules : {pt2::AutocastRules::Cpu, pt2::AutocastRules::Cuda})
         d.autocast_known[static_cast<std::size_t>(rules)] = autocastTypes.known(rules);
@@ -1324,6 +1350,11 @@ bool ExportedProgram::metaWeights() const
     return d_->meta_weights;
 }
 
+const ModelInfo::Checkpointing& ExportedProgram::checkpointing() const
+{
+    return d_->checkpointing;
+}
+
 c10::ScalarType ExportedProgram::exportedScalar() const
 {
     return d_->exported;
@@ -1623,6 +1654,12 @@ std::string ExportedProgram::setLifetimes(const std::string&)
 bool ExportedProgram::metaWeights() const
 {
     return false;
+}
+
+const ModelInfo::Checkpointing& ExportedProgram::checkpointing() const
+{
+    static const ModelInfo::Checkpointing none;
+    return none;
 }
 c10::ScalarType ExportedProgram::exportedScalar() const
 {

@@ -6,6 +6,7 @@
 // Its parts: pt2_archive.h (the zip, its records and weights), pt2_graph.h (the JSON, checked), pt2_cast_policy.h,
 // pt2_interpreter.h and pt2_arithmetic.h (one node run).
 #include "recording/pt2_archive.h" // exportedArchiveKind
+#include "report/report.h"
 
 #include <ATen/core/ivalue.h>
 #include <ATen/core/Tensor.h>
@@ -80,6 +81,8 @@ public:
     // Whether its weights were saved from the meta device (a model built under torch.device("meta")): they are
     // meta tensors, shapes only, and the program runs on the meta device alone.
     bool metaWeights() const;
+    // The activation checkpointing memledger.export recorded beside the program (its modules empty: none).
+    const ModelInfo::Checkpointing& checkpointing() const;
 
     // The floating-point type it was exported in: its first floating parameter's (else buffer's, else float
     // input's), float32 when it has none.

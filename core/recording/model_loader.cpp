@@ -326,6 +326,7 @@ void collect(Model::Impl& d)
         addTensor(name, t, true);
     if (d.program) {
         collectRanges(*d.program, info);
+        info.exported_checkpointing = d.program->checkpointing();
         info.example_inputs = true;
     }
 }

@@ -33,6 +33,11 @@ struct LayerStats;
 // children of one type.
 std::vector<std::string> largestRepeatedBlocks(
     const std::vector<LayerStats>& layers, const std::function<bool(const std::string&)>& usable = {});
+// The module paths (never the root) that `patterns` names, in the tree's order: a comma-separated list of paths any
+// component of which may be "*" (any one module name): "layers.*", "layers.*.feed_forward,tok_embeddings". Throws
+// std::invalid_argument, starting with `flag` ("--shard-units"), naming a pattern that matches no module.
+std::vector<std::string> modulesMatching(
+    const std::vector<LayerStats>& layers, const std::string& patterns, const std::string& flag);
 using Shape = std::vector<std::int64_t>;
 std::string shapeToString(const Shape& s); // "1x3x224x224"
 
@@ -155,6 +160,17 @@ struct ModelInfo {
     SizeRange batch_range, seq_range;
     // A run without inputs takes the example the program was exported with (a torch.export program): not a guess.
     bool example_inputs = false;
+    // The activation checkpointing the model was set up with when memledger.export saved it (transformers'
+    // activation_checkpointing_enable(): python/memledger/checkpoint_record.py), which the program itself does not
+    // keep; empty modules: none recorded.
+    struct Checkpointing {
+        std::vector<std::string> modules; // module paths
+        std::string implementation; // "reentrant" | "non-reentrant"
+        std::string source; // who set it up: "transformers activation_checkpointing_enable()"
+        bool offload = false; // the saved inputs held in host memory (transformers' offload=True)
+        bool context_fn = false; // a context_fn (a selective policy) memledger cannot read
+    };
+    Checkpointing exported_checkpointing;
 };
 
 // One rank of a data-parallel training job (whatif/parallel.h): how its step was laid out.

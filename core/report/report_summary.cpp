@@ -3,7 +3,10 @@
 #include "support/dtype.h"
 
 
+#include "support/format.h"
+
 #include <algorithm>
+#include <stdexcept>
 #include <array>
 #include <set>
 #include <unordered_map>
@@ -42,6 +45,55 @@ long itemIndex(const std::string& path)
 }
 
 } // namespace
+
+namespace {
+
+std::vector<std::string> splitDotted(const std::string& path)
+{
+    std::vector<std::string> out(1);
+    for (char c : path) {
+        if (c == '.')
+            out.emplace_back();
+        else
+            out.back() += c;
+    }
+    return out;
+}
+
+} // namespace
+
+std::vector<std::string> modulesMatching(
+    const std::vector<LayerStats>& layers, const std::string& patterns, const std::string& flag)
+{
+    std::vector<std::string> out;
+    for (auto item : splitComma(patterns)) {
+        while (!item.empty() && item.front() == ' ')
+            item.erase(item.begin());
+        while (!item.empty() && item.back() == ' ')
+            item.pop_back();
+        if (item.empty())
+            continue;
+        const auto parts = splitDotted(item);
+        bool any = false;
+        for (const auto& l : layers) {
+            if (l.path.empty())
+                continue;
+            const auto names = splitDotted(l.path);
+            bool match = names.size() == parts.size();
+            for (std::size_t k = 0; match && k < parts.size(); ++k)
+                match = parts[k] == "*" || parts[k] == names[k];
+            if (!match)
+                continue;
+            any = true;
+            if (std::find(out.begin(), out.end(), l.path) == out.end())
+                out.push_back(l.path);
+        }
+        if (!any)
+            throw std::invalid_argument(flag + ": the model has no module '" + item + "'"
+                + (item.find('*') != std::string::npos ? " (\"*\" stands for one module name)" : ""));
+    }
+    return out;
+}
 
 std::vector<std::string> largestRepeatedBlocks(
     const std::vector<LayerStats>& layers, const std::function<bool(const std::string&)>& usable)

@@ -85,6 +85,9 @@ public:
     Trace build(std::vector<OpCall>* ops, std::vector<Phase>* phases);
     // After build(): the handle each event of the new trace was made from.
     const std::vector<Handle>& builtFrom() const { return order_; }
+    // The original event whose columns a handle takes (an original's own index, a copy's source, a copy's free
+    // the copied event); -1 for a new event with no source (addAlloc, and a new free of it).
+    std::int64_t sourceOf(Handle h) const { return placed_[h].src; }
 
 private:
     struct Placed {

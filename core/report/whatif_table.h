@@ -57,6 +57,7 @@ struct Prediction {
     // weights, gradients and optimizer state (dtype is what the forward and backward compute in).
     int gpus = 0;
     std::string shard;
+    std::string checkpoint = "none"; // activation checkpointing of the step (CheckpointSpec::text)
     std::string master_dtype;
     std::int64_t gradient_bytes = 0; // a rank's: its gradient shards (or replicas) after the step
     std::int64_t optimizer_state_bytes = 0;
@@ -115,9 +116,15 @@ struct GpuFitAnswer {
     // master weights, gradients and optimizer state; the forward and backward in bfloat16).
     std::string precision;
     std::string shard; // fsdp | zero2 | zero1 | ddp
+    // Activation checkpointing of each rank's step: "none", "full", "selective", "full (every 2nd block)"
+    // (CheckpointSpec::text), with the share of the forward's ops its backward runs again.
+    std::string checkpoint = "none";
+    double recompute_share = 0.0;
     int fewest_gpus = 0; // 0: none of the GPU counts tried
     std::int64_t micro_batch = 0; // the largest per rank at fewest_gpus
     std::optional<Prediction> at; // the rank at fewest_gpus and micro_batch
+    // No answer: the rank at the most GPUs tried and the smallest micro-batch, how far it is from fitting.
+    std::optional<Prediction> closest;
     std::vector<std::pair<int, std::int64_t>> largest; // per GPU count tried: its largest micro-batch (0: none)
     // At fewest_gpus and the smallest micro-batch, the longest sequence that fits (a model with token inputs whose
     // sequence what-if was recorded; 0: not asked, or none).

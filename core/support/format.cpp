@@ -428,4 +428,11 @@ std::string padCell(std::string s, std::size_t width, bool right)
     return right ? fill + s : s + fill;
 }
 
+std::string formatPercent(double v)
+{
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f%%", v);
+    return buf;
+}
+
 } // namespace memledger

@@ -22,6 +22,7 @@ std::string padCell(std::string s, std::size_t width, bool right = false);
 std::vector<std::string> distinctLabels(const std::vector<std::string>& names, std::size_t width);
 // "a,b,,c" -> {"a", "b", "c"}: the items of a comma-separated list, empty ones left out, as typed.
 std::vector<std::string> splitComma(const std::string& text);
+std::string formatPercent(double v); // "12.5%"
 // "16GiB", "16 GB", "512MiB", "1024" (bytes). KiB, MiB, GiB, TiB (and K, M, G, T) are powers of 1024;
 // kB, MB, GB, TB are powers of 1000, as on a disk's label. nullopt if not a size.
 std::optional<std::int64_t> parseBytes(const std::string& text);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -44,11 +45,31 @@ bool keepsInputs(const std::string& op)
     return false;
 }
 
+} // namespace
+
+bool savedBySelectiveCheckpoint(const std::string& op)
+{
+    // The dispatcher's ops the policy keeps, and the composite ops a program records them under (aten::linear is
+    // addmm or mm below autograd, aten::matmul mm or bmm).
+    static const char* const kSaved[] = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear",
+        "aten::matmul", "scaled_dot_product"};
+    for (const char* k : kSaved)
+        if (op.rfind(k, 0) == 0 || (k[0] == 's' && op.find(k) != std::string::npos)) {
+            const auto n = std::strlen(k);
+            if (k[0] == 's' || op.size() == n || op[n] == '.')
+                return true;
+        }
+    return false;
+}
+
+namespace {
+
 // The order of what the rewrite places before one recorded event (TraceEdit::order's groups).
 enum Rank : int {
     kFreeMoved = 0, // frees moved to "before event p"
     kRngSaved = 1, // the segment's RNG state at its forward's start
     kRecompute = 2, // the recomputation of a segment's forward
+    kAfterRecompute = 3, // selective: a kept output of the segment dropped when its recomputation returns
     kOriginal = TraceEdit::kOriginalGroup,
 };
 
@@ -64,10 +85,11 @@ struct Segment {
 // frees their checkpoints move, their saved RNG states and their recomputation, made with the trace editor.
 class CheckpointRewriter {
 public:
-    CheckpointRewriter(const Report& r, CheckpointImpl impl)
+    CheckpointRewriter(const Report& r, CheckpointImpl impl, CheckpointSaves saves = CheckpointSaves::Nothing)
         : r_(r)
         , t_(*r.trace)
         , impl_(impl)
+        , saves_(saves)
     {
         forward_ = findPhase(r.phases, "forward");
         backward_ = findPhase(r.phases, "backward");
@@ -80,6 +102,28 @@ public:
         strings_.reserve(t_.strings.size());
         for (std::size_t s = 0; s < t_.strings.size(); ++s)
             strings_.push_back(t_.strings.at(static_cast<std::uint32_t>(s)));
+        if (saves_ == CheckpointSaves::MatmulsAndAttention) {
+            savedOpString_.resize(strings_.size());
+            for (std::size_t s = 0; s < strings_.size(); ++s)
+                savedOpString_[s] = savedBySelectiveCheckpoint(strings_[s]);
+        }
+    }
+
+    // Selective: whether event i happened inside an op whose outputs the policy keeps (not run again).
+    bool inSavedOp(std::int64_t i) const
+    {
+        if (savedOpString_.empty())
+            return false;
+        const auto k = static_cast<std::size_t>(i);
+        return savedOpString_[t_.inner_op[k]] || savedOpString_[t_.outer_op[k]];
+    }
+    // Selective: an allocation a kept op returned (not its scratch, freed before the op returns).
+    bool keptOutput(std::int64_t i) const
+    {
+        if (!inSavedOp(i))
+            return false;
+        const auto j = t_.partner[static_cast<std::size_t>(i)];
+        return j == kNoPartner || t_.op_seq[static_cast<std::size_t>(j)] != t_.op_seq[static_cast<std::size_t>(i)];
     }
 
     bool inForward(std::int64_t i) const { return i >= forward_->first_event && i < forward_->end_event; }
@@ -113,6 +157,16 @@ public:
             if (s.bwdBegin < 0)
                 s.bwdBegin = i;
             s.bwdEnd = static_cast<std::int64_t>(i) + 1;
+        }
+        // The segment's backward begins with its first autograd node: an event of the segment's before it (its output
+        // freed by the node of the module after it that saved it) is that module's.
+        if (r_.ops && s.bwdBegin >= 0) {
+            for (const auto& op : *r_.ops)
+                if (op.backward && op.first_event < op.end_event && op.first_event >= backward_->first_event
+                    && inSubtree(strings_[op.module], path)) {
+                    s.bwdBegin = std::max<std::int64_t>(s.bwdBegin, op.first_event);
+                    break;
+                }
         }
         int layer = r_.findLayer(path);
         if (layer >= 0)
@@ -180,28 +234,55 @@ public:
         for (std::int64_t i = 0; i < n; ++i)
             placed_.push_back({i, kOriginal, t_.time_ns[static_cast<std::size_t>(i)]});
         // Where an original free ends up: the latest of the moves asked for each segment (a tensor can be
-        // the output of one segment and the input of the next).
-        std::vector<std::int64_t> freeAt(static_cast<std::size_t>(n), -1);
-        auto wantFreeAt = [&](std::int64_t alloc, std::int64_t pos) {
-            auto& f = freeAt[static_cast<std::size_t>(alloc)];
-            f = f < 0 ? pos : std::max(f, pos);
+        // the output of one segment and the input of the next): before original event `pos`, in group `rank`.
+        struct FreeAt {
+            std::int64_t pos = -1;
+            int rank = kFreeMoved;
+            std::int64_t seq = 0;
         };
+        std::vector<FreeAt> freeAt(static_cast<std::size_t>(n));
         std::int64_t seq = 0;
+        auto wantFreeAt = [&](std::int64_t alloc, std::int64_t pos, int rank = kFreeMoved) {
+            auto& f = freeAt[static_cast<std::size_t>(alloc)];
+            if (f.pos < 0 || pos > f.pos || (pos == f.pos && rank > f.rank))
+                f = {pos, rank, rank == kFreeMoved ? alloc : seq++};
+        };
         for (const auto& s : segments)
             rewriteSegment(s, wantFreeAt, seq);
         for (std::int64_t i = 0; i < n; ++i) {
-            const auto pos = freeAt[static_cast<std::size_t>(i)];
+            const auto& at = freeAt[static_cast<std::size_t>(i)];
             const auto f = t_.partner[static_cast<std::size_t>(i)];
-            if (pos < 0 || f == kNoPartner)
+            if (at.pos < 0 || f == kNoPartner)
                 continue;
-            edit.move(static_cast<std::size_t>(f), static_cast<std::size_t>(pos));
-            place(static_cast<std::size_t>(f), pos, kFreeMoved, i, t_.time_ns[static_cast<std::size_t>(f)]);
+            edit.move(static_cast<std::size_t>(f), static_cast<std::size_t>(at.pos));
+            place(static_cast<std::size_t>(f), at.pos, at.rank, at.seq, t_.time_ns[static_cast<std::size_t>(f)]);
         }
-        return build();
+        auto out = build();
+        sources_ = eventSources(*out.trace);
+        edit_ = nullptr;
+        return out;
     }
 
+    // After run(): for each event of the new trace, the recorded event whose size it has (-1: a new one).
+    const std::vector<std::int64_t>& eventSources() const { return sources_; }
+
+    std::int64_t recomputedOps() const { return recomputedOps_; }
+    std::int64_t recomputedBytes() const { return recomputedBytes_; }
 
 private:
+    std::vector<std::int64_t> eventSources(const Trace& out) const
+    {
+        std::vector<std::int64_t> src(out.size(), -1);
+        const auto& from = edit_->builtFrom();
+        for (std::size_t k = 0; k < out.size(); ++k)
+            if (out.action[k] == Action::Alloc)
+                src[k] = edit_->sourceOf(from[k]);
+        for (std::size_t k = 0; k < out.size(); ++k) // a free has its alloc's size
+            if (out.action[k] == Action::Free && out.partner[k] != kNoPartner)
+                src[k] = src[static_cast<std::size_t>(out.partner[k])];
+        return src;
+    }
+
     // The backward's last event of the nodes of `module` (exactly that path) before `before`, plus one: when an
     // op of that module releases what it saved.
     std::int64_t releaseOf(std::uint32_t module, std::int64_t before) const
@@ -226,10 +307,47 @@ private:
         // The segment's own allocations that outlive its forward.
         std::vector<std::int64_t> recomputeFreeAt(static_cast<std::size_t>(s.fwdEnd - s.fwdBegin), -1);
         const std::int64_t afterRecompute = -2; // non-reentrant: when the unpack hook returns
+        // Non-reentrant: the recomputation stops once the last tensor the segment's nodes saved is made again
+        // (torch.utils.checkpoint's early stop, on by default): the ops after the last reader that saves one are
+        // not run again (a block's residual add).
+        std::int64_t stopOp = -1;
+        for (std::int64_t i = s.fwdBegin; i < s.fwdEnd; ++i) {
+            if (t_.action[static_cast<std::size_t>(i)] != Action::Alloc || !madeIn(s, i))
+                continue;
+            const auto j = t_.partner[static_cast<std::size_t>(i)];
+            if (j == kNoPartner || !inBackward(j) || j < bs || j >= be
+                || !inSubtree(strings_[t_.where[static_cast<std::size_t>(j)]], s.path))
+                continue;
+            std::int64_t last = t_.op_seq[static_cast<std::size_t>(i)];
+            for (auto k : usesOf_[static_cast<std::size_t>(i)]) // the readers that save it
+                if (inSubtree(strings_[r_.forward_uses[k].module], s.path) && keepsInputs(strings_[r_.forward_uses[k].op_name]))
+                    last = std::max<std::int64_t>(last, r_.forward_uses[k].op);
+            stopOp = std::max(stopOp, last);
+        }
+        if (reentrant)
+            stopOp = std::numeric_limits<std::int64_t>::max();
+        if (r_.ops) {
+            for (auto k = s.opFirst; k <= s.opLast && k < r_.ops->size() && static_cast<std::int64_t>(k) <= stopOp; ++k) {
+                const auto& op = (*r_.ops)[k];
+                if (!inSubtree(strings_[op.module], s.path))
+                    continue;
+                if (!savedOpString_.empty() && savedOpString_[op.name])
+                    continue; // selective: kept, not run again
+                ++recomputedOps_;
+            }
+        }
         for (std::int64_t i = s.fwdBegin; i < s.fwdEnd; ++i) {
             if (t_.action[static_cast<std::size_t>(i)] != Action::Alloc || !madeIn(s, i))
                 continue;
             std::int64_t j = t_.partner[static_cast<std::size_t>(i)];
+            if (keptOutput(i)) {
+                // Selective: the output is kept from the forward and handed to the recomputation instead of being
+                // made again. Freed in the forward: by the recomputation's last reader (the copy loop moves its
+                // free there); the segment's output: when the recomputation returns; saved by a node: by it.
+                if (j != kNoPartner && j >= s.fwdEnd && inForward(j))
+                    wantFreeAt(i, bs, kAfterRecompute);
+                continue;
+            }
             if (j != kNoPartner && j < s.fwdEnd)
                 continue; // freed within the segment's forward: the same in the recomputation
             if (j != kNoPartner && inForward(j)) {
@@ -298,7 +416,29 @@ private:
         for (std::int64_t i = s.fwdBegin; i < s.fwdEnd; ++i) {
             auto a = t_.action[static_cast<std::size_t>(i)];
             auto time = timeAt + (t_.time_ns[static_cast<std::size_t>(i)] - fwdStart);
+            if (static_cast<std::int64_t>(t_.op_seq[static_cast<std::size_t>(i)]) > stopOp && a == Action::Alloc)
+                continue; // not run again (early stop): what it would have made is not made
+
+            if (inSavedOp(i)) {
+                // Selective: the op does not run again. A kept output its forward freed is freed where the
+                // recomputation's reader of it returns.
+                auto al = a == Action::Free ? t_.partner[static_cast<std::size_t>(i)] : kNoPartner;
+                if (al != kNoPartner && static_cast<std::int64_t>(al) >= s.fwdBegin && madeIn(s, al) && keptOutput(al)) {
+                    edit_->move(static_cast<std::size_t>(i), static_cast<std::size_t>(bs));
+                    place(static_cast<std::size_t>(i), bs, kRecompute, seq++, time);
+                }
+                continue;
+            }
+            if (a == Action::Free) {
+                auto al = t_.partner[static_cast<std::size_t>(i)];
+                if (al != kNoPartner && static_cast<std::int64_t>(al) >= s.fwdBegin && madeIn(s, al) && keptOutput(al)) {
+                    edit_->move(static_cast<std::size_t>(i), static_cast<std::size_t>(bs));
+                    place(static_cast<std::size_t>(i), bs, kRecompute, seq++, time);
+                    continue;
+                }
+            }
             if (a == Action::Alloc && madeIn(s, i)) {
+                recomputedBytes_ += t_.bytes[static_cast<std::size_t>(i)];
                 auto c = copyEvent(i, bs, kRecompute, seq++, time);
                 copyOf[static_cast<std::size_t>(i - s.fwdBegin)] = c;
                 auto again = recomputeFreeAt[static_cast<std::size_t>(i - s.fwdBegin)];
@@ -365,6 +505,8 @@ private:
     Report build()
     {
         Report pr = r_;
+        pr.forward_uses.clear(); // their events are the recorded step's: this one cannot be checkpointed again
+        pr.forward_uses_recorded = false;
         pr.simulated_gpu.reset();
         pr.simulated_reserved_peak_bytes = 0;
         pr.whatif.reset();
@@ -410,6 +552,11 @@ private:
     const Report& r_;
     const Trace& t_;
     CheckpointImpl impl_;
+    CheckpointSaves saves_;
+    std::vector<bool> savedOpString_; // selective: per string id, whether it names a kept op
+    std::int64_t recomputedOps_ = 0;
+    std::vector<std::int64_t> sources_; // run()'s eventSources
+    std::int64_t recomputedBytes_ = 0;
     const Phase* forward_ = nullptr;
     const Phase* backward_ = nullptr;
     std::vector<std::vector<std::uint32_t>> usesOf_;
@@ -478,11 +625,15 @@ std::vector<std::string> checkpointableModules(const Report& r)
 }
 
 CheckpointPrediction predictCheckpoint(
-    const Report& r, const std::vector<std::string>& paths, CheckpointImpl impl, bool withReserved)
+    const Report& r, const std::vector<std::string>& paths, CheckpointImpl impl, bool withReserved, CheckpointSaves saves)
 {
     checkReport(r);
+    if (saves != CheckpointSaves::Nothing && impl == CheckpointImpl::Reentrant)
+        throw std::invalid_argument("selective checkpointing runs on the non-reentrant checkpoint only "
+                                    "(create_selective_checkpoint_contexts needs use_reentrant=False)");
     CheckpointPrediction p;
     p.impl = impl;
+    p.saves = saves;
     p.recorded_peak_bytes = r.peak_bytes;
     p.recorded_peak_total_bytes = r.peak_total_bytes;
     std::vector<std::string> asked;
@@ -496,7 +647,7 @@ CheckpointPrediction predictCheckpoint(
         if (std::find(asked.begin(), asked.end(), path) == asked.end())
             asked.push_back(path);
     }
-    CheckpointRewriter tr(r, impl);
+    CheckpointRewriter tr(r, impl, saves);
     std::vector<Segment> segments;
     for (const auto& path : asked) {
         bool inner = false;
@@ -519,8 +670,23 @@ CheckpointPrediction predictCheckpoint(
     }
     std::sort(segments.begin(), segments.end(), [](const Segment& a, const Segment& b) { return a.fwdBegin < b.fwdBegin; });
     auto report = std::make_shared<Report>(tr.run(segments));
+    p.event_source = tr.eventSources();
+    p.recomputed_ops = tr.recomputedOps();
+    p.recomputed_bytes = tr.recomputedBytes();
+    if (const Phase* forward = findPhase(r.phases, "forward")) {
+        for (auto i = forward->first_event; i < forward->end_event && i < r.trace->size(); ++i)
+            if (r.trace->action[i] == Action::Alloc)
+                p.forward_bytes += r.trace->bytes[i];
+        if (r.ops)
+            for (const auto& op : *r.ops)
+                if (op.first_event >= forward->first_event && op.first_event < forward->end_event)
+                    ++p.forward_ops;
+    }
     report->notes.push_back("predicted: checkpointing " + std::to_string(p.checkpoint.size()) + " module(s) ("
-        + checkpointImplName(impl) + ")");
+        + checkpointImplName(impl) + (saves == CheckpointSaves::MatmulsAndAttention ? ", selective: the outputs of "
+            "matrix products and attention kept" : "") + "); " + std::to_string(p.recomputed_ops) + " of the forward's "
+        + std::to_string(p.forward_ops) + " ops run again in the backward (" + formatPercent(100.0 * p.recomputeShare())
+        + "), allocating " + formatBytes(p.recomputed_bytes) + " again");
     if (withReserved) {
         report->simulated_gpu = std::make_shared<const SimulatedGpu>(simulateGpu(*report));
         report->simulated_reserved_peak_bytes = report->simulated_gpu->peak_reserved;
@@ -535,6 +701,146 @@ CheckpointPrediction predictCheckpoint(
             "backward while little was saved)");
     p.report = std::move(report);
     return p;
+}
+
+CheckpointPrediction predictCheckpoint(const Report& r, const CheckpointSpec& spec, bool withReserved)
+{
+    if (spec.mode == CheckpointMode::Auto)
+        throw std::invalid_argument("--checkpoint auto is a plan for a budget (planCheckpoints), not one step");
+    if (spec.none()) {
+        checkReport(r);
+        CheckpointPrediction p;
+        p.recorded_peak_bytes = p.predicted_peak_bytes = r.peak_bytes;
+        p.recorded_peak_total_bytes = p.predicted_peak_total_bytes = r.peak_total_bytes;
+        p.predicted_reserved_bytes = r.simulated_reserved_peak_bytes;
+        p.report = std::make_shared<Report>(r);
+        p.event_source.resize(r.trace->size());
+        for (std::size_t i = 0; i < p.event_source.size(); ++i)
+            p.event_source[i] = static_cast<std::int64_t>(i);
+        return p;
+    }
+    return predictCheckpoint(r, checkpointedModules(r.layers, spec), spec.implementation(), withReserved, spec.saves());
+}
+
+std::string CheckpointSpec::text() const
+{
+    switch (mode) {
+    case CheckpointMode::None:
+        return "none";
+    case CheckpointMode::Auto:
+        return "auto";
+    case CheckpointMode::Modules: {
+        const auto paths = splitComma(modules);
+        if (paths.size() <= 3)
+            return modules;
+        return std::to_string(paths.size()) + " modules (" + paths.front() + " ... " + paths.back() + ")";
+    }
+    case CheckpointMode::Full:
+    case CheckpointMode::Selective:
+        break;
+    }
+    std::string t = mode == CheckpointMode::Full ? "full" : "selective";
+    if (every > 1)
+        t += " (every " + std::to_string(every) + (every == 2 ? "nd" : every == 3 ? "rd" : "th") + " block)";
+    return t;
+}
+
+CheckpointSpec parseCheckpointSpec(const std::string& text, int every, std::optional<CheckpointImpl> impl)
+{
+    CheckpointSpec spec;
+    spec.impl = impl;
+    if (every < 1)
+        throw std::invalid_argument("--checkpoint-every must be at least 1, not " + std::to_string(every));
+    spec.every = every;
+    if (text.empty())
+        throw std::invalid_argument("--checkpoint needs none, full, selective, auto or module paths (layers.*)");
+    if (text == "none")
+        spec.mode = CheckpointMode::None;
+    else if (text == "full")
+        spec.mode = CheckpointMode::Full;
+    else if (text == "selective")
+        spec.mode = CheckpointMode::Selective;
+    else if (text == "auto")
+        spec.mode = CheckpointMode::Auto;
+    else {
+        spec.mode = CheckpointMode::Modules;
+        spec.modules = text;
+    }
+    if (every > 1 && spec.mode != CheckpointMode::Full && spec.mode != CheckpointMode::Selective)
+        throw std::invalid_argument("--checkpoint-every is for --checkpoint full or selective (every K-th block), not '"
+            + text + "'");
+    if (spec.mode == CheckpointMode::Selective && spec.implementation() == CheckpointImpl::Reentrant)
+        throw std::invalid_argument("--checkpoint selective runs on the non-reentrant checkpoint only "
+                                    "(create_selective_checkpoint_contexts): drop --checkpoint-impl reentrant");
+    return spec;
+}
+
+std::vector<CheckpointSpec> parseCheckpointSpecs(const std::string& text, int every, std::optional<CheckpointImpl> impl)
+{
+    const auto items = splitComma(text);
+    const bool modes = !items.empty() && std::all_of(items.begin(), items.end(), [](const std::string& i) {
+        return i == "none" || i == "full" || i == "selective";
+    });
+    std::vector<CheckpointSpec> out;
+    if (!modes)
+        return {parseCheckpointSpec(text, every, impl)};
+    for (const auto& item : items) {
+        auto spec = parseCheckpointSpec(item, item == "none" ? 1 : every, impl);
+        if (std::find(out.begin(), out.end(), spec) == out.end())
+            out.push_back(spec);
+    }
+    return out;
+}
+
+std::vector<CheckpointSpec> checkpointsToAnalyze(
+    const std::vector<CheckpointSpec>& asked, const ModelInfo& model, std::vector<std::string>* notes)
+{
+    const auto& exported = model.exported_checkpointing;
+    if (!asked.empty() || exported.modules.empty())
+        return asked;
+    CheckpointSpec spec;
+    spec.mode = CheckpointMode::Modules;
+    for (const auto& m : exported.modules)
+        spec.modules += (spec.modules.empty() ? "" : ",") + m;
+    spec.impl = checkpointImplFromName(exported.implementation);
+    if (notes) {
+        notes->push_back("the model was exported with activation checkpointing on (" + exported.source + ": "
+            + std::to_string(exported.modules.size()) + " modules, " + exported.implementation
+            + "), which torch.export does not keep: its training step is analysed with it (--checkpoint none for the "
+              "step without)");
+        if (exported.offload)
+            notes->push_back("its checkpoints hold their saved inputs in host memory (offload=True): memledger keeps "
+                             "them on the device, an upper bound for the device by the layers' inputs");
+        if (exported.context_fn)
+            notes->push_back("its checkpoints take a context_fn (a selective policy) memledger cannot read: modelled "
+                             "as full checkpointing, an upper bound");
+    }
+    return {spec};
+}
+
+std::vector<std::string> checkpointedModules(const std::vector<LayerStats>& layers, const CheckpointSpec& spec)
+{
+    switch (spec.mode) {
+    case CheckpointMode::None:
+    case CheckpointMode::Auto:
+        return {};
+    case CheckpointMode::Modules: {
+        auto paths = modulesMatching(layers, spec.modules, "--checkpoint");
+        return paths;
+    }
+    case CheckpointMode::Full:
+    case CheckpointMode::Selective:
+        break;
+    }
+    const auto blocks = largestRepeatedBlocks(layers);
+    if (blocks.size() < 2)
+        throw std::invalid_argument("--checkpoint " + spec.text() + " checkpoints each repeated block (a decoder's "
+            "layers), and this model repeats none: name the modules instead (--checkpoint PATH,PATH, \"*\" for any "
+            "one name)");
+    std::vector<std::string> out;
+    for (std::size_t k = 0; k < blocks.size(); k += static_cast<std::size_t>(spec.every))
+        out.push_back(blocks[k]);
+    return out;
 }
 
 std::vector<std::string> repeatedBlocks(const Report& r, const std::vector<std::string>& candidates)

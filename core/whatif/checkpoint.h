@@ -30,8 +30,69 @@ enum class CheckpointImpl {
 const char* checkpointImplName(CheckpointImpl impl); // "reentrant" | "non-reentrant"
 std::optional<CheckpointImpl> checkpointImplFromName(const std::string& name);
 
+// What the checkpoint keeps of a segment's forward besides its input.
+enum class CheckpointSaves {
+    Nothing, // full: every op of the segment runs again in its backward
+    // selective (torch.utils.checkpoint.create_selective_checkpoint_contexts, torchtitan's op-level policy): the
+    // outputs of matrix products and attention (aten::mm, addmm, bmm, the scaled-dot-product attention kernels)
+    // MUST_SAVE, kept from the forward until the recomputation takes them; every other op recomputed
+    MatmulsAndAttention,
+};
+// Whether selective checkpointing keeps the output of an allocation made inside `op` (an ATen op name).
+bool savedBySelectiveCheckpoint(const std::string& op);
+
+// --checkpoint as a run's option: typed once where the text enters (the command line, the window) and handed down.
+enum class CheckpointMode {
+    None,
+    Full, // each repeated block (largestRepeatedBlocks: a decoder's layers) checkpointed, non-reentrant
+    Selective, // the same blocks, their matmul and attention outputs saved (CheckpointSaves::MatmulsAndAttention)
+    Modules, // the modules named (paths, "*" for any one name)
+    Auto, // the least recompute that fits a budget (planCheckpoints)
+};
+struct CheckpointSpec {
+    CheckpointMode mode = CheckpointMode::None;
+    std::string modules; // Modules: the paths or patterns as given ("layers.*")
+    int every = 1; // Full and Selective: every K-th block only, the first of each K (torchtitan's ac_freq)
+    // How the checkpoint runs: non-reentrant (torchtitan, Hugging Face, checkpoint_wrapper) unless asked; named
+    // modules keep the what-if's old default, reentrant (PyTorch 1.13's)
+    std::optional<CheckpointImpl> impl;
+
+    bool none() const { return mode == CheckpointMode::None; }
+    CheckpointImpl implementation() const
+    {
+        return impl.value_or(mode == CheckpointMode::Modules ? CheckpointImpl::Reentrant : CheckpointImpl::NonReentrant);
+    }
+    CheckpointSaves saves() const
+    {
+        return mode == CheckpointMode::Selective ? CheckpointSaves::MatmulsAndAttention : CheckpointSaves::Nothing;
+    }
+    // "none", "full", "selective", "full (every 2nd block)", "layers.0,layers.1", "auto": for tables and notes.
+    std::string text() const;
+    bool operator==(const CheckpointSpec& o) const
+    {
+        return mode == o.mode && modules == o.modules && every == o.every && implementation() == o.implementation();
+    }
+};
+// "none" | "full" | "selective" | "auto" | module paths (comma-separated, "*" for any one name); throws
+// std::invalid_argument naming --checkpoint (every < 1, selective with a reentrant implementation).
+CheckpointSpec parseCheckpointSpec(const std::string& text, int every = 1, std::optional<CheckpointImpl> impl = std::nullopt);
+// --checkpoint's text: a list of none, full and selective is one spec each (an axis: "none,selective,full"); anything
+// else is one spec (parseCheckpointSpec: "auto", or module paths "layers.0,layers.1").
+std::vector<CheckpointSpec> parseCheckpointSpecs(
+    const std::string& text, int every = 1, std::optional<CheckpointImpl> impl = std::nullopt);
+// The checkpoints a training step of `model` is analysed with: those asked for (--checkpoint), else the one the model
+// was exported with (ModelInfo::exported_checkpointing: its modules, named), saying so in `notes`; none where
+// neither is.
+std::vector<CheckpointSpec> checkpointsToAnalyze(
+    const std::vector<CheckpointSpec>& asked, const ModelInfo& model, std::vector<std::string>* notes = nullptr);
+// The modules a spec checkpoints in a model's tree (layers in the tree's order): full and selective, every `every`-th
+// of the repeated blocks; named modules, those matched; none and auto: none. Throws std::invalid_argument: no
+// repeated block to checkpoint, a path or pattern the model lacks.
+std::vector<std::string> checkpointedModules(const std::vector<LayerStats>& layers, const CheckpointSpec& spec);
+
 struct CheckpointPrediction {
     CheckpointImpl impl = CheckpointImpl::Reentrant;
+    CheckpointSaves saves = CheckpointSaves::Nothing;
     std::vector<std::string> checkpoint; // module paths checkpointed (the outermost of those asked)
     std::int64_t recorded_peak_bytes = 0; // the plain step's
     std::int64_t recorded_peak_total_bytes = 0;
@@ -41,7 +102,20 @@ struct CheckpointPrediction {
     // recorded - predicted peak: negative when the checkpoint makes the peak worse.
     std::int64_t saving_bytes = 0;
     double recompute_ms = 0.0; // the recorded forward time of the checkpointed modules
-    std::vector<std::string> notes; // modules left out and why, a plan that makes the peak worse, ...
+    // What runs again in the backward: the ops recomputed and their share of the forward's ops and of its
+    // allocated bytes (selective checkpointing recomputes the cheap ops and keeps the matmuls').
+    std::int64_t recomputed_ops = 0;
+    std::int64_t forward_ops = 0;
+    std::int64_t recomputed_bytes = 0; // bytes allocated by the recomputation
+    std::int64_t forward_bytes = 0; // bytes allocated by the forward phase
+    double recomputeShare() const
+    {
+        return forward_ops > 0 ? static_cast<double>(recomputed_ops) / static_cast<double>(forward_ops) : 0.0;
+    }
+    // For each event of the predicted trace, the event of the recorded one whose size it has (a recomputation's
+    // copy: the event copied); -1 for a new event of its own size (the RNG state). A what-if scales the predicted
+    // trace along the batch with it (WhatIf::withCheckpoint).
+    std::vector<std::int64_t> event_source;    std::vector<std::string> notes; // modules left out and why, a plan that makes the peak worse, ...
     // The predicted step (trace, peak, ledgers at the peak): the timeline draws it over the recorded one.
     std::shared_ptr<const Report> report;
 
@@ -56,8 +130,12 @@ std::vector<std::string> checkpointableModules(const Report& r);
 // module inside another one asked for is left out, with a note). withReserved: also replay the caching
 // allocator (slower). Throws std::invalid_argument: not a training step, an unknown path, the root, a report
 // without forward uses (saved before memledger recorded them).
+// saves: what the segments keep (MatmulsAndAttention needs the non-reentrant implementation).
 CheckpointPrediction predictCheckpoint(const Report& r, const std::vector<std::string>& paths,
-    CheckpointImpl impl = CheckpointImpl::Reentrant, bool withReserved = true);
+    CheckpointImpl impl = CheckpointImpl::Reentrant, bool withReserved = true,
+    CheckpointSaves saves = CheckpointSaves::Nothing);
+// The step of a spec (checkpointedModules over the report's layers); `spec` none: the report's own figures.
+CheckpointPrediction predictCheckpoint(const Report& r, const CheckpointSpec& spec, bool withReserved = true);
 
 // The set of modules (at any depth) whose checkpointing brings the predicted peak total within `budget` bytes
 // with the least recompute time: a greedy search over checkpointableModules() followed by local improvement

@@ -42,6 +42,11 @@ struct WhatIf::Fit {
     bool reliable = true;
     std::vector<std::string> notes;
     std::vector<std::string> figure_notes; // RawRun::figure_notes of its records: said once by WhatIf::notes()
+    // The tensors the forward's ops took (RawRun::forward_uses of the run at b2): what the checkpoint stage reads.
+    std::shared_ptr<const std::vector<TensorUse>> forward_uses;
+    // A fit of the checkpointed step (WhatIf::withCheckpoint): the plain step's fit it was made from (its records
+    // are the plain step's, so a row at a recorded size is predicted, not measured), else null.
+    std::shared_ptr<const Fit> plain;
 
     std::int64_t inputBytes(std::int64_t x) const;
     std::vector<Shape> inputsAt(std::int64_t x) const; // the inputs at batch (or sequence) x

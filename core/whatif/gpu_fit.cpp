@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 
 namespace memledger {
@@ -171,42 +172,78 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
     std::sort(t.gpu_counts.begin(), t.gpu_counts.end());
     t.gpu_counts.erase(std::unique(t.gpu_counts.begin(), t.gpu_counts.end()), t.gpu_counts.end());
     setOverheadEstimates(t);
-    for (const auto& precision : r.precisions)
-        for (auto shard : r.shards) {
-            GpuFitAnswer a;
-            a.precision = precision;
-            a.shard = shardingName(shard);
-            const auto one = planFor(r, precision, shard, 1);
-            const auto why = notRecorded(w, one);
-            if (!why.empty()) {
-                a.not_modelled = why;
-                t.answers.push_back(a);
-                continue;
+    // Each checkpoint's what-if, made once (the plain one as it is).
+    const auto specs = r.checkpoints.empty() ? std::vector<CheckpointSpec> {CheckpointSpec {}} : r.checkpoints;
+    std::vector<WhatIf> stepOf;
+    std::vector<std::optional<WhatIf>> seqOf;
+    std::vector<double> shareOf;
+    std::vector<std::string> whyNot; // a checkpoint the model cannot take (no repeated block): its rows say why
+    for (const auto& spec : specs) {
+        try {
+            stepOf.push_back(w.withCheckpoint(spec));
+            seqOf.push_back(r.seq_whatif ? std::optional<WhatIf>(r.seq_whatif->withCheckpoint(spec)) : std::nullopt);
+            double share = 0.0;
+            if (!spec.none()) { // the recomputed ops' share, from the step at the smallest micro-batch
+                auto plainStep = w.predictedReport(w.runnableRange().min, w.dtypes().front());
+                share = predictCheckpoint(plainStep, spec, false).recomputeShare();
             }
-            a.last_record = w.lastRecord(w.rankPrecision(one)); // the same records at every GPU count
-            std::int64_t previous = -1;
-            for (int n : t.gpu_counts) {
-                auto plan = planFor(r, precision, shard, n);
-                const auto budget = t.allocatorBudget(n);
-                // DDP's rank is the same on any number of GPUs (past one, NCCL's share off the budget).
-                std::int64_t largest = 0;
-                if (shard == Sharding::Ddp && previous >= 0 && n > 2)
-                    largest = previous;
-                else
-                    largest = budget > 0 ? w.maxRankBatch(plan, budget, r.with_reserved) : 0;
-                previous = largest;
-                a.largest.emplace_back(n, largest);
-                if (largest > 0 && a.fewest_gpus == 0) {
-                    a.fewest_gpus = n;
-                    a.micro_batch = largest;
-                    a.at = w.predictRank(largest, plan, r.with_reserved, budget);
-                    a.at->fits = true;
-                    if (r.seq_whatif)
-                        a.longest_seq = r.seq_whatif->maxRankBatch(plan, budget, r.with_reserved);
-                }
-            }
-            t.answers.push_back(a);
+            shareOf.push_back(share);
+            whyNot.emplace_back();
+        } catch (const std::invalid_argument& e) {
+            if (spec.none())
+                throw;
+            stepOf.push_back(w);
+            seqOf.emplace_back();
+            shareOf.push_back(0.0);
+            whyNot.emplace_back(e.what());
         }
+    }
+    for (const auto& precision : r.precisions)
+        for (auto shard : r.shards)
+            for (std::size_t c = 0; c < specs.size(); ++c) {
+                const WhatIf& step = stepOf[c];
+                GpuFitAnswer a;
+                a.precision = precision;
+                a.shard = shardingName(shard);
+                a.checkpoint = specs[c].text();
+                a.recompute_share = shareOf[c];
+                const auto one = planFor(r, precision, shard, 1);
+                const auto why = whyNot[c].empty() ? notRecorded(step, one) : whyNot[c];
+                if (!why.empty()) {
+                    a.not_modelled = why;
+                    t.answers.push_back(a);
+                    continue;
+                }
+                a.last_record = step.lastRecord(step.rankPrecision(one)); // the same records at every GPU count
+                std::int64_t previous = -1;
+                for (int n : t.gpu_counts) {
+                    auto plan = planFor(r, precision, shard, n);
+                    const auto budget = t.allocatorBudget(n);
+                    // DDP's rank is the same on any number of GPUs (past one, NCCL's share off the budget).
+                    std::int64_t largest = 0;
+                    if (shard == Sharding::Ddp && previous >= 0 && n > 2)
+                        largest = previous;
+                    else
+                        largest = budget > 0 ? step.maxRankBatch(plan, budget, r.with_reserved) : 0;
+                    previous = largest;
+                    a.largest.emplace_back(n, largest);
+                    if (largest > 0 && a.fewest_gpus == 0) {
+                        a.fewest_gpus = n;
+                        a.micro_batch = largest;
+                        a.at = step.predictRank(largest, plan, r.with_reserved, budget);
+                        a.at->fits = true;
+                        if (seqOf[c])
+                            a.longest_seq = seqOf[c]->maxRankBatch(plan, budget, r.with_reserved);
+                    }
+                }
+                if (a.fewest_gpus == 0 && !t.gpu_counts.empty()) { // how far the closest row is from fitting
+                    const int n = t.gpu_counts.back();
+                    a.closest = step.predictRank(
+                        t.runnable.min, planFor(r, precision, shard, n), r.with_reserved, t.allocatorBudget(n));
+                    a.closest->fits = false;
+                }
+                t.answers.push_back(a);
+            }
     bool atRangeEnd = false;
     for (const auto& a : t.answers)
         for (const auto& [n, b] : a.largest)

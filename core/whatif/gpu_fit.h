@@ -23,6 +23,9 @@ struct GpuFitRequest {
     std::int64_t budget = 0;
     std::string budget_text;
     ParallelPlan base; // units, reshard_after_forward, buckets: what the user set
+    // Activation checkpointing (an axis: none, selective, full): each precision and strategy answered for each, the
+    // step's what-if rewritten by WhatIf::withCheckpoint. Empty: none only.
+    std::vector<CheckpointSpec> checkpoints;
     bool with_reserved = true;
     // The same step's what-if along the sequence at the smallest micro-batch: each answer also gets the longest
     // sequence that fits at its fewest GPUs. nullptr: not asked.

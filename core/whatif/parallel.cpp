@@ -63,21 +63,6 @@ std::vector<std::string> defaultShardUnits(const std::vector<LayerStats>& layers
     return units;
 }
 
-namespace {
-
-std::vector<std::string> splitDotted(const std::string& path)
-{
-    std::vector<std::string> out(1);
-    for (char c : path) {
-        if (c == '.')
-            out.emplace_back();
-        else
-            out.back() += c;
-    }
-    return out;
-}
-
-} // namespace
 
 std::vector<std::string> unitsBelowRoot(const ParallelPlan& plan, const std::vector<LayerStats>& layers)
 {
@@ -95,34 +80,7 @@ std::vector<std::string> inputCastUnits(const ParallelPlan& plan, const std::vec
 
 std::vector<std::string> shardUnitsMatching(const std::vector<LayerStats>& layers, const std::string& pattern)
 {
-    std::vector<std::string> units;
-    for (auto item : splitComma(pattern)) {
-        while (!item.empty() && item.front() == ' ')
-            item.erase(item.begin());
-        while (!item.empty() && item.back() == ' ')
-            item.pop_back();
-        if (item.empty())
-            continue;
-        // A path whose components may be "*" (any one module name): "layers.*", "layers.*.feed_forward".
-        const auto parts = splitDotted(item);
-        bool any = false;
-        for (const auto& l : layers) {
-            if (l.path.empty())
-                continue;
-            const auto names = splitDotted(l.path);
-            bool match = names.size() == parts.size();
-            for (std::size_t k = 0; match && k < parts.size(); ++k)
-                match = parts[k] == "*" || parts[k] == names[k];
-            if (!match)
-                continue;
-            any = true;
-            if (std::find(units.begin(), units.end(), l.path) == units.end())
-                units.push_back(l.path);
-        }
-        if (!any)
-            throw std::invalid_argument("--shard-units: the model has no module '" + item + "'"
-                + (item.find('*') != std::string::npos ? " (\"*\" stands for one module name)" : ""));
-    }
+    auto units = modulesMatching(layers, pattern, "--shard-units");
     units.push_back("");
     return units;
 }
@@ -255,13 +213,36 @@ Hooks findHooks(const Trace& t, const std::vector<OpCall>& ops, const std::vecto
         if (op.backward) {
             if (!h.pre_backward.count(unit))
                 h.pre_backward[unit] = op.first_event;
-            h.post_backward[unit] = op.end_event;
+            // A node that allocates and frees nothing (a residual's AddBackward0) has no place of its own: it stands
+            // at the next event, which a checkpointed unit's recomputation, inserted before the next unit's first
+            // node, would put after that recomputation. The unit's post-backward follows its last node that did.
+            if (op.first_event < op.end_event || !h.post_backward.count(unit))
+                h.post_backward[unit] = op.end_event;
         } else if (op.first_event >= forward->first_event && op.first_event < forward->end_event) {
             if (!h.pre_forward.count(unit)) {
                 h.pre_forward[unit] = op.first_event;
                 h.forward_order.push_back(unit);
             }
             h.post_forward[unit] = op.end_event;
+        }
+    }
+    // A checkpointed unit's recomputation (whatif/checkpoint.h: its forward's events copied into the backward, outside
+    // any op) runs when its first backward node unpacks a saved tensor, after the unit's pre-backward hook: the unit's
+    // backward begins with it.
+    {
+        std::vector<bool> inOp(t.size(), false);
+        for (const auto& op : ops)
+            for (auto i = op.first_event; i < op.end_event && i < t.size(); ++i)
+                inOp[i] = true;
+        for (auto i = backward->first_event; i < backward->end_event && i < t.size(); ++i) {
+            if (inOp[i] || t.action[i] != Action::Alloc)
+                continue;
+            const auto unit = unitOf(t.strings.at(t.where[i]), units);
+            if (unit.empty())
+                continue;
+            auto it = h.pre_backward.find(unit);
+            if (it != h.pre_backward.end() && i < it->second)
+                it->second = i;
         }
     }
     // A unit holding another (a block wrapped with its MLP wrapped inside) runs its hooks around the inner unit's:

@@ -39,9 +39,7 @@ bool weightsFromTensors(const ModelInfo& model, const std::string& dtype, std::i
 
 std::string percent(double v)
 {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.1f%%", v);
-    return buf;
+    return formatPercent(v);
 }
 
 const char* axisWord(WhatIfAxis axis)
@@ -134,6 +132,7 @@ std::shared_ptr<WhatIf::Fit> makeFit(const ModelInfo& model, const std::vector<L
     f->target_bytes_per_sample = b2 > 0 ? std::max<std::int64_t>(0, r2.input_bytes - f->inputBytes(b2)) / b2 : 0;
 
     f->figure_notes = r2.figure_notes;
+    f->forward_uses = std::make_shared<const std::vector<TensorUse>>(r2.forward_uses);
     std::vector<std::string> converted; // read before the runs are moved into their reports
     for (const auto& n : r2.notes)
         if (n.rfind("converted: ", 0) == 0)
@@ -975,7 +974,7 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
 
     auto recorded
         = std::find_if(f.recorded.begin(), f.recorded.end(), [&](const Fit::Recorded& r) { return r.batch == batch; });
-    if (recorded != f.recorded.end()) {
+    if (recorded != f.recorded.end() && !f.plain) {
         p.method = FigureMethod::Measured;
         p.predicted_peak_bytes = recorded->peak;
         p.peak_event = recorded->peak_event;
@@ -1186,9 +1185,26 @@ Trace WhatIf::predictedTrace(std::int64_t batch, const std::string& dtype) const
 Report WhatIf::predictedReport(std::int64_t batch, const std::string& dtype) const
 {
     const auto& f = fit(dtype, batch);
+    if (!f.plain)
+        return reportOf(f, batch, dtype);
+    // The checkpointed step: the plain step's report at this size, rewritten as the stage rewrote its fits.
+    auto plain = reportOf(*f.plain, batch, dtype);
+    auto c = predictCheckpoint(plain, checkpoint_, false);
+    Report report = *c.report;
+    report.notes.insert(report.notes.begin(), c.notes.begin(), c.notes.end());
+    return report;
+}
+
+Report WhatIf::reportOf(const Fit& f, std::int64_t batch, const std::string& dtype) const
+{
     RawRun raw;
-    raw.trace = predictedTrace(batch, dtype);
+    raw.trace = *f.trace;
+    for (std::size_t i = 0; i < raw.trace.size(); ++i)
+        if (f.sign[i])
+            raw.trace.bytes[i] = f.sizeAt(i, static_cast<double>(batch));
     raw.ops = *f.ops;
+    if (f.forward_uses)
+        raw.forward_uses = *f.forward_uses;
     // Output shapes: the batch (dimension 0) or the sequence (dimension 1) of the largest record replaced.
     const std::size_t dim = f.axis == WhatIfAxis::Seq ? 1 : 0;
     for (auto& op : raw.ops)

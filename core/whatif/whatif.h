@@ -10,6 +10,7 @@
 #include "recording/model.h"
 #include "report/report.h"
 #include "report/whatif_table.h"
+#include "whatif/checkpoint.h"
 #include "whatif/parallel.h"
 
 #include <array>
@@ -119,6 +120,16 @@ public:
     // others stay. A size further found the model refuses narrows the range too. True if any precision changed.
     bool keepFurthest(const WhatIf& further);
 
+    // The same what-if for the step with activation checkpointing (whatif/checkpoint.h; full or selective: each
+    // repeated block): each fit's step rewritten once by the checkpoint what-if (predictCheckpoint) at its largest
+    // record, its allocations sized along the batch from the plain step's fits, so that predict, predictRank,
+    // maxRankBatch and the fit table answer for the checkpointed job; its reports (predictedReport,
+    // predictedRankReport) are the plain step's report rewritten. `spec` none: this what-if. Throws
+    // std::invalid_argument: not a training step, auto, a model without repeated blocks or records without the
+    // forward's tensor uses (checkpointing a checkpointed what-if again).
+    WhatIf withCheckpoint(const CheckpointSpec& spec) const;
+    const CheckpointSpec& checkpoint() const { return checkpoint_; }
+
     // Every dtype predict() accepts but the FSDP records (support/dtype.h), which ranks are laid over (predictRank).
     std::vector<std::string> dtypes() const;
     // Whether predict() accepts `precision`: every dtype does; a mixed one where it was recorded (support/dtype.h).
@@ -146,6 +157,9 @@ private:
     std::vector<std::shared_ptr<const Fit>> fits_;
     std::vector<std::string> notes_;
     SizeRange range_;
+    CheckpointSpec checkpoint_; // withCheckpoint's: the stage its fits were rewritten by (none: the recorded step)
+    // The report of fit `f` at `batch` (the recorded step's: a checkpointed fit's plain one).
+    Report reportOf(const Fit& f, std::int64_t batch, const std::string& dtype) const;
     // The largest size within the runnable range and `upTo` for which `fits` holds: doubling from the smallest
     // to the first that does not, then halving the gap. 0 if not even the smallest.
     std::int64_t largestFitting(std::int64_t upTo, const std::function<bool(std::int64_t)>& fits) const;

@@ -46,7 +46,7 @@ import traceback
 import warnings
 from collections.abc import Mapping
 
-from . import autocast_types, hf_masks, source_facts
+from . import autocast_types, checkpoint_record, hf_masks, source_facts
 
 __all__ = ["export", "ExportError"]
 
@@ -597,7 +597,8 @@ def _attempt(torch, model, dims, inputs, strict):
             options["dynamic_shapes"] = shapes
         captured = io.StringIO()
         try:
-            with _Quiet(), contextlib.redirect_stderr(captured), full_stack_traces(torch):
+            with _Quiet(), contextlib.redirect_stderr(captured), full_stack_traces(torch), \
+                    checkpoint_record.traced_plain(model):
                 ep = torch.export.export(model, tuple(inp.example for inp in inputs), **options)
         except Exception as e:  # noqa: BLE001 (any failure of the trace is reported with PyTorch's words)
             # What torch printed on the way (the partial graph of a failed trace) is dropped: the reason is
@@ -986,6 +987,9 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask=None, ve
         mask = hf_masks.record(model, max(masked - own_masks, 0), total, skippable, skip, skips)
         if mask is not None:
             extra[hf_masks.RECORD] = mask
+        checkpointing = checkpoint_record.record(model)  # torch.export keeps no checkpoint: memledger applies it
+        if checkpointing is not None:
+            extra[checkpoint_record.RECORD] = checkpointing
         torch.export.save(ep, path, extra_files=extra)
     else:
         torch.export.save(ep, path)
@@ -995,6 +999,11 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask=None, ve
             "torch.", "") if isinstance(i.value, torch.Tensor) else type(i.value).__name__) for i in inputs)
         _say(True, "%s(%s) -> %s%s" % (type(model).__name__, described, seen.get("output", "output"),
                                        ", use_cache=False" if cache_off else ""))
+        found = checkpoint_record.find(model)
+        if found:
+            _say(True, "activation checkpointing (%s): %d modules, %s; torch.export keeps none, so the file records it "
+                 "and memledger analyzes a training step with it (--checkpoint none: without)"
+                 % (found["source"], len(found["modules"]), found["implementation"]))
         if on_meta:
             _say(True, "built on the meta device: weights saved as shapes only, memledger runs it on meta%s"
                  % ("; the inputs %s traced as meta tensors" % ", ".join(moved) if moved else ""))
