@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include <iostream>
+#include <optional>
 
 namespace memledger {
 
@@ -83,6 +84,8 @@ int runAnalyze(const CliOptions& o)
     const std::string name = o.model.empty() ? kDemoModelName : o.model;
     Report report;
     OpenedFile file;
+    std::optional<Report> rankStep; // a rank's: the step it is laid over (its checkpointing remedies)
+    std::optional<ParallelPlan> rankPlan;
     try {
         file = openFileOrDemo(o.model);
         if (o.parallel()) {
@@ -93,7 +96,11 @@ int runAnalyze(const CliOptions& o)
             run.dtype = plan.paramDtype(); // the dtype the forward and backward compute in
             run.mode = RunMode::Train; // a rank of a training job
             run.cast_module_inputs = inputCastUnits(plan, layers);
-            report = rankReport(checkpointedStep(analyzeOpened(file, run), o, file), plan);
+            rankStep = checkpointedStep(analyzeOpened(file, run), o, file);
+            rankPlan = plan;
+            report = rankReport(*rankStep, plan);
+            if (!rankStep->forward_uses_recorded) // checkpointed already: its remedies are the step's as given
+                rankStep.reset();
         } else if (o.checkpointed()) {
             RunOptions run = o.run;
             run.mode = RunMode::Train;
@@ -118,7 +125,8 @@ int runAnalyze(const CliOptions& o)
         try {
             auto remedies = file.model
                 ? remediesForModel(*file.model, report, o.budget.value_or(0), o.tile,
-                      [](const std::string& step) { std::cerr << "memledger: " << step << "\n"; })
+                      [](const std::string& step) { std::cerr << "memledger: " << step << "\n"; }, nullptr,
+                      rankStep ? &*rankStep : nullptr, rankStep ? &*rankPlan : nullptr)
                 : computeRemedies(report);
             report.remedies = std::make_shared<const std::vector<Remedy>>(std::move(remedies));
         } catch (const std::exception&) {

@@ -310,6 +310,32 @@ TEST_F(Fsdp, SeventyBFitsWithCheckpointing)
     EXPECT_NE(gpuFitToHtml(t, "llama70b.pt2").find("<td class=l>full, "), std::string::npos);
 }
 
+// A rank's "What would help" offers checkpointing each block, selective and full, with the rank's figures laid over the
+// checkpointed step: the same peak total as analyze --checkpoint of that rank (checked against FSDPMemTracker above).
+TEST_F(Fsdp, RankRemediesOfferCheckpointing)
+{
+    const auto file = fixture("fsdp/toy.pt2");
+    const std::string rank = std::string(MEMLEDGER_BINARY) + " analyze " + file
+        + " --input 2x32:int64 --mode train --optimizer adamw --gpus 8 --shard fsdp --param-dtype bfloat16";
+    auto withRemedies = runCommand(rank + " --remedies --json " + fixture("fsdp/rank-remedies.json"));
+    ASSERT_EQ(withRemedies.exit_code, 0) << withRemedies.output;
+    EXPECT_NE(withRemedies.output.find("Checkpoint each block (full)"), std::string::npos) << withRemedies.output;
+    std::ifstream in(fixture("fsdp/rank-remedies.json"));
+    auto j = nlohmann::json::parse(in);
+    auto full = runCommand(rank + " --checkpoint full --json " + fixture("fsdp/rank-full.json"));
+    ASSERT_EQ(full.exit_code, 0) << full.output;
+    std::ifstream fin(fixture("fsdp/rank-full.json"));
+    const auto fullTotal = nlohmann::json::parse(fin)["peak_total_bytes"].get<std::int64_t>();
+    bool found = false;
+    for (const auto& m : j.value("remedies", nlohmann::json::array()))
+        if (m.value("title", std::string()) == "Checkpoint each block (full)") {
+            found = true;
+            EXPECT_EQ(m.value("peak_total_after_bytes", std::int64_t {0}), fullTotal);
+            EXPECT_LT(m.value("peak_total_after_bytes", std::int64_t {0}), j["peak_total_bytes"].get<std::int64_t>());
+        }
+    EXPECT_TRUE(found) << j.value("remedies", nlohmann::json::array()).dump();
+}
+
 const nlohmann::json& distTruth()
 {
     static const nlohmann::json truth = test::readTruth("dist/dist_truth.json", "make_dist_fixtures");

@@ -620,6 +620,34 @@ void addCheckpoint(const Report& r, std::int64_t budget, const RemedyMaker& base
     }
 }
 
+// A rank of a data-parallel job: each repeated block checkpointed (selective, then full), the step rewritten and the
+// rank laid out over it again (whatif/checkpoint.h, whatif/parallel.h).
+void addRankCheckpoint(const Report& step, const ParallelPlan& plan, const RemedyMaker& base, std::vector<Remedy>& out)
+{
+    for (const char* mode : {"selective", "full"}) {
+        try {
+            const auto spec = parseCheckpointSpec(mode);
+            auto c = predictCheckpoint(step, spec, false);
+            auto rank = rankReport(*c.report, plan);
+            auto m = base(RemedyKind::Checkpoint, std::string("Checkpoint each block (") + mode + ")");
+            m.change = "wrap each of the " + std::to_string(c.checkpoint.size()) + " blocks in checkpoint_wrapper "
+                "(non-reentrant" + std::string(spec.saves() == CheckpointSaves::MatmulsAndAttention
+                    ? ", a selective policy keeping matmul and attention outputs" : "")
+                + "), as torchtitan's apply_ac or activation_checkpointing_enable() do; --checkpoint " + mode;
+            m.peak_total_after = rank.peak_total_bytes;
+            m.reserve_after = rank.simulated_reserved_peak_bytes > 0 ? rank.simulated_reserved_peak_bytes : m.reserve_before;
+            m.details.push_back(std::to_string(c.recomputed_ops) + " of the forward's " + std::to_string(c.forward_ops)
+                + " ops run again in the backward (" + formatPercent(100.0 * c.recomputeShare()) + ")");
+            m.details.push_back("the rank (" + plan.text() + ") laid over the checkpointed step");
+            m.measure_how = MeasureHow::None;
+            if (m.peakSaving() > 0)
+                out.push_back(std::move(m));
+        } catch (const std::invalid_argument&) {
+            // no repeated block, or a step the checkpoint model cannot take: no row
+        }
+    }
+}
+
 // Tiling: a real run at the tile shape.
 void addTiling(const Report& r, const std::vector<std::int64_t>& tile, Model& model, const RemedyMaker& base,
     std::vector<Remedy>& out)
@@ -702,6 +730,8 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
         addFoldBatchNorm(r, base, out);
         addUnreadBuffers(r, base, out);
         addCheckpoint(r, options.budget, base, out);
+        if (options.rank_step && options.rank_plan)
+            addRankCheckpoint(*options.rank_step, *options.rank_plan, base, out);
         if (!options.tile.empty() && options.model)
             addTiling(r, options.tile, *options.model, base, out);
         if (r.gpu)
@@ -870,7 +900,7 @@ std::optional<Remedy> snapshotPeakRemedy(const Report& r)
 
 std::vector<Remedy> remediesForModel(Model& model, const Report& report, std::int64_t budget,
     const std::vector<std::int64_t>& tile, const std::function<void(const std::string&)>& progress,
-    const std::atomic<bool>* cancel)
+    const std::atomic<bool>* cancel, const Report* rankStep, const ParallelPlan* rankPlan)
 {
     RunOptions base = optionsOf(report);
     base.cancel = cancel;
@@ -892,6 +922,8 @@ std::vector<Remedy> remediesForModel(Model& model, const Report& report, std::in
     options.tile = tile;
     options.whatif = &w;
     options.model = &model;
+    options.rank_step = rankStep;
+    options.rank_plan = rankPlan;
     if (!tile.empty() && progress)
         progress("tiling run at " + shapeToString(tile));
     return computeRemedies(report, options);

@@ -10,6 +10,7 @@
 #include "allocator/caching_allocator.h"
 #include "report/remedy.h"
 #include "report/report.h"
+#include "whatif/parallel.h"
 
 #include <atomic>
 #include <cstdint>
@@ -28,6 +29,10 @@ struct RemedyOptions {
     std::vector<std::int64_t> tile; // the input's last dimensions for the tiling run ({512, 512}); empty: none
     const WhatIf* whatif = nullptr; // records of this model: lower precision, largest batch, micro-batching
     Model* model = nullptr; // the model of the report: the tiling remedy is measured by a run at the tile shape
+    // A rank's report (whatif/parallel.h): the step it was laid over and the plan, for the rank's checkpointing
+    // remedies (each block checkpointed, selective and full, laid out as the rank again).
+    const Report* rank_step = nullptr;
+    const ParallelPlan* rank_plan = nullptr;
 };
 
 // The remedies for `report`, best first. Needs only the report for in-place, BatchNorm folding, unread buffers
@@ -38,9 +43,10 @@ std::vector<Remedy> computeRemedies(const Report& report, const RemedyOptions& o
 // The remedies of a model's report with what they need: what-if records of the report's run (batch 1 upward,
 // its dtype and the lower precisions, planned as WhatIf::recordPlanned does) and, with a tile, the tiling run.
 // `progress` (may be empty) is told each record. Throws RunError, Cancelled.
+// `rankStep` and `rankPlan`: RemedyOptions' (a rank's report).
 std::vector<Remedy> remediesForModel(Model& model, const Report& report, std::int64_t budget,
     const std::vector<std::int64_t>& tile, const std::function<void(const std::string&)>& progress = {},
-    const std::atomic<bool>* cancel = nullptr);
+    const std::atomic<bool>* cancel = nullptr, const Report* rankStep = nullptr, const ParallelPlan* rankPlan = nullptr);
 
 // Measures `remedy` by a real run and returns it with measured_peak_total, measured_reserve (the reserve
 // simulated from the measured run's trace, or the GPU's own on a GPU run) and method "measured".
