@@ -137,6 +137,40 @@ TEST(Cli, ParsesShapesAndRejectsNonsense)
     EXPECT_EQ(*w.budget, std::int64_t {16} << 30);
 }
 
+// --checkpoint is typed where the text enters: one spec, or an axis of modes for fit and whatif --gpus; what cannot be
+// answered is refused with a message that names the flag.
+TEST(Cli, CheckpointIsTypedOnceAndRefusedWhereItCannotBeAnswered)
+{
+    auto fit = parseCli({"fit", "m.pt2", "--budget", "H100-80GB", "--checkpoint", "none,selective,full", "--checkpoint-every", "2"});
+    ASSERT_EQ(fit.checkpoints.size(), 3u);
+    EXPECT_TRUE(fit.checkpoints[0].none());
+    EXPECT_EQ(fit.checkpoints[1].text(), "selective (every 2nd block)");
+    EXPECT_EQ(fit.checkpoints[2].implementation(), CheckpointImpl::NonReentrant);
+    auto paths = parseCli({"analyze", "m.pt2", "--mode", "train", "--checkpoint", "layers.*.feed_forward,layers.0"});
+    ASSERT_EQ(paths.checkpoints.size(), 1u);
+    EXPECT_EQ(paths.checkpoints[0].mode, CheckpointMode::Modules);
+    EXPECT_EQ(paths.checkpoints[0].implementation(), CheckpointImpl::Reentrant); // named modules: as before
+    auto rank = parseCli({"whatif", "m.pt2", "--gpus", "8,64", "--shard", "fsdp", "--checkpoint", "full,none"});
+    EXPECT_EQ(rank.checkpoints.size(), 2u);
+    auto refused = [](const std::vector<std::string>& args, const std::string& says) {
+        try {
+            parseCli(args);
+            ADD_FAILURE() << "accepted: " << args.back();
+        } catch (const std::invalid_argument& e) {
+            EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+        }
+    };
+    refused({"analyze", "m.pt2", "--checkpoint", "none,full"}, "--checkpoint");
+    refused({"fit", "m.pt2", "--budget", "80GB", "--checkpoint", "auto"}, "--checkpoint auto");
+    refused({"analyze", "m.pt2", "--gpus", "8", "--checkpoint", "auto"}, "--checkpoint auto");
+    refused({"analyze", "m.pt2", "--mode", "inference", "--checkpoint", "full"}, "--checkpoint");
+    refused({"analyze", "m.pt2", "--mode", "train", "--checkpoint", "layers.0", "--checkpoint-every", "2"}, "--checkpoint-every");
+    refused({"analyze", "m.pt2", "--mode", "train", "--checkpoint", "selective", "--checkpoint-impl", "reentrant"},
+        "--checkpoint selective");
+    refused({"analyze", "m.pt2", "--checkpoint-every", "2"}, "--checkpoint-every");
+    refused({"ranks", "a.pickle", "--checkpoint", "full"}, "--checkpoint");
+}
+
 TEST(OpenFile, DetectsTheKindByContentNotByName)
 {
     auto dir = std::filesystem::temp_directory_path() / ("memledger-kind-" + std::to_string(::getpid()));
