@@ -333,6 +333,7 @@ void MainWindow::connectViews()
     connect(whatIf_, &WhatIfController::rankReady, this, &MainWindow::showRank);
     connect(whatIf_, &WhatIfController::ready, this, &MainWindow::updateGpuFit);
     connect(whatIf_, &WhatIfController::budgetChanged, this, &MainWindow::updateGpuFit);
+    connect(whatIf_->panel(), &WhatIfPanel::checkpointChanged, this, &MainWindow::updateGpuFit);
     connect(gpuFit_, &GpuFitView::recordFurtherRequested, this, [this](qint64 x) {
         gpuFit_->clear(tr("Recording the step up to micro-batch %1…").arg(x));
         whatIf_->recordUpTo(x);
@@ -440,8 +441,8 @@ void MainWindow::updateGpuFit()
         return;
     }
     request.precisions.push_back("float16"); // every precision the What if panel offers: it shows the rows of its own
-    // and every checkpointing its Checkpointing row offers (a model without repeated blocks: those rows say why)
-    request.checkpoints = parseCheckpointSpecs("none,selective,full");
+    // with the checkpointing its Checkpointing row has (a model without repeated blocks: the rows say why)
+    request.checkpoints = {parseCheckpointSpec(whatIf_->panel()->checkpoint().toStdString())};
     request.with_reserved = w->eventCount(w->dtypes().front()) <= 200000;
     // Off the GUI thread (a 7B step takes a second or more); the latest request wins.
     const auto generation = ++gpuFitGeneration_;

@@ -217,6 +217,7 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
         repredict();
         updateFitTable();
         updateGpuFit();
+        emit checkpointChanged();
     });
     connect(showRank_, &QPushButton::clicked, this, &WhatIfPanel::requestRank);
     connect(budgetBox_, &QComboBox::currentTextChanged, this, [this] {

@@ -85,6 +85,8 @@ signals:
     void measureRequested(std::int64_t batch, const QString& dtype);
     // The budget typed or chosen, once it rests (What would help uses the same budget).
     void budgetChanged(std::int64_t bytes);
+    // The Checkpointing row changed: the window's GPUs tab answers for the new choice.
+    void checkpointChanged();
     // Batch or precision changed; the window may show predictedReport() in its other views.
     void predictionChanged(const memledger::Prediction& prediction);
     // "Show this rank": the window shows the predicted step of one rank (timeline, tree, ledgers) at this batch.
