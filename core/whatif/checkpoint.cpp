@@ -419,16 +419,8 @@ private:
             if (static_cast<std::int64_t>(t_.op_seq[static_cast<std::size_t>(i)]) > stopOp && a == Action::Alloc)
                 continue; // not run again (early stop): what it would have made is not made
 
-            if (inSavedOp(i)) {
-                // Selective: the op does not run again. A kept output its forward freed is freed where the
-                // recomputation's reader of it returns.
-                auto al = a == Action::Free ? t_.partner[static_cast<std::size_t>(i)] : kNoPartner;
-                if (al != kNoPartner && static_cast<std::int64_t>(al) >= s.fwdBegin && madeIn(s, al) && keptOutput(al)) {
-                    edit_->move(static_cast<std::size_t>(i), static_cast<std::size_t>(bs));
-                    place(static_cast<std::size_t>(i), bs, kRecompute, seq++, time);
-                }
-                continue;
-            }
+            // Selective: a kept output its forward freed is freed where the recomputation's reader of it returns, and
+            // a kept op does not run again.
             if (a == Action::Free) {
                 auto al = t_.partner[static_cast<std::size_t>(i)];
                 if (al != kNoPartner && static_cast<std::int64_t>(al) >= s.fwdBegin && madeIn(s, al) && keptOutput(al)) {
@@ -437,6 +429,8 @@ private:
                     continue;
                 }
             }
+            if (inSavedOp(i))
+                continue;
             if (a == Action::Alloc && madeIn(s, i)) {
                 recomputedBytes_ += t_.bytes[static_cast<std::size_t>(i)];
                 auto c = copyEvent(i, bs, kRecompute, seq++, time);
