@@ -14,6 +14,7 @@
 #include "snapshot/snapshot_writer.h"
 #include "support/atomic_file.h"
 #include "support/errors.h"
+#include "whatif/accumulation.h"
 #include "whatif/remedies.h"
 #include "session/ranks.h"
 
@@ -101,10 +102,10 @@ int runAnalyze(const CliOptions& o)
             report = rankReport(*rankStep, plan);
             if (!rankStep->forward_uses_recorded) // checkpointed already: its remedies are the step's as given
                 rankStep.reset();
-        } else if (o.checkpointed()) {
+        } else if (o.checkpointed() || o.grad_accum > 1) {
             RunOptions run = o.run;
             run.mode = RunMode::Train;
-            report = checkpointedStep(analyzeOpened(file, run), o, file);
+            report = accumulatedReport(checkpointedStep(analyzeOpened(file, run), o, file), o.grad_accum);
         } else {
             report = checkpointedStep(analyzeOpened(file, o.run), o, file);
         }

@@ -74,6 +74,8 @@ std::string usageText()
            "  memledger whatif MODEL.pt --mode train --checkpoint PATH[,PATH...]|auto [--budget SIZE]\n"
            "                    [--checkpoint-impl reentrant|non-reentrant] [RUN] [--json FILE]\n"
            "  memledger analyze|whatif|fit MODEL ... --checkpoint none|full|selective [--checkpoint-every K]\n"
+           "  memledger analyze|whatif|fit MODEL ... --grad-accum K   (K micro-batches per optimizer step)\n"
+           "  memledger fit MODEL --budget SIZE --global-batch G   (the micro-batch and micro-steps that reach G)\n"
            "                    activation checkpointing of each repeated block (non-reentrant; selective keeps\n"
            "                    the outputs of matmuls and attention), on one device or per rank (--gpus,\n"
            "                    --shard); fit and whatif --gpus take several: --checkpoint none,selective,full\n"
@@ -273,6 +275,13 @@ CliOptions parseCli(const std::vector<std::string>& args)
             checkpointText = value(a);
             if (splitComma(checkpointText).empty())
                 throw std::invalid_argument("--checkpoint needs none, full, selective, auto or module paths (layers.*)");
+        } else if (a == "--grad-accum") {
+            const auto k = parsePositive(a, value(a));
+            if (k > 1 << 20)
+                throw std::invalid_argument("--grad-accum " + std::to_string(k) + " is more micro-batches than any job accumulates");
+            o.grad_accum = static_cast<int>(k);
+        } else if (a == "--global-batch") {
+            o.global_batch = parsePositive(a, value(a));
         } else if (a == "--checkpoint-every") {
             checkpointEvery = static_cast<int>(parsePositive(a, value(a)));
         } else if (a == "--checkpoint-impl") {
@@ -350,6 +359,22 @@ CliOptions parseCli(const std::vector<std::string>& args)
         throw std::invalid_argument("--watch follows a file a job rewrites, not the built-in " + o.model);
     if (o.command == "ranks" && o.rank_files.empty() && !o.help)
         throw std::invalid_argument("ranks needs the snapshots (or reports) of the ranks, or a folder of them");
+    if (o.grad_accum > 1) {
+        if (o.command != "whatif" && o.command != "analyze" && o.command != "fit")
+            throw std::invalid_argument("--grad-accum is for analyze, whatif and fit (a training step)");
+        if (o.command == "whatif" && !checkpointText.empty() && !o.parallel())
+            throw std::invalid_argument("--grad-accum with a one-device whatif --checkpoint (the checkpoint planner's "
+                                        "table): use analyze MODEL --checkpoint ... --grad-accum K, or whatif --gpus");
+        if (o.run.mode == RunMode::Inference && !o.parallel())
+            throw std::invalid_argument("--grad-accum accumulates a training step's gradients: use --mode train");
+    }
+    if (o.global_batch > 0) {
+        if (o.command != "fit")
+            throw std::invalid_argument("--global-batch is fit's: it chooses each answer's micro-batch and micro-steps "
+                                        "(analyze and whatif take --batch and --grad-accum)");
+        if (o.grad_accum > 1)
+            throw std::invalid_argument("--global-batch chooses the micro-batches accumulated: give it or --grad-accum");
+    }
     if (checkpointText.empty() && (checkpointEvery != 1 || checkpointImpl))
         throw std::invalid_argument("--checkpoint-every and --checkpoint-impl qualify --checkpoint full|selective|PATH,...");
     if (!checkpointText.empty()) {

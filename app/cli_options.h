@@ -47,6 +47,11 @@ struct CliOptions {
     std::string shard_units; // --shard-units PATTERN
     bool gradient_as_bucket_view = false; // --gradient-as-bucket-view (ddp, zero1)
     std::string backend; // --backend nccl|gloo ("": nccl)
+    // --grad-accum K: micro-batches whose gradients are accumulated before each optimizer step (whatif/accumulation.h)
+    int grad_accum = 1;
+    // fit --global-batch G: samples per optimizer step over all GPUs; each answer chooses its micro-batch and the
+    // micro-batches accumulated to reach it (0: not asked)
+    std::int64_t global_batch = 0;
     std::vector<std::string> precisions; // fit --precision: bfloat16-mixed, bfloat16, float32, ...
     bool parallel() const { return !gpus.empty() || !shards.empty(); }
 };

@@ -109,6 +109,9 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
             // MEMLEDGER_ACTIVATION_CHECKPOINT=none|selective|full sets its Checkpointing row.
             if (qEnvironmentVariableIsSet("MEMLEDGER_ACTIVATION_CHECKPOINT"))
                 panel->setCheckpoint(qEnvironmentVariable("MEMLEDGER_ACTIVATION_CHECKPOINT"));
+            // MEMLEDGER_GRAD_ACCUM=K sets its Micro-batches row (gradient accumulation).
+            if (qEnvironmentVariableIsSet("MEMLEDGER_GRAD_ACCUM"))
+                panel->setGradAccum(qEnvironmentVariableIntValue("MEMLEDGER_GRAD_ACCUM"));
             if (qEnvironmentVariableIsSet("MEMLEDGER_BUDGET"))
                 panel->setBudget(qEnvironmentVariable("MEMLEDGER_BUDGET"));
             // MEMLEDGER_SCROLL_WHATIF=1 scrolls the What if dock to its last table (the fewest GPUs).

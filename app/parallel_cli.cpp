@@ -47,6 +47,7 @@ ParallelPlan parallelPlanFromCli(const CliOptions& o, const std::vector<LayerSta
     if (plan.sharded() && !o.shard_units.empty())
         plan.units = shardUnitsMatching(layers, o.shard_units);
     plan.gradient_as_bucket_view = o.gradient_as_bucket_view;
+    plan.grad_accum = o.grad_accum;
     if (!o.backend.empty())
         plan.backend = o.backend;
     return plan;
@@ -92,6 +93,7 @@ int runFit(const CliOptions& o)
         request.budget = *o.budget;
         request.budget_text = o.budget_text;
         request.base = parallelPlanFromCli(o, file.model->modules(), 1, "fsdp");
+        request.global_batch = o.global_batch;
         std::vector<std::string> checkpointNotes;
         request.checkpoints = checkpointsToAnalyze(o.checkpoints, file.model->info(), &checkpointNotes);
 

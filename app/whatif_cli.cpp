@@ -55,7 +55,7 @@ WhatIfTable computeWhatIfTable(const OpenedFile& file, const CliOptions& o, std:
             request.current_batch = base.inputs.front().front();
         auto w = recordWhatIfForBudget(*file.model, base, request, [](const std::string& dtype, std::int64_t batch, int done) {
             std::cerr << "memledger: what-if record " << done << " in " << dtype << " at batch " << batch << "\n";
-        });
+        }).withGradAccum(o.grad_accum);
         auto table = whatIfTableFor(w, request, file.model.get());
         table.budget_text = o.budget_text;
         addNotes(w, table);
@@ -74,7 +74,7 @@ WhatIfTable computeWhatIfTable(const OpenedFile& file, const CliOptions& o, std:
         auto w = recordWhatIf(*file.model, base, request, [batch](const std::string& dtype, std::int64_t seq, int done) {
             std::cerr << "memledger: what-if record " << done << " in " << dtype << " at sequence " << seq
                       << ", batch " << batch << "\n";
-        });
+        }).withGradAccum(o.grad_accum);
         auto part = whatIfTableFor(w, request, file.model.get());
         addNotes(w, part);
         if (table.predictions.empty()) {

@@ -171,6 +171,35 @@ TEST(Cli, CheckpointIsTypedOnceAndRefusedWhereItCannotBeAnswered)
     refused({"ranks", "a.pickle", "--checkpoint", "full"}, "--checkpoint");
 }
 
+// --grad-accum K is the job's, on analyze and whatif (one device or --gpus) and fit; refused, naming the flag,
+// where it cannot be answered.
+TEST(Cli, GradAccumIsAnsweredWhereATrainingStepIsAndRefusedElsewhere)
+{
+    EXPECT_EQ(parseCli({"analyze", "m.pt2", "--mode", "train", "--grad-accum", "4"}).grad_accum, 4);
+    EXPECT_EQ(parseCli({"analyze", "m.pt2", "--gpus", "8", "--grad-accum", "4"}).grad_accum, 4); // a rank trains
+    EXPECT_EQ(parseCli({"whatif", "m.pt2", "--gpus", "8,64", "--grad-accum", "8"}).grad_accum, 8);
+    EXPECT_EQ(parseCli({"fit", "m.pt2", "--budget", "H100-80GB", "--grad-accum", "2"}).grad_accum, 2);
+    EXPECT_EQ(parseCli({"analyze", "m.pt2"}).grad_accum, 1);
+    auto refused = [](const std::vector<std::string>& args, const std::string& says) {
+        try {
+            parseCli(args);
+            ADD_FAILURE() << "accepted: " << args.back();
+        } catch (const std::invalid_argument& e) {
+            EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+        }
+    };
+    EXPECT_EQ(parseCli({"analyze", "m.pt2", "--grad-accum", "4"}).grad_accum, 4); // a training step, as --checkpoint
+    refused({"analyze", "m.pt2", "--mode", "inference", "--grad-accum", "4"}, "--grad-accum");
+    refused({"analyze", "m.pt2", "--mode", "train", "--grad-accum", "0"}, "--grad-accum");
+    refused({"analyze", "m.pt2", "--mode", "train", "--grad-accum", "x"}, "--grad-accum");
+    EXPECT_EQ(parseCli({"whatif", "m.pt2", "--mode", "train", "--grad-accum", "4"}).grad_accum, 4); // one device
+    refused({"whatif", "m.pt2", "--mode", "inference", "--grad-accum", "4"}, "--grad-accum");
+    refused({"ranks", "a.pickle", "--grad-accum", "4"}, "--grad-accum");
+    EXPECT_EQ(parseCli({"fit", "m.pt2", "--budget", "H100-80GB", "--global-batch", "512"}).global_batch, 512);
+    refused({"fit", "m.pt2", "--budget", "H100-80GB", "--global-batch", "512", "--grad-accum", "4"}, "--global-batch");
+    refused({"analyze", "m.pt2", "--global-batch", "512"}, "--global-batch");
+}
+
 TEST(OpenFile, DetectsTheKindByContentNotByName)
 {
     auto dir = std::filesystem::temp_directory_path() / ("memledger-kind-" + std::to_string(::getpid()));

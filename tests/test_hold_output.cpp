@@ -5,6 +5,8 @@
 #include "recording/model.h"
 #include "run_command.h"
 #include "support/format.h"
+#include "whatif/accumulation.h"
+#include "whatif/whatif.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -16,6 +18,7 @@
 #include <ostream>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include <unistd.h>
 
@@ -27,11 +30,12 @@ namespace {
 struct HoldCase {
     std::string model; // a key of truth.json's "models"
     std::string hold;
+    int micro_steps = 1; // --grad-accum (truth.json's "accum")
 };
 
 void PrintTo(const HoldCase& c, std::ostream* os)
 {
-    *os << c.model << " --hold-output " << c.hold;
+    *os << c.model << " --hold-output " << c.hold << " --grad-accum " << c.micro_steps;
 }
 
 const nlohmann::json& truthFile()
@@ -62,16 +66,17 @@ protected:
         entry = models[GetParam().model];
         if (entry.contains("skipped"))
             GTEST_SKIP() << GetParam().model << ": " << entry["skipped"].get<std::string>();
-        truth = entry["holds"][GetParam().hold];
-        ASSERT_FALSE(truth.is_null()) << "no truth for --hold-output " << GetParam().hold;
+        const auto k = GetParam().micro_steps;
+        truth = k == 1 ? entry["holds"][GetParam().hold] : entry["accum"][std::to_string(k)][GetParam().hold];
+        ASSERT_FALSE(truth.is_null()) << "no truth for --hold-output " << GetParam().hold << " --grad-accum " << k;
         report = &recorded(GetParam(), entry);
     }
 
     static const Report& recorded(const HoldCase& c, const nlohmann::json& entry)
     {
         static std::map<std::string, std::shared_ptr<Model>> models;
-        static std::map<std::pair<std::string, std::string>, Report> reports;
-        auto key = std::make_pair(c.model, c.hold);
+        static std::map<std::tuple<std::string, std::string, int>, Report> reports;
+        auto key = std::make_tuple(c.model, c.hold, c.micro_steps);
         if (auto it = reports.find(key); it != reports.end())
             return it->second;
         auto& model = models[c.model];
@@ -85,7 +90,7 @@ protected:
         auto parsed = parseInputs(entry["input"].get<std::string>());
         o.inputs = parsed.shapes;
         o.input_types = parsed.types;
-        return reports.emplace(key, analyzeModel(*model, o)).first->second;
+        return reports.emplace(key, accumulatedReport(analyzeModel(*model, o), c.micro_steps)).first->second;
     }
 
     nlohmann::json entry, truth;
@@ -112,8 +117,8 @@ TEST_P(HoldOutput, PeakWithinOnePercentOfTheProfilerOnALoopWrittenThatWay)
     EXPECT_LE(std::abs(got - expected), 0.01 * expected)
         << GetParam().model << " --hold-output " << GetParam().hold << ": memledger " << report->peak_bytes
         << " profiler " << num(truth, "peak_bytes");
-    std::printf("[ peak     ] %s %s: memledger %lld profiler %lld (%+.3f%%)\n", GetParam().model.c_str(),
-        GetParam().hold.c_str(), static_cast<long long>(report->peak_bytes),
+    std::printf("[ peak     ] %s %s x%d: memledger %lld profiler %lld (%+.3f%%)\n", GetParam().model.c_str(),
+        GetParam().hold.c_str(), GetParam().micro_steps, static_cast<long long>(report->peak_bytes),
         static_cast<long long>(num(truth, "peak_bytes")), (got - expected) / expected * 100.0);
 }
 
@@ -147,6 +152,50 @@ INSTANTIATE_TEST_SUITE_P(Loops, HoldOutput,
         HoldCase {"gpt_pt2", "step"}, HoldCase {"gpt_pt2", "backward"}, HoldCase {"gpt_pt2", "none"}),
     [](const ::testing::TestParamInfo<HoldCase>& info) { return info.param.model + "_" + info.param.hold; });
 
+// Gradient accumulation (--grad-accum K): K forwards and backwards before the optimizer's step, the loop written
+// each way, against the profiler over the whole step.
+INSTANTIATE_TEST_SUITE_P(Accumulated, HoldOutput,
+    ::testing::Values(HoldCase {"mnist_pt", "step", 2}, HoldCase {"mnist_pt", "backward", 4},
+        HoldCase {"mnist_pt", "none", 4}, HoldCase {"gpt_pt", "step", 2}, HoldCase {"gpt_pt", "step", 4},
+        HoldCase {"gpt_pt", "backward", 2}, HoldCase {"gpt_pt", "none", 4}, HoldCase {"gpt_pt2", "step", 4},
+        HoldCase {"gpt_pt2", "backward", 4}),
+    [](const ::testing::TestParamInfo<HoldCase>& info) {
+        return info.param.model + "_" + info.param.hold + "_x" + std::to_string(info.param.micro_steps);
+    });
+
+// The what-if's accumulation stage (whatif --grad-accum K, the window's Micro-batches row): its one-device prediction at a
+// recorded batch is the accumulated step's, against the profiler; the largest batch within a budget shrinks with it.
+TEST(HoldOutputWhatIf, AnAccumulatedWhatIfPredictsTheAccumulatedStep)
+{
+    const auto& all = truthFile();
+    if (all.contains("skipped"))
+        GTEST_SKIP() << all["skipped"].get<std::string>();
+    const auto& entry = all["models"]["mnist_pt"];
+    auto model = Model::open(fixture(entry["file"].get<std::string>()));
+    RunOptions o;
+    o.mode = RunMode::Train;
+    o.optimizer = "sgd";
+    o.threads = 1;
+    auto parsed = parseInputs(entry["input"].get<std::string>());
+    o.inputs = parsed.shapes;
+    o.input_types = parsed.types;
+    auto w = WhatIf::record(model, o, std::vector<std::int64_t> {4, 8}, {"float32"});
+    for (int k : {2, 4}) {
+        SCOPED_TRACE(k);
+        auto staged = w.withGradAccum(k);
+        EXPECT_EQ(staged.gradAccum(), k);
+        const auto expected = static_cast<double>(entry["accum"][std::to_string(k)]["step"]["peak_bytes"].get<std::int64_t>());
+        const auto got = static_cast<double>(staged.predict(8, "float32", false).predicted_peak_bytes);
+        EXPECT_NEAR(got, expected, 0.01 * expected);
+        EXPECT_EQ(staged.predictedReport(8, "float32").peak_bytes, static_cast<std::int64_t>(got));
+        EXPECT_GT(got, static_cast<double>(w.predict(8, "float32", false).predicted_peak_bytes));
+        const auto budget = w.predict(64, "float32", false).predicted_peak_total_bytes;
+        EXPECT_LE(staged.maxBatch("float32", budget, false), w.maxBatch("float32", budget, false));
+        EXPECT_THROW(staged.withGradAccum(2), std::invalid_argument);
+        EXPECT_THROW(staged.measure(model, 8, "float32"), std::invalid_argument);
+    }
+}
+
 TEST(HoldOutputCli, TheDefaultIsStepAndTheJsonNamesTheChoice)
 {
     const std::string model = fixture("mnist.pt");
@@ -163,6 +212,54 @@ TEST(HoldOutputCli, TheDefaultIsStepAndTheJsonNamesTheChoice)
         std::remove(json.c_str());
         EXPECT_EQ(j["run"].value("hold_output", ""), expected);
     }
+}
+
+// --grad-accum K on the command line: analyze (one device and a rank) says the micro-batches and the global batch in
+// the text and the JSON, with the accumulated step's peak; whatif answers for the accumulated step.
+TEST(HoldOutputCli, GradAccumIsAnsweredByAnalyzeAndWhatIf)
+{
+    const auto& all = truthFile();
+    if (all.contains("skipped"))
+        GTEST_SKIP() << all["skipped"].get<std::string>();
+    const std::string model = fixture("mnist.pt");
+    const auto json = "/tmp/memledger-grad-accum-" + std::to_string(::getpid()) + ".json";
+    auto readJson = [&] {
+        std::ifstream in(json);
+        auto j = nlohmann::json::parse(in);
+        std::remove(json.c_str());
+        return j;
+    };
+    auto r = memledger::test::runCommand(memledger::test::memledgerBinary() + " analyze '" + model
+        + "' --input 8x1x28x28 --mode train --threads 1 --grad-accum 4 --json " + json);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("gradient accumulation: 4 micro-batches of 8 per optimizer step, global batch 32"),
+        std::string::npos) << r.output;
+    auto j = readJson();
+    EXPECT_EQ(j["run"]["grad_accum"], 4);
+    EXPECT_EQ(j["run"]["global_batch"], 32);
+    const auto truth = static_cast<double>(
+        all["models"]["mnist_pt"]["accum"]["4"]["step"]["peak_bytes"].get<std::int64_t>());
+    EXPECT_NEAR(j["peak_bytes"].get<double>(), truth, 0.01 * truth);
+
+    r = memledger::test::runCommand(memledger::test::memledgerBinary() + " analyze '" + model
+        + "' --input 8x1x28x28 --threads 1 --gpus 2 --shard ddp --grad-accum 2 --json " + json);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("global batch 32 over 2 ranks"), std::string::npos) << r.output;
+    j = readJson();
+    EXPECT_EQ(j["run"]["global_batch"], 32);
+
+    r = memledger::test::runCommand(memledger::test::memledgerBinary() + " whatif '" + model
+        + "' --input 8x1x28x28 --mode train --threads 1 --batch 8 --dtype float32 --grad-accum 4 --json " + json);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("gradients accumulated over 4 micro-batches"), std::string::npos) << r.output;
+    j = readJson();
+    bool seen = false;
+    for (const auto& p : j["predictions"])
+        if (p["batch"] == 8 && p["dtype"] == "float32") {
+            EXPECT_NEAR(p["predicted_peak_bytes"].get<double>(), truth, 0.01 * truth) << p.dump();
+            seen = true;
+        }
+    EXPECT_TRUE(seen) << j.dump();
 }
 
 TEST(HoldOutputCli, AnUnknownChoiceIsAUsageError)

@@ -196,6 +196,8 @@ TEST_F(Fsdp, CheckpointedRankAgreesWithFsdpMemTracker)
     std::map<std::string, Report> steps;
     int checked = 0, selective = 0, fitsChecked = 0;
     for (const auto& c : cases) {
+        if (c.value("micro_steps", 1) > 1)
+            continue; // AccumulatedRankAgreesWithFsdpMemTracker's
         SCOPED_TRACE(checkpointCaseName(c));
         const auto file = fixture("fsdp/" + c["file"].get<std::string>());
         const auto pd = c["param_dtype"].get<std::string>();
@@ -256,6 +258,141 @@ TEST_F(Fsdp, CheckpointedRankAgreesWithFsdpMemTracker)
     EXPECT_GE(checked, 18);
     EXPECT_GE(selective, 8);
     EXPECT_GE(fitsChecked, 4);
+}
+
+// Gradient accumulation under FSDP2 (tests/fixtures/fsdp_ac_truths.py's ACCUM_CASES): K forwards and backwards per
+// optimizer step, set_requires_gradient_sync(False) but in the last, against FSDPMemTracker (its peak over the whole
+// step) on toy and gpt at 4 to 64 ranks, in float32 and bfloat16 (whose unsharded gradients are kept in float32, FSDP2's
+// grad_dtype), with and without reshard after forward, and under full and selective checkpointing. As analyze
+// --grad-accum K --gpus N --shard fsdp does it; the what-if's rank (fit, whatif --gpus) gives the same peak.
+TEST_F(Fsdp, AccumulatedRankAgreesWithFsdpMemTracker)
+{
+    const auto& truth = fsdpCheckpointTruth();
+    SKIP_IF_TRUTH_IS_NOT_HERE(truth, true);
+    std::map<std::string, Report> steps;
+    int checked = 0, fitsChecked = 0;
+    for (const auto& c : truth["cases"]) {
+        const int k = c.value("micro_steps", 1);
+        if (k == 1)
+            continue;
+        const auto name = checkpointCaseName(c) + ", " + std::to_string(k) + " micro-steps";
+        SCOPED_TRACE(name);
+        const auto file = fixture("fsdp/" + c["file"].get<std::string>());
+        const auto pd = c["param_dtype"].get<std::string>();
+        auto layers = Model::open(file).modules();
+        ParallelPlan plan;
+        plan.gpus = c["gpus"].get<int>();
+        plan.shard = Sharding::Fsdp;
+        plan.master_dtype = "float32";
+        plan.param_dtype = pd;
+        plan.reshard_after_forward = c["reshard_after_forward"].get<bool>();
+        plan.root_reshard_after_forward = plan.reshard_after_forward;
+        plan.grad_accum = k;
+        auto options = stepOptions(c["input"].get<std::string>(), pd);
+        options.cast_module_inputs = inputCastUnits(plan, layers);
+        const std::string key = file + "|" + c["input"].get<std::string>() + "|" + pd;
+        if (!steps.count(key)) {
+            auto model = Model::open(file);
+            steps[key] = analyzeModel(model, options);
+        }
+        const auto spec = parseCheckpointSpec(c["checkpoint"].get<std::string>(), c["every"].get<int>());
+        Report step = steps[key];
+        if (!spec.none())
+            step = *predictCheckpoint(steps[key], spec, false).report;
+        auto rank = rankReport(step, plan);
+        EXPECT_EQ(rank.run.grad_accum, k);
+        EXPECT_EQ(rank.model.parameter_bytes, c["padded_sharded_param_bytes"].get<std::int64_t>());
+        const double theirs = static_cast<double>(category(c["peak"], "Total") - c["step_tensor_bytes"].get<std::int64_t>());
+        const double ours = static_cast<double>(rank.peak_total_bytes);
+        std::printf("[ fsdp acc ] %-60s memledger %16s FSDPMemTracker %16s (%+.2f%%)\n", name.c_str(),
+            groupedBytes(rank.peak_total_bytes).c_str(), groupedBytes(static_cast<std::int64_t>(theirs)).c_str(),
+            100.0 * (ours - theirs) / theirs);
+        EXPECT_NEAR(ours, theirs, 0.02 * theirs) << "peak " << c["peak"].dump();
+        // Accumulating costs the gradients kept between micro-steps: never less than the step without it.
+        auto single = plan;
+        single.grad_accum = 1;
+        EXPECT_GT(rank.peak_total_bytes, rankReport(step, single).peak_total_bytes);
+        char pct[32];
+        std::snprintf(pct, sizeof pct, "%+.2f%%", 100.0 * (ours - theirs) / theirs);
+        test::docTableRow("distributed.md", "fsdp-accumulation",
+            {name, groupedBytes(rank.model.parameter_bytes), groupedBytes(static_cast<std::int64_t>(theirs)),
+                groupedBytes(rank.peak_total_bytes), pct},
+            {{"fsdp_ac_truth " + name + " padded sharded parameters", rank.model.parameter_bytes,
+                 c["padded_sharded_param_bytes"].get<std::int64_t>(), 0},
+                {"fsdp_ac_truth " + name + " FSDPMemTracker peak total", rank.peak_total_bytes,
+                    static_cast<std::int64_t>(theirs), 0.02}},
+            false);
+        ++checked;
+        if (c["model"] == "toy" && plan.gpus == 4 && spec.none()) {
+            auto model = Model::open(file);
+            auto w = WhatIf::record(model, options, std::vector<std::int64_t> {1, 2}, {pd});
+            auto p = w.predictRank(2, plan, false);
+            EXPECT_NEAR(static_cast<double>(p.predicted_peak_total_bytes), ours, 0.001 * ours);
+            // The what-if's accumulation stage (the window's Micro-batches row) answers for the same job.
+            auto staged = w.withGradAccum(k);
+            auto unplanned = plan;
+            unplanned.grad_accum = 1;
+            EXPECT_EQ(staged.predictRank(2, unplanned, false).predicted_peak_total_bytes, p.predicted_peak_total_bytes);
+            EXPECT_EQ(staged.predictedRankReport(2, unplanned).run.grad_accum, k);
+            ++fitsChecked;
+        }
+    }
+    EXPECT_GE(checked, 14);
+    EXPECT_GE(fitsChecked, 4);
+}
+
+// fit --global-batch G: each answer reaches G exactly, with its share in one step where it fits, else the largest
+// micro-batch that divides it and fits with the rest accumulated; a GPU count that does not divide G is no answer.
+TEST_F(Fsdp, AGlobalBatchIsReachedWithTheLargestMicroBatchThatFits)
+{
+    const auto file = fixture("fsdp/toy.pt2");
+    auto model = Model::open(file);
+    auto w = WhatIf::record(model, stepOptions("2x32:int64", "float32"), std::vector<std::int64_t> {1, 2, 4, 8}, {"float32"});
+    GpuFitRequest request;
+    request.precisions = {"float32"};
+    request.shards = {Sharding::Fsdp};
+    request.gpu_counts = {1, 3};
+    request.with_reserved = false;
+    request.global_batch = 16;
+    auto accumulating = planFor(request, "float32", Sharding::Fsdp, 1);
+    accumulating.grad_accum = 3;
+    GpuFitTable overheads;
+    setOverheadEstimates(overheads);
+    // Room for micro-batch 4 accumulated on one GPU, not for 16 at once nor 8 accumulated.
+    request.budget = w.predictRank(4, accumulating, false).predicted_peak_total_bytes + overheads.cuda_context_bytes;
+    auto t = makeGpuFitTable(w, request);
+    ASSERT_EQ(t.answers.size(), 1u);
+    const auto& a = t.answers.front();
+    std::printf("%s", gpuFitToText(t).c_str());
+    EXPECT_EQ(t.global_batch, 16);
+    EXPECT_EQ(a.fewest_gpus, 1);
+    EXPECT_EQ(a.micro_batch, 4);
+    EXPECT_EQ(a.grad_accum, 4);
+    EXPECT_EQ(a.globalBatch(), 16);
+    ASSERT_TRUE(a.at);
+    EXPECT_TRUE(fitsWithin(*a.at, t.allocatorBudget(1)));
+    ASSERT_EQ(a.largest.size(), 2u);
+    EXPECT_EQ(a.largest[1].second, 0) << "3 GPUs do not share 16 samples evenly";
+    // Two ranks with room for micro-batch 2 accumulated: 8 samples each, as 4 micro-steps of 2.
+    auto two = planFor(request, "float32", Sharding::Fsdp, 2);
+    auto twoAccumulating = two;
+    twoAccumulating.grad_accum = 3;
+    const auto room = w.predictRank(2, twoAccumulating, false).predicted_peak_total_bytes;
+    auto reach = reachGlobalBatch(w, two, 16, room, false);
+    EXPECT_EQ(reach.micro_batch, 2);
+    EXPECT_EQ(reach.grad_accum, 4);
+    ASSERT_TRUE(reach.at);
+    EXPECT_LE(reach.at->predicted_peak_total_bytes, room);
+    // With room for all 8 at once: one micro-step, no gradients kept between.
+    const auto all = w.predictRank(8, two, false).predicted_peak_total_bytes;
+    reach = reachGlobalBatch(w, two, 16, all, false);
+    EXPECT_EQ(reach.micro_batch, 8);
+    EXPECT_EQ(reach.grad_accum, 1);
+    auto json = gpuFitToJson(t);
+    EXPECT_EQ(json["global_batch"], 16);
+    EXPECT_EQ(json["answers"][0]["grad_accum"], 4);
+    EXPECT_EQ(json["answers"][0]["global_batch"], 16);
+    EXPECT_EQ(gpuFitFromJson(json).answers.front().grad_accum, 4);
 }
 
 // The question the issue brought: a Llama-2-70B at sequence 4096, AdamW, bfloat16 mixed with FSDP on H100-80GB. Without

@@ -95,6 +95,13 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
                                   "non-reentrant): full recomputes the block's forward in its backward, selective "
                                   "keeps the outputs of its matrix products and attention"));
     checkpointLabel_ = new QLabel(tr("Checkpointing"), this);
+    gradAccumBox_ = new QSpinBox(this);
+    gradAccumBox_->setRange(1, 1024);
+    gradAccumBox_->setToolTip(tr("Gradient accumulation: micro-batches per optimizer step. The gradients stay alive from "
+                                 "the first micro-batch's backward to the optimizer's step (without synchronization "
+                                 "between them: FSDP's set_requires_gradient_sync(False), DDP's no_sync); the global "
+                                 "batch is the batch x micro-batches x GPUs"));
+    gradAccumLabel_ = new QLabel(tr("Micro-batches"), this);
     // The choices' long names ("ZeRO-2 (FSDP, no reshard after forward)", "bfloat16 mixed (...)") never widen the
     // panel past its dock: the box shows what fits and its list shows them whole. A wider panel was clipped on the
     // right, the Fits answer with it.
@@ -146,6 +153,7 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     form->addRow(gpusLabel_, gpusBox_);
     form->addRow(shardLabel_, shardBox_);
     form->addRow(checkpointLabel_, checkpointBox_);
+    form->addRow(gradAccumLabel_, gradAccumBox_);
     form->addRow(tr("Memory budget"), budgetBox_);
     form->addRow(tr("Peak"), peak_);
     form->addRow(tr("Peak total"), total_);
@@ -219,6 +227,12 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
         updateGpuFit();
         emit checkpointChanged();
     });
+    connect(gradAccumBox_, qOverload<int>(&QSpinBox::valueChanged), this, [this] {
+        repredict();
+        updateFitTable();
+        updateGpuFit();
+        emit checkpointChanged(); // the staged what-if changed: the GPUs tab answers for it again
+    });
     connect(showRank_, &QPushButton::clicked, this, &WhatIfPanel::requestRank);
     connect(budgetBox_, &QComboBox::currentTextChanged, this, [this] {
         showPrediction(current_, !reservedTimer_->isActive());
@@ -234,7 +248,7 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     });
     // The wheel scrolls the panel: a control takes it only once clicked or tabbed into.
     for (QWidget* w : std::initializer_list<QWidget*> {slider_, batchBox_, seqSlider_, seqBox_, dtypeBox_, budgetBox_,
-             gpusBox_, shardBox_, checkpointBox_}) {
+             gpusBox_, shardBox_, checkpointBox_, gradAccumBox_}) {
         w->setFocusPolicy(Qt::StrongFocus);
         w->installEventFilter(this);
     }
@@ -300,22 +314,42 @@ std::shared_ptr<const WhatIf> WhatIfPanel::activeWhatIf() const
 std::shared_ptr<const WhatIf> WhatIfPanel::staged(const std::shared_ptr<const WhatIf>& w) const
 {
     const auto choice = checkpoint().toStdString();
-    if (!w || choice == "none" || w->mode() != RunMode::Train)
+    const int k = gradAccum();
+    if (!w || (choice == "none" && k == 1) || w->mode() != RunMode::Train)
         return w;
-    const auto key = std::make_pair(w.get(), choice);
+    const auto key = std::make_tuple(w.get(), choice, k);
     auto it = checkpointed_.find(key);
     if (it == checkpointed_.end()) {
         std::shared_ptr<const WhatIf> made = w;
-        try {
-            made = std::make_shared<const WhatIf>(w->withCheckpoint(parseCheckpointSpec(choice)));
-            checkpointBox_->setToolTip(tr("Activation checkpointing of each repeated block (torch.utils.checkpoint, "
-                                          "non-reentrant)"));
-        } catch (const std::exception& e) {
-            checkpointBox_->setToolTip(tr("Not checkpointed: %1").arg(QString::fromUtf8(e.what())));
+        if (choice != "none") {
+            try {
+                made = std::make_shared<const WhatIf>(w->withCheckpoint(parseCheckpointSpec(choice)));
+                checkpointBox_->setToolTip(tr("Activation checkpointing of each repeated block (torch.utils.checkpoint, "
+                                              "non-reentrant)"));
+            } catch (const std::exception& e) {
+                checkpointBox_->setToolTip(tr("Not checkpointed: %1").arg(QString::fromUtf8(e.what())));
+            }
+        }
+        if (k > 1) {
+            try {
+                made = std::make_shared<const WhatIf>(made->withGradAccum(k));
+            } catch (const std::exception& e) {
+                gradAccumBox_->setToolTip(tr("Not accumulated: %1").arg(QString::fromUtf8(e.what())));
+            }
         }
         it = checkpointed_.emplace(key, made).first;
     }
     return it->second;
+}
+
+int WhatIfPanel::gradAccum() const
+{
+    return gradAccumBox_->value();
+}
+
+void WhatIfPanel::setGradAccum(int microBatches)
+{
+    gradAccumBox_->setValue(microBatches);
 }
 
 QString WhatIfPanel::checkpoint() const
@@ -378,6 +412,7 @@ std::optional<ParallelPlan> WhatIfPanel::rankPlan() const
     if (!whatIf_ || whatIf_->mode() != RunMode::Train || (shard().isEmpty() && gpus() == 1))
         return std::nullopt;
     GpuFitRequest request;
+    request.base.grad_accum = gradAccum();
     return planFor(request, precision().toStdString(), *shardingFromName(shard().isEmpty() ? "fsdp" : shard().toStdString()),
         gpus());
 }
@@ -475,7 +510,7 @@ void WhatIfPanel::updateParallelRows()
         dtypeBox_->removeItem(mixed);
     }
     for (QWidget* w : std::initializer_list<QWidget*> {gpusLabel_, gpusBox_, shardLabel_, shardBox_, checkpointLabel_,
-             checkpointBox_, showRank_, gpuFitTitle_, gpuFit_})
+             checkpointBox_, gradAccumLabel_, gradAccumBox_, showRank_, gpuFitTitle_, gpuFit_})
         w->setVisible(train);
 }
 
@@ -540,7 +575,7 @@ void WhatIfPanel::repredict()
     showPrediction(current_, false);
     reservedTimer_->start();
     const bool recorded = activeWhatIf()->isRecorded(key);
-    const bool checkpointed = !activeWhatIf()->checkpoint().none();
+    const bool checkpointed = !activeWhatIf()->checkpoint().none() || activeWhatIf()->gradAccum() > 1;
     measure_->setEnabled(recorded && current_.runnable && !checkpointed);
     measure_->setToolTip(!current_.runnable ? QString::fromStdString(current_.not_runnable)
             : checkpointed ? tr("The checkpointed step is the recorded one rewritten: there is nothing to run here")

@@ -6,6 +6,7 @@
 #include <QWidget>
 
 #include <map>
+#include <tuple>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -53,6 +54,10 @@ public:
     QString checkpoint() const;
     void setCheckpoint(const QString& checkpoint);
     QComboBox* checkpointBox() const { return checkpointBox_; }
+    // Gradient accumulation: micro-batches per optimizer step (WhatIf::withGradAccum), a training step's; 1: none.
+    int gradAccum() const;
+    void setGradAccum(int microBatches);
+    QSpinBox* gradAccumBox() const { return gradAccumBox_; }
     // The plan of the rank shown; nullopt: one device.
     std::optional<ParallelPlan> rankPlan() const;
     QString gpuFitText() const; // the fewest GPUs per strategy for the precision and budget, as shown
@@ -107,7 +112,9 @@ private:
 
     std::shared_ptr<const WhatIf> whatIf_;
     std::shared_ptr<const WhatIf> seqWhatIf_;
-    mutable std::map<std::pair<const WhatIf*, std::string>, std::shared_ptr<const WhatIf>> checkpointed_;
+    mutable std::map<std::tuple<const WhatIf*, std::string, int>, std::shared_ptr<const WhatIf>> checkpointed_;
+    QLabel* gradAccumLabel_ = nullptr;
+    QSpinBox* gradAccumBox_ = nullptr;
     QLabel* checkpointLabel_ = nullptr;
     QComboBox* checkpointBox_ = nullptr;
     std::int64_t baseSeq_ = 0;

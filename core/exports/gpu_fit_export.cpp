@@ -71,7 +71,8 @@ std::string gpuFitToText(const GpuFitTable& t)
     const std::size_t ckptWidth = 34;
     out << padCell("precision", 16) << padCell("strategy", 10) << (ckpt ? padCell("checkpoint", ckptWidth) : std::string())
         << padCell("fewest GPUs", 13, true) << padCell("micro-batch", 13, true)
-        << (seq ? padCell("longest seq", 13, true) : std::string()) << padCell("peak total", 13, true) << padCell("reserved", 13, true) << padCell("weights", 12, true)
+        << (t.global_batch > 0 ? padCell("micro-steps", 13, true) : std::string())
+        << (t.grad_accum > 1 || t.global_batch > 0 ? padCell("global batch", 14, true) : std::string()) << (seq ? padCell("longest seq", 13, true) : std::string()) << padCell("peak total", 13, true) << padCell("reserved", 13, true) << padCell("weights", 12, true)
         << padCell("grads", 12, true) << padCell("optimizer", 12, true) << "\n";
     for (const auto& a : t.answers) {
         out << padCell(a.precision, 16) << padCell(a.shard, 10) << (ckpt ? padCell(checkpointCell(a), ckptWidth) : std::string());
@@ -85,6 +86,10 @@ std::string gpuFitToText(const GpuFitTable& t)
         }
         const auto& p = *a.at;
         out << padCell(std::to_string(a.fewest_gpus), 13, true) << padCell(a.microBatchText(a.micro_batch), 13, true)
+            << (t.global_batch > 0 ? padCell(std::to_string(a.grad_accum), 13, true) : std::string())
+            << (t.grad_accum > 1 || t.global_batch > 0
+                       ? padCell(std::to_string(a.globalBatch()), 14, true)
+                       : std::string())
             << (seq ? padCell(a.longest_seq > 0 ? WhatIfTable::largestText(a.longest_seq) : "-", 13, true) : std::string())
             << padCell(formatBytes(p.predicted_peak_total_bytes), 13, true)
             << padCell(p.predicted_reserved_bytes > 0 ? formatBytes(p.predicted_reserved_bytes) : "-", 13, true)
@@ -122,6 +127,13 @@ std::string gpuFitToText(const GpuFitTable& t)
     char secs[32];
     std::snprintf(secs, sizeof secs, "%.1f s", t.seconds);
     out << "Each rank: rank 0 (the largest shards); " << (t.device == "meta" ? "the step computed on the meta device from shapes" : "the step recorded on the " + t.device)
+        << (t.grad_accum > 1 ? "; " + std::to_string(t.grad_accum) + " micro-batches accumulated per optimizer step "
+                   "(global batch: micro-batch x " + std::to_string(t.grad_accum) + " x GPUs), the gradients kept between them"
+                             : std::string())
+        << (t.global_batch > 0 ? "; global batch " + std::to_string(t.global_batch) + ": per GPU count, its share in one "
+                   "step where it fits, else the largest micro-batch that divides it, the rest accumulated (micro-steps); "
+                   "the GPU counts that do not divide it are no answer"
+                               : std::string())
         << "; answered in " << secs << ".\n";
     for (const auto& n : t.notes)
         out << "Note: " << n << "\n";
@@ -134,12 +146,13 @@ nlohmann::json gpuFitToJson(const GpuFitTable& t)
         {"budget_text", t.budget_text}, {"cuda_context_bytes", t.cuda_context_bytes},
         {"cuda_context_source", t.cuda_context_source}, {"nccl_bytes", t.nccl_bytes}, {"nccl_source", t.nccl_source},
         {"gpu_counts", t.gpu_counts}, {"axis", nameOf(t.axis)}, {"seq", t.seq}, {"device", t.device},
-        {"optimizer", t.optimizer}, {"runnable", {{"min", t.runnable.min}, {"max", t.runnable.max}, {"why", t.runnable.why}}},
+        {"optimizer", t.optimizer}, {"grad_accum", t.grad_accum}, {"global_batch", t.global_batch}, {"runnable", {{"min", t.runnable.min}, {"max", t.runnable.max}, {"why", t.runnable.why}}},
         {"notes", t.notes}, {"seconds", t.seconds}};
     auto& answers = j["answers"] = nlohmann::json::array();
     for (const auto& a : t.answers) {
         nlohmann::json row = {{"precision", a.precision}, {"shard", a.shard}, {"checkpoint", a.checkpoint},
-            {"recompute_share", a.recompute_share}, {"fewest_gpus", a.fewest_gpus}, {"micro_batch", a.micro_batch}};
+            {"recompute_share", a.recompute_share}, {"fewest_gpus", a.fewest_gpus}, {"micro_batch", a.micro_batch},
+            {"grad_accum", a.grad_accum}, {"global_batch", a.globalBatch()}};
         if (a.closest) {
             row["closest"] = predictionToJson(*a.closest);
             row["closest"]["allocator_budget_bytes"] = t.allocatorBudget(t.gpu_counts.empty() ? 1 : t.gpu_counts.back());
@@ -193,7 +206,11 @@ std::string gpuFitToHtml(const GpuFitTable& t, const std::string& title)
             continue;
         }
         const auto& p = *a.at;
-        out << "<td class=fit>" << a.fewest_gpus << "</td><td class=fit>" << a.microBatchText(a.micro_batch)
+        out << "<td class=fit>" << a.fewest_gpus << "</td><td class=fit"
+            << (a.grad_accum > 1 ? " title=\"global batch " + std::to_string(a.globalBatch())
+                       + " (" + std::to_string(a.grad_accum) + " micro-batches accumulated)\"" : std::string())
+            << ">" << a.microBatchText(a.micro_batch)
+            << (a.grad_accum > 1 ? " &times; " + std::to_string(a.grad_accum) : std::string())
             << "</td><td>" << (a.longest_seq > 0 ? WhatIfTable::largestText(a.longest_seq) : std::string("&ndash;"))
             << "</td><td>" << formatBytes(p.predicted_peak_total_bytes) << "</td><td>"
             << (p.predicted_reserved_bytes > 0 ? formatBytes(p.predicted_reserved_bytes) : "-") << "</td><td>"
@@ -242,6 +259,8 @@ GpuFitTable gpuFitFromJson(const nlohmann::json& j)
     t.seq = j.value("seq", std::int64_t {0});
     t.device = j.value("device", std::string("cpu"));
     t.optimizer = j.value("optimizer", std::string());
+    t.grad_accum = std::max(1, j.value("grad_accum", 1));
+    t.global_batch = j.value("global_batch", std::int64_t {0});
     t.notes = j.value("notes", std::vector<std::string> {});
     t.seconds = j.value("seconds", 0.0);
     if (j.contains("runnable")) {
@@ -254,6 +273,7 @@ GpuFitTable gpuFitFromJson(const nlohmann::json& j)
         a.precision = row.at("precision").get<std::string>();
         a.shard = row.at("shard").get<std::string>();
         a.checkpoint = row.value("checkpoint", std::string("none"));
+        a.grad_accum = std::max(1, row.value("grad_accum", t.grad_accum));
         a.recompute_share = row.value("recompute_share", 0.0);
         a.fewest_gpus = row.value("fewest_gpus", 0);
         a.micro_batch = row.value("micro_batch", std::int64_t {0});

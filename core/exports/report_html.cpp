@@ -8,6 +8,7 @@
 #include "recording/build_report.h"
 #include "analysis/timeline_series.h"
 #include "snapshot/snapshot.h"
+#include "report/report_summary.h"
 #include "support/format.h"
 
 #include <nlohmann/json.hpp>
@@ -404,6 +405,9 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
             out << " &middot; optimizer " << htmlEscape(r.run.optimizer.empty() ? "-" : r.run.optimizer)
                 << " &middot; loss " << htmlEscape(r.run.loss.empty() ? "-" : r.run.loss)
                 << (r.run.hold_output.empty() ? "" : " &middot; output held to " + htmlEscape(r.run.hold_output))
+                << (r.run.grad_accum > 1 ? " &middot; " + std::to_string(r.run.grad_accum) + " micro-batches accumulated (global batch "
+                        + std::to_string(globalBatch(r.run)) + ")"
+                                         : std::string())
                 << " &middot; "
                 << r.run.threads << (r.run.threads == 1 ? " thread" : " threads");
         out << " &middot; file " << formatBytes(r.model.file_bytes);

@@ -1,3 +1,4 @@
+#include "report/report_summary.h"
 #include "support/format.h"
 #include "exports/report_json.h"
 #include "whatif/whatif.h"
@@ -13,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <condition_variable>
 #include <cstring>
@@ -504,6 +506,9 @@ json reportToJson(const Report& r, bool withEvents)
         j["run"]["loss"] = r.run.loss;
         if (!r.run.hold_output.empty())
             j["run"]["hold_output"] = r.run.hold_output;
+        // The micro-batches accumulated per optimizer step, and the samples each step sees over every rank.
+        j["run"]["grad_accum"] = r.run.grad_accum;
+        j["run"]["global_batch"] = globalBatch(r.run);
         j["gradient_bytes"] = r.gradient_bytes;
         j["optimizer_state_bytes"] = r.optimizer_state_bytes;
         json phases = json::array();
@@ -676,6 +681,7 @@ Report reportFromJson(const json& j, const std::string& name)
         r.run.optimizer = run.value("optimizer", "");
         r.run.loss = run.value("loss", "");
         r.run.hold_output = run.value("hold_output", "");
+        r.run.grad_accum = std::max(1, run.value("grad_accum", 1));
         r.run.lifetimes = run.value("lifetimes", "");
         r.gradient_bytes = j.value("gradient_bytes", std::int64_t {0});
         r.optimizer_state_bytes = j.value("optimizer_state_bytes", std::int64_t {0});

@@ -2,6 +2,7 @@
 
 #include "report/parallel_words.h"
 #include "snapshot/snapshot.h"
+#include "report/report_summary.h"
 #include "support/format.h"
 
 #include <algorithm>
@@ -162,6 +163,12 @@ std::string reportToText(const Report& r, int maxDepth)
             << (r.run.hold_output.empty() ? "" : ", output held to " + r.run.hold_output) << ", " << r.run.threads
             << (r.run.threads == 1 ? " thread)" : " threads)");
     out << ", " << ms << " ms, " << (r.trace ? r.trace->size() : 0) << " events\n";
+    if (r.run.grad_accum > 1) {
+        const int ranks = r.run.parallel ? r.run.parallel->gpus : 1;
+        out << "  gradient accumulation: " << r.run.grad_accum << " micro-batches of " << r.run.batch
+            << " per optimizer step, global batch " << globalBatch(r.run)
+            << (ranks > 1 ? " over " + std::to_string(ranks) + " ranks" : std::string()) << "\n";
+    }
     if (const auto& par = r.run.parallel) {
         out << "  one rank of " << par->gpus << (par->gpus == 1 ? " GPU" : " GPUs") << ", " << par->shard;
         if (auto layout = shardingLayoutWords(*par); !layout.empty())

@@ -205,6 +205,9 @@ struct RunInfo {
     std::string optimizer; // train: sgd | adam | adamw | none
     std::string loss; // train: sum | cross_entropy | next_token (what auto chose)
     std::string hold_output; // train: step | backward | none (RunOptions::hold_output); "": a report without it
+    // train: the micro-batches whose gradients are accumulated before each optimizer step (--grad-accum; 1: none).
+    // The global batch is batch x grad_accum x the data-parallel ranks.
+    int grad_accum = 1;
     std::string lifetimes; // a .pt2's run: eager | graph (RunOptions::lifetimes); "": TorchScript, or a report without it
     int threads = 0; // intra-op threads the run used
     double duration_ms = 0.0;

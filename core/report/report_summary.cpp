@@ -140,6 +140,11 @@ std::vector<std::string> largestRepeatedBlocks(
     return best;
 }
 
+std::int64_t globalBatch(const RunInfo& run)
+{
+    return run.batch * std::max(1, run.grad_accum) * (run.parallel ? std::max(1, run.parallel->gpus) : 1);
+}
+
 const Phase* findPhase(const std::vector<Phase>& phases, const char* name)
 {
     for (const auto& p : phases)

@@ -31,5 +31,7 @@ std::vector<std::int64_t> liveBytesAfterEachEvent(const Trace& trace);
 // state, inputs and a GPU's library bytes added), the ledgers (over the run and at the peak), each phase's peak
 // and what is alive at the peak. Returns the live bytes after each event.
 std::vector<std::int64_t> setPeakFromTrace(Report& r, const Trace& trace);
+// The samples one optimizer step sees: the micro-batch x the micro-batches accumulated x the data-parallel ranks.
+std::int64_t globalBatch(const RunInfo& run);
 
 } // namespace memledger

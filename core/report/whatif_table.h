@@ -122,6 +122,10 @@ struct GpuFitAnswer {
     double recompute_share = 0.0;
     int fewest_gpus = 0; // 0: none of the GPU counts tried
     std::int64_t micro_batch = 0; // the largest per rank at fewest_gpus
+    // Micro-batches accumulated per optimizer step at that answer: the table's --grad-accum, or with a global batch
+    // asked for, the fewest that reach it with micro-batches that fit (global batch = micro_batch x grad_accum x GPUs).
+    int grad_accum = 1;
+    std::int64_t globalBatch() const { return micro_batch * grad_accum * fewest_gpus; } // the samples per step
     std::optional<Prediction> at; // the rank at fewest_gpus and micro_batch
     // No answer: the rank at the most GPUs tried and the smallest micro-batch, how far it is from fitting.
     std::optional<Prediction> closest;
@@ -150,6 +154,12 @@ struct GpuFitTable {
     std::int64_t seq = 0; // the sequence every row runs at (0: no token input)
     std::string device = "cpu"; // where the step was recorded: meta, figures from shapes
     std::string optimizer;
+    // Micro-batches accumulated per optimizer step (--grad-accum): each answer's global batch is its micro-batch x
+    // grad_accum x its GPUs.
+    int grad_accum = 1;
+    // fit --global-batch G: every answer reaches G exactly (a GPU count that does not divide it is no answer), with
+    // the largest micro-batch that fits and divides G / GPUs, accumulated the rest of the way (0: not asked).
+    std::int64_t global_batch = 0;
     SizeRange runnable; // the micro-batches the program accepts
     std::vector<std::string> notes;
     double seconds = 0; // to compute

@@ -16,6 +16,8 @@ WhatIf WhatIf::withCheckpoint(const CheckpointSpec& spec) const
         return *this;
     if (!checkpoint_.none())
         throw std::invalid_argument("this what-if is checkpointed already (" + checkpoint_.text() + ")");
+    if (grad_accum_ > 1)
+        return unaccumulated_->withCheckpoint(spec).withGradAccum(grad_accum_); // the stages in their one order
     if (spec.mode == CheckpointMode::Auto)
         throw std::invalid_argument("--checkpoint auto plans checkpoints for one device within --budget (memledger "
                                     "whatif --checkpoint auto); with --gpus or fit give full or selective");

@@ -47,6 +47,8 @@ struct WhatIf::Fit {
     // A fit of the checkpointed step (WhatIf::withCheckpoint): the plain step's fit it was made from (its records
     // are the plain step's, so a row at a recorded size is predicted, not measured), else null.
     std::shared_ptr<const Fit> plain;
+    // A fit of the step as micro-steps (WhatIf::withGradAccum): the fit it was laid over from, else null.
+    std::shared_ptr<const Fit> unaccumulated;
 
     std::int64_t inputBytes(std::int64_t x) const;
     std::vector<Shape> inputsAt(std::int64_t x) const; // the inputs at batch (or sequence) x

@@ -151,6 +151,53 @@ std::vector<Prediction> rankRows(const WhatIf& w, const std::vector<std::int64_t
     return rows;
 }
 
+GlobalBatchAnswer reachGlobalBatch(const WhatIf& step, const ParallelPlan& plan, std::int64_t globalBatch,
+    std::int64_t budget, bool withReserved)
+{
+    GlobalBatchAnswer out;
+    const auto range = step.runnableRange();
+    if (budget <= 0 || globalBatch < 1 || globalBatch % plan.gpus != 0)
+        return out; // these GPUs cannot share the global batch evenly
+    const std::int64_t perRank = globalBatch / plan.gpus;
+    if (perRank < 1)
+        return out;
+    auto fitsAt = [&](std::int64_t micro, int k) -> std::optional<Prediction> {
+        auto p = plan;
+        p.grad_accum = k;
+        auto at = step.predictRank(micro, p, withReserved, budget);
+        if (!fitsWithin(at, budget))
+            return std::nullopt;
+        at.fits = true;
+        return at;
+    };
+    // The whole share in one micro-step, where it fits: no gradients kept between micro-steps.
+    if (range.contains(perRank))
+        if (auto at = fitsAt(perRank, 1)) {
+            out = {perRank, 1, at};
+            return out;
+        }
+    if (perRank == 1)
+        return out; // nothing to accumulate
+    // Else the largest micro-batch that divides it and fits with gradients accumulated. Micro-steps 2 to K-1 keep every
+    // gradient through their forward and backward without reducing, so three or more micro-steps never peak lower
+    // than two: the search is made with three, each candidate checked with its own K.
+    auto accumulating = plan;
+    accumulating.grad_accum = 3;
+    const auto largest = step.maxRankBatch(accumulating, budget, withReserved, perRank - 1);
+    for (std::int64_t micro = std::min(largest, perRank - 1); micro >= 1; --micro) {
+        if (perRank % micro != 0 || !range.contains(micro))
+            continue;
+        const auto k = perRank / micro;
+        if (k > 1 << 20)
+            break;
+        if (auto at = fitsAt(micro, static_cast<int>(k))) {
+            out = {micro, static_cast<int>(k), at};
+            return out;
+        }
+    }
+    return out;
+}
+
 GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
 {
     const auto started = std::chrono::steady_clock::now();
@@ -165,6 +212,10 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
     t.axis = w.axis();
     t.device = w.device();
     t.runnable = w.runnableRange();
+    t.grad_accum = w.gradAccum() > 1 ? w.gradAccum() : r.base.grad_accum; // the what-if's stage, or the plan's
+    t.global_batch = r.global_batch;
+    if (r.global_batch > 0 && t.grad_accum > 1)
+        throw std::invalid_argument("--global-batch chooses the micro-batches accumulated: give it or --grad-accum");
     t.gpu_counts = r.gpu_counts;
     if (t.gpu_counts.empty())
         for (int n = 1; n <= 1024; n *= 2)
@@ -215,8 +266,21 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
                     continue;
                 }
                 a.last_record = step.lastRecord(step.rankPrecision(one)); // the same records at every GPU count
+                a.grad_accum = t.grad_accum;
                 std::int64_t previous = -1;
                 for (int n : t.gpu_counts) {
+                    if (r.global_batch > 0) {
+                        auto reach = reachGlobalBatch(step, planFor(r, precision, shard, n), r.global_batch,
+                            t.allocatorBudget(n), r.with_reserved);
+                        a.largest.emplace_back(n, reach.micro_batch);
+                        if (reach.micro_batch > 0 && a.fewest_gpus == 0) {
+                            a.fewest_gpus = n;
+                            a.micro_batch = reach.micro_batch;
+                            a.grad_accum = reach.grad_accum;
+                            a.at = reach.at;
+                        }
+                        continue;
+                    }
                     auto plan = planFor(r, precision, shard, n);
                     const auto budget = t.allocatorBudget(n);
                     // DDP's rank is the same on any number of GPUs (past one, NCCL's share off the budget).

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,10 @@ struct GpuFitRequest {
     // step's what-if rewritten by WhatIf::withCheckpoint. Empty: none only.
     std::vector<CheckpointSpec> checkpoints;
     bool with_reserved = true;
+    // The samples per optimizer step over all GPUs (fit --global-batch): each answer is the fewest GPUs on which a
+    // micro-batch that divides it fits, accumulated over micro-steps to reach it (base.grad_accum is then chosen per
+    // answer). 0: not asked; each GPU count's largest micro-batch with base.grad_accum.
+    std::int64_t global_batch = 0;
     // The same step's what-if along the sequence at the smallest micro-batch: each answer also gets the longest
     // sequence that fits at its fewest GPUs. nullptr: not asked.
     const WhatIf* seq_whatif = nullptr;
@@ -48,6 +53,17 @@ std::string notRecorded(const WhatIf& w, const ParallelPlan& plan);
 std::string precisionText(const std::string& precision);
 
 GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r);
+
+// One GPU count's way to a global batch (fit --global-batch): the whole per-rank share (global / GPUs) in one step where
+// it fits, else the largest micro-batch that divides it and fits with the rest accumulated. micro_batch 0: none (the
+// GPUs do not divide the global batch, or not even a micro-batch of 1 fits).
+struct GlobalBatchAnswer {
+    std::int64_t micro_batch = 0;
+    int grad_accum = 1;
+    std::optional<Prediction> at;
+};
+GlobalBatchAnswer reachGlobalBatch(const WhatIf& step, const ParallelPlan& plan, std::int64_t globalBatch,
+    std::int64_t budget, bool withReserved);
 
 // The training step's what-if a fit table is made from (`base`: the step's run options): the precisions `r` needs
 // (recordedPrecisionsFor), recorded at micro-batch 1, 2, 4 and 8, and again up to past the answers where one lies

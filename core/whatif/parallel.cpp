@@ -1,5 +1,7 @@
 #include "whatif/parallel.h"
 
+#include "whatif/accumulation.h"
+
 #include "allocator/gpu_replay.h"
 #include "report/report_summary.h"
 #include "report/trace_edit.h"
@@ -51,6 +53,8 @@ std::string ParallelPlan::text() const
         if (!autocast.empty())
             out += " under " + autocast + " autocast";
     }
+    if (grad_accum > 1)
+        out += ", " + std::to_string(grad_accum) + " micro-batches accumulated";
     if (backend == "gloo")
         out += ", gloo (a CPU job's collectives)";
     return out;
@@ -204,6 +208,8 @@ Hooks findHooks(const Trace& t, const std::vector<OpCall>& ops, const std::vecto
     if (!forward || !backward)
         throw std::invalid_argument("the step has no forward or backward phase to lay the schedule over");
     for (const auto& op : ops) {
+        if (op.first_event < forward->first_event || op.first_event >= backward->end_event)
+            continue; // another micro-step's (gradient accumulation), or the optimizer's
         const auto& module = t.strings.at(op.module);
         if (op.backward && !module.empty() && !firstModelBackward)
             firstModelBackward = op.first_event;
@@ -308,11 +314,30 @@ std::string fsdpPaddingNote(const ModelInfo& model, int gpus, const std::string&
     return fewRowsNote(shardParameters(model, {""}, gpus, true), gpus, dtypeSize(masterDtype));
 }
 
-RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& layers, const Trace& step,
-    const std::vector<OpCall>& ops, const std::vector<Phase>& phases, const RunInfo& run,
+RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& layers, const Trace& recordedStep,
+    const std::vector<OpCall>& recordedOps, const std::vector<Phase>& recordedPhases, const RunInfo& run,
     std::int64_t optimizerStateBytes, const ParallelPlan& plan)
 {
     checkPlan(plan, run);
+    // Gradient accumulation: the step laid over as micro-steps first (whatif/accumulation.h), the schedule over each.
+    std::optional<MicroSteps> micro;
+    if (plan.grad_accum > 1)
+        micro = accumulateMicroSteps(recordedStep, recordedOps, recordedPhases, plan.grad_accum);
+    const Trace& step = micro ? micro->trace : recordedStep;
+    const std::vector<OpCall>& ops = micro ? micro->ops : recordedOps;
+    const std::vector<Phase>& phases = micro ? micro->phases : recordedPhases;
+    std::vector<MicroSteps::Shown> microSteps;
+    if (micro) {
+        microSteps = micro->shown;
+    } else {
+        const Phase* f = findPhase(phases, "forward");
+        const Phase* b = findPhase(phases, "backward");
+        if (!f || !b)
+            throw std::invalid_argument("the step has no forward or backward phase to lay the schedule over");
+        microSteps.push_back({1, f->first_event, b->end_event, static_cast<std::size_t>(f - phases.data()),
+            static_cast<std::size_t>(b - phases.data())});
+    }
+    const bool accumulating = plan.grad_accum > 1;
     const int n = plan.gpus;
     const bool fsdp = plan.sharded();
     const int md = dtypeSize(plan.master_dtype), pd = dtypeSize(plan.paramDtype()), rd = dtypeSize(plan.reduceDtype());
@@ -426,14 +451,22 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
         for (auto b : ddpBuckets(params, md, plan))
             edit.addAlloc(0, b, Ledger::Communication, "", "ddp::bucket");
         // With gradient_as_bucket_view each .grad is a view of its bucket: autograd still makes the gradient, and
-        // AccumulateGrad copies it into the bucket and frees it when the op that made it is done.
-        if (plan.gradient_as_bucket_view)
+        // AccumulateGrad copies it into the bucket and frees it when the op that made it is done. Accumulating, the
+        // micro-steps under no_sync keep the gradient autograd made; the last micro-step's backward, whose hooks
+        // run, copies it into the bucket when the gradient added into it is ready.
+        if (plan.gradient_as_bucket_view) {
+            std::map<std::size_t, std::size_t> readyAt;
+            if (micro)
+                for (auto [kept, last] : micro->accumulated)
+                    readyAt[kept] = last;
             for (auto& [unit, events] : gradientsOf)
-                for (auto e : events)
-                    edit.addFree(endOfOpAt(e), e);
+                for (auto e : events) {
+                    auto ready = readyAt.find(e);
+                    edit.addFree(endOfOpAt(ready != readyAt.end() ? ready->second : e), e);
+                }
+        }
         out.gradient_bytes = plan.gradient_as_bucket_view ? 0 : trainableNumel * md;
     } else {
-        const auto hooks = findHooks(step, ops, phases, info.units);
         // FSDP2's root casts floating-point inputs to param_dtype (MixedPrecisionPolicy.cast_forward_inputs): the
         // step ran on the cast; the caller's own tensor, in its dtype, is held through the step as well.
         if (plan.paramDtype() != plan.master_dtype)
@@ -449,7 +482,10 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
         // A tied weight's gradient comes in parts (the head's and the embedding's) that autograd sums (aten::add)
         // before accumulating: each part is cast as the node that made it returns, so the parts held until the sum
         // are in reduce_dtype too. They are the blocks of the gradient's size freed by the node that sums them.
-        if (plan.reduceDtype() != plan.paramDtype() && rd <= pd) {
+        // Accumulating, the micro-steps without synchronization set grad_dtype whatever its width, so the first one's
+        // gradients are cast as autograd makes them (_set_unsharded_grad_dtypes(defer_upcast=False)); the later
+        // ones' are added into them in place in the dtype they were computed in.
+        if (plan.reduceDtype() != plan.paramDtype() && (rd <= pd || accumulating)) {
             auto cast = [&](std::size_t e) {
                 auto computed = edit.addAlloc(
                     e, step.bytes[e], Ledger::Temporaries, step.strings.at(step.where[e]), "autograd::grad_before_cast");
@@ -591,30 +627,52 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
             shardedGradients += shardNumel * md;
         };
         // Hook points in step order; at one position a unit's post hooks come before the next unit's pre hooks.
+        // Each micro-step's hooks (one without gradient accumulation); only the last one's backward reduces.
         struct Point {
             std::size_t pos;
             int order; // 0: post-forward, 1: post-backward, 2: pre-forward, 3: pre-backward, 4: the backward's end
             std::string unit;
+            bool sync = true; // the gradients are reduced in this micro-step's backward
+            std::size_t micro = 0; // the micro-step shown: one's backward end comes before the next's forward
         };
         std::vector<Point> points;
-        for (const auto& u : hooks.forward_order) {
-            points.push_back({hooks.pre_forward.at(u), 2, u});
-            points.push_back({hooks.post_forward.at(u), 0, u});
-        }
-        for (const auto& [u, pos] : hooks.pre_backward)
-            points.push_back({pos, 3, u});
-        for (const auto& [u, pos] : hooks.post_backward)
-            points.push_back({pos, u.empty() ? 4 : 1, u});
-        std::stable_sort(points.begin(), points.end(),
-            [](const Point& a, const Point& b) { return a.pos != b.pos ? a.pos < b.pos : a.order < b.order; });
         // The unit FSDP2 prefetches in a unit's pre-backward: the one whose forward ended just before this one's
         // (the root's: the last block; the first block's: none; a block's with its MLP wrapped inside: that MLP).
         std::map<std::string, std::string> nextInBackward;
-        const auto& order = hooks.post_forward_order; // the root last
-        for (std::size_t k = 1; k < order.size(); ++k)
-            nextInBackward[order[k]] = order[k - 1];
+        for (std::size_t m = 0; m < microSteps.size(); ++m) {
+            const bool sync = m + 1 == microSteps.size();
+            const auto hooks = findHooks(step, ops,
+                {phases.at(microSteps[m].forward_phase), phases.at(microSteps[m].backward_phase)}, info.units);
+            for (const auto& u : hooks.forward_order) {
+                points.push_back({hooks.pre_forward.at(u), 2, u, sync, m});
+                points.push_back({hooks.post_forward.at(u), 0, u, sync, m});
+            }
+            for (const auto& [u, pos] : hooks.pre_backward)
+                points.push_back({pos, 3, u, sync, m});
+            for (const auto& [u, pos] : hooks.post_backward)
+                points.push_back({pos, u.empty() ? 4 : 1, u, sync, m});
+            const auto& order = hooks.post_forward_order; // the root last
+            for (std::size_t k = 1; k < order.size(); ++k)
+                nextInBackward[order[k]] = order[k - 1];
+        }
+        std::stable_sort(points.begin(), points.end(), [](const Point& a, const Point& b) {
+            if (a.micro != b.micro)
+                return a.micro < b.micro;
+            return a.pos != b.pos ? a.pos < b.pos : a.order < b.order;
+        });
         for (const auto& pt : points) {
             const auto& u = pt.unit;
+            if (!pt.sync && (pt.order == 1 || pt.order == 4)) {
+                // Without synchronization (set_requires_gradient_sync(False)): the post-backward reshards and keeps
+                // the unsharded gradients; the backward's end reshards what is still gathered.
+                if (pt.order == 1)
+                    reshard(u, pt.pos);
+                else
+                    for (auto& [other, st] : state)
+                        if (!st.params.empty())
+                            reshard(other, pt.pos);
+                continue;
+            }
             switch (pt.order) {
             case 2:
                 issue(u, pt.pos);
@@ -690,6 +748,8 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
     out.trace = edit.build(&out.ops, &out.phases);
     out.notes.push_back("one rank of " + plan.text() + ": rank 0, which holds the largest shards; the step was "
         + "recorded on one device at the rank's micro-batch and the " + info.shard + " schedule laid over it");
+    if (micro)
+        out.notes.push_back(accumulationNote(*micro));
     return out;
 }
 
@@ -701,6 +761,7 @@ Report rankReport(const Report& step, const ParallelPlan& plan)
         step.optimizer_state_bytes, plan);
     Report r = step;
     r.run.parallel = layout.info;
+    r.run.grad_accum = plan.grad_accum;
     r.weight_bytes = layout.weight_bytes;
     r.model.parameter_bytes = layout.parameter_bytes;
     r.model.buffer_bytes = layout.weight_bytes - layout.parameter_bytes;

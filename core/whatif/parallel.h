@@ -65,6 +65,11 @@ struct ParallelPlan {
     // (CPU jobs: fsdp/zero2's all-gather makes a flat buffer of its output's size in the calling thread and frees
     // it at once, and its reduce-scatter clones its input until the collective completes).
     std::string backend = "nccl";
+    // Gradient accumulation (whatif/accumulation.h): micro-batches per optimizer step. Every micro-step but the last
+    // runs without gradient synchronization (FSDP2's set_requires_gradient_sync(False), DDP's no_sync): fsdp and zero2
+    // keep each unit's unsharded gradients (in reduce_dtype where it is wider: FSDP2's grad_dtype) and reduce-scatter
+    // them in the last micro-step's backward; ddp and zero1 keep param.grad and fill their buckets in the last.
+    int grad_accum = 1;
 
     std::string paramDtype() const { return param_dtype.empty() ? master_dtype : param_dtype; }
     // The precision of the recorded step the rank is laid over (support/dtype.h): fsdp and zero2 record in their

@@ -1,4 +1,5 @@
 #include "whatif/whatif.h"
+#include "whatif/accumulation.h"
 #include "allocator/gpu_replay.h"
 
 #include "recording/build_report.h"
@@ -974,7 +975,7 @@ Prediction WhatIf::predict(std::int64_t batch, const std::string& dtype, bool wi
 
     auto recorded
         = std::find_if(f.recorded.begin(), f.recorded.end(), [&](const Fit::Recorded& r) { return r.batch == batch; });
-    if (recorded != f.recorded.end() && !f.plain) {
+    if (recorded != f.recorded.end() && !f.plain && !f.unaccumulated) {
         p.method = FigureMethod::Measured;
         p.predicted_peak_bytes = recorded->peak;
         p.peak_event = recorded->peak_event;
@@ -1113,6 +1114,11 @@ std::string uncastInputsNote(const std::string& dtype)
 Prediction WhatIf::rankPrediction(std::int64_t batch, const ParallelPlan& plan, bool withReserved, std::int64_t capacity,
     bool replayOnlyIfPeakFits) const
 {
+    if (unaccumulated_) { // the micro-steps are the rank layout's, whose schedule differs between them
+        auto accumulated = plan;
+        accumulated.grad_accum = grad_accum_;
+        return unaccumulated_->rankPrediction(batch, accumulated, withReserved, capacity, replayOnlyIfPeakFits);
+    }
     const auto dtype = rankPrecision(plan);
     const auto& f = fit(dtype, batch);
     if (f.info.mode != RunMode::Train)
@@ -1164,6 +1170,11 @@ Prediction WhatIf::rankPrediction(std::int64_t batch, const ParallelPlan& plan, 
 
 Report WhatIf::predictedRankReport(std::int64_t batch, const ParallelPlan& plan) const
 {
+    if (unaccumulated_) {
+        auto accumulated = plan;
+        accumulated.grad_accum = grad_accum_;
+        return unaccumulated_->predictedRankReport(batch, accumulated);
+    }
     const auto dtype = rankPrecision(plan);
     auto step = predictedReport(batch, dtype);
     auto r = rankReport(step, plan);
@@ -1184,6 +1195,8 @@ Trace WhatIf::predictedTrace(std::int64_t batch, const std::string& dtype) const
 
 Report WhatIf::predictedReport(std::int64_t batch, const std::string& dtype) const
 {
+    if (unaccumulated_)
+        return accumulatedReport(unaccumulated_->predictedReport(batch, dtype), grad_accum_);
     const auto& f = fit(dtype, batch);
     if (!f.plain)
         return reportOf(f, batch, dtype);
@@ -1240,6 +1253,9 @@ Report WhatIf::reportOf(const Fit& f, std::int64_t batch, const std::string& dty
 
 Prediction WhatIf::measure(Model& model, std::int64_t batch, const std::string& dtype, std::int64_t capacity) const
 {
+    if (grad_accum_ > 1)
+        throw std::invalid_argument("a run measures one step; the " + std::to_string(grad_accum_)
+            + " micro-steps are laid over it (measure the what-if without --grad-accum)");
     auto p = predict(batch, dtype, true, capacity);
     const auto& f = fit(dtype, batch);
     RunOptions o;

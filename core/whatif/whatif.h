@@ -129,6 +129,14 @@ public:
     // forward's tensor uses (checkpointing a checkpointed what-if again).
     WhatIf withCheckpoint(const CheckpointSpec& spec) const;
     const CheckpointSpec& checkpoint() const { return checkpoint_; }
+    // The same what-if for a step of `k` micro-batches whose gradients are accumulated before the optimizer's step
+    // (whatif/accumulation.h): each fit's step laid over as micro-steps once, each event sized along the batch from the
+    // recorded event it came from, so that predict, maxBatch and predictedReport answer for one device; a rank
+    // (predictRank, maxRankBatch, predictedRankReport, the fit table) is laid over the step before it, with the
+    // plan's grad_accum set to `k` (its schedule differs between the micro-steps). Apply after withCheckpoint.
+    // k = 1: this what-if. Throws std::invalid_argument: k < 1, not a training step, accumulated already.
+    WhatIf withGradAccum(int k) const;
+    int gradAccum() const { return grad_accum_; }
 
     // Every dtype predict() accepts but the FSDP records (support/dtype.h), which ranks are laid over (predictRank).
     std::vector<std::string> dtypes() const;
@@ -158,6 +166,8 @@ private:
     std::vector<std::string> notes_;
     SizeRange range_;
     CheckpointSpec checkpoint_; // withCheckpoint's: the stage its fits were rewritten by (none: the recorded step)
+    int grad_accum_ = 1; // withGradAccum's
+    std::shared_ptr<const WhatIf> unaccumulated_; // withGradAccum's: the what-if ranks are laid over
     // The report of fit `f` at `batch` (the recorded step's: a checkpointed fit's plain one).
     Report reportOf(const Fit& f, std::int64_t batch, const std::string& dtype) const;
     // The largest size within the runnable range and `upTo` for which `fits` holds: doubling from the smallest
