@@ -362,6 +362,9 @@ CliOptions parseCli(const std::vector<std::string>& args)
     if (o.grad_accum > 1) {
         if (o.command != "whatif" && o.command != "analyze" && o.command != "fit")
             throw std::invalid_argument("--grad-accum is for analyze, whatif and fit (a training step)");
+        if (o.remedies)
+            throw std::invalid_argument("--remedies with --grad-accum is not built yet (each remedy's figures are one "
+                                        "micro-step's): ask for the remedies without --grad-accum");
         if (o.command == "whatif" && !checkpointText.empty() && !o.parallel())
             throw std::invalid_argument("--grad-accum with a one-device whatif --checkpoint (the checkpoint planner's "
                                         "table): use analyze MODEL --checkpoint ... --grad-accum K, or whatif --gpus");

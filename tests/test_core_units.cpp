@@ -198,6 +198,7 @@ TEST(Cli, GradAccumIsAnsweredWhereATrainingStepIsAndRefusedElsewhere)
     EXPECT_EQ(parseCli({"fit", "m.pt2", "--budget", "H100-80GB", "--global-batch", "512"}).global_batch, 512);
     refused({"fit", "m.pt2", "--budget", "H100-80GB", "--global-batch", "512", "--grad-accum", "4"}, "--global-batch");
     refused({"analyze", "m.pt2", "--global-batch", "512"}, "--global-batch");
+    refused({"analyze", "m.pt2", "--mode", "train", "--grad-accum", "4", "--remedies"}, "--remedies with --grad-accum");
 }
 
 TEST(OpenFile, DetectsTheKindByContentNotByName)

@@ -633,7 +633,7 @@ TEST(MainWindow, GpusTabRecordsUpToAnAnswerBeyondItsRecords)
 // The What if panel's Checkpointing row on the GPT demo's AdamW step: each block checkpointed lowers the peak, the
 // figures are the checkpointed what-if's (the same as the CLI's analyze --checkpoint), a rank and its Show this rank
 // follow it, and the GPUs tab answers per checkpointing with the panel's rows those of the choice.
-TEST(MainWindow, CheckpointingRowPredictsTheCheckpointedStep)
+TEST(MainWindow, CheckpointingAndMicroBatchesRowsPredictTheStagedStep)
 {
     if (!canRunExportedPrograms())
         GTEST_SKIP() << "this build's libtorch runs no torch.export programs (" << torchBuildInfo() << ")";
@@ -707,6 +707,47 @@ TEST(MainWindow, CheckpointingRowPredictsTheCheckpointedStep)
     while (panel->gpuFitText().isEmpty() && clock.elapsed() < 10000)
         QTest::qWait(50);
     EXPECT_TRUE(panel->gpuFitText().contains("fsdp")) << panel->gpuFitText().toStdString();
+    // The Micro-batches row (gradient accumulation): one device's figures are the accumulated step's, as the command
+    // line's analyze --grad-accum; a rank's are laid over with the plan's micro-steps, and Show this rank says so.
+    EXPECT_TRUE(panel->gradAccumBox()->isVisibleTo(panel));
+    panel->setCheckpoint(QStringLiteral("none"));
+    panel->setGpus(1);
+    panel->setShard(QString());
+    const auto unaccumulated = panel->activeWhatIf()->predict(8, "float32", false);
+    panel->setGradAccum(4);
+    EXPECT_EQ(panel->activeWhatIf()->gradAccum(), 4);
+    const auto accumulated = panel->activeWhatIf()->predict(8, "float32", false);
+    EXPECT_GT(accumulated.predicted_peak_total_bytes, unaccumulated.predicted_peak_total_bytes);
+    EXPECT_TRUE(panel->peakTotalText().startsWith(QString::fromStdString(formatBytes(accumulated.predicted_peak_total_bytes))))
+        << panel->peakTotalText().toStdString();
+    const auto accumulatedJson = dir.filePath(QStringLiteral("gpt_train_accumulated.json")).toStdString();
+    r = memledger::test::runCommand(memledger::test::memledgerBinary() + " analyze demo:gpt-train.pt2 --batch 8 --optimizer "
+        + w.report()->run.optimizer + " --grad-accum 4 --json '" + accumulatedJson + "'");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream accumulatedIn(accumulatedJson);
+    const auto accumulatedCli = nlohmann::json::parse(accumulatedIn).value("peak_total_bytes", std::int64_t {0});
+    EXPECT_NEAR(static_cast<double>(accumulated.predicted_peak_total_bytes), static_cast<double>(accumulatedCli),
+        0.01 * static_cast<double>(accumulatedCli));
+    // A rank of FSDP on 4 GPUs: its micro-steps, and Show this rank.
+    panel->setGpus(4);
+    plan = panel->rankPlan();
+    ASSERT_TRUE(plan);
+    EXPECT_EQ(plan->grad_accum, 4);
+    rank = panel->activeWhatIf()->predictRank(panel->batch(), *plan, false);
+    auto single = *plan;
+    single.grad_accum = 1;
+    // The stage's micro-steps whatever the plan says; without them the rank keeps no gradients between micro-steps.
+    EXPECT_EQ(panel->activeWhatIf()->predictRank(panel->batch(), single, false).predicted_peak_total_bytes,
+        rank.predicted_peak_total_bytes);
+    panel->setGradAccum(1);
+    EXPECT_LT(panel->activeWhatIf()->predictRank(panel->batch(), single, false).predicted_peak_total_bytes,
+        rank.predicted_peak_total_bytes);
+    panel->setGradAccum(4);
+    panel->requestRank();
+    ASSERT_TRUE(w.report()->run.parallel);
+    EXPECT_EQ(w.report()->run.grad_accum, 4);
+    EXPECT_NEAR(static_cast<double>(w.report()->peak_total_bytes), static_cast<double>(rank.predicted_peak_total_bytes),
+        0.001 * static_cast<double>(rank.predicted_peak_total_bytes));
 }
 
 // The Run panel's Device choice lists the CPU, then every CUDA GPU this libtorch sees (here, without a GPU or
