@@ -76,6 +76,7 @@ std::string usageText()
            "  memledger analyze|whatif|fit MODEL ... --checkpoint none|full|selective [--checkpoint-every K]\n"
            "  memledger analyze|whatif|fit MODEL ... --grad-accum K   (K micro-batches per optimizer step)\n"
            "  memledger fit MODEL --budget SIZE --global-batch G   (the micro-batch and micro-steps that reach G)\n"
+           "  memledger analyze|whatif|fit MODEL ... --offload params [--gpus-per-node N] [--host-budget SIZE]\n"
            "                    activation checkpointing of each repeated block (non-reentrant; selective keeps\n"
            "                    the outputs of matmuls and attention), on one device or per rank (--gpus,\n"
            "                    --shard); fit and whatif --gpus take several: --checkpoint none,selective,full\n"
@@ -280,6 +281,20 @@ CliOptions parseCli(const std::vector<std::string>& args)
             if (k > 1 << 20)
                 throw std::invalid_argument("--grad-accum " + std::to_string(k) + " is more micro-batches than any job accumulates");
             o.grad_accum = static_cast<int>(k);
+        } else if (a == "--offload") {
+            o.offload = value(a);
+            if (o.offload != "none" && o.offload != "params" && o.offload != "optimizer")
+                throw std::invalid_argument("--offload '" + o.offload + "' is not none, params or optimizer");
+            if (o.offload == "none")
+                o.offload.clear();
+        } else if (a == "--gpus-per-node") {
+            o.gpus_per_node = static_cast<int>(parsePositive(a, value(a)));
+        } else if (a == "--host-budget") {
+            auto v = value(a);
+            auto b = parseBudget(v);
+            if (!b)
+                throw std::invalid_argument("--host-budget '" + v + "' is not a size (512GiB, 1TB)");
+            o.host_budget = *b;
         } else if (a == "--global-batch") {
             o.global_batch = parsePositive(a, value(a));
         } else if (a == "--checkpoint-every") {
@@ -371,6 +386,10 @@ CliOptions parseCli(const std::vector<std::string>& args)
         if (o.run.mode == RunMode::Inference && !o.parallel())
             throw std::invalid_argument("--grad-accum accumulates a training step's gradients: use --mode train");
     }
+    if (!o.offload.empty() && !o.parallel() && o.command != "fit")
+        throw std::invalid_argument("--offload lays out a rank of a sharded job: give --gpus N --shard fsdp (or zero2)");
+    if (o.host_budget > 0 && (o.command != "fit" || o.offload.empty()))
+        throw std::invalid_argument("--host-budget checks fit's offloaded ranks: fit MODEL --offload params --host-budget SIZE");
     if (o.global_batch > 0) {
         if (o.command != "fit")
             throw std::invalid_argument("--global-batch is fit's: it chooses each answer's micro-batch and micro-steps "

@@ -52,6 +52,11 @@ struct CliOptions {
     // fit --global-batch G: samples per optimizer step over all GPUs; each answer chooses its micro-batch and the
     // micro-batches accumulated to reach it (0: not asked)
     std::int64_t global_batch = 0;
+    // --offload none|params (FSDP2's CPUOffloadPolicy; "optimizer", DeepSpeed's, is refused by the plan), with
+    // --gpus-per-node (the ranks sharing a host) and fit's --host-budget (a node's pinned memory; 0: not checked)
+    std::string offload;
+    int gpus_per_node = 8;
+    std::int64_t host_budget = 0;
     std::vector<std::string> precisions; // fit --precision: bfloat16-mixed, bfloat16, float32, ...
     bool parallel() const { return !gpus.empty() || !shards.empty(); }
 };

@@ -48,6 +48,8 @@ ParallelPlan parallelPlanFromCli(const CliOptions& o, const std::vector<LayerSta
         plan.units = shardUnitsMatching(layers, o.shard_units);
     plan.gradient_as_bucket_view = o.gradient_as_bucket_view;
     plan.grad_accum = o.grad_accum;
+    plan.offload = o.offload;
+    plan.gpus_per_node = o.gpus_per_node;
     if (!o.backend.empty())
         plan.backend = o.backend;
     return plan;
@@ -94,6 +96,7 @@ int runFit(const CliOptions& o)
         request.budget_text = o.budget_text;
         request.base = parallelPlanFromCli(o, file.model->modules(), 1, "fsdp");
         request.global_batch = o.global_batch;
+        request.host_budget = o.host_budget;
         std::vector<std::string> checkpointNotes;
         request.checkpoints = checkpointsToAnalyze(o.checkpoints, file.model->info(), &checkpointNotes);
 

@@ -137,6 +137,17 @@ TEST(Cli, ParsesShapesAndRejectsNonsense)
     EXPECT_EQ(*w.budget, std::int64_t {16} << 30);
 }
 
+// The command line refuses `args` with a message that holds `says` (the flag it names).
+static void refused(const std::vector<std::string>& args, const std::string& says)
+{
+    try {
+        parseCli(args);
+        ADD_FAILURE() << "accepted: " << args.back();
+    } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+}
+
 // --checkpoint is typed where the text enters: one spec, or an axis of modes for fit and whatif --gpus; what cannot be
 // answered is refused with a message that names the flag.
 TEST(Cli, CheckpointIsTypedOnceAndRefusedWhereItCannotBeAnswered)
@@ -152,14 +163,6 @@ TEST(Cli, CheckpointIsTypedOnceAndRefusedWhereItCannotBeAnswered)
     EXPECT_EQ(paths.checkpoints[0].implementation(), CheckpointImpl::Reentrant); // named modules: as before
     auto rank = parseCli({"whatif", "m.pt2", "--gpus", "8,64", "--shard", "fsdp", "--checkpoint", "full,none"});
     EXPECT_EQ(rank.checkpoints.size(), 2u);
-    auto refused = [](const std::vector<std::string>& args, const std::string& says) {
-        try {
-            parseCli(args);
-            ADD_FAILURE() << "accepted: " << args.back();
-        } catch (const std::invalid_argument& e) {
-            EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
-        }
-    };
     refused({"analyze", "m.pt2", "--checkpoint", "none,full"}, "--checkpoint");
     refused({"fit", "m.pt2", "--budget", "80GB", "--checkpoint", "auto"}, "--checkpoint auto");
     refused({"analyze", "m.pt2", "--gpus", "8", "--checkpoint", "auto"}, "--checkpoint auto");
@@ -180,14 +183,6 @@ TEST(Cli, GradAccumIsAnsweredWhereATrainingStepIsAndRefusedElsewhere)
     EXPECT_EQ(parseCli({"whatif", "m.pt2", "--gpus", "8,64", "--grad-accum", "8"}).grad_accum, 8);
     EXPECT_EQ(parseCli({"fit", "m.pt2", "--budget", "H100-80GB", "--grad-accum", "2"}).grad_accum, 2);
     EXPECT_EQ(parseCli({"analyze", "m.pt2"}).grad_accum, 1);
-    auto refused = [](const std::vector<std::string>& args, const std::string& says) {
-        try {
-            parseCli(args);
-            ADD_FAILURE() << "accepted: " << args.back();
-        } catch (const std::invalid_argument& e) {
-            EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
-        }
-    };
     EXPECT_EQ(parseCli({"analyze", "m.pt2", "--grad-accum", "4"}).grad_accum, 4); // a training step, as --checkpoint
     refused({"analyze", "m.pt2", "--mode", "inference", "--grad-accum", "4"}, "--grad-accum");
     refused({"analyze", "m.pt2", "--mode", "train", "--grad-accum", "0"}, "--grad-accum");
@@ -199,6 +194,15 @@ TEST(Cli, GradAccumIsAnsweredWhereATrainingStepIsAndRefusedElsewhere)
     refused({"fit", "m.pt2", "--budget", "H100-80GB", "--global-batch", "512", "--grad-accum", "4"}, "--global-batch");
     refused({"analyze", "m.pt2", "--global-batch", "512"}, "--global-batch");
     refused({"analyze", "m.pt2", "--mode", "train", "--grad-accum", "4", "--remedies"}, "--remedies with --grad-accum");
+    auto offload = parseCli({"fit", "m.pt2", "--budget", "H100-80GB", "--offload", "params", "--gpus-per-node", "4",
+        "--host-budget", "512GiB"});
+    EXPECT_EQ(offload.offload, "params");
+    EXPECT_EQ(offload.gpus_per_node, 4);
+    EXPECT_EQ(offload.host_budget, std::int64_t {512} << 30);
+    EXPECT_TRUE(parseCli({"analyze", "m.pt2", "--gpus", "8", "--offload", "none"}).offload.empty());
+    refused({"analyze", "m.pt2", "--mode", "train", "--offload", "params"}, "--offload");
+    refused({"analyze", "m.pt2", "--gpus", "8", "--offload", "disk"}, "--offload 'disk'");
+    refused({"fit", "m.pt2", "--budget", "80GB", "--host-budget", "1TB"}, "--host-budget");
 }
 
 TEST(OpenFile, DetectsTheKindByContentNotByName)

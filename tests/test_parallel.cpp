@@ -181,6 +181,42 @@ std::string checkpointCaseName(const nlohmann::json& c)
         + (c["every"].get<int>() > 1 ? " every " + std::to_string(c["every"].get<int>()) : std::string());
 }
 
+// A case of fsdp_ac_truth.json as memledger lays it out: its program, param dtype, FSDP plan (the root resharded as
+// the truth's) and the step's run options (each unit's inputs cast where the param dtype is not the master's).
+struct FsdpAcCase {
+    std::string file, pd;
+    ParallelPlan plan;
+    RunOptions options;
+};
+
+FsdpAcCase fsdpAcCase(const nlohmann::json& c)
+{
+    FsdpAcCase out;
+    out.file = fixture("fsdp/" + c["file"].get<std::string>());
+    out.pd = c["param_dtype"].get<std::string>();
+    out.plan.gpus = c["gpus"].get<int>();
+    out.plan.shard = Sharding::Fsdp;
+    out.plan.master_dtype = "float32";
+    out.plan.param_dtype = out.pd;
+    out.plan.reshard_after_forward = c["reshard_after_forward"].get<bool>();
+    out.plan.root_reshard_after_forward = out.plan.reshard_after_forward;
+    out.options = stepOptions(c["input"].get<std::string>(), out.pd);
+    out.options.cast_module_inputs = inputCastUnits(out.plan, Model::open(out.file).modules());
+    return out;
+}
+
+// The step of a program at an input and dtype, recorded once per test.
+const Report& recordedOnce(std::map<std::string, Report>& steps, const std::string& file, const std::string& input,
+    const std::string& pd, const RunOptions& options)
+{
+    const std::string key = file + "|" + input + "|" + pd;
+    if (!steps.count(key)) {
+        auto model = Model::open(file);
+        steps[key] = analyzeModel(model, options);
+    }
+    return steps.at(key);
+}
+
 // Activation checkpointing under FSDP2 (tests/fixtures/fsdp_ac_truths.py): checkpoint_wrapper on every block (every
 // K-th), full and selective (create_selective_checkpoint_contexts saving matmul and attention outputs), against
 // FSDPMemTracker on toy, gpt, a 7B and a 70B at 4 to 64 ranks. As analyze --checkpoint full|selective --gpus N
@@ -199,25 +235,11 @@ TEST_F(Fsdp, CheckpointedRankAgreesWithFsdpMemTracker)
         if (c.value("micro_steps", 1) > 1)
             continue; // AccumulatedRankAgreesWithFsdpMemTracker's
         SCOPED_TRACE(checkpointCaseName(c));
-        const auto file = fixture("fsdp/" + c["file"].get<std::string>());
-        const auto pd = c["param_dtype"].get<std::string>();
-        auto layers = Model::open(file).modules();
-        ParallelPlan plan;
-        plan.gpus = c["gpus"].get<int>();
-        plan.shard = Sharding::Fsdp;
-        plan.master_dtype = "float32";
-        plan.param_dtype = pd;
-        plan.reshard_after_forward = c["reshard_after_forward"].get<bool>();
-        plan.root_reshard_after_forward = plan.reshard_after_forward;
-        auto options = stepOptions(c["input"].get<std::string>(), pd);
-        options.cast_module_inputs = inputCastUnits(plan, layers);
-        const std::string key = file + "|" + c["input"].get<std::string>() + "|" + pd;
-        if (!steps.count(key)) {
-            auto model = Model::open(file);
-            steps[key] = analyzeModel(model, options);
-        }
+        auto [file, pd, plan, options] = fsdpAcCase(c);
+        const auto layers = Model::open(file).modules();
+        const auto& step = recordedOnce(steps, file, c["input"].get<std::string>(), pd, options);
         const auto spec = parseCheckpointSpec(c["checkpoint"].get<std::string>(), c["every"].get<int>());
-        auto checkpointed = predictCheckpoint(steps[key], spec, false);
+        auto checkpointed = predictCheckpoint(step, spec, false);
         EXPECT_EQ(checkpointed.checkpoint.size(),
             (largestRepeatedBlocks(layers).size() + static_cast<std::size_t>(spec.every) - 1) / static_cast<std::size_t>(spec.every));
         EXPECT_GT(checkpointed.recomputed_ops, 0);
@@ -277,28 +299,13 @@ TEST_F(Fsdp, AccumulatedRankAgreesWithFsdpMemTracker)
             continue;
         const auto name = checkpointCaseName(c) + ", " + std::to_string(k) + " micro-steps";
         SCOPED_TRACE(name);
-        const auto file = fixture("fsdp/" + c["file"].get<std::string>());
-        const auto pd = c["param_dtype"].get<std::string>();
-        auto layers = Model::open(file).modules();
-        ParallelPlan plan;
-        plan.gpus = c["gpus"].get<int>();
-        plan.shard = Sharding::Fsdp;
-        plan.master_dtype = "float32";
-        plan.param_dtype = pd;
-        plan.reshard_after_forward = c["reshard_after_forward"].get<bool>();
-        plan.root_reshard_after_forward = plan.reshard_after_forward;
+        auto [file, pd, plan, options] = fsdpAcCase(c);
         plan.grad_accum = k;
-        auto options = stepOptions(c["input"].get<std::string>(), pd);
-        options.cast_module_inputs = inputCastUnits(plan, layers);
-        const std::string key = file + "|" + c["input"].get<std::string>() + "|" + pd;
-        if (!steps.count(key)) {
-            auto model = Model::open(file);
-            steps[key] = analyzeModel(model, options);
-        }
+        const auto& recorded = recordedOnce(steps, file, c["input"].get<std::string>(), pd, options);
         const auto spec = parseCheckpointSpec(c["checkpoint"].get<std::string>(), c["every"].get<int>());
-        Report step = steps[key];
+        Report step = recorded;
         if (!spec.none())
-            step = *predictCheckpoint(steps[key], spec, false).report;
+            step = *predictCheckpoint(recorded, spec, false).report;
         auto rank = rankReport(step, plan);
         EXPECT_EQ(rank.run.grad_accum, k);
         EXPECT_EQ(rank.model.parameter_bytes, c["padded_sharded_param_bytes"].get<std::int64_t>());
@@ -339,6 +346,73 @@ TEST_F(Fsdp, AccumulatedRankAgreesWithFsdpMemTracker)
     }
     EXPECT_GE(checked, 14);
     EXPECT_GE(fitsChecked, 4);
+}
+
+// --offload params (FSDP2's CPUOffloadPolicy), modelled from PyTorch's source (FSDPMemTracker cannot run it without a
+// GPU): the device keeps the buffers and the step's unsharded tensors; the host holds the padded parameter shards
+// (FSDPMemTracker's sharded parameters of the same job without offload), the gradient shards, the optimizer state (the
+// same job's) and the optimizer step's scratch. Each unit's shards are copied to the device before its all-gather.
+TEST_F(Fsdp, AnOffloadedRankHoldsItsShardsAndOptimizerStateOnTheHost)
+{
+    const auto& truth = fsdpCheckpointTruth();
+    SKIP_IF_TRUTH_IS_NOT_HERE(truth, true);
+    int checked = 0;
+    for (const auto& c : truth["cases"]) {
+        if (c["model"] != "toy" || c["gpus"] != 4 || c["checkpoint"] != "full" || c.value("micro_steps", 1) != 1)
+            continue;
+        const auto pd = c["param_dtype"].get<std::string>();
+        SCOPED_TRACE(pd);
+        const auto file = fixture("fsdp/" + c["file"].get<std::string>());
+        auto model = Model::open(file);
+        ParallelPlan plan;
+        plan.gpus = 4;
+        plan.master_dtype = "float32";
+        plan.param_dtype = pd;
+        auto options = stepOptions(c["input"].get<std::string>(), pd);
+        options.cast_module_inputs = inputCastUnits(plan, model.modules());
+        auto step = analyzeModel(model, options);
+        auto onDevice = rankReport(step, plan);
+        auto offloaded = plan;
+        offloaded.offload = "params";
+        offloaded.gpus_per_node = 4;
+        auto rank = rankReport(step, offloaded);
+        ASSERT_TRUE(rank.run.parallel);
+        const auto& par = *rank.run.parallel;
+        EXPECT_EQ(par.offload, "params");
+        EXPECT_EQ(rank.model.parameter_bytes, 0);
+        EXPECT_EQ(rank.optimizer_state_bytes, 0);
+        EXPECT_EQ(rank.gradient_bytes, 0);
+        EXPECT_EQ(rank.weight_bytes, onDevice.weight_bytes - onDevice.model.parameter_bytes); // the buffers
+        // The host: the padded shards (FSDPMemTracker's), their gradients, the optimizer state, and scratch under a shard.
+        const auto shards = c["padded_sharded_param_bytes"].get<std::int64_t>();
+        EXPECT_EQ(onDevice.model.parameter_bytes, shards);
+        const auto state = shards + onDevice.gradient_bytes + onDevice.optimizer_state_bytes;
+        EXPECT_GE(par.host_bytes, state);
+        EXPECT_LE(par.host_bytes, state + shards);
+        EXPECT_LT(rank.peak_total_bytes, onDevice.peak_total_bytes);
+        // The device saves at least the optimizer state and the shards, less one unit's copies from the host.
+        EXPECT_GT(onDevice.peak_total_bytes - rank.peak_total_bytes, onDevice.optimizer_state_bytes);
+        std::printf("[ offload  ] toy on 4, %s: device %s -> %s, host %s per rank\n", pd.c_str(),
+            groupedBytes(onDevice.peak_total_bytes).c_str(), groupedBytes(rank.peak_total_bytes).c_str(),
+            groupedBytes(par.host_bytes).c_str());
+        ++checked;
+    }
+    EXPECT_GE(checked, 2);
+    // Refused, naming the flag, where it cannot be answered.
+    ParallelPlan ddp;
+    ddp.shard = Sharding::Ddp;
+    ddp.offload = "params";
+    RunInfo run;
+    run.mode = RunMode::Train;
+    EXPECT_THROW(checkPlan(ddp, run), std::invalid_argument);
+    ParallelPlan optimizerOnly;
+    optimizerOnly.offload = "optimizer";
+    try {
+        checkPlan(optimizerOnly, run);
+        ADD_FAILURE() << "--offload optimizer accepted";
+    } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("--offload"), std::string::npos) << e.what();
+    }
 }
 
 // fit --global-batch G: each answer reaches G exactly, with its share in one step where it fits, else the largest

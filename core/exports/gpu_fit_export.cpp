@@ -73,7 +73,8 @@ std::string gpuFitToText(const GpuFitTable& t)
         << padCell("fewest GPUs", 13, true) << padCell("micro-batch", 13, true)
         << (t.global_batch > 0 ? padCell("micro-steps", 13, true) : std::string())
         << (t.grad_accum > 1 || t.global_batch > 0 ? padCell("global batch", 14, true) : std::string()) << (seq ? padCell("longest seq", 13, true) : std::string()) << padCell("peak total", 13, true) << padCell("reserved", 13, true) << padCell("weights", 12, true)
-        << padCell("grads", 12, true) << padCell("optimizer", 12, true) << "\n";
+        << padCell("grads", 12, true) << padCell("optimizer", 12, true)
+        << (t.offload.empty() ? std::string() : padCell("host/node", 12, true)) << "\n";
     for (const auto& a : t.answers) {
         out << padCell(a.precision, 16) << padCell(a.shard, 10) << (ckpt ? padCell(checkpointCell(a), ckptWidth) : std::string());
         if (!a.not_modelled.empty()) {
@@ -94,7 +95,8 @@ std::string gpuFitToText(const GpuFitTable& t)
             << padCell(formatBytes(p.predicted_peak_total_bytes), 13, true)
             << padCell(p.predicted_reserved_bytes > 0 ? formatBytes(p.predicted_reserved_bytes) : "-", 13, true)
             << padCell(formatBytes(p.weight_bytes), 12, true) << padCell(formatBytes(p.gradient_bytes), 12, true)
-            << padCell(formatBytes(p.optimizer_state_bytes), 12, true) << "\n";
+            << padCell(formatBytes(p.optimizer_state_bytes), 12, true)
+            << (t.offload.empty() ? std::string() : padCell(formatBytes(p.host_bytes * t.gpus_per_node), 12, true)) << "\n";
     }
     // The largest micro-batch per GPU count, one line per precision and strategy.
     if (!t.gpu_counts.empty()) {
@@ -130,6 +132,10 @@ std::string gpuFitToText(const GpuFitTable& t)
         << (t.grad_accum > 1 ? "; " + std::to_string(t.grad_accum) + " micro-batches accumulated per optimizer step "
                    "(global batch: micro-batch x " + std::to_string(t.grad_accum) + " x GPUs), the gradients kept between them"
                              : std::string())
+        << (t.offload.empty() ? std::string()
+                              : "; --offload " + t.offload + ": parameter and gradient shards and the optimizer state "
+                                  "on the host (host/node: pinned memory for " + std::to_string(t.gpus_per_node) + " ranks"
+                                  + (t.host_budget > 0 ? ", within " + formatBytes(t.host_budget) : std::string()) + ")")
         << (t.global_batch > 0 ? "; global batch " + std::to_string(t.global_batch) + ": per GPU count, its share in one "
                    "step where it fits, else the largest micro-batch that divides it, the rest accumulated (micro-steps); "
                    "the GPU counts that do not divide it are no answer"
@@ -146,7 +152,8 @@ nlohmann::json gpuFitToJson(const GpuFitTable& t)
         {"budget_text", t.budget_text}, {"cuda_context_bytes", t.cuda_context_bytes},
         {"cuda_context_source", t.cuda_context_source}, {"nccl_bytes", t.nccl_bytes}, {"nccl_source", t.nccl_source},
         {"gpu_counts", t.gpu_counts}, {"axis", nameOf(t.axis)}, {"seq", t.seq}, {"device", t.device},
-        {"optimizer", t.optimizer}, {"grad_accum", t.grad_accum}, {"global_batch", t.global_batch}, {"runnable", {{"min", t.runnable.min}, {"max", t.runnable.max}, {"why", t.runnable.why}}},
+        {"optimizer", t.optimizer}, {"grad_accum", t.grad_accum}, {"global_batch", t.global_batch},
+        {"offload", t.offload}, {"host_budget_bytes", t.host_budget}, {"gpus_per_node", t.gpus_per_node}, {"runnable", {{"min", t.runnable.min}, {"max", t.runnable.max}, {"why", t.runnable.why}}},
         {"notes", t.notes}, {"seconds", t.seconds}};
     auto& answers = j["answers"] = nlohmann::json::array();
     for (const auto& a : t.answers) {
@@ -261,6 +268,9 @@ GpuFitTable gpuFitFromJson(const nlohmann::json& j)
     t.optimizer = j.value("optimizer", std::string());
     t.grad_accum = std::max(1, j.value("grad_accum", 1));
     t.global_batch = j.value("global_batch", std::int64_t {0});
+    t.offload = j.value("offload", std::string());
+    t.host_budget = j.value("host_budget_bytes", std::int64_t {0});
+    t.gpus_per_node = std::max(1, j.value("gpus_per_node", 8));
     t.notes = j.value("notes", std::vector<std::string> {});
     t.seconds = j.value("seconds", 0.0);
     if (j.contains("runnable")) {
@@ -298,6 +308,7 @@ GpuFitTable gpuFitFromJson(const nlohmann::json& j)
             p.master_dtype = r.value("master_dtype", std::string());
             p.gradient_bytes = r.value("gradient_bytes", std::int64_t {0});
             p.optimizer_state_bytes = r.value("optimizer_state_bytes", std::int64_t {0});
+            p.host_bytes = r.value("host_bytes", std::int64_t {0});
             p.fits = true;
             a.at = p;
         }

@@ -522,7 +522,9 @@ json reportToJson(const Report& r, bool withEvents)
             {"reduce_dtype", par->reduce_dtype}, {"master_dtype", par->master_dtype}, {"units", par->units},
             {"reshard_after_forward", par->reshard_after_forward},
             {"root_reshard_after_forward", par->root_reshard_after_forward}, {"backend", par->backend}, {"rank", par->rank},
-            {"resident_blocks", par->resident_blocks}, {"full_parameter_bytes", par->full_parameter_bytes}};
+            {"resident_blocks", par->resident_blocks}, {"full_parameter_bytes", par->full_parameter_bytes},
+            {"offload", par->offload}, {"host_bytes", par->host_bytes}, {"gpus_per_node", par->gpus_per_node},
+            {"host_bytes_per_node", par->host_bytes * par->gpus_per_node}};
     }
     j["load_tax"] = {{"file_tensor_bytes", r.load_tax.file_tensor_bytes}, {"file_dtype", r.load_tax.file_dtype},
         {"resident_bytes", r.load_tax.resident_bytes}, {"resident_dtype", r.load_tax.resident_dtype}};
@@ -696,6 +698,9 @@ Report reportFromJson(const json& j, const std::string& name)
             par.units = pj.value("units", std::vector<std::string> {});
             par.reshard_after_forward = pj.value("reshard_after_forward", true);
             par.root_reshard_after_forward = pj.value("root_reshard_after_forward", false);
+            par.offload = pj.value("offload", std::string());
+            par.host_bytes = pj.value("host_bytes", std::int64_t {0});
+            par.gpus_per_node = std::max(1, pj.value("gpus_per_node", 8));
             par.backend = pj.value("backend", std::string("nccl"));
             par.rank = pj.value("rank", 0);
             par.resident_blocks = pj.value("resident_blocks", std::vector<std::int64_t> {});

@@ -178,6 +178,10 @@ std::string reportToText(const Report& r, int maxDepth)
         out << "  per rank: weights " << formatBytes(r.weight_bytes) << " of " << formatBytes(par->full_parameter_bytes)
             << " parameters, gradients " << formatBytes(r.gradient_bytes) << ", optimizer state "
             << formatBytes(r.optimizer_state_bytes) << "\n";
+        if (!par->offload.empty())
+            out << "  offloaded (--offload " << par->offload << "): " << formatBytes(par->host_bytes)
+                << " of the host's pinned memory per rank, " << formatBytes(par->host_bytes * par->gpus_per_node)
+                << " per node of " << par->gpus_per_node << " GPUs\n";
     }
     if (!r.model.bytes_by_dtype.empty()) {
         out << "  tensors in the file:";

@@ -41,6 +41,7 @@ nlohmann::json predictionToJson(const Prediction& p)
         j["master_dtype"] = p.master_dtype;
         j["gradient_bytes"] = p.gradient_bytes;
         j["optimizer_state_bytes"] = p.optimizer_state_bytes;
+        j["host_bytes"] = p.host_bytes; // offloaded to the host (0: none)
     }
     auto& ledgers = j["ledgers_at_peak"] = nlohmann::json::object();
     for (int l = 0; l < kLedgerCount; ++l)

@@ -189,6 +189,12 @@ struct ParallelInfo {
     // shards, the buffers, its optimizer state (inputs follow). The GPU replay starts from these.
     std::vector<std::int64_t> resident_blocks;
     std::int64_t full_parameter_bytes = 0; // every parameter at the master dtype, unsharded
+    // CPU offload (ParallelPlan::offload): "" none, "params" (FSDP2's CPUOffloadPolicy). What the rank then holds in
+    // the host's pinned memory at its peak there: parameter shards, gradient shards, optimizer state and the optimizer
+    // step's temporaries; a node holds gpus_per_node times that.
+    std::string offload;
+    std::int64_t host_bytes = 0;
+    int gpus_per_node = 8;
 };
 
 struct RunInfo {

@@ -73,6 +73,7 @@ public:
     void drop(std::size_t event); // an original event (an alloc: its free too)
     void resize(std::size_t alloc, std::int64_t bytes); // an original alloc, and its free
     bool dropped(std::size_t event) const { return placed_[event].dropped; }
+    std::int64_t bytes(Handle h) const { return placed_[h].bytes; } // as placed or resized
     // The order of the events placed at one position: by group, then by seq. New events default to group 0
     // and the order they were placed in; the originals come after every group, in their order.
     static constexpr int kOriginalGroup = INT_MAX;

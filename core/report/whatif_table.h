@@ -38,6 +38,7 @@ struct Prediction {
     std::int64_t predicted_reserved_bytes = 0; // a GPU's caching allocator, weights and inputs included
     std::int64_t weight_bytes = 0;
     std::int64_t input_bytes = 0;
+    std::int64_t host_bytes = 0; // a rank with CPU offload: what it holds in the host's pinned memory (ParallelInfo)
     std::array<std::int64_t, kLedgerCount> ledgers_at_peak {}; // weights, inputs, activations, temporaries
     std::int32_t peak_event = -1; // in the predicted trace
     bool reliable = true; // false: the two records did not align; measure() instead
@@ -160,6 +161,11 @@ struct GpuFitTable {
     // fit --global-batch G: every answer reaches G exactly (a GPU count that does not divide it is no answer), with
     // the largest micro-batch that fits and divides G / GPUs, accumulated the rest of the way (0: not asked).
     std::int64_t global_batch = 0;
+    // --offload params: each rank's state on the host (Prediction::host_bytes), a node holding gpus_per_node ranks';
+    // host_budget (0: not checked) rules out the GPU counts whose nodes cannot hold it.
+    std::string offload;
+    std::int64_t host_budget = 0;
+    int gpus_per_node = 8;
     SizeRange runnable; // the micro-batches the program accepts
     std::vector<std::string> notes;
     double seconds = 0; // to compute

@@ -214,6 +214,9 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
     t.runnable = w.runnableRange();
     t.grad_accum = w.gradAccum() > 1 ? w.gradAccum() : r.base.grad_accum; // the what-if's stage, or the plan's
     t.global_batch = r.global_batch;
+    t.offload = r.base.offload;
+    t.host_budget = r.host_budget;
+    t.gpus_per_node = r.base.gpus_per_node;
     if (r.global_batch > 0 && t.grad_accum > 1)
         throw std::invalid_argument("--global-batch chooses the micro-batches accumulated: give it or --grad-accum");
     t.gpu_counts = r.gpu_counts;
@@ -259,7 +262,9 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
                 a.checkpoint = specs[c].text();
                 a.recompute_share = shareOf[c];
                 const auto one = planFor(r, precision, shard, 1);
-                const auto why = whyNot[c].empty() ? notRecorded(step, one) : whyNot[c];
+                auto why = whyNot[c].empty() ? notRecorded(step, one) : whyNot[c];
+                if (why.empty() && !r.base.offload.empty() && !shardsParameters(shard))
+                    why = "--offload " + r.base.offload + " is FSDP2's CPUOffloadPolicy (fsdp, zero2)";
                 if (!why.empty()) {
                     a.not_modelled = why;
                     t.answers.push_back(a);
@@ -269,6 +274,15 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
                 a.grad_accum = t.grad_accum;
                 std::int64_t previous = -1;
                 for (int n : t.gpu_counts) {
+                    // Offloaded, the host's share does not depend on the micro-batch: a node that cannot hold its
+                    // ranks' state rules the GPU count out whatever the micro-batch.
+                    if (r.host_budget > 0 && !r.base.offload.empty()) {
+                        const auto rank = step.predictRank(t.runnable.min, planFor(r, precision, shard, n), false);
+                        if (rank.host_bytes * r.base.gpus_per_node > r.host_budget) {
+                            a.largest.emplace_back(n, 0);
+                            continue;
+                        }
+                    }
                     if (r.global_batch > 0) {
                         auto reach = reachGlobalBatch(step, planFor(r, precision, shard, n), r.global_batch,
                             t.allocatorBudget(n), r.with_reserved);

@@ -32,6 +32,9 @@ struct GpuFitRequest {
     // micro-batch that divides it fits, accumulated over micro-steps to reach it (base.grad_accum is then chosen per
     // answer). 0: not asked; each GPU count's largest micro-batch with base.grad_accum.
     std::int64_t global_batch = 0;
+    // With base.offload: a node's host memory (pinned) for its gpus_per_node ranks' offloaded state; a GPU count whose
+    // ranks need more on a node does not fit. 0: not checked.
+    std::int64_t host_budget = 0;
     // The same step's what-if along the sequence at the smallest micro-batch: each answer also gets the longest
     // sequence that fits at its fewest GPUs. nullptr: not asked.
     const WhatIf* seq_whatif = nullptr;

@@ -55,6 +55,8 @@ std::string ParallelPlan::text() const
     }
     if (grad_accum > 1)
         out += ", " + std::to_string(grad_accum) + " micro-batches accumulated";
+    if (offload == "params")
+        out += ", parameters, gradients and optimizer state offloaded to the host";
     if (backend == "gloo")
         out += ", gloo (a CPU job's collectives)";
     return out;
@@ -101,6 +103,16 @@ void checkPlan(const ParallelPlan& plan, const RunInfo& run)
     if (!plan.sharded() && plan.paramDtype() != plan.master_dtype)
         throw std::invalid_argument(std::string(shardingName(plan.shard))
             + " has no param_dtype: its parameters compute in their own dtype (use --dtype, or fsdp)");
+    if (!plan.offload.empty() && plan.offload != "params")
+        throw std::invalid_argument("--offload '" + plan.offload + "': " + (plan.offload == "optimizer"
+            ? std::string("the optimizer's state alone on the host is DeepSpeed's ZeRO-Offload, not built yet; FSDP2's "
+                          "CPUOffloadPolicy moves the parameters, gradients and optimizer state (--offload params)")
+            : std::string("not none, params or optimizer")));
+    if (plan.offload == "params" && !plan.sharded())
+        throw std::invalid_argument(std::string("--offload params is FSDP2's CPUOffloadPolicy (--shard fsdp or zero2), not ")
+            + shardingName(plan.shard) + "'s");
+    if (plan.gpus_per_node < 1)
+        throw std::invalid_argument("--gpus-per-node must be at least 1");
     if (plan.paramDtype() != run.dtype)
         throw std::invalid_argument("the step was recorded in " + run.dtype + ", the plan computes in "
             + plan.paramDtype() + ": record it in " + plan.paramDtype());
@@ -381,8 +393,18 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
             if (bytes > 0)
                 bufferBlocks.push_back(bytes);
         }
+    // CPU offload (FSDP2's CPUOffloadPolicy): the parameter shards, gradient shards, optimizer state and the
+    // optimizer's step are the host's; the device keeps the buffers, the inputs and the step's unsharded tensors.
+    const bool offload = fsdp && plan.offload == "params";
+    info.offload = offload ? plan.offload : std::string();
+    info.gpus_per_node = plan.gpus_per_node;
+    std::int64_t hostParameters = 0, hostGradients = 0, hostOptimizerTemporaries = 0;
     for (const auto& p : params) {
         auto bytes = (fsdp ? p.padded : p.numel) * md;
+        if (offload) {
+            hostParameters += bytes;
+            continue;
+        }
         out.parameter_bytes += bytes;
         if (bytes > 0)
             info.resident_blocks.push_back(bytes);
@@ -419,7 +441,10 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
         if (owned[k])
             optimizerNumel += params[k].stepped();
     out.optimizer_state_bytes = static_cast<std::int64_t>(perElement * static_cast<double>(optimizerNumel * md) + 0.5);
-    for (int s = 0; s < statesPerParameter; ++s)
+    const std::int64_t hostOptimizerState = offload ? out.optimizer_state_bytes : 0;
+    if (offload)
+        out.optimizer_state_bytes = 0;
+    for (int s = 0; s < (offload ? 0 : statesPerParameter); ++s)
         for (std::size_t k = 0; k < params.size(); ++k)
             if (owned[k] && params[k].stepped() > 0)
                 info.resident_blocks.push_back(params[k].stepped() * md);
@@ -555,7 +580,17 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
                 return;
             }
             std::vector<TraceEdit::Handle> casts;
-            if (pd != md)
+            if (offload) // each shard copied from the host (all_gather_inputs), then cast where param_dtype differs
+                for (const auto* p : paramsOf[u]) {
+                    auto copied = edit.addAlloc(pos, p->padded * md, Ledger::Communication, u, "fsdp::h2d_copy");
+                    if (pd == md) {
+                        casts.push_back(copied);
+                        continue;
+                    }
+                    casts.push_back(edit.addAlloc(pos, p->padded * pd, Ledger::Communication, u, "fsdp::all_gather_input"));
+                    edit.addFree(pos, copied);
+                }
+            else if (pd != md)
                 for (const auto* p : paramsOf[u])
                     casts.push_back(edit.addAlloc(pos, p->padded * pd, Ledger::Communication, u, "fsdp::all_gather_input"));
             st.issued = edit.addAlloc(pos, paddedOf(u) * n * pd, Ledger::Communication, u, "fsdp::all_gather");
@@ -570,11 +605,16 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
                 std::optional<TraceEdit::Handle> cast;
                 for (const auto* p : paramsOf[u]) {
                     auto previous = cast;
+                    std::optional<TraceEdit::Handle> copied;
+                    if (offload) // the shard copied from the host first
+                        copied = edit.addAlloc(pos, p->padded * md, Ledger::Communication, u, "fsdp::h2d_copy");
                     if (pd != md)
                         cast = edit.addAlloc(pos, p->padded * pd, Ledger::Communication, u, "fsdp::all_gather_input");
                     if (previous) // set only where a cast is made
                         edit.addFree(pos, *previous);
                     st.params.push_back(edit.addAlloc(pos, p->padded * pd, Ledger::GatheredParameters, u, "fsdp::unshard"));
+                    if (copied)
+                        edit.addFree(pos, *copied);
                 }
                 if (cast)
                     edit.addFree(pos, *cast);
@@ -619,12 +659,18 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
             if (gloo && n > 1) // c10d::_reduce_scatter_base_ on gloo clones its input; FSDP waits for it in the same
                                // hook (one rank copies its input into the output and calls no collective)
                 edit.addFree(pos, edit.addAlloc(pos, shardNumel * n * rd, Ledger::Communication, u, "gloo::reduce_scatter"));
+            auto sharded = output;
             if (rd != md) {
-                edit.addAlloc(pos, shardNumel * md, Ledger::Gradients, u, "fsdp::sharded_grad");
+                sharded = edit.addAlloc(pos, shardNumel * md, Ledger::Gradients, u, "fsdp::sharded_grad");
                 edit.addFree(pos, output);
             }
             pendingReduceInput = input;
-            shardedGradients += shardNumel * md;
+            if (offload) { // copied to the host's gradient shard and freed on the device
+                edit.addFree(pos, sharded);
+                hostGradients += shardNumel * md;
+            } else {
+                shardedGradients += shardNumel * md;
+            }
         };
         // Hook points in step order; at one position a unit's post hooks come before the next unit's pre hooks.
         // Each micro-step's hooks (one without gradient accumulation); only the last one's backward reduces.
@@ -741,6 +787,38 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
             }
             edit.resize(i, static_cast<std::int64_t>(static_cast<double>(step.bytes[i]) * share * md / cd + 0.5));
         }
+    }
+    // Offloaded, the optimizer steps on the host: its temporaries leave the device's step, their peak is the host's.
+    if (offload && optimizer) {
+        std::vector<char> toHost(step.size(), 0);
+        std::int64_t live = 0;
+        for (std::size_t i = optimizer->first_event; i < optimizer->end_event && i < step.size(); ++i) {
+            const auto f = step.partner[i];
+            if (step.action[i] == Action::Alloc) {
+                if (edit.dropped(i) || f == kNoPartner || static_cast<std::size_t>(f) >= optimizer->end_event)
+                    continue; // what outlives the step is not the optimizer's scratch
+                toHost[i] = 1;
+                live += edit.bytes(i);
+                hostOptimizerTemporaries = std::max(hostOptimizerTemporaries, live);
+            } else if (step.action[i] == Action::Free && f != kNoPartner && toHost[static_cast<std::size_t>(f)]) {
+                live -= edit.bytes(static_cast<std::size_t>(f));
+            }
+        }
+        for (std::size_t i = 0; i < toHost.size(); ++i)
+            if (toHost[i])
+                edit.drop(i);
+    }
+    if (offload) {
+        out.gradient_bytes = 0;
+        info.host_bytes = hostParameters + hostGradients + hostOptimizerState + hostOptimizerTemporaries;
+        out.notes.push_back("offloaded (FSDP2's CPUOffloadPolicy): the host's pinned memory holds " + formatBytes(hostParameters)
+            + " of parameter shards, " + formatBytes(hostGradients) + " of gradient shards, " + formatBytes(hostOptimizerState)
+            + " of optimizer state and the optimizer step's " + formatBytes(hostOptimizerTemporaries) + " of scratch: "
+            + formatBytes(info.host_bytes) + " per rank, " + formatBytes(info.host_bytes * plan.gpus_per_node) + " per node of "
+            + std::to_string(plan.gpus_per_node) + " GPUs; each unit's shards are copied to the device before its "
+              "all-gather and its gradient shards back after its reduce-scatter (modelled from PyTorch 2.15's "
+              "torch/distributed/fsdp/_fully_shard/_fsdp_param.py and _fsdp_collectives.py, not measured: "
+              "FSDPMemTracker cannot run CPU offload without a GPU)");
     }
 
     out.ops = ops;

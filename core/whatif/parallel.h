@@ -70,6 +70,13 @@ struct ParallelPlan {
     // keep each unit's unsharded gradients (in reduce_dtype where it is wider: FSDP2's grad_dtype) and reduce-scatter
     // them in the last micro-step's backward; ddp and zero1 keep param.grad and fill their buckets in the last.
     int grad_accum = 1;
+    // CPU offload: "" none; "params": FSDP2's CPUOffloadPolicy (fsdp, zero2): the sharded parameters, their gradients
+    // and the optimizer's state and step live in the host's pinned memory. Before a unit's all-gather each parameter's
+    // padded shard is copied to the device (then cast to param_dtype where it differs); after its reduce-scatter the
+    // gradient shard is copied back and the device's freed (_fsdp_param.py all_gather_inputs, _fsdp_collectives.py
+    // foreach_reduce, PyTorch 2.15). "optimizer" (DeepSpeed's ZeRO-Offload) is not built yet: checkPlan refuses it.
+    std::string offload;
+    int gpus_per_node = 8; // the ranks that share a host (its pinned memory)
 
     std::string paramDtype() const { return param_dtype.empty() ? master_dtype : param_dtype; }
     // The precision of the recorded step the rank is laid over (support/dtype.h): fsdp and zero2 record in their
@@ -118,11 +125,11 @@ struct RankLayout {
     Trace trace;
     std::vector<OpCall> ops;
     std::vector<Phase> phases;
-    ParallelInfo info;
-    std::int64_t weight_bytes = 0; // the rank's parameter shards and the buffers, resident
-    std::int64_t parameter_bytes = 0; // of which parameter shards
-    std::int64_t optimizer_state_bytes = 0;
-    std::int64_t gradient_bytes = 0; // after the step: the rank's gradient shards (or replicas)
+    ParallelInfo info; // with CPU offload, info.host_bytes: what the rank holds on the host
+    std::int64_t weight_bytes = 0; // the rank's parameter shards and the buffers, resident on the device
+    std::int64_t parameter_bytes = 0; // of which parameter shards (0 with --offload params: on the host)
+    std::int64_t optimizer_state_bytes = 0; // on the device (0 with --offload params)
+    std::int64_t gradient_bytes = 0; // after the step: the rank's gradient shards (or replicas) on the device
     std::vector<std::string> notes;
 };
 // `step`: a training step's classified trace, ops and phases (a report's, or a what-if's predicted trace);

@@ -1133,6 +1133,7 @@ Prediction WhatIf::rankPrediction(std::int64_t batch, const ParallelPlan& plan, 
     p.shard = shardingName(plan.shard);
     p.master_dtype = plan.master_dtype;
     p.weight_bytes = layout.weight_bytes;
+    p.host_bytes = layout.info.host_bytes;
     p.gradient_bytes = layout.gradient_bytes;
     p.optimizer_state_bytes = layout.optimizer_state_bytes;
     const auto& t = layout.trace;
