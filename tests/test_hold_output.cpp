@@ -187,7 +187,14 @@ TEST(HoldOutputWhatIf, AnAccumulatedWhatIfPredictsTheAccumulatedStep)
         const auto expected = static_cast<double>(entry["accum"][std::to_string(k)]["step"]["peak_bytes"].get<std::int64_t>());
         const auto got = static_cast<double>(staged.predict(8, "float32", false).predicted_peak_bytes);
         EXPECT_NEAR(got, expected, 0.01 * expected);
-        EXPECT_EQ(staged.predictedReport(8, "float32").peak_bytes, static_cast<std::int64_t>(got));
+        const auto accumulatedReport = staged.predictedReport(8, "float32");
+        EXPECT_EQ(accumulatedReport.peak_bytes, static_cast<std::int64_t>(got));
+        // The layer tree's columns are one micro-step's: the gradients kept and what one forward saves, not K times.
+        const auto single = w.predictedReport(8, "float32");
+        ASSERT_FALSE(accumulatedReport.layers.empty());
+        EXPECT_EQ(accumulatedReport.layers[0].gradient_bytes, single.layers[0].gradient_bytes);
+        EXPECT_EQ(accumulatedReport.layers[0].saved_activation_bytes, single.layers[0].saved_activation_bytes);
+        EXPECT_EQ(accumulatedReport.layers[0].calls, single.layers[0].calls);
         EXPECT_GT(got, static_cast<double>(w.predict(8, "float32", false).predicted_peak_bytes));
         const auto budget = w.predict(64, "float32", false).predicted_peak_total_bytes;
         EXPECT_LE(staged.maxBatch("float32", budget, false), w.maxBatch("float32", budget, false));

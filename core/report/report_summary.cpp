@@ -332,7 +332,12 @@ void summarizeRunEvents(Report& r, const Trace& t, const std::vector<OpCall>& op
     // Per module: activations its forward made (saved ones too), and in a training step what was saved for
     // the backward and the gradients of its parameters (each summed into its parents).
     auto layerOf = layerOfString(t, r.layers);
-    for (std::size_t i = first; i < end; ++i)
+    // A step of several micro-steps (gradient accumulation, whatif/accumulation.h): the columns are one micro-step's,
+    // the first (the one that makes the gradients kept); the later ones repeat it.
+    const Phase* firstBackward = findPhase(r.phases, "backward");
+    const bool microSteps = std::count_if(r.phases.begin(), r.phases.end(), [](const Phase& p) { return p.name == "forward"; }) > 1;
+    const std::size_t columnsEnd = microSteps && firstBackward ? std::min<std::size_t>(end, firstBackward->end_event) : end;
+    for (std::size_t i = first; i < columnsEnd; ++i)
         if (t.action[i] == Action::Alloc)
             addToLedgerColumns(r.layers, layerOf[t.where[i]], t.ledger[i], t.bytes[i],
                 (t.ledger[i] == Ledger::Activations || t.ledger[i] == Ledger::SavedActivations) && inForward(i));
