@@ -112,6 +112,9 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
             // MEMLEDGER_GRAD_ACCUM=K sets its Micro-batches row (gradient accumulation).
             if (qEnvironmentVariableIsSet("MEMLEDGER_GRAD_ACCUM"))
                 panel->setGradAccum(qEnvironmentVariableIntValue("MEMLEDGER_GRAD_ACCUM"));
+            // MEMLEDGER_OFFLOAD=params ticks its CPU offload row.
+            if (qEnvironmentVariable("MEMLEDGER_OFFLOAD") == QLatin1String("params"))
+                panel->setOffload(true);
             if (qEnvironmentVariableIsSet("MEMLEDGER_BUDGET"))
                 panel->setBudget(qEnvironmentVariable("MEMLEDGER_BUDGET"));
             // MEMLEDGER_SCROLL_WHATIF=1 scrolls the What if dock to its last table (the fewest GPUs).

@@ -443,6 +443,9 @@ void MainWindow::updateGpuFit()
     request.precisions.push_back("float16"); // every precision the What if panel offers: it shows the rows of its own
     // with the checkpointing its Checkpointing row has (a model without repeated blocks: the rows say why)
     request.checkpoints = {parseCheckpointSpec(whatIf_->panel()->checkpoint().toStdString())};
+    // and its Micro-batches and CPU offload rows
+    request.base.grad_accum = whatIf_->panel()->gradAccum();
+    request.base.offload = whatIf_->panel()->offload();
     request.with_reserved = w->eventCount(w->dtypes().front()) <= 200000;
     // Off the GUI thread (a 7B step takes a second or more); the latest request wins.
     const auto generation = ++gpuFitGeneration_;

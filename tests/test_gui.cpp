@@ -748,6 +748,20 @@ TEST(MainWindow, CheckpointingAndMicroBatchesRowsPredictTheStagedStep)
     EXPECT_EQ(w.report()->run.grad_accum, 4);
     EXPECT_NEAR(static_cast<double>(w.report()->peak_total_bytes), static_cast<double>(rank.predicted_peak_total_bytes),
         0.001 * static_cast<double>(rank.predicted_peak_total_bytes));
+    // The CPU offload row: the rank's shards, gradients and optimizer state on the host, and Show this rank says so.
+    panel->setOffload(true);
+    plan = panel->rankPlan();
+    ASSERT_TRUE(plan);
+    EXPECT_EQ(plan->offload, "params");
+    const auto offloaded = panel->activeWhatIf()->predictRank(panel->batch(), *plan, false);
+    EXPECT_GT(offloaded.host_bytes, 0);
+    EXPECT_LT(offloaded.predicted_peak_total_bytes, rank.predicted_peak_total_bytes);
+    panel->requestRank();
+    ASSERT_TRUE(w.report()->run.parallel);
+    EXPECT_EQ(w.report()->run.parallel->offload, "params");
+    EXPECT_EQ(w.report()->run.parallel->host_bytes, offloaded.host_bytes);
+    panel->setShard(QStringLiteral("ddp")); // DDP has no CPUOffloadPolicy: the row asks nothing of it
+    EXPECT_EQ(panel->offload(), "");
 }
 
 // The Run panel's Device choice lists the CPU, then every CUDA GPU this libtorch sees (here, without a GPU or

@@ -5,6 +5,7 @@
 #include "support/format.h"
 #include "whatif/gpu_fit.h"
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QCoreApplication>
 #include <QEvent>
@@ -102,6 +103,11 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
                                  "between them: FSDP's set_requires_gradient_sync(False), DDP's no_sync); the global "
                                  "batch is the batch x micro-batches x GPUs"));
     gradAccumLabel_ = new QLabel(tr("Micro-batches"), this);
+    offloadBox_ = new QCheckBox(tr("parameters, gradients, optimizer"), this);
+    offloadBox_->setToolTip(tr("CPU offload (FSDP2's CPUOffloadPolicy, with FSDP or ZeRO-2): the rank's parameter and "
+                               "gradient shards, its optimizer state and step live in the host's pinned memory; each "
+                               "unit's shards are copied to the GPU for its forward and backward"));
+    offloadLabel_ = new QLabel(tr("CPU offload"), this);
     // The choices' long names ("ZeRO-2 (FSDP, no reshard after forward)", "bfloat16 mixed (...)") never widen the
     // panel past its dock: the box shows what fits and its list shows them whole. A wider panel was clipped on the
     // right, the Fits answer with it.
@@ -154,6 +160,7 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     form->addRow(shardLabel_, shardBox_);
     form->addRow(checkpointLabel_, checkpointBox_);
     form->addRow(gradAccumLabel_, gradAccumBox_);
+    form->addRow(offloadLabel_, offloadBox_);
     form->addRow(tr("Memory budget"), budgetBox_);
     form->addRow(tr("Peak"), peak_);
     form->addRow(tr("Peak total"), total_);
@@ -233,6 +240,11 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
         updateGpuFit();
         emit checkpointChanged(); // the staged what-if changed: the GPUs tab answers for it again
     });
+    connect(offloadBox_, &QCheckBox::toggled, this, [this] {
+        repredict();
+        updateGpuFit();
+        emit checkpointChanged(); // the GPUs tab answers for the panel's job again
+    });
     connect(showRank_, &QPushButton::clicked, this, &WhatIfPanel::requestRank);
     connect(budgetBox_, &QComboBox::currentTextChanged, this, [this] {
         showPrediction(current_, !reservedTimer_->isActive());
@@ -248,7 +260,7 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     });
     // The wheel scrolls the panel: a control takes it only once clicked or tabbed into.
     for (QWidget* w : std::initializer_list<QWidget*> {slider_, batchBox_, seqSlider_, seqBox_, dtypeBox_, budgetBox_,
-             gpusBox_, shardBox_, checkpointBox_, gradAccumBox_}) {
+             gpusBox_, shardBox_, checkpointBox_, gradAccumBox_, offloadBox_}) {
         w->setFocusPolicy(Qt::StrongFocus);
         w->installEventFilter(this);
     }
@@ -342,6 +354,18 @@ std::shared_ptr<const WhatIf> WhatIfPanel::staged(const std::shared_ptr<const Wh
     return it->second;
 }
 
+std::string WhatIfPanel::offload() const
+{
+    const auto s = shard().isEmpty() && gpus() > 1 ? QStringLiteral("fsdp") : shard();
+    const bool sharded = s == QLatin1String("fsdp") || s == QLatin1String("zero2");
+    return offloadBox_->isChecked() && sharded ? "params" : "";
+}
+
+void WhatIfPanel::setOffload(bool on)
+{
+    offloadBox_->setChecked(on);
+}
+
 int WhatIfPanel::gradAccum() const
 {
     return gradAccumBox_->value();
@@ -413,6 +437,7 @@ std::optional<ParallelPlan> WhatIfPanel::rankPlan() const
         return std::nullopt;
     GpuFitRequest request;
     request.base.grad_accum = gradAccum();
+    request.base.offload = offload();
     return planFor(request, precision().toStdString(), *shardingFromName(shard().isEmpty() ? "fsdp" : shard().toStdString()),
         gpus());
 }
@@ -510,7 +535,7 @@ void WhatIfPanel::updateParallelRows()
         dtypeBox_->removeItem(mixed);
     }
     for (QWidget* w : std::initializer_list<QWidget*> {gpusLabel_, gpusBox_, shardLabel_, shardBox_, checkpointLabel_,
-             checkpointBox_, gradAccumLabel_, gradAccumBox_, showRank_, gpuFitTitle_, gpuFit_})
+             checkpointBox_, gradAccumLabel_, gradAccumBox_, offloadLabel_, offloadBox_, showRank_, gpuFitTitle_, gpuFit_})
         w->setVisible(train);
 }
 

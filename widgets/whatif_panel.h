@@ -16,6 +16,7 @@ class QLabel;
 class QPushButton;
 class QSlider;
 class QSpinBox;
+class QCheckBox;
 class QTableWidget;
 class QTimer;
 
@@ -58,6 +59,11 @@ public:
     int gradAccum() const;
     void setGradAccum(int microBatches);
     QSpinBox* gradAccumBox() const { return gradAccumBox_; }
+    // CPU offload of a sharded rank (FSDP2's CPUOffloadPolicy: --offload params): "params" when ticked with fsdp or
+    // zero2, else "".
+    std::string offload() const;
+    void setOffload(bool on);
+    QCheckBox* offloadBox() const { return offloadBox_; }
     // The plan of the rank shown; nullopt: one device.
     std::optional<ParallelPlan> rankPlan() const;
     QString gpuFitText() const; // the fewest GPUs per strategy for the precision and budget, as shown
@@ -115,6 +121,8 @@ private:
     mutable std::map<std::tuple<const WhatIf*, std::string, int>, std::shared_ptr<const WhatIf>> checkpointed_;
     QLabel* gradAccumLabel_ = nullptr;
     QSpinBox* gradAccumBox_ = nullptr;
+    QLabel* offloadLabel_ = nullptr;
+    QCheckBox* offloadBox_ = nullptr;
     QLabel* checkpointLabel_ = nullptr;
     QComboBox* checkpointBox_ = nullptr;
     std::int64_t baseSeq_ = 0;

@@ -421,7 +421,13 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
             << htmlEscape((layout.empty() ? "" : layout + "; ") + shardingStateWords(*par))
             << " &middot; per rank: weights " << formatBytes(r.weight_bytes) << " of "
             << formatBytes(par->full_parameter_bytes) << " parameters, gradients " << formatBytes(r.gradient_bytes)
-            << ", optimizer state " << formatBytes(r.optimizer_state_bytes) << "</p>\n";
+            << ", optimizer state " << formatBytes(r.optimizer_state_bytes)
+            << (par->offload.empty() ? std::string()
+                                     : " &middot; offloaded (--offload " + htmlEscape(par->offload) + "): "
+                                         + formatBytes(par->host_bytes) + " of the host's pinned memory per rank, "
+                                         + formatBytes(par->host_bytes * par->gpus_per_node) + " per node of "
+                                         + std::to_string(par->gpus_per_node) + " GPUs")
+            << "</p>\n";
     }
     // A meta run's figures come from shapes: it says so before any figure, where it cannot be missed.
     if (isMetaRun(r))
