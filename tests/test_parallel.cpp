@@ -379,6 +379,10 @@ TEST_F(Fsdp, AnOffloadedRankHoldsItsShardsAndOptimizerStateOnTheHost)
         ASSERT_TRUE(rank.run.parallel);
         const auto& par = *rank.run.parallel;
         EXPECT_EQ(par.offload, "params");
+        EXPECT_EQ(par.gpus_per_node, 4);
+        auto wide = offloaded;
+        wide.gpus_per_node = 8; // four ranks: a node holds four whatever its size
+        EXPECT_EQ(rankReport(step, wide).run.parallel->gpus_per_node, 4);
         EXPECT_EQ(rank.model.parameter_bytes, 0);
         EXPECT_EQ(rank.optimizer_state_bytes, 0);
         EXPECT_EQ(rank.gradient_bytes, 0);

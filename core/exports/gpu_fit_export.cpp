@@ -96,7 +96,7 @@ std::string gpuFitToText(const GpuFitTable& t)
             << padCell(p.predicted_reserved_bytes > 0 ? formatBytes(p.predicted_reserved_bytes) : "-", 13, true)
             << padCell(formatBytes(p.weight_bytes), 12, true) << padCell(formatBytes(p.gradient_bytes), 12, true)
             << padCell(formatBytes(p.optimizer_state_bytes), 12, true)
-            << (t.offload.empty() ? std::string() : padCell(formatBytes(p.host_bytes * t.gpus_per_node), 12, true)) << "\n";
+            << (t.offload.empty() ? std::string() : padCell(formatBytes(p.host_bytes * std::min(t.gpus_per_node, a.fewest_gpus)), 12, true)) << "\n";
     }
     // The largest micro-batch per GPU count, one line per precision and strategy.
     if (!t.gpu_counts.empty()) {
@@ -134,7 +134,7 @@ std::string gpuFitToText(const GpuFitTable& t)
                              : std::string())
         << (t.offload.empty() ? std::string()
                               : "; --offload " + t.offload + ": parameter and gradient shards and the optimizer state "
-                                  "on the host (host/node: pinned memory for " + std::to_string(t.gpus_per_node) + " ranks"
+                                  "on the host (host/node: pinned memory for up to " + std::to_string(t.gpus_per_node) + " ranks a node"
                                   + (t.host_budget > 0 ? ", within " + formatBytes(t.host_budget) : std::string()) + ")")
         << (t.global_batch > 0 ? "; global batch " + std::to_string(t.global_batch) + ": per GPU count, its share in one "
                    "step where it fits, else the largest micro-batch that divides it, the rest accumulated (micro-steps); "

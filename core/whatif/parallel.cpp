@@ -397,7 +397,7 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
     // optimizer's step are the host's; the device keeps the buffers, the inputs and the step's unsharded tensors.
     const bool offload = fsdp && plan.offload == "params";
     info.offload = offload ? plan.offload : std::string();
-    info.gpus_per_node = plan.gpus_per_node;
+    info.gpus_per_node = std::min(plan.gpus_per_node, n); // the ranks that share this rank's host
     std::int64_t hostParameters = 0, hostGradients = 0, hostOptimizerTemporaries = 0;
     for (const auto& p : params) {
         auto bytes = (fsdp ? p.padded : p.numel) * md;
@@ -814,8 +814,8 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
         out.notes.push_back("offloaded (FSDP2's CPUOffloadPolicy): the host's pinned memory holds " + formatBytes(hostParameters)
             + " of parameter shards, " + formatBytes(hostGradients) + " of gradient shards, " + formatBytes(hostOptimizerState)
             + " of optimizer state and the optimizer step's " + formatBytes(hostOptimizerTemporaries) + " of scratch: "
-            + formatBytes(info.host_bytes) + " per rank, " + formatBytes(info.host_bytes * plan.gpus_per_node) + " per node of "
-            + std::to_string(plan.gpus_per_node) + " GPUs; each unit's shards are copied to the device before its "
+            + formatBytes(info.host_bytes) + " per rank, " + formatBytes(info.host_bytes * info.gpus_per_node) + " per node of "
+            + std::to_string(info.gpus_per_node) + (info.gpus_per_node == 1 ? " GPU" : " GPUs") + "; each unit's shards are copied to the device before its "
               "all-gather and its gradient shards back after its reduce-scatter (modelled from PyTorch 2.15's "
               "torch/distributed/fsdp/_fully_shard/_fsdp_param.py and _fsdp_collectives.py, not measured: "
               "FSDPMemTracker cannot run CPU offload without a GPU)");
