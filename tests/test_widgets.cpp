@@ -1,6 +1,8 @@
 // Widgets on their own: the byte ticker, the per-column reduction, the layer tree model, PNG rendering, and a
 // training step made by hand in each view.
 #include "byte_axis_ticker.h"
+#include "bytes_text.h"
+#include "gpu_fit_view.h"
 #include "exports/ledger_palette.h"
 #include "exports/report_html.h"
 #include "exports/report_text.h"
@@ -704,4 +706,35 @@ TEST(TrainStep, TextAndHtmlReportsSayTheModeAndThePhases)
     auto page = reportToHtml(inference);
     EXPECT_EQ(page.find("<table id=phases>"), std::string::npos);
     EXPECT_EQ(page.find("saved for backward"), std::string::npos);
+}
+
+// The GPUs tab shows what the fit table says of an accumulating, offloaded job: the micro-batch times the micro-steps
+// (the global batch in its tooltip) and the host's pinned memory for the ranks a node holds.
+TEST(GpuFitView, ShowsTheMicroStepsAndTheHostShare)
+{
+    qtTestApp();
+    GpuFitTable t;
+    t.budget_bytes = std::int64_t {80} << 30;
+    t.gpu_counts = {1, 2};
+    t.offload = "params";
+    t.gpus_per_node = 8;
+    GpuFitAnswer a;
+    a.precision = "bfloat16-mixed";
+    a.shard = "fsdp";
+    a.fewest_gpus = 2;
+    a.micro_batch = 16;
+    a.grad_accum = 4;
+    Prediction p;
+    p.host_bytes = 1000;
+    a.at = p;
+    t.answers.push_back(a);
+    GpuFitView view;
+    view.setTable(t, 0);
+    ASSERT_EQ(view.answers()->rowCount(), 1);
+    EXPECT_EQ(view.answers()->item(0, 4)->text().toStdString(), "16 × 4");
+    EXPECT_TRUE(view.answers()->item(0, 4)->toolTip().contains(QStringLiteral("global batch 128")));
+    EXPECT_EQ(view.answers()->item(0, 10)->text(), bytesText(std::int64_t {2000})); // two ranks on the node
+    t.offload.clear();
+    view.setTable(t, 0);
+    EXPECT_EQ(view.answers()->item(0, 10)->text(), QStringLiteral("—"));
 }

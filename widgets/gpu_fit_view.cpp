@@ -10,6 +10,8 @@
 #include <QTableWidget>
 #include <QVBoxLayout>
 
+#include <algorithm>
+
 namespace memledger {
 
 namespace {
@@ -42,7 +44,7 @@ GpuFitView::GpuFitView(QWidget* parent)
     header_->setTextInteractionFlags(Qt::TextSelectableByMouse);
     answers_ = makeTable(this,
         {tr("Precision"), tr("Strategy"), tr("Checkpointing"), tr("Fewest GPUs"), tr("Micro-batch"), tr("Peak total"),
-            tr("Reserved"), tr("Weights"), tr("Gradients"), tr("Optimizer state")});
+            tr("Reserved"), tr("Weights"), tr("Gradients"), tr("Optimizer state"), tr("Host / node")});
     byGpus_ = makeTable(this, {tr("Precision"), tr("Strategy"), tr("Checkpointing")});
     auto* layout = new QVBoxLayout(this);
     layout->addWidget(header_);
@@ -136,12 +138,20 @@ void GpuFitView::setTable(const GpuFitTable& t, std::int64_t recordUpTo)
         }
         const auto& p = *a.at;
         answers_->item(row, 3)->setText(QString::number(a.fewest_gpus));
-        answers_->item(row, 4)->setText(QString::fromStdString(a.microBatchText(a.micro_batch)));
+        answers_->item(row, 4)->setText(QString::fromStdString(a.microBatchText(a.micro_batch))
+            + (a.grad_accum > 1 ? QStringLiteral(" × %1").arg(a.grad_accum) : QString()));
+        if (a.grad_accum > 1)
+            answers_->item(row, 4)->setToolTip(tr("%1 micro-batches accumulated per optimizer step: global batch %2")
+                                                   .arg(a.grad_accum)
+                                                   .arg(a.globalBatch()));
         answers_->item(row, 5)->setText(bytesText(p.predicted_peak_total_bytes));
         answers_->item(row, 6)->setText(p.predicted_reserved_bytes > 0 ? bytesText(p.predicted_reserved_bytes) : tr("—"));
         answers_->item(row, 7)->setText(bytesText(p.weight_bytes));
         answers_->item(row, 8)->setText(bytesText(p.gradient_bytes));
         answers_->item(row, 9)->setText(bytesText(p.optimizer_state_bytes));
+        // Offloaded (the What if panel's CPU offload row): the host's pinned memory for the ranks a node holds.
+        answers_->item(row, 10)->setText(t.offload.empty() ? tr("—")
+                                                           : bytesText(p.host_bytes * std::min(t.gpus_per_node, a.fewest_gpus)));
         for (int c : {3, 4}) {
             auto f = answers_->item(row, c)->font();
             f.setBold(true);
