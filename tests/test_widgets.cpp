@@ -726,6 +726,7 @@ TEST(GpuFitView, ShowsTheMicroStepsAndTheHostShare)
     a.grad_accum = 4;
     Prediction p;
     p.host_bytes = 1000;
+    p.host_bytes_per_node = 2000; // two ranks on the node
     a.at = p;
     t.answers.push_back(a);
     GpuFitView view;

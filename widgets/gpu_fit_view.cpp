@@ -10,8 +10,6 @@
 #include <QTableWidget>
 #include <QVBoxLayout>
 
-#include <algorithm>
-
 namespace memledger {
 
 namespace {
@@ -151,7 +149,7 @@ void GpuFitView::setTable(const GpuFitTable& t, std::int64_t recordUpTo)
         answers_->item(row, 9)->setText(bytesText(p.optimizer_state_bytes));
         // Offloaded (the What if panel's CPU offload row): the host's pinned memory for the ranks a node holds.
         answers_->item(row, 10)->setText(t.offload.empty() ? tr("—")
-                                                           : bytesText(p.host_bytes * std::min(t.gpus_per_node, a.fewest_gpus)));
+                                                           : bytesText(p.host_bytes_per_node));
         for (int c : {3, 4}) {
             auto f = answers_->item(row, c)->font();
             f.setBold(true);

@@ -1,6 +1,7 @@
 #include "allocator/gpu_replay.h"
 
 #include "report/report.h"
+#include "report/report_summary.h"
 #include "support/dtype.h"
 
 #include <cmath>
@@ -120,6 +121,16 @@ SimulatedGpu simulateGpu(const Report& r, const AllocatorSettings& settings)
 std::shared_ptr<const SimulatedGpu> simulatedGpuOf(const Report& r)
 {
     return r.simulated_gpu ? r.simulated_gpu : std::make_shared<const SimulatedGpu>(simulateGpu(r));
+}
+
+void setRunTrace(Report& r, Trace t, std::vector<OpCall> ops)
+{
+    auto live = setPeakFromTrace(r, t);
+    summarizeRunEvents(r, t, ops, live, 0, static_cast<std::uint32_t>(t.size()));
+    r.trace = std::make_shared<const Trace>(std::move(t));
+    r.ops = std::make_shared<const std::vector<OpCall>>(std::move(ops));
+    r.simulated_gpu = std::make_shared<const SimulatedGpu>(simulateGpu(r));
+    r.simulated_reserved_peak_bytes = r.simulated_gpu->peak_reserved;
 }
 
 } // namespace memledger

@@ -42,6 +42,10 @@ Trace withResidentSet(const Report& r, std::size_t* preloaded = nullptr);
 
 // Empty replay when the report has no trace.
 SimulatedGpu simulateGpu(const Report& r, const AllocatorSettings& settings = {});
+// Gives `r` the run `t` with its ops: its peak, ledgers and per-module figures taken from the whole trace
+// (report_summary.h), then the caching allocator replayed over it. How a report laid over another one (a rank, a step
+// of micro-steps) and a recorded one end.
+void setRunTrace(Report& r, Trace t, std::vector<OpCall> ops);
 // The report's own replay (made off the GUI thread with the report), or a new one when it has none.
 std::shared_ptr<const SimulatedGpu> simulatedGpuOf(const Report& r);
 

@@ -96,7 +96,7 @@ std::string gpuFitToText(const GpuFitTable& t)
             << padCell(p.predicted_reserved_bytes > 0 ? formatBytes(p.predicted_reserved_bytes) : "-", 13, true)
             << padCell(formatBytes(p.weight_bytes), 12, true) << padCell(formatBytes(p.gradient_bytes), 12, true)
             << padCell(formatBytes(p.optimizer_state_bytes), 12, true)
-            << (t.offload.empty() ? std::string() : padCell(formatBytes(p.host_bytes * std::min(t.gpus_per_node, a.fewest_gpus)), 12, true)) << "\n";
+            << (t.offload.empty() ? std::string() : padCell(formatBytes(p.host_bytes_per_node), 12, true)) << "\n";
     }
     // The largest micro-batch per GPU count, one line per precision and strategy.
     if (!t.gpu_counts.empty()) {
@@ -309,6 +309,7 @@ GpuFitTable gpuFitFromJson(const nlohmann::json& j)
             p.gradient_bytes = r.value("gradient_bytes", std::int64_t {0});
             p.optimizer_state_bytes = r.value("optimizer_state_bytes", std::int64_t {0});
             p.host_bytes = r.value("host_bytes", std::int64_t {0});
+            p.host_bytes_per_node = r.value("host_bytes_per_node", std::int64_t {0});
             p.fits = true;
             a.at = p;
         }

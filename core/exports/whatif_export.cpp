@@ -42,6 +42,7 @@ nlohmann::json predictionToJson(const Prediction& p)
         j["gradient_bytes"] = p.gradient_bytes;
         j["optimizer_state_bytes"] = p.optimizer_state_bytes;
         j["host_bytes"] = p.host_bytes; // offloaded to the host (0: none)
+        j["host_bytes_per_node"] = p.host_bytes_per_node;
     }
     auto& ledgers = j["ledgers_at_peak"] = nlohmann::json::object();
     for (int l = 0; l < kLedgerCount; ++l)

@@ -72,8 +72,7 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
     r.unread_buffers = raw.unread_buffers;
     r.buffer_reads_recorded = raw.buffer_reads_recorded;
     r.phases = raw.phases;
-    auto live = setPeakFromTrace(r, t);
-    summarizeRunEvents(r, t, raw.ops, live, 0, static_cast<std::uint32_t>(t.size()));
+    setRunTrace(r, std::move(t), std::move(raw.ops));
     r.forward_uses = std::move(raw.forward_uses);
     r.range_end = 0; // the whole run
     r.forward_uses_recorded = true;
@@ -87,10 +86,6 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
     if (raw.info.input_guessed)
         r.notes.push_back("input shape " + shapeToString(raw.info.input_shapes.front())
             + " is a guess from the first layer's weight; give the real one with --input");
-    r.trace = std::make_shared<const Trace>(std::move(t));
-    r.ops = std::make_shared<const std::vector<OpCall>>(std::move(raw.ops));
-    r.simulated_gpu = std::make_shared<const SimulatedGpu>(simulateGpu(r));
-    r.simulated_reserved_peak_bytes = r.simulated_gpu->peak_reserved;
     return r;
 }
 

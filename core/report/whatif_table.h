@@ -39,6 +39,7 @@ struct Prediction {
     std::int64_t weight_bytes = 0;
     std::int64_t input_bytes = 0;
     std::int64_t host_bytes = 0; // a rank with CPU offload: what it holds in the host's pinned memory (ParallelInfo)
+    std::int64_t host_bytes_per_node = 0; // and the node, for the ranks it holds (ParallelInfo::gpus_per_node)
     std::array<std::int64_t, kLedgerCount> ledgers_at_peak {}; // weights, inputs, activations, temporaries
     std::int32_t peak_event = -1; // in the predicted trace
     bool reliable = true; // false: the two records did not align; measure() instead

@@ -1,7 +1,6 @@
 #include "whatif/accumulation.h"
 
 #include "allocator/gpu_replay.h"
-#include "report/report_summary.h"
 #include "report/trace_edit.h"
 #include "support/format.h"
 
@@ -16,15 +15,6 @@ void checkGradAccum(int k, RunMode mode)
         throw std::invalid_argument("--grad-accum must be at least 1 (the micro-batches accumulated per optimizer step)");
     if (k > 1 && mode != RunMode::Train)
         throw std::invalid_argument("--grad-accum accumulates a training step's gradients: record with --mode train");
-}
-
-std::string MicroSteps::label(std::size_t shownIndex) const
-{
-    const auto& s = shown.at(shownIndex);
-    const auto of = " of " + std::to_string(micro_steps);
-    if (s.micro_step == 2 && micro_steps > 3)
-        return "micro-steps 2-" + std::to_string(micro_steps - 1) + of;
-    return "micro-step " + std::to_string(s.micro_step) + of;
 }
 
 MicroSteps accumulateMicroSteps(const Trace& t, const std::vector<OpCall>& ops, const std::vector<Phase>& phases, int k)
@@ -47,8 +37,7 @@ MicroSteps accumulateMicroSteps(const Trace& t, const std::vector<OpCall>& ops, 
         out.event_source.resize(n);
         for (std::size_t i = 0; i < n; ++i)
             out.event_source[i] = static_cast<std::int64_t>(i);
-        out.shown.push_back({1, static_cast<std::uint32_t>(f0), static_cast<std::uint32_t>(b1), phaseIndex(forward),
-            phaseIndex(backward)});
+        out.shown.push_back({phaseIndex(forward), phaseIndex(backward)});
         return out;
     }
     const int m = std::min(k, 3); // micro-steps shown: the first, one standing for 2..K-1, the last
@@ -280,9 +269,6 @@ MicroSteps accumulateMicroSteps(const Trace& t, const std::vector<OpCall>& ops, 
             out.phases.push_back(ph);
     for (std::size_t s = 0; s < static_cast<std::size_t>(m); ++s) {
         MicroSteps::Shown shown;
-        shown.micro_step = s == 0 ? 1 : s + 1 == static_cast<std::size_t>(m) ? k : 2;
-        shown.first_event = static_cast<std::uint32_t>(post[s][0]);
-        shown.end_event = static_cast<std::uint32_t>(post[s][len]);
         for (const auto& ph : phases) {
             if (ph.first_event < f0 || ph.first_event >= b1)
                 continue;
@@ -328,12 +314,7 @@ Report accumulatedReport(const Report& step, int k)
     r.forward_uses_recorded = false;
     r.output_events.clear();
     r.notes.insert(r.notes.begin(), accumulationNote(micro));
-    auto live = setPeakFromTrace(r, micro.trace);
-    summarizeRunEvents(r, micro.trace, micro.ops, live, 0, static_cast<std::uint32_t>(micro.trace.size()));
-    r.trace = std::make_shared<const Trace>(std::move(micro.trace));
-    r.ops = std::make_shared<const std::vector<OpCall>>(std::move(micro.ops));
-    r.simulated_gpu = std::make_shared<const SimulatedGpu>(simulateGpu(r));
-    r.simulated_reserved_peak_bytes = r.simulated_gpu->peak_reserved;
+    setRunTrace(r, std::move(micro.trace), std::move(micro.ops));
     return r;
 }
 

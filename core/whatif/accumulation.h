@@ -26,11 +26,9 @@ struct MicroSteps {
     std::vector<OpCall> ops;
     std::vector<Phase> phases;
     int micro_steps = 1; // K
-    // Each shown micro-step: the micro-step it is (1, 2 standing for 2..K-1, K), its events, and the index in
-    // `phases` of its forward and backward phases. The last is the recorded one (the gradients are synchronized).
+    // Each shown micro-step (the first, one standing for 2..K-1, the last): the index in `phases` of its forward and
+    // backward phases. The last is the recorded one (the gradients are synchronized).
     struct Shown {
-        int micro_step = 1;
-        std::uint32_t first_event = 0, end_event = 0;
         std::size_t forward_phase = 0, backward_phase = 0;
     };
     std::vector<Shown> shown;
@@ -40,8 +38,6 @@ struct MicroSteps {
     // Per event: the event of the step it was copied from (a free this lay-over made: its alloc's), so that a what-if
     // sizes each along the batch as the recorded event it came from (WhatIf::withGradAccum).
     std::vector<std::int64_t> event_source;
-    // The micro-step a shown one stands for, as text ("micro-step 1 of 4", "micro-steps 2-3 of 4").
-    std::string label(std::size_t shownIndex) const;
 };
 
 // The step as K micro-steps (k >= 1; 1 gives the step back). `step` is a training step's classified trace with its

@@ -278,7 +278,7 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
                     // ranks' state rules the GPU count out whatever the micro-batch.
                     if (r.host_budget > 0 && !r.base.offload.empty()) {
                         const auto rank = step.predictRank(t.runnable.min, planFor(r, precision, shard, n), false);
-                        if (rank.host_bytes * std::min(r.base.gpus_per_node, n) > r.host_budget) {
+                        if (rank.host_bytes_per_node > r.host_budget) {
                             a.largest.emplace_back(n, 0);
                             continue;
                         }

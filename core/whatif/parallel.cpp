@@ -346,8 +346,7 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
         const Phase* b = findPhase(phases, "backward");
         if (!f || !b)
             throw std::invalid_argument("the step has no forward or backward phase to lay the schedule over");
-        microSteps.push_back({1, f->first_event, b->end_event, static_cast<std::size_t>(f - phases.data()),
-            static_cast<std::size_t>(b - phases.data())});
+        microSteps.push_back({static_cast<std::size_t>(f - phases.data()), static_cast<std::size_t>(b - phases.data())});
     }
     const bool accumulating = plan.grad_accum > 1;
     const int n = plan.gpus;
@@ -861,9 +860,7 @@ Report rankReport(const Report& step, const ParallelPlan& plan)
     r.notes.insert(r.notes.begin(), layout.notes.begin(), layout.notes.end());
     r.load_tax.resident_bytes = r.weight_bytes; // what the rank holds of the file's tensors
     r.load_tax.resident_dtype = layout.info.master_dtype;
-    Trace t = std::move(layout.trace);
-    auto live = setPeakFromTrace(r, t);
-    summarizeRunEvents(r, t, layout.ops, live, 0, static_cast<std::uint32_t>(t.size()));
+    setRunTrace(r, std::move(layout.trace), std::move(layout.ops));
     // A GPU job's rank laid over a step recorded on the CPU: the scratch the CPU's kernels allocated inside
     // themselves (oneDNN's, which depends on the CPU's instructions, most in bfloat16 and float16) is not what a
     // GPU's kernels allocate. The rank's figures are those of that CPU; a meta run leaves kernel scratch out.
@@ -872,10 +869,6 @@ Report rankReport(const Report& step, const ParallelPlan& plan)
         r.notes.push_back("the step was recorded on the CPU: the rank's peak holds " + formatBytes(scratch)
             + " of the CPU kernels' scratch (oneDNN's, which depends on the CPU's instructions), not a GPU's; "
               "--device meta leaves kernel scratch out, as PyTorch's FSDPMemTracker does");
-    r.trace = std::make_shared<const Trace>(std::move(t));
-    r.ops = std::make_shared<const std::vector<OpCall>>(std::move(layout.ops));
-    r.simulated_gpu = std::make_shared<const SimulatedGpu>(simulateGpu(r));
-    r.simulated_reserved_peak_bytes = r.simulated_gpu->peak_reserved;
     return r;
 }
 

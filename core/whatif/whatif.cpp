@@ -1134,6 +1134,7 @@ Prediction WhatIf::rankPrediction(std::int64_t batch, const ParallelPlan& plan, 
     p.master_dtype = plan.master_dtype;
     p.weight_bytes = layout.weight_bytes;
     p.host_bytes = layout.info.host_bytes;
+    p.host_bytes_per_node = layout.info.host_bytes * layout.info.gpus_per_node;
     p.gradient_bytes = layout.gradient_bytes;
     p.optimizer_state_bytes = layout.optimizer_state_bytes;
     const auto& t = layout.trace;
