@@ -1,4 +1,5 @@
 #include "cli_options.h"
+#include "deepspeed_config.h"
 #include "diff_cli.h"
 
 #include "support/dtype.h"
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <iostream>
 #include <sstream>
 #include <stdexcept>
 
@@ -76,12 +78,13 @@ std::string usageText()
            "  memledger analyze|whatif|fit MODEL ... --checkpoint none|full|selective [--checkpoint-every K]\n"
            "  memledger analyze|whatif|fit MODEL ... --grad-accum K   (K micro-batches per optimizer step)\n"
            "  memledger fit MODEL --budget SIZE --global-batch G   (the micro-batch and micro-steps that reach G)\n"
-           "  memledger analyze|whatif|fit MODEL ... --offload params [--gpus-per-node N] [--host-budget SIZE]\n"
+           "  memledger analyze|whatif|fit MODEL ... --offload params|optimizer [--gpus-per-node N] [--host-budget SIZE]\n"
            "                    activation checkpointing of each repeated block (non-reentrant; selective keeps\n"
            "                    the outputs of matmuls and attention), on one device or per rank (--gpus,\n"
            "                    --shard); fit and whatif --gpus take several: --checkpoint none,selective,full\n"
            "                    PATH may hold * for any one module name: layers.*.feed_forward\n"
-           "  memledger analyze MODEL --mode train --gpus N --shard fsdp|zero2|zero1|ddp [--param-dtype T]\n"
+           "  memledger analyze MODEL --mode train --gpus N --shard fsdp|zero2|zero1|ddp|ds-zero1|ds-zero2|ds-zero3\n"
+           "                    [--param-dtype T] [--ds-config ds_config.json]\n"
            "                    [--reduce-dtype T] [--no-reshard-after-forward] [--reshard-root-after-forward]\n"
            "                    [--shard-units PATH.*,PATH] [--gradient-as-bucket-view] [--backend nccl|gloo] [RUN]\n"
            "                    one rank of a data-parallel job (rank 0); gloo: a CPU job's collectives, with their\n"
@@ -287,6 +290,8 @@ CliOptions parseCli(const std::vector<std::string>& args)
                 throw std::invalid_argument("--offload '" + o.offload + "' is not none, params or optimizer");
             if (o.offload == "none")
                 o.offload.clear();
+        } else if (a == "--ds-config") {
+            o.ds_config = value(a);
         } else if (a == "--gpus-per-node") {
             o.gpus_per_node = static_cast<int>(parsePositive(a, value(a)));
         } else if (a == "--host-budget") {
@@ -314,7 +319,7 @@ CliOptions parseCli(const std::vector<std::string>& args)
             o.shards = splitComma(value(a));
             for (const auto& s : o.shards)
                 if (!shardingFromName(s))
-                    throw std::invalid_argument("--shard '" + s + "' is not one of fsdp, zero2, zero1, ddp");
+                    throw std::invalid_argument("--shard '" + s + "' is not one of " + shardingNames());
             if (o.shards.empty() || (o.command != "whatif" && o.command != "fit" && o.shards.size() != 1))
                 throw std::invalid_argument("--shard takes one strategy here (several are for 'whatif')");
         } else if (a == "--param-dtype" || a == "--reduce-dtype") {
@@ -361,6 +366,12 @@ CliOptions parseCli(const std::vector<std::string>& args)
             o.model = a;
         else
             throw std::invalid_argument("only one file can be given, not also '" + a + "'");
+    }
+    if (!o.ds_config.empty()) {
+        if (o.command != "analyze" && o.command != "whatif" && o.command != "fit")
+            throw std::invalid_argument("--ds-config is for analyze, whatif and fit (a rank of a DeepSpeed job)");
+        for (const auto& note : applyDeepSpeedConfig(o))
+            std::cerr << "memledger: " << note << "\n";
     }
     std::vector<std::string> inputs = o.rank_files;
     inputs.push_back(o.model);

@@ -1,6 +1,7 @@
 #pragma once
 #include "recording/model.h"
 #include "whatif/checkpoint.h"
+#include "whatif/parallel.h"
 
 #include <optional>
 #include <string>
@@ -38,7 +39,9 @@ struct CliOptions {
     bool checkpointed() const { return !checkpoints.empty(); }
     // One rank of a data-parallel training job (whatif/parallel.h): --gpus N and --shard S (lists for whatif).
     std::vector<std::int64_t> gpus;
-    std::vector<std::string> shards; // fsdp | zero2 | zero1 | ddp
+    std::vector<std::string> shards; // fsdp | zero2 | zero1 | ddp | ds-zero1 | ds-zero2 | ds-zero3
+    std::string ds_config; // --ds-config FILE (app/deepspeed_config.h), read into the flags it stands for
+    DeepSpeedOptions deepspeed; // ds-zero1/2/3: from --ds-config
     std::string param_dtype, reduce_dtype; // --param-dtype, --reduce-dtype ("": --dtype)
     bool reshard_after_forward = true; // --no-reshard-after-forward
     // --reshard-root-after-forward: fully_shard(model, reshard_after_forward=True) on the root too (FSDP2's default,
@@ -52,7 +55,7 @@ struct CliOptions {
     // fit --global-batch G: samples per optimizer step over all GPUs; each answer chooses its micro-batch and the
     // micro-batches accumulated to reach it (0: not asked)
     std::int64_t global_batch = 0;
-    // --offload none|params (FSDP2's CPUOffloadPolicy; "optimizer", DeepSpeed's, is refused by the plan), with
+    // --offload none|params|optimizer (FSDP2's CPUOffloadPolicy; DeepSpeed's offload_optimizer and offload_param), with
     // --gpus-per-node (the ranks sharing a host) and fit's --host-budget (a node's pinned memory; 0: not checked)
     std::string offload;
     int gpus_per_node = 8;

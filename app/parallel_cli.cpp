@@ -28,10 +28,10 @@ ParallelPlan parallelPlanFromCli(const CliOptions& o, const std::vector<LayerSta
     const auto name = !shard.empty() ? shard : o.shards.empty() ? std::string("fsdp") : o.shards.front();
     auto s = shardingFromName(name);
     if (!s)
-        throw std::invalid_argument("--shard '" + name + "' is not one of fsdp, zero2, zero1, ddp");
+        throw std::invalid_argument("--shard '" + name + "' is not one of " + shardingNames());
     plan.shard = *s;
     plan.master_dtype = o.run.dtype;
-    if (plan.sharded()) {
+    if (plan.sharded() || plan.deepSpeed()) {
         plan.param_dtype = o.param_dtype;
         plan.reduce_dtype = o.reduce_dtype;
     } else if (!o.param_dtype.empty() && o.param_dtype != o.run.dtype) {
@@ -40,7 +40,7 @@ ParallelPlan parallelPlanFromCli(const CliOptions& o, const std::vector<LayerSta
     } else if (!o.reduce_dtype.empty() && o.reduce_dtype != o.run.dtype) {
         throw std::invalid_argument("--reduce-dtype is FSDP's (fsdp, zero2): " + name + " reduces in --dtype");
     }
-    if (!plan.sharded())
+    if (!plan.sharded() && !plan.deepSpeed())
         plan.autocast = o.run.autocast; // ddp and zero1 in mixed precision: autocast over the master weights
     plan.reshard_after_forward = plan.shard == Sharding::Fsdp && o.reshard_after_forward;
     plan.root_reshard_after_forward = plan.reshard_after_forward && o.reshard_root_after_forward;
@@ -50,6 +50,7 @@ ParallelPlan parallelPlanFromCli(const CliOptions& o, const std::vector<LayerSta
     plan.grad_accum = o.grad_accum;
     plan.offload = o.offload;
     plan.gpus_per_node = o.gpus_per_node;
+    plan.deepspeed = o.deepspeed;
     if (!o.backend.empty())
         plan.backend = o.backend;
     return plan;

@@ -28,6 +28,15 @@ if ! "$venv/bin/python" -c "import transformers, sys; sys.exit(transformers.__ve
   "$venv/bin/python" -m pip install -q "transformers==$transformers_version" \
     || echo "memledger: transformers $transformers_version could not be installed: the tests of its models skip" >&2
 fi
+# DeepSpeed (pinned), whose model-state estimators are the truths of the ds-zero stages (tests/fixtures/deepspeed_truths.py):
+# its Python alone (DS_BUILD_OPS=0: no kernels are compiled), built against the venv's torch; the tests skip without it.
+deepspeed_version=0.19.8
+if ! "$venv/bin/python" -c "import deepspeed, sys; sys.exit(deepspeed.__version__ != '$deepspeed_version')" 2>/dev/null; then
+  echo "memledger: installing deepspeed $deepspeed_version into $venv" >&2
+  DS_BUILD_OPS=0 "$venv/bin/python" -m pip install -q --no-build-isolation "deepspeed==$deepspeed_version" \
+    psutil hjson py-cpuinfo msgpack pydantic einops ninja \
+    || echo "memledger: deepspeed $deepspeed_version could not be installed: the tests of its ZeRO stages skip" >&2
+fi
 # memledger's own Python package (python/memledger): `import memledger` and `python -m memledger` work in the venv.
 # A .pth file points at this checkout, so the package follows the sources with nothing to reinstall.
 site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

@@ -1,4 +1,5 @@
 #include "whatif/accumulation.h"
+#include "whatif/rank_schedule.h"
 
 #include "allocator/gpu_replay.h"
 #include "report/trace_edit.h"
@@ -83,12 +84,8 @@ MicroSteps accumulateMicroSteps(const Trace& t, const std::vector<OpCall>& ops, 
                 }
     }
     // Where the node that made a gradient returns (AccumulateGrad has added it in by then).
-    auto endOfOpAt = [&](std::size_t i) {
-        auto op = std::upper_bound(
-            ops.begin(), ops.end(), i, [](std::size_t event, const OpCall& o) { return event < o.first_event; });
-        const std::size_t end = op == ops.begin() ? i + 1 : std::max<std::size_t>((op - 1)->end_event, i + 1);
-        return std::min(end, b1);
-    };
+    const OpEnds opEnds(ops, b1);
+    auto endOfOpAt = [&](std::size_t i) { return opEnds.endOfOpAt(i); };
 
     Trace& o = out.trace;
     o.strings = t.strings;

@@ -48,7 +48,8 @@ std::vector<std::string> recordedPrecisionsFor(const std::vector<std::string>& p
 {
     checkPrecisions(precisions);
     const bool sharded = std::any_of(shards.begin(), shards.end(), shardsParameters);
-    const bool unsharded = std::any_of(shards.begin(), shards.end(), [](Sharding s) { return !shardsParameters(s); });
+    const bool unsharded = std::any_of(shards.begin(), shards.end(), [](Sharding s) { return !takesParamDtype(s); });
+    const bool deepSpeed = std::any_of(shards.begin(), shards.end(), isDeepSpeed);
     std::vector<std::string> out;
     auto add = [&](const std::string& d) {
         if (std::find(out.begin(), out.end(), d) == out.end())
@@ -63,6 +64,8 @@ std::vector<std::string> recordedPrecisionsFor(const std::vector<std::string>& p
             add(fsdpRecordPrecision(computeDtypeOf(p)));
         if (unsharded) // DDP's and ZeRO-1's: torch.autocast over float32 weights
             add(p);
+        if (deepSpeed) // DeepSpeed's bf16/fp16: the model cast, the step in the compute dtype
+            add(computeDtypeOf(p));
     }
     return out;
 }
@@ -75,7 +78,7 @@ std::string precisionText(const std::string& precision)
         return precision + " (pure: weights, gradients and optimizer state in " + precision + ")";
     const auto compute = computeDtypeOf(precision), master = masterDtypeOf(precision);
     return compute + " mixed (" + master + " master weights, gradients and optimizer state; " + compute
-        + " forward and backward: FSDP's param_dtype, or torch.autocast under DDP and ZeRO-1)";
+        + " forward and backward: FSDP's param_dtype, DeepSpeed's bf16/fp16 model, or torch.autocast under DDP and ZeRO-1)";
 }
 
 ParallelPlan planFor(const GpuFitRequest& r, const std::string& precision, Sharding shard, int gpus)
@@ -90,7 +93,7 @@ ParallelPlan planFor(const GpuFitRequest& r, const std::string& precision, Shard
     plan.reduce_dtype.clear();
     plan.autocast.clear();
     plan.reshard_after_forward = shard == Sharding::Fsdp && r.base.reshard_after_forward;
-    if (!plan.sharded()) { // ddp and zero1 compute in the weights' dtype, under autocast where mixed
+    if (!takesParamDtype(shard)) { // ddp and zero1 compute in the weights' dtype, under autocast where mixed
         plan.param_dtype.clear();
         plan.autocast = autocastDtypeOf(precision);
     }
@@ -263,8 +266,13 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
                 a.recompute_share = shareOf[c];
                 const auto one = planFor(r, precision, shard, 1);
                 auto why = whyNot[c].empty() ? notRecorded(step, one) : whyNot[c];
-                if (why.empty() && !r.base.offload.empty() && !shardsParameters(shard))
-                    why = "--offload " + r.base.offload + " is FSDP2's CPUOffloadPolicy (fsdp, zero2)";
+                if (why.empty() && !r.base.offload.empty()) {
+                    try {
+                        checkPlanOffload(one);
+                    } catch (const std::invalid_argument& e) {
+                        why = e.what();
+                    }
+                }
                 if (!why.empty()) {
                     a.not_modelled = why;
                     t.answers.push_back(a);

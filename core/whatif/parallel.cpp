@@ -1,6 +1,7 @@
 #include "whatif/parallel.h"
 
 #include "whatif/accumulation.h"
+#include "whatif/rank_schedule.h"
 
 #include "allocator/gpu_replay.h"
 #include "report/report_summary.h"
@@ -26,22 +27,43 @@ const char* shardingName(Sharding s)
         return "zero1";
     case Sharding::Ddp:
         return "ddp";
+    case Sharding::DsZero1:
+        return "ds-zero1";
+    case Sharding::DsZero2:
+        return "ds-zero2";
+    case Sharding::DsZero3:
+        return "ds-zero3";
     }
     return "?";
 }
 
+namespace {
+constexpr Sharding kShardings[] = {Sharding::Fsdp, Sharding::Zero2, Sharding::Zero1, Sharding::Ddp, Sharding::DsZero1,
+    Sharding::DsZero2, Sharding::DsZero3};
+}
+
 std::optional<Sharding> shardingFromName(const std::string& name)
 {
-    for (auto s : {Sharding::Fsdp, Sharding::Zero2, Sharding::Zero1, Sharding::Ddp})
+    for (auto s : kShardings)
         if (name == shardingName(s))
             return s;
     return std::nullopt;
 }
 
+std::string shardingNames()
+{
+    std::string out;
+    for (auto s : kShardings)
+        out += (out.empty() ? "" : ", ") + std::string(shardingName(s));
+    return out;
+}
+
 std::string ParallelPlan::text() const
 {
     std::string out = std::string(shardingName(shard)) + " on " + std::to_string(gpus) + (gpus == 1 ? " GPU" : " GPUs");
-    if (sharded()) {
+    if (deepSpeed()) {
+        out += ", " + paramDtype() + " model, " + master_dtype + " master partition";
+    } else if (sharded()) {
         out += ", " + paramDtype() + " parameters";
         if (reduceDtype() != paramDtype())
             out += ", " + reduceDtype() + " reduce-scatter";
@@ -57,6 +79,8 @@ std::string ParallelPlan::text() const
         out += ", " + std::to_string(grad_accum) + " micro-batches accumulated";
     if (offload == "params")
         out += ", parameters, gradients and optimizer state offloaded to the host";
+    if (offload == "optimizer")
+        out += ", optimizer offloaded to the host";
     if (backend == "gloo")
         out += ", gloo (a CPU job's collectives)";
     return out;
@@ -91,6 +115,21 @@ std::vector<std::string> shardUnitsMatching(const std::vector<LayerStats>& layer
     return units;
 }
 
+void checkPlanOffload(const ParallelPlan& plan)
+{
+    if (!plan.offload.empty() && plan.offload != "params" && plan.offload != "optimizer")
+        throw std::invalid_argument("--offload '" + plan.offload + "': not none, params or optimizer");
+    if (plan.offload == "params" && !plan.sharded() && plan.shard != Sharding::DsZero3)
+        throw std::invalid_argument(std::string("--offload params is FSDP2's CPUOffloadPolicy (--shard fsdp or zero2) or "
+                                                "DeepSpeed's offload_param (ds-zero3), not ")
+            + shardingName(plan.shard) + "'s");
+    if (plan.offload == "optimizer" && !plan.deepSpeed())
+        throw std::invalid_argument(std::string("--offload optimizer is DeepSpeed's ZeRO-Offload (--shard ds-zero1, "
+                                                "ds-zero2 or ds-zero3), not ")
+            + shardingName(plan.shard) + "'s: FSDP2's CPUOffloadPolicy moves the parameters, gradients and optimizer "
+                                         "state (--offload params)");
+}
+
 void checkPlan(const ParallelPlan& plan, const RunInfo& run)
 {
     if (run.mode != RunMode::Train)
@@ -100,23 +139,31 @@ void checkPlan(const ParallelPlan& plan, const RunInfo& run)
     for (const auto* d : {&plan.master_dtype, &plan.param_dtype, &plan.reduce_dtype})
         if (!d->empty() && !isFloatingDtype(*d))
             throw std::invalid_argument("not a floating-point dtype: '" + *d + "'");
-    if (!plan.sharded() && plan.paramDtype() != plan.master_dtype)
+    if (!takesParamDtype(plan.shard) && plan.paramDtype() != plan.master_dtype)
         throw std::invalid_argument(std::string(shardingName(plan.shard))
             + " has no param_dtype: its parameters compute in their own dtype (use --dtype, or fsdp)");
-    if (!plan.offload.empty() && plan.offload != "params")
-        throw std::invalid_argument("--offload '" + plan.offload + "': " + (plan.offload == "optimizer"
-            ? std::string("the optimizer's state alone on the host is DeepSpeed's ZeRO-Offload, not built yet; FSDP2's "
-                          "CPUOffloadPolicy moves the parameters, gradients and optimizer state (--offload params)")
-            : std::string("not none, params or optimizer")));
-    if (plan.offload == "params" && !plan.sharded())
-        throw std::invalid_argument(std::string("--offload params is FSDP2's CPUOffloadPolicy (--shard fsdp or zero2), not ")
-            + shardingName(plan.shard) + "'s");
+    if (plan.deepSpeed() && plan.reduceDtype() != plan.master_dtype && plan.reduceDtype() != plan.paramDtype())
+        throw std::invalid_argument(std::string("--reduce-dtype is FSDP's: ") + shardingName(plan.shard)
+            + " reduces gradients in the model's dtype");
+    checkPlanOffload(plan);
+    if (plan.deepSpeed()) {
+        const auto& d = plan.deepspeed;
+        if (d.reduce_bucket_size < 1 || d.prefetch_bucket_size < 0 || d.max_live_parameters < 0
+            || d.max_reuse_distance < 0 || d.param_persistence_threshold < 0)
+            throw std::invalid_argument("DeepSpeed's bucket sizes and thresholds must not be negative "
+                                        "(reduce_bucket_size at least 1)");
+        if (!d.grad_accum_dtype.empty() && !isFloatingDtype(d.grad_accum_dtype))
+            throw std::invalid_argument("not a floating-point dtype: '" + d.grad_accum_dtype + "' (grad_accum_dtype)");
+    }
     if (plan.gpus_per_node < 1)
         throw std::invalid_argument("--gpus-per-node must be at least 1");
     if (plan.paramDtype() != run.dtype)
         throw std::invalid_argument("the step was recorded in " + run.dtype + ", the plan computes in "
             + plan.paramDtype() + ": record it in " + plan.paramDtype());
-    if (!plan.sharded() && plan.autocast != run.autocast)
+    if (plan.deepSpeed() && !run.autocast.empty())
+        throw std::invalid_argument(std::string(shardingName(plan.shard)) + " computes in the model's dtype (the engine "
+            "casts it): record the step without --autocast, in --param-dtype");
+    if (!plan.sharded() && !plan.deepSpeed() && plan.autocast != run.autocast)
         throw std::invalid_argument("the step was recorded " + (run.autocast.empty() ? std::string("without autocast") : "under " + run.autocast + " autocast")
             + ", the plan computes " + (plan.autocast.empty() ? std::string("without it") : "under " + plan.autocast + " autocast")
             + ": record it so (--autocast)");
@@ -124,18 +171,7 @@ void checkPlan(const ParallelPlan& plan, const RunInfo& run)
 
 namespace {
 
-// A parameter as one rank of FSDP holds it: dim 0 chunked into N parts of ceil(rows / N) rows, the last ones
-// shorter (or empty) and every shard padded to the first's size.
-struct ParamShard {
-    std::string name;
-    std::string unit;
-    std::int64_t numel = 0;
-    std::int64_t padded = 0; // elements of each rank's padded shard
-    std::int64_t local = 0; // rank 0's elements, unpadded (what its optimizer state covers)
-    std::int64_t rows = 0; // dim 0
-    bool trainable = true; // takes a gradient: frozen parameters are gathered but never reduced or stepped
-    std::int64_t stepped() const { return trainable ? local : 0; } // the elements rank 0's optimizer steps
-};
+} // namespace
 
 std::string unitOf(const std::string& path, const std::vector<std::string>& units)
 {
@@ -174,6 +210,8 @@ std::vector<ParamShard> shardParameters(const ModelInfo& model, const std::vecto
     return out;
 }
 
+namespace {
+
 // FSDP2 pads dim 0 to ceil(rows / N) rows on every rank, so a parameter with fewer rows than GPUs (a mixture of
 // experts' [experts, ...] weights) costs rank 0 a whole row and every all-gather N rows: said, with what it costs
 // over an even split. "" when no parameter is so.
@@ -203,12 +241,7 @@ std::string fewRowsNote(const std::vector<ParamShard>& params, int n, int md)
         + "models neither";
 }
 
-// The step's parts that the schedule hooks onto.
-struct Hooks {
-    std::map<std::string, std::size_t> pre_forward, post_forward, pre_backward, post_backward;
-    std::vector<std::string> forward_order; // units whose forward ran, in the order their forward began (the root first)
-    std::vector<std::string> post_forward_order; // the same, in the order their forward ended (the root last)
-};
+} // namespace
 
 Hooks findHooks(const Trace& t, const std::vector<OpCall>& ops, const std::vector<Phase>& phases,
     const std::vector<std::string>& units)
@@ -295,6 +328,8 @@ Hooks findHooks(const Trace& t, const std::vector<OpCall>& ops, const std::vecto
     return h;
 }
 
+namespace {
+
 std::vector<std::int64_t> ddpBuckets(const std::vector<ParamShard>& params, int width, const ParallelPlan& plan)
 {
     // DDP fills its buckets in the reverse order of the parameters (the order their gradients are ready in).
@@ -318,6 +353,28 @@ std::vector<std::int64_t> ddpBuckets(const std::vector<ParamShard>& params, int 
 }
 
 } // namespace
+
+std::int64_t moveOptimizerScratchToHost(TraceEdit& edit, const Trace& step, const Phase& optimizer)
+{
+    std::vector<char> toHost(step.size(), 0);
+    std::int64_t live = 0, peak = 0;
+    for (std::size_t i = optimizer.first_event; i < optimizer.end_event && i < step.size(); ++i) {
+        const auto f = step.partner[i];
+        if (step.action[i] == Action::Alloc) {
+            if (edit.dropped(i) || f == kNoPartner || static_cast<std::size_t>(f) >= optimizer.end_event)
+                continue; // what outlives the step is not the optimizer's scratch
+            toHost[i] = 1;
+            live += edit.bytes(i);
+            peak = std::max(peak, live);
+        } else if (step.action[i] == Action::Free && f != kNoPartner && toHost[static_cast<std::size_t>(f)]) {
+            live -= edit.bytes(static_cast<std::size_t>(f));
+        }
+    }
+    for (std::size_t i = 0; i < toHost.size(); ++i)
+        if (toHost[i])
+            edit.drop(i);
+    return peak;
+}
 
 std::string fsdpPaddingNote(const ModelInfo& model, int gpus, const std::string& masterDtype)
 {
@@ -347,6 +404,15 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
         if (!f || !b)
             throw std::invalid_argument("the step has no forward or backward phase to lay the schedule over");
         microSteps.push_back({static_cast<std::size_t>(f - phases.data()), static_cast<std::size_t>(b - phases.data())});
+    }
+    if (plan.deepSpeed()) {
+        auto out = layOutDeepSpeedRank(model, step, ops, phases, microSteps, run, optimizerStateBytes, plan);
+        if (micro)
+            out.notes.push_back(accumulationNote(*micro)
+                + (plan.shard == Sharding::DsZero1 && plan.offload.empty()
+                        ? std::string()
+                        : "; DeepSpeed reduces each micro-step's gradients into the rank's partition as they are made"));
+        return out;
     }
     const bool accumulating = plan.grad_accum > 1;
     const int n = plan.gpus;
@@ -460,15 +526,9 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
 
     // Where the backward op that made event i ends (its outputs' last owner, AccumulateGrad, is done by then).
     // The op call an event lies in (the last that began at or before it); null before the first.
-    auto opAt = [&](std::size_t i) -> const OpCall* {
-        auto op = std::upper_bound(
-            ops.begin(), ops.end(), i, [](std::size_t event, const OpCall& o) { return event < o.first_event; });
-        return op == ops.begin() ? nullptr : &*(op - 1);
-    };
-    auto endOfOpAt = [&](std::size_t i) {
-        const OpCall* op = opAt(i);
-        return std::min(op ? std::max<std::size_t>(op->end_event, i + 1) : i + 1, step.size());
-    };
+    const OpEnds opEnds(ops, step.size());
+    auto opAt = [&](std::size_t i) { return opEnds.opAt(i); };
+    auto endOfOpAt = [&](std::size_t i) { return opEnds.endOfOpAt(i); };
 
     if (!fsdp) {
         // DDP's buckets, made when the model is wrapped: alive through the step.
@@ -787,29 +847,13 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
             edit.resize(i, static_cast<std::int64_t>(static_cast<double>(step.bytes[i]) * share * md / cd + 0.5));
         }
     }
-    // Offloaded, the optimizer steps on the host: its temporaries leave the device's step, their peak is the host's.
-    if (offload && optimizer) {
-        std::vector<char> toHost(step.size(), 0);
-        std::int64_t live = 0;
-        for (std::size_t i = optimizer->first_event; i < optimizer->end_event && i < step.size(); ++i) {
-            const auto f = step.partner[i];
-            if (step.action[i] == Action::Alloc) {
-                if (edit.dropped(i) || f == kNoPartner || static_cast<std::size_t>(f) >= optimizer->end_event)
-                    continue; // what outlives the step is not the optimizer's scratch
-                toHost[i] = 1;
-                live += edit.bytes(i);
-                hostOptimizerTemporaries = std::max(hostOptimizerTemporaries, live);
-            } else if (step.action[i] == Action::Free && f != kNoPartner && toHost[static_cast<std::size_t>(f)]) {
-                live -= edit.bytes(static_cast<std::size_t>(f));
-            }
-        }
-        for (std::size_t i = 0; i < toHost.size(); ++i)
-            if (toHost[i])
-                edit.drop(i);
-    }
+    // Offloaded, the optimizer steps on the host.
+    if (offload && optimizer)
+        hostOptimizerTemporaries = moveOptimizerScratchToHost(edit, step, *optimizer);
     if (offload) {
         out.gradient_bytes = 0;
         info.host_bytes = hostParameters + hostGradients + hostOptimizerState + hostOptimizerTemporaries;
+        out.host_scratch_bytes = hostOptimizerTemporaries;
         out.notes.push_back("offloaded (FSDP2's CPUOffloadPolicy): the host's pinned memory holds " + formatBytes(hostParameters)
             + " of parameter shards, " + formatBytes(hostGradients) + " of gradient shards, " + formatBytes(hostOptimizerState)
             + " of optimizer state and the optimizer step's " + formatBytes(hostOptimizerTemporaries) + " of scratch: "
@@ -859,7 +903,7 @@ Report rankReport(const Report& step, const ParallelPlan& plan)
         l.weight_bytes = static_cast<std::int64_t>(static_cast<double>(l.weight_bytes) * share + 0.5);
     r.notes.insert(r.notes.begin(), layout.notes.begin(), layout.notes.end());
     r.load_tax.resident_bytes = r.weight_bytes; // what the rank holds of the file's tensors
-    r.load_tax.resident_dtype = layout.info.master_dtype;
+    r.load_tax.resident_dtype = isDeepSpeed(plan.shard) ? layout.info.param_dtype : layout.info.master_dtype;
     setRunTrace(r, std::move(layout.trace), std::move(layout.ops));
     // A GPU job's rank laid over a step recorded on the CPU: the scratch the CPU's kernels allocated inside
     // themselves (oneDNN's, which depends on the CPU's instructions, most in bfloat16 and float16) is not what a

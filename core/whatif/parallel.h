@@ -21,6 +21,11 @@
 // - zero1: ddp whose optimizer state (and the optimizer's temporaries) only covers the parameters the rank owns,
 //   partitioned as torch.distributed.optim.ZeroRedundancyOptimizer does (whole parameters, largest first, each
 //   to the least loaded rank); DeepSpeed's stage 1 partitions by element, within a parameter of the same.
+// - ds-zero1, ds-zero2, ds-zero3: DeepSpeed's ZeRO stages 1-3 as DeepSpeed lays them out (whatif/deepspeed.cpp,
+//   DeepSpeed 0.19's runtime/zero/): the engine casts the model to the 16-bit dtype (param_dtype); the optimizer
+//   steps float32 master weights partitioned by element, with Adam's moments and a float32 gradient partition.
+//   Stages 1 and 2 keep the 16-bit parameters whole on every rank (stage 1 the 16-bit gradients too); stage 3
+//   partitions them and gathers each module's own parameters around its forward and backward.
 // Not modelled: tensor and pipeline parallelism, activation offloading, NCCL's and the CUDA context's own
 // memory (outside PyTorch's allocator: see the fit table's estimates).
 #include "report/report.h"
@@ -33,14 +38,39 @@
 
 namespace memledger {
 
-enum class Sharding { Fsdp, Zero2, Zero1, Ddp };
-const char* shardingName(Sharding s); // "fsdp" | "zero2" | "zero1" | "ddp"
-// fsdp and zero2 shard the parameters (gathered in param_dtype per unit); zero1 and ddp keep them whole.
+enum class Sharding { Fsdp, Zero2, Zero1, Ddp, DsZero1, DsZero2, DsZero3 };
+const char* shardingName(Sharding s); // "fsdp" | "zero2" | "zero1" | "ddp" | "ds-zero1" | "ds-zero2" | "ds-zero3"
+// fsdp and zero2 shard the parameters as FSDP2 does (gathered in param_dtype per unit); zero1 and ddp keep them whole.
 inline bool shardsParameters(Sharding s)
 {
     return s == Sharding::Fsdp || s == Sharding::Zero2;
 }
+// DeepSpeed's ZeRO stages: a model cast to param_dtype, a float32 master partition.
+inline bool isDeepSpeed(Sharding s)
+{
+    return s == Sharding::DsZero1 || s == Sharding::DsZero2 || s == Sharding::DsZero3;
+}
+// The strategies that compute in a param_dtype other than the master dtype (fsdp, zero2 and DeepSpeed's stages);
+// ddp and zero1 compute in the weights' own dtype, under autocast where mixed.
+inline bool takesParamDtype(Sharding s)
+{
+    return shardsParameters(s) || isDeepSpeed(s);
+}
 std::optional<Sharding> shardingFromName(const std::string& name);
+// "fsdp, zero2, zero1, ddp, ds-zero1, ds-zero2, ds-zero3": for messages.
+std::string shardingNames();
+
+// DeepSpeed's zero_optimization settings that move memory (DeepSpeed 0.19's defaults), and its data_types.
+struct DeepSpeedOptions {
+    std::int64_t reduce_bucket_size = 500000000; // elements of each gradient bucket (ipg buffer), in param_dtype
+    bool overlap_comm = false; // stages 1 and 2: two buckets (DeepSpeed's default for stage 3 is true: one bucket)
+    std::int64_t prefetch_bucket_size = 50000000; // stage3_prefetch_bucket_size: elements gathered ahead
+    std::int64_t max_live_parameters = 1000000000; // stage3_max_live_parameters: caps the prefetch
+    std::int64_t max_reuse_distance = 1000000000; // stage3_max_reuse_distance: a module's parameters used again
+                                                   // within this many elements of gathering stay gathered
+    std::int64_t param_persistence_threshold = 100000; // stage3: a parameter of at most this many elements is kept whole
+    std::string grad_accum_dtype; // data_types.grad_accum_dtype: "" the model's dtype (DeepSpeed's default)
+};
 
 struct ParallelPlan {
     int gpus = 1;
@@ -74,9 +104,13 @@ struct ParallelPlan {
     // and the optimizer's state and step live in the host's pinned memory. Before a unit's all-gather each parameter's
     // padded shard is copied to the device (then cast to param_dtype where it differs); after its reduce-scatter the
     // gradient shard is copied back and the device's freed (_fsdp_param.py all_gather_inputs, _fsdp_collectives.py
-    // foreach_reduce, PyTorch 2.15). "optimizer" (DeepSpeed's ZeRO-Offload) is not built yet: checkPlan refuses it.
+    // foreach_reduce, PyTorch 2.15).
+    // DeepSpeed (ds-zero1/2/3): "optimizer" is offload_optimizer (ZeRO-Offload: the master partition, the optimizer
+    // state, the float32 gradient partition and the step on the host); "params" is ds-zero3's offload_param too (the
+    // 16-bit partitions on the host as well).
     std::string offload;
     int gpus_per_node = 8; // the ranks that share a host (its pinned memory)
+    DeepSpeedOptions deepspeed; // ds-zero1/2/3
 
     std::string paramDtype() const { return param_dtype.empty() ? master_dtype : param_dtype; }
     // The precision of the recorded step the rank is laid over (support/dtype.h): fsdp and zero2 record in their
@@ -84,12 +118,15 @@ struct ParallelPlan {
     // zero1 in the master dtype, under autocast where it is set ("bfloat16-mixed").
     std::string recordedPrecision() const
     {
+        if (isDeepSpeed(shard)) // the engine casts the model (module.bfloat16()); no autocast, no input casts
+            return paramDtype();
         if (sharded())
             return paramDtype() == master_dtype ? paramDtype() : fsdpRecordPrecision(paramDtype());
         return autocast.empty() ? paramDtype() : precisionOf(master_dtype, autocast);
     }
     std::string reduceDtype() const { return reduce_dtype.empty() ? master_dtype : reduce_dtype; }
     bool sharded() const { return shardsParameters(shard); }
+    bool deepSpeed() const { return isDeepSpeed(shard); }
     // "fsdp on 8 GPUs, bfloat16 parameters, float32 master": for notes and titles.
     std::string text() const;
 };
@@ -114,6 +151,8 @@ std::vector<std::string> inputCastUnits(const ParallelPlan& plan, const std::vec
 // Checks a plan against a recorded step (a training step, in the plan's param dtype, gpus >= 1, the dtypes
 // known); throws std::invalid_argument with what to change.
 void checkPlan(const ParallelPlan& plan, const RunInfo& run);
+// The part of checkPlan that needs no step: --offload against the strategy.
+void checkPlanOffload(const ParallelPlan& plan);
 
 // What FSDP2's row padding costs on `gpus` GPUs where parameters have fewer rows in dim 0 than GPUs (a mixture of
 // experts' [experts, ...] weights): a sentence for a note, "" where none does (or they cost rank 0 under a tenth
@@ -130,6 +169,7 @@ struct RankLayout {
     std::int64_t parameter_bytes = 0; // of which parameter shards (0 with --offload params: on the host)
     std::int64_t optimizer_state_bytes = 0; // on the device (0 with --offload params)
     std::int64_t gradient_bytes = 0; // after the step: the rank's gradient shards (or replicas) on the device
+    std::int64_t host_scratch_bytes = 0; // of info.host_bytes, the offloaded optimizer step's temporaries
     std::vector<std::string> notes;
 };
 // `step`: a training step's classified trace, ops and phases (a report's, or a what-if's predicted trace);
