@@ -285,11 +285,19 @@ CliOptions parseCli(const std::vector<std::string>& args)
                 throw std::invalid_argument("--grad-accum " + std::to_string(k) + " is more micro-batches than any job accumulates");
             o.grad_accum = static_cast<int>(k);
         } else if (a == "--offload") {
-            o.offload = value(a);
-            if (o.offload != "none" && o.offload != "params" && o.offload != "optimizer")
-                throw std::invalid_argument("--offload '" + o.offload + "' is not none, params or optimizer");
-            if (o.offload == "none")
-                o.offload.clear();
+            o.offloads.clear();
+            for (auto v : splitComma(value(a))) {
+                if (v != "none" && v != "params" && v != "optimizer")
+                    throw std::invalid_argument("--offload '" + v + "' is not none, params or optimizer");
+                o.offloads.push_back(v == "none" ? std::string() : v);
+            }
+            if (o.offloads.empty())
+                throw std::invalid_argument("--offload takes none, params or optimizer");
+            if (o.offloads.size() > 1 && o.command != "fit")
+                throw std::invalid_argument("--offload takes one here (several, an axis, are for 'fit')");
+            o.offload = o.offloads.size() == 1 ? o.offloads.front() : std::string();
+            if (o.offloads.size() == 1)
+                o.offloads.clear();
         } else if (a == "--ds-config") {
             o.ds_config = value(a);
         } else if (a == "--gpus-per-node") {
@@ -399,7 +407,7 @@ CliOptions parseCli(const std::vector<std::string>& args)
     }
     if (!o.offload.empty() && !o.parallel() && o.command != "fit")
         throw std::invalid_argument("--offload lays out a rank of a sharded job: give --gpus N --shard fsdp (or zero2)");
-    if (o.host_budget > 0 && (o.command != "fit" || o.offload.empty()))
+    if (o.host_budget > 0 && (o.command != "fit" || (o.offload.empty() && o.offloads.empty())))
         throw std::invalid_argument("--host-budget checks fit's offloaded ranks: fit MODEL --offload params --host-budget SIZE");
     if (o.global_batch > 0) {
         if (o.command != "fit")

@@ -58,6 +58,7 @@ struct CliOptions {
     // --offload none|params|optimizer (FSDP2's CPUOffloadPolicy; DeepSpeed's offload_optimizer and offload_param), with
     // --gpus-per-node (the ranks sharing a host) and fit's --host-budget (a node's pinned memory; 0: not checked)
     std::string offload;
+    std::vector<std::string> offloads; // fit --offload none,optimizer,params: the offload axis ("" none; empty: offload)
     int gpus_per_node = 8;
     std::int64_t host_budget = 0;
     std::vector<std::string> precisions; // fit --precision: bfloat16-mixed, bfloat16, float32, ...

@@ -102,6 +102,9 @@ std::vector<std::string> applyDeepSpeedConfig(CliOptions& o)
                                                 "estimators do)");
     if (paramDevice == "cpu" && stage != 3)
         fail("zero_optimization.offload_param", "is stage 3's");
+    if (!o.offloads.empty())
+        fail("zero_optimization.offload_optimizer", "sets the job's offload: fit's --offload axis and --ds-config "
+                                                    "are one or the other");
     if (!o.offload.empty() && o.offload != offload)
         fail("offload", "is \"" + (offload.empty() ? std::string("none") : offload) + "\", not --offload " + o.offload);
     o.offload = offload;

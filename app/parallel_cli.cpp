@@ -98,6 +98,7 @@ int runFit(const CliOptions& o)
         request.base = parallelPlanFromCli(o, file.model->modules(), 1, "fsdp");
         request.global_batch = o.global_batch;
         request.host_budget = o.host_budget;
+        request.offloads = o.offloads;
         std::vector<std::string> checkpointNotes;
         request.checkpoints = checkpointsToAnalyze(o.checkpoints, file.model->info(), &checkpointNotes);
 

@@ -17,7 +17,10 @@
 #include "report/report_summary.h"
 #include "run_command.h"
 #include "support/format.h"
+#include "exports/gpu_fit_export.h"
+#include "whatif/gpu_fit.h"
 #include "whatif/parallel.h"
+#include "whatif/whatif.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -280,4 +283,64 @@ TEST_F(DeepSpeed, CommandLineLaysOutEachStageAndReadsTheJobsConfig)
         EXPECT_EQ(a.value("not_modelled", std::string()), "") << a.dump();
         EXPECT_EQ(a["fewest_gpus"], 1) << a.dump();
     }
+}
+
+// The fit table's offload: an axis (each strategy answered with each offload it has, the others no row), and where
+// nothing fits without offload and none was asked for, the strategy's own offload offered as a further answer; the
+// JSON, the text and the HTML carry it.
+TEST_F(DeepSpeed, FitOffersOffloadWhereNothingElseFits)
+{
+    auto model = Model::open(fixture("fsdp/toy.pt2"));
+    RunOptions o;
+    auto parsed = parseInputs("2x32:int64");
+    o.inputs = parsed.shapes;
+    o.input_types = parsed.types;
+    o.threads = 1;
+    o.mode = RunMode::Train;
+    o.optimizer = "adamw";
+    o.device = "meta";
+    auto w = WhatIf::record(model, o, std::vector<std::int64_t> {1, 2}, {"float32"});
+    GpuFitRequest request;
+    request.precisions = {"float32"};
+    request.shards = {Sharding::Fsdp};
+    request.gpu_counts = {1};
+    request.with_reserved = false;
+    GpuFitTable overheads;
+    setOverheadEstimates(overheads);
+    auto plain = planFor(request, "float32", Sharding::Fsdp, 1);
+    auto offloaded = plain;
+    offloaded.offload = "params";
+    const auto without = w.predictRank(1, plain, false).predicted_peak_total_bytes;
+    const auto with = w.predictRank(1, offloaded, false).predicted_peak_total_bytes;
+    ASSERT_LT(with, without);
+    // Room for the offloaded rank at micro-batch 1, not for the plain one.
+    request.budget = overheads.cuda_context_bytes + (with + without) / 2;
+    auto t = makeGpuFitTable(w, request);
+    std::printf("%s", gpuFitToText(t).c_str());
+    ASSERT_EQ(t.answers.size(), 2u);
+    EXPECT_EQ(t.answers[0].offload, "");
+    EXPECT_EQ(t.answers[0].fewest_gpus, 0);
+    EXPECT_EQ(t.answers[1].offload, "params");
+    EXPECT_EQ(t.answers[1].fewest_gpus, 1);
+    ASSERT_TRUE(t.answers[1].at);
+    EXPECT_EQ(t.answers[1].at->predicted_peak_total_bytes, w.predictRank(t.answers[1].micro_batch, offloaded, false).predicted_peak_total_bytes);
+    EXPECT_TRUE(std::any_of(t.notes.begin(), t.notes.end(),
+        [](const std::string& n) { return n.find("offered where nothing fits without it") != std::string::npos; }));
+    EXPECT_NE(gpuFitToText(t).find("fsdp, offload params"), std::string::npos);
+    EXPECT_NE(gpuFitToHtml(t, "toy").find("<th>host per node</th>"), std::string::npos);
+    auto back = gpuFitFromJson(gpuFitToJson(t));
+    ASSERT_EQ(back.answers.size(), 2u);
+    EXPECT_EQ(back.answers[1].offload, "params");
+    // Asked for as an axis: each strategy with the offloads it has (fsdp: none, params; ds-zero2: none, optimizer).
+    request.offloads = {"", "optimizer", "params"};
+    request.shards = {Sharding::Fsdp, Sharding::DsZero2};
+    request.precisions = {"float32"};
+    request.budget = *parseBudget("80GB");
+    t = makeGpuFitTable(w, request);
+    std::vector<std::string> rows;
+    for (const auto& a : t.answers)
+        rows.push_back(a.strategyText());
+    EXPECT_EQ(rows, (std::vector<std::string> {"fsdp", "fsdp, offload params", "ds-zero2", "ds-zero2, offload optimizer"}));
+    for (const auto& a : t.answers)
+        EXPECT_EQ(a.not_modelled, "") << a.strategyText();
 }

@@ -107,7 +107,7 @@ void GpuFitView::setTable(const GpuFitTable& t, std::int64_t recordUpTo)
         auto* precision = item(QString::fromStdString(a.precision), false);
         precision->setToolTip(QString::fromStdString(precisionText(a.precision)));
         answers_->setItem(row, 0, precision);
-        answers_->setItem(row, 1, item(QString::fromStdString(a.shard), false));
+        answers_->setItem(row, 1, item(QString::fromStdString(a.strategyText()), false));
         auto* checkpoint = item(QString::fromStdString(a.checkpoint), false);
         if (a.checkpoint != "none")
             checkpoint->setToolTip(tr("%1% of the forward's ops run again in the backward").arg(100.0 * a.recompute_share, 0, 'f', 1));
@@ -148,8 +148,7 @@ void GpuFitView::setTable(const GpuFitTable& t, std::int64_t recordUpTo)
         answers_->item(row, 8)->setText(bytesText(p.gradient_bytes));
         answers_->item(row, 9)->setText(bytesText(p.optimizer_state_bytes));
         // Offloaded (the What if panel's CPU offload row): the host's pinned memory for the ranks a node holds.
-        answers_->item(row, 10)->setText(t.offload.empty() ? tr("—")
-                                                           : bytesText(p.host_bytes_per_node));
+        answers_->item(row, 10)->setText(a.offload.empty() ? tr("—") : bytesText(p.host_bytes_per_node));
         for (int c : {3, 4}) {
             auto f = answers_->item(row, c)->font();
             f.setBold(true);
@@ -170,7 +169,7 @@ void GpuFitView::setTable(const GpuFitTable& t, std::int64_t recordUpTo)
         if (!a.not_modelled.empty())
             continue;
         byGpus_->setItem(row, 0, item(QString::fromStdString(a.precision), false));
-        byGpus_->setItem(row, 1, item(QString::fromStdString(a.shard), false));
+        byGpus_->setItem(row, 1, item(QString::fromStdString(a.strategyText()), false));
         byGpus_->setItem(row, 2, item(QString::fromStdString(a.checkpoint), false));
         int c = 3;
         for (const auto& [n, b] : a.largest)

@@ -844,7 +844,7 @@ void WhatIfPanel::updateGpuFit()
     for (std::size_t i = 0; i < table.answers.size(); ++i) {
         const auto& a = table.answers[i];
         const int row = static_cast<int>(i);
-        gpuFit_->setItem(row, 0, new QTableWidgetItem(QString::fromStdString(a.shard)));
+        gpuFit_->setItem(row, 0, new QTableWidgetItem(QString::fromStdString(a.strategyText())));
         QString fewest = !a.not_modelled.empty() ? tr("not modelled")
             : a.fewest_gpus > 0                  ? QString::number(a.fewest_gpus)
                                                  : tr("none up to %1").arg(table.gpu_counts.empty() ? 0 : table.gpu_counts.back());

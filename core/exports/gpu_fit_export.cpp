@@ -23,6 +23,14 @@ bool hasCheckpointColumn(const GpuFitTable& t)
     return std::any_of(t.answers.begin(), t.answers.end(), [](const GpuFitAnswer& a) { return a.checkpoint != "none"; });
 }
 
+// Whether an answer offloads (the table's --offload, an offload axis, or an offload offered): the strategy column
+// names it and the host/node column is shown.
+bool hasOffload(const GpuFitTable& t)
+{
+    return !t.offload.empty()
+        || std::any_of(t.answers.begin(), t.answers.end(), [](const GpuFitAnswer& a) { return !a.offload.empty(); });
+}
+
 // "full (38% of the forward's ops run again)" / "none".
 std::string checkpointCell(const GpuFitAnswer& a)
 {
@@ -69,14 +77,16 @@ std::string gpuFitToText(const GpuFitTable& t)
         seq = seq || a.longest_seq > 0;
     const bool ckpt = hasCheckpointColumn(t);
     const std::size_t ckptWidth = 34;
-    out << padCell("precision", 16) << padCell("strategy", 10) << (ckpt ? padCell("checkpoint", ckptWidth) : std::string())
+    const bool off = hasOffload(t);
+    const std::size_t strategyWidth = off ? 26 : 10;
+    out << padCell("precision", 16) << padCell("strategy", strategyWidth) << (ckpt ? padCell("checkpoint", ckptWidth) : std::string())
         << padCell("fewest GPUs", 13, true) << padCell("micro-batch", 13, true)
         << (t.global_batch > 0 ? padCell("micro-steps", 13, true) : std::string())
         << (t.grad_accum > 1 || t.global_batch > 0 ? padCell("global batch", 14, true) : std::string()) << (seq ? padCell("longest seq", 13, true) : std::string()) << padCell("peak total", 13, true) << padCell("reserved", 13, true) << padCell("weights", 12, true)
         << padCell("grads", 12, true) << padCell("optimizer", 12, true)
-        << (t.offload.empty() ? std::string() : padCell("host/node", 12, true)) << "\n";
+        << (off ? padCell("host/node", 12, true) : std::string()) << "\n";
     for (const auto& a : t.answers) {
-        out << padCell(a.precision, 16) << padCell(a.shard, 10) << (ckpt ? padCell(checkpointCell(a), ckptWidth) : std::string());
+        out << padCell(a.precision, 16) << padCell(a.strategyText(), strategyWidth) << (ckpt ? padCell(checkpointCell(a), ckptWidth) : std::string());
         if (!a.not_modelled.empty()) {
             out << "  not modelled: " << a.not_modelled << "\n";
             continue;
@@ -96,19 +106,19 @@ std::string gpuFitToText(const GpuFitTable& t)
             << padCell(p.predicted_reserved_bytes > 0 ? formatBytes(p.predicted_reserved_bytes) : "-", 13, true)
             << padCell(formatBytes(p.weight_bytes), 12, true) << padCell(formatBytes(p.gradient_bytes), 12, true)
             << padCell(formatBytes(p.optimizer_state_bytes), 12, true)
-            << (t.offload.empty() ? std::string() : padCell(formatBytes(p.host_bytes_per_node), 12, true)) << "\n";
+            << (off ? padCell(a.offload.empty() ? "-" : formatBytes(p.host_bytes_per_node), 12, true) : std::string()) << "\n";
     }
     // The largest micro-batch per GPU count, one line per precision and strategy.
     if (!t.gpu_counts.empty()) {
         out << "\nLargest micro-batch per rank by GPU count (0: does not fit):\n"
-            << padCell("", 26 + (ckpt ? ckptWidth : 0));
+            << padCell("", 16 + strategyWidth + (ckpt ? ckptWidth : 0));
         for (int n : t.gpu_counts)
             out << padCell(std::to_string(n), 9, true);
         out << "\n";
         for (const auto& a : t.answers) {
             if (!a.not_modelled.empty())
                 continue;
-            out << padCell(a.precision, 16) << padCell(a.shard, 10) << (ckpt ? padCell(checkpointCell(a), ckptWidth) : std::string());
+            out << padCell(a.precision, 16) << padCell(a.strategyText(), strategyWidth) << (ckpt ? padCell(checkpointCell(a), ckptWidth) : std::string());
             for (const auto& [n, b] : a.largest)
                 out << padCell(b >= 1000000 ? ">=1e6" : a.microBatchText(b), 9, true);
             out << "\n";
@@ -157,7 +167,7 @@ nlohmann::json gpuFitToJson(const GpuFitTable& t)
         {"notes", t.notes}, {"seconds", t.seconds}};
     auto& answers = j["answers"] = nlohmann::json::array();
     for (const auto& a : t.answers) {
-        nlohmann::json row = {{"precision", a.precision}, {"shard", a.shard}, {"checkpoint", a.checkpoint},
+        nlohmann::json row = {{"precision", a.precision}, {"shard", a.shard}, {"offload", a.offload}, {"checkpoint", a.checkpoint},
             {"recompute_share", a.recompute_share}, {"fewest_gpus", a.fewest_gpus}, {"micro_batch", a.micro_batch},
             {"grad_accum", a.grad_accum}, {"global_batch", a.globalBatch()}};
         if (a.closest) {
@@ -199,11 +209,12 @@ std::string gpuFitToHtml(const GpuFitTable& t, const std::string& title)
         << "</td><td class=l>on more than one GPU (" << formatBytes(t.allocatorBudget(1)) << " on one)</td></tr></table>\n";
     out << "<h2>Fewest GPUs and the largest micro-batch per rank</h2>\n<table id=fit><tr><th class=l>precision</th>"
            "<th class=l>strategy</th><th class=l>checkpoint</th><th>fewest GPUs</th><th>micro-batch</th><th>longest sequence</th><th>peak total</th><th>reserved</th>"
-           "<th>weights</th><th>gradients</th><th>optimizer state</th></tr>\n";
+           "<th>weights</th><th>gradients</th><th>optimizer state</th>"
+        << (hasOffload(t) ? "<th>host per node</th>" : "") << "</tr>\n";
     for (const auto& a : t.answers) {
         out << "<tr" << (a.not_modelled.empty() ? "" : " class=nm") << "><td class=l title=\""
             << htmlEscape(precisionText(a.precision)) << "\">" << htmlEscape(a.precision) << "</td><td class=l>"
-            << htmlEscape(a.shard) << "</td><td class=l>" << htmlEscape(checkpointCell(a)) << "</td>";
+            << htmlEscape(a.strategyText()) << "</td><td class=l>" << htmlEscape(checkpointCell(a)) << "</td>";
         if (!a.not_modelled.empty()) {
             out << "<td colspan=8 class=l>not modelled: " << htmlEscape(a.not_modelled) << "</td></tr>\n";
             continue;
@@ -222,7 +233,10 @@ std::string gpuFitToHtml(const GpuFitTable& t, const std::string& title)
             << "</td><td>" << formatBytes(p.predicted_peak_total_bytes) << "</td><td>"
             << (p.predicted_reserved_bytes > 0 ? formatBytes(p.predicted_reserved_bytes) : "-") << "</td><td>"
             << formatBytes(p.weight_bytes) << "</td><td>" << formatBytes(p.gradient_bytes) << "</td><td>"
-            << formatBytes(p.optimizer_state_bytes) << "</td></tr>\n";
+            << formatBytes(p.optimizer_state_bytes) << "</td>"
+            << (hasOffload(t) ? "<td>" + (a.offload.empty() ? std::string("&ndash;") : formatBytes(p.host_bytes_per_node)) + "</td>"
+                              : std::string())
+            << "</tr>\n";
     }
     out << "</table>\n<h2>Largest micro-batch per rank by GPU count</h2>\n<table id=by-gpus><tr><th class=l>precision</th>"
            "<th class=l>strategy</th><th class=l>checkpoint</th>";
@@ -232,7 +246,7 @@ std::string gpuFitToHtml(const GpuFitTable& t, const std::string& title)
     for (const auto& a : t.answers) {
         if (!a.not_modelled.empty())
             continue;
-        out << "<tr><td class=l>" << htmlEscape(a.precision) << "</td><td class=l>" << htmlEscape(a.shard)
+        out << "<tr><td class=l>" << htmlEscape(a.precision) << "</td><td class=l>" << htmlEscape(a.strategyText())
             << "</td><td class=l>" << htmlEscape(a.checkpoint) << "</td>";
         for (const auto& [n, b] : a.largest)
             out << "<td" << (b == 0 ? " class=none" : "") << ">" << (b == 0 ? std::string("&ndash;") : a.microBatchText(b))
@@ -283,6 +297,7 @@ GpuFitTable gpuFitFromJson(const nlohmann::json& j)
         a.precision = row.at("precision").get<std::string>();
         a.shard = row.at("shard").get<std::string>();
         a.checkpoint = row.value("checkpoint", std::string("none"));
+        a.offload = row.value("offload", t.offload);
         a.grad_accum = std::max(1, row.value("grad_accum", t.grad_accum));
         a.recompute_share = row.value("recompute_share", 0.0);
         a.fewest_gpus = row.value("fewest_gpus", 0);

@@ -117,11 +117,16 @@ struct GpuFitAnswer {
     // "float32", "bfloat16" (pure: weights, gradients and optimizer state in bfloat16), "bfloat16-mixed" (float32
     // master weights, gradients and optimizer state; the forward and backward in bfloat16).
     std::string precision;
-    std::string shard; // fsdp | zero2 | zero1 | ddp
+    std::string shard; // fsdp | zero2 | zero1 | ddp | ds-zero1 | ds-zero2 | ds-zero3
     // Activation checkpointing of each rank's step: "none", "full", "selective", "full (every 2nd block)"
     // (CheckpointSpec::text), with the share of the forward's ops its backward runs again.
     std::string checkpoint = "none";
     double recompute_share = 0.0;
+    // CPU offload of each rank: "" none, "params" (FSDP2's CPUOffloadPolicy, DeepSpeed's ZeRO-3 offload_param) or
+    // "optimizer" (DeepSpeed's ZeRO-Offload); at.host_bytes_per_node is then the host's share.
+    std::string offload;
+    // "ds-zero3", "ds-zero3, offload params": the strategy cell of the table's views.
+    std::string strategyText() const { return offload.empty() ? shard : shard + ", offload " + offload; }
     int fewest_gpus = 0; // 0: none of the GPU counts tried
     std::int64_t micro_batch = 0; // the largest per rank at fewest_gpus
     // Micro-batches accumulated per optimizer step at that answer: the table's --grad-accum, or with a global batch

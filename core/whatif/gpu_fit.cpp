@@ -21,6 +21,15 @@ std::string computeDtypeOf(const std::string& precision)
     return isMixedPrecision(precision) ? autocastDtypeOf(precision) : precision;
 }
 
+// The CPU offload a strategy offers: FSDP2's CPUOffloadPolicy (fsdp, zero2), DeepSpeed's offload_param with its
+// optimizer (ds-zero3) or offload_optimizer (ds-zero1, ds-zero2); none for ddp and zero1.
+std::string offloadOf(Sharding shard)
+{
+    if (shardsParameters(shard) || shard == Sharding::DsZero3)
+        return "params";
+    return isDeepSpeed(shard) ? "optimizer" : "";
+}
+
 } // namespace
 
 std::string notRecorded(const WhatIf& w, const ParallelPlan& plan)
@@ -255,81 +264,118 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
             whyNot.emplace_back(e.what());
         }
     }
+    // The offload axis (--offload none,optimizer,params): each answered where the strategy offloads so; none asked
+    // for, the plan's own (--offload, or none).
+    const auto offloads = r.offloads.empty() ? std::vector<std::string> {r.base.offload} : r.offloads;
+    auto answerFor = [&](const std::string& precision, Sharding shard, std::size_t c, const std::string& offload) {
+        const WhatIf& step = stepOf[c];
+        GpuFitRequest ro = r;
+        ro.base.offload = offload;
+        GpuFitAnswer a;
+        a.precision = precision;
+        a.shard = shardingName(shard);
+        a.checkpoint = specs[c].text();
+        a.recompute_share = shareOf[c];
+        a.offload = offload;
+        const auto one = planFor(ro, precision, shard, 1);
+        auto why = whyNot[c].empty() ? notRecorded(step, one) : whyNot[c];
+        if (why.empty() && !ro.base.offload.empty()) {
+            try {
+                checkPlanOffload(one);
+            } catch (const std::invalid_argument& e) {
+                why = e.what();
+            }
+        }
+        if (!why.empty()) {
+            a.not_modelled = why;
+            return a;
+        }
+        a.last_record = step.lastRecord(step.rankPrecision(one)); // the same records at every GPU count
+        a.grad_accum = t.grad_accum;
+        std::int64_t previous = -1;
+        for (int n : t.gpu_counts) {
+            // Offloaded, the host's share does not depend on the micro-batch: a node that cannot hold its
+            // ranks' state rules the GPU count out whatever the micro-batch.
+            if (r.host_budget > 0 && !ro.base.offload.empty()) {
+                const auto rank = step.predictRank(t.runnable.min, planFor(ro, precision, shard, n), false);
+                if (rank.host_bytes_per_node > r.host_budget) {
+                    a.largest.emplace_back(n, 0);
+                    continue;
+                }
+            }
+            if (r.global_batch > 0) {
+                auto reach = reachGlobalBatch(step, planFor(ro, precision, shard, n), r.global_batch,
+                    t.allocatorBudget(n), r.with_reserved);
+                a.largest.emplace_back(n, reach.micro_batch);
+                if (reach.micro_batch > 0 && a.fewest_gpus == 0) {
+                    a.fewest_gpus = n;
+                    a.micro_batch = reach.micro_batch;
+                    a.grad_accum = reach.grad_accum;
+                    a.at = reach.at;
+                }
+                continue;
+            }
+            auto plan = planFor(ro, precision, shard, n);
+            const auto budget = t.allocatorBudget(n);
+            // DDP's rank is the same on any number of GPUs (past one, NCCL's share off the budget).
+            std::int64_t largest = 0;
+            if (shard == Sharding::Ddp && previous >= 0 && n > 2)
+                largest = previous;
+            else
+                largest = budget > 0 ? step.maxRankBatch(plan, budget, r.with_reserved) : 0;
+            previous = largest;
+            a.largest.emplace_back(n, largest);
+            if (largest > 0 && a.fewest_gpus == 0) {
+                a.fewest_gpus = n;
+                a.micro_batch = largest;
+                a.at = step.predictRank(largest, plan, r.with_reserved, budget);
+                a.at->fits = true;
+                if (seqOf[c])
+                    a.longest_seq = seqOf[c]->maxRankBatch(plan, budget, r.with_reserved);
+            }
+        }
+        if (a.fewest_gpus == 0 && !t.gpu_counts.empty()) { // how far the closest row is from fitting
+            const int n = t.gpu_counts.back();
+            a.closest = step.predictRank(
+                t.runnable.min, planFor(ro, precision, shard, n), r.with_reserved, t.allocatorBudget(n));
+            a.closest->fits = false;
+        }
+        return a;
+    };
+    int offered = 0;
     for (const auto& precision : r.precisions)
         for (auto shard : r.shards)
             for (std::size_t c = 0; c < specs.size(); ++c) {
-                const WhatIf& step = stepOf[c];
-                GpuFitAnswer a;
-                a.precision = precision;
-                a.shard = shardingName(shard);
-                a.checkpoint = specs[c].text();
-                a.recompute_share = shareOf[c];
-                const auto one = planFor(r, precision, shard, 1);
-                auto why = whyNot[c].empty() ? notRecorded(step, one) : whyNot[c];
-                if (why.empty() && !r.base.offload.empty()) {
-                    try {
-                        checkPlanOffload(one);
-                    } catch (const std::invalid_argument& e) {
-                        why = e.what();
-                    }
-                }
-                if (!why.empty()) {
-                    a.not_modelled = why;
-                    t.answers.push_back(a);
-                    continue;
-                }
-                a.last_record = step.lastRecord(step.rankPrecision(one)); // the same records at every GPU count
-                a.grad_accum = t.grad_accum;
-                std::int64_t previous = -1;
-                for (int n : t.gpu_counts) {
-                    // Offloaded, the host's share does not depend on the micro-batch: a node that cannot hold its
-                    // ranks' state rules the GPU count out whatever the micro-batch.
-                    if (r.host_budget > 0 && !r.base.offload.empty()) {
-                        const auto rank = step.predictRank(t.runnable.min, planFor(r, precision, shard, n), false);
-                        if (rank.host_bytes_per_node > r.host_budget) {
-                            a.largest.emplace_back(n, 0);
+                bool fits = false, modelled = true;
+                for (const auto& offload : offloads) {
+                    if (offloads.size() > 1 && !offload.empty()) { // an offload this strategy has not: no row
+                        auto plan = planFor(r, precision, shard, 1);
+                        plan.offload = offload;
+                        try {
+                            checkPlanOffload(plan);
+                        } catch (const std::invalid_argument&) {
                             continue;
                         }
                     }
-                    if (r.global_batch > 0) {
-                        auto reach = reachGlobalBatch(step, planFor(r, precision, shard, n), r.global_batch,
-                            t.allocatorBudget(n), r.with_reserved);
-                        a.largest.emplace_back(n, reach.micro_batch);
-                        if (reach.micro_batch > 0 && a.fewest_gpus == 0) {
-                            a.fewest_gpus = n;
-                            a.micro_batch = reach.micro_batch;
-                            a.grad_accum = reach.grad_accum;
-                            a.at = reach.at;
-                        }
-                        continue;
-                    }
-                    auto plan = planFor(r, precision, shard, n);
-                    const auto budget = t.allocatorBudget(n);
-                    // DDP's rank is the same on any number of GPUs (past one, NCCL's share off the budget).
-                    std::int64_t largest = 0;
-                    if (shard == Sharding::Ddp && previous >= 0 && n > 2)
-                        largest = previous;
-                    else
-                        largest = budget > 0 ? step.maxRankBatch(plan, budget, r.with_reserved) : 0;
-                    previous = largest;
-                    a.largest.emplace_back(n, largest);
-                    if (largest > 0 && a.fewest_gpus == 0) {
-                        a.fewest_gpus = n;
-                        a.micro_batch = largest;
-                        a.at = step.predictRank(largest, plan, r.with_reserved, budget);
-                        a.at->fits = true;
-                        if (seqOf[c])
-                            a.longest_seq = seqOf[c]->maxRankBatch(plan, budget, r.with_reserved);
+                    t.answers.push_back(answerFor(precision, shard, c, offload));
+                    fits = fits || t.answers.back().fewest_gpus > 0;
+                    modelled = modelled && t.answers.back().not_modelled.empty();
+                }
+                // Where nothing fits and no offload was asked for, the strategy's own offload is offered.
+                const auto own = offloadOf(shard);
+                if (!fits && modelled && r.offloads.empty() && r.base.offload.empty() && !own.empty()) {
+                    auto a = answerFor(precision, shard, c, own);
+                    if (a.fewest_gpus > 0) {
+                        t.answers.push_back(a);
+                        ++offered;
                     }
                 }
-                if (a.fewest_gpus == 0 && !t.gpu_counts.empty()) { // how far the closest row is from fitting
-                    const int n = t.gpu_counts.back();
-                    a.closest = step.predictRank(
-                        t.runnable.min, planFor(r, precision, shard, n), r.with_reserved, t.allocatorBudget(n));
-                    a.closest->fits = false;
-                }
-                t.answers.push_back(a);
             }
+    if (offered > 0)
+        t.notes.push_back(std::to_string(offered) + (offered == 1 ? " answer" : " answers")
+            + " with CPU offload, offered where nothing fits without it (its offload column; --offload none,... asks "
+              "for the axis): --offload params is FSDP2's CPUOffloadPolicy and DeepSpeed's ZeRO-3 offload_param, "
+              "--offload optimizer DeepSpeed's ZeRO-Offload");
     bool atRangeEnd = false;
     for (const auto& a : t.answers)
         for (const auto& [n, b] : a.largest)

@@ -32,6 +32,10 @@ struct GpuFitRequest {
     // micro-batch that divides it fits, accumulated over micro-steps to reach it (base.grad_accum is then chosen per
     // answer). 0: not asked; each GPU count's largest micro-batch with base.grad_accum.
     std::int64_t global_batch = 0;
+    // CPU offload as an axis (fit --offload none,optimizer,params: "" for none): each precision, strategy and
+    // checkpointing answered with each offload its strategy has (checkPlanOffload). Empty: base.offload alone, and
+    // where nothing fits without offload (base.offload none), the strategy's own offload offered as a further answer.
+    std::vector<std::string> offloads;
     // With base.offload: a node's host memory (pinned) for its gpus_per_node ranks' offloaded state; a GPU count whose
     // ranks need more on a node does not fit. 0: not checked.
     std::int64_t host_budget = 0;
