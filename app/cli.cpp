@@ -18,6 +18,8 @@
 #include "whatif/remedies.h"
 #include "session/ranks.h"
 
+#include "whatif/rank_checkpoint.h"
+
 #include <nlohmann/json.hpp>
 
 #include <iostream>
@@ -97,9 +99,16 @@ int runAnalyze(const CliOptions& o)
             run.dtype = plan.paramDtype(); // the dtype the forward and backward compute in
             run.mode = RunMode::Train; // a rank of a training job
             run.cast_module_inputs = inputCastUnits(plan, layers);
-            rankStep = checkpointedStep(analyzeOpened(file, run), o, file);
             rankPlan = plan;
-            report = rankReport(*rankStep, plan);
+            if (o.checkpointed() && o.checkpoints.front().mode == CheckpointMode::Auto) {
+                // The least recompute whose rank fits the budget (whatif/rank_checkpoint.h).
+                auto choice = chooseRankCheckpoint(analyzeOpened(file, run), plan, *o.budget);
+                rankStep = std::move(choice.step);
+                report = std::move(choice.rank);
+            } else {
+                rankStep = checkpointedStep(analyzeOpened(file, run), o, file);
+                report = rankReport(*rankStep, plan);
+            }
             if (!rankStep->forward_uses_recorded) // checkpointed already: its remedies are the step's as given
                 rankStep.reset();
         } else if (o.checkpointed() || o.grad_accum > 1) {

@@ -428,10 +428,15 @@ CliOptions parseCli(const std::vector<std::string>& args)
             throw std::invalid_argument("--checkpoint takes several of none, full and selective for fit and whatif "
                                         "--gpus (a column each); analyze and a one-device whatif take one");
         const bool automatic = o.checkpoints.front().mode == CheckpointMode::Auto;
-        if (automatic && (o.parallel() || o.command != "whatif"))
-            throw std::invalid_argument("--checkpoint auto plans the checkpoints of one device within --budget "
-                                        "(memledger whatif MODEL --checkpoint auto --budget SIZE); with --gpus, "
-                                        "--shard or fit give full or selective");
+        const bool oneRank = o.command == "analyze" && o.parallel();
+        if (automatic && !oneRank && (o.parallel() || o.command != "whatif"))
+            throw std::invalid_argument("--checkpoint auto plans the checkpoints of one device (memledger whatif MODEL "
+                                        "--checkpoint auto --budget SIZE) or of one rank (analyze MODEL --gpus N --shard "
+                                        "S --checkpoint auto --budget GPU); fit and whatif --gpus take none, selective "
+                                        "and full as a column");
+        if (automatic && oneRank && o.grad_accum > 1)
+            throw std::invalid_argument("--checkpoint auto with --grad-accum is not built yet: give --checkpoint "
+                                        "none|selective|full");
     }
     if (o.command == "fit" && !o.budget && !o.help)
         throw std::invalid_argument("fit needs --budget: a GPU (H100-80GB, A100-40GB, H200, ...) or a size (80GB)");

@@ -19,6 +19,7 @@
 #include "whatif/gpu_fit.h"
 #include "whatif/checkpoint.h"
 #include "whatif/parallel.h"
+#include "whatif/rank_checkpoint.h"
 #include "whatif/whatif_policy.h"
 
 #include <gtest/gtest.h>
@@ -1153,3 +1154,61 @@ TEST(ParallelPlan, UnitsAndNames)
 }
 
 } // namespace
+
+// analyze --gpus N --shard S --checkpoint auto --budget GPU: of none, selective and full on every K-th block, the
+// least recompute whose rank fits the allocator's share of the budget; each policy of less recompute does not fit
+// (each laid out again here as --checkpoint gives it), and the CLI answers the same.
+TEST_F(Fsdp, CheckpointAutoChoosesTheLeastRecomputeThatFitsTheRank)
+{
+    const auto file = fixture("fsdp/toy.pt2");
+    auto model = Model::open(file);
+    auto options = stepOptions("16x256:int64", "float32");
+    options.device = "meta";
+    auto step = analyzeModel(model, options);
+    ParallelPlan plan;
+    plan.gpus = 4;
+    plan.shard = Sharding::Fsdp;
+    const auto full = rankReport(*predictCheckpoint(step, parseCheckpointSpec("full"), true).report, plan);
+    const auto none = rankReport(step, plan);
+    ASSERT_LT(full.peak_total_bytes, none.peak_total_bytes);
+    GpuFitTable overheads;
+    setOverheadEstimates(overheads);
+    // Room for full checkpointing, not for the plain rank.
+    const std::int64_t budget = overheads.cuda_context_bytes + overheads.nccl_bytes
+        + std::max(full.peak_total_bytes, full.simulated_reserved_peak_bytes) + 4096;
+    auto choice = chooseRankCheckpoint(step, plan, budget);
+    ASSERT_TRUE(choice.fits);
+    EXPECT_FALSE(choice.spec.none());
+    const auto allocator = budget - overheads.cuda_context_bytes - overheads.nccl_bytes;
+    EXPECT_EQ(choice.allocator_budget, allocator);
+    auto chosen = rankReport(*predictCheckpoint(step, choice.spec, true).report, plan);
+    EXPECT_EQ(chosen.peak_total_bytes, choice.rank.peak_total_bytes);
+    EXPECT_LE(std::max(chosen.peak_total_bytes, chosen.simulated_reserved_peak_bytes), allocator);
+    // Every policy of less recompute does not fit.
+    for (const char* mode : {"selective", "full"})
+        for (int every : {1, 2, 4}) {
+            auto spec = parseCheckpointSpec(mode, every);
+            auto p = predictCheckpoint(step, spec, false);
+            if (p.recomputeShare() >= choice.recompute_share)
+                continue;
+            auto rank = rankReport(*predictCheckpoint(step, spec, true).report, plan);
+            EXPECT_GT(std::max(rank.peak_total_bytes, rank.simulated_reserved_peak_bytes), allocator) << spec.text();
+        }
+    EXPECT_GT(std::max(none.peak_total_bytes, none.simulated_reserved_peak_bytes), allocator);
+    EXPECT_NE(choice.rank.notes.front().find("the least recompute that fits is " + choice.spec.text()), std::string::npos)
+        << choice.rank.notes.front();
+    // The command line: the same choice and figures.
+    auto cli = runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + file + " --input 16x256:int64 --device meta --mode "
+        "train --optimizer adamw --gpus 4 --shard fsdp --checkpoint auto --budget " + std::to_string(budget) + "B --json "
+        + fixture("fsdp/rank-auto.json"));
+    ASSERT_EQ(cli.exit_code, 0) << cli.output;
+    std::ifstream in(fixture("fsdp/rank-auto.json"));
+    auto j = nlohmann::json::parse(in);
+    EXPECT_EQ(j["peak_total_bytes"].get<std::int64_t>(), choice.rank.peak_total_bytes);
+    EXPECT_NE(cli.output.find("the least recompute that fits is " + choice.spec.text()), std::string::npos) << cli.output;
+    // Not for fit or whatif --gpus (a column of none, selective and full there).
+    auto refused = runCommand(std::string(MEMLEDGER_BINARY) + " fit " + file + " --input 2x32:int64 --budget 8GiB "
+        "--checkpoint auto");
+    EXPECT_NE(refused.exit_code, 0);
+    EXPECT_NE(refused.output.find("--checkpoint auto plans"), std::string::npos) << refused.output;
+}
