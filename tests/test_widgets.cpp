@@ -724,6 +724,7 @@ TEST(GpuFitView, ShowsTheMicroStepsAndTheHostShare)
     a.fewest_gpus = 2;
     a.micro_batch = 16;
     a.grad_accum = 4;
+    a.offload = "params"; // each answer's own offload, as makeGpuFitTable gives it
     Prediction p;
     p.host_bytes = 1000;
     p.host_bytes_per_node = 2000; // two ranks on the node
@@ -736,6 +737,12 @@ TEST(GpuFitView, ShowsTheMicroStepsAndTheHostShare)
     EXPECT_TRUE(view.answers()->item(0, 4)->toolTip().contains(QStringLiteral("global batch 128")));
     EXPECT_EQ(view.answers()->item(0, 10)->text(), bytesText(std::int64_t {2000})); // two ranks on the node
     t.offload.clear();
+    t.answers.front().offload.clear();
     view.setTable(t, 0);
     EXPECT_EQ(view.answers()->item(0, 10)->text(), QStringLiteral("—"));
+    EXPECT_EQ(view.answers()->item(0, 1)->text(), QStringLiteral("fsdp"));
+    t.answers.front().offload = "optimizer";
+    t.answers.front().shard = "ds-zero2";
+    view.setTable(t, 0);
+    EXPECT_EQ(view.answers()->item(0, 1)->text(), QStringLiteral("ds-zero2, offload optimizer"));
 }
