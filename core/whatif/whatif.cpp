@@ -9,12 +9,14 @@
 #include "support/format.h"
 #include "whatif/alignment.h"
 #include "whatif/fit.h"
+#include "whatif/whatif_policy.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <stdexcept>
 
 #include <unistd.h>
@@ -384,6 +386,44 @@ bool aliasFsdpRecord(Model& model, RunOptions o, const std::string& dtype, WhatI
     return true;
 }
 
+// ReusedRecords (whatif_policy.h): this thread's records while one is alive.
+thread_local ReusedRecords::Store* tReusedRecords = nullptr;
+
+} // namespace
+
+struct ReusedRecords::Store {
+    std::map<std::string, RawRun> runs; // by precision, batch and sequence
+};
+
+ReusedRecords::ReusedRecords()
+    : store_(std::make_unique<Store>())
+    , previous_(tReusedRecords)
+{
+    tReusedRecords = store_.get();
+}
+
+ReusedRecords::~ReusedRecords()
+{
+    tReusedRecords = previous_;
+}
+
+namespace {
+
+// One record of a what-if: run, or taken from the records kept (ReusedRecords) where the same precision and size
+// was run before in their scope. A run that fails is not kept (it throws again).
+RawRun runRecord(Model& model, const RunOptions& o, const std::string& precision)
+{
+    if (!tReusedRecords || !o.record)
+        return model.run(o);
+    const auto key = precision + "|" + std::to_string(o.batch.value_or(0)) + "|" + std::to_string(o.seq.value_or(0));
+    auto& runs = tReusedRecords->runs;
+    if (auto it = runs.find(key); it != runs.end())
+        return it->second;
+    auto run = model.run(o);
+    runs.emplace(key, run);
+    return run;
+}
+
 // Runs `o` (one precision) at each batch into `runs`. The inputs guessed by the first run are kept in `base` for
 // every later batch and precision. A precision other than the base one that cannot run is put in `cannotRun`
 // (false); the base one's failure is thrown.
@@ -397,7 +437,7 @@ bool recordRuns(Model& model, RunOptions& base, RunOptions& o, const std::string
             if (plan && plan->progress) // told each record as it starts, so that a failure names the one told
                 plan->progress(precision, b, static_cast<int>(runs.size()) + 1);
             (axis == WhatIfAxis::Batch ? o.batch : o.seq) = b;
-            runs.push_back(model.run(o));
+            runs.push_back(runRecord(model, o, precision));
             if (base.inputs.empty()) { // guessed once: the same guess for every batch and dtype
                 o.inputs = base.inputs = runs.back().info.input_shapes;
                 o.input_types = base.input_types = runs.back().info.input_types;
@@ -647,7 +687,7 @@ WhatIf WhatIf::recordAlong(
                 plan.progress(dtype, next, static_cast<int>(xs.size()) + 1);
             (seqAxis ? o.seq : o.batch) = next;
             try {
-                runs.push_back(model.run(o));
+                runs.push_back(runRecord(model, o, dtype));
             } catch (const RunError& e) {
                 // For want of memory, or the model refuses that size (a position table). The records so far stand.
                 stopped = e.what();

@@ -106,6 +106,7 @@ WhatIf recordWhatIfReaching(Model& model, RunOptions base, WhatIfRequest request
     std::function<void(const WhatIf& first)> first)
 {
     const auto started = std::chrono::steady_clock::now();
+    ReusedRecords reuse; // a further round's records of the first round's sizes are not run again
     auto w = recordWhatIf(model, base, request, progress, std::move(first));
     const auto dtypes = whatIfDtypes(request.dtypes);
     for (int round = 0; round < 2; ++round) {

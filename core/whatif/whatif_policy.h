@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,23 @@ std::int64_t recordsToReach(std::int64_t answer, std::int64_t lastRecord, const 
 // Of `dtypes`, the furthest size the records must reach so that the largest batch within `budget` of each is
 // inside its records (recordsToReach); 0 when every one is.
 std::int64_t budgetRecordsWanted(const WhatIf& w, const std::vector<std::string>& dtypes, std::int64_t budget);
+// While one is alive on a thread, the what-if records made on that thread are kept, by precision and size, and a record
+// asked for again is taken from them instead of run again: recordWhatIfReaching's further rounds ask for the sizes of
+// the first again beside the rows past the answer. For the records of one model and one base run only (the scope of
+// one recordWhatIfReaching).
+class ReusedRecords {
+public:
+    ReusedRecords();
+    ~ReusedRecords();
+    ReusedRecords(const ReusedRecords&) = delete;
+    ReusedRecords& operator=(const ReusedRecords&) = delete;
+    struct Store;
+
+private:
+    std::unique_ptr<Store> store_;
+    Store* previous_ = nullptr;
+};
+
 // The records of `request` (as recordWhatIf makes them without a budget), then, while `wanted` names a size beyond
 // them, again with that size as a row (log-spaced records, each within this machine's memory and time for one):
 // at most two more rounds, none after a round that could not reach its size (this machine's memory or time ended
