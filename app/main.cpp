@@ -112,8 +112,8 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
             // MEMLEDGER_GRAD_ACCUM=K sets its Micro-batches row (gradient accumulation).
             if (qEnvironmentVariableIsSet("MEMLEDGER_GRAD_ACCUM"))
                 panel->setGradAccum(qEnvironmentVariableIntValue("MEMLEDGER_GRAD_ACCUM"));
-            // MEMLEDGER_OFFLOAD=params ticks its CPU offload row.
-            if (qEnvironmentVariable("MEMLEDGER_OFFLOAD") == QLatin1String("params"))
+            // MEMLEDGER_OFFLOAD=params (or optimizer) ticks its CPU offload row: the Sharding row's offload.
+            if (!qEnvironmentVariable("MEMLEDGER_OFFLOAD").isEmpty())
                 panel->setOffload(true);
             if (qEnvironmentVariableIsSet("MEMLEDGER_BUDGET"))
                 panel->setBudget(qEnvironmentVariable("MEMLEDGER_BUDGET"));

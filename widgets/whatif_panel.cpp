@@ -22,6 +22,7 @@
 #include <QVBoxLayout>
 
 #include <algorithm>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <cmath>
@@ -232,7 +233,17 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
         }
         repredict();
     });
-    connect(shardBox_, &QComboBox::currentIndexChanged, this, [this] { repredict(); });
+    // A DeepSpeed stage is answered in the GPUs tab beside PyTorch's strategies: choosing one, or leaving one, asks
+    // the window's fit table again.
+    connect(shardBox_, &QComboBox::currentIndexChanged, this, [this, wasDeepSpeed = std::make_shared<bool>(false)] {
+        repredict();
+        const bool deepSpeed = shard().startsWith(QLatin1String("ds-"));
+        if (deepSpeed || *wasDeepSpeed) {
+            updateGpuFit();
+            emit checkpointChanged();
+        }
+        *wasDeepSpeed = deepSpeed;
+    });
     connect(checkpointBox_, &QComboBox::currentIndexChanged, this, [this] {
         repredict();
         updateFitTable();
