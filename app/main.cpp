@@ -169,9 +169,15 @@ int runWindow(int argc, char** argv, const memledger::CliOptions& options)
                     }
                 save();
             });
-        // MEMLEDGER_SCREENSHOT_GPUS=1 waits for the GPUs tab's fit table (and shows that tab).
-        else if (qEnvironmentVariableIsSet("MEMLEDGER_SCREENSHOT_GPUS"))
-            QObject::connect(&window, &memledger::MainWindow::gpuFitReady, &window, save, Qt::SingleShotConnection);
+        // MEMLEDGER_SCREENSHOT_GPUS=1 waits for the GPUs tab's fit table (and shows that tab): the last one asked for,
+        // a second after it is ready with none asked for since (the panel's rows, set one by one, each ask again).
+        else if (qEnvironmentVariableIsSet("MEMLEDGER_SCREENSHOT_GPUS")) {
+            auto* settle = new QTimer(&window);
+            settle->setSingleShot(true);
+            settle->setInterval(qEnvironmentVariableIntValue("MEMLEDGER_SCREENSHOT_SETTLE_MS") > 0 ? qEnvironmentVariableIntValue("MEMLEDGER_SCREENSHOT_SETTLE_MS") : 1000);
+            QObject::connect(settle, &QTimer::timeout, &window, save);
+            QObject::connect(&window, &memledger::MainWindow::gpuFitReady, settle, qOverload<>(&QTimer::start));
+        }
         // MEMLEDGER_SCREENSHOT_LOADS=N (with --watch): once the watched file has been shown N times.
         else if (qEnvironmentVariableIsSet("MEMLEDGER_SCREENSHOT_LOADS"))
             QObject::connect(window.watcher(), &memledger::WatchController::reloaded, &window, [&window, save] {

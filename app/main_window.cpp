@@ -446,9 +446,6 @@ void MainWindow::updateGpuFit()
     // and its Micro-batches and CPU offload rows
     request.base.grad_accum = whatIf_->panel()->gradAccum();
     request.base.offload = whatIf_->panel()->offload();
-    // A DeepSpeed stage chosen in the Sharding row is answered beside PyTorch's four strategies.
-    if (auto s = shardingFromName(whatIf_->panel()->shard().toStdString()); s && isDeepSpeed(*s))
-        request.shards.push_back(*s);
     request.with_reserved = w->eventCount(w->dtypes().front()) <= 200000;
     // Off the GUI thread (a 7B step takes a second or more); the latest request wins.
     const auto generation = ++gpuFitGeneration_;

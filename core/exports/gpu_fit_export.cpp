@@ -78,7 +78,7 @@ std::string gpuFitToText(const GpuFitTable& t)
     const bool ckpt = hasCheckpointColumn(t);
     const std::size_t ckptWidth = 34;
     const bool off = hasOffload(t);
-    const std::size_t strategyWidth = off ? 26 : 10;
+    const std::size_t strategyWidth = off ? 30 : 10;
     out << padCell("precision", 16) << padCell("strategy", strategyWidth) << (ckpt ? padCell("checkpoint", ckptWidth) : std::string())
         << padCell("fewest GPUs", 13, true) << padCell("micro-batch", 13, true)
         << (t.global_batch > 0 ? padCell("micro-steps", 13, true) : std::string())
