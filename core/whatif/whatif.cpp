@@ -541,12 +541,16 @@ namespace {
 // Why one more record at `x` cannot be made here ("memory", "time"), "" when it can: the peak total `last` predicts
 // there within the plan's memory, and a warm-up and a recorded run (twice the time of the record at `lastX`, grown
 // along the axis: with the batch, and with the square of the sequence at worst) within the plan's time for one
-// record and, unless `anyTotal`, within its time in all with the `spent` seconds so far.
+// record and, unless `anyTotal`, within its time in all with the `spent` seconds so far. With records counted
+// (plan.record_count_budget), time is no bar: unless `anyTotal`, the `made` records so far beyond the first two of
+// each precision must leave one more within the count.
 std::string unaffordable(const WhatIf& last, const std::string& dtype, std::int64_t x, std::int64_t lastX,
-    double lastMs, WhatIfAxis axis, std::int64_t memory, const WhatIf::Plan& plan, double spent, bool anyTotal)
+    double lastMs, WhatIfAxis axis, std::int64_t memory, const WhatIf::Plan& plan, double spent, int made, bool anyTotal)
 {
     if (last.predict(x, dtype, false).predicted_peak_total_bytes > memory)
         return "memory";
+    if (plan.record_count_budget >= 0)
+        return !anyTotal && made >= plan.record_count_budget ? "the record budget" : "";
     const double ratio = static_cast<double>(x) / static_cast<double>(lastX);
     const double seconds = lastMs / 1000.0 * (axis == WhatIfAxis::Seq ? ratio * ratio : ratio);
     if (seconds * 2 > plan.seconds_budget
@@ -634,6 +638,7 @@ WhatIf WhatIf::recordAlong(
     const std::vector<std::int64_t> firstBatches = b2 > b1 ? std::vector<std::int64_t> {b1, b2} : std::vector<std::int64_t> {b1};
     const std::int64_t memory = planMemory(model, base, plan);
     const auto started = std::chrono::steady_clock::now();
+    int made = 0; // records beyond the first two of each precision, all precisions (plan.record_count_budget)
     std::vector<std::pair<std::string, std::string>> cannotRun; // dtype, why
     std::vector<std::int64_t> start; // a sequence what-if's first records, as the base precision found them
     // Each precision on its own plan: a precision the CPU runs slowly (float16 convolutions) stops earlier.
@@ -678,7 +683,7 @@ WhatIf WhatIf::recordAlong(
             WhatIf last = all;
             last.fits_ = {fits.back()};
             return unaffordable(last, dtype, x, xs.back(), runs.back().info.duration_ms, axis, memory, plan, spent,
-                anyTotal);
+                made, anyTotal);
         };
         auto secondsSoFar = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
         // One more record at `next`; false, with `stopped` saying why, where the run fails.
@@ -695,6 +700,7 @@ WhatIf WhatIf::recordAlong(
                 return false;
             }
             xs.push_back(next);
+            ++made;
             fits.push_back(fitOf(runs.size() - window));
             if (runs.size() > window)
                 runs[runs.size() - window - 1] = RawRun {}; // only the last fit's records are needed for the next

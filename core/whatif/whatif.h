@@ -48,6 +48,11 @@ public:
         // For all the records beyond the first two of each precision, in all precisions (0: no limit): the base
         // precision goes furthest, the others stop sooner and are predicted beyond their last record.
         double total_seconds_budget = 0;
+        // Records counted instead of timed (whatif_policy.h's countedRecordBudget, MEMLEDGER_RECORD_BUDGET): at most
+        // this many records beyond the first two of each precision, all precisions together, and none refused for
+        // its time, so that the same model gives the same records on any machine under any load. -1: the seconds
+        // above decide.
+        int record_count_budget = -1;
         // Told each record as it starts: its precision, batch (or sequence) and how many of that precision so far.
         std::function<void(const std::string& dtype, std::int64_t batch, int done)> progress;
         // Batches (or sequences) asked for: recorded too on the way to `largest`, so that they are measured

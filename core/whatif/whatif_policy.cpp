@@ -1,7 +1,10 @@
 #include "whatif/whatif_policy.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
+#include <stdexcept>
 
 namespace memledger {
 
@@ -11,8 +14,25 @@ constexpr double kSecondsPerRecord = 60.0; // a warm-up and a recorded run: abou
 constexpr double kSecondsInAll = 60.0; // the records beyond the first two of each precision, all precisions
 constexpr std::int64_t kLongestSequence = std::int64_t {1} << 16;
 constexpr double kSecondsReaching = 120.0; // no further round of records toward an answer once this is spent
+// With records counted (MEMLEDGER_RECORD_BUDGET), each record's predicted peak total stays within this instead of a
+// quarter of this machine's memory and a minute: the same bound on every machine, and a record's time with it.
+constexpr std::int64_t kCountedRecordBytes = std::int64_t {1} << 30;
 
 } // namespace
+
+int countedRecordBudget()
+{
+    const char* text = std::getenv("MEMLEDGER_RECORD_BUDGET");
+    if (!text || !*text)
+        return -1;
+    char* end = nullptr;
+    errno = 0;
+    const long n = std::strtol(text, &end, 10);
+    if (*end != '\0' || errno != 0 || n < 0 || n > 1000)
+        throw std::invalid_argument(std::string("MEMLEDGER_RECORD_BUDGET='") + text
+            + "' is not a count of records (0 to 1000); unset it to record within about a minute instead");
+    return static_cast<int>(n);
+}
 
 std::vector<std::string> whatIfDtypes(const std::vector<std::string>& asked)
 {
@@ -62,7 +82,9 @@ WhatIf::Plan whatIfPlan(const WhatIfRequest& request,
     plan.beyond_records = request.rows.empty() || request.budget > 0;
     plan.seconds_budget = kSecondsPerRecord;
     plan.total_seconds_budget = kSecondsInAll;
-    plan.memory_budget = 0; // a quarter of this machine's memory
+    plan.record_count_budget = countedRecordBudget();
+    // A quarter of this machine's memory; records counted: kCountedRecordBytes.
+    plan.memory_budget = plan.record_count_budget >= 0 ? kCountedRecordBytes : 0;
     plan.progress = std::move(progress);
     return plan;
 }
@@ -109,8 +131,10 @@ WhatIf recordWhatIfReaching(Model& model, RunOptions base, WhatIfRequest request
     ReusedRecords reuse; // a further round's records of the first round's sizes are not run again
     auto w = recordWhatIf(model, base, request, progress, std::move(first));
     const auto dtypes = whatIfDtypes(request.dtypes);
+    const bool counted = countedRecordBudget() >= 0; // each round within its own count: no time bar
     for (int round = 0; round < 2; ++round) {
-        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() > kSecondsReaching)
+        if (!counted
+            && std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() > kSecondsReaching)
             break;
         const auto x = wanted(w);
         if (x == 0)

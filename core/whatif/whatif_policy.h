@@ -40,6 +40,13 @@ WhatIfRequest withRow(WhatIfRequest request, std::int64_t x);
 // The rows of a table: those asked for (or 1, 8, 32, 64 and 128 along the batch; 512, 1024, 2048, 4096 and
 // 8192 along the sequence), with the run's own, increasing, each once.
 std::vector<std::int64_t> whatIfRows(const WhatIfRequest& request);
+// MEMLEDGER_RECORD_BUDGET=N: a what-if's records are counted, not timed: at most N beyond the first two of each
+// precision, all precisions together (WhatIf::Plan::record_count_budget), each within a predicted peak total of
+// 1 GiB (instead of a quarter of this machine's memory), and at most N runs that check a table's figures, so that an
+// answer does not depend on this machine's speed, memory or load (the tests set it). -1 when unset:
+// about a minute of this machine's time, as above. A value that is not a count is refused (std::invalid_argument
+// naming the variable).
+int countedRecordBudget();
 // How the records are planned for these rows: up to the largest row, each row on the way recorded, within
 // this machine's memory and time as above. `progress` is told each record as it starts.
 WhatIf::Plan whatIfPlan(const WhatIfRequest& request,

@@ -1,4 +1,5 @@
 #include "whatif/whatif.h"
+#include "whatif/whatif_policy.h"
 
 #include "support/dtype.h"
 #include "support/errors.h"
@@ -36,9 +37,14 @@ WhatIfTable makeWhatIfTable(const WhatIf& w, const std::vector<std::int64_t>& ba
     auto xOf = [&](const Prediction& p) { return t.axis == WhatIfAxis::Seq ? p.seq : p.batch; };
     // Runs that check a figure share half a minute: beyond it the figure stays predicted and says so, so that a
     // table is made within a minute on this machine whatever its rows.
+    // With records counted (MEMLEDGER_RECORD_BUDGET), as many runs as that count instead.
     constexpr double kMeasureSeconds = 30.0;
     const auto started = std::chrono::steady_clock::now();
+    const int counted = countedRecordBudget();
+    int checks = 0;
     auto timeLeft = [&] {
+        if (counted >= 0)
+            return checks++ < counted;
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() < kMeasureSeconds;
     };
     for (const auto& dtype : dtypes) {
@@ -61,7 +67,9 @@ WhatIfTable makeWhatIfTable(const WhatIf& w, const std::vector<std::int64_t>& ba
             const bool check = !p.reliable && p.runnable && model && w.isRecorded(dtype);
             if (check && !timeLeft())
                 p.notes.push_back(dtype + ", " + word + std::to_string(batch)
-                    + ": not measured: the table's half minute for measurements was spent");
+                    + (counted >= 0 ? ": not measured: the table's " + std::to_string(counted)
+                                      + " measurements (MEMLEDGER_RECORD_BUDGET) were made"
+                                    : std::string(": not measured: the table's half minute for measurements was spent")));
             else if (check) {
                 try {
                     p = w.measure(*model, batch, dtype, budget);

@@ -9,7 +9,20 @@ Nothing here needs more than PyTorch 2.x; torch is imported when a function is c
 `python -m memledger FILE` starts the window without loading torch.
 """
 
-__version__ = "0.4.0"
+def _version():
+    # The wheel's metadata; in a checkout (packaging/torch-venv.sh's .pth), the repository's VERSION file.
+    from pathlib import Path
+    checkout = Path(__file__).resolve().parents[2] / "VERSION"
+    if checkout.is_file():
+        return checkout.read_text().split()[0]
+    try:
+        from importlib.metadata import version
+        return version("memledger")
+    except Exception:
+        return "unknown"
+
+
+__version__ = _version()
 
 __all__ = ["export", "capture", "find_binary", "ExportError"]
 

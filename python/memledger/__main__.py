@@ -7,6 +7,23 @@ import sys
 from .binary import BinaryNotFound, find_binary
 
 
+def _environment(binary):
+    """The program's environment: this one, and where the wheel's program is run, the libtorch of this Python's torch
+    first on the library path, wherever that torch is installed (the program's RPATH reaches only a torch installed
+    beside it), so that no other libtorch on the machine is loaded. torch is located, not imported."""
+    env = dict(os.environ)
+    here = os.path.dirname(os.path.abspath(__file__))
+    if not os.path.abspath(binary).startswith(os.path.join(here, "bin") + os.sep):
+        return env
+    import importlib.util
+    spec = importlib.util.find_spec("torch")
+    if spec is not None and spec.origin:
+        lib = os.path.join(os.path.dirname(spec.origin), "lib")
+        if os.path.isdir(lib):
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (lib, env.get("LD_LIBRARY_PATH")) if p)
+    return env
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -17,7 +34,7 @@ def main(argv=None):
     if argv[:1] == ["--print-binary"]:
         print(binary)
         return 0
-    os.execv(binary, [binary] + argv)
+    os.execve(binary, [binary] + argv, _environment(binary))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""Finds the memledger executable: $MEMLEDGER_BINARY, then `memledger` on PATH (the Debian package installs
-/usr/bin/memledger), then the build trees of the repository this package sits in (build/, build-debian/)."""
+"""Finds the memledger executable: $MEMLEDGER_BINARY, then the wheel's (memledger/bin/memledger, beside this file),
+then `memledger` on PATH (the Debian package installs /usr/bin/memledger), then the build trees of the repository
+this package sits in (build/, build-debian/)."""
 
 import os
 import shutil
@@ -10,12 +11,23 @@ class BinaryNotFound(RuntimeError):
     pass
 
 
+def _is_launcher(path):
+    # pip's console script for this package (`#!python ...`): it would run this code again, not the program.
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == b"#!"
+    except OSError:
+        return False
+
+
 def _candidates():
     env = os.environ.get("MEMLEDGER_BINARY")
     if env:
         yield Path(env)
+    # The wheel's own program (pip install memledger), before PATH: there `memledger` is this package's launcher.
+    yield Path(__file__).resolve().parent / "bin" / "memledger"
     on_path = shutil.which("memledger")
-    if on_path:
+    if on_path and not _is_launcher(on_path):
         yield Path(on_path)
     # A checkout: the repository root is two folders above this file's (python/memledger/). An install into
     # .venv-torch by the README's commands points back here through a .pth file, so this finds build/ too.
