@@ -89,7 +89,7 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     shardBox_->addItem(tr("ZeRO-1 (optimizer state sharded)"), QStringLiteral("zero1"));
     shardBox_->addItem(tr("DDP (replicated)"), QStringLiteral("ddp"));
     // DeepSpeed's stages (ds-zero1/2/3) are the command line's for now: with one chosen here the GPUs tab's table never
-    // came back (issue 55's note); offload() below already maps them.
+    // came back (issue 55's note).
     shardBox_->setToolTip(tr("How the job shards the parameters, gradients and optimizer state"));
     checkpointBox_ = new QComboBox(this);
     checkpointBox_->addItem(tr("none"), QStringLiteral("none"));
@@ -109,9 +109,8 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     offloadBox_ = new QCheckBox(tr("parameters, gradients, optimizer"), this);
     offloadBox_->setToolTip(tr("CPU offload (FSDP2's CPUOffloadPolicy, with FSDP or ZeRO-2): the rank's parameter and "
                                "gradient shards, its optimizer state and step live in the host's pinned memory; each "
-                               "unit's shards are copied to the GPU for its forward and backward. With DeepSpeed: "
-                               "ZeRO-1 and ZeRO-2 offload the optimizer (ZeRO-Offload: master weights, optimizer "
-                               "state, float32 gradients and the step), ZeRO-3 the parameter partitions too"));
+                               "unit's shards are copied to the GPU for its forward and backward (DeepSpeed's "
+                               "ZeRO-Offload: the command line's --shard ds-zero1|2|3 --offload optimizer|params)"));
     offloadLabel_ = new QLabel(tr("CPU offload"), this);
     // The choices' long names ("ZeRO-2 (FSDP, no reshard after forward)", "bfloat16 mixed (...)") never widen the
     // panel past its dock: the box shows what fits and its list shows them whole. A wider panel was clipped on the
@@ -364,13 +363,8 @@ std::string WhatIfPanel::offload() const
     const auto s = shard().isEmpty() && gpus() > 1 ? QStringLiteral("fsdp") : shard();
     if (!offloadBox_->isChecked())
         return "";
-    // FSDP2's CPUOffloadPolicy and DeepSpeed's ZeRO-3 offload_param move the parameters with the optimizer; DeepSpeed's
-    // stages 1 and 2 offload the optimizer (ZeRO-Offload); DDP and ZeRO-1 offload nothing.
-    if (s == QLatin1String("fsdp") || s == QLatin1String("zero2") || s == QLatin1String("ds-zero3"))
-        return "params";
-    if (s == QLatin1String("ds-zero1") || s == QLatin1String("ds-zero2"))
-        return "optimizer";
-    return "";
+    // FSDP2's CPUOffloadPolicy moves the parameters with the optimizer (fsdp, zero2); DDP and ZeRO-1 offload nothing.
+    return s == QLatin1String("fsdp") || s == QLatin1String("zero2") ? "params" : "";
 }
 
 void WhatIfPanel::setOffload(bool on)

@@ -118,16 +118,8 @@ RankLayout layOutDeepSpeedRank(const ModelInfo& model, const Trace& step, const 
     const std::int64_t alignment = 2LL * n;
     const std::int64_t partition = stage == 3 ? trainablePartition3 : ceilDiv(trainable, alignment) * alignment / n;
 
-    // Resident before the step.
-    std::int64_t buffers = 0;
-    std::vector<std::int64_t> bufferBlocks;
-    for (const auto& t : model.tensors)
-        if (t.is_buffer) { // the engine casts the module: floating-point buffers are in the 16-bit dtype too
-            auto bytes = isFloatingDtype(t.dtype) ? numelOf(t.shape) * pd : t.bytes;
-            buffers += bytes;
-            if (bytes > 0)
-                bufferBlocks.push_back(bytes);
-        }
+    // Resident before the step. The engine casts the module: floating-point buffers are in the 16-bit dtype too.
+    const auto buffers = residentBuffers(model, pd);
     std::int64_t hostParameters = 0;
     if (stage < 3) {
         const auto flat = ceilDiv(trainable, alignment) * alignment * pd;
@@ -150,8 +142,8 @@ RankLayout layOutDeepSpeedRank(const ModelInfo& model, const Trace& step, const 
             info.resident_blocks.push_back(b);
         }
     }
-    info.resident_blocks.insert(info.resident_blocks.end(), bufferBlocks.begin(), bufferBlocks.end());
-    out.weight_bytes = out.parameter_bytes + buffers;
+    info.resident_blocks.insert(info.resident_blocks.end(), buffers.blocks.begin(), buffers.blocks.end());
+    out.weight_bytes = out.parameter_bytes + buffers.bytes;
 
     // The optimizer's state: the master partition and as many tensors of its size as recorded per element (Adam two).
     const double perElement
@@ -236,30 +228,7 @@ RankLayout layOutDeepSpeedRank(const ModelInfo& model, const Trace& step, const 
     // Stage 3's gathers around each module's forward and backward.
     std::int64_t largestGather = 0;
     if (stage == 3) {
-        struct Point {
-            std::size_t pos;
-            int order; // 0: post-forward, 1: post-backward, 2: pre-forward, 3: pre-backward, 4: the backward's end
-            std::string unit;
-            std::size_t micro;
-        };
-        std::vector<Point> points;
-        for (std::size_t m = 0; m < microSteps.size(); ++m) {
-            const auto hooks = findHooks(
-                step, ops, {phases.at(microSteps[m].forward_phase), phases.at(microSteps[m].backward_phase)}, units);
-            for (const auto& u : hooks.forward_order) {
-                points.push_back({hooks.pre_forward.at(u), 2, u, m});
-                points.push_back({hooks.post_forward.at(u), 0, u, m});
-            }
-            for (const auto& [u, pos] : hooks.pre_backward)
-                points.push_back({pos, 3, u, m});
-            for (const auto& [u, pos] : hooks.post_backward)
-                points.push_back({pos, u.empty() ? 4 : 1, u, m});
-        }
-        std::stable_sort(points.begin(), points.end(), [](const Point& a, const Point& b) {
-            if (a.micro != b.micro)
-                return a.micro < b.micro;
-            return a.pos != b.pos ? a.pos < b.pos : a.order < b.order;
-        });
+        const auto points = hookPoints(step, ops, phases, microSteps, units).points;
         // The trace of fetches (DeepSpeed's __submodule_order) per micro-step, and each point's place in it.
         std::vector<std::size_t> nextFetch(points.size());
         std::vector<std::vector<std::string>> fetches(microSteps.size());

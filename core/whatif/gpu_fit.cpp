@@ -269,17 +269,21 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
     const auto offloads = r.offloads.empty() ? std::vector<std::string> {r.base.offload} : r.offloads;
     auto answerFor = [&](const std::string& precision, Sharding shard, std::size_t c, const std::string& offload) {
         const WhatIf& step = stepOf[c];
-        GpuFitRequest ro = r;
-        ro.base.offload = offload;
+        // The plan on n GPUs, with this answer's offload.
+        auto planAt = [&](int n) {
+            auto plan = planFor(r, precision, shard, n);
+            plan.offload = offload;
+            return plan;
+        };
         GpuFitAnswer a;
         a.precision = precision;
         a.shard = shardingName(shard);
         a.checkpoint = specs[c].text();
         a.recompute_share = shareOf[c];
         a.offload = offload;
-        const auto one = planFor(ro, precision, shard, 1);
+        const auto one = planAt(1);
         auto why = whyNot[c].empty() ? notRecorded(step, one) : whyNot[c];
-        if (why.empty() && !ro.base.offload.empty()) {
+        if (why.empty() && !offload.empty()) {
             try {
                 checkPlanOffload(one);
             } catch (const std::invalid_argument& e) {
@@ -296,15 +300,15 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
         for (int n : t.gpu_counts) {
             // Offloaded, the host's share does not depend on the micro-batch: a node that cannot hold its
             // ranks' state rules the GPU count out whatever the micro-batch.
-            if (r.host_budget > 0 && !ro.base.offload.empty()) {
-                const auto rank = step.predictRank(t.runnable.min, planFor(ro, precision, shard, n), false);
+            if (r.host_budget > 0 && !offload.empty()) {
+                const auto rank = step.predictRank(t.runnable.min, planAt(n), false);
                 if (rank.host_bytes_per_node > r.host_budget) {
                     a.largest.emplace_back(n, 0);
                     continue;
                 }
             }
             if (r.global_batch > 0) {
-                auto reach = reachGlobalBatch(step, planFor(ro, precision, shard, n), r.global_batch,
+                auto reach = reachGlobalBatch(step, planAt(n), r.global_batch,
                     t.allocatorBudget(n), r.with_reserved);
                 a.largest.emplace_back(n, reach.micro_batch);
                 if (reach.micro_batch > 0 && a.fewest_gpus == 0) {
@@ -315,7 +319,7 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
                 }
                 continue;
             }
-            auto plan = planFor(ro, precision, shard, n);
+            auto plan = planAt(n);
             const auto budget = t.allocatorBudget(n);
             // DDP's rank is the same on any number of GPUs (past one, NCCL's share off the budget).
             std::int64_t largest = 0;
@@ -337,7 +341,7 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
         if (a.fewest_gpus == 0 && !t.gpu_counts.empty()) { // how far the closest row is from fitting
             const int n = t.gpu_counts.back();
             a.closest = step.predictRank(
-                t.runnable.min, planFor(ro, precision, shard, n), r.with_reserved, t.allocatorBudget(n));
+                t.runnable.min, planAt(n), r.with_reserved, t.allocatorBudget(n));
             a.closest->fits = false;
         }
         return a;

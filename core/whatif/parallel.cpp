@@ -173,6 +173,44 @@ namespace {
 
 } // namespace
 
+HookPoints hookPoints(const Trace& step, const std::vector<OpCall>& ops, const std::vector<Phase>& phases,
+    const std::vector<MicroSteps::Shown>& microSteps, const std::vector<std::string>& units)
+{
+    HookPoints out;
+    for (std::size_t m = 0; m < microSteps.size(); ++m) {
+        const auto hooks = findHooks(
+            step, ops, {phases.at(microSteps[m].forward_phase), phases.at(microSteps[m].backward_phase)}, units);
+        for (const auto& u : hooks.forward_order) {
+            out.points.push_back({hooks.pre_forward.at(u), 2, u, m});
+            out.points.push_back({hooks.post_forward.at(u), 0, u, m});
+        }
+        for (const auto& [u, pos] : hooks.pre_backward)
+            out.points.push_back({pos, 3, u, m});
+        for (const auto& [u, pos] : hooks.post_backward)
+            out.points.push_back({pos, u.empty() ? 4 : 1, u, m});
+        out.post_forward_orders.push_back(hooks.post_forward_order);
+    }
+    std::stable_sort(out.points.begin(), out.points.end(), [](const HookPoint& a, const HookPoint& b) {
+        if (a.micro != b.micro)
+            return a.micro < b.micro;
+        return a.pos != b.pos ? a.pos < b.pos : a.order < b.order;
+    });
+    return out;
+}
+
+ResidentBuffers residentBuffers(const ModelInfo& model, std::int64_t elementBytes)
+{
+    ResidentBuffers out;
+    for (const auto& t : model.tensors)
+        if (t.is_buffer) {
+            auto bytes = isFloatingDtype(t.dtype) ? numelOf(t.shape) * elementBytes : t.bytes;
+            out.bytes += bytes;
+            if (bytes > 0)
+                out.blocks.push_back(bytes);
+        }
+    return out;
+}
+
 std::string unitOf(const std::string& path, const std::vector<std::string>& units)
 {
     const std::string* best = nullptr;
@@ -449,15 +487,7 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
             out.notes.push_back(note);
 
     // Resident before the step: parameters (shards), buffers, optimizer state.
-    std::int64_t buffers = 0;
-    std::vector<std::int64_t> bufferBlocks;
-    for (const auto& t : model.tensors)
-        if (t.is_buffer) {
-            auto bytes = isFloatingDtype(t.dtype) ? numelOf(t.shape) * md : t.bytes;
-            buffers += bytes;
-            if (bytes > 0)
-                bufferBlocks.push_back(bytes);
-        }
+    const auto buffers = residentBuffers(model, md);
     // CPU offload (FSDP2's CPUOffloadPolicy): the parameter shards, gradient shards, optimizer state and the
     // optimizer's step are the host's; the device keeps the buffers, the inputs and the step's unsharded tensors.
     const bool offload = fsdp && plan.offload == "params";
@@ -474,8 +504,8 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
         if (bytes > 0)
             info.resident_blocks.push_back(bytes);
     }
-    info.resident_blocks.insert(info.resident_blocks.end(), bufferBlocks.begin(), bufferBlocks.end());
-    out.weight_bytes = out.parameter_bytes + buffers;
+    info.resident_blocks.insert(info.resident_blocks.end(), buffers.blocks.begin(), buffers.blocks.end());
+    out.weight_bytes = out.parameter_bytes + buffers.bytes;
     // The optimizer keeps as many tensors per parameter as recorded (momentum one, Adam two), over the elements
     // it steps: the local shards (fsdp, zero2), the parameters the rank owns (zero1), or all of them (ddp); of the
     // parameters that take gradients only (a frozen one has no state).
@@ -731,43 +761,18 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
                 shardedGradients += shardNumel * md;
             }
         };
-        // Hook points in step order; at one position a unit's post hooks come before the next unit's pre hooks.
         // Each micro-step's hooks (one without gradient accumulation); only the last one's backward reduces.
-        struct Point {
-            std::size_t pos;
-            int order; // 0: post-forward, 1: post-backward, 2: pre-forward, 3: pre-backward, 4: the backward's end
-            std::string unit;
-            bool sync = true; // the gradients are reduced in this micro-step's backward
-            std::size_t micro = 0; // the micro-step shown: one's backward end comes before the next's forward
-        };
-        std::vector<Point> points;
+        const auto hooks = hookPoints(step, ops, phases, microSteps, info.units);
         // The unit FSDP2 prefetches in a unit's pre-backward: the one whose forward ended just before this one's
         // (the root's: the last block; the first block's: none; a block's with its MLP wrapped inside: that MLP).
         std::map<std::string, std::string> nextInBackward;
-        for (std::size_t m = 0; m < microSteps.size(); ++m) {
-            const bool sync = m + 1 == microSteps.size();
-            const auto hooks = findHooks(step, ops,
-                {phases.at(microSteps[m].forward_phase), phases.at(microSteps[m].backward_phase)}, info.units);
-            for (const auto& u : hooks.forward_order) {
-                points.push_back({hooks.pre_forward.at(u), 2, u, sync, m});
-                points.push_back({hooks.post_forward.at(u), 0, u, sync, m});
-            }
-            for (const auto& [u, pos] : hooks.pre_backward)
-                points.push_back({pos, 3, u, sync, m});
-            for (const auto& [u, pos] : hooks.post_backward)
-                points.push_back({pos, u.empty() ? 4 : 1, u, sync, m});
-            const auto& order = hooks.post_forward_order; // the root last
+        for (const auto& order : hooks.post_forward_orders)
             for (std::size_t k = 1; k < order.size(); ++k)
                 nextInBackward[order[k]] = order[k - 1];
-        }
-        std::stable_sort(points.begin(), points.end(), [](const Point& a, const Point& b) {
-            if (a.micro != b.micro)
-                return a.micro < b.micro;
-            return a.pos != b.pos ? a.pos < b.pos : a.order < b.order;
-        });
-        for (const auto& pt : points) {
+        for (const auto& pt : hooks.points) {
             const auto& u = pt.unit;
-            if (!pt.sync && (pt.order == 1 || pt.order == 4)) {
+            const bool sync = pt.micro + 1 == microSteps.size(); // the gradients are reduced in this backward
+            if (!sync && (pt.order == 1 || pt.order == 4)) {
                 // Without synchronization (set_requires_gradient_sync(False)): the post-backward reshards and keeps
                 // the unsharded gradients; the backward's end reshards what is still gathered.
                 if (pt.order == 1)

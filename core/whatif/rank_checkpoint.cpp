@@ -5,6 +5,7 @@
 #include "whatif/gpu_fit.h"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 namespace memledger {
@@ -22,23 +23,26 @@ RankCheckpointChoice chooseRankCheckpoint(const Report& step, const ParallelPlan
     };
     std::vector<Candidate> candidates {{CheckpointSpec {}, 0.0}};
     std::string whyNoBlocks;
-    for (auto mode : {CheckpointMode::Selective, CheckpointMode::Full})
+    for (auto mode : {CheckpointMode::Selective, CheckpointMode::Full}) {
+        std::optional<std::vector<std::string>> everyBlock; // the modules with every block checkpointed
         for (int every : {8, 4, 2, 1}) {
             CheckpointSpec spec;
             spec.mode = mode;
             spec.every = every;
             try {
-                if (every > 1 && checkpointedModules(step.layers, spec) == checkpointedModules(step.layers, [&] {
-                        auto all = spec;
-                        all.every = 1;
-                        return all;
-                    }()))
+                if (!everyBlock) {
+                    auto all = spec;
+                    all.every = 1;
+                    everyBlock = checkpointedModules(step.layers, all);
+                }
+                if (every > 1 && checkpointedModules(step.layers, spec) == *everyBlock)
                     continue; // fewer blocks than K: the same as every block
                 candidates.push_back({spec, predictCheckpoint(step, spec, false).recomputeShare()});
             } catch (const std::invalid_argument& e) {
                 whyNoBlocks = e.what();
             }
         }
+    }
     std::stable_sort(candidates.begin() + 1, candidates.end(),
         [](const Candidate& a, const Candidate& b) { return a.share < b.share; });
 

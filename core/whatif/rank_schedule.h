@@ -34,6 +34,14 @@ std::string unitOf(const std::string& path, const std::vector<std::string>& unit
 std::vector<ParamShard> shardParameters(const ModelInfo& model, const std::vector<std::string>& units, int gpus,
     bool shard);
 
+// A rank's buffers, resident before the step: floating-point ones at `elementBytes` a value (the dtype the rank's
+// module is cast to), the others as recorded; their bytes in all, and one block each (those of any bytes).
+struct ResidentBuffers {
+    std::int64_t bytes = 0;
+    std::vector<std::int64_t> blocks;
+};
+ResidentBuffers residentBuffers(const ModelInfo& model, std::int64_t elementBytes);
+
 // The step's parts that the schedule hooks onto.
 struct Hooks {
     std::map<std::string, std::size_t> pre_forward, post_forward, pre_backward, post_backward;
@@ -44,6 +52,25 @@ struct Hooks {
 // `units`' hooks over the step's forward and backward phases (the first two of `phases` named so).
 Hooks findHooks(const Trace& t, const std::vector<OpCall>& ops, const std::vector<Phase>& phases,
     const std::vector<std::string>& units);
+
+// A hook of the step's units, as the schedule meets them (hookPoints).
+struct HookPoint {
+    std::size_t pos;
+    int order; // 0: post-forward, 1: post-backward, 2: pre-forward, 3: pre-backward, 4: the backward's end (the root's)
+    std::string unit;
+    std::size_t micro = 0; // the micro-step shown
+};
+struct HookPoints {
+    // In step order: a micro-step's before the next's, and at one position a unit's post hooks before the next
+    // unit's pre hooks.
+    std::vector<HookPoint> points;
+    // Per micro-step, the units in the order their forward ended (the root last).
+    std::vector<std::vector<std::string>> post_forward_orders;
+};
+// The hooks of `units` over each micro-step's forward and backward phases (findHooks), one micro-step without
+// gradient accumulation: what FSDP2 and DeepSpeed's stage 3 gather, reshard and reduce around.
+HookPoints hookPoints(const Trace& step, const std::vector<OpCall>& ops, const std::vector<Phase>& phases,
+    const std::vector<MicroSteps::Shown>& microSteps, const std::vector<std::string>& units);
 
 // Where the op an event lies in ends: the event after the op call that began last at or before it (its outputs'
 // last owner, AccumulateGrad, is done by then), at least the event after it, at most `limit`.
