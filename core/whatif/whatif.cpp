@@ -538,7 +538,7 @@ WhatIf WhatIf::recordSeq(
 
 namespace {
 
-// Why one more record at `x` cannot be made here ("memory", "time"), "" when it can: the peak total `last` predicts
+// Why one more record at `x` cannot be made here ("memory", "time", "the record budget"), "" when it can: the peak total `last` predicts
 // there within the plan's memory, and a warm-up and a recorded run (twice the time of the record at `lastX`, grown
 // along the axis: with the batch, and with the square of the sequence at worst) within the plan's time for one
 // record and, unless `anyTotal`, within its time in all with the `spent` seconds so far. With records counted

@@ -3,8 +3,9 @@ such as `analyze`) with the installed or built executable."""
 
 import os
 import sys
+from pathlib import Path
 
-from .binary import BinaryNotFound, find_binary
+from .binary import WHEEL_BINARY, BinaryNotFound, find_binary
 
 
 def _environment(binary):
@@ -12,8 +13,7 @@ def _environment(binary):
     first on the library path, wherever that torch is installed (the program's RPATH reaches only a torch installed
     beside it), so that no other libtorch on the machine is loaded. torch is located, not imported."""
     env = dict(os.environ)
-    here = os.path.dirname(os.path.abspath(__file__))
-    if not os.path.abspath(binary).startswith(os.path.join(here, "bin") + os.sep):
+    if Path(binary).resolve() != WHEEL_BINARY:
         return env
     import importlib.util
     spec = importlib.util.find_spec("torch")

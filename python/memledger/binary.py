@@ -11,6 +11,10 @@ class BinaryNotFound(RuntimeError):
     pass
 
 
+# The program a wheel installs beside this package (pip install memledger).
+WHEEL_BINARY = Path(__file__).resolve().parent / "bin" / "memledger"
+
+
 def _is_launcher(path):
     # pip's console script for this package (`#!python ...`): it would run this code again, not the program.
     try:
@@ -25,7 +29,7 @@ def _candidates():
     if env:
         yield Path(env)
     # The wheel's own program (pip install memledger), before PATH: there `memledger` is this package's launcher.
-    yield Path(__file__).resolve().parent / "bin" / "memledger"
+    yield WHEEL_BINARY
     on_path = shutil.which("memledger")
     if on_path and not _is_launcher(on_path):
         yield Path(on_path)
