@@ -104,9 +104,13 @@ int runFit(const CliOptions& o)
 
         const RunOptions base = rankStepOptions(o, file, request.base);
         const auto recordedDtypes = recordedPrecisionsFor(request.precisions, request.shards);
-        auto w = recordFitWhatIf(*file.model, base, request, [](const std::string& dtype, std::int64_t batch, int done) {
-            std::cerr << "memledger: fit record " << done << " in " << dtype << " at batch " << batch << "\n";
-        });
+        std::optional<GpuFitTable> made;
+        auto w = recordFitWhatIf(
+            *file.model, base, request,
+            [](const std::string& dtype, std::int64_t batch, int done) {
+                std::cerr << "memledger: fit record " << done << " in " << dtype << " at batch " << batch << "\n";
+            },
+            &made);
         // A model with token inputs: its what-if along the sequence too, at the smallest micro-batch, for the
         // longest sequence that fits at each answer's fewest GPUs.
         std::optional<WhatIf> seqW;
@@ -128,7 +132,11 @@ int runFit(const CliOptions& o)
                 std::cerr << "memledger: no longest sequence: " << e.what() << "\n";
             }
         }
-        table = makeGpuFitTable(w, request);
+        if (made) { // the records' last table: the same answers
+            table = std::move(*made);
+            addLongestSequences(table, request);
+        } else
+            table = makeGpuFitTable(w, request);
         if (seqW) {
             const auto& range = seqW->runnableRange();
             bool capped = false;

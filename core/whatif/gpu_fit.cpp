@@ -241,13 +241,11 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
     // Each checkpoint's what-if, made once (the plain one as it is).
     const auto specs = r.checkpoints.empty() ? std::vector<CheckpointSpec> {CheckpointSpec {}} : r.checkpoints;
     std::vector<WhatIf> stepOf;
-    std::vector<std::optional<WhatIf>> seqOf;
     std::vector<double> shareOf;
     std::vector<std::string> whyNot; // a checkpoint the model cannot take (no repeated block): its rows say why
     for (const auto& spec : specs) {
         try {
             stepOf.push_back(w.withCheckpoint(spec));
-            seqOf.push_back(r.seq_whatif ? std::optional<WhatIf>(r.seq_whatif->withCheckpoint(spec)) : std::nullopt);
             double share = 0.0;
             if (!spec.none()) { // the recomputed ops' share, from the step at the smallest micro-batch
                 auto plainStep = w.predictedReport(w.runnableRange().min, w.dtypes().front());
@@ -259,7 +257,6 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
             if (spec.none())
                 throw;
             stepOf.push_back(w);
-            seqOf.emplace_back();
             shareOf.push_back(0.0);
             whyNot.emplace_back(e.what());
         }
@@ -334,8 +331,6 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
                 a.micro_batch = largest;
                 a.at = step.predictRank(largest, plan, r.with_reserved, budget);
                 a.at->fits = true;
-                if (seqOf[c])
-                    a.longest_seq = seqOf[c]->maxRankBatch(plan, budget, r.with_reserved);
             }
         }
         if (a.fewest_gpus == 0 && !t.gpu_counts.empty()) { // how far the closest row is from fitting
@@ -397,8 +392,33 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
     // What qualifies the step itself (its lifetimes, its Functions, its dropout) qualifies every answer.
     for (const auto& n : w.figureNotes())
         t.notes.push_back(n);
+    addLongestSequences(t, r);
     t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return t;
+}
+
+void addLongestSequences(GpuFitTable& t, const GpuFitRequest& r)
+{
+    if (!r.seq_whatif)
+        return;
+    const auto specs = r.checkpoints.empty() ? std::vector<CheckpointSpec> {CheckpointSpec {}} : r.checkpoints;
+    for (const auto& spec : specs) {
+        std::optional<WhatIf> seq;
+        for (auto& a : t.answers) {
+            if (a.fewest_gpus == 0 || a.checkpoint != spec.text() || r.global_batch > 0)
+                continue;
+            if (!seq) {
+                try {
+                    seq = r.seq_whatif->withCheckpoint(spec);
+                } catch (const std::invalid_argument&) {
+                    break; // a checkpoint the model cannot take: its rows say why
+                }
+            }
+            auto plan = planFor(r, a.precision, *shardingFromName(a.shard), a.fewest_gpus);
+            plan.offload = a.offload;
+            a.longest_seq = seq->maxRankBatch(plan, t.allocatorBudget(a.fewest_gpus), r.with_reserved);
+        }
+    }
 }
 
 std::int64_t fitRecordsWanted(const GpuFitTable& t)
@@ -411,15 +431,38 @@ std::int64_t fitRecordsWanted(const GpuFitTable& t)
 }
 
 WhatIf recordFitWhatIf(Model& model, const RunOptions& base, const GpuFitRequest& r,
-    const std::function<void(const std::string& dtype, std::int64_t batch, int done)>& progress)
+    const std::function<void(const std::string& dtype, std::int64_t batch, int done)>& progress,
+    std::optional<GpuFitTable>* table)
 {
     WhatIfRequest records;
     records.dtypes = recordedPrecisionsFor(r.precisions, r.shards);
     records.rows = {1, 2, 4, 8}; // the records a training step's what-if makes, and a row past them if it is cheap
     GpuFitRequest answers = r;
     answers.seq_whatif = nullptr; // the batch records alone decide the micro-batches
-    return recordWhatIfReaching(
-        model, base, records, [&](const WhatIf& w) { return fitRecordsWanted(makeGpuFitTable(w, answers)); }, progress);
+    // The last table made, with the records it was made from (each precision's last): the answer where the what-if
+    // returned is the one it was last asked of.
+    std::optional<GpuFitTable> made;
+    std::vector<std::int64_t> madeFrom;
+    auto recordsOf = [](const WhatIf& w) {
+        std::vector<std::int64_t> out;
+        for (const auto& d : w.dtypes())
+            out.push_back(w.lastRecord(d));
+        return out;
+    };
+    auto w = recordWhatIfReaching(
+        model, base, records,
+        [&](const WhatIf& w) {
+            made = makeGpuFitTable(w, answers);
+            madeFrom = recordsOf(w);
+            return fitRecordsWanted(*made);
+        },
+        progress);
+    if (table) {
+        table->reset();
+        if (made && madeFrom == recordsOf(w))
+            *table = std::move(*made);
+    }
+    return w;
 }
 
 } // namespace memledger

@@ -76,9 +76,15 @@ GlobalBatchAnswer reachGlobalBatch(const WhatIf& step, const ParallelPlan& plan,
 // (recordedPrecisionsFor), recorded at micro-batch 1, 2, 4 and 8, and again up to past the answers where one lies
 // beyond the last record of the precision its ranks are laid over (whatif_policy.h's recordWhatIfReaching with
 // fitRecordsWanted), so that no answer, and no "does not fit" just above it, is extrapolated where this machine
-// can record it. `progress` is told each record as it starts.
+// can record it. `progress` is told each record as it starts. `table`: set to makeGpuFitTable of the returned
+// what-if and `r` without r.seq_whatif (addLongestSequences adds them) where the last round made it of these records
+// (a fit table is costly: a 7B's takes seconds), else reset.
 WhatIf recordFitWhatIf(Model& model, const RunOptions& base, const GpuFitRequest& r,
-    const std::function<void(const std::string& dtype, std::int64_t batch, int done)>& progress = {});
+    const std::function<void(const std::string& dtype, std::int64_t batch, int done)>& progress = {},
+    std::optional<GpuFitTable>* table = nullptr);
+// Each answer's longest sequence at its fewest GPUs and the smallest micro-batch (GpuFitAnswer::longest_seq), from
+// r.seq_whatif; nothing without it, or with a global batch.
+void addLongestSequences(GpuFitTable& t, const GpuFitRequest& r);
 // The furthest size the records of a fit table's what-if must reach (recordsToReach of each answer at each GPU count
 // from its precision's last record); 0 when every answer lies inside its records.
 std::int64_t fitRecordsWanted(const GpuFitTable& t);

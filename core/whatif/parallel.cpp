@@ -211,13 +211,14 @@ ResidentBuffers residentBuffers(const ModelInfo& model, std::int64_t elementByte
     return out;
 }
 
-std::string unitOf(const std::string& path, const std::vector<std::string>& units)
+const std::string& unitOf(const std::string& path, const std::vector<std::string>& units)
 {
-    const std::string* best = nullptr;
+    static const std::string root;
+    const std::string* best = &root;
     for (const auto& u : units)
-        if (isInsideModule(path, u) && (!best || u.size() > best->size()))
+        if (isInsideModule(path, u) && (best == &root || u.size() > best->size()))
             best = &u;
-    return best ? *best : std::string();
+    return *best;
 }
 
 std::vector<ParamShard> shardParameters(const ModelInfo& model, const std::vector<std::string>& units, int gpus,
@@ -285,6 +286,14 @@ Hooks findHooks(const Trace& t, const std::vector<OpCall>& ops, const std::vecto
     const std::vector<std::string>& units)
 {
     Hooks h;
+    // The unit of each module path, by its string id: a step has many ops and few paths.
+    std::vector<const std::string*> unitById(t.strings.size(), nullptr);
+    auto unitAt = [&](std::uint32_t id) -> const std::string& {
+        auto& u = unitById.at(id);
+        if (!u)
+            u = &unitOf(t.strings.at(id), units);
+        return *u;
+    };
     std::optional<std::size_t> firstModelBackward; // the root's pre-backward: its output's gradient is ready
     const Phase* forward = findPhase(phases, "forward");
     const Phase* backward = findPhase(phases, "backward");
@@ -296,7 +305,7 @@ Hooks findHooks(const Trace& t, const std::vector<OpCall>& ops, const std::vecto
         const auto& module = t.strings.at(op.module);
         if (op.backward && !module.empty() && !firstModelBackward)
             firstModelBackward = op.first_event;
-        const auto unit = unitOf(module, units);
+        const auto& unit = unitAt(op.module);
         if (unit.empty())
             continue; // the root's hooks are the phases'
         if (op.backward) {
@@ -326,7 +335,7 @@ Hooks findHooks(const Trace& t, const std::vector<OpCall>& ops, const std::vecto
         for (auto i = backward->first_event; i < backward->end_event && i < t.size(); ++i) {
             if (inOp[i] || t.action[i] != Action::Alloc)
                 continue;
-            const auto unit = unitOf(t.strings.at(t.where[i]), units);
+            const auto& unit = unitAt(t.where[i]);
             if (unit.empty())
                 continue;
             auto it = h.pre_backward.find(unit);
@@ -423,7 +432,7 @@ std::string fsdpPaddingNote(const ModelInfo& model, int gpus, const std::string&
 
 RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& layers, const Trace& recordedStep,
     const std::vector<OpCall>& recordedOps, const std::vector<Phase>& recordedPhases, const RunInfo& run,
-    std::int64_t optimizerStateBytes, const ParallelPlan& plan)
+    std::int64_t optimizerStateBytes, const ParallelPlan& plan, bool withOps)
 {
     checkPlan(plan, run);
     // Gradient accumulation: the step laid over as micro-steps first (whatif/accumulation.h), the schedule over each.
@@ -869,9 +878,10 @@ RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& lay
               "FSDPMemTracker cannot run CPU offload without a GPU)");
     }
 
-    out.ops = ops;
+    if (withOps)
+        out.ops = ops;
     out.phases = phases;
-    out.trace = edit.build(&out.ops, &out.phases);
+    out.trace = edit.build(withOps ? &out.ops : nullptr, &out.phases);
     out.notes.push_back("one rank of " + plan.text() + ": rank 0, which holds the largest shards; the step was "
         + "recorded on one device at the rank's micro-batch and the " + info.shard + " schedule laid over it");
     if (micro)

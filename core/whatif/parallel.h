@@ -174,10 +174,11 @@ struct RankLayout {
 };
 // `step`: a training step's classified trace, ops and phases (a report's, or a what-if's predicted trace);
 // `model` and `layers` the model's tensors and tree; `run` its RunInfo; `optimizerStateBytes` the recorded
-// optimizer state (of the whole model at the run's dtype).
+// optimizer state (of the whole model at the run's dtype). `withOps` false: the layout's ops are left empty (a
+// prediction reads the trace only; copying a 7B step's ops was a tenth of a fit table's time).
 RankLayout layOutRank(const ModelInfo& model, const std::vector<LayerStats>& layers, const Trace& step,
     const std::vector<OpCall>& ops, const std::vector<Phase>& phases, const RunInfo& run,
-    std::int64_t optimizerStateBytes, const ParallelPlan& plan);
+    std::int64_t optimizerStateBytes, const ParallelPlan& plan, bool withOps = true);
 
 // The rank's report: figures, ledgers (gathered parameters and communication buffers their own), layer tree,
 // timeline and GPU replay of rank 0. Throws std::invalid_argument (checkPlan).

@@ -29,7 +29,7 @@ struct ParamShard {
 };
 
 // The unit `path` belongs to: the longest of `units` it lies inside ("" when none does).
-std::string unitOf(const std::string& path, const std::vector<std::string>& units);
+const std::string& unitOf(const std::string& path, const std::vector<std::string>& units);
 // The model's floating-point parameters, each with its unit; sharded on dim 0 over `gpus` (shard) or whole.
 std::vector<ParamShard> shardParameters(const ModelInfo& model, const std::vector<std::string>& units, int gpus,
     bool shard);

@@ -1174,7 +1174,7 @@ Prediction WhatIf::rankPrediction(std::int64_t batch, const ParallelPlan& plan, 
     Trace sized = predictedTrace(batch, dtype);
     RunInfo info = f.info;
     info.dtype = recordDtypeOf(dtype);
-    auto layout = layOutRank(*model_, *modules_, sized, *f.ops, f.phases, info, f.optimizer_state_bytes, plan);
+    auto layout = layOutRank(*model_, *modules_, sized, *f.ops, f.phases, info, f.optimizer_state_bytes, plan, false);
     p.gpus = plan.gpus;
     p.shard = shardingName(plan.shard);
     p.master_dtype = plan.master_dtype;
