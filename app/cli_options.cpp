@@ -8,6 +8,7 @@
 #include "whatif/parallel.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cctype>
 #include <filesystem>
 #include <iostream>
@@ -112,6 +113,7 @@ std::string usageText()
            "          --lifetimes eager|graph (a .pt2: eager, the default: each value lives as the eager Python it\n"
            "          was exported from holds it, a local until reassigned or its function returns; graph: until its\n"
            "          last reader, as torch.export.load(FILE).module() and torch.compile run it)\n"
+           "          --ops LIB,... (operator libraries to load, as torch.ops.load_library; torchvision's is found)\n"
            "          --threads N (libtorch's intra-op threads)  --seq N (dimension 1 of every token input)\n"
            "          --device cpu|meta|cuda|cuda:N (meta: shapes only, no memory, figures computed from shapes; a GPU\n"
            "          needs a memledger built against a libtorch with CUDA; default cpu, meta for a .pt2 whose weights\n"
@@ -251,6 +253,15 @@ CliOptions parseCli(const std::vector<std::string>& args)
             o.run.lifetimes = value(a);
             if (o.run.lifetimes != "eager" && o.run.lifetimes != "graph")
                 throw std::invalid_argument("--lifetimes '" + o.run.lifetimes + "' is not eager or graph");
+        } else if (a == "--ops") { // operator libraries (torch.ops.load_library's), loaded where an operator is missing
+            for (const auto& path : splitComma(value(a))) {
+                std::error_code ec;
+                if (!std::filesystem::is_regular_file(path, ec))
+                    throw std::invalid_argument("--ops '" + path + "': no such file (an operator library, a .so)");
+                const char* had = std::getenv("MEMLEDGER_OPS");
+                const std::string list = had && *had ? std::string(had) + ":" + path : path;
+                setenv("MEMLEDGER_OPS", list.c_str(), 1);
+            }
         } else if (a == "--threads") {
             o.run.threads = static_cast<int>(parsePositive("--threads", value(a)));
         } else if (a == "--device") {

@@ -158,3 +158,58 @@ TEST(Run, CancelStopsTheRun)
     cancel = false;
     EXPECT_GT(analyzeModel(model, o).peak_bytes, 0); // still usable afterwards
 }
+
+// A scripted torchvision detector (tests/fixtures/vision_truths.py): it calls torchvision's operators (nms,
+// roi_align), which memledger loads from the torchvision beside its libtorch, and takes List[Tensor] images.
+TEST(Vision, ScriptedDetectorTakesItsListOfImagesAndMeetsTheProfiler)
+{
+    const auto truth = memledger::test::readTruth("vision/vision_truth.json", "make_vision_fixtures");
+    if (truth.contains("skipped"))
+        GTEST_SKIP() << truth["skipped"].get<std::string>();
+    int checked = 0;
+    for (const auto& [name, c] : truth["cases"].items()) {
+        if (c.contains("skipped")) {
+            ADD_FAILURE() << name << " was not made: " << c["skipped"].get<std::string>();
+            continue;
+        }
+        auto model = Model::open(fixture(c["file"].get<std::string>()));
+        RunOptions o;
+        auto parsed = parseInputs(c["input"].get<std::string>());
+        o.inputs = parsed.shapes;
+        o.input_types = parsed.types;
+        o.threads = 1;
+        auto r = analyzeModel(model, o);
+        EXPECT_EQ(r.run.batch, c["images"].get<std::int64_t>()) << name;
+        EXPECT_EQ(inputsToString(r.run.input_shapes, r.run.input_types), c["input"].get<std::string>()) << name;
+        EXPECT_EQ(r.model.parameter_bytes, c["parameter_bytes"].get<std::int64_t>()) << name;
+        EXPECT_EQ(r.model.buffer_bytes, c["buffer_bytes"].get<std::int64_t>()) << name;
+        const auto theirs = c["peak_bytes"].get<double>();
+        EXPECT_NEAR(static_cast<double>(r.peak_bytes), theirs, 0.01 * theirs) << name;
+        // --batch 3: three images, the given shapes taken in turn.
+        o.batch = 3;
+        auto three = analyzeModel(model, o);
+        EXPECT_EQ(three.run.batch, 3) << name;
+        EXPECT_EQ(three.run.input_shapes.size(), 3u) << name;
+        EXPECT_EQ(three.run.input_shapes[2], parsed.shapes[0]) << name;
+        ++checked;
+    }
+    EXPECT_GT(checked, 0);
+}
+
+TEST(Vision, ListInputsParseAndPrintWithTheirBrackets)
+{
+    auto p = parseInputs("[3x480x640, 3x512x512],2x4:int64");
+    ASSERT_EQ(p.shapes.size(), 3u);
+    EXPECT_EQ(p.types[0].list, 0);
+    EXPECT_EQ(p.types[1].list, 0);
+    EXPECT_EQ(p.types[2].list, -1);
+    EXPECT_EQ(inputsToString(p.shapes, p.types), "[3x480x640,3x512x512],2x4:int64");
+    EXPECT_EQ(argumentCount(p.types, p.shapes.size()), 2u);
+    EXPECT_EQ(batchOfInputs(p.shapes, p.types), 2);
+    auto shapes = p.shapes;
+    auto types = p.types;
+    setInputBatch(shapes, types, 3);
+    EXPECT_EQ(inputsToString(shapes, types), "[3x480x640,3x512x512,3x480x640],3x4:int64");
+    for (const char* bad : {"[3x4,[3x4]]", "3x4]", "[3x4", "[]", "[3x4,]x2"})
+        EXPECT_THROW(parseInputs(bad), std::invalid_argument) << bad;
+}

@@ -7,6 +7,7 @@
 // signature's inputs and outputs, the exported type, the nodes and their operators, the casts a converted run
 // keeps, the values' last uses, and the module tree.
 #include "recording/exported_program.h"
+#include "recording/operator_libraries.h"
 #include "recording/autocast_emulation.h"
 #include "recording/meta_device.h"
 #include "recording/model.h"
@@ -567,6 +568,13 @@ std::optional<c10::OperatorHandle> operatorOf(const std::string& target, const L
                     *library = &l;
                     break;
                 }
+        if (!handle && opName.rfind("aten::", 0) != 0) { // a library's operator (torchvision's): load them, once
+            loadOperatorLibraries();
+            handle = c10::Dispatcher::singleton().findSchema({opName, overload});
+            if (!handle)
+                throw std::runtime_error("the program calls " + opName + (overload.empty() ? "" : "." + overload)
+                    + ", which this libtorch (" + std::string(TORCH_VERSION) + ") does not have: " + missingOperatorAdvice(opName));
+        }
         if (!handle)
             throw std::runtime_error("the program calls " + opName + (overload.empty() ? "" : "." + overload)
                 + ", which this libtorch (" + std::string(TORCH_VERSION) + ") does not have");

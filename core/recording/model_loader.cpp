@@ -1,4 +1,5 @@
 #include "recording/model_impl.h"
+#include "recording/operator_libraries.h"
 
 #include "support/errors.h"
 
@@ -401,12 +402,26 @@ std::unique_ptr<Model::Impl> loadFrom(
     }
     if (!d->program) {
         std::optional<std::string> message;
-        try {
-            d->module = torch::jit::load(in, torch::kCPU);
-        } catch (const c10::Error& e) {
-            message = firstLine(e.what_without_backtrace());
-        } catch (const std::exception& e) {
-            message = firstLine(e.what());
+        auto jitLoad = [&] {
+            message.reset();
+            try {
+                d->module = torch::jit::load(in, torch::kCPU);
+            } catch (const c10::Error& e) {
+                message = firstLine(e.what_without_backtrace());
+            } catch (const std::exception& e) {
+                message = firstLine(e.what());
+            }
+        };
+        jitLoad();
+        // An operator of a library libtorch does not have (torchvision's nms): load the libraries and try again.
+        if (message && !unknownBuiltinOperator(*message).empty()) {
+            loadOperatorLibraries(); // the first time only
+            in.clear();
+            in.seekg(0);
+            jitLoad();
+            if (message && !unknownBuiltinOperator(*message).empty())
+                throw FileError(name, "a TorchScript model that calls " + unknownBuiltinOperator(*message)
+                    + ", which this libtorch (" TORCH_VERSION ") does not have: " + missingOperatorAdvice(unknownBuiltinOperator(*message)));
         }
         if (message && isZip(head)) {
             auto kind = torchSaveKind(in);

@@ -755,13 +755,14 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
             throw RunError("cannot guess the input shape (no Embedding, Conv2d or Linear weight): give it with --input");
         raw.info.input_guessed = !d.program; // a program's own export example is what it was made for, not a guess
     }
-    for (auto& shape : raw.info.input_shapes) {
+    raw.info.input_types.resize(raw.info.input_shapes.size());
+    // A List[Tensor] argument (a detector's images): its batch is its length; --batch N makes it N tensors, its
+    // given shapes taken in turn.
+    if (options.batch)
+        setInputBatch(raw.info.input_shapes, raw.info.input_types, *options.batch);
+    for (auto& shape : raw.info.input_shapes)
         if (shape.empty())
             throw RunError("an input shape is empty");
-        if (options.batch)
-            shape[0] = *options.batch;
-    }
-    raw.info.input_types.resize(raw.info.input_shapes.size());
     for (std::size_t i = 0; i < raw.info.input_shapes.size(); ++i) {
         auto& shape = raw.info.input_shapes[i];
         if (!raw.info.input_types[i].isToken() || shape.size() < 2)
@@ -771,7 +772,7 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
         if (!raw.info.seq)
             raw.info.seq = shape[1];
     }
-    raw.info.batch = raw.info.input_shapes.front().front();
+    raw.info.batch = batchOfInputs(raw.info.input_shapes, raw.info.input_types);
     // 0 is libtorch's default, as the process started with, even after an earlier run of this process set another.
     static const int libtorchDefaultThreads = at::get_num_threads();
     if (const int want = options.threads > 0 ? options.threads : libtorchDefaultThreads; want != at::get_num_threads())
@@ -783,8 +784,11 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
         return explainRunFailure(
             message, autocast ? options.autocast + " (under autocast)" : options.dtype, raw.info, inputNames);
     };
-    // The model's own signature counts its inputs, `self` left out.
-    const auto given = raw.info.input_shapes.size();
+    // The model's own signature counts its inputs, `self` left out; a list is one.
+    const auto given = argumentCount(raw.info.input_types, raw.info.input_shapes.size());
+    if (d.program && given != raw.info.input_shapes.size())
+        throw UsageError("an exported program takes its tensors one by one (torch.export flattens a list): give them "
+                         "without brackets");
     if (given > inputNames.size() || given < signature.required) {
         auto n = inputNames.size();
         std::string takes = signature.required == n ? std::to_string(n)
@@ -820,6 +824,7 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
         if (!isInputDtype(type.dtype))
             throw RunError("unknown input type '" + type.dtype + "' (use float32, float16, bfloat16, int64, int32 or bool)");
     std::vector<c10::IValue> inputs;
+    std::optional<c10::List<at::Tensor>> list; // the List[Tensor] argument being filled
     for (std::size_t i = 0; i < raw.info.input_shapes.size(); ++i) {
         const auto& type = raw.info.input_types[i];
         at::Tensor t;
@@ -829,7 +834,17 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
             throw explain(firstLine(e.what_without_backtrace()));
         }
         raw.input_bytes += static_cast<std::int64_t>(t.numel() * t.element_size());
-        inputs.emplace_back(std::move(t));
+        if (type.list < 0) {
+            inputs.emplace_back(std::move(t));
+            continue;
+        }
+        if (!list)
+            list.emplace();
+        list->push_back(std::move(t));
+        if (i + 1 == raw.info.input_shapes.size() || raw.info.input_types[i + 1].list != type.list) {
+            inputs.emplace_back(std::move(*list));
+            list.reset();
+        }
     }
 
     // A training step: its optimizer, loss and targets, chosen on the warm-up step.

@@ -107,6 +107,56 @@ InputType inputTypeAt(const std::vector<InputType>& types, std::size_t i)
     return i < types.size() ? types[i] : InputType {};
 }
 
+std::int64_t batchOfInputs(const std::vector<std::vector<std::int64_t>>& shapes, const std::vector<InputType>& types)
+{
+    if (shapes.empty())
+        return 0;
+    const int list = inputTypeAt(types, 0).list;
+    if (list < 0)
+        return shapes.front().empty() ? 0 : shapes.front().front();
+    std::int64_t n = 0;
+    while (static_cast<std::size_t>(n) < shapes.size() && inputTypeAt(types, static_cast<std::size_t>(n)).list == list)
+        ++n;
+    return n;
+}
+
+std::size_t argumentCount(const std::vector<InputType>& types, std::size_t count)
+{
+    std::size_t out = 0;
+    for (std::size_t i = 0; i < count; ++i)
+        if (inputTypeAt(types, i).list < 0 || i == 0 || inputTypeAt(types, i - 1).list != inputTypeAt(types, i).list)
+            ++out;
+    return out;
+}
+
+void setInputBatch(std::vector<std::vector<std::int64_t>>& shapes, std::vector<InputType>& types, std::int64_t batch)
+{
+    std::vector<std::vector<std::int64_t>> outShapes;
+    std::vector<InputType> outTypes;
+    for (std::size_t i = 0; i < shapes.size();) {
+        const auto type = inputTypeAt(types, i);
+        if (type.list < 0) {
+            outShapes.push_back(shapes[i]);
+            if (!outShapes.back().empty())
+                outShapes.back()[0] = batch;
+            outTypes.push_back(type);
+            ++i;
+            continue;
+        }
+        auto end = i;
+        while (end < shapes.size() && inputTypeAt(types, end).list == type.list)
+            ++end;
+        for (std::int64_t k = 0; k < batch; ++k) {
+            const auto from = i + static_cast<std::size_t>(k) % (end - i);
+            outShapes.push_back(shapes[from]);
+            outTypes.push_back(inputTypeAt(types, from));
+        }
+        i = end;
+    }
+    shapes = std::move(outShapes);
+    types = std::move(outTypes);
+}
+
 std::int64_t inputBytes(
     const std::vector<std::vector<std::int64_t>>& shapes, const std::vector<InputType>& types, const std::string& runDtype)
 {

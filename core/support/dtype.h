@@ -37,7 +37,10 @@ std::string precisionOf(const std::string& dtype, const std::string& autocast);
 struct InputType {
     std::string dtype = "float32"; // float32 | float16 | bfloat16 | int64 | int32 | bool
     std::optional<double> fill; // "=V": every element V
-    bool operator==(const InputType& o) const { return dtype == o.dtype && fill == o.fill; }
+    // -1: a tensor argument of its own; else the index of the List[Tensor] argument it is an element of
+    // ("[3x480x640,3x512x512]": consecutive inputs with one index are one argument, as torchvision's detectors take).
+    int list = -1;
+    bool operator==(const InputType& o) const { return dtype == o.dtype && fill == o.fill && list == o.list; }
     bool operator!=(const InputType& o) const { return !(*this == o); }
     // What the input is made as in a run at `runDtype`: --dtype converts floating-point inputs only.
     std::string runDtype(const std::string& runDtype) const;
@@ -47,6 +50,13 @@ struct InputType {
 bool isInputDtype(const std::string& dtype); // one an input takes
 // The type of input `i` of a run (float32 where the list is shorter: inputs given by shape alone).
 InputType inputTypeAt(const std::vector<InputType>& types, std::size_t i);
+// The batch of a run's inputs: the first argument's dimension 0, or its length where it is a List[Tensor].
+std::int64_t batchOfInputs(const std::vector<std::vector<std::int64_t>>& shapes, const std::vector<InputType>& types);
+// The arguments `count` inputs make (a List[Tensor]'s elements are one).
+std::size_t argumentCount(const std::vector<InputType>& types, std::size_t count);
+// The inputs at batch `batch`: dimension 0 of each tensor argument; each List[Tensor] argument made `batch` tensors
+// long, its given shapes taken in turn (types follow the shapes).
+void setInputBatch(std::vector<std::vector<std::int64_t>>& shapes, std::vector<InputType>& types, std::int64_t batch);
 // Bytes of the inputs of a run at `runDtype`.
 std::int64_t inputBytes(
     const std::vector<std::vector<std::int64_t>>& shapes, const std::vector<InputType>& types, const std::string& runDtype);

@@ -201,11 +201,32 @@ ParsedInputs parseInputs(const std::string& text)
     };
     ParsedInputs parsed;
     std::size_t start = 0;
+    int lists = 0; // List[Tensor] arguments so far
+    bool inList = false;
+    std::size_t listStart = 0; // the first element of the open list
     while (start <= text.size()) {
         auto comma = text.find(',', start);
         auto part = trimmed(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+        bool closes = false;
+        if (!part.empty() && part.front() == '[') {
+            if (inList)
+                throw std::invalid_argument("input '" + text + "': a list inside a list (write one list of shapes: [3x480x640,3x512x512])");
+            inList = true;
+            listStart = parsed.shapes.size();
+            part = trimmed(part.substr(1));
+        }
+        if (!part.empty() && part.back() == ']') {
+            if (!inList)
+                throw std::invalid_argument("input '" + text + "': a ']' without its '['");
+            closes = true;
+            part = trimmed(part.substr(0, part.size() - 1));
+        }
+        if (part.find_first_of("[]") != std::string::npos)
+            throw std::invalid_argument("input '" + text + "': brackets go around a list of shapes, like [3x480x640,3x512x512]");
         if (!part.empty()) {
             InputType type;
+            if (inList)
+                type.list = lists;
             auto shapeText = part;
             if (auto colon = part.find(':'); colon != std::string::npos) {
                 shapeText = trimmed(part.substr(0, colon));
@@ -238,10 +259,18 @@ ParsedInputs parseInputs(const std::string& text)
             parsed.shapes.push_back(std::move(s));
             parsed.types.push_back(std::move(type));
         }
+        if (closes) {
+            if (parsed.shapes.size() == listStart)
+                throw std::invalid_argument("input '" + text + "': an empty list (give its tensors' shapes, like [3x480x640,3x512x512])");
+            inList = false;
+            ++lists;
+        }
         if (comma == std::string::npos)
             break;
         start = comma + 1;
     }
+    if (inList)
+        throw std::invalid_argument("input '" + text + "': a '[' without its ']'");
     if (parsed.shapes.empty())
         throw std::invalid_argument("an input shape is needed, like 1x3x224x224 (or 2x512:int64 for token ids)");
     return parsed;
@@ -257,7 +286,7 @@ std::string inputToString(const std::vector<std::int64_t>& shape, const InputTyp
     std::string out;
     for (std::size_t i = 0; i < shape.size(); ++i)
         out += (i ? "x" : "") + std::to_string(shape[i]);
-    if (type == InputType {})
+    if (type.dtype == InputType {}.dtype && !type.fill) // the list it is in is inputsToString's brackets
         return out;
     out += ":" + type.dtype;
     if (type.fill) {
@@ -275,8 +304,13 @@ std::string inputToString(const std::vector<std::int64_t>& shape, const InputTyp
 std::string inputsToString(const std::vector<std::vector<std::int64_t>>& shapes, const std::vector<InputType>& types)
 {
     std::string out;
-    for (std::size_t i = 0; i < shapes.size(); ++i)
-        out += (i ? "," : "") + inputToString(shapes[i], inputTypeAt(types, i));
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+        const auto list = inputTypeAt(types, i).list;
+        const bool opens = list >= 0 && (i == 0 || inputTypeAt(types, i - 1).list != list);
+        const bool closes = list >= 0 && (i + 1 == shapes.size() || inputTypeAt(types, i + 1).list != list);
+        out += (i ? "," : "") + std::string(opens ? "[" : "") + inputToString(shapes[i], inputTypeAt(types, i))
+            + (closes ? "]" : "");
+    }
     return out;
 }
 

@@ -56,8 +56,8 @@ std::vector<double> niceTicks(double lo, double hi, int count = 6);
 // std::invalid_argument with a message for the user otherwise ("3x224x224x" has an empty dimension).
 std::vector<std::vector<std::int64_t>> parseShapes(const std::string& text);
 // Inputs with their types: "2x512:int64,2x512:bool", "1x3x224x224" (float32), "2x512:int64=7",
-// "2x512:bool=true". Throws std::invalid_argument with a message for the user (an unknown dtype names the
-// ones there are).
+// "2x512:bool=true"; a List[Tensor] argument in brackets: "[3x480x640,3x512x512]" (its elements' InputType::list).
+// Throws std::invalid_argument with a message for the user (an unknown dtype names the ones there are).
 struct ParsedInputs {
     std::vector<std::vector<std::int64_t>> shapes;
     std::vector<InputType> types; // one per shape

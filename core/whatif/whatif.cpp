@@ -225,11 +225,14 @@ std::shared_ptr<WhatIf::Fit> rescaleFit(
 std::vector<Shape> WhatIf::Fit::inputsAt(std::int64_t x) const
 {
     auto shapes = info.input_shapes;
+    if (axis == WhatIfAxis::Batch) { // dimension 0, or a List[Tensor]'s length (as the recorder makes it)
+        auto types = info.input_types;
+        setInputBatch(shapes, types, x);
+        return shapes;
+    }
     for (std::size_t i = 0; i < shapes.size(); ++i) {
         auto& shape = shapes[i];
-        if (axis == WhatIfAxis::Batch && !shape.empty())
-            shape[0] = x;
-        else if (axis == WhatIfAxis::Seq && shape.size() >= 2 && inputTypeAt(info.input_types, i).isToken())
+        if (axis == WhatIfAxis::Seq && shape.size() >= 2 && inputTypeAt(info.input_types, i).isToken())
             shape[1] = x;
     }
     return shapes;
