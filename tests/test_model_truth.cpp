@@ -213,3 +213,33 @@ TEST(Vision, ListInputsParseAndPrintWithTheirBrackets)
     for (const char* bad : {"[3x4,[3x4]]", "3x4]", "[3x4", "[]", "[3x4,]x2"})
         EXPECT_THROW(parseInputs(bad), std::invalid_argument) << bad;
 }
+
+// A program whose modules' class defines __getattr__ (diffusers' ModelMixin), exported strictly: its graph names
+// modules by their TorchDynamo source ("__dict__['_modules']['down_blocks'].1..."). Every module of the model's own
+// named_modules() appears in the tree with its calls, and the root holds no activation of theirs.
+TEST(Vision, ModulesNamedByTheirSourceMakeTheModelsTree)
+{
+    const auto truth = memledger::test::readTruth("vision/vision_truth.json", "make_vision_fixtures");
+    if (truth.contains("skipped"))
+        GTEST_SKIP() << truth["skipped"].get<std::string>();
+    const auto& c = truth["getattr_tree"];
+    if (c.contains("skipped"))
+        GTEST_SKIP() << c["skipped"].get<std::string>();
+    EXPECT_FALSE(c["graph_sources"].empty()) << "the graph names no module by its source: nothing is checked";
+    auto model = Model::open(fixture(c["file"].get<std::string>()));
+    RunOptions o;
+    o.inputs = parseShapes(c["input"].get<std::string>());
+    auto r = analyzeModel(model, o);
+    for (const auto& [path, type] : c["modules"].items()) {
+        const int i = r.findLayer(path);
+        ASSERT_GE(i, 0) << "no layer " << path;
+        const auto& layer = r.layers[static_cast<std::size_t>(i)];
+        EXPECT_EQ(layer.type, type.get<std::string>()) << path;
+        EXPECT_GT(layer.calls, 0) << path;
+    }
+    const int root = r.findLayer("");
+    ASSERT_GE(root, 0);
+    const int proj = r.findLayer("up_blocks.1.proj");
+    ASSERT_GE(proj, 0);
+    EXPECT_GT(r.layers[static_cast<std::size_t>(proj)].activation_bytes, 0);
+}

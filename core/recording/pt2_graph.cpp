@@ -4,6 +4,7 @@
 #include "support/errors.h"
 
 #include <limits>
+#include <cctype>
 #include <optional>
 #include <stdexcept>
 #include <unordered_map>
@@ -251,6 +252,59 @@ double number(const json& v)
     throw RunError("the program has a float that is not one: " + (s.empty() ? std::string(v.type_name()) : s));
 }
 
+std::string moduleSourcePath(const std::string& source)
+{
+    std::vector<std::string> parts;
+    std::size_t i = 0;
+    auto skip = [&](const std::string& text) {
+        if (source.compare(i, text.size(), text) != 0)
+            return false;
+        i += text.size();
+        return true;
+    };
+    if (skip("L['self']") || skip("L[\"self\"]")) {
+        if (i < source.size() && source[i] != '.' && source[i] != '[')
+            return {};
+    } else if (source.rfind("G[", 0) == 0 || source.rfind("L[", 0) == 0)
+        return {}; // a global's, or another local's: not the model's
+    while (i < source.size()) {
+        if (source[i] == '.') {
+            ++i;
+            continue;
+        }
+        if (skip("__dict__['_modules']") || skip("__dict__[\"_modules\"]") || skip("_modules["))
+        {
+            if (source[i - 1] == '[')
+                --i; // "_modules[": its key follows
+            continue;
+        }
+        if (source[i] == '[') { // ['name'], ["name"] or [0]
+            const auto close = source.find(']', i);
+            if (close == std::string::npos)
+                return {};
+            auto key = source.substr(i + 1, close - i - 1);
+            if (key.size() >= 2 && (key.front() == '\'' || key.front() == '"') && key.back() == key.front())
+                key = key.substr(1, key.size() - 2);
+            if (key.empty() || key.find_first_of("[]'\"") != std::string::npos)
+                return {};
+            parts.push_back(key);
+            i = close + 1;
+            continue;
+        }
+        auto j = i;
+        while (j < source.size() && (std::isalnum(static_cast<unsigned char>(source[j])) || source[j] == '_'))
+            ++j;
+        if (j == i)
+            return {}; // a call, an operator: not a path
+        parts.push_back(source.substr(i, j - i));
+        i = j;
+    }
+    std::string out;
+    for (const auto& p : parts)
+        out += (out.empty() ? "" : ".") + p;
+    return out;
+}
+
 ModuleName innermostModule(const std::string& stack, std::vector<ModuleName>* all)
 {
     ModuleName m;
@@ -265,11 +319,14 @@ ModuleName innermostModule(const std::string& stack, std::vector<ModuleName>* al
             auto type = entry.substr(c2 + 1);
             if (path == "_empty_nn_module_stack_from_metadata_hook")
                 return {};
-            if (path.find("['") != std::string::npos) { // TorchDynamo's source of a module outside the model
-                if (end == std::string::npos)
-                    break;
-                start = end + 1;
-                continue;
+            if (path.find('[') != std::string::npos) { // TorchDynamo's source: the model's module, or one outside it
+                path = moduleSourcePath(path);
+                if (path.empty()) {
+                    if (end == std::string::npos)
+                        break;
+                    start = end + 1;
+                    continue;
+                }
             }
             auto dot = type.rfind('.');
             const auto key = entry.substr(0, c1);

@@ -48,6 +48,10 @@ struct ModuleName {
     std::string call; // "" for a module's first call, "1", "2", ... for its later ones (the stack key's "@1")
 };
 ModuleName innermostModule(const std::string& stack, std::vector<ModuleName>* all);
+// A module path as TorchDynamo's source writes it where a module's class defines __getattr__ (diffusers' ModelMixin,
+// under a strict export): "__dict__['_modules']['down_blocks'].1.__dict__['_modules']['norms'].0", "L['self'].layers[0]",
+// "_modules['mid']" -> "down_blocks.1.norms.0", "layers.0", "mid". "" where it is not one (a global's source, G[...]).
+std::string moduleSourcePath(const std::string& source);
 
 // A stored tensor's layout (a weights config entry's tensor_meta, or a graph value's), checked: as many strides as
 // sizes, none negative, and the elements it reaches countable in 64 bits.
