@@ -192,6 +192,15 @@ TEST(Cli, ReportsCarryTheWhatIfTable)
     std::ifstream in(json);
     auto j = nlohmann::json::parse(in);
     ASSERT_TRUE(j.contains("whatif"));
+    // Each largest batch says how it is known, as the JSON's max_batch_method does (issue 60: no unmarked
+    // extrapolation in the text).
+    for (const auto& [dtype, method] : j["whatif"]["max_batch_method"].items()) {
+        const auto m = method.get<std::string>();
+        const std::string mark = m == "measured" ? "(measured: a run at it fits)"
+            : m == "extrapolated"               ? "(extrapolated beyond the records: rough)"
+                                                : "(interpolated between records)";
+        EXPECT_NE(r.output.find(mark), std::string::npos) << dtype << " " << m << "\n" << r.output;
+    }
     EXPECT_EQ(j["whatif"]["predictions"].size(), 6u); // 2 batches x 3 dtypes
     for (const auto& p : j["whatif"]["predictions"]) {
         for (const char* key : {"batch", "dtype", "method", "predicted_peak_bytes", "predicted_peak_total_bytes",

@@ -292,6 +292,7 @@ void whatIfSection(std::ostringstream& out, const WhatIfTable& w)
             out << " " << htmlEscape(dtype) << " <b>" << WhatIfTable::largestText(n) << "</b>";
             if (seq && i < w.max_seq_batch.size())
                 out << " at batch " << w.max_seq_batch[i];
+            out << htmlEscape(w.largestMethodText(i)) << (i + 1 < w.max_batch.size() ? ";" : "");
         }
         out << "</p>\n";
     }

@@ -202,7 +202,7 @@ std::string whatIfToText(const WhatIfTable& table)
             out << "  " << cell(dtype, dtypeWidth) << WhatIfTable::largestText(n);
             if (seq && i < table.max_seq_batch.size())
                 out << " at batch " << table.max_seq_batch[i];
-            out << "\n";
+            out << table.largestMethodText(i) << "\n";
         }
     }
     return out.str();

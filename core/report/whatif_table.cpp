@@ -63,6 +63,23 @@ std::string WhatIfTable::largestText(std::int64_t n)
     return n <= 0 ? "none" : n >= 1000000 ? ">= 1000000" : std::to_string(n);
 }
 
+std::string WhatIfTable::largestMethodText(std::size_t i) const
+{
+    if (i >= max_batch.size() || max_batch[i].second <= 0 || i >= max_batch_method.size())
+        return {};
+    switch (max_batch_method[i].second) {
+    case FigureMethod::Measured:
+        return " (measured: a run at it fits)";
+    case FigureMethod::Extrapolated:
+        return " (extrapolated beyond the records: rough)";
+    case FigureMethod::Predicted:
+        return " (interpolated between records)";
+    case FigureMethod::Estimate:
+        return " (estimated)";
+    }
+    return {};
+}
+
 std::string GpuFitAnswer::microBatchText(std::int64_t microBatch) const
 {
     return WhatIfTable::largestText(microBatch) + (microBatch > 0 && extrapolated(microBatch) ? "*" : "");

@@ -109,6 +109,9 @@ struct WhatIfTable {
     std::string budgetText() const;
     // A largest batch or sequence: "none" when not even the smallest fits, ">= 1000000" at the search's end.
     static std::string largestText(std::int64_t n);
+    // How max_batch[i] is known, for its text: " (measured: a run at it fits)", " (interpolated between records)",
+    // " (extrapolated beyond the records: rough)"; "" for none.
+    std::string largestMethodText(std::size_t i) const;
 };
 
 // The fit table (whatif/gpu_fit.h): for a budget (a GPU's memory), each precision and each data-parallel
