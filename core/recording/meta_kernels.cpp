@@ -58,6 +58,13 @@ Tensor relu(const Tensor& self)
     return at::empty_like(self);
 }
 
+// hardswish's and hardsigmoid's backward (MobileNetV3): the input's gradient, as the CPU's elementwise kernel
+// makes it.
+Tensor hardBackward(const Tensor& gradOutput, const Tensor& self)
+{
+    return at::empty_like(gradOutput);
+}
+
 Tensor logicalNot(const Tensor& self)
 {
     return at::empty_like(self, self.options().dtype(at::kBool));
@@ -396,6 +403,8 @@ TORCH_LIBRARY_IMPL(aten, Meta, m)
 {
     using namespace memledger;
     m.impl("relu", TORCH_FN(relu));
+    m.impl("hardswish_backward", TORCH_FN(hardBackward));
+    m.impl("hardsigmoid_backward", TORCH_FN(hardBackward));
     m.impl("logical_not", TORCH_FN(logicalNot));
     m.impl("index_select", TORCH_FN(indexSelect));
     m.impl("embedding_dense_backward", TORCH_FN(embeddingDenseBackward));
