@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -330,3 +331,21 @@ TEST(PythonCapture, ACpuCaptureHasNoSimulatedReserve)
 }
 
 } // namespace
+
+// An installed package's frames (torchvision's SqueezeExcitation, which the profiler names relative to site-packages) are written
+// as absolute paths to files that exist (issue 60: they were the working directory plus the relative path).
+TEST(PythonCapture, AnInstalledPackagesFramesAreItsFiles)
+{
+    REQUIRE_TRUTH();
+    if (!truth().contains("package_frames"))
+        GTEST_SKIP() << "capture_truths.json has no package_frames (written before this check)";
+    const auto& t = truth().at("package_frames");
+    if (t.contains("skipped"))
+        GTEST_SKIP() << t.at("skipped").get<std::string>();
+    ASSERT_FALSE(t.at("torchvision_files").empty()) << "the capture names no torchvision frame: nothing is checked";
+    for (const auto& f : t.at("torchvision_files")) {
+        const auto name = f.get<std::string>();
+        EXPECT_EQ(name.front(), '/') << name;
+        EXPECT_TRUE(std::filesystem::exists(name)) << name;
+    }
+}

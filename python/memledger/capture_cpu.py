@@ -19,6 +19,7 @@ it again, so the trace goes on across the restarts.
 import bisect
 import gc
 import os
+import sys
 import threading
 import time
 import weakref
@@ -48,9 +49,26 @@ def _python_frame(name):
     if not line.isdigit():
         return None
     if not os.path.isabs(filename) and not filename.startswith("<"):
-        # torch's own files relative to the folder above torch/, a script run by a relative path to the cwd
-        filename = os.path.join(_TORCH_ROOT if filename.startswith("torch/") else os.getcwd(), filename)
+        filename = _absolute(filename)
     return {"filename": filename, "line": int(line), "name": func}
+
+
+_ABSOLUTE = {}
+
+
+def _absolute(relative):
+    """The profiler writes the files of installed packages relative to their sys.path folder (torch's, but also
+    torchvision's and transformers': 'torchvision/models/detection/generalized_rcnn.py'), and a script run by a
+    relative path relative to the working directory: the first folder that has the file, else the working
+    directory's."""
+    found = _ABSOLUTE.get(relative)
+    if found is None:
+        roots = [_TORCH_ROOT] if relative.startswith("torch/") else []
+        roots += [os.getcwd()] + [p for p in sys.path if p and os.path.isdir(p)]
+        found = next((os.path.join(r, relative) for r in roots if os.path.isfile(os.path.join(r, relative))),
+                     os.path.join(os.getcwd(), relative))
+        _ABSOLUTE[relative] = found
+    return found
 
 
 def _same_file(profiled, absolute):
