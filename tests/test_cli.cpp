@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <unistd.h>
@@ -314,4 +315,21 @@ TEST(Cli, RanksCompareSnapshotsAsAnalyzeReadsThemOneByOne)
     EXPECT_NE(withEmpty.output.find("spread not defined"), std::string::npos) << withEmpty.output;
     std::ifstream emptyIn(json);
     EXPECT_TRUE(nlohmann::json::parse(emptyIn)["peak_spread"].is_null());
+}
+
+// Under --budget the what-if records a further round past the largest batch; the first round's records are kept, not
+// run (nor announced) again: each precision and batch is told once (issue 60: "records twice").
+TEST(Cli, AWhatIfAnnouncesEachRecordOnce)
+{
+    auto r = runCommand(memledgerBinary() + " whatif '" + fixture("small_inplace.pt")
+        + "' --input 1x3x32x32 --budget 64MiB --dtype float32");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::map<std::string, int> told;
+    std::istringstream lines(r.output);
+    for (std::string line; std::getline(lines, line);)
+        if (auto at = line.find("what-if record "); at != std::string::npos)
+            ++told[line.substr(line.find(" in ", at))];
+    EXPECT_GT(told.size(), 4u) << r.output; // a further round was made
+    for (const auto& [what, n] : told)
+        EXPECT_EQ(n, 1) << what;
 }

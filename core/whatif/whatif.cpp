@@ -413,15 +413,22 @@ ReusedRecords::~ReusedRecords()
 namespace {
 
 // One record of a what-if: run, or taken from the records kept (ReusedRecords) where the same precision and size
-// was run before in their scope. A run that fails is not kept (it throws again).
-RawRun runRecord(Model& model, const RunOptions& o, const std::string& precision)
+// was run before in their scope. A run that fails is not kept (it throws again). `starting` is told before a run,
+// not for a record taken from those kept (a further round would otherwise announce the first round's again).
+RawRun runRecord(Model& model, const RunOptions& o, const std::string& precision,
+    const std::function<void()>& starting = {})
 {
-    if (!tReusedRecords || !o.record)
+    if (!tReusedRecords || !o.record) {
+        if (starting)
+            starting();
         return model.run(o);
+    }
     const auto key = precision + "|" + std::to_string(o.batch.value_or(0)) + "|" + std::to_string(o.seq.value_or(0));
     auto& runs = tReusedRecords->runs;
     if (auto it = runs.find(key); it != runs.end())
         return it->second;
+    if (starting)
+        starting();
     auto run = model.run(o);
     runs.emplace(key, run);
     return run;
@@ -437,10 +444,13 @@ bool recordRuns(Model& model, RunOptions& base, RunOptions& o, const std::string
 {
     try {
         for (auto b : batches) {
-            if (plan && plan->progress) // told each record as it starts, so that a failure names the one told
-                plan->progress(precision, b, static_cast<int>(runs.size()) + 1);
             (axis == WhatIfAxis::Batch ? o.batch : o.seq) = b;
-            runs.push_back(runRecord(model, o, precision));
+            // Told each record as it starts, so that a failure names the one told (a record kept from an earlier
+            // round is not run again, nor told).
+            runs.push_back(runRecord(model, o, precision, [&] {
+                if (plan && plan->progress)
+                    plan->progress(precision, b, static_cast<int>(runs.size()) + 1);
+            }));
             if (base.inputs.empty()) { // guessed once: the same guess for every batch and dtype
                 o.inputs = base.inputs = runs.back().info.input_shapes;
                 o.input_types = base.input_types = runs.back().info.input_types;
@@ -691,11 +701,12 @@ WhatIf WhatIf::recordAlong(
         auto secondsSoFar = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
         // One more record at `next`; false, with `stopped` saying why, where the run fails.
         auto record = [&](std::int64_t next) {
-            if (plan.progress)
-                plan.progress(dtype, next, static_cast<int>(xs.size()) + 1);
             (seqAxis ? o.seq : o.batch) = next;
             try {
-                runs.push_back(runRecord(model, o, dtype));
+                runs.push_back(runRecord(model, o, dtype, [&] {
+                    if (plan.progress)
+                        plan.progress(dtype, next, static_cast<int>(xs.size()) + 1);
+                }));
             } catch (const RunError& e) {
                 // For want of memory, or the model refuses that size (a position table). The records so far stand.
                 stopped = e.what();
