@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 
 #include <unistd.h>
@@ -332,4 +333,13 @@ TEST(Cli, AWhatIfAnnouncesEachRecordOnce)
     EXPECT_GT(told.size(), 4u) << r.output; // a further round was made
     for (const auto& [what, n] : told)
         EXPECT_EQ(n, 1) << what;
+}
+
+// A range torch.export recorded is said in the user's words: no internal symbol (s0, s27) reaches the message.
+TEST(Cli, AnExportedRangeNamesNoInternalSymbol)
+{
+    auto r = runCommand(memledgerBinary() + " whatif demo:gpt.pt2 --batch 4,128 --dtype float32");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("was exported for 1..64"), std::string::npos) << r.output;
+    EXPECT_FALSE(std::regex_search(r.output, std::regex(R"(\(s[0-9]+\))"))) << r.output;
 }

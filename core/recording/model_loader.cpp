@@ -7,6 +7,7 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -176,7 +177,13 @@ void collectRanges(const ExportedProgram& program, ModelInfo& info)
                 SizeRange r;
                 r.min = std::max<std::int64_t>(1, dim.min);
                 r.max = dim.max;
-                range.narrow(r.min, r.max, where + " was exported for " + r.text() + " (" + dim.symbol + ")");
+                // torch.export's own symbols (s0, s27) name nothing a user wrote: the range is said without them.
+                const bool internal = dim.symbol.size() > 1 && dim.symbol[0] == 's'
+                    && std::all_of(dim.symbol.begin() + 1, dim.symbol.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+                range.narrow(r.min, r.max, where + " was exported for " + r.text()
+                        + (internal ? std::string(" (the range torch.export recorded: the Dim's bounds, narrowed by any "
+                                                  "guard in the model's code that depends on it)")
+                                    : " (" + dim.symbol + ")"));
             }
         };
         limit(0, info.batch_range);
