@@ -710,33 +710,40 @@ TEST(MetaDevice, BatchWhatIfOnMetaPredictsDirectRuns)
     }
 }
 
-// MobileNetV3 (torchvision's, exported by tests/fixtures/vision_truths.py): its training step runs on meta
-// (hardswish's and hardsigmoid's backward have memledger's meta kernels), every ledger but the temporaries the CPU's.
-TEST(MetaDevice, MobileNetV3TrainsOnMeta)
+// MobileNetV3 and MobileNetV2 (torchvision's, exported by tests/fixtures/vision_truths.py): their training steps run
+// on meta (hardswish's, hardsigmoid's and hardtanh's backward have memledger's meta kernels), every ledger but the
+// temporaries the CPU's.
+TEST(MetaDevice, MobileNetsTrainOnMeta)
 {
     SKIP_WITHOUT_META();
     const auto truth = test::readTruth("vision/vision_truth.json", "make_vision_fixtures");
     if (truth.contains("skipped"))
         GTEST_SKIP() << truth["skipped"].get<std::string>();
-    const auto& c = truth["mobilenet_v3_small"];
-    if (c.contains("skipped"))
-        GTEST_SKIP() << c["skipped"].get<std::string>();
-    auto run = [&](const std::string& device) {
-        auto file = openFileOrDemo(test::fixture(c["file"].get<std::string>()));
-        auto o = optionsFor("", device);
-        o.inputs = parseShapes(c["input"].get<std::string>());
-        o.mode = RunMode::Train;
-        o.optimizer = "sgd";
-        return analyzeOpened(file, o);
-    };
-    auto cpu = run("cpu");
-    auto meta = run("meta");
-    EXPECT_EQ(meta.run.device, "meta");
-    EXPECT_EQ(meta.weight_bytes, cpu.weight_bytes);
-    EXPECT_EQ(meta.gradient_bytes, cpu.gradient_bytes);
-    for (auto ledger : {Ledger::Activations, Ledger::SavedActivations, Ledger::Gradients})
-        EXPECT_EQ(meta.ledgers[static_cast<std::size_t>(ledger)].total, cpu.ledgers[static_cast<std::size_t>(ledger)].total)
-            << ledgerName(ledger);
-    EXPECT_LE(meta.peak_bytes, cpu.peak_bytes);
-    EXPECT_GE(meta.peak_bytes, cpu.peak_bytes - cpu.ledgers[static_cast<std::size_t>(Ledger::Temporaries)].at_peak);
+    ASSERT_TRUE(truth.contains("meta_models")) << "vision_truth.json was written before its meta models";
+    for (const auto& [name, c] : truth["meta_models"].items()) {
+        SCOPED_TRACE(name);
+        if (c.contains("skipped")) {
+            ADD_FAILURE() << c["skipped"].get<std::string>();
+            continue;
+        }
+        auto run = [&](const std::string& device) {
+            auto file = openFileOrDemo(test::fixture(c["file"].get<std::string>()));
+            auto o = optionsFor("", device);
+            o.inputs = parseShapes(c["input"].get<std::string>());
+            o.mode = RunMode::Train;
+            o.optimizer = "sgd";
+            return analyzeOpened(file, o);
+        };
+        auto cpu = run("cpu");
+        auto meta = run("meta");
+        EXPECT_EQ(meta.run.device, "meta");
+        EXPECT_EQ(meta.weight_bytes, cpu.weight_bytes);
+        EXPECT_EQ(meta.gradient_bytes, cpu.gradient_bytes);
+        for (auto ledger : {Ledger::Activations, Ledger::SavedActivations, Ledger::Gradients})
+            EXPECT_EQ(meta.ledgers[static_cast<std::size_t>(ledger)].total,
+                cpu.ledgers[static_cast<std::size_t>(ledger)].total)
+                << ledgerName(ledger);
+        EXPECT_LE(meta.peak_bytes, cpu.peak_bytes);
+        EXPECT_GE(meta.peak_bytes, cpu.peak_bytes - cpu.ledgers[static_cast<std::size_t>(Ledger::Temporaries)].at_peak);
+    }
 }

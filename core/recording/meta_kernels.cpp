@@ -65,6 +65,26 @@ Tensor hardBackward(const Tensor& gradOutput, const Tensor& self)
     return at::empty_like(gradOutput);
 }
 
+// hardtanh's backward (ReLU6: MobileNetV2): the input's gradient, as hardswish's.
+Tensor hardtanhBackward(const Tensor& gradOutput, const Tensor& self, const at::Scalar& minValue, const at::Scalar& maxValue)
+{
+    return at::empty_like(gradOutput);
+}
+
+// roll (Swin's shifted windows) as the CPU's roll_cpu and roll_common make it: several dims rolled one after another
+// (each roll a tensor of its own), no dims rolls the flattened tensor, one dim a contiguous copy of the input.
+Tensor roll(const Tensor& self, at::IntArrayRef shifts, at::IntArrayRef dims)
+{
+    if (dims.empty() && shifts.size() == 1)
+        return at::roll(self.flatten(), shifts[0], 0).view(self.sizes());
+    if (shifts.size() > 1 && dims.size() == shifts.size()) {
+        auto first = at::roll(self, shifts[0], dims[0]);
+        return at::roll(first, shifts.slice(1), dims.slice(1));
+    }
+    const auto in = self.is_contiguous() ? self : self.contiguous();
+    return at::empty_like(in, at::MemoryFormat::Contiguous);
+}
+
 Tensor logicalNot(const Tensor& self)
 {
     return at::empty_like(self, self.options().dtype(at::kBool));
@@ -405,6 +425,8 @@ TORCH_LIBRARY_IMPL(aten, Meta, m)
     m.impl("relu", TORCH_FN(relu));
     m.impl("hardswish_backward", TORCH_FN(hardBackward));
     m.impl("hardsigmoid_backward", TORCH_FN(hardBackward));
+    m.impl("hardtanh_backward", TORCH_FN(hardtanhBackward));
+    m.impl("roll", TORCH_FN(roll));
     m.impl("logical_not", TORCH_FN(logicalNot));
     m.impl("index_select", TORCH_FN(indexSelect));
     m.impl("embedding_dense_backward", TORCH_FN(embeddingDenseBackward));
