@@ -243,7 +243,7 @@ TEST(Cli, SeveralInputsAreGivenCommaSeparatedAndNeverGuessed)
 {
     auto r = runCommand(memledgerBinary() + " analyze '" + fixture("two_inputs.pt") + "' --input 2x16,2x4");
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("input 2x16,2x4"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("input 2x16, 2x4"), std::string::npos) << r.output;
     auto guessed = runCommand(memledgerBinary() + " analyze '" + fixture("two_inputs.pt") + "'");
     EXPECT_EQ(guessed.exit_code, 2) << guessed.output; // the command line is wrong: a usage error
     EXPECT_NE(guessed.output.find("forward takes 2 inputs (x, y)"), std::string::npos) << guessed.output;

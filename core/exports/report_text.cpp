@@ -148,7 +148,7 @@ std::string reportToText(const Report& r, int maxDepth)
         return out.str();
     }
     out << "  file " << formatBytes(r.model.file_bytes) << ", input ";
-    out << inputsToString(r.run.input_shapes, r.run.input_types);
+    out << inputsToString(r.run.input_shapes, r.run.input_types, ", ");
     out << (r.run.input_guessed ? " (guessed)" : "") << ", batch " << r.run.batch << ", " << r.run.dtype;
     if (!r.run.autocast.empty())
         out << " weights under autocast " << r.run.autocast << " (weight-cast cache "

@@ -301,14 +301,16 @@ std::string inputToString(const std::vector<std::int64_t>& shape, const InputTyp
     return out;
 }
 
-std::string inputsToString(const std::vector<std::vector<std::int64_t>>& shapes, const std::vector<InputType>& types)
+std::string inputsToString(const std::vector<std::vector<std::int64_t>>& shapes, const std::vector<InputType>& types,
+    const char* separator)
 {
     std::string out;
     for (std::size_t i = 0; i < shapes.size(); ++i) {
         const auto list = inputTypeAt(types, i).list;
         const bool opens = list >= 0 && (i == 0 || inputTypeAt(types, i - 1).list != list);
         const bool closes = list >= 0 && (i + 1 == shapes.size() || inputTypeAt(types, i + 1).list != list);
-        out += (i ? "," : "") + std::string(opens ? "[" : "") + inputToString(shapes[i], inputTypeAt(types, i))
+        const bool inList = list >= 0 && !opens;
+        out += (i ? (inList ? "," : separator) : "") + std::string(opens ? "[" : "") + inputToString(shapes[i], inputTypeAt(types, i))
             + (closes ? "]" : "");
     }
     return out;

@@ -66,6 +66,9 @@ ParsedInputs parseInputs(const std::string& text);
 // "2x512:int64" (":float32" left out when the type is the default and there is no fill); the inverse of
 // parseInputs, comma-separated.
 std::string inputToString(const std::vector<std::int64_t>& shape, const InputType& type);
-std::string inputsToString(const std::vector<std::vector<std::int64_t>>& shapes, const std::vector<InputType>& types);
+// `separator` between arguments (a list's own tensors are always comma-separated): "," for the CLI's --input, ", "
+// for a report's text.
+std::string inputsToString(const std::vector<std::vector<std::int64_t>>& shapes, const std::vector<InputType>& types,
+    const char* separator = ",");
 
 } // namespace memledger
