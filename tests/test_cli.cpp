@@ -339,6 +339,8 @@ TEST(Cli, AWhatIfAnnouncesEachRecordOnce)
 TEST(Cli, AnExportedRangeNamesNoInternalSymbol)
 {
     auto r = runCommand(memledgerBinary() + " whatif demo:gpt.pt2 --batch 4,128 --dtype float32");
+    if (r.exit_code == 3 && r.output.find("needs memledger's PyTorch 2 build") != std::string::npos)
+        GTEST_SKIP() << "this build runs no torch.export programs";
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("was exported for 1..64"), std::string::npos) << r.output;
     EXPECT_FALSE(std::regex_search(r.output, std::regex(R"(\(s[0-9]+\))"))) << r.output;

@@ -421,14 +421,25 @@ std::unique_ptr<Model::Impl> loadFrom(
         };
         jitLoad();
         // An operator of a library libtorch does not have (torchvision's nms): load the libraries and try again.
-        if (message && !unknownBuiltinOperator(*message).empty()) {
+        // An ATen or prim operator is libtorch's own: a newer PyTorch wrote the file (said below).
+        auto libraryOperator = [&] {
+            const auto op = message ? unknownBuiltinOperator(*message) : std::string();
+            return op.rfind("aten::", 0) == 0 || op.rfind("prim::", 0) == 0 ? std::string() : op;
+        };
+        if (!libraryOperator().empty()) {
             loadOperatorLibraries(); // the first time only
             in.clear();
             in.seekg(0);
             jitLoad();
-            if (message && !unknownBuiltinOperator(*message).empty())
-                throw FileError(name, "a TorchScript model that calls " + unknownBuiltinOperator(*message)
-                    + ", which this libtorch (" TORCH_VERSION ") does not have: " + missingOperatorAdvice(unknownBuiltinOperator(*message)));
+            if (const auto op = libraryOperator(); !op.empty()) {
+                in.clear();
+                in.seekg(0);
+                if (newerWriterNote(in).empty())
+                    throw FileError(name, "a TorchScript model that calls " + op + ", which this libtorch (" TORCH_VERSION
+                        ") does not have: " + missingOperatorAdvice(op));
+            }
+            in.clear();
+            in.seekg(0);
         }
         if (message && isZip(head)) {
             auto kind = torchSaveKind(in);
