@@ -426,20 +426,21 @@ std::unique_ptr<Model::Impl> loadFrom(
             const auto op = message ? unknownBuiltinOperator(*message) : std::string();
             return op.rfind("aten::", 0) == 0 || op.rfind("prim::", 0) == 0 ? std::string() : op;
         };
-        if (!libraryOperator().empty()) {
-            loadOperatorLibraries(); // the first time only
+        auto rewind = [&] {
             in.clear();
             in.seekg(0);
+        };
+        if (!libraryOperator().empty()) {
+            loadOperatorLibraries(); // the first time only
+            rewind();
             jitLoad();
             if (const auto op = libraryOperator(); !op.empty()) {
-                in.clear();
-                in.seekg(0);
+                rewind();
                 if (newerWriterNote(in).empty())
                     throw FileError(name, "a TorchScript model that calls " + op + ", which this libtorch (" TORCH_VERSION
                         ") does not have: " + missingOperatorAdvice(op));
             }
-            in.clear();
-            in.seekg(0);
+            rewind();
         }
         if (message && isZip(head)) {
             auto kind = torchSaveKind(in);

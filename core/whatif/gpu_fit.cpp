@@ -210,6 +210,16 @@ GlobalBatchAnswer reachGlobalBatch(const WhatIf& step, const ParallelPlan& plan,
     return out;
 }
 
+namespace {
+
+// The checkpointing each answer is made for: the request's, or none alone.
+std::vector<CheckpointSpec> checkpointsOf(const GpuFitRequest& r)
+{
+    return r.checkpoints.empty() ? std::vector<CheckpointSpec> {CheckpointSpec {}} : r.checkpoints;
+}
+
+} // namespace
+
 GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
 {
     const auto started = std::chrono::steady_clock::now();
@@ -239,7 +249,7 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
     t.gpu_counts.erase(std::unique(t.gpu_counts.begin(), t.gpu_counts.end()), t.gpu_counts.end());
     setOverheadEstimates(t);
     // Each checkpoint's what-if, made once (the plain one as it is).
-    const auto specs = r.checkpoints.empty() ? std::vector<CheckpointSpec> {CheckpointSpec {}} : r.checkpoints;
+    const auto specs = checkpointsOf(r);
     std::vector<WhatIf> stepOf;
     std::vector<double> shareOf;
     std::vector<std::string> whyNot; // a checkpoint the model cannot take (no repeated block): its rows say why
@@ -399,13 +409,12 @@ GpuFitTable makeGpuFitTable(const WhatIf& w, const GpuFitRequest& r)
 
 void addLongestSequences(GpuFitTable& t, const GpuFitRequest& r)
 {
-    if (!r.seq_whatif)
+    if (!r.seq_whatif || r.global_batch > 0)
         return;
-    const auto specs = r.checkpoints.empty() ? std::vector<CheckpointSpec> {CheckpointSpec {}} : r.checkpoints;
-    for (const auto& spec : specs) {
+    for (const auto& spec : checkpointsOf(r)) {
         std::optional<WhatIf> seq;
         for (auto& a : t.answers) {
-            if (a.fewest_gpus == 0 || a.checkpoint != spec.text() || r.global_batch > 0)
+            if (a.fewest_gpus == 0 || a.checkpoint != spec.text())
                 continue;
             if (!seq) {
                 try {
