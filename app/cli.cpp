@@ -133,8 +133,18 @@ int runAnalyze(const CliOptions& o)
     }
     if (o.remedies) {
         try {
+            TilingRequest tiling;
+            tiling.tile = o.tile;
+            tiling.overlap = o.tile_overlap;
+            OpenedFile tileProgram;
+            if (!o.tile_program.empty()) {
+                tileProgram = openFileOrDemo(o.tile_program);
+                if (!tileProgram.model)
+                    throw std::invalid_argument(o.tile_program + ": --tile-program needs a model, not a report");
+                tiling.program = tileProgram.model.get();
+            }
             auto remedies = file.model
-                ? remediesForModel(*file.model, report, o.budget.value_or(0), o.tile,
+                ? remediesForModel(*file.model, report, o.budget.value_or(0), tiling,
                       [](const std::string& step) { std::cerr << "memledger: " << step << "\n"; }, nullptr,
                       rankStep ? &*rankStep : nullptr, rankStep ? &*rankPlan : nullptr)
                 : computeRemedies(report);

@@ -66,7 +66,7 @@ std::string usageText()
            "  memledger analyze [FILE] [--input SHAPE] [--batch N] [--dtype T] [RUN] [--json FILE] [--html FILE]\n"
            "                    [--png FILE] [--snapshot FILE] [--depth N] [--tensors] [--whatif 8,32,64 [--budget "
            "16GiB]]\n"
-           "                    [--remedies [--budget 16GiB] [--tile 512x512]]\n"
+           "                    [--remedies [--budget 16GiB] [--tile 512x512 [--tile-overlap N] [--tile-program FILE]]]\n"
            "  memledger whatif MODEL.pt [--input SHAPE] --batch 1,8,32 --dtype float32,bfloat16 [RUN] [--budget 16GiB]\n"
            "                    [--json FILE]\n"
            "  memledger diff A B [RUN] [--b-input SHAPE] [--b-batch N] [--b-dtype T] [--b-mode M] [--b-...]\n"
@@ -198,6 +198,10 @@ CliOptions parseCli(const std::vector<std::string>& args)
                 throw std::invalid_argument("--tile '" + v + "' is not a tile shape like 512x512");
             o.tile = shapes[0];
         }
+        else if (a == "--tile-overlap")
+            o.tile_overlap = parsePositive(a, value(a));
+        else if (a == "--tile-program")
+            o.tile_program = value(a);
         else if (a == "--input") {
             auto parsed = parseInputs(value(a));
             o.run.inputs = std::move(parsed.shapes);
@@ -474,6 +478,11 @@ CliOptions parseCli(const std::vector<std::string>& args)
                                     "its forward to its backward, and zero1 and ddp never gather (add --shard fsdp)");
     if (o.checkpointed() && o.checkpoints.front().mode == CheckpointMode::Auto && !o.budget)
         throw std::invalid_argument("--checkpoint auto needs --budget SIZE (the peak total to fit)");
+    if (!o.tile.empty() && !o.remedies)
+        throw std::invalid_argument("--tile is the tiling remedy's: add --remedies");
+    if ((o.tile_overlap > 0 || !o.tile_program.empty()) && o.tile.empty())
+        throw std::invalid_argument(std::string(o.tile_overlap > 0 ? "--tile-overlap" : "--tile-program")
+            + " describes the tiles of --tile HxW: add it");
     return o;
 }
 

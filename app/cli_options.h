@@ -32,6 +32,8 @@ struct CliOptions {
     std::size_t diff_rows = 40; // --rows: entries the text lists
     bool remedies = false; // analyze --remedies: "What would help"
     std::vector<std::int64_t> tile; // analyze --tile HxW: the tiling remedy's tile
+    std::int64_t tile_overlap = 0; // --tile-overlap N: context on each side of a tile
+    std::string tile_program; // --tile-program FILE: a program of the tile's input size (fixed-size models)
     // --checkpoint none|full|selective|auto|PATH,... with --checkpoint-every K and --checkpoint-impl: activation
     // checkpointing of the training step (whatif/checkpoint.h). One spec, or for fit and whatif --gpus several
     // (--checkpoint none,selective,full: an axis of the table). Empty: not asked (the step as recorded).

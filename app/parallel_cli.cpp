@@ -258,14 +258,14 @@ int runRankWhatIf(const CliOptions& o)
                   << (overheads.budget_text.empty() ? formatBytes(overheads.budget_bytes) : overheads.budget_text)
                   << ": " << formatBytes(overheads.allocatorBudget(1)) << " on one GPU, "
                   << formatBytes(overheads.allocatorBudget(2)) << " on more (the CUDA context, "
-                  << formatBytes(overheads.cuda_context_bytes) << ", and NCCL's buffers, " << formatBytes(overheads.nccl_bytes)
+                  << formatBytes(overheads.overheads.cuda_context_bytes) << ", and NCCL's buffers, " << formatBytes(overheads.overheads.nccl_bytes)
                   << ", off it: estimates)\n";
     for (const auto& n : notes)
         std::cout << "Note: " << n << "\n";
     if (!o.json.empty()) {
         try {
             nlohmann::json j = {{"format", "memledger-whatif"}, {"version", 1}, {"budget_bytes", overheads.budget_bytes},
-                {"cuda_context_bytes", overheads.cuda_context_bytes}, {"nccl_bytes", overheads.nccl_bytes}};
+                {"cuda_context_bytes", overheads.overheads.cuda_context_bytes}, {"nccl_bytes", overheads.overheads.nccl_bytes}};
             auto& out = j["predictions"] = nlohmann::json::array();
             for (const auto& p : rows) {
                 auto row = predictionToJson(p);

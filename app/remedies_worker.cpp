@@ -30,7 +30,7 @@ quint64 RemediesWorker::compute(std::shared_ptr<const OpenedFile> file, std::sha
                 o.whatif = whatIf.get();
                 if (file && file->model && !tile.empty()) {
                     o.model = file->model.get();
-                    o.tile = tile;
+                    o.tiling.tile = tile;
                 }
                 auto remedies = computeRemedies(*report, o);
                 computeJobs_->deliver(job, [this, job, remedies] { emit computed(job, remedies); });

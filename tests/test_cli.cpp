@@ -323,7 +323,7 @@ TEST(Cli, RanksCompareSnapshotsAsAnalyzeReadsThemOneByOne)
 TEST(Cli, AWhatIfAnnouncesEachRecordOnce)
 {
     auto r = runCommand(memledgerBinary() + " whatif '" + fixture("small_inplace.pt")
-        + "' --input 1x3x32x32 --budget 64MiB --dtype float32");
+        + "' --input 1x3x32x32 --budget 576MiB --dtype float32");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     std::map<std::string, int> told;
     std::istringstream lines(r.output);

@@ -314,7 +314,7 @@ TEST_F(DeepSpeed, FitOffersOffloadWhereNothingElseFits)
     const auto with = w.predictRank(1, offloaded, false).predicted_peak_total_bytes;
     ASSERT_LT(with, without);
     // Room for the offloaded rank at micro-batch 1, not for the plain one.
-    request.budget = overheads.cuda_context_bytes + (with + without) / 2;
+    request.budget = overheads.overheads.cuda_context_bytes + (with + without) / 2;
     auto t = makeGpuFitTable(w, request);
     std::printf("%s", gpuFitToText(t).c_str());
     ASSERT_EQ(t.answers.size(), 2u);

@@ -227,8 +227,8 @@ TEST(FitRules, TheReserveNeverExceedsTheDeviceAndFitsIsMonotone)
     // Without a ceiling the same replay reserves beyond the budget at 4x the largest batch.
     auto unbounded = w.predict(4 * n, "float32", true);
     EXPECT_GT(unbounded.predicted_reserved_bytes, budget);
-    // The table says the same, row by row, and its largest agrees.
-    auto table = makeWhatIfTable(w, {1, n, n + 1, 4 * n}, {"float32"}, budget);
+    // The table says the same, row by row, and its largest agrees, for a GPU of that much to the allocator.
+    auto table = makeWhatIfTable(w, {1, n, n + 1, 4 * n}, {"float32"}, budget + DeviceOverheads::estimates().cuda_context_bytes);
     ASSERT_EQ(table.max_batch.size(), 1u);
     EXPECT_EQ(table.max_batch[0].second, n);
     for (const auto& p : table.predictions)
@@ -301,7 +301,7 @@ TEST(FitRules, AProgramsExampleGivesTheFitItsSequence)
 // the records go on past it; the answer is then interpolated and confirmed by a run at that batch ("measured").
 TEST(FitRules, TheLargestBatchWithinABudgetIsRecordedUpTo)
 {
-    auto r = whatIf("demo:mnist-train.pt --mode train --budget 300MiB --dtype float32", "reach");
+    auto r = whatIf("demo:mnist-train.pt --mode train --budget 812MiB --dtype float32", "reach"); // 300 MiB to the allocator
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const auto n = r.json["max_batch"]["float32"].get<std::int64_t>();
     ASSERT_GT(n, 128) << r.output;
@@ -309,6 +309,48 @@ TEST(FitRules, TheLargestBatchWithinABudgetIsRecordedUpTo)
     const auto recorded = r.json["recorded_batches"].get<std::vector<std::int64_t>>();
     ASSERT_FALSE(recorded.empty());
     EXPECT_GT(recorded.back(), n) << r.output;
+}
+
+// One budget rule (issue 60): `whatif --budget`, `analyze --remedies --budget` and `fit --gpus 1` judge on the same
+// allocator's share of the GPU (the CUDA context off); the what-if and the remedy say one largest batch, whose reserve
+// and peak total fit that share; the fit's one-GPU DDP rank adds DDP's buckets to the same step, and never more.
+TEST(FitRules, WhatIfRemediesAndFitJudgeOneBudget)
+{
+    const std::string run = " demo:mnist-train.pt --mode train --optimizer adamw --threads 1 --budget 600MiB";
+    auto w = whatIf(run + " --dtype float32", "one_budget");
+    ASSERT_EQ(w.exit_code, 0) << w.output;
+    const auto share = w.json["allocator_budget_bytes"].get<std::int64_t>();
+    EXPECT_EQ(share, (std::int64_t {600} << 20) - w.json["cuda_context_bytes"].get<std::int64_t>());
+    EXPECT_NE(w.output.find("to PyTorch's allocator"), std::string::npos) << w.output;
+    const auto n = w.json["max_batch"]["float32"].get<std::int64_t>();
+    ASSERT_GT(n, 8) << w.output;
+
+    const auto remediesJson = ::testing::TempDir() + "fit_rules_one_budget_remedies.json";
+    std::remove(remediesJson.c_str());
+    auto r = runCommand(std::string(MEMLEDGER_BINARY) + " analyze" + run + " --remedies --json " + remediesJson);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream rin(remediesJson);
+    const auto report = nlohmann::json::parse(rin);
+    const nlohmann::json* largest = nullptr;
+    for (const auto& m : report["remedies"])
+        if (m["kind"] == "largest_batch")
+            largest = &m;
+    ASSERT_NE(largest, nullptr) << r.output;
+    EXPECT_EQ((*largest)["batch"].get<std::int64_t>(), n) << r.output;
+    EXPECT_LE((*largest)["peak_total_after_bytes"].get<std::int64_t>(), share);
+    EXPECT_LE((*largest)["reserve_after_bytes"].get<std::int64_t>(), share);
+
+    const auto fitJson = ::testing::TempDir() + "fit_rules_one_budget_fit.json";
+    std::remove(fitJson.c_str());
+    auto f = runCommand(std::string(MEMLEDGER_BINARY) + " fit" + run + " --gpus 1 --shard ddp --precision float32 --json "
+        + fitJson);
+    ASSERT_EQ(f.exit_code, 0) << f.output;
+    std::ifstream fin(fitJson);
+    const auto fit = nlohmann::json::parse(fin);
+    EXPECT_EQ(fit["budget_bytes"].get<std::int64_t>() - fit["cuda_context_bytes"].get<std::int64_t>(), share);
+    const auto b = fit["answers"][0]["micro_batch"].get<std::int64_t>();
+    EXPECT_LE(b, n) << f.output;
+    EXPECT_GE(b, n * 95 / 100) << f.output;
 }
 
 // An answer the records could not reach (this machine's memory or time for one record) is marked, in the text,
@@ -488,7 +530,8 @@ TEST(FitRules, TheCheckpointPlanWrapsWholeBlocksInOrder)
     const auto all = predictCheckpoint(r, blocks, CheckpointImpl::Reentrant, false);
     ASSERT_LT(all.predicted_peak_total_bytes, r.peak_total_bytes) << "checkpointing every layer saves nothing here";
     const auto budget = (all.predicted_peak_total_bytes + r.peak_total_bytes) / 2;
-    auto plan = planCheckpoints(r, budget, CheckpointImpl::Reentrant);
+    // A GPU of that much to the allocator (the CUDA context is off the budget first).
+    auto plan = planCheckpoints(r, budget + DeviceOverheads::estimates().cuda_context_bytes, CheckpointImpl::Reentrant);
     ASSERT_TRUE(plan.fits);
     const auto& chosen = plan.prediction.checkpoint;
     ASSERT_FALSE(chosen.empty());

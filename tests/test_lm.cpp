@@ -385,7 +385,7 @@ TEST(LanguageModelWhatIf, TheCliVariesTheSequenceAndWritesItInEveryRow)
     SKIP_WITHOUT_LM_FIXTURES();
     auto json = fixture("lm/cli_seq.json");
     auto r = runCommand(std::string(MEMLEDGER_BINARY) + " whatif " + lmFile("gpt_sdpa", "pt2")
-        + " --input 2x16:int64 --seq 16,48,256 --dtype float32 --threads 1 --lifetimes graph --budget 5MB --json " + json);
+        + " --input 2x16:int64 --seq 16,48,256 --dtype float32 --threads 1 --lifetimes graph --budget 541870912 --json " + json);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     std::ifstream in(json);
     auto j = nlohmann::json::parse(in);

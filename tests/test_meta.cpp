@@ -656,7 +656,8 @@ TEST(MetaDevice, CheckpointingAndRemediesOnMeta)
 
     auto json = ::testing::TempDir() + "meta_ckpt.json";
     auto r = runCommand(std::string(MEMLEDGER_BINARY) + " whatif " + file + " --device meta --input " + tiedInput()
-        + " --mode train --optimizer adamw --checkpoint auto --budget " + std::to_string(meta.peak_total_bytes - 1)
+        + " --mode train --optimizer adamw --checkpoint auto --budget "
+        + std::to_string(meta.peak_total_bytes - 1 + DeviceOverheads::estimates().cuda_context_bytes)
         + " --threads 1 --lifetimes graph --json " + json);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("on the meta device"), std::string::npos) << r.output;
@@ -667,7 +668,8 @@ TEST(MetaDevice, CheckpointingAndRemediesOnMeta)
     EXPECT_EQ(ckpt["recorded_peak_total_bytes"].get<std::int64_t>(), meta.peak_total_bytes);
 
     auto rem = runCommand(std::string(MEMLEDGER_BINARY) + " analyze " + file + " --device meta --input " + tiedInput()
-        + " --remedies --budget " + std::to_string(meta.peak_total_bytes) + " --threads 1 --lifetimes graph");
+        + " --remedies --budget "
+        + std::to_string(meta.peak_total_bytes + DeviceOverheads::estimates().cuda_context_bytes) + " --threads 1 --lifetimes graph");
     ASSERT_EQ(rem.exit_code, 0) << rem.output;
     EXPECT_NE(rem.output.find("What would help"), std::string::npos) << rem.output;
     EXPECT_NE(rem.output.find("computed on the meta device"), std::string::npos) << rem.output;

@@ -438,7 +438,7 @@ TEST_F(Fsdp, AGlobalBatchIsReachedWithTheLargestMicroBatchThatFits)
     GpuFitTable overheads;
     setOverheadEstimates(overheads);
     // Room for micro-batch 4 accumulated on one GPU, not for 16 at once nor 8 accumulated.
-    request.budget = w.predictRank(4, accumulating, false).predicted_peak_total_bytes + overheads.cuda_context_bytes;
+    request.budget = w.predictRank(4, accumulating, false).predicted_peak_total_bytes + overheads.overheads.cuda_context_bytes;
     auto t = makeGpuFitTable(w, request);
     ASSERT_EQ(t.answers.size(), 1u);
     const auto& a = t.answers.front();
@@ -1174,12 +1174,12 @@ TEST_F(Fsdp, CheckpointAutoChoosesTheLeastRecomputeThatFitsTheRank)
     GpuFitTable overheads;
     setOverheadEstimates(overheads);
     // Room for full checkpointing, not for the plain rank.
-    const std::int64_t budget = overheads.cuda_context_bytes + overheads.nccl_bytes
+    const std::int64_t budget = overheads.overheads.cuda_context_bytes + overheads.overheads.nccl_bytes
         + std::max(full.peak_total_bytes, full.simulated_reserved_peak_bytes) + 4096;
     auto choice = chooseRankCheckpoint(step, plan, budget);
     ASSERT_TRUE(choice.fits);
     EXPECT_FALSE(choice.spec.none());
-    const auto allocator = budget - overheads.cuda_context_bytes - overheads.nccl_bytes;
+    const auto allocator = budget - overheads.overheads.cuda_context_bytes - overheads.overheads.nccl_bytes;
     EXPECT_EQ(choice.allocator_budget, allocator);
     auto chosen = rankReport(*predictCheckpoint(step, choice.spec, true).report, plan);
     EXPECT_EQ(chosen.peak_total_bytes, choice.rank.peak_total_bytes);

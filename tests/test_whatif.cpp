@@ -259,7 +259,7 @@ TEST(WhatIfModel, SeveralRecordsAndExtrapolation)
     ASSERT_TRUE(m.error_percent);
     EXPECT_LE(std::abs(*m.error_percent), 1.0);
     // The largest batch within a budget, confirmed by a real run when the machine can make it.
-    auto table = makeWhatIfTable(w, {4}, {"float32"}, std::int64_t {64} << 20, &model);
+    auto table = makeWhatIfTable(w, {4}, {"float32"}, std::int64_t {576} << 20, &model); // 64 MiB to the allocator
     ASSERT_EQ(table.max_batch_method.size(), 1u);
     EXPECT_EQ(table.recorded_batches, (std::vector<std::int64_t> {1, 2, 8}));
     auto json = whatIfToJson(table);

@@ -97,7 +97,7 @@ void GpuFitView::setTable(const GpuFitTable& t, std::int64_t recordUpTo)
                         "buffers %3 (estimates). Rank 0 of each job%4; answered in %5 s.")
                          .arg(QString::fromStdString(t.budget_text.empty() ? bytesText(t.budget_bytes).toStdString()
                                                                            : t.budget_text),
-                             bytesText(t.cuda_context_bytes), bytesText(t.nccl_bytes),
+                             bytesText(t.overheads.cuda_context_bytes), bytesText(t.overheads.nccl_bytes),
                              t.device == "meta" ? tr(", computed on the meta device from shapes") : QString())
                          .arg(t.seconds, 0, 'f', 1));
     answers_->setRowCount(static_cast<int>(t.answers.size()));

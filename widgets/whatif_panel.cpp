@@ -469,6 +469,12 @@ std::int64_t WhatIfPanel::budget() const
     return parseBudget(budgetBox_->currentText().section(QLatin1Char('('), 0, 0).trimmed().toStdString()).value_or(0);
 }
 
+std::int64_t WhatIfPanel::allocatorBudget() const
+{
+    const auto plan = rankPlan();
+    return DeviceOverheads::estimates().allocatorShare(budget(), plan ? plan->gpus : 1);
+}
+
 void WhatIfPanel::setBatch(std::int64_t batch)
 {
     batchBox_->setValue(static_cast<int>(std::clamp<std::int64_t>(batch, 1, kMaxBatch)));
@@ -623,14 +629,14 @@ void WhatIfPanel::updateReserved()
     if (auto plan = rankPlan()) {
         if (!current_.runnable)
             return;
-        current_ = activeWhatIf()->predictRank(seqActive() ? seq() : batch(), *plan, true, budget());
+        current_ = activeWhatIf()->predictRank(seqActive() ? seq() : batch(), *plan, true, allocatorBudget());
         showPrediction(current_, true);
         return;
     }
     const auto key = precision().toStdString();
     if (!activeWhatIf()->hasPrecision(key))
         return; // not recorded: said by repredict
-    current_ = activeWhatIf()->predict(seqActive() ? seq() : batch(), key, true, budget());
+    current_ = activeWhatIf()->predict(seqActive() ? seq() : batch(), key, true, allocatorBudget());
     showPrediction(current_, true);
 }
 
@@ -664,26 +670,30 @@ void WhatIfPanel::showPrediction(const Prediction& p, bool reservedKnown)
         fits_->setText(tr("type a size such as 16 GiB"));
         decides_->clear();
     } else {
-        // The table's rule (fitsWithin), and never above the largest size the fit table found.
+        // The table's rule (fitsWithin on the allocator's share), and never above the largest size the fit table found.
+        const auto share = allocatorBudget();
         const std::int64_t x = p.seq > 0 ? p.seq : p.batch;
         std::optional<std::int64_t> largest;
         for (const auto& l : largest_)
             if (l.dtype == p.dtype && l.budget == b && l.seq == (p.seq > 0))
                 largest = l.n;
         const bool aboveLargest = largest && x > *largest;
-        fitsBudget_ = fitsWithin(p, b) && !aboveLargest;
+        fitsBudget_ = fitsWithin(p, share) && !aboveLargest;
+        const QString within = tr("%1 (%2 to the allocator: the CUDA context%4, %3, off, an estimate)")
+                                   .arg(bytesText(b), bytesText(share), bytesText(b - share),
+                                       b - share > DeviceOverheads::estimates().cuda_context_bytes ? tr(" and NCCL's buffers") : QString());
         fits_->setText(!p.runnable   ? QString::fromStdString(p.not_runnable)
-                : fitsBudget_       ? tr("fits in %1").arg(bytesText(b))
-                : p.out_of_memory   ? tr("does not fit in %1: out of memory on a device of that size").arg(bytesText(b))
-                : aboveLargest && fitsWithin(p, b)
+                : fitsBudget_       ? tr("fits in %1").arg(within)
+                : p.out_of_memory   ? tr("does not fit in %1: out of memory on a device of that size").arg(within)
+                : aboveLargest && fitsWithin(p, share)
                 ? tr("not called fits: %1 %2, smaller, does not fit").arg(p.seq > 0 ? tr("sequence") : tr("batch")).arg(*largest + 1)
-                                    : tr("does not fit in %1").arg(bytesText(b)));
+                                    : tr("does not fit in %1").arg(within));
         if (!p.runnable)
             decides_->clear();
         else if (reservedKnown && p.out_of_memory)
-            decides_->setText(tr("Decided by the simulated GPU: its caching allocator ran out of memory on a device of "
-                                 "%1, after releasing its cached blocks (peak total %2).")
-                                  .arg(bytesText(b), bytesText(p.predicted_peak_total_bytes)));
+            decides_->setText(tr("Decided by the simulated GPU: its caching allocator ran out of memory with "
+                                 "%1 to it, after releasing its cached blocks (peak total %2).")
+                                  .arg(bytesText(allocatorBudget()), bytesText(p.predicted_peak_total_bytes)));
         else if (reserveBinds)
             decides_->setText(tr("Decided by the simulated GPU reserve, %1: a caching allocator holds more than the "
                                  "peak total of %2.")
@@ -791,7 +801,7 @@ void WhatIfPanel::updateFitTable()
         bool withReserved = w.eventCount(d) <= kReservedSearchEvents;
         QString text = tr("—");
         if (b > 0) {
-            auto n = w.maxBatch(d, b, withReserved);
+            auto n = w.maxBatch(d, allocatorBudget(), withReserved);
             text = QString::fromStdString(WhatIfTable::largestText(n));
             const bool seq = w.axis() == WhatIfAxis::Seq;
             largest_.erase(std::remove_if(largest_.begin(), largest_.end(),

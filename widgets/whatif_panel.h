@@ -72,6 +72,9 @@ public:
     void setGpuFitTable(std::shared_ptr<const GpuFitTable> table);
     void requestRank(); // "Show this rank", as if clicked (when a rank is chosen)
     std::int64_t budget() const; // 0 if the typed text is not a size
+    // What judges "fits": the allocator's share of the budget on the chosen rank's GPUs (DeviceOverheads, as the
+    // what-if table, the fit and the remedies judge); 0 without a budget.
+    std::int64_t allocatorBudget() const;
     void setBatch(std::int64_t batch);
     void setDtype(const QString& dtype); // a compute dtype, or a precision ("bfloat16-mixed")
     void setBudget(const QString& text); // "16 GiB", as typed in the budget box

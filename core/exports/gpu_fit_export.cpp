@@ -68,8 +68,8 @@ std::string gpuFitToText(const GpuFitTable& t)
     GpuFitTable copy = t;
     out << "Budget per GPU: " << (t.budget_text.empty() ? formatBytes(t.budget_bytes) : t.budget_text + " (" + formatBytes(t.budget_bytes) + ")")
         << "; off it first, outside PyTorch's allocator:\n"
-        << "  CUDA context      " << padCell(formatBytes(t.cuda_context_bytes), 10, true) << "  (" << t.cuda_context_source << ")\n"
-        << "  NCCL buffers      " << padCell(formatBytes(t.nccl_bytes), 10, true) << "  (" << t.nccl_source << ")\n"
+        << "  CUDA context      " << padCell(formatBytes(t.overheads.cuda_context_bytes), 10, true) << "  (" << t.overheads.cuda_context_source << ")\n"
+        << "  NCCL buffers      " << padCell(formatBytes(t.overheads.nccl_bytes), 10, true) << "  (" << t.overheads.nccl_source << ")\n"
         << "  left to the allocator: " << formatBytes(copy.allocatorBudget(1)) << " on one GPU, "
         << formatBytes(copy.allocatorBudget(2)) << " on more\n\n";
     bool seq = false;
@@ -159,8 +159,8 @@ std::string gpuFitToText(const GpuFitTable& t)
 nlohmann::json gpuFitToJson(const GpuFitTable& t)
 {
     nlohmann::json j = {{"format", "memledger-fit"}, {"version", 1}, {"budget_bytes", t.budget_bytes},
-        {"budget_text", t.budget_text}, {"cuda_context_bytes", t.cuda_context_bytes},
-        {"cuda_context_source", t.cuda_context_source}, {"nccl_bytes", t.nccl_bytes}, {"nccl_source", t.nccl_source},
+        {"budget_text", t.budget_text}, {"cuda_context_bytes", t.overheads.cuda_context_bytes},
+        {"cuda_context_source", t.overheads.cuda_context_source}, {"nccl_bytes", t.overheads.nccl_bytes}, {"nccl_source", t.overheads.nccl_source},
         {"gpu_counts", t.gpu_counts}, {"axis", nameOf(t.axis)}, {"seq", t.seq}, {"device", t.device},
         {"optimizer", t.optimizer}, {"grad_accum", t.grad_accum}, {"global_batch", t.global_batch},
         {"offload", t.offload}, {"host_budget_bytes", t.host_budget}, {"gpus_per_node", t.gpus_per_node}, {"runnable", {{"min", t.runnable.min}, {"max", t.runnable.max}, {"why", t.runnable.why}}},
@@ -202,9 +202,9 @@ std::string gpuFitToHtml(const GpuFitTable& t, const std::string& title)
         << (t.device == "meta" ? ", computed on the meta device from shapes" : "") << "; rank 0 (the largest shards)</p>\n";
     out << "<h2>Budget per GPU: "
         << htmlEscape(t.budget_text.empty() ? formatBytes(t.budget_bytes) : t.budget_text + " (" + formatBytes(t.budget_bytes) + ")")
-        << "</h2>\n<table><tr><td class=l>CUDA context</td><td>" << formatBytes(t.cuda_context_bytes) << "</td><td class=l>"
-        << htmlEscape(t.cuda_context_source) << "</td></tr>\n<tr><td class=l>NCCL buffers</td><td>"
-        << formatBytes(t.nccl_bytes) << "</td><td class=l>" << htmlEscape(t.nccl_source)
+        << "</h2>\n<table><tr><td class=l>CUDA context</td><td>" << formatBytes(t.overheads.cuda_context_bytes) << "</td><td class=l>"
+        << htmlEscape(t.overheads.cuda_context_source) << "</td></tr>\n<tr><td class=l>NCCL buffers</td><td>"
+        << formatBytes(t.overheads.nccl_bytes) << "</td><td class=l>" << htmlEscape(t.overheads.nccl_source)
         << "</td></tr>\n<tr><td class=l>left to the allocator</td><td>" << formatBytes(t.allocatorBudget(2))
         << "</td><td class=l>on more than one GPU (" << formatBytes(t.allocatorBudget(1)) << " on one)</td></tr></table>\n";
     out << "<h2>Fewest GPUs and the largest micro-batch per rank</h2>\n<table id=fit><tr><th class=l>precision</th>"
@@ -272,10 +272,10 @@ GpuFitTable gpuFitFromJson(const nlohmann::json& j)
     GpuFitTable t;
     t.budget_bytes = j.at("budget_bytes").get<std::int64_t>();
     t.budget_text = j.value("budget_text", std::string());
-    t.cuda_context_bytes = j.value("cuda_context_bytes", std::int64_t {0});
-    t.cuda_context_source = j.value("cuda_context_source", std::string());
-    t.nccl_bytes = j.value("nccl_bytes", std::int64_t {0});
-    t.nccl_source = j.value("nccl_source", std::string());
+    t.overheads.cuda_context_bytes = j.value("cuda_context_bytes", std::int64_t {0});
+    t.overheads.cuda_context_source = j.value("cuda_context_source", std::string());
+    t.overheads.nccl_bytes = j.value("nccl_bytes", std::int64_t {0});
+    t.overheads.nccl_source = j.value("nccl_source", std::string());
     t.gpu_counts = j.value("gpu_counts", std::vector<int> {});
     t.seq = j.value("seq", std::int64_t {0});
     t.device = j.value("device", std::string("cpu"));

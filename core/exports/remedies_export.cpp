@@ -33,6 +33,8 @@ nlohmann::json remediesToJson(const std::vector<Remedy>& remedies)
             e["measured_reserve_bytes"] = *m.measured_reserve;
         if (!m.measure_note.empty())
             e["measure_note"] = m.measure_note;
+        if (!m.not_worked_out.empty())
+            e["not_worked_out"] = m.not_worked_out;
         j.push_back(std::move(e));
     }
     return j;
@@ -66,6 +68,7 @@ std::vector<Remedy> remediesFromJson(const nlohmann::json& j)
         if (e.contains("measured_reserve_bytes"))
             m.measured_reserve = e["measured_reserve_bytes"].get<std::int64_t>();
         m.measure_note = e.value("measure_note", "");
+        m.not_worked_out = e.value("not_worked_out", "");
         out.push_back(std::move(m));
     }
     return out;
@@ -82,6 +85,10 @@ std::string remediesToText(const std::vector<Remedy>& remedies, const std::strin
     }
     int n = 0;
     for (const auto& m : remedies) {
+        if (!m.not_worked_out.empty()) { // asked for, and said why not: never left out
+            s << "  " << ++n << ". " << m.title << "  [not worked out]\n     " << m.not_worked_out << "\n";
+            continue;
+        }
         s << "  " << ++n << ". " << m.title << "  [" << method(m.method) << "]\n";
         s << "     peak total " << formatBytes(m.peak_total_before) << " -> " << formatBytes(m.peak_total_after) << " ("
           << formatByteChange(m.peakSaving(), 0) << ")";

@@ -283,7 +283,8 @@ void whatIfSection(std::ostringstream& out, const WhatIfTable& w)
     }
     out << "</table>\n";
     if (w.budget_bytes > 0 && !w.max_batch.empty()) {
-        out << "<p>" << (seq ? "Longest sequence" : "Largest batch") << " within " << htmlEscape(w.budgetText());
+        out << "<p>" << (seq ? "Longest sequence" : "Largest batch") << " within " << htmlEscape(w.budgetText()) << ", "
+            << htmlEscape(w.allocatorText());
         if (w.runnable.bounded())
             out << " (within " << w.runnable.text() << ", the sizes the model accepts)";
         out << ":";

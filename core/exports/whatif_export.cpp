@@ -73,11 +73,16 @@ nlohmann::json whatIfToJson(const WhatIfTable& t)
             row["fits"] = t.fits(p);
         rows.push_back(std::move(row));
     }
+    if (t.budget_bytes > 0) { // the budget, and the allocator's share that judges the rows (DeviceOverheads)
+        j["budget_bytes"] = t.budget_bytes;
+        j["cuda_context_bytes"] = t.overheads.cuda_context_bytes;
+        j["cuda_context_source"] = t.overheads.cuda_context_source;
+        j["allocator_budget_bytes"] = t.allocatorBudget();
+    }
     if (t.axis == WhatIfAxis::Seq) { // sequence lengths: recorded at, and the longest within the budget per batch
         j["recorded_seqs"] = j["recorded_batches"];
         j.erase("recorded_batches");
         if (t.budget_bytes > 0) {
-            j["budget_bytes"] = t.budget_bytes;
             auto& ms = j["max_seq"] = nlohmann::json::array();
             for (std::size_t i = 0; i < t.max_batch.size(); ++i)
                 ms.push_back({{"dtype", t.max_batch[i].first}, {"seq", t.max_batch[i].second},
@@ -85,7 +90,6 @@ nlohmann::json whatIfToJson(const WhatIfTable& t)
                     {"method", i < t.max_batch_method.size() ? nameOf(t.max_batch_method[i].second) : nameOf(FigureMethod::Predicted)}});
         }
     } else if (t.budget_bytes > 0) {
-        j["budget_bytes"] = t.budget_bytes;
         auto& mb = j["max_batch"] = nlohmann::json::object();
         for (const auto& [dtype, n] : t.max_batch)
             mb[dtype] = n;
@@ -100,6 +104,9 @@ WhatIfTable whatIfFromJson(const nlohmann::json& j)
 {
     WhatIfTable t;
     t.budget_bytes = j.value("budget_bytes", std::int64_t {0});
+    // A table written before the rule judged the whole budget: no context comes off it.
+    t.overheads.cuda_context_bytes = j.value("cuda_context_bytes", std::int64_t {0});
+    t.overheads.cuda_context_source = j.value("cuda_context_source", std::string());
     if (j.contains("recorded_batches") && j["recorded_batches"].size() >= 2) {
         t.recorded_batches = j["recorded_batches"].get<std::vector<std::int64_t>>();
         t.recorded_batch1 = t.recorded_batches.front();
@@ -193,8 +200,8 @@ std::string whatIfToText(const WhatIfTable& table)
         out << "\n";
     }
     if (budget > 0) {
-        out << "\nLargest " << (seq ? "sequence" : "batch") << " within " << table.budgetText()
-            << " (peak total, and the reserve on a device of that size"
+        out << "\nLargest " << (seq ? "sequence" : "batch") << " within " << table.budgetText() << ", "
+            << table.allocatorText() << " (peak total, and the reserve on a device of that share"
             << (table.runnable.bounded() ? ", within " + table.runnable.text() + ", the sizes the model accepts" : std::string())
             << "):\n";
         for (std::size_t i = 0; i < table.max_batch.size(); ++i) {

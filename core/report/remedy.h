@@ -31,7 +31,12 @@ struct Remedy {
     std::string dtype; // lower_precision
     std::vector<std::int64_t> tile; // tiling: the input's last dimensions
     std::string setting; // allocator_settings: "expandable_segments:True"
-    std::int64_t extra_bytes = 0; // micro_batching: the outputs of the other micro-batches, kept alive
+    // micro_batching: the outputs of the other micro-batches, kept alive; tiling: what stitching keeps beside a
+    // tile's run (the full input and output, the previous tile's output).
+    std::int64_t extra_bytes = 0;
+    // Set: this remedy asked for could not be worked out (its run failed), and why, with what would make it work;
+    // its figures are the run's own (no saving), and it is listed, never hidden, so that its failure hides nothing.
+    std::string not_worked_out;
     // Filled by a measuring run.
     std::optional<std::int64_t> measured_peak_total;
     std::optional<std::int64_t> measured_reserve;
@@ -43,6 +48,8 @@ struct Remedy {
     // listed behind "show all", not among the remedies that pay.
     bool minor() const
     {
+        if (!not_worked_out.empty())
+            return false;
         const double threshold = 0.01 * static_cast<double>(peak_total_before);
         return static_cast<double>(peakSaving()) < threshold
             && (reserve_after <= 0 || static_cast<double>(reserveSaving()) < threshold);

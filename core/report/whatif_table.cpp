@@ -24,6 +24,20 @@ std::string SizeRange::text() const
         + (max == std::numeric_limits<std::int64_t>::max() ? std::string("inf") : std::to_string(max));
 }
 
+DeviceOverheads DeviceOverheads::estimates()
+{
+    // Outside PyTorch's allocator: estimates, said as such.
+    constexpr std::int64_t kMiB = std::int64_t {1} << 20;
+    DeviceOverheads o;
+    o.cuda_context_bytes = 512 * kMiB;
+    o.cuda_context_source = "estimate: the CUDA context with lazy module loading (CUDA 12, the default since 11.7) "
+                            "takes 0.3-0.6 GiB of an H100 or A100 before PyTorch allocates anything";
+    o.nccl_bytes = 512 * kMiB;
+    o.nccl_source = "estimate: NCCL's communicator buffers, NCCL_BUFFSIZE (4 MiB) per channel and peer over up to "
+                    "32 channels on an NVLink node, on more than one GPU";
+    return o;
+}
+
 bool fitsWithin(const Prediction& p, std::int64_t budget)
 {
     if (budget <= 0 || !p.runnable || p.out_of_memory)
@@ -33,7 +47,7 @@ bool fitsWithin(const Prediction& p, std::int64_t budget)
 
 bool WhatIfTable::fits(const Prediction& p) const
 {
-    return budget_bytes > 0 && p.fits.value_or(fitsWithin(p, budget_bytes));
+    return budget_bytes > 0 && p.fits.value_or(fitsWithin(p, allocatorBudget()));
 }
 
 std::string WhatIfTable::fitsText(const Prediction& p) const
@@ -43,6 +57,14 @@ std::string WhatIfTable::fitsText(const Prediction& p) const
     if (fits(p))
         return "yes";
     return p.out_of_memory ? "no (out of memory)" : "no";
+}
+
+std::string WhatIfTable::allocatorText() const
+{
+    if (budget_bytes <= 0)
+        return {};
+    return formatBytes(allocatorBudget()) + " to PyTorch's allocator (the CUDA context's "
+        + formatBytes(overheads.cuda_context_bytes) + " off: an estimate)";
 }
 
 std::string WhatIfTable::budgetText() const

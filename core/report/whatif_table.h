@@ -3,6 +3,7 @@
 #include "report/kinds.h"
 #include "report/trace.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <limits>
@@ -26,6 +27,25 @@ struct SizeRange {
     void narrow(std::int64_t lo, std::int64_t hi, const std::string& reason);
     // "2..256", "1", "2..inf"
     std::string text() const;
+};
+
+// The one budget rule of every "fits" and "largest batch" (the what-if, the fit table, the remedies, the window): a
+// budget is a GPU's memory, and PyTorch's caching allocator has what the CUDA context and, on more than one GPU,
+// NCCL's buffers leave of it. Both are estimates (estimates()), said with their sources wherever a budget is.
+struct DeviceOverheads {
+    std::int64_t cuda_context_bytes = 0;
+    std::int64_t nccl_bytes = 0; // on more than one GPU
+    std::string cuda_context_source, nccl_source;
+    // 512 MiB each, with their sources.
+    static DeviceOverheads estimates();
+    // What the allocator may use of a GPU of `budget` bytes in a job of `gpus` GPUs: 0 where no budget is given
+    // (budget <= 0), at least 1 byte where one is (a budget the overheads exceed fits nothing).
+    std::int64_t allocatorShare(std::int64_t budget, int gpus = 1) const
+    {
+        if (budget <= 0)
+            return 0;
+        return std::max<std::int64_t>(1, budget - cuda_context_bytes - (gpus > 1 ? nccl_bytes : 0));
+    }
 };
 
 struct Prediction {
@@ -77,6 +97,9 @@ struct Prediction {
 struct WhatIfTable {
     std::vector<Prediction> predictions;
     std::int64_t budget_bytes = 0; // 0: no budget was given
+    // With a budget: what comes off it before the allocator's share (DeviceOverheads), which judges every row.
+    DeviceOverheads overheads;
+    std::int64_t allocatorBudget() const { return overheads.allocatorShare(budget_bytes, 1); }
     std::vector<std::pair<std::string, std::int64_t>> max_batch; // per dtype, with a budget
     // Per dtype of max_batch: how the largest batch that fits is known: measured (a real run at that batch
     // fits), predicted (within the records) or extrapolated (beyond the largest record).
@@ -94,19 +117,25 @@ struct WhatIfTable {
 
     // How a row is known, for people: "measured", "predicted", "extrapolated", or "computed on meta" for a row
     // run at exactly its setting on the meta device.
+    // A predicted row within the records reads "interpolated", beyond them (Prediction::extrapolated) "extrapolated".
     std::string methodText(const Prediction& p) const
     {
+        if (p.method == FigureMethod::Predicted)
+            return p.extrapolated ? "extrapolated" : "interpolated";
         return figureMethodText(p.method, device == "meta");
     }
 
     std::string budget_text; // the budget as the user typed it ("80GB", "H100-80GB"); empty: its bytes say it
 
-    // The table's verdict for a row (Prediction::fits); a row it did not judge: fitsWithin(p, budget_bytes).
+    // The table's verdict for a row (Prediction::fits); a row it did not judge: fitsWithin(p, allocatorBudget()).
     bool fits(const Prediction& p) const;
     // For people, in every export alike: "yes", "no", "no (out of memory)", "cannot run".
     std::string fitsText(const Prediction& p) const;
     // "H100-80GB (79.10 GiB)", "74.51 GiB": the budget as typed, with what it means.
     std::string budgetText() const;
+    // What judges the rows, for every export alike: "23.14 GiB to PyTorch's allocator (the CUDA context's 512.0 MiB
+    // off: an estimate)"; "" without a budget.
+    std::string allocatorText() const;
     // A largest batch or sequence: "none" when not even the smallest fits, ">= 1000000" at the search's end.
     static std::string largestText(std::int64_t n);
     // How max_batch[i] is known, for its text: " (measured: a run at it fits)", " (interpolated between records)",
@@ -155,9 +184,7 @@ struct GpuFitTable {
     std::int64_t budget_bytes = 0;
     std::string budget_text;
     // Outside PyTorch's allocator, per GPU: estimates with their sources, taken off the budget first.
-    std::int64_t cuda_context_bytes = 0;
-    std::int64_t nccl_bytes = 0; // on more than one GPU
-    std::string cuda_context_source, nccl_source;
+    DeviceOverheads overheads;
     std::vector<int> gpu_counts; // tried, increasing
     std::vector<GpuFitAnswer> answers;
     WhatIfAxis axis = WhatIfAxis::Batch;
@@ -181,10 +208,7 @@ struct GpuFitTable {
 
     // The allocator's share of the budget on `gpus` GPUs: the budget less the CUDA context and, on more than
     // one, NCCL's buffers.
-    std::int64_t allocatorBudget(int gpus) const
-    {
-        return budget_bytes - cuda_context_bytes - (gpus > 1 ? nccl_bytes : 0);
-    }
+    std::int64_t allocatorBudget(int gpus) const { return overheads.allocatorShare(budget_bytes, gpus); }
     // What a micro-batch marked extrapolated (GpuFitAnswer::microBatchText) means, for the text, the HTML and the
     // window alike; "" when no answer is.
     std::string extrapolatedLegend() const;

@@ -895,7 +895,9 @@ CheckpointPlan planCheckpoints(const Report& r, std::int64_t budget, CheckpointI
         }
         candidates = usable;
     }
-    auto fits = [&](const CheckpointPrediction& p) { return p.predicted_peak_total_bytes <= budget; };
+    // The one budget rule (DeviceOverheads): the allocator's share of the GPU's memory.
+    const auto share = DeviceOverheads::estimates().allocatorShare(budget);
+    auto fits = [&](const CheckpointPrediction& p) { return p.predicted_peak_total_bytes <= share; };
     auto better = [&](const CheckpointPrediction& a, const CheckpointPrediction& b) {
         // a better than b: fitting first, then less recompute, then lower peak.
         if (fits(a) != fits(b))
@@ -995,7 +997,7 @@ CheckpointPlan planCheckpoints(const Report& r, std::int64_t budget, CheckpointI
             + " blocks, as torch.utils.checkpoint wraps a model's layers");
     if (!plan.fits)
         plan.prediction.notes.push_back("no set of checkpoints found brings the peak total within "
-            + formatBytes(budget) + "; this plan has the lowest peak found");
+            + formatBytes(share) + " (" + formatBytes(budget) + " less the CUDA context, an estimate); this plan has the lowest peak found");
     return plan;
 }
 

@@ -137,8 +137,8 @@ CheckpointPrediction predictCheckpoint(const Report& r, const std::vector<std::s
 // The step of a spec (checkpointedModules over the report's layers); `spec` none: the report's own figures.
 CheckpointPrediction predictCheckpoint(const Report& r, const CheckpointSpec& spec, bool withReserved = true);
 
-// The set of modules (at any depth) whose checkpointing brings the predicted peak total within `budget` bytes
-// with the least recompute time: a greedy search over checkpointableModules() followed by local improvement
+// The set of modules (at any depth) whose checkpointing brings the predicted peak total within `budget` bytes of a GPU
+// (its allocator's share: DeviceOverheads) with the least recompute time: a greedy search over checkpointableModules() followed by local improvement
 // (drop, swap for a parent or a child). When no plan fits, the plan with the lowest peak found.
 struct CheckpointPlan {
     std::int64_t budget_bytes = 0;

@@ -111,13 +111,7 @@ ParallelPlan planFor(const GpuFitRequest& r, const std::string& precision, Shard
 
 void setOverheadEstimates(GpuFitTable& t)
 {
-    // Outside PyTorch's allocator: estimates, said as such.
-    t.cuda_context_bytes = 512 * kMiB;
-    t.cuda_context_source = "estimate: the CUDA context with lazy module loading (CUDA 12, the default since 11.7) "
-                            "takes 0.3-0.6 GiB of an H100 or A100 before PyTorch allocates anything";
-    t.nccl_bytes = 512 * kMiB;
-    t.nccl_source = "estimate: NCCL's communicator buffers, NCCL_BUFFSIZE (4 MiB) per channel and peer over up to "
-                    "32 channels on an NVLink node, on more than one GPU";
+    t.overheads = DeviceOverheads::estimates();
 }
 
 std::vector<Prediction> rankRows(const WhatIf& w, const std::vector<std::int64_t>& batches,

@@ -167,19 +167,27 @@ RunOptions optionsOf(const Report& r)
     return o;
 }
 
-std::vector<Shape> tiledInputs(const Report& r, const std::vector<std::int64_t>& tile)
+} // namespace
+
+std::vector<Shape> TilingRequest::inputsOf(const std::vector<Shape>& full) const
 {
-    auto inputs = r.run.input_shapes;
+    auto inputs = full;
     for (auto& s : inputs) {
         if (s.size() < tile.size() + 1)
             throw std::invalid_argument("the tile " + shapeToString(tile) + " has more dimensions than the input "
                 + shapeToString(s) + " has beyond its batch");
-        std::copy(tile.begin(), tile.end(), s.end() - static_cast<std::ptrdiff_t>(tile.size()));
+        for (std::size_t d = 0; d < tile.size(); ++d) {
+            auto& n = s[s.size() - tile.size() + d];
+            n = std::min(n, tile[d] + 2 * overlap);
+        }
     }
     return inputs;
 }
 
-} // namespace
+std::string TilingRequest::text() const
+{
+    return "Tiles of " + shapeToString(tile) + (overlap > 0 ? ", " + std::to_string(overlap) + " of overlap" : std::string());
+}
 
 std::vector<InplaceCandidate> inplaceCandidates(const Report& r)
 {
@@ -402,20 +410,31 @@ void addLowerPrecision(const Report& r, const WhatIf& w, const RemedyMaker& base
     }
 }
 
-// The largest batch within the budget; returns it (0: no budget, or none fits).
-std::int64_t addLargestBatch(const Report& r, const WhatIf& w, std::int64_t budget, const RemedyMaker& base,
-    std::vector<Remedy>& out)
+// The largest batch within the budget, a GPU's memory: the what-if table's answer (makeWhatIfTable judges on the
+// allocator's share of it, DeviceOverheads), so that `whatif --budget`, `fit --gpus 1` and this remedy give one
+// answer, and no recommended batch's reserve plus the CUDA context exceeds the card. Returns it (0: no budget, or
+// none fits). With `model`, the figures the records do not back are run, as the what-if table runs them.
+std::int64_t addLargestBatch(const Report& r, const WhatIf& w, std::int64_t budget, Model* model,
+    const RemedyMaker& base, std::vector<Remedy>& out)
 {
-    if (budget <= 0)
+    if (budget <= 0 || !w.hasPrecision(r.run.dtype))
         return 0;
-    const std::int64_t fitting = w.maxBatch(r.run.dtype, budget, true);
+    WhatIfRequest request; // the rows `whatif --budget` makes, the run's own among them
+    request.current_batch = r.run.batch;
+    request.dtypes = {r.run.dtype};
+    request.budget = budget;
+    const auto table = whatIfTableFor(w, request, model);
+    if (table.max_batch.empty())
+        return 0;
+    const std::int64_t fitting = table.max_batch.front().second;
     if (fitting <= 0)
         return fitting;
-    auto p = w.predict(fitting, r.run.dtype, true, budget);
+    const auto share = table.allocatorBudget();
+    auto p = w.predict(fitting, r.run.dtype, true, share);
     auto m = base(RemedyKind::LargestBatch, "Largest batch within " + formatBytes(budget) + ": "
         + std::to_string(fitting) + " (now " + std::to_string(r.run.batch) + ")");
     m.change = "run at batch " + std::to_string(fitting) + ": the largest whose peak total and reserve stay within "
-        + formatBytes(budget);
+        + table.allocatorText();
     if (w.runnableRange().bounded()) // never beyond what the program accepts
         m.details.push_back("the program accepts batches " + w.runnableRange().text()
             + (w.runnableRange().why.empty() ? "" : ": " + w.runnableRange().why));
@@ -423,8 +442,8 @@ std::int64_t addLargestBatch(const Report& r, const WhatIf& w, std::int64_t budg
     m.reserve_after = p.predicted_reserved_bytes;
     m.batch = fitting;
     m.measure_how = MeasureHow::Run;
-    if (p.extrapolated)
-        m.details.push_back("beyond the largest what-if record: extrapolated");
+    if (!table.max_batch_method.empty())
+        m.details.push_back("batch " + std::to_string(fitting) + table.largestMethodText(0));
     out.push_back(std::move(m));
     return fitting;
 }
@@ -609,8 +628,9 @@ void addCheckpoint(const Report& r, std::int64_t budget, const RemedyMaker& base
         std::snprintf(ms, sizeof ms, "%.1f", p.recompute_ms);
         m.details.push_back(std::string("recomputes about ") + ms + " ms of forward");
         if (budget > 0)
-            m.details.push_back(plan.fits ? "fits within " + formatBytes(budget)
-                                          : "no plan found fits within " + formatBytes(budget) + ": the lowest peak found");
+            m.details.push_back((plan.fits ? "fits within " : "no plan found fits within ")
+                + formatBytes(DeviceOverheads::estimates().allocatorShare(budget)) + ", the allocator's share of "
+                + formatBytes(budget) + " (the CUDA context off: an estimate)" + (plan.fits ? "" : ": the lowest peak found"));
         for (const auto& n : p.notes)
             m.details.push_back(n);
         m.measure_how = MeasureHow::None; // TorchScript cannot script torch.utils.checkpoint: no run here checks it
@@ -649,30 +669,76 @@ void addRankCheckpoint(const Report& step, const ParallelPlan& plan, const Remed
 }
 
 // Tiling: a real run at the tile shape.
-void addTiling(const Report& r, const std::vector<std::int64_t>& tile, Model& model, const RemedyMaker& base,
+// Tiling as users tile: one interior tile's run (the report's model at the tile's size, or a program of the tile's
+// own size), and what stitching keeps beside it: the full input, the full output the tiles are cropped into, and
+// the previous tile's output, which its variable holds until the next tile's run returns. A run that fails (a
+// program whose sizes are fixed) gives a remedy not worked out, which says how to make it work.
+void addTiling(const Report& r, const TilingRequest& tiling, Model& model, const RemedyMaker& base,
     std::vector<Remedy>& out)
 {
     auto o = optionsOf(r);
-    o.inputs = tiledInputs(r, tile);
-    auto tiled = analyzeModel(model, o);
-    auto m = base(RemedyKind::Tiling, "Tiles of " + shapeToString(tile));
-    std::int64_t tiles = 1;
+    o.inputs = tiling.inputsOf(r.run.input_shapes);
     const auto& full = r.run.input_shapes.front();
-    for (std::size_t d = 0; d < tile.size(); ++d) {
-        auto n = full[full.size() - tile.size() + d];
-        tiles *= (n + tile[d] - 1) / tile[d];
+    const auto& run = o.inputs.front();
+    auto m = base(RemedyKind::Tiling, tiling.text());
+    m.tile.assign(run.end() - static_cast<std::ptrdiff_t>(tiling.tile.size()), run.end());
+    std::int64_t tiles = 1;
+    for (std::size_t d = 0; d < tiling.tile.size(); ++d) {
+        auto n = full[full.size() - tiling.tile.size() + d];
+        tiles *= (n + tiling.tile[d] - 1) / tiling.tile[d];
     }
     m.change = "run the input " + shapeToString(full) + " as " + std::to_string(tiles) + " tiles of "
-        + shapeToString(tile) + " (overlap them where the receptive field needs it) and stitch the outputs";
-    m.peak_total_after = tiled.peak_total_bytes;
-    m.reserve_after = tiled.gpu ? tiled.gpu->reserved_peak_bytes : tiled.simulated_reserved_peak_bytes;
-    m.method = FigureMethod::Measured;
-    m.measured_peak_total = m.peak_total_after;
-    m.measured_reserve = m.reserve_after;
-    m.tile = tile;
-    m.measure_how = MeasureHow::Run;
-    m.details.push_back(std::string("peak per tile, ") + figureMethodText(FigureMethod::Measured, r.run.device == "meta")
-        + " by a run at " + shapeToString(o.inputs.front()));
+        + shapeToString(tiling.tile)
+        + (tiling.overlap > 0 ? " with " + std::to_string(tiling.overlap) + " of overlap on each side (an interior tile's input "
+                  + shapeToString(run) + ")"
+                              : std::string(" (overlap them where the receptive field needs it: --tile-overlap)"))
+        + ", each tile's output cropped into the full output";
+    Report tiled;
+    try {
+        tiled = analyzeModel(tiling.program ? *tiling.program : model, o);
+    } catch (const Cancelled&) {
+        throw;
+    } catch (const std::exception& e) {
+        m.peak_total_after = m.peak_total_before;
+        m.reserve_after = m.reserve_before;
+        m.method = FigureMethod::Estimate;
+        m.not_worked_out = "the tile's run at " + shapeToString(run) + " failed: " + e.what()
+            + (tiling.program ? std::string()
+                              : std::string(". A program whose sizes are fixed (torch.export without dynamic shapes, a traced "
+                                            "model) runs only at its own: export one at the tile's input, ")
+                      + shapeToString(run) + ", and give it with --tile-program FILE");
+        out.push_back(std::move(m));
+        return;
+    }
+    // Kept while the tiles run, beside one tile's run.
+    const bool outputs = r.trace && r.forward_uses_recorded && tiled.trace && tiled.forward_uses_recorded;
+    const std::int64_t fullOutput = outputs ? OpIndex(r).output_bytes : 0;
+    const std::int64_t tileOutput = outputs ? OpIndex(tiled).output_bytes : 0;
+    m.extra_bytes = r.input_bytes + fullOutput + tileOutput;
+    m.peak_total_after = tiled.peak_total_bytes + m.extra_bytes;
+    // The tile's replayed reserve, and the three blocks at the allocator's rounding beside it.
+    auto rounded = [](std::int64_t bytes) { return bytes > 0 ? allocatorRoundSize(bytes) : 0; };
+    m.reserve_after = (tiled.gpu ? tiled.gpu->reserved_peak_bytes : tiled.simulated_reserved_peak_bytes)
+        + rounded(r.input_bytes) + rounded(fullOutput) + rounded(tileOutput);
+    m.method = FigureMethod::Predicted; // a run, and the stitching's blocks added to it
+    m.measured_peak_total = tiled.peak_total_bytes + m.extra_bytes;
+    m.tile = tiling.program ? std::vector<std::int64_t> {} : m.tile;
+    m.measure_how = tiling.program ? MeasureHow::None : MeasureHow::Run;
+    m.details.push_back(std::string("one tile's peak total, ") + formatBytes(tiled.peak_total_bytes) + ", "
+        + figureMethodText(FigureMethod::Measured, r.run.device == "meta") + " by a run of "
+        + (tiling.program ? "the tile's program" : "the model") + " at " + shapeToString(run));
+    m.details.push_back("kept while the tiles run: the full input, " + formatBytes(r.input_bytes)
+        + (outputs ? ", the full output the tiles are cropped into, " + formatBytes(fullOutput)
+                     + ", and the previous tile's output, " + formatBytes(tileOutput)
+                     + ", held by its variable until the next tile's run returns (del it before the next call to save it)"
+                   : std::string(" (the outputs' sizes are not known from this run: not counted)")));
+    if (tiling.overlap > 0) {
+        double share = 1.0;
+        for (std::size_t d = 0; d < tiling.tile.size(); ++d)
+            share *= static_cast<double>(run[run.size() - tiling.tile.size() + d]) / static_cast<double>(tiling.tile[d]);
+        m.details.push_back("the overlap is computed again by each neighbour: an interior tile runs "
+            + formatPercent(100.0 * share) + " of its own share of the input");
+    }
     out.push_back(std::move(m));
 }
 
@@ -722,7 +788,7 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
     const RemedyMaker base(r);
     if (const WhatIf* w = whatIfOf(r, options)) {
         addLowerPrecision(r, *w, base, out);
-        const auto fitting = addLargestBatch(r, *w, options.budget, base, out);
+        const auto fitting = addLargestBatch(r, *w, options.budget, options.model, base, out);
         addMicroBatching(r, *w, options.budget > 0 ? fitting : recordedBatchesFor(r.run.mode).first, base, out);
     }
     if (modelRun(r)) {
@@ -732,8 +798,8 @@ std::vector<Remedy> computeRemedies(const Report& r, const RemedyOptions& option
         addCheckpoint(r, options.budget, base, out);
         if (options.rank_step && options.rank_plan)
             addRankCheckpoint(*options.rank_step, *options.rank_plan, base, out);
-        if (!options.tile.empty() && options.model)
-            addTiling(r, options.tile, *options.model, base, out);
+        if (!options.tiling.tile.empty() && options.model)
+            addTiling(r, options.tiling, *options.model, base, out);
         if (r.gpu)
             addCudnnBenchmark(base, out);
     }
@@ -899,7 +965,7 @@ std::optional<Remedy> snapshotPeakRemedy(const Report& r)
 }
 
 std::vector<Remedy> remediesForModel(Model& model, const Report& report, std::int64_t budget,
-    const std::vector<std::int64_t>& tile, const std::function<void(const std::string&)>& progress,
+    const TilingRequest& tiling, const std::function<void(const std::string&)>& progress,
     const std::atomic<bool>* cancel, const Report* rankStep, const ParallelPlan* rankPlan)
 {
     RunOptions base = optionsOf(report);
@@ -913,19 +979,29 @@ std::vector<Remedy> remediesForModel(Model& model, const Report& report, std::in
     for (const std::string d : {"bfloat16", "float16"})
         if (d != report.run.dtype)
             request.dtypes.push_back(d);
-    auto w = recordWhatIf(model, base, request, [&progress](const std::string& dtype, std::int64_t batch, int done) {
+    auto told = [&progress](const std::string& dtype, std::int64_t batch, int done) {
         if (progress)
             progress("what-if record " + std::to_string(done) + " in " + dtype + " at batch " + std::to_string(batch));
-    });
+    };
+    auto w = recordWhatIf(model, base, request, told);
+    if (budget > 0) {
+        // The largest batch: the records `whatif --budget SIZE --dtype D` makes for the run's precision, up to past
+        // its answer, so that the two say one batch (addLargestBatch takes the what-if table's).
+        WhatIfRequest largest;
+        largest.current_batch = report.run.batch;
+        largest.dtypes = {report.run.dtype};
+        largest.budget = budget;
+        w.keepFurthest(recordWhatIfForBudget(model, base, largest, told));
+    }
     RemedyOptions options;
     options.budget = budget;
-    options.tile = tile;
+    options.tiling = tiling;
     options.whatif = &w;
     options.model = &model;
     options.rank_step = rankStep;
     options.rank_plan = rankPlan;
-    if (!tile.empty() && progress)
-        progress("tiling run at " + shapeToString(tile));
+    if (!tiling.tile.empty() && progress)
+        progress("tiling run at " + shapeToString(tiling.inputsOf(report.run.input_shapes).front()));
     return computeRemedies(report, options);
 }
 
@@ -946,7 +1022,9 @@ Remedy measureRemedy(const Remedy& remedy, const Report& report, Model& model, M
         } else if (remedy.kind == RemedyKind::LargestBatch || remedy.kind == RemedyKind::MicroBatching) {
             o.batch = remedy.batch;
         } else if (remedy.kind == RemedyKind::Tiling) {
-            o.inputs = tiledInputs(report, remedy.tile);
+            TilingRequest run; // the remedy's tile is its run's last dimensions, overlap included
+            run.tile = remedy.tile;
+            o.inputs = run.inputsOf(report.run.input_shapes);
         } else if (remedy.kind == RemedyKind::CudnnBenchmark) {
             if (!report.gpu)
                 throw std::invalid_argument("cudnn.benchmark is measured on a GPU run only");

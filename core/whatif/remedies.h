@@ -24,11 +24,31 @@ namespace memledger {
 class Model;
 class WhatIf;
 
+// The tiling remedy's request: the input's last dimensions run as tiles of `tile`, each with `overlap` elements of
+// context on every side (an interior tile's input is tile + 2 x overlap, at most the full size), stitched into the
+// full output.
+struct TilingRequest {
+    std::vector<std::int64_t> tile; // {512, 512}; empty: no tiling remedy
+    std::int64_t overlap = 0;
+    // A program of the tile's own input size, for a model whose sizes are fixed (torch.export without dynamic
+    // shapes, a traced model): the tile's run is this program's; nullptr: the report's model at the tile's size.
+    Model* program = nullptr;
+    // The input shapes of an interior tile's run: each input's last dimensions replaced (std::invalid_argument
+    // where the tile has more dimensions than an input has beyond its batch).
+    std::vector<Shape> inputsOf(const std::vector<Shape>& full) const;
+    // "Tiles of 512x512" with ", 32 of overlap" where there is overlap.
+    std::string text() const;
+};
+
 struct RemedyOptions {
-    std::int64_t budget = 0; // bytes; 0: no budget (largest batch left out; micro-batches of 1)
-    std::vector<std::int64_t> tile; // the input's last dimensions for the tiling run ({512, 512}); empty: none
+    // A GPU's memory, bytes (judged on its allocator's share, DeviceOverheads); 0: no budget (largest batch left out;
+    // micro-batches of 1).
+    std::int64_t budget = 0;
+    TilingRequest tiling; // the tiling remedy's, measured by a run at the tile's shape; no tile: none
     const WhatIf* whatif = nullptr; // records of this model: lower precision, largest batch, micro-batching
-    Model* model = nullptr; // the model of the report: the tiling remedy is measured by a run at the tile shape
+    // The model of the report: the tiling remedy is measured by a run at the tile shape, and the largest batch's
+    // figures the records do not back are run (as the what-if table runs them).
+    Model* model = nullptr;
     // A rank's report (whatif/parallel.h): the step it was laid over and the plan, for the rank's checkpointing
     // remedies (each block checkpointed, selective and full, laid out as the rank again).
     const Report* rank_step = nullptr;
@@ -37,7 +57,7 @@ struct RemedyOptions {
 
 // The remedies for `report`, best first. Needs only the report for in-place, BatchNorm folding, unread buffers
 // and allocator settings; the others need options.whatif (or options.model for tiling) and are left out
-// without it. Throws RunError when the tiling run fails.
+// without it. A tiling run that fails gives a remedy not worked out (Remedy::not_worked_out), the others intact.
 std::vector<Remedy> computeRemedies(const Report& report, const RemedyOptions& options = {});
 
 // The remedies of a model's report with what they need: what-if records of the report's run (batch 1 upward,
@@ -45,7 +65,7 @@ std::vector<Remedy> computeRemedies(const Report& report, const RemedyOptions& o
 // `progress` (may be empty) is told each record. Throws RunError, Cancelled.
 // `rankStep` and `rankPlan`: RemedyOptions' (a rank's report).
 std::vector<Remedy> remediesForModel(Model& model, const Report& report, std::int64_t budget,
-    const std::vector<std::int64_t>& tile, const std::function<void(const std::string&)>& progress = {},
+    const TilingRequest& tiling, const std::function<void(const std::string&)>& progress = {},
     const std::atomic<bool>* cancel = nullptr, const Report* rankStep = nullptr, const ParallelPlan* rankPlan = nullptr);
 
 // Measures `remedy` by a real run and returns it with measured_peak_total, measured_reserve (the reserve

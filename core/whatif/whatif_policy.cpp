@@ -116,9 +116,10 @@ std::int64_t recordsToReach(std::int64_t answer, std::int64_t lastRecord, const 
 std::int64_t budgetRecordsWanted(const WhatIf& w, const std::vector<std::string>& dtypes, std::int64_t budget)
 {
     std::int64_t wanted = 0;
+    const auto share = DeviceOverheads::estimates().allocatorShare(budget);
     for (const auto& d : dtypes)
         if (w.hasPrecision(d) && w.isRecorded(d))
-            wanted = std::max(wanted, recordsToReach(w.maxBatch(d, budget), w.lastRecord(d), w.runnableRange()));
+            wanted = std::max(wanted, recordsToReach(w.maxBatch(d, share), w.lastRecord(d), w.runnableRange()));
     return wanted;
 }
 

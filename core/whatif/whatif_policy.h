@@ -71,7 +71,8 @@ WhatIf recordWhatIfForBudget(Model& model, RunOptions base, const WhatIfRequest&
 // lie inside them, with an eighth to spare (new records may move the answer a little), within `range`; 0 when the
 // last record (`lastRecord`) already reaches past the answer, or there is no answer.
 std::int64_t recordsToReach(std::int64_t answer, std::int64_t lastRecord, const SizeRange& range);
-// Of `dtypes`, the furthest size the records must reach so that the largest batch within `budget` of each is
+// Of `dtypes`, the furthest size the records must reach so that the largest batch within `budget` (a GPU, its
+// allocator's share judged: DeviceOverheads) of each is
 // inside its records (recordsToReach); 0 when every one is.
 std::int64_t budgetRecordsWanted(const WhatIf& w, const std::vector<std::string>& dtypes, std::int64_t budget);
 // While one is alive on a thread, the what-if records made on that thread are kept, by precision and size, and a record

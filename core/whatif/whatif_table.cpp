@@ -22,6 +22,10 @@ WhatIfTable makeWhatIfTable(const WhatIf& w, const std::vector<std::int64_t>& ba
 {
     WhatIfTable t;
     t.budget_bytes = budget;
+    // Every row is judged on the allocator's share of the budget (DeviceOverheads: the one rule).
+    if (budget > 0)
+        t.overheads = DeviceOverheads::estimates();
+    const std::int64_t share = t.allocatorBudget();
     t.recorded_batch1 = w.batch1();
     t.recorded_batch2 = w.batch2();
     t.recorded_batches = w.recordedBatches();
@@ -62,7 +66,7 @@ WhatIfTable makeWhatIfTable(const WhatIf& w, const std::vector<std::int64_t>& ba
             continue;
         }
         for (auto batch : rows) {
-            auto p = w.predict(batch, dtype, true, budget);
+            auto p = w.predict(batch, dtype, true, share);
             // Where the two records did not line up, a prediction is a guess: run it instead.
             const bool check = !p.reliable && p.runnable && model && w.isRecorded(dtype);
             if (check && !timeLeft())
@@ -72,36 +76,36 @@ WhatIfTable makeWhatIfTable(const WhatIf& w, const std::vector<std::int64_t>& ba
                                     : std::string(": not measured: the table's half minute for measurements was spent")));
             else if (check) {
                 try {
-                    p = w.measure(*model, batch, dtype, budget);
+                    p = w.measure(*model, batch, dtype, share);
                 } catch (const RunError& e) {
                     p.notes.push_back(dtype + ", " + word + std::to_string(batch) + ": could not be measured: " + e.what());
                 }
             }
             t.predictions.push_back(std::move(p));
         }
-        if (budget <= 0)
+        if (share <= 0) // no budget
             continue;
         // The largest size that fits, and every row's verdict from it: a row fits when it is runnable, fits by
         // its own figures and lies at or below the largest. A row that does not fit by its own figures below
         // that largest lowers it, so that the rows and the summary never disagree.
-        auto n = w.maxBatch(dtype, budget);
+        auto n = w.maxBatch(dtype, share);
         for (std::size_t i = first; i < t.predictions.size(); ++i) {
             const auto& p = t.predictions[i];
             const auto x = xOf(p);
-            if (!fitsWithin(p, budget) && x <= n && x >= t.runnable.min)
-                n = w.maxBatch(dtype, budget, true, x - 1);
+            if (!fitsWithin(p, share) && x <= n && x >= t.runnable.min)
+                n = w.maxBatch(dtype, share, true, x - 1);
         }
         for (std::size_t i = first; i < t.predictions.size(); ++i) {
             auto& p = t.predictions[i];
             const auto x = xOf(p);
-            const bool own = fitsWithin(p, budget);
+            const bool own = fitsWithin(p, share);
             p.fits = own && x <= n;
             if (own && x > n)
                 p.notes.push_back(dtype + ", " + word + std::to_string(x) + ": not called fits: " + word
                     + std::to_string(n + 1) + ", smaller, does not fit (the simulated fragmentation is not monotone)");
             else if (p.out_of_memory && p.runnable)
-                p.notes.push_back(dtype + ", " + word + std::to_string(x) + ": out of memory on a device of "
-                    + formatBytes(budget) + ", after the allocator released its cached blocks");
+                p.notes.push_back(dtype + ", " + word + std::to_string(x) + ": out of memory with "
+                    + formatBytes(share) + " to the allocator, after it released its cached blocks");
         }
         t.max_batch.emplace_back(dtype, n);
         if (t.axis == WhatIfAxis::Seq)
@@ -111,8 +115,8 @@ WhatIfTable makeWhatIfTable(const WhatIf& w, const std::vector<std::int64_t>& ba
         FigureMethod how = n >= 1 && w.predict(n, dtype, false).extrapolated ? FigureMethod::Extrapolated : FigureMethod::Predicted;
         if (model && n >= 1 && how == FigureMethod::Predicted && w.isRecorded(dtype) && timeLeft()) {
             try {
-                auto m = w.measure(*model, n, dtype, budget);
-                if (m.measured_peak_total_bytes && *m.measured_peak_total_bytes <= budget)
+                auto m = w.measure(*model, n, dtype, share);
+                if (m.measured_peak_total_bytes && *m.measured_peak_total_bytes <= share)
                     how = FigureMethod::Measured;
             } catch (const RunError&) {
             }
