@@ -440,12 +440,17 @@ void MainWindow::updateGpuFit()
         gpuFit_->clear(tr("Type a memory budget (a GPU) in the What if panel."));
         return;
     }
+    // Every strategy the CLI's fit answers for, DeepSpeed's stages among them (their rows follow PyTorch's).
+    request.shards.insert(request.shards.end(), {Sharding::DsZero1, Sharding::DsZero2, Sharding::DsZero3});
     request.precisions.push_back("float16"); // every precision the What if panel offers: it shows the rows of its own
     // with the checkpointing its Checkpointing row has (a model without repeated blocks: the rows say why)
     request.checkpoints = {parseCheckpointSpec(whatIf_->panel()->checkpoint().toStdString())};
     // and its Micro-batches and CPU offload rows
     request.base.grad_accum = whatIf_->panel()->gradAccum();
-    request.base.offload = whatIf_->panel()->offload();
+    // Ticked: each strategy with the offload it has (FSDP2's CPUOffloadPolicy, DeepSpeed's offload_param or
+    // offload_optimizer), a row each; the panel shows those of its own strategy.
+    if (whatIf_->panel()->offloadAsked())
+        request.offloads = {"params", "optimizer"};
     request.with_reserved = w->eventCount(w->dtypes().front()) <= 200000;
     // Off the GUI thread (a 7B step takes a second or more); the latest request wins.
     const auto generation = ++gpuFitGeneration_;

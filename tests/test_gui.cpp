@@ -547,6 +547,20 @@ TEST(MainWindow, WhatIfPanelShowsOneRankOfAShardedJob)
     while (panel->gpuFitText().isEmpty() && clock.elapsed() < 10000)
         QTest::qWait(50);
     EXPECT_TRUE(panel->gpuFitText().contains("fsdp")) << panel->gpuFitText().toStdString();
+    // DeepSpeed's stages are offered too: the rank laid out as DeepSpeed does, and the fit table answers for them.
+    panel->setShard(QStringLiteral("ds-zero3"));
+    auto ds = panel->rankPlan();
+    ASSERT_TRUE(ds);
+    EXPECT_EQ(ds->shard, Sharding::DsZero3);
+    auto dsRank = panel->activeWhatIf()->predictRank(panel->batch(), *ds, false);
+    EXPECT_TRUE(dsRank.runnable) << dsRank.not_runnable;
+    EXPECT_TRUE(panel->peakTotalText().startsWith(QString::fromStdString(formatBytes(dsRank.predicted_peak_total_bytes))))
+        << panel->peakTotalText().toStdString();
+    clock.restart();
+    while (!panel->gpuFitText().contains("ds-zero3") && clock.elapsed() < 10000)
+        QTest::qWait(50);
+    EXPECT_TRUE(panel->gpuFitText().contains("ds-zero3")) << panel->gpuFitText().toStdString();
+    panel->setShard(QStringLiteral("ddp"));
     // Mixed precision under DDP is autocast over float32 weights: the what-if's "bfloat16-mixed" record (the window
     // makes one for every training step) laid out per rank.
     panel->setDtype(QStringLiteral("bfloat16-mixed"));

@@ -88,8 +88,9 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     shardBox_->addItem(tr("ZeRO-2 (FSDP, no reshard after forward)"), QStringLiteral("zero2"));
     shardBox_->addItem(tr("ZeRO-1 (optimizer state sharded)"), QStringLiteral("zero1"));
     shardBox_->addItem(tr("DDP (replicated)"), QStringLiteral("ddp"));
-    // DeepSpeed's stages (ds-zero1/2/3) are the command line's for now: with one chosen here the GPUs tab's table never
-    // came back (issue 55's note).
+    shardBox_->addItem(tr("DeepSpeed ZeRO-1"), QStringLiteral("ds-zero1"));
+    shardBox_->addItem(tr("DeepSpeed ZeRO-2"), QStringLiteral("ds-zero2"));
+    shardBox_->addItem(tr("DeepSpeed ZeRO-3"), QStringLiteral("ds-zero3"));
     shardBox_->setToolTip(tr("How the job shards the parameters, gradients and optimizer state"));
     checkpointBox_ = new QComboBox(this);
     checkpointBox_->addItem(tr("none"), QStringLiteral("none"));
@@ -109,8 +110,9 @@ WhatIfPanel::WhatIfPanel(QWidget* parent)
     offloadBox_ = new QCheckBox(tr("parameters, gradients, optimizer"), this);
     offloadBox_->setToolTip(tr("CPU offload (FSDP2's CPUOffloadPolicy, with FSDP or ZeRO-2): the rank's parameter and "
                                "gradient shards, its optimizer state and step live in the host's pinned memory; each "
-                               "unit's shards are copied to the GPU for its forward and backward (DeepSpeed's "
-                               "ZeRO-Offload: the command line's --shard ds-zero1|2|3 --offload optimizer|params)"));
+                               "unit's shards are copied to the GPU for its forward and backward; with DeepSpeed's "
+                               "ZeRO-3 its offload_param and offload_optimizer, with its stages 1 and 2 "
+                               "ZeRO-Offload's offload_optimizer alone)"));
     offloadLabel_ = new QLabel(tr("CPU offload"), this);
     // The choices' long names ("ZeRO-2 (FSDP, no reshard after forward)", "bfloat16 mixed (...)") never widen the
     // panel past its dock: the box shows what fits and its list shows them whole. A wider panel was clipped on the
@@ -363,8 +365,16 @@ std::string WhatIfPanel::offload() const
     const auto s = shard().isEmpty() && gpus() > 1 ? QStringLiteral("fsdp") : shard();
     if (!offloadBox_->isChecked())
         return "";
-    // FSDP2's CPUOffloadPolicy moves the parameters with the optimizer (fsdp, zero2); DDP and ZeRO-1 offload nothing.
-    return s == QLatin1String("fsdp") || s == QLatin1String("zero2") ? "params" : "";
+    // FSDP2's CPUOffloadPolicy moves the parameters with the optimizer (fsdp, zero2); DeepSpeed's ZeRO-3 its
+    // offload_param with the optimizer, its stages 1 and 2 the optimizer (ZeRO-Offload); DDP and ZeRO-1 nothing.
+    if (s == QLatin1String("fsdp") || s == QLatin1String("zero2") || s == QLatin1String("ds-zero3"))
+        return "params";
+    return s == QLatin1String("ds-zero1") || s == QLatin1String("ds-zero2") ? "optimizer" : "";
+}
+
+bool WhatIfPanel::offloadAsked() const
+{
+    return offloadBox_->isChecked();
 }
 
 void WhatIfPanel::setOffload(bool on)

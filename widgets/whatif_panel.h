@@ -61,6 +61,7 @@ public:
     QSpinBox* gradAccumBox() const { return gradAccumBox_; }
     // CPU offload of a sharded rank (FSDP2's CPUOffloadPolicy: --offload params): "params" when ticked with fsdp or
     // zero2, else "".
+    bool offloadAsked() const; // the CPU offload box is ticked (each strategy's own offload: offload())
     std::string offload() const;
     void setOffload(bool on);
     QCheckBox* offloadBox() const { return offloadBox_; }
