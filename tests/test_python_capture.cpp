@@ -348,4 +348,21 @@ TEST(PythonCapture, AnInstalledPackagesFramesAreItsFiles)
         EXPECT_EQ(name.front(), '/') << name;
         EXPECT_TRUE(std::filesystem::exists(name)) << name;
     }
+    // Its tree is the module's own: a row per path of named_modules() (module hooks name each call's forward), each
+    // under its parent, whichever line of the parent's forward called it.
+    if (!t.contains("modules"))
+        return;
+    const auto json = ::testing::TempDir() + "capture_package.json";
+    auto r = test::runCommand(test::memledgerBinary() + " analyze " + kDir + "/" + t.at("file").get<std::string>()
+        + " --json " + json);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in(json);
+    const auto report = nlohmann::json::parse(in);
+    std::map<std::string, int> rows; // name: how many rows have it
+    for (const auto& l : report.at("layers"))
+        rows[l.at("name").get<std::string>()] += 1;
+    for (const auto& m : t.at("modules")) {
+        const auto name = m.get<std::string>();
+        EXPECT_EQ(rows[name], 1) << name << " in " << r.output;
+    }
 }

@@ -183,7 +183,16 @@ std::vector<std::size_t> pythonFirstOrder(const std::vector<FrameView>& frames, 
 
 bool isForwardFrame(const FrameView& f)
 {
-    return endsWith(f.filename, ".py") && (f.name == "forward" || f.name.rfind("forward (fx:", 0) == 0);
+    return endsWith(f.filename, ".py")
+        && (f.name == "forward" || f.name.rfind("forward (fx:", 0) == 0 || !moduleOfFrame(f).empty());
+}
+
+std::string_view moduleOfFrame(const FrameView& f)
+{
+    constexpr std::string_view kMarker = "forward (module: ";
+    if (f.name.size() <= kMarker.size() + 1 || f.name.substr(0, kMarker.size()) != kMarker || f.name.back() != ')')
+        return {};
+    return f.name.substr(kMarker.size(), f.name.size() - kMarker.size() - 1);
 }
 
 std::vector<FrameView> forwardChain(const std::vector<FrameView>& frames)
@@ -198,8 +207,11 @@ std::vector<FrameView> forwardChain(const std::vector<FrameView>& frames)
 std::string modulePath(const std::vector<FrameView>& chain, std::size_t count)
 {
     std::string out;
-    for (std::size_t k = 0; k < chain.size() && k < count; ++k)
-        out += (k ? " / " : "") + frameText(chain[k]);
+    for (std::size_t k = 0; k < chain.size() && k < count; ++k) {
+        // A captured module is one row whichever line of its forward called inside: its path names it.
+        const auto module = moduleOfFrame(chain[k]);
+        out += (k ? " / " : "") + (module.empty() ? frameText(chain[k]) : "module " + std::string(module));
+    }
     return out;
 }
 

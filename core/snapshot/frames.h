@@ -62,11 +62,14 @@ std::string allocationSite(const std::vector<SnapshotFrame>& frames);
 // library ones (torch/nn/modules/linear.py) alike; torch.compile's generated forward with its FX node
 // ("forward (fx: ...)") too.
 bool isForwardFrame(const FrameView& f);
+// memledger.capture's CPU frames name the module a forward belongs to: "forward (module: backbone.body)" gives
+// "backbone.body" (the model's named_modules path; the outermost module by its class name); "" for other frames.
+std::string_view moduleOfFrame(const FrameView& f);
 // The module path of a stack (frames innermost first, as PyTorch lists them): its forward frames, outermost
 // first. Empty: the allocation was made outside any forward.
 std::vector<FrameView> forwardChain(const std::vector<FrameView>& frames);
 // The path of a module tree's row: the chain's frames, "model.py:120 forward / block.py:48 forward" with the
-// files' full names; "" for an empty chain.
+// files' full names (a captured module's frame: "module backbone.body", whichever line); "" for an empty chain.
 std::string modulePath(const std::vector<FrameView>& chain, std::size_t count = SIZE_MAX);
 // The frames of a call stack of a trace (innermost first); views into the trace's strings.
 std::vector<FrameView> framesOfStack(const Trace& t, std::uint32_t stack);

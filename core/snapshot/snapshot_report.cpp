@@ -382,8 +382,12 @@ void summarizeSnapshotEvents(Report& r, const Snapshot& s, const std::string& pa
                                  : row(o, outside + " / " + where, shortWhere(where), "frame");
         }
         int m = 0;
-        for (std::size_t k = 0; k < chain.size(); ++k)
-            m = row(m, modulePath(chain, k + 1), shortFrameText(chain[k]), "forward");
+        for (std::size_t k = 0; k < chain.size(); ++k) {
+            // A captured module's row is named by its path in the model (memledger.capture on the CPU).
+            const auto module = moduleOfFrame(chain[k]);
+            m = row(m, modulePath(chain, k + 1), module.empty() ? shortFrameText(chain[k]) : std::string(module),
+                "forward");
+        }
         return m;
     };
     auto add = [&](int m, std::int64_t bytes, Ledger ledger, bool inRange, bool atPeak) {

@@ -150,6 +150,7 @@ class CpuRecorder:
         self._before = None  # address -> _Before, the blocks alive when the capture started
         self._watched = []  # the _Before blocks not yet found freed
         self._lock = threading.Lock()
+        self.module_paths = {}  # id(module) -> its path (PhaseHooks.module_paths)
 
     def start(self):
         from torch.profiler import ProfilerActivity, profile
@@ -253,14 +254,20 @@ class CpuRecorder:
         roots = prof.profiler.kineto_results.experimental_event_tree()
         events = []  # (time_ns, order, kind, event)
         ranges = []
-        stack = [(r, None) for r in reversed(roots)]
+        # Each event with the module call it is inside whose `forward` frame has not been seen yet: that frame is named
+        # "forward (module: PATH)", so that the capture's tree rows are the model's modules (docs/python.md).
+        stack = [(r, None, None) for r in reversed(roots)]
         order = 0
         # Depth first, each event with the frames of its Python ancestors (innermost first). A frame's line is
         # where it called the frame inside it (the inner call's `caller`); the innermost frame's, the line of a
         # C function it called (a built-in's `caller`) where the profiler saw one, else its first line.
         while stack:
-            e, frames = stack.pop()
+            e, frames, module = stack.pop()
             tag = e.tag
+            if tag == kinds.PyCall:
+                info = getattr(e.extra_fields, "module", None)
+                if info is not None:  # "nn.Module: Linear_0": the call whose forward comes next
+                    module = self.module_paths.get(getattr(info, "self_ptr", None), module)
             if tag == kinds.PyCall or tag == kinds.PyCCall:
                 caller = getattr(e.extra_fields, "caller", None)
                 if frames is not None and caller is not None:
@@ -268,13 +275,16 @@ class CpuRecorder:
                     line = getattr(caller, "line_number", 0)
                     # only where the caller is that frame (a hook or a frame the tracer did not see may sit between)
                     if (isinstance(line, int) and line > 0 and line != head["line"]
-                            and getattr(caller, "function_name", None) == head["name"]
+                            and getattr(caller, "function_name", None) == head["name"].split(" (module: ")[0]
                             and _same_file(getattr(caller, "file_name", ""), head["filename"])):
                         frames = (self._frame(head["filename"], line, head["name"]), frames[1])
                 if tag == kinds.PyCall:
                     f = _python_frame(e.name)
                     if f is not None:
-                        frames = (self._frame(f["filename"], f["line"], f["name"]), frames)
+                        name = f["name"]
+                        if module is not None and name == "forward":
+                            name, module = "forward (module: %s)" % module, None
+                        frames = (self._frame(f["filename"], f["line"], name), frames)
             elif tag == kinds.Allocation:
                 fields = e.extra_fields
                 if str(fields.device).startswith("cpu") and fields.alloc_size != 0:
@@ -283,7 +293,7 @@ class CpuRecorder:
             elif _is_range(e, kinds):
                 ranges.append((e.name, e.start_time_ns, e.end_time_ns))
             for c in reversed(e.children):
-                stack.append((c, frames))
+                stack.append((c, frames, module))
         events.sort(key=lambda x: (x[0], x[1]))
         for t, _, ptr, size, frames in events:
             flist = self._frame_list(frames)

@@ -105,6 +105,7 @@ class Capture:
             self._cpu = CpuRecorder()
             self._cpu.start()
             self._hooks.on_phase = self._cpu.poll  # the blocks alive before the capture that it frees
+            self._cpu.module_paths = self._hooks.module_paths  # its module rows: "forward (module: backbone)"
         try:
             self._hooks.install()
         except BaseException:

@@ -74,6 +74,10 @@ class PhaseHooks:
         self._lock = threading.Lock()
         self._backward = None  # the open backward range
         self._handles = []
+        # id(module) -> its path in the outermost module called (named_modules; the outermost itself by its class
+        # name), for the CPU capture's module rows; the roots seen, so that each is walked once.
+        self.module_paths = {}
+        self._roots = set()
 
     def _depth(self):
         return getattr(self._local, "depth", 0)
@@ -111,6 +115,10 @@ class PhaseHooks:
 
     def _forward_pre(self, module, args):
         depth = self._depth()
+        if depth == 0 and id(module) not in self._roots:
+            self._roots.add(id(module))
+            for name, m in module.named_modules():
+                self.module_paths.setdefault(id(m), name or type(module).__name__)
         if depth == 0:
             if self._in_backward():
                 self._local.forward = None  # a recomputation, part of the backward's range
