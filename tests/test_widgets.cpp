@@ -431,7 +431,7 @@ TEST(WhatIfPanel, ShowsThePredictionAtTheChosenBatchAndWhetherItFits)
         return formatBytes(p.predicted_peak_total_bytes)
             + (p.method == FigureMethod::Measured ? "  (measured)"
                     : p.extrapolated  ? "  (extrapolated)"
-                                      : "  (predicted)");
+                                      : "  (interpolated)");
     };
     EXPECT_EQ(panel.peakTotalText().toStdString(), shown(4));
 

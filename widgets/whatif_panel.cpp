@@ -659,7 +659,7 @@ void WhatIfPanel::showPrediction(const Prediction& p, bool reservedKnown)
     const bool meta = whatIf_->device() == "meta";
     const QString tag = p.method == FigureMethod::Measured ? tr(figureMethodText(p.method, meta))
         : p.extrapolated                       ? tr("extrapolated")
-                                               : tr("predicted");
+                                               : tr("interpolated");
     auto mark = [&](std::int64_t v) { return QString("%1  (%2)").arg(bytesText(v), tag); };
     peak_->setText(mark(p.predicted_peak_bytes));
     total_->setText(mark(p.predicted_peak_total_bytes));
@@ -812,7 +812,9 @@ void WhatIfPanel::updateFitTable()
         QString text = tr("—");
         if (b > 0) {
             auto n = w.maxBatch(d, allocatorBudget(), withReserved);
-            text = QString::fromStdString(WhatIfTable::largestText(n));
+            // How it is known, as the what-if table's text says it: beyond the last record, extrapolated.
+            text = QString::fromStdString(WhatIfTable::largestText(n))
+                + (n > 0 ? (n > w.lastRecord(d) ? tr(" (extrapolated)") : tr(" (interpolated)")) : QString());
             const bool seq = w.axis() == WhatIfAxis::Seq;
             largest_.erase(std::remove_if(largest_.begin(), largest_.end(),
                                [&](const Largest& l) { return l.dtype == d && l.seq == seq; }),
