@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -259,6 +260,27 @@ TEST(MemledgerExport, AGuardOnOneSizeEndsTheRangeBeforeIt)
     EXPECT_EQ(at.exit_code, 0) << at.output;
     auto past = runCommand(memledger::test::memledgerBinary() + " analyze " + file + " --input 2x64:int64 --threads 1");
     EXPECT_NE(past.exit_code, 0) << past.output;
+}
+
+// A range the model's code bounds (diffusers' Upsample2D: `if hidden_states.shape[0] >= 64`) is named with its line
+// and guard, where memledger.export prints it and in memledger's messages; never with torch.export's symbol.
+TEST(MemledgerExport, ARangeFromTheModelsCodeNamesItsLine)
+{
+    SKIP_WITHOUT_EXPORT_FIXTURES();
+    const auto& guard = exportTruth()["edge_programs"]["batch_guard"];
+    if (guard.is_null())
+        GTEST_SKIP() << "python_export_truths.json has no batch_guard (written before this check)";
+    const auto printed = guard["printed"].get<std::string>();
+    ASSERT_FALSE(guard.contains("error")) << guard["error"].get<std::string>() << "\n" << printed;
+    const std::string why = "the model's code at python_export_truths.py:";
+    EXPECT_TRUE(contains(printed, "batch: 1..63 (" + why)) << printed;
+    EXPECT_TRUE(contains(printed, "(`if x.shape[0] >= 64:`)")) << printed;
+    auto r = runCommand(memledger::test::memledgerBinary() + " whatif " + exportFile(guard["file"].get<std::string>())
+        + " --input 4x8 --batch 4,64 --dtype float32 --threads 1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(contains(r.output, "exported for 1..63 (" + why)) << r.output;
+    EXPECT_TRUE(contains(r.output, "torch.export's guard x.size()[0] < 64")) << r.output;
+    EXPECT_FALSE(std::regex_search(r.output, std::regex(R"(\bs[0-9]+\b)"))) << r.output;
 }
 
 // A custom autograd.Function, which strict export wraps in a grad-mode region that would cut its gradient, is

@@ -798,6 +798,28 @@ void readCheckpointRecord(Impl& d, caffe2::serialize::PyTorchStreamReader& reade
     d.checkpointing = std::move(c);
 }
 
+// Where memledger.export found the ranges of the inputs' dimensions come from (python/memledger/export_program.py,
+// RANGES_RECORD): the model's line behind a bound. A record that is not what it writes says nothing.
+void readRangeRecord(Impl& d, caffe2::serialize::PyTorchStreamReader& reader)
+{
+    const auto record = extraRecord(reader, "memledger_ranges.json");
+    if (!record || !record->is_object() || record->value("version", 0) != 1)
+        return;
+    const auto ranges = record->find("ranges");
+    if (ranges == record->end() || !ranges->is_array())
+        return;
+    for (const auto& r : *ranges) {
+        if (!r.is_object() || !r.contains("input") || !r.at("input").is_string() || !r.contains("dim")
+            || !r.at("dim").is_number_integer() || !r.contains("why") || !r.at("why").is_string())
+            continue;
+        const auto name = r.at("input").get<std::string>();
+        const auto dim = r.at("dim").get<std::int64_t>();
+        for (auto& in : d.inputs)
+            if (in.name == name && dim >= 0 && dim < static_cast<std::int64_t>(in.dims.size()))
+                in.dims[static_cast<std::size_t>(dim)].why = r.at("why").get<std::string>().substr(0, 1000);
+    }
+}
+
 // When each value is dropped, for the graph's lifetimes and for eager Python's (pt2_lifetimes.h). The program's
 // outputs and the buffers it mutates are read by the caller, and never dropped. Returns the graph's lifetimes.
 pt2::ValueEnds markReleases(Impl& d, const std::optional<json>& sources)
@@ -953,6 +975,7 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
     markFunctionCalls(d, markReleases(d, sourceFacts(reader)));
     readExportRecord(d, reader);
     readCheckpointRecord(d, reader);
+    readRangeRecord(d, reader);
     const pt2::AutocastTypes autocastTypes(autocastRecord(reader));
     for (auto rules : {pt2::AutocastRules::Cpu, pt2::AutocastRules::Cuda})
         d.autocast_known[static_cast<std::size_t>(rules)] = autocastTypes.known(rules);

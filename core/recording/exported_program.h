@@ -51,6 +51,9 @@ public:
         std::string symbol; // "s0"; empty when fixed or an expression memledger does not check
         std::int64_t min = 0, max = INT64_MAX;
         std::int64_t example = 1; // the size of the example input it was exported with
+        // Where its range comes from, as memledger.export found it ("the model's code at upsampling.py:169 in
+        // forward (`if x.shape[0] >= 64:`): torch.export's guard x.size()[0] < 64"); empty: not known.
+        std::string why;
     };
     struct Input {
         std::string name;

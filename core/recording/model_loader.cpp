@@ -181,9 +181,10 @@ void collectRanges(const ExportedProgram& program, ModelInfo& info)
                 const bool internal = dim.symbol.size() > 1 && dim.symbol[0] == 's'
                     && std::all_of(dim.symbol.begin() + 1, dim.symbol.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
                 range.narrow(r.min, r.max, where + " was exported for " + r.text()
-                        + (internal ? std::string(" (the range torch.export recorded: the Dim's bounds, narrowed by any "
-                                                  "guard in the model's code that depends on it)")
-                                    : " (" + dim.symbol + ")"));
+                        + (!dim.why.empty() ? " (" + dim.why + ")"
+                                : internal  ? std::string(" (the range torch.export recorded: the Dim's bounds, narrowed by "
+                                                          "any guard in the model's code that depends on it)")
+                                            : " (" + dim.symbol + ")"));
             }
         };
         limit(0, info.batch_range);

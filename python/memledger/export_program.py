@@ -35,6 +35,7 @@ import contextlib
 import copy
 import inspect
 import io
+import json
 import keyword
 import logging
 import os
@@ -316,7 +317,7 @@ class _Dims:
             result[inp.name] = dims or None
         return result
 
-    def apply_fixes(self, text):
+    def apply_fixes(self, text, guards=None):
         """torch.export's "Suggested fixes" (`seq = Dim('seq', max=256)`, `batch = 1`) onto the ranges, and the guards
         it names without one (`... in the specified range seq <= 128 satisfy the generated guard ... != 128`: the
         code branches on that one size, which the program cannot take with the others: the range stops short of it);
@@ -348,8 +349,13 @@ class _Dims:
                 new = [int(lo.group(1)) if lo else self.ranges[name][0], int(hi.group(1)) if hi else
                        self.ranges[name][1]]
                 if new != self.ranges[name]:
+                    # The model's line behind the bound, where torch.export's guards name it.
+                    source = re.search(r"Not all values of %s = (\S+) in the specified range" % re.escape(m.group(1)),
+                                       text)
+                    where = guards.where(source.group(1), new[1] if hi else new[0]) if guards and source else None
                     self.ranges[name] = new
-                    self.why[name] = "torch.export's bound from the model's code"
+                    self.why[name] = ("the model's code at " + where) if where else \
+                        "torch.export's bound from the model's code"
                     self.given.pop(name, None)
                     applied = True
                 continue
@@ -503,6 +509,98 @@ class _Quiet:
         return False
 
 
+class _GuardLog(logging.Handler):
+    """The guards torch.export adds while it traces (symbolic_shapes' INFO records, which it writes nowhere else while
+    it runs), to name the model's line a range comes from: "eval s77 < 64 [guard added] (upsampling.py:169 in
+    forward)", with each symbol's source ("create_symbol s77 = 4 for L['x'].size()[0]"). Printed nowhere."""
+
+    LOGGER = "torch.fx.experimental.symbolic_shapes"
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.symbols = {}  # "s77" -> "L['x'].size()[0]"
+        self.guards = []  # (expression, file as logged, line, function)
+
+    def emit(self, record):
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 (a record that cannot be formatted says nothing)
+            return
+        m = re.match(r"create_symbol (\w+) = \S+ for (.+?) \[", message)
+        if m:
+            self.symbols[m.group(1)] = m.group(2)
+            return
+        m = re.match(r"eval (.+?) \[guard added\](.*)$", message)
+        if not m:
+            return
+        # Strict (dynamo): "... [guard added] if x.shape[0] >= 64:  # upsampling.py:169 in forward (internal)";
+        # non-strict: "... [guard added] (upsampling.py:169 in forward)".
+        rest, code = m.group(2), None
+        if "  # " in rest:
+            code, rest = rest.split("  # ", 1)
+            where = re.match(r"\s*([^()\s]+):(\d+) in ([\w<>]+)", rest)
+        else:
+            where = re.search(r"\(([^()\s]+):(\d+) in ([\w<>]+)\)", rest)
+        if where:
+            self.guards.append((m.group(1), where.group(1), int(where.group(2)), where.group(3),
+                                code.strip() if code and code.strip() else None))
+
+    def __enter__(self):
+        self.symbols, self.guards = {}, []
+        log = logging.getLogger(self.LOGGER)
+        self._saved = (log.level, log.propagate, list(log.handlers))  # torch._logging's own stderr handler among them
+        log.setLevel(logging.INFO)
+        log.propagate = False
+        log.handlers = [self]
+        return self
+
+    def __exit__(self, *exc):
+        log = logging.getLogger(self.LOGGER)
+        log.setLevel(self._saved[0])
+        log.propagate = self._saved[1]
+        log.handlers = self._saved[2]
+        return False
+
+    def where(self, source, bound):
+        """For the dimension whose source is `source` ("L['x'].size()[0]"), the last guard on it that names `bound`
+        or the size past it: "upsampling.py:169 in forward (`if x.shape[0] >= 64:`): x.size()[0] < 64"; None."""
+        names = [s for s, src in self.symbols.items() if src == source]
+        if not names:  # strict: the inputs are flat_args[i]; the same dimension of one of them
+            dim = re.search(r"\.size\(\)\[\d+\]$", source)
+            names = [s for s, src in self.symbols.items()
+                     if dim and src.startswith("L['flat_args']") and src.endswith(dim.group(0))]
+        for expr, file, line, func, code in reversed(self.guards):
+            if not any(re.search(r"\b%s\b" % re.escape(n), expr) for n in names):
+                continue
+            if not re.search(r"\b(%d|%d)\b" % (bound, bound + 1), expr):
+                continue
+            for n in names:
+                expr = re.sub(r"\b%s\b" % re.escape(n), _plain_source(source), expr)
+            text = code or _source_line(file, line)
+            return ("%s:%d in %s%s: torch.export's guard %s; sizes past it take the code's other branch: export "
+                    "another program from an example there" % (os.path.basename(file), line, func,
+                                                                " (`%s`)" % text if text else "", expr))
+        return None
+
+
+def _plain_source(source):
+    """"L['x'].size()[0]" -> "x.size()[0]": the input by its name."""
+    return re.sub(r"L\['(\w+)'\]", r"\1", source)
+
+
+def _source_line(file, line):
+    """The text of `line` of the file the log names (a tail of its path), found among the loaded modules' files."""
+    import linecache
+    tail = file.replace("\\", "/")
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and path.replace("\\", "/").endswith(tail):
+            text = linecache.getline(path, line).strip()
+            if text:
+                return text
+    return None
+
+
 @contextlib.contextmanager
 def full_stack_traces(torch):
     """A non-strict trace keeps only the frames of functions named `forward` in each node's stack_trace
@@ -596,14 +694,15 @@ def _attempt(torch, model, dims, inputs, strict):
         if shapes is not None:
             options["dynamic_shapes"] = shapes
         captured = io.StringIO()
+        guards = _GuardLog()
         try:
-            with _Quiet(), contextlib.redirect_stderr(captured), full_stack_traces(torch), \
+            with _Quiet(), guards, contextlib.redirect_stderr(captured), full_stack_traces(torch), \
                     checkpoint_record.traced_plain(model):
                 ep = torch.export.export(model, tuple(inp.example for inp in inputs), **options)
         except Exception as e:  # noqa: BLE001 (any failure of the trace is reported with PyTorch's words)
             # What torch printed on the way (the partial graph of a failed trace) is dropped: the reason is
             # printed instead.
-            if not dims.apply_fixes(str(e)):
+            if not dims.apply_fixes(str(e), guards):
                 raise
             dims.undo_doubling_of_fixed(inputs)
             continue
@@ -671,6 +770,22 @@ def _input_spec(inp, torch):
             elif t.dtype != torch.bool and value != 0:
                 spec += "=%d" % value
     return spec
+
+
+RANGES_RECORD = "memledger_ranges.json"
+
+
+def _ranges_record(ep, inputs, dims):
+    """The RANGES_RECORD text: {"version": 1, "ranges": [{"input": its name in the program, "dim": k, "why": where
+    the range comes from ("the model's code at upsampling.py:169 in forward (`...`): torch.export's guard ...")}]}
+    for each input dimension whose range the model's code bounds; None when none does."""
+    entries = []
+    for inp, placeholder in zip(inputs, list(ep.graph_signature.user_inputs)):
+        for d, name in inp.dims.items():
+            why = dims.why.get(name) if isinstance(name, str) else None
+            if why and why.startswith(("the model's code", "torch.export")):
+                entries.append({"input": placeholder, "dim": int(d), "why": why})
+    return json.dumps({"version": 1, "ranges": entries}, sort_keys=True) if entries else None
 
 
 def _program_ranges(ep, inputs, dims):
@@ -987,6 +1102,9 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask=None, ve
         mask = hf_masks.record(model, max(masked - own_masks, 0), total, skippable, skip, skips)
         if mask is not None:
             extra[hf_masks.RECORD] = mask
+        ranges = _ranges_record(ep, inputs, dims)  # where a range comes from the model's code, for memledger's messages
+        if ranges is not None:
+            extra[RANGES_RECORD] = ranges
         checkpointing = checkpoint_record.record(model)  # torch.export keeps no checkpoint: memledger applies it
         if checkpointing is not None:
             extra[checkpoint_record.RECORD] = checkpointing
