@@ -689,9 +689,13 @@ void WhatIfPanel::showPrediction(const Prediction& p, bool reservedKnown)
                 largest = l.n;
         const bool aboveLargest = largest && x > *largest;
         fitsBudget_ = fitsWithin(p, share) && !aboveLargest;
+        const auto overheads = DeviceOverheads::estimates();
+        const auto plan = rankPlan();
+        const bool nccl = plan && plan->gpus > 1; // as allocatorShare takes NCCL's buffers off
         const QString within = tr("%1 (%2 to the allocator: the CUDA context%4, %3, off, an estimate)")
-                                   .arg(bytesText(b), bytesText(share), bytesText(b - share),
-                                       b - share > DeviceOverheads::estimates().cuda_context_bytes ? tr(" and NCCL's buffers") : QString());
+                                   .arg(bytesText(b), bytesText(share),
+                                       bytesText(overheads.cuda_context_bytes + (nccl ? overheads.nccl_bytes : 0)),
+                                       nccl ? tr(" and NCCL's buffers") : QString());
         fits_->setText(!p.runnable   ? QString::fromStdString(p.not_runnable)
                 : fitsBudget_       ? tr("fits in %1").arg(within)
                 : p.out_of_memory   ? tr("does not fit in %1: out of memory on a device of that size").arg(within)
@@ -703,7 +707,7 @@ void WhatIfPanel::showPrediction(const Prediction& p, bool reservedKnown)
         else if (reservedKnown && p.out_of_memory)
             decides_->setText(tr("Decided by the simulated GPU: its caching allocator ran out of memory with "
                                  "%1 to it, after releasing its cached blocks (peak total %2).")
-                                  .arg(bytesText(allocatorBudget()), bytesText(p.predicted_peak_total_bytes)));
+                                  .arg(bytesText(share), bytesText(p.predicted_peak_total_bytes)));
         else if (reserveBinds)
             decides_->setText(tr("Decided by the simulated GPU reserve, %1: a caching allocator holds more than the "
                                  "peak total of %2.")

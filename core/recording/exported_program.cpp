@@ -774,15 +774,23 @@ void readExportRecord(Impl& d, caffe2::serialize::PyTorchStreamReader& reader)
         d.sliding_window = window->get<std::int64_t>();
 }
 
+// The array `key` of a record memledger.export wrote in its version 1 (extraRecord); nullptr for anything else. It
+// points into `record`, which the caller keeps.
+const json* recordArray(const std::optional<json>& record, const char* key)
+{
+    if (!record || !record->is_object() || record->value("version", 0) != 1)
+        return nullptr;
+    const auto it = record->find(key);
+    return it != record->end() && it->is_array() ? &*it : nullptr;
+}
+
 // The activation checkpointing memledger.export recorded (python/memledger/checkpoint_record.py, RECORD): the
 // modules, how they run and who set them up. A record that is not what it writes says nothing.
 void readCheckpointRecord(Impl& d, caffe2::serialize::PyTorchStreamReader& reader)
 {
     const auto record = extraRecord(reader, "memledger_checkpoint.json");
-    if (!record || !record->is_object() || record->value("version", 0) != 1)
-        return;
-    const auto modules = record->find("modules");
-    if (modules == record->end() || !modules->is_array())
+    const json* modules = recordArray(record, "modules");
+    if (!modules)
         return;
     ModelInfo::Checkpointing c;
     for (const auto& m : *modules)
@@ -802,11 +810,9 @@ void readCheckpointRecord(Impl& d, caffe2::serialize::PyTorchStreamReader& reade
 // RANGES_RECORD): the model's line behind a bound. A record that is not what it writes says nothing.
 void readRangeRecord(Impl& d, caffe2::serialize::PyTorchStreamReader& reader)
 {
-    const auto record = extraRecord(reader, "memledger_ranges.json");
-    if (!record || !record->is_object() || record->value("version", 0) != 1)
-        return;
-    const auto ranges = record->find("ranges");
-    if (ranges == record->end() || !ranges->is_array())
+    const auto record = extraRecord(reader, "memledger_ranges.json"); // held: recordArray points into it
+    const json* ranges = recordArray(record, "ranges");
+    if (!ranges)
         return;
     for (const auto& r : *ranges) {
         if (!r.is_object() || !r.contains("input") || !r.at("input").is_string() || !r.contains("dim")

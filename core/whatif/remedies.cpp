@@ -668,7 +668,6 @@ void addRankCheckpoint(const Report& step, const ParallelPlan& plan, const Remed
     }
 }
 
-// Tiling: a real run at the tile shape.
 // Tiling as users tile: one interior tile's run (the report's model at the tile's size, or a program of the tile's
 // own size), and what stitching keeps beside it: the full input, the full output the tiles are cropped into, and
 // the previous tile's output, which its variable holds until the next tile's run returns. A run that fails (a
@@ -721,8 +720,9 @@ void addTiling(const Report& r, const TilingRequest& tiling, Model& model, const
     m.reserve_after = (tiled.gpu ? tiled.gpu->reserved_peak_bytes : tiled.simulated_reserved_peak_bytes)
         + rounded(r.input_bytes) + rounded(fullOutput) + rounded(tileOutput);
     m.method = FigureMethod::Predicted; // a run, and the stitching's blocks added to it
-    m.measured_peak_total = tiled.peak_total_bytes + m.extra_bytes;
-    m.tile = tiling.program ? std::vector<std::int64_t> {} : m.tile;
+    m.measured_peak_total = m.peak_total_after;
+    if (tiling.program) // Measure runs the report's model at m.tile: a tile program's run is not that
+        m.tile.clear();
     m.measure_how = tiling.program ? MeasureHow::None : MeasureHow::Run;
     m.details.push_back(std::string("one tile's peak total, ") + formatBytes(tiled.peak_total_bytes) + ", "
         + figureMethodText(FigureMethod::Measured, r.run.device == "meta") + " by a run of "

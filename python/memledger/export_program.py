@@ -519,7 +519,7 @@ class _GuardLog(logging.Handler):
     def __init__(self):
         super().__init__(logging.INFO)
         self.symbols = {}  # "s77" -> "L['x'].size()[0]"
-        self.guards = []  # (expression, file as logged, line, function)
+        self.guards = []  # (expression, file as logged, line, function, the line's code where logged, else None)
 
     def emit(self, record):
         try:
