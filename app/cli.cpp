@@ -1,6 +1,7 @@
 #include "cli.h"
 #include "whatif_cli.h"
 #include "parallel_cli.h"
+#include "serve_cli.h"
 #include "diff_cli.h"
 
 #include "demo_model.h"
@@ -234,7 +235,7 @@ int runCli(const CliOptions& o)
     if (o.command == "diff")
         return runDiff(o);
     if (o.command == "fit")
-        return runFit(o);
+        return o.serve ? runServe(o) : runFit(o);
     return runAnalyze(o);
 }
 

@@ -95,6 +95,11 @@ std::string usageText()
            "  memledger fit MODEL --budget SIZE [--input SHAPE] [--precision bfloat16-mixed,bfloat16,float32]\n"
            "                    [--shard fsdp,zero2,zero1,ddp] [--gpus 1,2,...,1024] [--optimizer O] [--json FILE] [--html FILE]\n"
            "                    the fewest GPUs and the largest micro-batch per rank that fit, per precision and strategy\n"
+           "  memledger fit MODEL --serve --budget SIZE --context C [--batch B] [--gpus N] [--dtype T] [--kv-dtype T]\n"
+           "                    [--block-size 16] [--memory-fraction 0.9] [--max-batched-tokens 8192] [--json FILE]\n"
+           "                    [--html FILE]   serving: the most sequences of C tokens at once on a GPU (N: tensor\n"
+           "                    parallel), the longest context at B, in a serving engine's layout (vLLM's); a .pt2 saved\n"
+           "                    with generate=True\n"
            "  memledger ranks FILE... | FOLDER [--json FILE] [--html FILE]   one snapshot (or report) per rank: which\n"
            "                    rank peaks highest, the spread, where each peak falls\n"
            "  memledger --help | --version\n\n"
@@ -105,7 +110,10 @@ std::string usageText()
            "          whatif's --dtype also takes bfloat16-mixed | float16-mixed: the float32 model under --autocast\n"
            "  SIZE    a budget: 16GiB, 80GB (powers of 1000), or a GPU by name, its memory as PyTorch reports it:\n"
            "          H200, H100-80GB, A100-80GB, A100-40GB, L40S, L4, A10G, 4090, 3090, V100-32GB, V100-16GB, T4\n"
-           "  RUN     --mode inference|train (train: one training step: forward, loss, backward, optimizer)\n"
+           "  RUN     --mode inference|train|generate (train: one training step: forward, loss, backward, optimizer;\n"
+           "          generate: greedy generation of --new-tokens N tokens per row from the prompt given with --input\n"
+           "          BxP:int64, as transformers' generate runs it: the prefill, then a decode step per token with the\n"
+           "          KV cache; a .pt2 saved by memledger.export(model, (ids,), PATH, generate=True))\n"
            "          --optimizer sgd|adam|adamw|none (train; sgd: momentum 0.9)  --loss auto|sum|cross_entropy|next_token\n"
            "          --hold-output step|backward|none (train: how long the loop holds the output and the loss; step,\n"
            "          the default: until the step returns, the previous step's until the forward returns, as nanoGPT's\n"
@@ -239,7 +247,9 @@ CliOptions parseCli(const std::vector<std::string>& args)
             const std::string mode = value(a);
             o.run.mode = fromName<RunMode>(mode);
             if (!o.run.mode)
-                throw std::invalid_argument("--mode '" + mode + "' is not inference or train");
+                throw std::invalid_argument("--mode '" + mode + "' is not inference, train or generate");
+        } else if (a == "--new-tokens") {
+            o.run.new_tokens = parsePositive(a, value(a));
         } else if (a == "--optimizer") {
             o.run.optimizer = value(a);
             if (o.run.optimizer != "sgd" && o.run.optimizer != "adam" && o.run.optimizer != "adamw"
@@ -325,6 +335,26 @@ CliOptions parseCli(const std::vector<std::string>& args)
             o.host_budget = *b;
         } else if (a == "--global-batch") {
             o.global_batch = parsePositive(a, value(a));
+        } else if (a == "--serve") {
+            o.serve = true;
+        } else if (a == "--context") {
+            o.serve_request.context = parsePositive(a, value(a));
+        } else if (a == "--kv-dtype") {
+            o.serve_request.kv_dtype = value(a);
+            if (kvTypeBytes(o.serve_request.kv_dtype) == 0)
+                throw std::invalid_argument("--kv-dtype '" + o.serve_request.kv_dtype
+                    + "' is not float32, bfloat16, float16 or float8");
+        } else if (a == "--block-size") {
+            o.serve_request.block_size = parsePositive(a, value(a));
+        } else if (a == "--max-batched-tokens") {
+            o.serve_request.max_batched_tokens = parsePositive(a, value(a));
+        } else if (a == "--memory-fraction") {
+            const auto v = value(a);
+            char* end = nullptr;
+            const double f = std::strtod(v.c_str(), &end);
+            if (end == v.c_str() || *end != '\0' || !(f > 0.0 && f <= 1.0))
+                throw std::invalid_argument("--memory-fraction '" + v + "' is not a share in (0, 1], such as 0.9");
+            o.serve_request.memory_fraction = f;
         } else if (a == "--checkpoint-every") {
             checkpointEvery = static_cast<int>(parsePositive(a, value(a)));
         } else if (a == "--checkpoint-impl") {
@@ -478,6 +508,43 @@ CliOptions parseCli(const std::vector<std::string>& args)
                                     "its forward to its backward, and zero1 and ddp never gather (add --shard fsdp)");
     if (o.checkpointed() && o.checkpoints.front().mode == CheckpointMode::Auto && !o.budget)
         throw std::invalid_argument("--checkpoint auto needs --budget SIZE (the peak total to fit)");
+    const bool servingFlags = o.serve_request.context > 0 || !o.serve_request.kv_dtype.empty()
+        || o.serve_request.block_size != 16 || o.serve_request.max_batched_tokens != 8192
+        || o.serve_request.memory_fraction != 0.9;
+    if (servingFlags && !o.serve)
+        throw std::invalid_argument("--context, --kv-dtype, --block-size, --max-batched-tokens and --memory-fraction "
+                                    "describe serving: memledger fit MODEL --serve --budget SIZE --context C");
+    if (o.serve) {
+        if (o.command != "fit")
+            throw std::invalid_argument("--serve is fit's: memledger fit MODEL --serve --budget SIZE --context C");
+        if (o.serve_request.context <= 0 && !o.help)
+            throw std::invalid_argument("fit --serve needs --context C: the tokens of one sequence (prompt and "
+                                        "generated)");
+        if (o.gpus.size() > 1 || !o.shards.empty() || !o.precisions.empty() || o.checkpointed() || o.global_batch > 0
+            || !o.offloads.empty() || !o.offload.empty() || o.grad_accum > 1 || o.batches.size() > 1)
+            throw std::invalid_argument("fit --serve takes --gpus N (one count: tensor parallel), --batch B (one), "
+                                        "--dtype T and the serving flags; --shard, --precision, --checkpoint, "
+                                        "--offload, --grad-accum and --global-batch are a training fit's");
+        o.serve_request.gpus = o.gpus.empty() ? 1 : static_cast<int>(o.gpus.front());
+        o.serve_request.batch = o.run.batch.value_or(0);
+        o.serve_request.dtype = o.dtypes.empty() ? "bfloat16" : o.dtypes.front();
+        if (o.budget) {
+            o.serve_request.budget = *o.budget;
+            o.serve_request.budget_text = o.budget_text;
+        }
+    }
+    if (o.run.new_tokens > 0 && o.run.mode != RunMode::Generate)
+        throw std::invalid_argument("--new-tokens is the generated tokens of --mode generate: add it");
+    if (o.run.mode == RunMode::Generate) {
+        if (o.run.new_tokens < 1)
+            throw std::invalid_argument("--mode generate needs --new-tokens N (the tokens generated per row)");
+        if (o.command != "analyze" && o.command != "gui" && !(o.command == "fit" && o.serve))
+            throw std::invalid_argument("--mode generate is analyze's (and the window's) for now: " + o.command
+                + " does not vary generation yet (run analyze once per setting)");
+        if (!o.whatif_batches.empty() || o.remedies || o.parallel() || o.grad_accum > 1 || o.checkpointed())
+            throw std::invalid_argument("--mode generate records one generation: --whatif, --remedies, --gpus, "
+                                        "--grad-accum and --checkpoint do not apply to it yet");
+    }
     if (!o.tile.empty() && !o.remedies)
         throw std::invalid_argument("--tile is the tiling remedy's: add --remedies");
     if ((o.tile_overlap > 0 || !o.tile_program.empty()) && o.tile.empty())

@@ -1,5 +1,6 @@
 #pragma once
 #include "recording/model.h"
+#include "whatif/serving.h"
 #include "whatif/checkpoint.h"
 #include "whatif/parallel.h"
 
@@ -65,6 +66,10 @@ struct CliOptions {
     std::int64_t host_budget = 0;
     std::vector<std::string> precisions; // fit --precision: bfloat16-mixed, bfloat16, float32, ...
     bool parallel() const { return !gpus.empty() || !shards.empty(); }
+    // fit --serve (whatif/serving.h): a serving engine's layout of one GPU and how many sequences fit; `serve.gpus`
+    // from --gpus (one count), `serve.batch` from --batch, the rest from their flags.
+    bool serve = false;
+    ServeRequest serve_request;
 };
 
 // Throws std::invalid_argument with a message for the user on a usage error.

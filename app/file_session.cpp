@@ -3,9 +3,12 @@
 #include "demo_model.h"
 #include "run_panel.h"
 #include "report/meta_run.h"
+#include "support/format.h"
 #include "run_worker.h"
 
 #include <QFileInfo>
+
+#include <algorithm>
 
 namespace memledger {
 
@@ -62,6 +65,7 @@ void FileSession::take(std::shared_ptr<const OpenedFile> file)
     panel_->setLifetimesApply(kind == FileKind::Model && file_->model && file_->model->info().example_inputs);
     if (kind == FileKind::Model)
         panel_->refreshDevices(false); // opening it loaded libtorch: its GPUs are listed now
+    panel_->setGenerates(kind == FileKind::Model && file_->model && !file_->model->info().generation.cache.empty());
     panel_->setMode(file_->default_mode);
     if (kind == FileKind::Model && file_->model && file_->model->metaWeights())
         panel_->setDevice("meta"); // its weights are meta tensors: it runs there alone
@@ -81,8 +85,11 @@ void FileSession::show(std::shared_ptr<const Report> report)
 {
     panel_->setFinished(RunPanel::Outcome::Done);
     panel_->setStatus(report->source == ReportSource::Model
-            ? (report->run.mode == RunMode::Train ? tr("Ran a training step in %1 ms, %2 events")
-                                           : tr("Ran in %1 ms, %2 events"))
+            ? (report->run.mode == RunMode::Train  ? tr("Ran a training step in %1 ms, %2 events")
+                  : report->run.mode == RunMode::Generate
+                  ? tr("Generated %1 tokens per row: ").arg(report->run.new_tokens) + tr("%1 ms, %2 events; KV cache ")
+                      + QString::fromStdString(formatBytes(report->kv_cache_bytes)) + tr(" at the end")
+                  : tr("Ran in %1 ms, %2 events"))
                   .arg(report->run.duration_ms, 0, 'f', 0)
                   .arg(report->trace ? report->trace->size() : 0)
                 + (isMetaRun(*report) ? tr(" on meta (shapes only)") : QString()) // the badge is the peak panel's
@@ -95,6 +102,8 @@ void FileSession::show(std::shared_ptr<const Report> report)
                 panel_->setInputs(shapes, report->run.input_guessed ? tr("(guess)") : QString());
         }
         panel_->setMode(report->run.mode);
+        if (report->run.mode == RunMode::Generate && report->run.new_tokens > 0)
+            panel_->setNewTokens(static_cast<int>(std::min<std::int64_t>(report->run.new_tokens, 1 << 20)));
         if (!report->run.optimizer.empty())
             panel_->setOptimizer(report->run.optimizer);
         if (report->run.mode == RunMode::Train && !report->run.hold_output.empty())
@@ -141,6 +150,9 @@ void FileSession::open(const QString& path)
         request.options.batch = c.batch;
         request.options.seq = c.seq;
         request.options.mode = c.mode;
+        request.options.new_tokens = c.new_tokens;
+        if (c.mode == RunMode::Generate && c.new_tokens > 0)
+            panel_->setNewTokens(static_cast<int>(std::min<std::int64_t>(c.new_tokens, 1 << 20)));
         if (c.optimizer != "sgd" || c.mode == RunMode::Train)
             request.options.optimizer = c.optimizer;
         if (c.loss != "auto")

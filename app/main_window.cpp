@@ -380,8 +380,10 @@ void MainWindow::connectRuns()
     connect(session_, &FileSession::inputError, this, &MainWindow::showError);
     connect(session_, &FileSession::finished, this, [this](std::shared_ptr<const Report> report) {
         clearError();
-        if (report->source == ReportSource::Model && session_->isModel())
+        if (report->source == ReportSource::Model && session_->isModel() && report->run.mode != RunMode::Generate)
             whatIf_->record(session_->file(), *report);
+        else if (report->run.mode == RunMode::Generate)
+            whatIf_->clear(); // the what-if of a generation is not built yet: no other run's rows beside it
         const bool timing = openClock_.isValid() && qEnvironmentVariableIsSet("MEMLEDGER_TIMING");
         if (timing)
             printTiming(openClock_, "file read and its report made");

@@ -104,6 +104,14 @@ void RemediesController::compute()
 {
     if (!report_)
         return;
+    if (report_->run.mode == RunMode::Generate) { // not built yet: say so rather than vary the wrong run
+        panel_->setRemedies({});
+        panel_->setStale(false);
+        panel_->setBusy(QString());
+        panel_->setStatus(tr("What would help a generation (a smaller batch or prompt, a lower precision, a "
+                             "quantized cache) is not worked out yet: the run's figures are above"));
+        return;
+    }
     if (!tile_.empty())
         panel_->setStatus(tr("Running the model at the tile shape\u2026"));
     computing_ = true;

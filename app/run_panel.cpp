@@ -30,6 +30,7 @@ RunPanel::RunPanel(QWidget* parent)
     , holdOutput_(new QComboBox(this))
     , lifetimes_(new QComboBox(this))
     , training_(new QWidget(this))
+    , newTokens_(new QSpinBox(this))
     , run_(new QPushButton(tr("Run"), this))
     , cancel_(new QPushButton(tr("Cancel"), this))
     , progress_(new QProgressBar(this))
@@ -71,7 +72,13 @@ RunPanel::RunPanel(QWidget* parent)
     mode_->addItem(tr("inference"), QString::fromLatin1(nameOf(RunMode::Inference)));
     mode_->addItem(tr("training step"), QString::fromLatin1(nameOf(RunMode::Train)));
     mode_->setToolTip(tr("Inference: eval mode, no grad. Training step: forward, loss, backward and the "
-                         "optimizer's step, with gradients and optimizer state"));
+                         "optimizer's step, with gradients and optimizer state. Generate (a program saved with "
+                         "memledger.export(..., generate=True)): the prompt's prefill, then a decode step per new "
+                         "token against the KV cache, as transformers' greedy generate runs them"));
+    newTokens_->setRange(1, 1 << 20);
+    newTokens_->setValue(64);
+    newTokens_->setToolTip(tr("The tokens generated per row after the prompt (the Inputs: batch x prompt token ids): "
+                              "the prefill, then one decode step per further token"));
     optimizer_->addItem(QStringLiteral("SGD"), QStringLiteral("sgd"));
     optimizer_->addItem(QStringLiteral("Adam"), QStringLiteral("adam"));
     optimizer_->addItem(QStringLiteral("AdamW"), QStringLiteral("adamw"));
@@ -127,6 +134,7 @@ RunPanel::RunPanel(QWidget* parent)
     form_->addRow(tr("Device"), device_);
     form_->addRow(tr("Mode"), mode_);
     form_->addRow(tr("Optimizer"), training_);
+    form_->addRow(tr("New tokens"), newTokens_);
     form_->addRow(tr("Output held"), holdOutput_);
     form_->addRow(tr("Lifetimes"), lifetimes_);
     form_->addRow(buttons);
@@ -135,10 +143,8 @@ RunPanel::RunPanel(QWidget* parent)
     form_->setRowVisible(training_, false);
     form_->setRowVisible(holdOutput_, false);
     form_->setRowVisible(lifetimes_, false);
-    connect(mode_, QOverload<int>::of(&QComboBox::currentIndexChanged), this, [this] {
-        form_->setRowVisible(training_, mode() == RunMode::Train);
-        form_->setRowVisible(holdOutput_, mode() == RunMode::Train);
-    });
+    form_->setRowVisible(newTokens_, false);
+    connect(mode_, QOverload<int>::of(&QComboBox::currentIndexChanged), this, [this] { showModeRows(); });
 
     connect(run_, &QPushButton::clicked, this, &RunPanel::runRequested);
     connect(inputs_, &QLineEdit::returnPressed, this, &RunPanel::runRequested);
@@ -176,7 +182,41 @@ RunOptions RunPanel::options() const
     o.loss = loss();
     o.hold_output = holdOutput();
     o.lifetimes = lifetimes();
+    if (o.mode == RunMode::Generate)
+        o.new_tokens = newTokens_->value();
     return o;
+}
+
+void RunPanel::showModeRows()
+{
+    form_->setRowVisible(training_, runnable_ && mode() == RunMode::Train);
+    form_->setRowVisible(holdOutput_, runnable_ && mode() == RunMode::Train);
+    form_->setRowVisible(newTokens_, runnable_ && mode() == RunMode::Generate);
+}
+
+void RunPanel::setGenerates(bool generates)
+{
+    const int row = mode_->findData(QString::fromLatin1(nameOf(RunMode::Generate)));
+    if (generates && row < 0)
+        mode_->addItem(tr("generate (greedy)"), QString::fromLatin1(nameOf(RunMode::Generate)));
+    else if (!generates && row >= 0)
+        mode_->removeItem(row); // the box falls back to another mode, whose rows show
+    showModeRows();
+}
+
+int RunPanel::newTokens() const
+{
+    return newTokens_->value();
+}
+
+void RunPanel::setNewTokens(int tokens)
+{
+    newTokens_->setValue(tokens);
+}
+
+bool RunPanel::newTokensRowVisible() const
+{
+    return form_->isRowVisible(newTokens_);
 }
 
 std::string RunPanel::dtype() const
@@ -291,7 +331,7 @@ bool RunPanel::trainingRowVisible() const
 void RunPanel::setRunnable(bool runnable)
 {
     runnable_ = runnable;
-    for (QWidget* w : std::initializer_list<QWidget*> {inputs_, batch_, dtype_, device_, mode_, optimizer_, loss_, holdOutput_, lifetimes_, run_})
+    for (QWidget* w : std::initializer_list<QWidget*> {inputs_, batch_, dtype_, device_, mode_, optimizer_, loss_, holdOutput_, lifetimes_, newTokens_, run_})
         w->setEnabled(runnable);
     // A snapshot or a saved report has nothing to run: its rows go rather than stand greyed out.
     for (QWidget* w : std::initializer_list<QWidget*> {batch_, dtype_, device_, mode_})
@@ -299,8 +339,7 @@ void RunPanel::setRunnable(bool runnable)
     form_->setRowVisible(inputsRow_, runnable);
     inputs_->setVisible(runnable); // a nested layout's widgets are not hidden with its row
     inputsNote_->setVisible(runnable && !inputsNote_->text().isEmpty());
-    form_->setRowVisible(training_, runnable && mode() == RunMode::Train);
-    form_->setRowVisible(holdOutput_, runnable && mode() == RunMode::Train);
+    showModeRows();
     form_->setRowVisible(lifetimes_, runnable && lifetimesApply_);
 }
 

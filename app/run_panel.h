@@ -51,6 +51,12 @@ public:
     std::string lifetimes() const;
     void setLifetimesApply(bool applies);
     bool lifetimesRowVisible() const;
+    // Whether the model holds the programs generation runs (memledger.export's generate=True): the mode box then
+    // offers "generate", with its New tokens row.
+    void setGenerates(bool generates);
+    int newTokens() const;
+    void setNewTokens(int tokens);
+    bool newTokensRowVisible() const;
     void setProgress(int done, int total); // total 0: not known yet, the bar runs indeterminate
     void setStatus(const QString& text);
     QString status() const; // what the panel says under its button
@@ -82,6 +88,7 @@ private:
     QComboBox* holdOutput_; // how long the loop holds the output and the loss (a training step)
     QComboBox* lifetimes_; // eager | graph (a torch.export program)
     QWidget* training_; // optimizer and loss, in one row
+    QSpinBox* newTokens_; // generate: the tokens generated per row
     QFormLayout* form_ = nullptr;
     QLayout* inputsRow_ = nullptr; // the inputs and their note
     QPushButton* run_;
@@ -90,6 +97,7 @@ private:
     QLabel* status_;
     bool runnable_ = true;
     bool lifetimesApply_ = false;
+    void showModeRows();
 };
 
 } // namespace memledger

@@ -66,12 +66,12 @@ struct TimelineSeries {
     static constexpr int kPendingFree = kLedgerKinds;
     static constexpr int kAllDevices = -2; // -1 is the CPU
     // Resident ledgers at the bottom, then what lives longest: weights, optimizer state, inputs, gathered
-    // parameters, autocast's weight casts, saved activations, activations, gradients, communication buffers,
+    // parameters, autocast's weight casts, the KV cache, saved activations, activations, gradients, communication buffers,
     // temporaries.
     static constexpr std::array<int, kBands> kStackOrder {static_cast<int>(Ledger::Resident),
         static_cast<int>(Ledger::Weights), static_cast<int>(Ledger::OptimizerState), static_cast<int>(Ledger::Inputs),
         static_cast<int>(Ledger::GatheredParameters), static_cast<int>(Ledger::AutocastCache),
-        static_cast<int>(Ledger::SavedActivations), static_cast<int>(Ledger::Activations),
+        static_cast<int>(Ledger::KvCache), static_cast<int>(Ledger::SavedActivations), static_cast<int>(Ledger::Activations),
         static_cast<int>(Ledger::Gradients), static_cast<int>(Ledger::Communication),
         static_cast<int>(Ledger::Temporaries), static_cast<int>(Ledger::Unattributed), kPendingFree};
     TimelineKeys keys;

@@ -28,6 +28,8 @@ constexpr const char* ledgerColourHex(Ledger ledger)
         return "#e5c494"; // sand: buffers of the collectives
     case Ledger::AutocastCache:
         return "#b3b3e6"; // a pale inputs violet: copies of the weights in the lower precision
+    case Ledger::KvCache:
+        return "#da8a2e"; // amber: the keys and values generation keeps, growing by a token per step
     case Ledger::Resident:
         return "#a8a8a8"; // a snapshot's blocks alive before its trace: kAliveBeforeColourHex
     case Ledger::Unattributed:

@@ -511,6 +511,15 @@ json reportToJson(const Report& r, bool withEvents)
         j["run"]["global_batch"] = globalBatch(r.run);
         j["gradient_bytes"] = r.gradient_bytes;
         j["optimizer_state_bytes"] = r.optimizer_state_bytes;
+    }
+    if (r.run.mode == RunMode::Generate) {
+        j["run"]["new_tokens"] = r.run.new_tokens;
+        j["kv_cache_bytes"] = r.kv_cache_bytes;
+    }
+    if (const auto& g = r.model.generation; !g.cache.empty())
+        j["model"]["generation"] = {{"cache", g.cache}, {"layers", g.layers}, {"kv_heads", g.kv_heads},
+            {"head_dim", g.head_dim}, {"attention_heads", g.attention_heads}, {"vocab", g.vocab}};
+    if (r.run.mode == RunMode::Train || r.run.mode == RunMode::Generate) {
         json phases = json::array();
         for (const auto& p : r.phases)
             phases.push_back({{"name", p.name}, {"start_ns", p.start_ns}, {"end_ns", p.end_ns},
@@ -687,6 +696,17 @@ Report reportFromJson(const json& j, const std::string& name)
         r.run.lifetimes = run.value("lifetimes", "");
         r.gradient_bytes = j.value("gradient_bytes", std::int64_t {0});
         r.optimizer_state_bytes = j.value("optimizer_state_bytes", std::int64_t {0});
+        r.run.new_tokens = run.value("new_tokens", std::int64_t {0});
+        r.kv_cache_bytes = j.value("kv_cache_bytes", std::int64_t {0});
+        if (m.contains("generation") && m.at("generation").is_object()) {
+            const auto& g = m.at("generation");
+            r.model.generation.cache = g.value("cache", std::string());
+            r.model.generation.layers = g.value("layers", 0);
+            r.model.generation.kv_heads = g.value("kv_heads", 0);
+            r.model.generation.head_dim = g.value("head_dim", 0);
+            r.model.generation.attention_heads = g.value("attention_heads", 0);
+            r.model.generation.vocab = g.value("vocab", std::int64_t {0});
+        }
         if (run.contains("parallel")) {
             const auto& pj = run.at("parallel");
             ParallelInfo par;

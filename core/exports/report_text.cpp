@@ -162,6 +162,16 @@ std::string reportToText(const Report& r, int maxDepth)
             << (r.run.hold_output.empty() ? "" : ", output held to " + r.run.hold_output) << ", " << r.run.threads
             << (r.run.threads == 1 ? " thread)" : " threads)");
     out << ", " << ms << " ms, " << (r.trace ? r.trace->size() : 0) << " events\n";
+    if (r.run.mode == RunMode::Generate) {
+        const auto& g = r.model.generation;
+        out << "  generation: prompt " << r.run.seq << ", " << r.run.new_tokens << " new tokens per row (greedy: the "
+            << "prefill, then " << std::max<std::int64_t>(0, r.run.new_tokens - 1) << " decode steps), "
+            << g.cache << " KV cache of " << g.layers << " layers x " << g.kv_heads << " KV heads"
+            << (g.attention_heads > g.kv_heads ? " (grouped-query: " + std::to_string(g.attention_heads)
+                        + " attention heads)" : std::string())
+            << " x " << g.head_dim << "; " << formatBytes(r.kv_cache_bytes) << " at the end ("
+            << r.run.seq + r.run.new_tokens - 1 << " tokens per row)\n";
+    }
     if (r.run.grad_accum > 1) {
         const int ranks = r.run.parallel ? r.run.parallel->gpus : 1;
         out << "  gradient accumulation: " << r.run.grad_accum << " micro-batches of " << r.run.batch
@@ -205,7 +215,7 @@ std::string reportToText(const Report& r, int maxDepth)
         printRow(out, r, 0, maxDepth);
         out << '\n';
     }
-    if (isTrainStep(r) && !r.phases.empty()) {
+    if ((isTrainStep(r) || r.run.mode == RunMode::Generate) && !r.phases.empty()) {
         out << "Phases:\n";
         for (const auto& p : r.phases) {
             char duration[32];

@@ -25,6 +25,11 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
     for (auto e : raw.autocast_cache_events)
         if (e < t.size() && t.action[e] == Action::Alloc)
             setLedger(t, e, Ledger::AutocastCache);
+    // Generation: the keys and values each program returned, which the next step's torch.cat replaces.
+    for (auto e : raw.kv_cache_events)
+        if (e < t.size() && t.action[e] == Action::Alloc)
+            setLedger(t, e, Ledger::KvCache);
+    r.kv_cache_bytes = raw.kv_cache_bytes;
     if (train) {
         // Allocations that end as a parameter's .grad are gradients; forward activations still alive when the
         // backward starts and freed by it were saved for it.

@@ -72,6 +72,10 @@ struct ExportedProgram::Impl {
     std::int64_t sliding_window = 0; // the model's sliding window (tokens), where its attention uses one, else 0
     int unpadded_skips = 0; // masks built that an unpadded batch does not build (eager attention, no sdpa call to count)
     bool strict_trace = false; // traced by TorchDynamo (its stack traces hold torch/_dynamo's frames)
+    std::string records_dir; // where its extra records are: "" (the file's program), "prefill/", "decode/"
+    bool weights_elsewhere = false; // generation's: its weights are the model program's (shareWeights)
+    // generation's programs (generate=True), sharing these weights: prefill and decode
+    std::unique_ptr<Generation> generation;
 
     // The graph's placeholders that are weights: graph name -> (parameter or buffer list, index).
     struct WeightRef {
@@ -723,9 +727,10 @@ void markAutocastTypes(Impl& d, std::vector<Impl::Node>& nodes, const pt2::Autoc
 
 // An extra file memledger.export saved beside the program (torch.export.save's extra_files, under extra/): nullopt
 // when the archive has none, or one memledger cannot read.
-std::optional<json> extraRecord(caffe2::serialize::PyTorchStreamReader& reader, const std::string& file)
+// `dir`: "" for the program the file opens with, "prefill/" for generation's (python/memledger/generation.py).
+std::optional<json> extraRecord(caffe2::serialize::PyTorchStreamReader& reader, const std::string& dir, const std::string& file)
 {
-    const std::string name = "extra/" + file;
+    const std::string name = "extra/" + dir + file;
     if (!reader.hasRecord(name))
         return std::nullopt;
     try {
@@ -737,16 +742,16 @@ std::optional<json> extraRecord(caffe2::serialize::PyTorchStreamReader& reader, 
 
 // What memledger.export read from the model's source files (python/memledger/source_facts.py, source_facts.RECORD):
 // without it the stack traces alone tell eager lifetimes.
-std::optional<json> sourceFacts(caffe2::serialize::PyTorchStreamReader& reader)
+std::optional<json> sourceFacts(caffe2::serialize::PyTorchStreamReader& reader, const std::string& dir)
 {
-    return extraRecord(reader, "memledger_sources.json");
+    return extraRecord(reader, dir, "memledger_sources.json");
 }
 
 // What memledger.export recorded of autocast and the types the forward passes (python/memledger/autocast_types.py,
 // autocast_types.RECORD).
-std::optional<json> autocastRecord(caffe2::serialize::PyTorchStreamReader& reader)
+std::optional<json> autocastRecord(caffe2::serialize::PyTorchStreamReader& reader, const std::string& dir)
 {
-    return extraRecord(reader, "memledger_autocast.json");
+    return extraRecord(reader, dir, "memledger_autocast.json");
 }
 
 // What memledger.export said of the export itself (python/memledger/hf_masks.py, hf_masks.RECORD): the attention
@@ -754,7 +759,7 @@ std::optional<json> autocastRecord(caffe2::serialize::PyTorchStreamReader& reade
 // what it writes says nothing.
 void readExportRecord(Impl& d, caffe2::serialize::PyTorchStreamReader& reader)
 {
-    const auto record = extraRecord(reader, "memledger_export.json");
+    const auto record = extraRecord(reader, d.records_dir, "memledger_export.json");
     if (!record || !record->is_object())
         return;
     const auto version = record->find("version");
@@ -788,7 +793,7 @@ const json* recordArray(const std::optional<json>& record, const char* key)
 // modules, how they run and who set them up. A record that is not what it writes says nothing.
 void readCheckpointRecord(Impl& d, caffe2::serialize::PyTorchStreamReader& reader)
 {
-    const auto record = extraRecord(reader, "memledger_checkpoint.json");
+    const auto record = extraRecord(reader, d.records_dir, "memledger_checkpoint.json");
     const json* modules = recordArray(record, "modules");
     if (!modules)
         return;
@@ -810,7 +815,7 @@ void readCheckpointRecord(Impl& d, caffe2::serialize::PyTorchStreamReader& reade
 // RANGES_RECORD): the model's line behind a bound. A record that is not what it writes says nothing.
 void readRangeRecord(Impl& d, caffe2::serialize::PyTorchStreamReader& reader)
 {
-    const auto record = extraRecord(reader, "memledger_ranges.json"); // held: recordArray points into it
+    const auto record = extraRecord(reader, d.records_dir, "memledger_ranges.json"); // held: recordArray points into it
     const json* ranges = recordArray(record, "ranges");
     if (!ranges)
         return;
@@ -938,11 +943,28 @@ ExportedProgram::~ExportedProgram() = default;
 
 std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorchStreamReader& reader)
 {
+    auto p = loadProgram(reader, "model", false);
+    readGeneration(*p, reader);
+    return p;
+}
+
+std::unique_ptr<ExportedProgram> ExportedProgram::loadProgram(
+    caffe2::serialize::PyTorchStreamReader& reader, const std::string& wanted, bool weightsElsewhere)
+{
     auto models = pt2::modelJsonRecords(reader);
     if (models.empty())
         throw std::runtime_error("the archive has no models/*.json (not a torch.export program)");
+    const std::string named = "models/" + wanted + ".json";
+    if (std::find(models.begin(), models.end(), named) != models.end())
+        models.insert(models.begin(), named);
+    else if (weightsElsewhere)
+        throw std::runtime_error("the archive has no " + named);
     std::unique_ptr<ExportedProgram> p(new ExportedProgram());
     auto& d = *p->d_;
+    if (weightsElsewhere) {
+        d.records_dir = wanted + "/";
+        d.weights_elsewhere = true;
+    }
     json root = pt2::recordJson(reader, models.front());
     try {
         pt2::checkProgram(root);
@@ -959,9 +981,10 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
     const auto weightConfig = readConfig(reader, "data/weights/" + modelName + "_weights_config.json", &stateDictOrder);
     const auto constantConfig = readConfig(reader, "data/constants/" + modelName + "_constants_config.json");
     // Weights saved on the meta device are made on it, as shapes (never memory): the program then runs on meta.
+    // (A program whose weights are another's, saved as shapes, takes that one's: shareWeights.)
     for (const auto* config : {&weightConfig, &constantConfig})
         for (const auto& [name, entry] : *config)
-            if (isMetaEntry(entry))
+            if (isMetaEntry(entry) && !weightsElsewhere)
                 d.meta_weights = true;
     if (d.meta_weights) {
         if (!metaRunsSupported())
@@ -978,11 +1001,11 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
     ModuleOrder modules;
     readNodes(d, modules);
     separateKeptCasts(d);
-    markFunctionCalls(d, markReleases(d, sourceFacts(reader)));
+    markFunctionCalls(d, markReleases(d, sourceFacts(reader, d.records_dir)));
     readExportRecord(d, reader);
     readCheckpointRecord(d, reader);
     readRangeRecord(d, reader);
-    const pt2::AutocastTypes autocastTypes(autocastRecord(reader));
+    const pt2::AutocastTypes autocastTypes(autocastRecord(reader, d.records_dir));
     for (auto rules : {pt2::AutocastRules::Cpu, pt2::AutocastRules::Cuda})
         d.autocast_known[static_cast<std::size_t>(rules)] = autocastTypes.known(rules);
     markAutocastTypes(d, d.nodes, autocastTypes);
@@ -990,6 +1013,84 @@ std::unique_ptr<ExportedProgram> ExportedProgram::load(caffe2::serialize::PyTorc
     if (d.meta_weights) // a program saved with some weights on meta and some not runs on meta alone: all there
         p->convert(std::nullopt, c10::Device(c10::kMeta));
     return p;
+}
+
+// The programs memledger.export(..., generate=True) saved beside the model's (python/memledger/generation.py,
+// RECORD): a record that is not what it writes says nothing; programs it names that cannot be read make the file
+// unreadable, as its own program would.
+void ExportedProgram::readGeneration(ExportedProgram& p, caffe2::serialize::PyTorchStreamReader& reader)
+{
+    const auto record = extraRecord(reader, "", "memledger_generate.json");
+    const json* programs = recordArray(record, "programs");
+    if (!programs || *programs != json::array({"prefill", "decode"}) || record->value("cache", std::string()) != "dynamic")
+        return;
+    auto g = std::make_unique<Generation>();
+    auto number = [&](const char* key) {
+        const auto it = record->find(key);
+        return it != record->end() && it->is_number_integer() ? std::clamp<std::int64_t>(it->get<std::int64_t>(), 0, 1 << 30)
+                                                              : std::int64_t {0};
+    };
+    g->facts.cache = "dynamic";
+    g->facts.layers = static_cast<int>(number("layers"));
+    g->facts.kv_heads = static_cast<int>(number("kv_heads"));
+    g->facts.head_dim = static_cast<int>(number("head_dim"));
+    g->facts.attention_heads = static_cast<int>(number("attention_heads"));
+    g->facts.vocab = number("vocab");
+    g->position_ids = record->value("position_ids", false);
+    const std::size_t tokenInputs = g->position_ids ? 2 : 1;
+    for (auto [name, slot] : {std::pair {"prefill", &g->prefill}, std::pair {"decode", &g->decode}}) {
+        try {
+            *slot = loadProgram(reader, name, true);
+            (*slot)->shareWeights(p);
+        } catch (const std::exception& e) {
+            throw std::runtime_error(std::string("its ") + name + " program (memledger.export's generate=True): " + e.what());
+        }
+        const auto outputs = (*slot)->d_->outputs.size();
+        if (g->facts.layers <= 0 || outputs != static_cast<std::size_t>(1 + 2 * g->facts.layers))
+            throw std::runtime_error(std::string("its ") + name + " program returns " + std::to_string(outputs)
+                + " values where the logits and the keys and values of " + std::to_string(g->facts.layers)
+                + " layers were recorded");
+    }
+    // the longest sequence: the prompt's bound (a position table's rows) and the cache's, whichever is shorter
+    std::int64_t longest = INT64_MAX;
+    if (const auto& past = g->decode->d_->inputs.back().dims; past.size() == 4 && past[2].max < INT64_MAX)
+        longest = past[2].max + 1;
+    if (const auto& prompt = g->prefill->d_->inputs.front().dims; prompt.size() == 2 && prompt[1].max < INT64_MAX)
+        longest = std::min(longest, prompt[1].max);
+    g->facts.max_tokens = longest < INT64_MAX ? longest : 0;
+    if (g->prefill->d_->inputs.size() != tokenInputs)
+        throw std::runtime_error("its prefill program takes " + std::to_string(g->prefill->d_->inputs.size())
+            + " inputs where " + std::to_string(tokenInputs) + " were recorded");
+    if (g->decode->d_->inputs.size() != tokenInputs + static_cast<std::size_t>(2 * g->facts.layers))
+        throw std::runtime_error("its decode program takes " + std::to_string(g->decode->d_->inputs.size())
+            + " inputs where the token and the cache of " + std::to_string(g->facts.layers) + " layers were recorded");
+    p.d_->generation = std::move(g);
+}
+
+void ExportedProgram::shareWeights(const ExportedProgram& from)
+{
+    std::unordered_map<std::string, const at::Tensor*> byName;
+    for (const auto* list : {&from.d_->parameters, &from.d_->buffers})
+        for (const auto& t : *list) {
+            byName.emplace(t.name, &t.value);
+            for (const auto& alias : t.aliases)
+                byName.emplace(alias, &t.value);
+        }
+    for (auto* list : {&d_->parameters, &d_->buffers})
+        for (auto& t : *list) {
+            const auto it = byName.find(t.name);
+            if (it == byName.end())
+                throw std::runtime_error("its weight " + t.name + " is not the model program's");
+            if (it->second->sizes() != t.value.sizes())
+                throw std::runtime_error("its weight " + t.name + " has another shape than the model program's");
+            t.value = *it->second;
+        }
+    d_->run_scalar = from.d_->run_scalar;
+}
+
+ExportedProgram::Generation* ExportedProgram::generation()
+{
+    return d_->generation.get();
 }
 
 std::vector<ExportedProgram::NamedTensor>& ExportedProgram::parameters()
@@ -1292,7 +1393,7 @@ std::int64_t ExportedProgram::moduleInputCastBytes() const
     return d_->module_input_cast_bytes;
 }
 
-c10::IValue ExportedProgram::run(const std::vector<at::Tensor>& inputs, const std::function<void(const std::string&)>& onNode)
+c10::IValue ExportedProgram::run(std::vector<at::Tensor> inputs, const std::function<void(const std::string&)>& onNode)
 {
     auto& d = *d_;
     pt2::Interpreter env;
@@ -1317,7 +1418,8 @@ c10::IValue ExportedProgram::run(const std::vector<at::Tensor>& inputs, const st
     for (const auto& [name, t] : d.constants)
         env.values[name] = t.device() == env.device ? t : t.to(env.device);
     for (std::size_t i = 0; i < d.user_inputs.size() && i < inputs.size(); ++i)
-        env.values[d.user_inputs[i]] = inputs[i];
+        env.values[d.user_inputs[i]] = std::move(inputs[i]);
+    inputs.clear(); // the graph's reference alone, where the caller moved them in
     const bool recordsGradients = at::GradMode::is_enabled();
     d.module_input_casts = 0;
     d.module_input_cast_bytes = 0;
@@ -1379,6 +1481,9 @@ std::string ExportedProgram::setLifetimes(const std::string& wanted)
 {
     d_->eager_lifetimes = wanted == "eager" && d_->eager_known;
     orderWeights(*d_, wanted == "eager");
+    if (d_->generation)
+        for (auto* program : {d_->generation->prefill.get(), d_->generation->decode.get()})
+            program->d_->eager_lifetimes = wanted == "eager" && program->d_->eager_known;
     return d_->eager_lifetimes ? "eager" : "graph";
 }
 
@@ -1621,6 +1726,8 @@ void ExportedProgram::convert(std::optional<c10::ScalarType> scalar, std::option
         d.run_scalar = *scalar;
     for (auto* list : {&d.parameters, &d.buffers})
         for (auto& t : *list) {
+            if (d.weights_elsewhere)
+                break; // the model program's, shared again once that one is converted
             auto& v = t.value;
             auto to = scalar && v.is_floating_point() ? *scalar : v.scalar_type();
             auto where = device ? *device : v.device();
@@ -1633,6 +1740,11 @@ void ExportedProgram::convert(std::optional<c10::ScalarType> scalar, std::option
     if (device)
         for (auto& [name, t] : d.constants)
             t = t.to(*device);
+    if (d.generation)
+        for (auto* program : {d.generation->prefill.get(), d.generation->decode.get()}) {
+            program->convert(scalar, device); // its constants, and the types its graph passes
+            program->shareWeights(*this);
+        }
 }
 
 #else // libtorch 1.13: no torch.export; the archive is recognised and refused with the build that opens it
@@ -1669,9 +1781,13 @@ std::string ExportedProgram::rootType() const
 {
     return {};
 }
-c10::IValue ExportedProgram::run(const std::vector<at::Tensor>&, const std::function<void(const std::string&)>&)
+c10::IValue ExportedProgram::run(std::vector<at::Tensor>, const std::function<void(const std::string&)>&)
 {
     throw std::runtime_error("torch.export programs need the PyTorch 2 build of memledger");
+}
+ExportedProgram::Generation* ExportedProgram::generation()
+{
+    return nullptr;
 }
 void ExportedProgram::castModuleInputs(std::vector<std::string>) { }
 std::size_t ExportedProgram::moduleInputCasts() const

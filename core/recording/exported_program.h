@@ -28,6 +28,8 @@ namespace memledger {
 class ExportedProgram {
 public:
     // Throws std::runtime_error with the reason (an op this libtorch lacks, weights it cannot read, ...).
+    // The archive's program "model" (torch.export.save's name for its one program), else its first; and the
+    // programs generation runs where memledger.export saved them (generation()).
     static std::unique_ptr<ExportedProgram> load(caffe2::serialize::PyTorchStreamReader& reader);
     ~ExportedProgram();
 
@@ -74,8 +76,22 @@ public:
     std::string rootType() const;
 
     // Runs the graph; `onNode` is told the module path of each node before it runs. Returns the user outputs (a
-    // tuple when there are several).
-    c10::IValue run(const std::vector<at::Tensor>& inputs, const std::function<void(const std::string&)>& onNode);
+    // tuple when there are several). An input the caller moves in (no other reference) is freed after its last
+    // reader, as a value the caller's Python no longer holds (generation's cache, which each layer's torch.cat
+    // replaces).
+    c10::IValue run(std::vector<at::Tensor> inputs, const std::function<void(const std::string&)>& onNode);
+
+    // The programs greedy generation runs, saved beside this one by memledger.export(..., generate=True)
+    // (python/memledger/generation.py): the prompt's prefill, which returns the last position's logits and every
+    // layer's keys and values, and one decode step, which takes one token per row and that cache and returns the
+    // same, one token longer. They share this program's weights (convert() converts them with it).
+    struct Generation {
+        std::unique_ptr<ExportedProgram> prefill, decode;
+        ModelInfo::Generation facts;
+        bool position_ids = false; // both take generate's position_ids after the token ids (batch x tokens)
+    };
+    // nullptr where the file holds none.
+    Generation* generation();
     // How long run() keeps each value (pt2_lifetimes.h): "eager", as the Python code the program was exported from
     // holds it, or "graph", until its last reader, as the graph's generated code does. Returns the one runs use
     // from now on: "graph" when "eager" is asked of nodes that carry no source lines.
@@ -151,6 +167,14 @@ public:
 
 private:
     ExportedProgram();
+    // The archive's program `name` (else, unless weightsElsewhere, its first), its records under extra/ (or, for
+    // a program whose weights are another's, extra/NAME/); weightsElsewhere: its weights were saved as shapes and
+    // shareWeights gives it another program's.
+    static std::unique_ptr<ExportedProgram> loadProgram(
+        caffe2::serialize::PyTorchStreamReader& reader, const std::string& name, bool weightsElsewhere);
+    static void readGeneration(ExportedProgram& p, caffe2::serialize::PyTorchStreamReader& reader);
+    // Its parameters and buffers become `from`'s tensors of the same names. Throws where one has none.
+    void shareWeights(const ExportedProgram& from);
     std::unique_ptr<Impl> d_;
 };
 

@@ -15,4 +15,18 @@ void installMetaDevice();
 // Defined in meta_kernels.cpp; calling it links the kernels' registrations into the program.
 void registerMetaKernels();
 
+// While one lives, scaled_dot_product_attention on meta tensors on this thread allocates what a GPU's fused kernels
+// (flash or memory-efficient attention) do: the output and each query row's log-sum-exp, no scores
+// (RunOptions::gpu_attention). Without it the CPU's choice decides, as on the CPU.
+class GpuAttentionOnMeta {
+public:
+    GpuAttentionOnMeta();
+    ~GpuAttentionOnMeta();
+    GpuAttentionOnMeta(const GpuAttentionOnMeta&) = delete;
+    GpuAttentionOnMeta& operator=(const GpuAttentionOnMeta&) = delete;
+
+private:
+    bool before_;
+};
+
 } // namespace memledger

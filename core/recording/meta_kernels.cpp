@@ -7,6 +7,24 @@
 #include "recording/meta_device.h"
 #include "recording/torch_compat.h"
 
+namespace memledger {
+namespace {
+thread_local bool tlsGpuAttention = false; // GpuAttentionOnMeta
+} // namespace
+
+GpuAttentionOnMeta::GpuAttentionOnMeta()
+    : before_(tlsGpuAttention)
+{
+    tlsGpuAttention = true;
+}
+
+GpuAttentionOnMeta::~GpuAttentionOnMeta()
+{
+    tlsGpuAttention = before_;
+}
+
+} // namespace memledger
+
 #if MEMLEDGER_META_RUNS // decided in core/CMakeLists.txt
 
 #include <ATen/ATen.h>
@@ -288,6 +306,12 @@ OptionalTensor asTheCpuChecksIt(const OptionalTensor& mask)
 Tensor scaledDotProductAttention(const Tensor& query, const Tensor& key, const Tensor& value,
     const OptionalTensor& attnMask, double dropoutP, bool isCausal, std::optional<double> scale, bool enableGqa)
 {
+    if (tlsGpuAttention && dropoutP == 0.0 && query.dim() == 4) {
+        // a GPU's fused attention: the output (the query's rows, the value's head size) and the log-sum-exp
+        auto out = at::empty({query.size(0), query.size(1), query.size(2), value.size(-1)}, query.options());
+        auto logsumexp = at::empty({query.size(0), query.size(1), query.size(2)}, query.options().dtype(at::kFloat));
+        return out;
+    }
     auto choice = static_cast<at::SDPBackend>(at::native::_fused_sdp_choice_cpp(
         query, key, value, asTheCpuChecksIt(attnMask), dropoutP, isCausal, scale, enableGqa));
     OptionalTensor mask = attnMask;

@@ -59,6 +59,12 @@ struct RunOptions {
     // from outside itself that are not in `dtype` are cast to it (ExportedProgram::castModuleInputs). A torch.export
     // program only; a TorchScript model runs without, and says so.
     std::vector<std::string> cast_module_inputs;
+    // generate: the tokens to generate per row (transformers' max_new_tokens = min_new_tokens); the inputs are the
+    // prompt's token ids (batch x prompt).
+    std::int64_t new_tokens = 0;
+    // meta: scaled_dot_product_attention allocates as a GPU's fused kernels do (flash or memory-efficient: the output
+    // and each row's log-sum-exp, no scores), not as the CPU's choice would (serving's prefill on a GPU)
+    bool gpu_attention = false;
 };
 
 // What a recorded run produced, before it is turned into a Report.
@@ -80,6 +86,8 @@ struct RawRun {
     std::int64_t optimizer_state_bytes = 0;
     std::vector<TensorUse> forward_uses; // forward and loss ops' tensor inputs
     std::vector<std::uint32_t> output_events; // inference: the blocks of the model's output (its caller reads them)
+    std::vector<std::uint32_t> kv_cache_events; // generate: the allocs of the cache each program returned
+    std::int64_t kv_cache_bytes = 0; // generate: the cache at the end
     // A CUDA run: the device, the allocator's reserve over the run (from its own snapshot), and what the
     // libraries kept on the device from the warm-up (cuBLAS workspaces and the like).
     std::optional<GpuRun> gpu;

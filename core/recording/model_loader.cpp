@@ -336,6 +336,8 @@ void collect(Model::Impl& d)
     if (d.program) {
         collectRanges(*d.program, info);
         info.exported_checkpointing = d.program->checkpointing();
+        if (auto* g = d.program->generation())
+            info.generation = g->facts;
         info.example_inputs = true;
     }
 }

@@ -888,6 +888,10 @@ ValueEnds eagerLifetimes(const nlohmann::json& nodes, const ValueEnds& graphEnd,
                         escaping.push_back(out);
                 }
             }
+            if (escaping.size() > targets->size()) // what the program returns anyway escapes by another way too:
+                escaping.erase(std::remove_if(escaping.begin(), escaping.end(), // a cache the call updates (generation's)
+                                   [&](const std::string& out) { return !graphEnd.count(out); }),
+                    escaping.end());
             if (escaping.size() < targets->size()) // `hidden, _ = attn(...)` of a call that returns (out, None)
                 targets->erase(std::remove(targets->begin(), targets->end(), "_"), targets->end());
             // `hidden, attn_weights = attn(...)`, the weights None: what a call leaves out comes last

@@ -6,6 +6,7 @@
 #include "support/errors.h"
 #include "support/format.h"
 #include "recording/cuda_session.h"
+#include "recording/meta_device.h"
 #include "recording/module_path.h"
 #include "recording/torch_compat.h"
 #include "report/trace_edit.h"
@@ -661,6 +662,19 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
         throw RunError("unknown dtype '" + options.dtype + "' (use float32, bfloat16 or float16)");
     const RunMode mode = options.mode.value_or(RunMode::Inference);
     const bool train = mode == RunMode::Train;
+    const bool generating = mode == RunMode::Generate;
+    if (generating) {
+        if (!d.program || !d.program->generation())
+            throw UsageError(std::string("--mode generate runs the prefill and decode programs memledger.export saves with "
+                "generate=True, which this file does not hold: ")
+                + (d.program ? "export the model again with memledger.export(model, (input_ids,), PATH, generate=True)"
+                             : "a TorchScript model has none; export the model with memledger.export(model, "
+                               "(input_ids,), PATH, generate=True)"));
+        if (options.new_tokens < 1)
+            throw UsageError("--mode generate needs --new-tokens N (1 or more: the tokens generated per row)");
+        if (!options.autocast.empty())
+            throw UsageError("--mode generate does not take --autocast: give the weights' type with --dtype");
+    }
     if (train && !isSupportedOptimizer(options.optimizer))
         throw RunError("unknown optimizer '" + options.optimizer + "' (use sgd, adam, adamw or none)");
     if (train && !isSupportedLoss(options.loss))
@@ -688,8 +702,11 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
             d.current_dtype = exportedDtype;
     }
     std::optional<MetaOpTrail> metaTrail; // a meta run's failure names its op
+    std::optional<GpuAttentionOnMeta> gpuAttention;
     if (device.is_meta())
         metaTrail.emplace();
+    if (device.is_meta() && options.gpu_attention)
+        gpuAttention.emplace();
     std::optional<CudaRecording> cuda;
     if (gpu)
         cuda.emplace(device, options.cudnn_benchmark);
@@ -704,7 +721,9 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
         if (raw.info.lifetimes != options.lifetimes)
             raw.notes.push_back("lifetimes: graph (each value dropped after its last reader), not eager: the program's "
                 "nodes carry no source lines (stack_trace) to tell how its Python held them");
-        for (const auto& note : {d.program->eagerLifetimesNote(), d.program->causalMaskNote(),
+        // generate runs the generation programs, exported for an unpadded batch: their notes, not the forward's
+        const auto& noted = generating ? *d.program->generation()->prefill : *d.program;
+        for (const auto& note : {noted.eagerLifetimesNote(), noted.causalMaskNote(),
                  options.mode == RunMode::Train ? d.program->functionCallNote() : std::string()})
             if (!note.empty()) {
                 raw.notes.push_back(note);
@@ -784,12 +803,28 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
         return explainRunFailure(
             message, autocast ? options.autocast + " (under autocast)" : options.dtype, raw.info, inputNames);
     };
+    if (generating) {
+        // the prompt: one batch x prompt tensor of token ids, what the prefill takes
+        if (raw.info.input_shapes.size() != 1 || raw.info.input_shapes.front().size() != 2
+            || !raw.info.input_types.front().isToken())
+            throw UsageError("--mode generate takes the prompt as one batch x prompt tensor of token ids: --input "
+                             "BxP:int64");
+        raw.info.new_tokens = options.new_tokens;
+        const auto& decodeInputs = d.program->generation()->decode->inputs();
+        const auto& past = decodeInputs.back(); // the last layer's values: batch x KV heads x past x head dim
+        const auto prompt = raw.info.input_shapes.front()[1];
+        if (past.dims.size() == 4 && prompt + options.new_tokens - 1 > past.dims[2].max)
+            throw UsageError("a prompt of " + std::to_string(prompt) + " and " + std::to_string(options.new_tokens)
+                + " new tokens make a cache of " + std::to_string(prompt + options.new_tokens - 1)
+                + " tokens; the decode program takes " + std::to_string(past.dims[2].min) + ".."
+                + std::to_string(past.dims[2].max) + " (the model's positions)");
+    }
     // The model's own signature counts its inputs, `self` left out; a list is one.
-    const auto given = argumentCount(raw.info.input_types, raw.info.input_shapes.size());
+    const auto given = generating ? std::size_t {1} : argumentCount(raw.info.input_types, raw.info.input_shapes.size());
     if (d.program && given != raw.info.input_shapes.size())
         throw UsageError("an exported program takes its tensors one by one (torch.export flattens a list): give them "
                          "without brackets");
-    if (given > inputNames.size() || given < signature.required) {
+    if (!generating && (given > inputNames.size() || given < signature.required)) {
         auto n = inputNames.size();
         std::string takes = signature.required == n ? std::to_string(n)
                                                     : std::to_string(signature.required) + " to " + std::to_string(n);
@@ -899,6 +934,76 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
         leaveAutocast(region);
         return out;
     };
+    // --mode generate: greedy generation as transformers' generate runs it (GenerationMixin.generate and _sample,
+    // transformers 5, with max_new_tokens = min_new_tokens = new_tokens, do_sample=False, an unpadded prompt): the
+    // prompt's prefill, then a decode step per further token against the cache, each layer's torch.cat replacing
+    // its keys and values (the old ones dropped as the cat returns: the graph holds the only reference). Around the
+    // forwards, what generate makes and keeps: the position ids from the all-ones attention mask (which it then
+    // drops), a column longer per token; each forward's inputs cloned; the last position's logits copied to float32
+    // and the processors' copy of them (min_new_tokens' MinNewTokensLengthLogitsProcessor clones the scores), both
+    // held by their names until the next step makes the next ones; the argmax, the finished rows masked out, and
+    // the token ids grown by a column; the step's outputs dropped (`del outputs`).
+    std::function<void(const c10::IValue&)> onCache; // told each program's cache (the recorded run)
+    auto generate = [&](const std::function<void(const char*)>& mark, std::int64_t newTokens) {
+        auto* g = d.program->generation();
+        at::Tensor ids = inputs.front().toTensor();
+        const auto rows = ids.size(0);
+        at::Tensor positions;
+        if (g->position_ids) {
+            auto mask = at::ones({rows, ids.size(1)}, ids.options().dtype(at::kLong));
+            positions = mask.cumsum(-1) - 1;
+            positions = positions.masked_fill(mask == 0, 0);
+        }
+        auto unfinished = at::ones({rows}, ids.options().dtype(at::kLong));
+        std::vector<at::Tensor> cache;
+        at::Tensor next, scores, tokens; // generate's locals: alive until the next step rebinds them
+        auto take = [&](c10::IValue out) {
+            auto elements = out.toTupleRef().elements().vec();
+            out = c10::IValue();
+            cache.clear();
+            for (std::size_t i = 1; i < elements.size(); ++i) {
+                if (onCache)
+                    onCache(elements[i]);
+                cache.push_back(elements[i].toTensor());
+            }
+            if (positions.defined())
+                positions = at::cat({positions, positions.narrow(-1, positions.size(-1) - 1, 1) + 1}, -1);
+            auto logits = elements.front().toTensor();
+            elements.clear();
+            next = logits.select(1, -1).to(at::kFloat, false, true);
+            logits = at::Tensor();
+            scores = next.clone();
+            tokens = scores.argmax(-1);
+            tokens = tokens * unfinished + (1 - unfinished) * 0;
+            ids = at::cat({ids, tokens.unsqueeze(1)}, -1);
+        };
+        auto tokenInputs = [&](at::Tensor stepIds) {
+            std::vector<at::Tensor> in {std::move(stepIds)};
+            const auto width = in.front().size(1);
+            if (positions.defined()) // as long as the ids: passed as it is; else its last columns, cloned
+                in.push_back(positions.size(-1) == width ? positions
+                                                         : positions.narrow(-1, positions.size(-1) - width, width).clone());
+            return in;
+        };
+        mark("prefill");
+        auto prompt = tokenInputs(ids.clone());
+        g->prefill->checkInputs(prompt);
+        take(g->prefill->run(std::move(prompt), onNode));
+        if (newTokens > 1)
+            mark("decode");
+        for (std::int64_t step = 1; step < newTokens; ++step) {
+            auto in = tokenInputs(ids.narrow(1, ids.size(1) - 1, 1).clone());
+            in.reserve(in.size() + cache.size());
+            for (auto& t : cache)
+                in.push_back(std::move(t));
+            cache.clear();
+            take(g->decode->run(std::move(in), onNode));
+        }
+        std::int64_t bytes = 0;
+        for (const auto& t : cache)
+            bytes += static_cast<std::int64_t>(t.numel()) * static_cast<std::int64_t>(t.element_size());
+        return bytes;
+    };
     auto step = [&](const std::function<void(const char*)>& mark) {
         mark("forward");
         std::optional<AutocastRegion> region;
@@ -932,6 +1037,10 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
     };
     auto noMark = [](const char*) {};
     auto warmUp = [&] {
+        if (generating) {
+            generate(noMark, std::min<std::int64_t>(options.new_tokens, 2)); // the prefill and a decode step
+            return;
+        }
         if (!train) {
             forward(); // lazy initialisation and caches stay out of the record
             return;
@@ -967,6 +1076,8 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
             auto t0 = Clock::now();
             if (train)
                 step(noMark);
+            else if (generating)
+                raw.kv_cache_bytes = generate(noMark, options.new_tokens);
             else
                 forward();
             if (gpu)
@@ -980,7 +1091,7 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
         raw.module_input_casts = castsMade();
         return raw;
     }
-    if (options.warm_up || train) {
+    if (options.warm_up || train || generating) {
         try {
             warmUp();
         } catch (const std::exception& e) {
@@ -1088,6 +1199,11 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
             step(mark);
             onHeld = nullptr;
             onHeldFreed = nullptr;
+            mark(nullptr);
+        } else if (generating) {
+            onCache = [&state, &raw](const c10::IValue& v) { noteOutputs(state, v, raw.kv_cache_events); };
+            raw.kv_cache_bytes = generate(mark, options.new_tokens);
+            onCache = nullptr;
             mark(nullptr);
         } else {
             auto out = forward();

@@ -8,7 +8,7 @@
 namespace memledger {
 
 // What a run did: eval mode without grad, or one training step (forward, loss, backward, optimizer).
-enum class RunMode { Inference, Train };
+enum class RunMode { Inference, Train, Generate };
 // Where a report's trace comes from: memledger's own run of a model, or a CUDA snapshot PyTorch wrote.
 enum class ReportSource { Model, Snapshot };
 // How a figure is known: a fit through the records, a real run at exactly that setting, a fit carried on
@@ -46,7 +46,8 @@ struct EnumText {
     const char* text;
 };
 
-inline constexpr EnumText<RunMode> kRunModeText[] = {{RunMode::Inference, "inference"}, {RunMode::Train, "train"}};
+inline constexpr EnumText<RunMode> kRunModeText[] = {{RunMode::Inference, "inference"}, {RunMode::Train, "train"},
+    {RunMode::Generate, "generate"}};
 inline constexpr EnumText<ReportSource> kReportSourceText[] = {
     {ReportSource::Model, "model"}, {ReportSource::Snapshot, "snapshot"}};
 inline constexpr EnumText<FigureMethod> kFigureMethodText[] = {{FigureMethod::Predicted, "predicted"},

@@ -171,6 +171,18 @@ struct ModelInfo {
         bool context_fn = false; // a context_fn (a selective policy) memledger cannot read
     };
     Checkpointing exported_checkpointing;
+    // The programs greedy generation runs, where memledger.export saved them (generate=True,
+    // python/memledger/generation.py): what their cache is. An empty `cache`: the file holds none.
+    struct Generation {
+        std::string cache; // "dynamic": transformers' DynamicCache, one torch.cat per layer and token
+        int layers = 0;
+        int kv_heads = 0; // the key/value heads the cache holds (fewer than attention_heads: grouped-query)
+        int head_dim = 0;
+        int attention_heads = 0; // 0: not known
+        std::int64_t vocab = 0;
+        std::int64_t max_tokens = 0; // the longest sequence the decode program takes (its past + 1); 0: not known
+    };
+    Generation generation;
 };
 
 // One rank of a data-parallel training job (whatif/parallel.h): how its step was laid out.
@@ -214,6 +226,9 @@ struct RunInfo {
     // train: the micro-batches whose gradients are accumulated before each optimizer step (--grad-accum; 1: none).
     // The global batch is batch x grad_accum x the data-parallel ranks.
     int grad_accum = 1;
+    // generate: the tokens generated per row after the prompt (--new-tokens): the prefill, then new_tokens - 1 decode
+    // steps.
+    std::int64_t new_tokens = 0;
     std::string lifetimes; // a .pt2's run: eager | graph (RunOptions::lifetimes); "": TorchScript, or a report without it
     int threads = 0; // intra-op threads the run used
     double duration_ms = 0.0;
@@ -232,6 +247,7 @@ struct Report {
     std::int64_t peak_total_bytes = 0; // weights + optimizer state + inputs + peak_bytes
     std::int64_t gradient_bytes = 0; // train: every parameter's .grad after the step
     std::int64_t optimizer_state_bytes = 0; // train: the optimizer's state tensors, resident like the weights
+    std::int64_t kv_cache_bytes = 0; // generate: the KV cache at the end (every layer's keys and values)
     std::vector<Phase> phases; // train: forward, loss, backward, optimizer
     std::int64_t peak_time_ns = 0;
     std::int32_t peak_event = -1;

@@ -29,6 +29,8 @@ const char* ledgerName(Ledger l)
         return "communication";
     case Ledger::AutocastCache:
         return "autocast_cache";
+    case Ledger::KvCache:
+        return "kv_cache";
     case Ledger::Unattributed:
         return "unattributed";
     case Ledger::Resident:
@@ -60,6 +62,8 @@ const char* ledgerLabel(Ledger l)
         return "communication buffers";
     case Ledger::AutocastCache:
         return "autocast weight casts";
+    case Ledger::KvCache:
+        return "KV cache";
     default:
         return ledgerName(l);
     }

@@ -29,11 +29,13 @@ enum class Ledger : std::uint8_t {
     Communication = 8,
     // Autocast's weight-cast cache: the lower-precision copies of float32 leaf weights, kept until the region ends.
     AutocastCache = 9,
-    Unattributed = 10, // snapshots: allocations no ledger can be told for
-    Resident = 11, // snapshots: alive before the trace began
+    // Generation: the keys and values of every layer the decode steps attend to (transformers' cache).
+    KvCache = 10,
+    Unattributed = 11, // snapshots: allocations no ledger can be told for
+    Resident = 12, // snapshots: alive before the trace began
 };
-constexpr int kLedgerCount = 10; // the ledgers of a model run
-constexpr int kLedgerKinds = 12; // with a snapshot's Unattributed and Resident
+constexpr int kLedgerCount = 11; // the ledgers of a model run
+constexpr int kLedgerKinds = 13; // with a snapshot's Unattributed and Resident
 const char* ledgerName(Ledger l); // "weights", "saved_activations", ... as the JSON spells them
 const char* ledgerLabel(Ledger l); // "saved for backward", "resident (before the trace)": for people
 std::optional<Ledger> ledgerFromName(const std::string& name); // ledgerName's inverse

@@ -47,7 +47,7 @@ import traceback
 import warnings
 from collections.abc import Mapping
 
-from . import autocast_types, checkpoint_record, hf_masks, source_facts
+from . import autocast_types, checkpoint_record, generation, hf_masks, source_facts
 
 __all__ = ["export", "ExportError"]
 
@@ -987,7 +987,8 @@ def _trace(torch, model, forward, call, dims, inputs, verbose):
     return ep, strict_failure, seen, executed, autocast
 
 
-def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask=None, verbose=True):
+def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask=None, generate=False, verbose=True,
+           _collect=None):
     """Exports `model` called as model(*args, **kwargs) with torch.export and saves it at `path` (a `.pt2` that
     memledger opens). Returns the torch.export.ExportedProgram.
 
@@ -998,6 +999,10 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask=None, ve
     batch, which eager transformers runs without a mask (sdpa's is_causal; hf_masks.py). None (the default):
     "skipped" where the inputs hold no token ids (an image model's pixels, an audio model's features called without
     an attention_mask: neither eager nor FakeTensorMode builds the mask), else "built".
+    generate: for a transformers causal LM, also save the two programs greedy generation runs (generation.py): the
+    prefill of the prompt (input_ids), which returns the last position's logits and the KV cache, and one decode step
+    against the cache, its length dynamic; `memledger analyze FILE --mode generate --new-tokens N` runs them as
+    transformers' generate does. The program the file opens with stays the forward called with `args`.
     verbose: print what was done, the ranges and the memledger command to run next.
     Raises ExportError (with PyTorch's reason, and the advice to use memledger.capture where the model cannot be
     traced)."""
@@ -1091,8 +1096,34 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask=None, ve
         unpadded = _unpadded_masks(torch, model, forward, dims, inputs) if built else None
         skips = max(built - unpadded, 0) if unpadded is not None else 0
 
+    nested = None
+    if generate:
+        ids = bound.arguments.get("input_ids")
+        if ids is None:
+            ids = next((i.value for i in inputs if isinstance(i.value, torch.Tensor) and not i.value.is_floating_point()),
+                       None)
+        try:
+            nested = generation.export_programs(model, ids, torch, lambda m, a, d: _export_nested(m, a, d))
+        except generation.NotGenerative as e:
+            raise ExportError("generate=True: %s" % e, advice="export without generate=True") from e
+
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
+    if _collect is not None:  # a program of a file another export() writes (generation's)
+        extra = source_facts.extra_files(ep, executed)
+        ranges = _ranges_record(ep, inputs, dims)
+        if ranges is not None:
+            extra[RANGES_RECORD] = ranges
+        mask = hf_masks.record(model, max(masked - own_masks, 0), total, skippable, skip, skips)
+        if mask is not None:
+            extra[hf_masks.RECORD] = mask
+        if autocast is not None:
+            extra[autocast_types.RECORD] = autocast
+        _collect["extra"] = extra
+        return ep
+    if nested is not None and not hasattr(torch.export, "pt2_archive"):
+        raise ExportError("generate=True: torch %s cannot save several programs in one file (torch.export.pt2_archive)"
+                          % torch.__version__, advice="export without generate=True")
     if _supports(torch.export.save, "extra_files"):
         # what the source says of the traced lines (what each function returns, what each line binds), for eager
         # lifetimes: a value the caller binds to a name it never reads is held by that name
@@ -1108,7 +1139,18 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask=None, ve
         checkpointing = checkpoint_record.record(model)  # torch.export keeps no checkpoint: memledger applies it
         if checkpointing is not None:
             extra[checkpoint_record.RECORD] = checkpointing
-        torch.export.save(ep, path, extra_files=extra)
+        if nested is not None:
+            from torch.export.pt2_archive._package import package_pt2
+
+            programs, extras, record = nested
+            for name, program in programs.items():
+                generation.weights_as_shapes(program, torch)
+                for file, text in extras[name].items():
+                    extra[name + "/" + file] = text
+            extra[generation.RECORD] = record
+            package_pt2(path, exported_programs=dict({"model": ep}, **programs), extra_files=extra)
+        else:
+            torch.export.save(ep, path, extra_files=extra)
     else:
         torch.export.save(ep, path)
 
@@ -1168,11 +1210,27 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask=None, ve
             else:
                 _say(True, "%s: %d..%s%s" % (name, lo, hi if hi is not None else "any",
                                               " (%s)" % dims.why[name] if name in dims.why and hi is not None else ""))
+        if nested is not None:
+            facts = json.loads(nested[2])
+            _say(True, "generation: a prefill and a decode-step program (%d layers, a dynamic cache of %d KV heads x %d"
+                 "%s), run as transformers' generate runs them" % (
+                     facts["layers"], facts["kv_heads"], facts["head_dim"],
+                     ", grouped-query attention" if facts["grouped_query"] else ""))
         specs = [_input_spec(i, torch) for i in inputs]
         spec = ",".join(specs) if all(specs) else None
         _say(True, "saved %s (%s)" % (path, "strict" if strict_failure is None else "non-strict"))
         print("Next: %s analyze %s%s" % (_command(), _quoted(path), " --input " + spec if spec else ""), flush=True)
+        if nested is not None:
+            print("      %s analyze %s --mode generate%s --new-tokens 64" % (
+                _command(), _quoted(path), " --input " + spec if spec else ""), flush=True)
         whatif = _whatif_hint(path, inputs, ranges, spec, torch)
         if whatif:
             print("      " + whatif, flush=True)
     return ep
+
+
+def _export_nested(model, args, dynamic):
+    """One program of a file export() writes: (ExportedProgram, its extra files)."""
+    collected = {}
+    ep = export(model, args, os.devnull, dynamic=dynamic, causal_mask="skipped", verbose=False, _collect=collected)
+    return ep, collected["extra"]

@@ -1,0 +1,58 @@
+// The window's Generate run: a file memledger.export saved with generate=True offers "generate" in the Run panel's
+// mode box, with its New tokens row; the run shows the prefill and decode phases and the KV cache ledger, with the
+// same figures as `memledger analyze --mode generate`, and the What if panel holds no other run's rows.
+#include "fixture_paths.h"
+#include "main_window.h"
+#include "qt_test_app.h"
+#include "recording/build_report.h"
+#include "recording/model.h"
+#include "run_panel.h"
+#include "truth_file.h"
+#include "window_wait.h"
+
+#include <QComboBox>
+#include <QLineEdit>
+#include <QPushButton>
+
+#include <gtest/gtest.h>
+
+using namespace memledger;
+using memledger::test::fixture;
+
+TEST(GenerateWindow, TheRunPanelGeneratesWithTheKvCache)
+{
+    const auto truth = memledger::test::readTruth("generate_truths.json", "make_generate_truths");
+    SKIP_IF_TRUTH_IS_NOT_HERE(truth, true);
+    qtTestApp();
+    MainWindow w;
+    ASSERT_TRUE(openAndWait(w, QString::fromStdString(fixture("gen_llama_gqa.pt2"))));
+    auto* panel = w.runPanel();
+    const int generate = panel->modeBox()->findData(QStringLiteral("generate"));
+    ASSERT_GE(generate, 0) << "the mode box offers generate for a file with the generation programs";
+    EXPECT_FALSE(panel->newTokensRowVisible());
+    panel->modeBox()->setCurrentIndex(generate);
+    EXPECT_TRUE(panel->newTokensRowVisible());
+    EXPECT_FALSE(panel->trainingRowVisible());
+    panel->setInputs(QStringLiteral("2x64:int64"), QString());
+    panel->setNewTokens(16);
+    panel->runButton()->click();
+    ASSERT_TRUE(waitForReport(w));
+    const auto report = w.report();
+    ASSERT_TRUE(report);
+    EXPECT_EQ(report->run.mode, RunMode::Generate);
+    EXPECT_EQ(report->run.new_tokens, 16);
+    EXPECT_TRUE(findPhase(report->phases, "prefill") && findPhase(report->phases, "decode"));
+    EXPECT_GT(report->ledgers[static_cast<std::size_t>(Ledger::KvCache)].max, 0);
+    // the same run as the command line's
+    auto model = Model::open(fixture("gen_llama_gqa.pt2"));
+    RunOptions o;
+    o.inputs = {{2, 64}};
+    o.input_types = {InputType {}};
+    o.input_types.front().dtype = "int64";
+    o.mode = RunMode::Generate;
+    o.new_tokens = 16;
+    const auto cli = analyzeModel(model, o);
+    EXPECT_EQ(report->kv_cache_bytes, cli.kv_cache_bytes);
+    EXPECT_EQ(report->peak_bytes, cli.peak_bytes);
+    EXPECT_NE(panel->status().indexOf(QStringLiteral("KV cache")), -1) << panel->status().toStdString();
+}
