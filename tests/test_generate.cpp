@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -110,11 +111,14 @@ TEST(Generate, TheCliWritesTheKvCacheLedger)
             c = &e;
     ASSERT_TRUE(c) << "no dynamic-cache case at batch 4";
     const auto out = fixture("generate_cli.json");
+    const auto html = fixture("generate_cli.html");
     std::remove(out.c_str());
+    std::remove(html.c_str());
     const auto input = std::to_string((*c)["batch"].get<int>()) + "x" + std::to_string((*c)["prompt"].get<int>()) + ":int64";
     const auto file = fixture((*c)["file"].get<std::string>());
     auto r = runCommand(memledgerBinary() + " analyze '" + file + "' --mode generate --input " + input
-        + " --new-tokens " + std::to_string((*c)["new_tokens"].get<int>()) + " --threads 1 --json '" + out + "'");
+        + " --new-tokens " + std::to_string((*c)["new_tokens"].get<int>()) + " --threads 1 --json '" + out + "' --html '"
+        + html + "'");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("generation: prompt"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("KV cache"), std::string::npos) << r.output;
@@ -127,6 +131,11 @@ TEST(Generate, TheCliWritesTheKvCacheLedger)
     EXPECT_NEAR(j["peak_bytes"].get<double>(), (*c)["peak_bytes"].get<double>(), 0.02 * (*c)["peak_bytes"].get<double>());
     EXPECT_EQ(j["model"]["generation"]["cache"], "dynamic");
     EXPECT_TRUE(j["ledgers"].contains("kv_cache")) << j["ledgers"].dump();
+    std::ifstream page(html);
+    ASSERT_TRUE(page) << html;
+    const std::string text((std::istreambuf_iterator<char>(page)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("id=generation"), std::string::npos);
+    EXPECT_NE(text.find("KV cache at the end " + formatBytes((*c)["kv_cache_bytes"].get<std::int64_t>())), std::string::npos);
 
     auto noTokens = runCommand(memledgerBinary() + " analyze '" + file + "' --mode generate --input " + input);
     EXPECT_EQ(noTokens.exit_code, 2) << noTokens.output;

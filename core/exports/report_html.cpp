@@ -415,6 +415,15 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
         out << " &middot; file " << formatBytes(r.model.file_bytes);
     }
     out << " &middot; " << (r.trace ? r.trace->size() : 0) << " events</p>\n";
+    if (r.run.mode == RunMode::Generate) {
+        const auto& g = r.model.generation;
+        out << "<p class=generation id=generation><strong>Generation</strong>: prompt " << r.run.seq << ", "
+            << r.run.new_tokens << " new tokens per row (greedy: the prefill, then "
+            << std::max<std::int64_t>(0, r.run.new_tokens - 1) << " decode steps) &middot; " << htmlEscape(g.cache)
+            << " KV cache of " << g.layers << " layers x " << g.kv_heads << " KV heads x " << g.head_dim
+            << " &middot; <strong>KV cache at the end " << formatBytes(r.kv_cache_bytes) << "</strong> ("
+            << r.run.seq + r.run.new_tokens - 1 << " tokens per row)</p>\n";
+    }
     if (const auto& par = r.run.parallel) { // one rank of a data-parallel job, laid over the recorded step
         auto layout = shardingLayoutWords(*par);
         out << "<p class=parallel><strong>Rank " << par->rank << " of " << par->gpus << " GPUs, "
