@@ -382,8 +382,12 @@ void MainWindow::connectRuns()
         clearError();
         if (report->source == ReportSource::Model && session_->isModel() && report->run.mode != RunMode::Generate)
             whatIf_->record(session_->file(), *report);
-        else if (report->run.mode == RunMode::Generate)
+        else if (report->run.mode == RunMode::Generate) {
             whatIf_->clear(); // the what-if of a generation is not built yet: no other run's rows beside it
+            showStatus(tr("The What if panel does not vary a generation yet: run again with another batch, prompt or "
+                          "number of new tokens"),
+                12000);
+        }
         const bool timing = openClock_.isValid() && qEnvironmentVariableIsSet("MEMLEDGER_TIMING");
         if (timing)
             printTiming(openClock_, "file read and its report made");

@@ -34,6 +34,7 @@ int runServe(const CliOptions& o)
         std::cerr << "memledger: recording one prefill of " << chunk << " tokens on the meta device\n";
         const auto peak = prefillActivationPeak(*file.model, r.dtype, chunk);
         plan = planServing(info.generation, weightBytesAt(info, r.dtype), peak, info.generation.max_tokens, r);
+        plan.prefill_tokens = chunk;
         if (chunk < r.max_batched_tokens)
             plan.notes.push_back("the prefill chunk recorded is " + std::to_string(chunk)
                 + " tokens, the longest sequence the model takes");

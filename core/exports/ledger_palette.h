@@ -29,7 +29,7 @@ constexpr const char* ledgerColourHex(Ledger ledger)
     case Ledger::AutocastCache:
         return "#b3b3e6"; // a pale inputs violet: copies of the weights in the lower precision
     case Ledger::KvCache:
-        return "#da8a2e"; // amber: the keys and values generation keeps, growing by a token per step
+        return "#e3b505"; // gold, apart from the temporaries' orange: the keys and values generation keeps
     case Ledger::Resident:
         return "#a8a8a8"; // a snapshot's blocks alive before its trace: kAliveBeforeColourHex
     case Ledger::Unattributed:

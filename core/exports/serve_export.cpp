@@ -29,8 +29,9 @@ std::vector<std::tuple<std::string, std::int64_t, std::string>> layoutLines(cons
         {"weights", -p.weight_bytes,
             p.request.dtype + (p.request.gpus > 1 ? ", split over " + std::to_string(p.request.gpus) + " GPUs" : "")},
         {"prefill activations", -p.activation_peak_bytes,
-            "one prefill of --max-batched-tokens " + std::to_string(p.request.max_batched_tokens)
-                + " tokens, recorded on meta (vLLM's profile run)"},
+            "one prefill of " + std::to_string(p.prefill_tokens > 0 ? p.prefill_tokens : p.request.max_batched_tokens)
+                + " tokens (--max-batched-tokens " + std::to_string(p.request.max_batched_tokens)
+                + "), recorded on meta with a GPU's fused attention (vLLM's profile run)"},
         {"CUDA context", -p.cuda_context_bytes, "estimate"}};
     if (p.nccl_bytes > 0)
         lines.emplace_back("NCCL buffers", -p.nccl_bytes, "estimate, on more than one GPU");
@@ -80,7 +81,7 @@ nlohmann::json servePlanToJson(const ServePlan& p, const std::string& model)
                 {"kv_dtype", kvTypeName(p)}, {"block_size", p.request.block_size},
                 {"memory_fraction", p.request.memory_fraction}, {"max_batched_tokens", p.request.max_batched_tokens}}},
         {"layout", layout}, {"usable_bytes", p.usable_bytes}, {"weight_bytes", p.weight_bytes},
-        {"activation_peak_bytes", p.activation_peak_bytes}, {"cuda_context_bytes", p.cuda_context_bytes},
+        {"activation_peak_bytes", p.activation_peak_bytes}, {"prefill_tokens", p.prefill_tokens}, {"cuda_context_bytes", p.cuda_context_bytes},
         {"nccl_bytes", p.nccl_bytes}, {"kv_cache_bytes", p.kv_cache_bytes}, {"layers", p.layers},
         {"kv_heads_per_gpu", p.kv_heads_per_gpu}, {"head_dim", p.head_dim}, {"kv_type_bytes", p.kv_type_bytes},
         {"block_bytes", p.block_bytes}, {"blocks", p.blocks}, {"blocks_per_sequence", p.blocks_per_sequence},
@@ -95,7 +96,7 @@ std::string servePlanToHtml(const ServePlan& p, const std::string& model)
     out << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>memledger: serving "
         << htmlEscape(model) << "</title><style>body{font-family:sans-serif;margin:2em;max-width:60em}"
         << "table{border-collapse:collapse}td,th{padding:.25em .75em;border-bottom:1px solid #ddd;text-align:left}"
-        << "td.n{text-align:right;font-variant-numeric:tabular-nums}.kv{color:#da8a2e;font-weight:bold}</style></head>"
+        << "td.n{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}.kv{color:#b08900;font-weight:bold}</style></head>"
         << "<body><h1>Serving " << htmlEscape(model) << "</h1><p>"
         << (p.request.gpus > 1 ? std::to_string(p.request.gpus) + " x " : "")
         << htmlEscape(p.request.budget_text.empty() ? formatBytes(p.request.budget) : p.request.budget_text) << " ("

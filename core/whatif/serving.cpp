@@ -42,7 +42,18 @@ std::int64_t prefillActivationPeak(Model& model, const std::string& dtype, std::
     o.device = "meta";
     o.gpu_attention = true; // a GPU's fused attention, as the engine's kernels: no scores
     o.dtype = dtype;
-    return analyzeModel(model, o).peak_bytes;
+    // the most bytes alive at once but the cache the prefill fills: an engine's profile run writes none (its blocks
+    // are allocated after it, from what is left)
+    const auto report = analyzeModel(model, o);
+    std::int64_t live = 0, most = 0;
+    if (report.trace)
+        for (std::size_t i = 0; i < report.trace->size(); ++i) {
+            if (report.trace->ledger[i] == Ledger::KvCache)
+                continue;
+            live += report.trace->action[i] == Action::Alloc ? report.trace->bytes[i] : -report.trace->bytes[i];
+            most = std::max(most, live);
+        }
+    return most;
 }
 
 ServePlan planServing(const ModelInfo::Generation& g, std::int64_t fullWeightBytes, std::int64_t activationPeakBytes,

@@ -43,6 +43,7 @@ struct ServePlan {
     std::int64_t usable_bytes = 0; // budget x memory_fraction
     std::int64_t weight_bytes = 0; // per GPU
     std::int64_t activation_peak_bytes = 0; // the prefill chunk's, per GPU (not split: an upper bound)
+    std::int64_t prefill_tokens = 0; // the chunk recorded: max_batched_tokens, or the model's positions if fewer
     std::int64_t cuda_context_bytes = 0;
     std::int64_t nccl_bytes = 0;
     std::int64_t kv_cache_bytes = 0; // what is left for the cache (0 when nothing is)
@@ -68,7 +69,8 @@ ServePlan planServing(const ModelInfo::Generation& g, std::int64_t fullWeightByt
 std::int64_t weightBytesAt(const ModelInfo& model, const std::string& dtype);
 
 // The activation peak of one prefill of `tokens` tokens (one sequence) at `dtype`, recorded on the meta device from
-// the file's prefill program (--mode generate, one new token). Throws RunError.
+// the file's prefill program (--mode generate, one new token) with a GPU's fused attention: the most bytes alive at
+// once but the KV cache the prefill fills (an engine's profile run writes none). Throws RunError.
 std::int64_t prefillActivationPeak(Model& model, const std::string& dtype, std::int64_t tokens);
 
 } // namespace memledger
