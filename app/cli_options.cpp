@@ -114,6 +114,8 @@ std::string usageText()
            "          generate: greedy generation of --new-tokens N tokens per row from the prompt given with --input\n"
            "          BxP:int64, as transformers' generate runs it: the prefill, then a decode step per token with the\n"
            "          KV cache; a .pt2 saved by memledger.export(model, (ids,), PATH, generate=True))\n"
+           "          --cache dynamic|static (generate: transformers' DynamicCache, the default, or StaticCache,\n"
+           "          cache_implementation=\"static\": prompt + new tokens - 1 slots per layer from the prefill on)\n"
            "          --optimizer sgd|adam|adamw|none (train; sgd: momentum 0.9)  --loss auto|sum|cross_entropy|next_token\n"
            "          --hold-output step|backward|none (train: how long the loop holds the output and the loss; step,\n"
            "          the default: until the step returns, the previous step's until the forward returns, as nanoGPT's\n"
@@ -250,6 +252,13 @@ CliOptions parseCli(const std::vector<std::string>& args)
                 throw std::invalid_argument("--mode '" + mode + "' is not inference, train or generate");
         } else if (a == "--new-tokens") {
             o.run.new_tokens = parsePositive(a, value(a));
+        } else if (a == "--cache") {
+            const std::string cache = value(a);
+            const auto kind = fromName<GenerationCache>(cache);
+            if (!kind)
+                throw std::invalid_argument("--cache '" + cache + "' is not dynamic or static");
+            o.run.cache = *kind;
+            o.cache_given = true;
         } else if (a == "--optimizer") {
             o.run.optimizer = value(a);
             if (o.run.optimizer != "sgd" && o.run.optimizer != "adam" && o.run.optimizer != "adamw"
@@ -535,6 +544,8 @@ CliOptions parseCli(const std::vector<std::string>& args)
     }
     if (o.run.new_tokens > 0 && o.run.mode != RunMode::Generate)
         throw std::invalid_argument("--new-tokens is the generated tokens of --mode generate: add it");
+    if (o.cache_given && o.run.mode != RunMode::Generate)
+        throw std::invalid_argument("--cache is the KV cache of --mode generate: add it");
     if (o.run.mode == RunMode::Generate) {
         if (o.run.new_tokens < 1)
             throw std::invalid_argument("--mode generate needs --new-tokens N (the tokens generated per row)");

@@ -70,6 +70,8 @@ struct CliOptions {
     // from --gpus (one count), `serve.batch` from --batch, the rest from their flags.
     bool serve = false;
     ServeRequest serve_request;
+    bool cache_given = false; // --cache (run.cache) was given: generate's only
+
 };
 
 // Throws std::invalid_argument with a message for the user on a usage error.

@@ -65,7 +65,8 @@ void FileSession::take(std::shared_ptr<const OpenedFile> file)
     panel_->setLifetimesApply(kind == FileKind::Model && file_->model && file_->model->info().example_inputs);
     if (kind == FileKind::Model)
         panel_->refreshDevices(false); // opening it loaded libtorch: its GPUs are listed now
-    panel_->setGenerates(kind == FileKind::Model && file_->model && !file_->model->info().generation.cache.empty());
+    panel_->setGenerates(kind == FileKind::Model && file_->model && !file_->model->info().generation.cache.empty(),
+        kind == FileKind::Model && file_->model && file_->model->info().generation.static_cache);
     panel_->setMode(file_->default_mode);
     if (kind == FileKind::Model && file_->model && file_->model->metaWeights())
         panel_->setDevice("meta"); // its weights are meta tensors: it runs there alone
@@ -102,8 +103,10 @@ void FileSession::show(std::shared_ptr<const Report> report)
                 panel_->setInputs(shapes, report->run.input_guessed ? tr("(guess)") : QString());
         }
         panel_->setMode(report->run.mode);
-        if (report->run.mode == RunMode::Generate && report->run.new_tokens > 0)
+        if (report->run.mode == RunMode::Generate && report->run.new_tokens > 0) {
             panel_->setNewTokens(static_cast<int>(std::min<std::int64_t>(report->run.new_tokens, 1 << 20)));
+            panel_->setCache(report->run.cache);
+        }
         if (!report->run.optimizer.empty())
             panel_->setOptimizer(report->run.optimizer);
         if (report->run.mode == RunMode::Train && !report->run.hold_output.empty())
@@ -151,8 +154,11 @@ void FileSession::open(const QString& path)
         request.options.seq = c.seq;
         request.options.mode = c.mode;
         request.options.new_tokens = c.new_tokens;
-        if (c.mode == RunMode::Generate && c.new_tokens > 0)
+        request.options.cache = c.cache;
+        if (c.mode == RunMode::Generate && c.new_tokens > 0) {
             panel_->setNewTokens(static_cast<int>(std::min<std::int64_t>(c.new_tokens, 1 << 20)));
+            panel_->setCache(c.cache);
+        }
         if (c.optimizer != "sgd" || c.mode == RunMode::Train)
             request.options.optimizer = c.optimizer;
         if (c.loss != "auto")

@@ -31,6 +31,7 @@ RunPanel::RunPanel(QWidget* parent)
     , lifetimes_(new QComboBox(this))
     , training_(new QWidget(this))
     , newTokens_(new QSpinBox(this))
+    , cache_(new QComboBox(this))
     , run_(new QPushButton(tr("Run"), this))
     , cancel_(new QPushButton(tr("Cancel"), this))
     , progress_(new QProgressBar(this))
@@ -79,6 +80,11 @@ RunPanel::RunPanel(QWidget* parent)
     newTokens_->setValue(64);
     newTokens_->setToolTip(tr("The tokens generated per row after the prompt (the Inputs: batch x prompt token ids): "
                               "the prefill, then one decode step per further token"));
+    cache_->addItem(tr("dynamic"), QString::fromLatin1(nameOf(GenerationCache::Dynamic)));
+    cache_->addItem(tr("static"), QString::fromLatin1(nameOf(GenerationCache::Static)));
+    cache_->setToolTip(tr("The KV cache generate keeps. Dynamic (transformers' default): each layer's keys and values "
+                          "grow by a torch.cat per token. Static (cache_implementation=\"static\"): prompt + new "
+                          "tokens - 1 slots per layer, allocated in the prefill and written in place"));
     optimizer_->addItem(QStringLiteral("SGD"), QStringLiteral("sgd"));
     optimizer_->addItem(QStringLiteral("Adam"), QStringLiteral("adam"));
     optimizer_->addItem(QStringLiteral("AdamW"), QStringLiteral("adamw"));
@@ -135,6 +141,7 @@ RunPanel::RunPanel(QWidget* parent)
     form_->addRow(tr("Mode"), mode_);
     form_->addRow(tr("Optimizer"), training_);
     form_->addRow(tr("New tokens"), newTokens_);
+    form_->addRow(tr("KV cache"), cache_);
     form_->addRow(tr("Output held"), holdOutput_);
     form_->addRow(tr("Lifetimes"), lifetimes_);
     form_->addRow(buttons);
@@ -144,6 +151,7 @@ RunPanel::RunPanel(QWidget* parent)
     form_->setRowVisible(holdOutput_, false);
     form_->setRowVisible(lifetimes_, false);
     form_->setRowVisible(newTokens_, false);
+    form_->setRowVisible(cache_, false);
     connect(mode_, QOverload<int>::of(&QComboBox::currentIndexChanged), this, [this] { showModeRows(); });
 
     connect(run_, &QPushButton::clicked, this, &RunPanel::runRequested);
@@ -182,8 +190,10 @@ RunOptions RunPanel::options() const
     o.loss = loss();
     o.hold_output = holdOutput();
     o.lifetimes = lifetimes();
-    if (o.mode == RunMode::Generate)
+    if (o.mode == RunMode::Generate) {
         o.new_tokens = newTokens_->value();
+        o.cache = cache();
+    }
     return o;
 }
 
@@ -192,10 +202,19 @@ void RunPanel::showModeRows()
     form_->setRowVisible(training_, runnable_ && mode() == RunMode::Train);
     form_->setRowVisible(holdOutput_, runnable_ && mode() == RunMode::Train);
     form_->setRowVisible(newTokens_, runnable_ && mode() == RunMode::Generate);
+    form_->setRowVisible(cache_, runnable_ && mode() == RunMode::Generate);
 }
 
-void RunPanel::setGenerates(bool generates)
+void RunPanel::setGenerates(bool generates, bool staticCache)
 {
+    // the static cache where the file holds its programs; else only the dynamic one
+    if (auto* items = qobject_cast<QStandardItemModel*>(cache_->model()))
+        items->item(1)->setEnabled(staticCache);
+    cache_->setItemData(1, staticCache ? QVariant() : QVariant(tr("This file holds no static-cache programs: export it "
+                                                                  "again with memledger.export(..., generate=True)")),
+        Qt::ToolTipRole);
+    if (!staticCache)
+        cache_->setCurrentIndex(0);
     const int row = mode_->findData(QString::fromLatin1(nameOf(RunMode::Generate)));
     if (generates && row < 0)
         mode_->addItem(tr("generate (greedy)"), QString::fromLatin1(nameOf(RunMode::Generate)));
@@ -217,6 +236,18 @@ void RunPanel::setNewTokens(int tokens)
 bool RunPanel::newTokensRowVisible() const
 {
     return form_->isRowVisible(newTokens_);
+}
+
+GenerationCache RunPanel::cache() const
+{
+    return fromName(cache_->currentData().toString().toStdString(), GenerationCache::Dynamic);
+}
+
+void RunPanel::setCache(GenerationCache cache)
+{
+    const int row = cache_->findData(QString::fromLatin1(nameOf(cache)));
+    if (row >= 0)
+        cache_->setCurrentIndex(row);
 }
 
 std::string RunPanel::dtype() const
@@ -331,7 +362,7 @@ bool RunPanel::trainingRowVisible() const
 void RunPanel::setRunnable(bool runnable)
 {
     runnable_ = runnable;
-    for (QWidget* w : std::initializer_list<QWidget*> {inputs_, batch_, dtype_, device_, mode_, optimizer_, loss_, holdOutput_, lifetimes_, newTokens_, run_})
+    for (QWidget* w : std::initializer_list<QWidget*> {inputs_, batch_, dtype_, device_, mode_, optimizer_, loss_, holdOutput_, lifetimes_, newTokens_, cache_, run_})
         w->setEnabled(runnable);
     // A snapshot or a saved report has nothing to run: its rows go rather than stand greyed out.
     for (QWidget* w : std::initializer_list<QWidget*> {batch_, dtype_, device_, mode_})

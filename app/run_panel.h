@@ -52,8 +52,10 @@ public:
     void setLifetimesApply(bool applies);
     bool lifetimesRowVisible() const;
     // Whether the model holds the programs generation runs (memledger.export's generate=True): the mode box then
-    // offers "generate", with its New tokens row.
-    void setGenerates(bool generates);
+    // offers "generate", with its New tokens and KV cache rows (static where the file holds its programs too).
+    void setGenerates(bool generates, bool staticCache = false);
+    GenerationCache cache() const;
+    void setCache(GenerationCache cache);
     int newTokens() const;
     void setNewTokens(int tokens);
     bool newTokensRowVisible() const;
@@ -89,6 +91,7 @@ private:
     QComboBox* lifetimes_; // eager | graph (a torch.export program)
     QWidget* training_; // optimizer and loss, in one row
     QSpinBox* newTokens_; // generate: the tokens generated per row
+    QComboBox* cache_; // generate: the KV cache (dynamic | static)
     QFormLayout* form_ = nullptr;
     QLayout* inputsRow_ = nullptr; // the inputs and their note
     QPushButton* run_;

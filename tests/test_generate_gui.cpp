@@ -55,4 +55,21 @@ TEST(GenerateWindow, TheRunPanelGeneratesWithTheKvCache)
     EXPECT_EQ(report->kv_cache_bytes, cli.kv_cache_bytes);
     EXPECT_EQ(report->peak_bytes, cli.peak_bytes);
     EXPECT_NE(panel->status().indexOf(QStringLiteral("KV cache")), -1) << panel->status().toStdString();
+
+    // the static cache (the file holds its programs): the KV cache row's second choice, as --cache static
+    EXPECT_EQ(panel->cache(), GenerationCache::Dynamic);
+    panel->setCache(GenerationCache::Static);
+    ASSERT_EQ(panel->cache(), GenerationCache::Static);
+    panel->runButton()->click();
+    ASSERT_TRUE(waitForReport(w));
+    const auto staticReport = w.report();
+    ASSERT_TRUE(staticReport);
+    EXPECT_EQ(staticReport->run.cache, GenerationCache::Static);
+    o.cache = GenerationCache::Static;
+    const auto staticCli = analyzeModel(model, o);
+    EXPECT_EQ(staticReport->kv_cache_bytes, staticCli.kv_cache_bytes);
+    EXPECT_EQ(staticReport->peak_bytes, staticCli.peak_bytes);
+    // prompt + new tokens - 1 slots per layer: 2 x layers x batch x KV heads x 79 x head dim x 4 bytes
+    const auto& g = model.info().generation;
+    EXPECT_EQ(staticCli.kv_cache_bytes, std::int64_t {2} * g.layers * 2 * g.kv_heads * (64 + 16 - 1) * g.head_dim * 4);
 }

@@ -419,7 +419,7 @@ std::string reportToHtml(const Report& r, const std::string& extraSectionsHtml)
         const auto& g = r.model.generation;
         out << "<p class=generation id=generation><strong>Generation</strong>: prompt " << r.run.seq << ", "
             << r.run.new_tokens << " new tokens per row (greedy: the prefill, then "
-            << std::max<std::int64_t>(0, r.run.new_tokens - 1) << " decode steps) &middot; " << htmlEscape(g.cache)
+            << std::max<std::int64_t>(0, r.run.new_tokens - 1) << " decode steps) &middot; " << nameOf(r.run.cache)
             << " KV cache of " << g.layers << " layers x " << g.kv_heads << " KV heads x " << g.head_dim
             << " &middot; <strong>KV cache at the end " << formatBytes(r.kv_cache_bytes) << "</strong> ("
             << r.run.seq + r.run.new_tokens - 1 << " tokens per row)</p>\n";

@@ -514,11 +514,13 @@ json reportToJson(const Report& r, bool withEvents)
     }
     if (r.run.mode == RunMode::Generate) {
         j["run"]["new_tokens"] = r.run.new_tokens;
+        j["run"]["cache"] = nameOf(r.run.cache);
         j["kv_cache_bytes"] = r.kv_cache_bytes;
     }
     if (const auto& g = r.model.generation; !g.cache.empty())
         j["model"]["generation"] = {{"cache", g.cache}, {"layers", g.layers}, {"kv_heads", g.kv_heads},
-            {"head_dim", g.head_dim}, {"attention_heads", g.attention_heads}, {"vocab", g.vocab}};
+            {"head_dim", g.head_dim}, {"attention_heads", g.attention_heads}, {"vocab", g.vocab},
+            {"static_cache", g.static_cache}, {"static_reason", g.static_reason}};
     if (r.run.mode == RunMode::Train || r.run.mode == RunMode::Generate) {
         json phases = json::array();
         for (const auto& p : r.phases)
@@ -697,6 +699,7 @@ Report reportFromJson(const json& j, const std::string& name)
         r.gradient_bytes = j.value("gradient_bytes", std::int64_t {0});
         r.optimizer_state_bytes = j.value("optimizer_state_bytes", std::int64_t {0});
         r.run.new_tokens = run.value("new_tokens", std::int64_t {0});
+        r.run.cache = fromName(run.value("cache", std::string()), GenerationCache::Dynamic);
         r.kv_cache_bytes = j.value("kv_cache_bytes", std::int64_t {0});
         if (m.contains("generation") && m.at("generation").is_object()) {
             const auto& g = m.at("generation");
@@ -706,6 +709,8 @@ Report reportFromJson(const json& j, const std::string& name)
             r.model.generation.head_dim = g.value("head_dim", 0);
             r.model.generation.attention_heads = g.value("attention_heads", 0);
             r.model.generation.vocab = g.value("vocab", std::int64_t {0});
+            r.model.generation.static_cache = g.value("static_cache", false);
+            r.model.generation.static_reason = g.value("static_reason", std::string());
         }
         if (run.contains("parallel")) {
             const auto& pj = run.at("parallel");

@@ -166,7 +166,7 @@ std::string reportToText(const Report& r, int maxDepth)
         const auto& g = r.model.generation;
         out << "  generation: prompt " << r.run.seq << ", " << r.run.new_tokens << " new tokens per row (greedy: the "
             << "prefill, then " << std::max<std::int64_t>(0, r.run.new_tokens - 1) << " decode steps), "
-            << g.cache << " KV cache of " << g.layers << " layers x " << g.kv_heads << " KV heads"
+            << nameOf(r.run.cache) << " KV cache of " << g.layers << " layers x " << g.kv_heads << " KV heads"
             << (g.attention_heads > g.kv_heads ? " (grouped-query: " + std::to_string(g.attention_heads)
                         + " attention heads)" : std::string())
             << " x " << g.head_dim << "; " << formatBytes(r.kv_cache_bytes) << " at the end ("

@@ -4,6 +4,7 @@
 #include "report/trace_edit.h"
 
 #include "allocator/gpu_replay.h"
+#include "report/weight_bytes.h"
 
 #include <algorithm>
 
@@ -44,7 +45,7 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
         r.optimizer_state_bytes = raw.optimizer_state_bytes;
     }
 
-    // Weights at the run's dtype: floating tensors take its width, the rest stay as stored.
+    // Weights at the run's dtype (weightBytesAt).
     for (auto& l : r.layers)
         l.weight_bytes = 0;
     std::unordered_map<std::string, int> byPath;
@@ -53,7 +54,7 @@ Report buildReport(const ModelInfo& model, const std::vector<LayerStats>& module
     r.model.parameter_bytes = raw.parameter_bytes;
     r.model.buffer_bytes = raw.buffer_bytes;
     for (const auto& ti : model.tensors) {
-        std::int64_t bytes = isFloatingDtype(ti.dtype) ? numelOf(ti.shape) * dtypeSize(raw.info.dtype) : ti.bytes;
+        const std::int64_t bytes = weightBytesAt(ti, raw.info.dtype);
         auto dot = ti.name.rfind('.');
         auto it = byPath.find(dot == std::string::npos ? "" : ti.name.substr(0, dot));
         for (int m = it == byPath.end() ? 0 : it->second; m >= 0; m = r.layers[static_cast<std::size_t>(m)].parent)

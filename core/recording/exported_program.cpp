@@ -1022,7 +1022,10 @@ void ExportedProgram::readGeneration(ExportedProgram& p, caffe2::serialize::PyTo
 {
     const auto record = extraRecord(reader, "", "memledger_generate.json");
     const json* programs = recordArray(record, "programs");
-    if (!programs || *programs != json::array({"prefill", "decode"}) || record->value("cache", std::string()) != "dynamic")
+    auto holds = [&](const char* name) {
+        return programs && std::find(programs->begin(), programs->end(), json(name)) != programs->end();
+    };
+    if (!holds("prefill") || !holds("decode") || record->value("cache", std::string()) != "dynamic")
         return;
     auto g = std::make_unique<Generation>();
     auto number = [&](const char* key) {
@@ -1038,19 +1041,46 @@ void ExportedProgram::readGeneration(ExportedProgram& p, caffe2::serialize::PyTo
     g->facts.vocab = number("vocab");
     g->position_ids = record->value("position_ids", false);
     const std::size_t tokenInputs = g->position_ids ? 2 : 1;
-    for (auto [name, slot] : {std::pair {"prefill", &g->prefill}, std::pair {"decode", &g->decode}}) {
+    const bool holdsStatic = holds("static_prefill") && holds("static_decode");
+    if (!holdsStatic) {
+        const auto why = record->find("static_reason");
+        g->facts.static_reason = why != record->end() && why->is_string()
+            ? why->get<std::string>()
+            : "the file was saved before memledger.export wrote the static cache's programs: export it again";
+    }
+    // each program, its inputs (where their count is known) and its outputs: the logits and the cache, or the
+    // logits only (static_decode writes the cache it takes)
+    const auto cacheValues = static_cast<std::size_t>(2 * std::max(0, g->facts.layers));
+    struct Slot {
+        const char* name;
+        std::unique_ptr<ExportedProgram>* program;
+        std::size_t inputs, outputs;
+    };
+    std::vector<Slot> slots {{"prefill", &g->prefill, tokenInputs, 1 + cacheValues},
+        {"decode", &g->decode, tokenInputs + cacheValues, 1 + cacheValues}};
+    if (holdsStatic) {
+        slots.push_back({"static_prefill", &g->static_prefill, tokenInputs + 1, 1 + cacheValues});
+        slots.push_back({"static_decode", &g->static_decode, tokenInputs + 1 + cacheValues, 1});
+    }
+    for (const auto& [name, slot, inputs, outputs] : slots) {
         try {
             *slot = loadProgram(reader, name, true);
             (*slot)->shareWeights(p);
         } catch (const std::exception& e) {
             throw std::runtime_error(std::string("its ") + name + " program (memledger.export's generate=True): " + e.what());
         }
-        const auto outputs = (*slot)->d_->outputs.size();
-        if (g->facts.layers <= 0 || outputs != static_cast<std::size_t>(1 + 2 * g->facts.layers))
-            throw std::runtime_error(std::string("its ") + name + " program returns " + std::to_string(outputs)
-                + " values where the logits and the keys and values of " + std::to_string(g->facts.layers)
-                + " layers were recorded");
+        const auto returned = (*slot)->d_->outputs.size();
+        if (g->facts.layers <= 0 || returned != outputs)
+            throw std::runtime_error(std::string("its ") + name + " program returns " + std::to_string(returned)
+                + " values where " + (outputs == 1 ? std::string("the logits") : "the logits and the keys and values of "
+                + std::to_string(g->facts.layers) + " layers") + " were recorded");
+        if ((*slot)->d_->inputs.size() != inputs)
+            throw std::runtime_error(std::string("its ") + name + " program takes " + std::to_string((*slot)->d_->inputs.size())
+                + " inputs where " + std::to_string(inputs) + " were recorded (the tokens"
+                + (g->position_ids ? ", their positions" : "") + " and a cache of " + std::to_string(g->facts.layers)
+                + " layers)");
     }
+    g->facts.static_cache = holdsStatic;
     // the longest sequence: the prompt's bound (a position table's rows) and the cache's, whichever is shorter
     std::int64_t longest = INT64_MAX;
     if (const auto& past = g->decode->d_->inputs.back().dims; past.size() == 4 && past[2].max < INT64_MAX)
@@ -1058,12 +1088,6 @@ void ExportedProgram::readGeneration(ExportedProgram& p, caffe2::serialize::PyTo
     if (const auto& prompt = g->prefill->d_->inputs.front().dims; prompt.size() == 2 && prompt[1].max < INT64_MAX)
         longest = std::min(longest, prompt[1].max);
     g->facts.max_tokens = longest < INT64_MAX ? longest : 0;
-    if (g->prefill->d_->inputs.size() != tokenInputs)
-        throw std::runtime_error("its prefill program takes " + std::to_string(g->prefill->d_->inputs.size())
-            + " inputs where " + std::to_string(tokenInputs) + " were recorded");
-    if (g->decode->d_->inputs.size() != tokenInputs + static_cast<std::size_t>(2 * g->facts.layers))
-        throw std::runtime_error("its decode program takes " + std::to_string(g->decode->d_->inputs.size())
-            + " inputs where the token and the cache of " + std::to_string(g->facts.layers) + " layers were recorded");
     p.d_->generation = std::move(g);
 }
 
@@ -1482,7 +1506,7 @@ std::string ExportedProgram::setLifetimes(const std::string& wanted)
     d_->eager_lifetimes = wanted == "eager" && d_->eager_known;
     orderWeights(*d_, wanted == "eager");
     if (d_->generation)
-        for (auto* program : {d_->generation->prefill.get(), d_->generation->decode.get()})
+        for (auto* program : d_->generation->programs())
             program->d_->eager_lifetimes = wanted == "eager" && program->d_->eager_known;
     return d_->eager_lifetimes ? "eager" : "graph";
 }
@@ -1741,7 +1765,7 @@ void ExportedProgram::convert(std::optional<c10::ScalarType> scalar, std::option
         for (auto& [name, t] : d.constants)
             t = t.to(*device);
     if (d.generation)
-        for (auto* program : {d.generation->prefill.get(), d.generation->decode.get()}) {
+        for (auto* program : d.generation->programs()) {
             program->convert(scalar, device); // its constants, and the types its graph passes
             program->shareWeights(*this);
         }

@@ -85,8 +85,31 @@ public:
     // (python/memledger/generation.py): the prompt's prefill, which returns the last position's logits and every
     // layer's keys and values, and one decode step, which takes one token per row and that cache and returns the
     // same, one token longer. They share this program's weights (convert() converts them with it).
+    // Where the file holds them, the static cache's two (--cache static): static_prefill takes the prompt's token
+    // ids (and positions) and an empty 0 x cache-length tensor, allocates each layer's keys and values at the cache's
+    // length and returns the logits and them; static_decode takes one token per row (and its position), the tokens
+    // cached so far (a 0-d int64 tensor) and that cache, writes into it in place and returns the logits only.
     struct Generation {
         std::unique_ptr<ExportedProgram> prefill, decode;
+        std::unique_ptr<ExportedProgram> static_prefill, static_decode; // nullptr: facts.static_reason says why
+        // The prefill and the decode step of `cache` (nullptr: the file has none for it).
+        ExportedProgram* prefillOf(GenerationCache cache) const
+        {
+            return cache == GenerationCache::Static ? static_prefill.get() : prefill.get();
+        }
+        ExportedProgram* decodeOf(GenerationCache cache) const
+        {
+            return cache == GenerationCache::Static ? static_decode.get() : decode.get();
+        }
+        // every program the file holds
+        std::vector<ExportedProgram*> programs() const
+        {
+            std::vector<ExportedProgram*> all;
+            for (auto* p : {prefill.get(), decode.get(), static_prefill.get(), static_decode.get()})
+                if (p)
+                    all.push_back(p);
+            return all;
+        }
         ModelInfo::Generation facts;
         bool position_ids = false; // both take generate's position_ids after the token ids (batch x tokens)
     };

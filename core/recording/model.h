@@ -62,6 +62,7 @@ struct RunOptions {
     // generate: the tokens to generate per row (transformers' max_new_tokens = min_new_tokens); the inputs are the
     // prompt's token ids (batch x prompt).
     std::int64_t new_tokens = 0;
+    GenerationCache cache = GenerationCache::Dynamic; // generate: the KV cache generate keeps (--cache)
     // meta: scaled_dot_product_attention allocates as a GPU's fused kernels do (flash or memory-efficient: the output
     // and each row's log-sum-exp, no scores), not as the CPU's choice would (serving's prefill on a GPU)
     bool gpu_attention = false;

@@ -674,6 +674,9 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
             throw UsageError("--mode generate needs --new-tokens N (1 or more: the tokens generated per row)");
         if (!options.autocast.empty())
             throw UsageError("--mode generate does not take --autocast: give the weights' type with --dtype");
+        if (const auto* g = d.program->generation(); options.cache == GenerationCache::Static && !g->static_prefill)
+            throw UsageError("--cache static runs the static cache's programs, which this file does not hold: "
+                + g->facts.static_reason);
     }
     if (train && !isSupportedOptimizer(options.optimizer))
         throw RunError("unknown optimizer '" + options.optimizer + "' (use sgd, adam, adamw or none)");
@@ -722,7 +725,7 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
             raw.notes.push_back("lifetimes: graph (each value dropped after its last reader), not eager: the program's "
                 "nodes carry no source lines (stack_trace) to tell how its Python held them");
         // generate runs the generation programs, exported for an unpadded batch: their notes, not the forward's
-        const auto& noted = generating ? *d.program->generation()->prefill : *d.program;
+        const auto& noted = generating ? *d.program->generation()->prefillOf(options.cache) : *d.program;
         for (const auto& note : {noted.eagerLifetimesNote(), noted.causalMaskNote(),
                  options.mode == RunMode::Train ? d.program->functionCallNote() : std::string()})
             if (!note.empty()) {
@@ -810,8 +813,10 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
             throw UsageError("--mode generate takes the prompt as one batch x prompt tensor of token ids: --input "
                              "BxP:int64");
         raw.info.new_tokens = options.new_tokens;
-        const auto& decodeInputs = d.program->generation()->decode->inputs();
-        const auto& past = decodeInputs.back(); // the last layer's values: batch x KV heads x past x head dim
+        raw.info.cache = options.cache;
+        const auto& decodeInputs = d.program->generation()->decodeOf(options.cache)->inputs();
+        // the last layer's values: batch x KV heads x past (the static cache: its length) x head dim
+        const auto& past = decodeInputs.back();
         const auto prompt = raw.info.input_shapes.front()[1];
         if (past.dims.size() == 4 && prompt + options.new_tokens - 1 > past.dims[2].max)
             throw UsageError("a prompt of " + std::to_string(prompt) + " and " + std::to_string(options.new_tokens)
@@ -943,6 +948,9 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
     // and the processors' copy of them (min_new_tokens' MinNewTokensLengthLogitsProcessor clones the scores), both
     // held by their names until the next step makes the next ones; the argmax, the finished rows masked out, and
     // the token ids grown by a column; the step's outputs dropped (`del outputs`).
+    // The static cache (--cache static: StaticCache, sized max_length - 1 = prompt + new tokens - 1 tokens): each
+    // layer allocates its keys and values at that length in the prefill, and every step writes into them in place; a
+    // decode step returns the logits only, and the cache stays where it is.
     std::function<void(const c10::IValue&)> onCache; // told each program's cache (the recorded run)
     auto generate = [&](const std::function<void(const char*)>& mark, std::int64_t newTokens) {
         auto* g = d.program->generation();
@@ -957,10 +965,13 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
         auto unfinished = at::ones({rows}, ids.options().dtype(at::kLong));
         std::vector<at::Tensor> cache;
         at::Tensor next, scores, tokens; // generate's locals: alive until the next step rebinds them
+        const bool isStatic = options.cache == GenerationCache::Static;
         auto take = [&](c10::IValue out) {
-            auto elements = out.toTupleRef().elements().vec();
+            // the logits and the cache, or (the static decode step, one output) the logits alone
+            auto elements = out.isTuple() ? out.toTupleRef().elements().vec() : std::vector<c10::IValue> {out};
             out = c10::IValue();
-            cache.clear();
+            if (elements.size() > 1) // the static decode step returns no cache: it wrote the one it took
+                cache.clear();
             for (std::size_t i = 1; i < elements.size(); ++i) {
                 if (onCache)
                     onCache(elements[i]);
@@ -986,14 +997,24 @@ RawRun runModel(Model::Impl& d, const RunOptions& options)
             return in;
         };
         mark("prefill");
+        const auto promptLength = ids.size(1);
         auto prompt = tokenInputs(ids.clone());
-        g->prefill->checkInputs(prompt);
-        take(g->prefill->run(std::move(prompt), onNode));
+        if (isStatic) // an empty tensor whose second dimension is the cache's length: no bytes
+            prompt.push_back(at::empty({0, promptLength + options.new_tokens - 1}, ids.options().dtype(at::kLong)));
+        auto* prefill = g->prefillOf(options.cache);
+        prefill->checkInputs(prompt);
+        take(prefill->run(std::move(prompt), onNode));
         if (newTokens > 1)
             mark("decode");
         for (std::int64_t step = 1; step < newTokens; ++step) {
             auto in = tokenInputs(ids.narrow(1, ids.size(1) - 1, 1).clone());
-            in.reserve(in.size() + cache.size());
+            in.reserve(in.size() + cache.size() + 1);
+            if (isStatic) { // the tokens cached so far (StaticLayer's cumulative_length); the cache is kept
+                in.push_back(at::scalar_tensor(promptLength + step - 1, ids.options().dtype(at::kLong)));
+                in.insert(in.end(), cache.begin(), cache.end());
+                take(g->static_decode->run(std::move(in), onNode));
+                continue;
+            }
             for (auto& t : cache)
                 in.push_back(std::move(t));
             cache.clear();

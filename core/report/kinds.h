@@ -39,6 +39,10 @@ enum class DiffEntryKind { Module, Site };
 // What a comparison side's reserved bytes are: none known, the caching-allocator model over a CPU run, a GPU
 // run's allocator, or the segments at a snapshot's end.
 enum class ReserveKind { None, Simulated, Gpu, SnapshotEnd };
+// generate: the KV cache transformers' generate keeps. Dynamic: DynamicCache, each layer's keys and values grown by a
+// torch.cat per token; Static: StaticCache (cache_implementation="static"), prompt + new tokens - 1 slots per layer
+// allocated at the prefill and written in place.
+enum class GenerationCache { Dynamic, Static };
 
 template <typename E>
 struct EnumText {
@@ -73,7 +77,11 @@ inline constexpr EnumText<DiffEntryKind> kDiffEntryKindText[] = {
 inline constexpr EnumText<ReserveKind> kReserveKindText[] = {{ReserveKind::None, ""},
     {ReserveKind::Simulated, "simulated"}, {ReserveKind::Gpu, "gpu"}, {ReserveKind::SnapshotEnd, "snapshot end"}};
 
+inline constexpr EnumText<GenerationCache> kGenerationCacheText[] = {
+    {GenerationCache::Dynamic, "dynamic"}, {GenerationCache::Static, "static"}};
+
 constexpr const auto& textTable(RunMode) { return kRunModeText; }
+constexpr const auto& textTable(GenerationCache) { return kGenerationCacheText; }
 constexpr const auto& textTable(ReportSource) { return kReportSourceText; }
 constexpr const auto& textTable(FigureMethod) { return kFigureMethodText; }
 constexpr const auto& textTable(WhatIfAxis) { return kWhatIfAxisText; }

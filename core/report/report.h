@@ -175,6 +175,9 @@ struct ModelInfo {
     // python/memledger/generation.py): what their cache is. An empty `cache`: the file holds none.
     struct Generation {
         std::string cache; // "dynamic": transformers' DynamicCache, one torch.cat per layer and token
+        // whether the file holds the static cache's programs too (--cache static), and why not where it does not
+        bool static_cache = false;
+        std::string static_reason;
         int layers = 0;
         int kv_heads = 0; // the key/value heads the cache holds (fewer than attention_heads: grouped-query)
         int head_dim = 0;
@@ -229,6 +232,7 @@ struct RunInfo {
     // generate: the tokens generated per row after the prompt (--new-tokens): the prefill, then new_tokens - 1 decode
     // steps.
     std::int64_t new_tokens = 0;
+    GenerationCache cache = GenerationCache::Dynamic; // generate: the KV cache (--cache)
     std::string lifetimes; // a .pt2's run: eager | graph (RunOptions::lifetimes); "": TorchScript, or a report without it
     int threads = 0; // intra-op threads the run used
     double duration_ms = 0.0;

@@ -12,6 +12,7 @@
 #include "whatif/checkpoint.h"
 #include "whatif/whatif.h"
 #include "whatif/whatif_policy.h"
+#include "report/weight_bytes.h"
 
 #include <algorithm>
 #include <cmath>
@@ -130,11 +131,6 @@ bool isConvType(const std::string& type)
 bool isBatchNormType(const std::string& type)
 {
     return type == "BatchNorm1d" || type == "BatchNorm2d" || type == "BatchNorm3d";
-}
-
-std::int64_t residentBytesOf(const TensorInfo& t, const std::string& dtype)
-{
-    return isFloatingDtype(t.dtype) && isFloatingDtype(dtype) ? numelOf(t.shape) * dtypeSize(dtype) : t.bytes;
 }
 
 std::int64_t reserveOf(const Report& r)
@@ -552,13 +548,13 @@ void addFoldBatchNorm(const Report& r, const RemedyMaker& base, std::vector<Reme
                           [&](const TensorInfo& ti) {
                               if (!isInsideModule(ti.name, f.batchnorm))
                                   return false;
-                              removed += residentBytesOf(ti, r.run.dtype);
+                              removed += weightBytesAt(ti, r.run.dtype);
                               return true;
                           }),
             tensors.end());
         weights -= removed;
         if (!bias.name.empty()) {
-            weights += residentBytesOf(bias, r.run.dtype);
+            weights += weightBytesAt(bias, r.run.dtype);
             tensors.push_back(bias);
         }
         m.details.push_back(f.batchnorm + " into " + f.conv + ": drops its output (" + formatBytes(t.bytes[y]) + ") and "
@@ -588,7 +584,7 @@ void addUnreadBuffers(const Report& r, const RemedyMaker& base, std::vector<Reme
                       [&](const TensorInfo& ti) {
                           if (!ti.is_buffer || !unread.count(ti.name))
                               return false;
-                          auto b = residentBytesOf(ti, r.run.dtype);
+                          auto b = weightBytesAt(ti, r.run.dtype);
                           removed += b;
                           m.details.push_back(ti.name + " " + shapeToString(ti.shape) + " (" + formatBytes(b) + ")");
                           return true;

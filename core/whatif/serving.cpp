@@ -2,6 +2,7 @@
 
 #include "recording/build_report.h"
 #include "recording/model.h"
+#include "report/weight_bytes.h"
 #include "report/whatif_table.h"
 #include "support/dtype.h"
 #include "support/format.h"
@@ -27,7 +28,7 @@ std::int64_t weightBytesAt(const ModelInfo& model, const std::string& dtype)
 {
     std::int64_t bytes = 0;
     for (const auto& t : model.tensors)
-        bytes += isFloatingDtype(t.dtype) ? numelOf(t.shape) * dtypeSize(dtype) : t.bytes;
+        bytes += weightBytesAt(t, dtype);
     return bytes;
 }
 

@@ -10,6 +10,7 @@
 #include "whatif/alignment.h"
 #include "whatif/fit.h"
 #include "whatif/whatif_policy.h"
+#include "report/weight_bytes.h"
 
 #include <algorithm>
 #include <chrono>
@@ -27,15 +28,14 @@ namespace {
 
 
 
-// Parameters and buffers at `dtype`: floating tensors take its width, integer ones stay as stored.
+// Parameters and buffers at `dtype` (weightBytesAt).
 bool weightsFromTensors(const ModelInfo& model, const std::string& dtype, std::int64_t& params, std::int64_t& buffers)
 {
     if (model.tensors.empty())
         return false;
     params = buffers = 0;
     for (const auto& t : model.tensors) {
-        auto bytes = isFloatingDtype(t.dtype) ? numelOf(t.shape) * dtypeSize(dtype) : t.bytes;
-        (t.is_buffer ? buffers : params) += bytes;
+        (t.is_buffer ? buffers : params) += weightBytesAt(t, dtype);
     }
     return true;
 }

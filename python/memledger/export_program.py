@@ -1212,10 +1212,12 @@ def export(model, args, path, *, kwargs=None, dynamic=None, causal_mask=None, ge
                                               " (%s)" % dims.why[name] if name in dims.why and hi is not None else ""))
         if nested is not None:
             facts = json.loads(nested[2])
-            _say(True, "generation: a prefill and a decode-step program (%d layers, a dynamic cache of %d KV heads x %d"
-                 "%s), run as transformers' generate runs them" % (
+            _say(True, "generation: a prefill and a decode-step program (%d layers, a cache of %d KV heads x %d"
+                 "%s), run as transformers' generate runs them; %s" % (
                      facts["layers"], facts["kv_heads"], facts["head_dim"],
-                     ", grouped-query attention" if facts["grouped_query"] else ""))
+                     ", grouped-query attention" if facts["grouped_query"] else "",
+                     "both for a dynamic and a static cache" if "static" in facts["caches"]
+                     else "a dynamic cache only (%s)" % facts["static_reason"]))
         specs = [_input_spec(i, torch) for i in inputs]
         spec = ",".join(specs) if all(specs) else None
         _say(True, "saved %s (%s)" % (path, "strict" if strict_failure is None else "non-strict"))

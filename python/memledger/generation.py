@@ -18,7 +18,17 @@ Their weights are the model's: they are saved as shapes (meta tensors) and memle
 model program's. Their own records (source facts, ranges, the mask) are saved under "prefill/" and "decode/"; the
 record GENERATE_RECORD says what the cache is (layers, KV heads, head dim, grouped-query or not).
 
-Both programs are exported for an unpadded batch (causal_mask="skipped", hf_masks.py): `generate` from a prompt
+Where transformers has a static cache (StaticLayer: generate(..., cache_implementation="static")), two more programs
+hold it (models/static_prefill.json, models/static_decode.json):
+- "static_prefill" (input_ids and positions: batch x prompt, cache_slots: 0 x cache length, an empty tensor that
+  carries the length) -> (logits of the last position, keys 0, values 0, ...: batch x KV heads x cache length x head
+  dim). Each layer allocates its zero-filled keys and values at its first update and writes the prompt's states into
+  them in place (index_copy_), as StaticLayer does;
+- "static_decode" (input_ids and positions: batch x 1, past: the tokens cached so far, a 0-d int64 tensor, then the
+  cache) -> (logits of the last position): each layer writes its token in place, and attends over the whole cache
+  under a mask of the cache's length.
+
+Every program is exported for an unpadded batch (causal_mask="skipped", hf_masks.py): `generate` from a prompt
 without padding passes an all-ones attention_mask, with which eager transformers builds no mask either.
 """
 
@@ -26,11 +36,138 @@ import json
 
 RECORD = "memledger_generate.json"
 PROGRAMS = ("prefill", "decode")
+STATIC_PROGRAMS = ("static_prefill", "static_decode")
 CACHE_ARGUMENTS = ("cache", "past_key_values")  # forward's name for the cache: transformers 5's, then 4's
 
 
 class NotGenerative(ValueError):
     """Why the model cannot be exported for generation."""
+
+
+def _static_layer():
+    """transformers' StaticLayer and Cache, else None (a transformers without them)."""
+    try:
+        from transformers.cache_utils import Cache, StaticLayer
+    except ImportError:
+        return None
+    return StaticLayer, Cache
+
+
+def _static_forwards(model):
+    """(static prefill, static decode) forwards of `model`, else None where transformers has no static cache."""
+    found = _static_layer()
+    if found is None:
+        return None
+    StaticLayer, Cache = found
+    argument = _cache_argument(model)
+    original = type(model).forward
+    positioned = _takes_positions(model)
+
+    class Layer(StaticLayer):
+        """A StaticLayer whose filled length is `past` (a program input, or 0 in the prefill), not a count it
+        increments in place: the program is one step, and the caller passes the next step its length."""
+
+        def __init__(self, length, past, keys=None, values=None):
+            super().__init__(length)
+            self.past = past
+            if keys is not None:  # the cache as generate holds it between steps: these tensors, written in place
+                self.batch_size, self.num_heads = keys.shape[:2]
+                self.k_head_dim, self.v_head_dim = keys.shape[-1], values.shape[-1]
+                self.device = keys.device
+                self.keys, self.values = keys, values
+                self.is_initialized = True
+
+        def lazy_initialization(self, key_states, value_states):  # StaticLayer's, but for mark_static_address
+            self.device = key_states.device
+            self.batch_size, self.num_heads = key_states.shape[:2]
+            self.k_head_dim, self.v_head_dim = key_states.shape[-1], value_states.shape[-1]
+            self.keys = key_states.new_zeros((self.batch_size, self.num_heads, self.max_cache_len, self.k_head_dim))
+            self.values = value_states.new_zeros((self.batch_size, self.num_heads, self.max_cache_len,
+                                                  self.v_head_dim))
+            self.is_initialized = True
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            import torch
+
+            where = torch.arange(key_states.shape[-2], device=key_states.device) + self.past
+            self.keys.index_copy_(2, where, key_states)
+            self.values.index_copy_(2, where, value_states)
+            if isinstance(self.past, int):  # the prefill: the prompt's own slots, as eager's sdpa slices them
+                tokens = key_states.shape[-2]
+                return self.keys[:, :, :tokens], self.values[:, :, :tokens]
+            return self.keys, self.values
+
+        def get_seq_length(self):
+            return self.past
+
+        def get_mask_sizes(self, query_length):
+            # The prefill of an empty cache: eager transformers builds no mask (is_causal) and its sdpa attends over
+            # the prompt's slots only; said so here, the cache's length is not compared with the prompt's.
+            if isinstance(self.past, int):
+                return query_length, 0
+            return super().get_mask_sizes(query_length)
+
+    def layers(model):
+        config = getattr(model, "config", None)
+        count = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None)
+        if not isinstance(count, int):
+            raise NotGenerative("the model's config says no num_hidden_layers: the static cache needs its layer count")
+        return count
+
+    def prefill(self, input_ids, positions, slots):
+        # nothing cached yet: the length 0 as a number, as an empty StaticLayer says it, so that the mask code takes
+        # eager's branch (no mask: sdpa's is_causal over the prompt's own keys, the cache's empty slots sliced off)
+        cache = Cache(layers=[Layer(slots.shape[1], 0) for _ in range(layers(self))])
+        extra = {"position_ids": positions} if positions is not None else {}
+        out = original(self, input_ids=input_ids, use_cache=True, logits_to_keep=1, **extra, **{argument: cache})
+        return (out.logits,) + tuple(t for layer in cache.layers for t in (layer.keys, layer.values))
+
+    def decode(self, input_ids, positions, past, kv):
+        cache = Cache(layers=[Layer(kv[0].shape[2], past, kv[2 * i], kv[2 * i + 1]) for i in range(len(kv) // 2)])
+        extra = {"position_ids": positions} if positions is not None else {}
+        out = original(self, input_ids=input_ids, use_cache=True, logits_to_keep=1, **extra, **{argument: cache})
+        return (out.logits,)
+
+    # Not named "forward" (see _prefill_forward); one signature per kind, so that the program's inputs are named.
+    def generation_static_prefill(self, input_ids, positions, cache_slots):
+        return prefill(self, input_ids, positions, cache_slots)
+
+    def generation_static_prefill_unpositioned(self, input_ids, cache_slots):
+        return prefill(self, input_ids, None, cache_slots)
+
+    def generation_static_decode(self, input_ids, positions, past, *kv):
+        return decode(self, input_ids, positions, past, kv)
+
+    def generation_static_decode_unpositioned(self, input_ids, past, *kv):
+        return decode(self, input_ids, None, past, kv)
+
+    if positioned:
+        return generation_static_prefill, generation_static_decode
+    return generation_static_prefill_unpositioned, generation_static_decode_unpositioned
+
+
+class _EagerSdpa:
+    """For the block, transformers' sdpa attention takes the branch it takes outside torch.compile: a single query
+    token's heads packed onto the key/value heads (pack_gqa), not the keys and values repeated (repeat_kv), where a
+    grouped-query model attends under a mask (the static cache's decode step). Nothing where transformers has no
+    such branch."""
+
+    def __enter__(self):
+        try:
+            from transformers.integrations import sdpa_attention
+        except ImportError:
+            sdpa_attention = None
+        self.module = sdpa_attention if hasattr(sdpa_attention, "is_torchdynamo_compiling") else None
+        if self.module is not None:
+            self.saved = self.module.is_torchdynamo_compiling
+            self.module.is_torchdynamo_compiling = lambda: False
+        return self
+
+    def __exit__(self, *exc):
+        if self.module is not None:
+            self.module.is_torchdynamo_compiling = self.saved
 
 
 def _transformers():
@@ -43,12 +180,16 @@ def _transformers():
     return DynamicCache, DynamicLayer
 
 
-def check(model, torch):
-    """Raises NotGenerative where generate=True cannot export `model`."""
-    forward = type(model).forward
+def _forward_parameters(model):
+    """The parameter names of the class's own forward (memledger.export swaps the class while it traces)."""
     import inspect
 
-    parameters = inspect.signature(forward).parameters
+    return inspect.signature(type(model).forward).parameters
+
+
+def check(model, torch):
+    """Raises NotGenerative where generate=True cannot export `model`."""
+    parameters = _forward_parameters(model)
     missing = [p for p in ("input_ids", "use_cache", "logits_to_keep") if p not in parameters]
     if not any(p in parameters for p in CACHE_ARGUMENTS):
         missing.append("past_key_values")
@@ -64,9 +205,7 @@ def check(model, torch):
 
 
 def _cache_argument(model):
-    import inspect
-
-    parameters = inspect.signature(type(model).forward).parameters
+    parameters = _forward_parameters(model)
     return next(p for p in CACHE_ARGUMENTS if p in parameters)
 
 
@@ -81,9 +220,7 @@ def _flat(out):
 
 def _takes_positions(model):
     """Whether forward takes position_ids, which generate then passes (from the attention mask: one row per row)."""
-    import inspect
-
-    return "position_ids" in inspect.signature(type(model).forward).parameters
+    return "position_ids" in _forward_parameters(model)
 
 
 def _prefill_forward(model):
@@ -181,17 +318,51 @@ def export_programs(model, ids, torch, export_one):
     with _Forward(model, _decode_forward(model)):
         args = ((step, positions[:, -1:] + 1) if positioned else (step,)) + kv
         programs["decode"], extras["decode"] = export_one(model, args, dynamic)
+    caches, static_reason = ["dynamic"], None
+    forwards = _static_forwards(model)
+    if forwards is None:
+        static_reason = "this transformers has no StaticLayer (transformers.cache_utils)"
+    else:
+        try:
+            length = example.shape[1] + 2  # the cache longer than the prompt, as generate sizes it
+            slots = torch.empty((0, length), dtype=torch.int64, device=example.device)
+            with _Forward(model, forwards[0]):
+                args = (example, positions, slots) if positioned else (example, slots)
+                dynamic = {"input_ids": {0: batch, 1: prompt}, "cache_slots": {1: "cache_len"}}
+                if positioned:
+                    dynamic["positions"] = {0: batch, 1: prompt}
+                programs["static_prefill"], extras["static_prefill"] = export_one(model, args, dynamic)
+                with torch.no_grad():
+                    static_kv = tuple(model(*(a.to(device) for a in args))[1:])
+            static_kv = tuple(t.to(example.device) if t.device.type != "meta" else t for t in static_kv)
+            past = torch.tensor(example.shape[1], dtype=torch.int64, device=example.device)
+            dynamic = {"input_ids": {0: batch}}
+            if positioned:
+                dynamic["positions"] = {0: batch}
+            for i in range(len(static_kv)):
+                dynamic["kv_%d" % i] = {0: batch, 2: "cache_len"}
+            with _Forward(model, forwards[1]), _EagerSdpa():
+                args = ((step, positions[:, -1:] + 1) if positioned else (step,)) + (past,) + static_kv
+                programs["static_decode"], extras["static_decode"] = export_one(model, args, dynamic)
+            caches.append("static")
+        except Exception as e:  # the dynamic programs stand: the record says why the static ones are not there
+            for name in STATIC_PROGRAMS:
+                programs.pop(name, None)
+                extras.pop(name, None)
+            static_reason = "the static cache's programs did not export: %s" % (str(e).splitlines() or [""])[0][:300]
     keys = kv[0]
     config = getattr(model, "config", None)
     heads = getattr(config, "num_attention_heads", None)
-    record = {"version": 1, "cache": "dynamic", "programs": list(PROGRAMS), "layers": len(kv) // 2,
+    record = {"version": 1, "cache": "dynamic", "caches": caches, "static_reason": static_reason,
+              "programs": list(programs), "layers": len(kv) // 2,
               "position_ids": positioned,
               "kv_heads": int(keys.shape[1]), "head_dim": int(keys.shape[3]),
               "attention_heads": int(heads) if isinstance(heads, int) else None,
               "grouped_query": isinstance(heads, int) and heads > int(keys.shape[1]),
               "vocab": int(out[0].shape[-1]),
               "inputs": "input_ids (batch x tokens), with position_ids (batch x tokens) where position_ids is true; "
-                        "decode: then each layer's keys and values",
+                        "decode: then each layer's keys and values; static_prefill: then cache_slots (0 x cache "
+                        "length); static_decode: then past (0-d int64, the tokens cached) and the cache",
               "outputs": "logits of the last position, then each layer's keys and values (batch x KV heads x tokens x "
                          "head dim)"}
     return programs, extras, json.dumps(record, sort_keys=True)
