@@ -187,10 +187,12 @@ TEST(Cli, ReportsCarryTheWhatIfTable)
     auto json = fixture("small-whatif.json"), html = fixture("small-whatif.html");
     auto r = runCommand(memledgerBinary() + " analyze '" + fixture("small_inplace.pt")
         + "' --input 1x3x32x32 --whatif 8,64 "
-          "--budget 8GiB --json '"
+          "--budget 640MiB --json '"
         + json + "' --html '" + html + "'");
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("Largest batch within 8.00 GiB"), std::string::npos) << r.output;
+    // 128 MiB to the allocator once the CUDA context is off: records up to a batch of about a thousand (a budget of
+    // gigabytes records this small model up to tens of thousands, a minute and a half of runs)
+    EXPECT_NE(r.output.find("Largest batch within 640.0 MiB"), std::string::npos) << r.output;
     std::ifstream in(json);
     auto j = nlohmann::json::parse(in);
     ASSERT_TRUE(j.contains("whatif"));

@@ -3,6 +3,7 @@
 #include "cli_options.h"
 #include "fixture_paths.h"
 #include "recording/build_report.h"
+#include "recording/model.h"
 #include "support/errors.h"
 #include "support/format.h"
 #include "whatif/whatif.h"
@@ -187,6 +188,15 @@ class WhatIfAccuracy : public ::testing::TestWithParam<std::string> { };
 
 TEST_P(WhatIfAccuracy, PeakWithinOnePercentReserveWithinTwo)
 {
+    // The two ImageNet models are checked in the default build (PyTorch 2): on libtorch 1.13 their bfloat16
+    // records and runs took nine minutes of CI's CPU, its longest test. The what-if is the same code in both builds;
+    // the small models check its records of libtorch 1.13 here.
+    if (GetParam() == "resnet18_scripted" || GetParam() == "mobilenet_v2") {
+        const auto built = torchBuildInfo();
+        if (built.rfind("libtorch 1.", 0) == 0)
+            GTEST_SKIP() << GetParam() << " is checked in the default build (PyTorch 2), not against " << built
+                         << " (minutes of bfloat16 convolutions on the CPU)";
+    }
     auto t = memledger::test::truth()[GetParam()];
     auto model = Model::open(memledger::test::fixture(t["file"].get<std::string>()));
     RunOptions base;
