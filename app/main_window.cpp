@@ -7,6 +7,9 @@
 #include <QCoreApplication>
 #include <QPointer>
 #include "whatif/gpu_fit.h"
+#include "whatif/serving.h"
+#include "session/open_file.h"
+#include "support/errors.h"
 
 #include "bytes_text.h"
 #include "call_tree_view.h"
@@ -391,7 +394,10 @@ void MainWindow::connectRuns()
         const bool timing = openClock_.isValid() && qEnvironmentVariableIsSet("MEMLEDGER_TIMING");
         if (timing)
             printTiming(openClock_, "file read and its report made");
+        const bool generated = report->run.mode == RunMode::Generate;
         showReport(std::move(report));
+        if (generated)
+            updateGpuFit(); // serving's answer for this run
         if (timing) {
             printTiming(openClock_, "views given the report");
             timeline_->repaint(); // drawn now, not at the next paint event
@@ -432,8 +438,59 @@ void MainWindow::showRank(std::shared_ptr<const Report> rank)
     backToRun_->setVisible(true);
 }
 
+void MainWindow::updateServing()
+{
+    whatIf_->panel()->setGpuFitTable(nullptr);
+    ServeRequest request;
+    request.budget = whatIf_->budget();
+    if (request.budget <= 0) {
+        gpuFit_->clear(tr("Type a memory budget (a GPU) in the What if panel: the GPUs tab then says how many sequences "
+                          "of this run's length fit on it when serving."));
+        return;
+    }
+    request.budget_text = whatIf_->panel()->budgetBox()->currentText().trimmed().toStdString();
+    // the run's own question: sequences of its prompt and new tokens, and the longest context at its batch, in its
+    // precision; the rest as fit --serve's defaults (vLLM's)
+    request.context = report_->run.seq + report_->run.new_tokens;
+    request.batch = report_->run.batch;
+    request.dtype = report_->run.dtype;
+    // the file opened again, in the thread: the meta run must not convert the weights the window's runs use
+    const auto path = session_->file()->path;
+    const auto name = QString::fromStdString(session_->file()->name);
+    const auto generation = ++gpuFitGeneration_;
+    gpuFit_->clear(tr("Recording one prefill on the meta device (a serving engine's profile run)…"));
+    QPointer<MainWindow> self(this);
+    std::thread([self, path, request, name, generation] {
+        auto plan = std::make_shared<ServePlan>();
+        QString error;
+        try {
+            auto file = openFileOrDemo(path);
+            if (!file.model)
+                throw RunError(path + " is not a model file");
+            *plan = serveModel(*file.model, request);
+        } catch (const std::exception& e) {
+            error = QString::fromUtf8(e.what());
+        }
+        QMetaObject::invokeMethod(QCoreApplication::instance(), [self, plan, error, name, generation] {
+            if (!self || generation != self->gpuFitGeneration_)
+                return;
+            if (error.isEmpty())
+                self->gpuFit_->setServePlan(*plan, name);
+            else
+                self->gpuFit_->clear(tr("No serving answer: %1").arg(error));
+            emit self->gpuFitReady();
+        });
+    }).detach();
+}
+
 void MainWindow::updateGpuFit()
 {
+    if (report_ && report_->run.mode == RunMode::Generate && report_->source == ReportSource::Model
+        && session_->isModel() && session_->file()->model && !session_->file()->path.empty()
+        && !session_->file()->model->info().generation.cache.empty()) {
+        updateServing();
+        return;
+    }
     const auto& w = whatIf_->whatIf();
     whatIf_->panel()->setGpuFitTable(nullptr);
     if (!w || w->mode() != RunMode::Train) {

@@ -149,6 +149,7 @@ private:
     void showRank(std::shared_ptr<const Report> rank); // the What if panel's "Show this rank"
     void backToRun();
     void updateGpuFit(); // the GPUs tab, for the what-if and the What if panel's budget
+    void updateServing(); // the GPUs tab for a generation: fit --serve's answer at the run's context and batch
     void showSegments();
     void showCallStacks();
     void showError(const QString& message);

@@ -21,23 +21,8 @@ int runServe(const CliOptions& o)
         auto file = openFileOrDemo(o.model);
         if (!file.model)
             throw RunError("fit --serve needs a model file, not a " + std::string(fileKindName(file.kind)));
-        const auto& info = file.model->info();
-        if (info.generation.cache.empty())
-            throw UsageError("fit --serve sizes the KV cache from the generation programs memledger.export saves "
-                             "with generate=True, which this file does not hold: export the model again with "
-                             "memledger.export(model, (input_ids,), PATH, generate=True)");
-        const auto& r = o.serve_request;
-        // vLLM's profile run: one prefill of the largest chunk, no longer than a sequence the model takes
-        auto chunk = r.max_batched_tokens;
-        if (info.generation.max_tokens > 0)
-            chunk = std::min(chunk, info.generation.max_tokens);
-        std::cerr << "memledger: recording one prefill of " << chunk << " tokens on the meta device\n";
-        const auto peak = prefillActivationPeak(*file.model, r.dtype, chunk);
-        plan = planServing(info.generation, weightBytesAt(info, r.dtype), peak, info.generation.max_tokens, r);
-        plan.prefill_tokens = chunk;
-        if (chunk < r.max_batched_tokens)
-            plan.notes.push_back("the prefill chunk recorded is " + std::to_string(chunk)
-                + " tokens, the longest sequence the model takes");
+        std::cerr << "memledger: recording one prefill on the meta device (vLLM's profile run)\n";
+        plan = serveModel(*file.model, o.serve_request);
     } catch (const std::exception&) {
         return failureExit({}, name);
     }

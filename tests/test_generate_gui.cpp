@@ -1,18 +1,31 @@
 // The window's Generate run: a file memledger.export saved with generate=True offers "generate" in the Run panel's
 // mode box, with its New tokens row; the run shows the prefill and decode phases and the KV cache ledger, with the
-// same figures as `memledger analyze --mode generate`, and the What if panel holds no other run's rows.
+// same figures as `memledger analyze --mode generate` (with the static cache too), the What if panel holds no other
+// run's rows, and with a budget the GPUs tab says how many sequences of the run's length fit when serving.
 #include "fixture_paths.h"
+#include "gpu_fit_view.h"
 #include "main_window.h"
 #include "qt_test_app.h"
 #include "recording/build_report.h"
 #include "recording/model.h"
+#include "run_command.h"
 #include "run_panel.h"
 #include "truth_file.h"
+#include "whatif_panel.h"
 #include "window_wait.h"
 
 #include <QComboBox>
+#include <QElapsedTimer>
 #include <QLineEdit>
 #include <QPushButton>
+#include <QSignalSpy>
+#include <QTableWidget>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
 
 #include <gtest/gtest.h>
 
@@ -60,8 +73,9 @@ TEST(GenerateWindow, TheRunPanelGeneratesWithTheKvCache)
     EXPECT_EQ(panel->cache(), GenerationCache::Dynamic);
     panel->setCache(GenerationCache::Static);
     ASSERT_EQ(panel->cache(), GenerationCache::Static);
+    QSignalSpy staticFailed(&w, &MainWindow::runFailed);
     panel->runButton()->click();
-    ASSERT_TRUE(waitForReport(w));
+    ASSERT_TRUE(waitForReport(w)) << (staticFailed.isEmpty() ? std::string() : staticFailed.front().front().toString().toStdString());
     const auto staticReport = w.report();
     ASSERT_TRUE(staticReport);
     EXPECT_EQ(staticReport->run.cache, GenerationCache::Static);
@@ -72,4 +86,34 @@ TEST(GenerateWindow, TheRunPanelGeneratesWithTheKvCache)
     // prompt + new tokens - 1 slots per layer: 2 x layers x batch x KV heads x 79 x head dim x 4 bytes
     const auto& g = model.info().generation;
     EXPECT_EQ(staticCli.kv_cache_bytes, std::int64_t {2} * g.layers * 2 * g.kv_heads * (64 + 16 - 1) * g.head_dim * 4);
+
+    // The GPUs tab serves: with a budget, fit --serve's answer for the run's context (prompt + new tokens), batch
+    // and precision, the layout in its table
+    w.whatIfPanel()->setBudget(QStringLiteral("2 GiB"));
+    QElapsedTimer clock;
+    clock.start();
+    auto* view = w.gpuFitView();
+    auto answered = [&] { // for this budget (the window may have shown another one's answer first)
+        return view->headerText().contains(QStringLiteral("(2.00 GiB each)"))
+            && view->headerText().contains(QStringLiteral("Sequences of"));
+    };
+    while (clock.elapsed() < 60000 && !answered())
+        QTest::qWait(100);
+    ASSERT_TRUE(view->headerText().contains(QStringLiteral("Sequences of 80 tokens at once: ")))
+        << view->headerText().toStdString();
+    ASSERT_GE(view->serving()->rowCount(), 5);
+    EXPECT_EQ(view->serving()->item(view->serving()->rowCount() - 1, 0)->text(), QStringLiteral("KV cache"));
+    QTemporaryDir dir;
+    const auto json = dir.filePath(QStringLiteral("serve.json")).toStdString();
+    auto r = memledger::test::runCommand(memledger::test::memledgerBinary() + " fit '" + fixture("gen_llama_gqa.pt2")
+        + "' --serve --budget 2GiB --context 80 --batch 2 --dtype float32 --json '" + json + "'");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in(json);
+    const auto fit = nlohmann::json::parse(in);
+    EXPECT_TRUE(view->headerText().contains(
+        QStringLiteral("Sequences of 80 tokens at once: %1 ").arg(fit["sequences"].get<qint64>())))
+        << view->headerText().toStdString() << "\n" << fit.dump();
+    EXPECT_TRUE(view->headerText().contains(
+        QStringLiteral("Longest context at 2 sequences: %1 tokens").arg(fit["longest_context"].get<qint64>())))
+        << view->headerText().toStdString();
 }

@@ -1,6 +1,7 @@
 #include "gpu_fit_view.h"
 #include "bytes_text.h"
 
+#include "exports/serve_export.h"
 #include "whatif/gpu_fit.h"
 
 #include <QHBoxLayout>
@@ -47,8 +48,12 @@ GpuFitView::GpuFitView(QWidget* parent)
     auto* layout = new QVBoxLayout(this);
     layout->addWidget(header_);
     layout->addWidget(answers_, 3);
-    layout->addWidget(new QLabel(tr("Largest micro-batch per rank by GPU count (–: does not fit):"), this));
+    byGpusLabel_ = new QLabel(tr("Largest micro-batch per rank by GPU count (–: does not fit):"), this);
+    layout->addWidget(byGpusLabel_);
     layout->addWidget(byGpus_, 2);
+    serving_ = makeTable(this, {tr("Part"), tr("Bytes per GPU"), tr("From")});
+    serving_->hide();
+    layout->addWidget(serving_, 3);
     notes_ = new QLabel(this);
     notes_->setWordWrap(true);
     notes_->setTextInteractionFlags(Qt::TextSelectableByMouse);
@@ -83,13 +88,42 @@ void GpuFitView::clear(const QString& why)
     header_->setText(why);
     answers_->setRowCount(0);
     byGpus_->setRowCount(0);
+    serving_->setRowCount(0);
     notes_->clear();
     recordUpTo_ = 0;
     recordFurther_->hide();
 }
 
+void GpuFitView::setServePlan(const ServePlan& plan, const QString& model)
+{
+    recordUpTo_ = 0;
+    recordFurther_->hide();
+    for (QWidget* w : std::initializer_list<QWidget*> {answers_, byGpus_, byGpusLabel_})
+        w->hide();
+    serving_->show();
+    header_->setText(QString::fromStdString(servePlanTitle(plan, model.toStdString())) + QStringLiteral(":\n")
+        + QString::fromStdString(servePlanAnswer(plan)));
+    const auto lines = servePlanLayout(plan);
+    serving_->setRowCount(static_cast<int>(lines.size()));
+    int row = 0;
+    for (const auto& [what, bytes, why] : lines) {
+        serving_->setItem(row, 0, item(QString::fromStdString(what), false));
+        serving_->setItem(row, 1, item((bytes < 0 ? QStringLiteral("− ") : QString()) + bytesText(bytes < 0 ? -bytes : bytes)));
+        serving_->setItem(row, 2, item(QString::fromStdString(why), false));
+        ++row;
+    }
+    QStringList notes;
+    for (const auto& n : plan.notes)
+        notes << tr("Note: %1").arg(QString::fromStdString(n));
+    notes << QString::fromLatin1(kServeNotModelled);
+    notes_->setText(notes.join(QLatin1Char('\n')));
+}
+
 void GpuFitView::setTable(const GpuFitTable& t, std::int64_t recordUpTo)
 {
+    serving_->hide();
+    for (QWidget* w : std::initializer_list<QWidget*> {answers_, byGpus_, byGpusLabel_})
+        w->show();
     recordUpTo_ = recordUpTo;
     recordFurther_->setText(tr("Record up to micro-batch %1").arg(recordUpTo));
     recordFurther_->setVisible(recordUpTo > 0);

@@ -3,6 +3,7 @@
 // and strategy, the fewest GPUs on which a rank fits and the largest micro-batch there, with rank 0's figures,
 // and the largest micro-batch per GPU count. The same table as `memledger fit` and its HTML page.
 #include "report/whatif_table.h"
+#include "whatif/serving.h"
 
 #include <QWidget>
 
@@ -22,6 +23,10 @@ public:
     // (recordFurtherRequested); 0: none (every answer inside its records, or the records went as far as they could).
     void setTable(const GpuFitTable& table, std::int64_t recordUpTo = 0);
     void clear(const QString& why); // nothing to show, and why ("a training step's question", ...)
+    // A generation's question instead (fit --serve's answer for the run's context and batch): the layout of one GPU
+    // as a serving engine takes it, and how many sequences fit.
+    void setServePlan(const ServePlan& plan, const QString& model);
+    QTableWidget* serving() const { return serving_; }
     QTableWidget* answers() const { return answers_; }
     QTableWidget* byGpus() const { return byGpus_; }
     QString headerText() const;
@@ -36,6 +41,8 @@ private:
     QLabel* header_;
     QTableWidget* answers_;
     QTableWidget* byGpus_;
+    QLabel* byGpusLabel_;
+    QTableWidget* serving_; // the serving layout (setServePlan), shown instead of the fit tables
     QLabel* notes_;
     QPushButton* recordFurther_;
     std::int64_t recordUpTo_ = 0;

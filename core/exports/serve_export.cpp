@@ -19,8 +19,9 @@ std::string kvTypeName(const ServePlan& p)
     return p.request.kv_dtype.empty() ? p.request.dtype : p.request.kv_dtype;
 }
 
-// The layout's lines, in the order the engine takes them off: (what, bytes, where the figure comes from).
-std::vector<std::tuple<std::string, std::int64_t, std::string>> layoutLines(const ServePlan& p)
+} // namespace
+
+std::vector<std::tuple<std::string, std::int64_t, std::string>> servePlanLayout(const ServePlan& p)
 {
     std::ostringstream usable;
     usable << "the budget x --memory-fraction " << p.request.memory_fraction << " (vLLM's gpu_memory_utilization)";
@@ -41,38 +42,49 @@ std::vector<std::tuple<std::string, std::int64_t, std::string>> layoutLines(cons
     return lines;
 }
 
-} // namespace
+std::string servePlanTitle(const ServePlan& p, const std::string& model)
+{
+    return "Serving " + model + " on " + (p.request.gpus > 1 ? std::to_string(p.request.gpus) + " x " : "")
+        + (p.request.budget_text.empty() ? formatBytes(p.request.budget) : p.request.budget_text) + " ("
+        + formatBytes(p.request.budget) + " each), " + p.request.dtype + " weights, " + kvTypeName(p) + " KV cache";
+}
+
+std::string servePlanAnswer(const ServePlan& p)
+{
+    std::string text = "Sequences of " + std::to_string(p.request.context) + " tokens at once: "
+        + std::to_string(p.sequences) + " (" + std::to_string(p.blocks_per_sequence) + " blocks each)";
+    if (p.request.batch > 0)
+        text += "\nLongest context at " + std::to_string(p.request.batch)
+            + (p.request.batch == 1 ? " sequence: " : " sequences: ") + std::to_string(p.longest_context) + " tokens"
+            + (p.max_positions > 0 && p.longest_context == p.max_positions ? " (the model's own bound)" : "");
+    return text;
+}
+
+const char* const kServeNotModelled = "Not modelled: CUDA graphs' memory, the sampler's buffers, prefix caching; the "
+                                      "activations are the exported model's own prefill (transformers' attention), "
+                                      "not the engine's kernels.";
 
 std::string servePlanToText(const ServePlan& p, const std::string& model)
 {
     std::ostringstream out;
-    out << "Serving " << model << " on " << (p.request.gpus > 1 ? std::to_string(p.request.gpus) + " x " : "")
-        << (p.request.budget_text.empty() ? formatBytes(p.request.budget) : p.request.budget_text) << " ("
-        << formatBytes(p.request.budget) << " each), " << p.request.dtype << " weights, " << kvTypeName(p)
-        << " KV cache:\n";
-    for (const auto& [what, bytes, why] : layoutLines(p))
+    out << servePlanTitle(p, model) << ":\n";
+    for (const auto& [what, bytes, why] : servePlanLayout(p))
         out << "  " << padCell(what, 20) << ' ' << padCell((bytes < 0 ? "- " : "  ") + formatBytes(bytes < 0 ? -bytes : bytes), 13, true)
             << "  " << why << "\n";
     out << "  a token of every layer takes " << formatBytes(p.block_bytes / p.request.block_size) << " (2 x "
         << p.layers << " layers x " << p.kv_heads_per_gpu << " KV heads x " << p.head_dim << " x " << p.kv_type_bytes
         << " bytes)\n";
-    out << "Sequences of " << p.request.context << " tokens at once: " << p.sequences << " ("
-        << p.blocks_per_sequence << " blocks each)\n";
-    if (p.request.batch > 0)
-        out << "Longest context at " << p.request.batch << (p.request.batch == 1 ? " sequence: " : " sequences: ")
-            << p.longest_context << " tokens"
-            << (p.max_positions > 0 && p.longest_context == p.max_positions ? " (the model's own bound)" : "") << "\n";
+    out << servePlanAnswer(p) << "\n";
     for (const auto& n : p.notes)
         out << "Note: " << n << "\n";
-    out << "Not modelled: CUDA graphs' memory, the sampler's buffers, prefix caching; the activations are the exported "
-           "model's own prefill (transformers' attention), not the engine's kernels.\n";
+    out << kServeNotModelled << "\n";
     return out.str();
 }
 
 nlohmann::json servePlanToJson(const ServePlan& p, const std::string& model)
 {
     nlohmann::json layout = nlohmann::json::array();
-    for (const auto& [what, bytes, why] : layoutLines(p))
+    for (const auto& [what, bytes, why] : servePlanLayout(p))
         layout.push_back({{"what", what}, {"bytes", bytes < 0 ? -bytes : bytes}, {"source", why}});
     return {{"format", "memledger-serve"}, {"version", 1}, {"model", model},
         {"request",
@@ -103,7 +115,7 @@ std::string servePlanToHtml(const ServePlan& p, const std::string& model)
         << formatBytes(p.request.budget) << " each), " << htmlEscape(p.request.dtype) << " weights, "
         << htmlEscape(kvTypeName(p)) << " KV cache.</p><h2>One GPU's layout</h2><table><tr><th>what</th><th>bytes</th>"
         << "<th>from</th></tr>";
-    for (const auto& [what, bytes, why] : layoutLines(p))
+    for (const auto& [what, bytes, why] : servePlanLayout(p))
         out << "<tr><td" << (what == "KV cache" ? " class=\"kv\"" : "") << ">" << htmlEscape(what) << "</td><td class=\"n\">"
             << (bytes < 0 ? "&minus; " : "") << formatBytes(bytes < 0 ? -bytes : bytes) << "</td><td>" << htmlEscape(why)
             << "</td></tr>";
@@ -114,8 +126,7 @@ std::string servePlanToHtml(const ServePlan& p, const std::string& model)
             << "</b> tokens</p>";
     for (const auto& n : p.notes)
         out << "<p class=\"note\">" << htmlEscape(n) << "</p>";
-    out << "<p>Not modelled: CUDA graphs' memory, the sampler's buffers, prefix caching; the activations are the "
-           "exported model's own prefill (transformers' attention), not the engine's kernels.</p></body></html>\n";
+    out << "<p>" << htmlEscape(kServeNotModelled) << "</p></body></html>\n";
     return out.str();
 }
 

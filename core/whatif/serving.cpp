@@ -5,6 +5,7 @@
 #include "report/weight_bytes.h"
 #include "report/whatif_table.h"
 #include "support/dtype.h"
+#include "support/errors.h"
 #include "support/format.h"
 
 #include <algorithm>
@@ -112,6 +113,26 @@ ServePlan planServing(const ModelInfo::Generation& g, std::int64_t fullWeightByt
         p.notes.push_back("the weights split evenly over the GPUs (vLLM replicates the norms: a few KiB more each), the "
                           "activation peak not split (an upper bound)");
     return p;
+}
+
+ServePlan serveModel(Model& model, const ServeRequest& request)
+{
+    const auto& info = model.info();
+    if (info.generation.cache.empty())
+        throw UsageError("serving sizes the KV cache from the generation programs memledger.export saves with "
+                         "generate=True, which this file does not hold: export the model again with "
+                         "memledger.export(model, (input_ids,), PATH, generate=True)");
+    // vLLM's profile run: one prefill of the largest chunk, no longer than a sequence the model takes
+    auto chunk = request.max_batched_tokens;
+    if (info.generation.max_tokens > 0)
+        chunk = std::min(chunk, info.generation.max_tokens);
+    const auto peak = prefillActivationPeak(model, request.dtype, chunk);
+    auto plan = planServing(info.generation, weightBytesAt(info, request.dtype), peak, info.generation.max_tokens, request);
+    plan.prefill_tokens = chunk;
+    if (chunk < request.max_batched_tokens)
+        plan.notes.push_back("the prefill chunk recorded is " + std::to_string(chunk)
+            + " tokens, the longest sequence the model takes");
+    return plan;
 }
 
 } // namespace memledger

@@ -73,4 +73,10 @@ std::int64_t weightBytesAt(const ModelInfo& model, const std::string& dtype);
 // once but the KV cache the prefill fills (an engine's profile run writes none). Throws RunError.
 std::int64_t prefillActivationPeak(Model& model, const std::string& dtype, std::int64_t tokens);
 
+// The whole answer for a model file, as `fit --serve` and the window's GPUs tab give it: vLLM's profile run (one
+// prefill of the largest chunk, no longer than a sequence the model takes, recorded on the meta device), the model's
+// weights at request.dtype, then planServing. Throws UsageError where the file holds no generation programs, RunError
+// where the prefill cannot be recorded, std::invalid_argument on a request planServing refuses.
+ServePlan serveModel(Model& model, const ServeRequest& request);
+
 } // namespace memledger
