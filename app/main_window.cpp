@@ -387,8 +387,9 @@ void MainWindow::connectRuns()
             whatIf_->record(session_->file(), *report);
         else if (report->run.mode == RunMode::Generate) {
             whatIf_->clear(); // the what-if of a generation is not built yet: no other run's rows beside it
+            whatIf_->panel()->setBudgetOnly(); // its budget: the GPUs tab's serving answer
             showStatus(tr("The What if panel does not vary a generation yet: run again with another batch, prompt or "
-                          "number of new tokens"),
+                          "number of new tokens. Its memory budget sets the GPUs tab's serving answer."),
                 12000);
         }
         const bool timing = openClock_.isValid() && qEnvironmentVariableIsSet("MEMLEDGER_TIMING");

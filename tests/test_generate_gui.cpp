@@ -90,6 +90,8 @@ TEST(GenerateWindow, TheRunPanelGeneratesWithTheKvCache)
     // The GPUs tab serves: with a budget, fit --serve's answer for the run's context (prompt + new tokens), batch
     // and precision, the layout in its table
     w.whatIfPanel()->setBudget(QStringLiteral("2 GiB"));
+    ASSERT_TRUE(w.whatIfPanel()->budgetBox()->isEnabled()) << "a generation's budget box is usable (serving)";
+    EXPECT_FALSE(w.whatIfPanel()->batchSlider()->isEnabled()); // the rest waits for a what-if of generation
     QElapsedTimer clock;
     clock.start();
     auto* view = w.gpuFitView();

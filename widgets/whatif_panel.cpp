@@ -519,8 +519,21 @@ QString WhatIfPanel::notesText() const
     return notes_->text();
 }
 
+void WhatIfPanel::setBudgetOnly()
+{
+    setWhatIf(nullptr);
+    setEnabled(true);
+    for (auto* w : findChildren<QWidget*>(QString(), Qt::FindDirectChildrenOnly))
+        if (w != budgetBox_ && !qobject_cast<QLabel*>(w) && w->isEnabled()) {
+            w->setEnabled(false);
+            budgetOnlyOff_.push_back(w);
+        }
+}
+
 void WhatIfPanel::setWhatIf(std::shared_ptr<const WhatIf> whatIf)
 {
+    for (auto* w : std::exchange(budgetOnlyOff_, {}))
+        w->setEnabled(true);
     checkpointed_.clear();
     whatIf_ = std::move(whatIf);
     gpuFitTable_.reset(); // another what-if: the window makes its table anew

@@ -28,6 +28,9 @@ public:
     explicit WhatIfPanel(QWidget* parent = nullptr);
 
     void setWhatIf(std::shared_ptr<const WhatIf> whatIf); // nullptr: nothing recorded yet
+    // No what-if, but the Memory budget box stays usable: a generation's GPUs tab answers for it (serving). The next
+    // what-if (setWhatIf) gives every row back.
+    void setBudgetOnly();
     // A model with token inputs: the what-if along the sequence length (at the run's batch) and the run's
     // sequence. The Sequence row shows; away from `baseSeq` the figures are the sequence what-if's, at its batch.
     void setSeqWhatIf(std::shared_ptr<const WhatIf> seqWhatIf, std::int64_t baseSeq);
@@ -121,6 +124,7 @@ private:
     std::shared_ptr<const WhatIf> staged(const std::shared_ptr<const WhatIf>& w) const;
 
     std::shared_ptr<const WhatIf> whatIf_;
+    QList<QWidget*> budgetOnlyOff_; // what setBudgetOnly disabled
     std::shared_ptr<const WhatIf> seqWhatIf_;
     mutable std::map<std::tuple<const WhatIf*, std::string, int>, std::shared_ptr<const WhatIf>> checkpointed_;
     QLabel* gradAccumLabel_ = nullptr;
