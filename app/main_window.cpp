@@ -462,21 +462,21 @@ void MainWindow::updateServing()
     gpuFit_->clear(tr("Recording one prefill on the meta device (a serving engine's profile run)…"));
     QPointer<MainWindow> self(this);
     std::thread([self, path, request, name, generation] {
-        auto plan = std::make_shared<ServePlan>();
+        auto plans = std::make_shared<std::vector<ServePlan>>();
         QString error;
         try {
             auto file = openFileOrDemo(path);
             if (!file.model)
                 throw RunError(path + " is not a model file");
-            *plan = serveModel(*file.model, request);
+            *plans = serveModelOnGpus(*file.model, request, {1, 2, 4, 8}); // tensor-parallel, as vLLM splits
         } catch (const std::exception& e) {
             error = QString::fromUtf8(e.what());
         }
-        QMetaObject::invokeMethod(QCoreApplication::instance(), [self, plan, error, name, generation] {
+        QMetaObject::invokeMethod(QCoreApplication::instance(), [self, plans, error, name, generation] {
             if (!self || generation != self->gpuFitGeneration_)
                 return;
             if (error.isEmpty())
-                self->gpuFit_->setServePlan(*plan, name);
+                self->gpuFit_->setServePlan(plans->front(), name, *plans);
             else
                 self->gpuFit_->clear(tr("No serving answer: %1").arg(error));
             emit self->gpuFitReady();

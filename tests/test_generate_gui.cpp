@@ -118,4 +118,17 @@ TEST(GenerateWindow, TheRunPanelGeneratesWithTheKvCache)
     EXPECT_TRUE(view->headerText().contains(
         QStringLiteral("Longest context at 2 sequences: %1 tokens").arg(fit["longest_context"].get<qint64>())))
         << view->headerText().toStdString();
+    // a row per tensor-parallel GPU count: two GPUs as fit --serve --gpus 2
+    auto* byGpus = view->servingByGpus();
+    ASSERT_EQ(byGpus->rowCount(), 4);
+    EXPECT_EQ(byGpus->item(0, 4)->text().toLongLong(), fit["sequences"].get<qint64>());
+    const auto json2 = dir.filePath(QStringLiteral("serve2.json")).toStdString();
+    r = memledger::test::runCommand(memledger::test::memledgerBinary() + " fit '" + fixture("gen_llama_gqa.pt2")
+        + "' --serve --budget 2GiB --context 80 --batch 2 --dtype float32 --gpus 2 --json '" + json2 + "'");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in2(json2);
+    const auto fit2 = nlohmann::json::parse(in2);
+    EXPECT_EQ(byGpus->item(1, 0)->text(), QStringLiteral("2"));
+    EXPECT_EQ(byGpus->item(1, 4)->text().toLongLong(), fit2["sequences"].get<qint64>());
+    EXPECT_EQ(byGpus->item(1, 5)->text().toLongLong(), fit2["longest_context"].get<qint64>());
 }

@@ -54,6 +54,10 @@ GpuFitView::GpuFitView(QWidget* parent)
     serving_ = makeTable(this, {tr("Part"), tr("Bytes per GPU"), tr("From")});
     serving_->hide();
     layout->addWidget(serving_, 3);
+    servingByGpus_ = makeTable(this, {tr("Tensor-parallel GPUs"), tr("KV heads per GPU"), tr("Weights per GPU"),
+                                         tr("KV cache per GPU"), tr("Sequences at the context"), tr("Longest context at the batch")});
+    servingByGpus_->hide();
+    layout->addWidget(servingByGpus_, 2);
     notes_ = new QLabel(this);
     notes_->setWordWrap(true);
     notes_->setTextInteractionFlags(Qt::TextSelectableByMouse);
@@ -89,18 +93,30 @@ void GpuFitView::clear(const QString& why)
     answers_->setRowCount(0);
     byGpus_->setRowCount(0);
     serving_->setRowCount(0);
+    servingByGpus_->setRowCount(0);
     notes_->clear();
     recordUpTo_ = 0;
     recordFurther_->hide();
 }
 
-void GpuFitView::setServePlan(const ServePlan& plan, const QString& model)
+void GpuFitView::setServePlan(const ServePlan& plan, const QString& model, const std::vector<ServePlan>& byGpus)
 {
     recordUpTo_ = 0;
     recordFurther_->hide();
     for (QWidget* w : std::initializer_list<QWidget*> {answers_, byGpus_, byGpusLabel_})
         w->hide();
     serving_->show();
+    servingByGpus_->setVisible(!byGpus.empty());
+    servingByGpus_->setRowCount(static_cast<int>(byGpus.size()));
+    for (int r = 0; r < static_cast<int>(byGpus.size()); ++r) {
+        const auto& p = byGpus[static_cast<std::size_t>(r)];
+        servingByGpus_->setItem(r, 0, item(QString::number(p.request.gpus)));
+        servingByGpus_->setItem(r, 1, item(QString::number(p.kv_heads_per_gpu)));
+        servingByGpus_->setItem(r, 2, item(bytesText(p.weight_bytes)));
+        servingByGpus_->setItem(r, 3, item(bytesText(p.kv_cache_bytes)));
+        servingByGpus_->setItem(r, 4, item(QString::number(p.sequences)));
+        servingByGpus_->setItem(r, 5, item(p.request.batch > 0 ? QString::number(p.longest_context) : QStringLiteral("–")));
+    }
     header_->setText(QString::fromStdString(servePlanTitle(plan, model.toStdString())) + QStringLiteral(":\n")
         + QString::fromStdString(servePlanAnswer(plan)));
     const auto lines = servePlanLayout(plan);
@@ -122,6 +138,7 @@ void GpuFitView::setServePlan(const ServePlan& plan, const QString& model)
 void GpuFitView::setTable(const GpuFitTable& t, std::int64_t recordUpTo)
 {
     serving_->hide();
+    servingByGpus_->hide();
     for (QWidget* w : std::initializer_list<QWidget*> {answers_, byGpus_, byGpusLabel_})
         w->show();
     recordUpTo_ = recordUpTo;

@@ -25,8 +25,10 @@ public:
     void clear(const QString& why); // nothing to show, and why ("a training step's question", ...)
     // A generation's question instead (fit --serve's answer for the run's context and batch): the layout of one GPU
     // as a serving engine takes it, and how many sequences fit.
-    void setServePlan(const ServePlan& plan, const QString& model);
+    // `byGpus`: the answer on more tensor-parallel GPUs, a row each (the first, `plan`, on one).
+    void setServePlan(const ServePlan& plan, const QString& model, const std::vector<ServePlan>& byGpus = {});
     QTableWidget* serving() const { return serving_; }
+    QTableWidget* servingByGpus() const { return servingByGpus_; }
     QTableWidget* answers() const { return answers_; }
     QTableWidget* byGpus() const { return byGpus_; }
     QString headerText() const;
@@ -43,6 +45,7 @@ private:
     QTableWidget* byGpus_;
     QLabel* byGpusLabel_;
     QTableWidget* serving_; // the serving layout (setServePlan), shown instead of the fit tables
+    QTableWidget* servingByGpus_; // serving on 1, 2, 4, 8 tensor-parallel GPUs
     QLabel* notes_;
     QPushButton* recordFurther_;
     std::int64_t recordUpTo_ = 0;

@@ -135,4 +135,25 @@ ServePlan serveModel(Model& model, const ServeRequest& request)
     return plan;
 }
 
+std::vector<ServePlan> serveModelOnGpus(Model& model, const ServeRequest& request, const std::vector<int>& gpus)
+{
+    std::vector<ServePlan> plans;
+    for (int n : gpus) {
+        auto r = request;
+        r.gpus = n;
+        if (plans.empty()) { // the prefill recorded once: its activations are not split (an upper bound per GPU)
+            plans.push_back(serveModel(model, r));
+            continue;
+        }
+        const auto& first = plans.front();
+        const auto& info = model.info();
+        auto plan = planServing(info.generation, weightBytesAt(info, r.dtype), first.activation_peak_bytes,
+            info.generation.max_tokens, r);
+        plan.prefill_tokens = first.prefill_tokens;
+        plan.notes = first.notes;
+        plans.push_back(std::move(plan));
+    }
+    return plans;
+}
+
 } // namespace memledger
