@@ -54,6 +54,20 @@ int failureExit(const std::string& where, const std::string& run)
     }
 }
 
+int writeOutputs(const CliOptions& o, const std::function<std::string()>& json, const std::function<std::string()>& html)
+{
+    try {
+        for (const auto& [path, text] : {std::pair {&o.json, &json}, std::pair {&o.html, &html}})
+            if (!path->empty()) {
+                writeFileAtomically(*path, (*text)());
+                std::cout << "Wrote " << *path << "\n";
+            }
+    } catch (const std::exception&) {
+        return failureExit();
+    }
+    return kExitOk;
+}
+
 namespace {
 
 PngRenderer& pngRenderer()
@@ -211,19 +225,8 @@ int runRanks(const CliOptions& o)
     }
     std::cout << "Ranks: " << table.ranks.size() << (table.ranks.size() == 1 ? " file" : " files") << "\n\n"
               << ranksToText(table);
-    try {
-        if (!o.json.empty()) {
-            writeFileAtomically(o.json, ranksToJson(table).dump(2) + "\n");
-            std::cout << "Wrote " << o.json << "\n";
-        }
-        if (!o.html.empty()) {
-            writeFileAtomically(o.html, ranksToHtml(table));
-            std::cout << "Wrote " << o.html << "\n";
-        }
-    } catch (const std::exception&) {
-        return failureExit();
-    }
-    return kExitOk;
+    return writeOutputs(
+        o, [&] { return ranksToJson(table).dump(2) + "\n"; }, [&] { return ranksToHtml(table); });
 }
 
 int runCli(const CliOptions& o)

@@ -14,6 +14,10 @@ enum ExitCode { kExitOk = 0, kExitUsage = 2, kExitBadFile = 3, kExitRunFailed = 
 // the model a run or an option was for (a bad file's message names the file itself).
 int failureExit(const std::string& where = {}, const std::string& run = {});
 
+// A command's --json and --html, where given: each text made only then, written atomically, and "Wrote PATH" said;
+// returns kExitOk, or failureExit() where one cannot be written.
+int writeOutputs(const CliOptions& o, const std::function<std::string()>& json, const std::function<std::string()>& html);
+
 // `memledger analyze` and `memledger whatif`; returns the exit code.
 int runCli(const CliOptions& options);
 // Renders the timeline of a report to PNG for `analyze --png`; returns "" or an error naming the file.

@@ -6,7 +6,6 @@
 #include "exports/diff_json.h"
 #include "exports/diff_text.h"
 #include "analysis/report_diff.h"
-#include "support/atomic_file.h"
 #include "support/errors.h"
 
 #include <algorithm>
@@ -151,19 +150,7 @@ int runDiff(const CliOptions& o)
     }
     auto diff = diffReports(sides[0].report, sides[1].report, names[0], names[1]);
     std::cout << diffToText(diff, o.diff_rows);
-    try {
-        if (!o.json.empty()) {
-            writeFileAtomically(o.json, diffToJson(diff).dump() + "\n");
-            std::cout << "Wrote " << o.json << "\n";
-        }
-        if (!o.html.empty()) {
-            writeFileAtomically(o.html, diffToHtml(diff));
-            std::cout << "Wrote " << o.html << "\n";
-        }
-    } catch (const std::exception&) {
-        return failureExit();
-    }
-    return kExitOk;
+    return writeOutputs(o, [&] { return diffToJson(diff).dump() + "\n"; }, [&] { return diffToHtml(diff); });
 }
 
 } // namespace memledger

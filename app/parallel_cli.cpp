@@ -164,19 +164,8 @@ int runFit(const CliOptions& o)
               << "training step per rank" << (table.seq > 0 ? ", sequence " + std::to_string(table.seq) : std::string())
               << (table.device == "meta" ? ", on the meta device (figures from shapes)" : "") << "\n\n"
               << gpuFitToText(table);
-    try {
-        if (!o.json.empty()) {
-            writeFileAtomically(o.json, gpuFitToJson(table).dump(2) + "\n");
-            std::cout << "Wrote " << o.json << "\n";
-        }
-        if (!o.html.empty()) {
-            writeFileAtomically(o.html, gpuFitToHtml(table, name));
-            std::cout << "Wrote " << o.html << "\n";
-        }
-    } catch (const std::exception&) {
-        return failureExit();
-    }
-    return kExitOk;
+    return writeOutputs(
+        o, [&] { return gpuFitToJson(table).dump(2) + "\n"; }, [&] { return gpuFitToHtml(table, name); });
 }
 
 

@@ -4,7 +4,6 @@
 #include "demo_model.h"
 #include "session/open_file.h"
 #include "exports/serve_export.h"
-#include "support/atomic_file.h"
 #include "support/errors.h"
 
 #include <nlohmann/json.hpp>
@@ -27,19 +26,8 @@ int runServe(const CliOptions& o)
         return failureExit({}, name);
     }
     std::cout << servePlanToText(plan, name);
-    try {
-        if (!o.json.empty()) {
-            writeFileAtomically(o.json, servePlanToJson(plan, name).dump(2) + "\n");
-            std::cout << "Wrote " << o.json << "\n";
-        }
-        if (!o.html.empty()) {
-            writeFileAtomically(o.html, servePlanToHtml(plan, name));
-            std::cout << "Wrote " << o.html << "\n";
-        }
-    } catch (const std::exception&) {
-        return failureExit();
-    }
-    return kExitOk;
+    return writeOutputs(
+        o, [&] { return servePlanToJson(plan, name).dump(2) + "\n"; }, [&] { return servePlanToHtml(plan, name); });
 }
 
 } // namespace memledger
