@@ -476,7 +476,7 @@ void MainWindow::updateServing()
             if (!self || generation != self->gpuFitGeneration_)
                 return;
             if (error.isEmpty())
-                self->gpuFit_->setServePlan(plans->front(), name, *plans);
+                self->gpuFit_->setServePlan(*plans, name);
             else
                 self->gpuFit_->clear(tr("No serving answer: %1").arg(error));
             emit self->gpuFitReady();

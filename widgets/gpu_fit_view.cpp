@@ -99,14 +99,19 @@ void GpuFitView::clear(const QString& why)
     recordFurther_->hide();
 }
 
-void GpuFitView::setServePlan(const ServePlan& plan, const QString& model, const std::vector<ServePlan>& byGpus)
+void GpuFitView::setServePlan(const std::vector<ServePlan>& byGpus, const QString& model)
 {
+    if (byGpus.empty()) {
+        clear(tr("No serving answer"));
+        return;
+    }
+    const auto& plan = byGpus.front();
     recordUpTo_ = 0;
     recordFurther_->hide();
     for (QWidget* w : std::initializer_list<QWidget*> {answers_, byGpus_, byGpusLabel_})
         w->hide();
     serving_->show();
-    servingByGpus_->setVisible(!byGpus.empty());
+    servingByGpus_->show();
     servingByGpus_->setRowCount(static_cast<int>(byGpus.size()));
     for (int r = 0; r < static_cast<int>(byGpus.size()); ++r) {
         const auto& p = byGpus[static_cast<std::size_t>(r)];

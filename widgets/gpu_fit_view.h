@@ -25,8 +25,8 @@ public:
     void clear(const QString& why); // nothing to show, and why ("a training step's question", ...)
     // A generation's question instead (fit --serve's answer for the run's context and batch): the layout of one GPU
     // as a serving engine takes it, and how many sequences fit.
-    // `byGpus`: the answer on more tensor-parallel GPUs, a row each (the first, `plan`, on one).
-    void setServePlan(const ServePlan& plan, const QString& model, const std::vector<ServePlan>& byGpus = {});
+    // `plans`: the answer on each tensor-parallel GPU count, a row each; the first one's layout is shown in full.
+    void setServePlan(const std::vector<ServePlan>& plans, const QString& model);
     QTableWidget* serving() const { return serving_; }
     QTableWidget* servingByGpus() const { return servingByGpus_; }
     QTableWidget* answers() const { return answers_; }

@@ -115,7 +115,7 @@ ServePlan planServing(const ModelInfo::Generation& g, std::int64_t fullWeightByt
     return p;
 }
 
-ServePlan serveModel(Model& model, const ServeRequest& request)
+std::vector<ServePlan> serveModelOnGpus(Model& model, const ServeRequest& request, const std::vector<int>& gpus)
 {
     const auto& info = model.info();
     if (info.generation.cache.empty())
@@ -126,34 +126,26 @@ ServePlan serveModel(Model& model, const ServeRequest& request)
     auto chunk = request.max_batched_tokens;
     if (info.generation.max_tokens > 0)
         chunk = std::min(chunk, info.generation.max_tokens);
+    // recorded once for every GPU count: its activations are not split (an upper bound per GPU)
     const auto peak = prefillActivationPeak(model, request.dtype, chunk);
-    auto plan = planServing(info.generation, weightBytesAt(info, request.dtype), peak, info.generation.max_tokens, request);
-    plan.prefill_tokens = chunk;
-    if (chunk < request.max_batched_tokens)
-        plan.notes.push_back("the prefill chunk recorded is " + std::to_string(chunk)
-            + " tokens, the longest sequence the model takes");
-    return plan;
-}
-
-std::vector<ServePlan> serveModelOnGpus(Model& model, const ServeRequest& request, const std::vector<int>& gpus)
-{
+    const auto weights = weightBytesAt(info, request.dtype);
     std::vector<ServePlan> plans;
     for (int n : gpus) {
         auto r = request;
         r.gpus = n;
-        if (plans.empty()) { // the prefill recorded once: its activations are not split (an upper bound per GPU)
-            plans.push_back(serveModel(model, r));
-            continue;
-        }
-        const auto& first = plans.front();
-        const auto& info = model.info();
-        auto plan = planServing(info.generation, weightBytesAt(info, r.dtype), first.activation_peak_bytes,
-            info.generation.max_tokens, r);
-        plan.prefill_tokens = first.prefill_tokens;
-        plan.notes = first.notes;
+        auto plan = planServing(info.generation, weights, peak, info.generation.max_tokens, r);
+        plan.prefill_tokens = chunk;
+        if (chunk < request.max_batched_tokens)
+            plan.notes.push_back("the prefill chunk recorded is " + std::to_string(chunk)
+                + " tokens, the longest sequence the model takes");
         plans.push_back(std::move(plan));
     }
     return plans;
+}
+
+ServePlan serveModel(Model& model, const ServeRequest& request)
+{
+    return serveModelOnGpus(model, request, {request.gpus}).front();
 }
 
 } // namespace memledger

@@ -78,8 +78,8 @@ std::int64_t prefillActivationPeak(Model& model, const std::string& dtype, std::
 // weights at request.dtype, then planServing. Throws UsageError where the file holds no generation programs, RunError
 // where the prefill cannot be recorded, std::invalid_argument on a request planServing refuses.
 ServePlan serveModel(Model& model, const ServeRequest& request);
-// The same answer on each tensor-parallel GPU count of `gpus` (request.gpus ignored), from one recorded prefill: the
-// window's GPUs tab, a row per count.
+// The same answer on each tensor-parallel GPU count of `gpus` (request.gpus ignored; at least one), from one recorded
+// prefill: the window's GPUs tab, a row per count. serveModel is its one count, request.gpus.
 std::vector<ServePlan> serveModelOnGpus(Model& model, const ServeRequest& request, const std::vector<int>& gpus);
 
 } // namespace memledger
